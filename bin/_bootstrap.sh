@@ -1,0 +1,16 @@
+# Sourced by bin/harness and bin/test: make sure .venv exists and matches pyproject.toml.
+# Re-installs only when pyproject.toml changed, so repeated runs start instantly.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+STAMP="$VENV/.pyproject.sha256"
+want="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+if [[ ! -x "$VENV/bin/python" || "$(cat "$STAMP" 2>/dev/null)" != "$want" ]]; then
+    echo "[setup] installing the suite into $VENV (first run or pyproject.toml changed)" >&2
+    python3 -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[test]" >&2
+    echo "$want" > "$STAMP"
+fi
+export PATH="$VENV/bin:$PATH"
+cd "$ROOT"

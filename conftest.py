@@ -1,0 +1,1 @@
+"""Top-level pytest configuration: suite options and shared fixtures (filled in by the gates)."""

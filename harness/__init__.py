@@ -1,0 +1,1 @@
+"""Anima NPU acceptance harness."""

@@ -1,0 +1,77 @@
+"""The backend protocol, mirroring the board's RKNNLite lifecycle: load -> init -> run* -> release.
+
+A Context is one subgraph on one backend. Backends do no timing themselves: the lifecycle module
+times every stage in one place, so every backend is measured the same way.
+
+Every context that has loaded something is counted as live until it is released; tests use
+`live_contexts()` to prove that failures leave nothing loaded.
+"""
+from __future__ import annotations
+
+import abc
+import importlib
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BackendError
+
+__all__ = ["Context", "create_context", "live_contexts", "BACKENDS"]
+
+# name -> "module:Class"; imported lazily so the board runtime is only imported where it is asked for.
+BACKENDS = {
+    "onnxruntime": "harness.backends.onnxruntime:OnnxRuntimeContext",
+    "rknnlite": "harness.backends.rknnlite:RknnLiteContext",
+}
+
+_live_lock = threading.Lock()
+_live: set[int] = set()
+
+
+def live_contexts() -> int:
+    """How many contexts are loaded and not yet released, across all backends."""
+    with _live_lock:
+        return len(_live)
+
+
+class Context(abc.ABC):
+    """One subgraph's runtime context. `label` names it in every error ("subgraph 4 (block 1 cross_attn)")."""
+
+    backend_name = "abstract"
+
+    def __init__(self, label: str, **options):
+        self.label = label
+        self.options = options
+
+    # Subclasses implement the four stages; they raise BackendError naming self.label and the stage.
+    @abc.abstractmethod
+    def load(self, path: Path) -> None: ...
+
+    @abc.abstractmethod
+    def init(self) -> None: ...
+
+    @abc.abstractmethod
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]: ...
+
+    @abc.abstractmethod
+    def release(self) -> None: ...
+
+    def _mark_live(self) -> None:
+        with _live_lock:
+            _live.add(id(self))
+
+    def _mark_released(self) -> None:
+        with _live_lock:
+            _live.discard(id(self))
+
+    def error(self, stage: str, detail: str) -> BackendError:
+        return BackendError(f"{self.backend_name}: {self.label}: {stage} failed: {detail}")
+
+
+def create_context(backend: str, label: str, **options) -> Context:
+    if backend not in BACKENDS:
+        raise BackendError(f"unknown backend '{backend}' (known: {', '.join(sorted(BACKENDS))})")
+    module_name, cls_name = BACKENDS[backend].split(":")
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    return cls(label, **options)

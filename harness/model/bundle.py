@@ -1,0 +1,45 @@
+"""A model directory loaded for running: config, validated DiT weights, prompt encoder, decoder."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..config import ModelConfig, load_model_dir
+from ..errors import ConfigError
+from ..weights import load_weights
+from .embedded import PromptEncoder, decode
+
+__all__ = ["ModelBundle", "load_bundle"]
+
+
+@dataclass
+class ModelBundle:
+    cfg: ModelConfig
+    weights: dict
+    encoder: PromptEncoder
+    model_dir: Path
+
+    def context(self, prompt: str) -> np.ndarray:
+        return self.encoder.encode(prompt)
+
+    def decode(self, latent: np.ndarray) -> np.ndarray:
+        d = self.cfg.decoder
+        return decode(latent, int(d.get("scale", 4)), d.get("background", [0, 0, 0]),
+                      d.get("foreground", [1, 1, 1]))
+
+    @property
+    def latent_shape(self) -> tuple[int, int, int]:
+        return (self.cfg.latent_channels, *self.cfg.latent_size)
+
+
+def load_bundle(model_dir: str | Path) -> ModelBundle:
+    model_dir = Path(model_dir)
+    cfg = load_model_dir(model_dir)
+    for key in ("weights", "prompt_encoder"):
+        if key not in cfg.files:
+            raise ConfigError(f"{cfg.source}: missing '{key}' (file name of the {key.replace('_', ' ')})")
+    weights = load_weights(model_dir / cfg.files["weights"], cfg)
+    encoder = PromptEncoder.from_file(model_dir / cfg.files["prompt_encoder"], cfg.prompt.get("vocab", []))
+    return ModelBundle(cfg, weights, encoder, model_dir)

@@ -1,0 +1,127 @@
+"""Weights in the public Cosmos-Predict2 key layout (safetensors), validated against a ModelConfig.
+
+Loading checks every expected key, its shape and that the values are finite, and names the first
+problem. An optional `net.` prefix (as in full training checkpoints) is accepted and stripped.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .config import ModelConfig
+from .errors import WeightsError
+
+__all__ = ["expected_shapes", "read_safetensors", "load_weights", "validate_weights",
+           "save_weights", "random_weights", "block_keys"]
+
+_BRANCH_ADALN = {"self_attn": "adaln_modulation_self_attn", "cross_attn": "adaln_modulation_cross_attn",
+                 "ffn": "adaln_modulation_mlp"}
+
+
+def block_keys(cfg: ModelConfig, i: int) -> dict[str, tuple[int, ...]]:
+    d, hd, r, c, f = cfg.width, cfg.head_dim, cfg.adaln_lora_rank, cfg.context_dim, cfg.ffn_hidden
+    p = f"blocks.{i}."
+    shapes = {}
+    for proj in ("q_proj", "k_proj", "v_proj", "output_proj"):
+        shapes[p + f"self_attn.{proj}.weight"] = (d, d)
+    shapes[p + "cross_attn.q_proj.weight"] = (d, d)
+    shapes[p + "cross_attn.k_proj.weight"] = (d, c)
+    shapes[p + "cross_attn.v_proj.weight"] = (d, c)
+    shapes[p + "cross_attn.output_proj.weight"] = (d, d)
+    for attn in ("self_attn", "cross_attn"):
+        shapes[p + f"{attn}.q_norm.weight"] = (hd,)
+        shapes[p + f"{attn}.k_norm.weight"] = (hd,)
+    shapes[p + "mlp.layer1.weight"] = (f, d)
+    shapes[p + "mlp.layer2.weight"] = (d, f)
+    for name in _BRANCH_ADALN.values():
+        shapes[p + f"{name}.1.weight"] = (r, d)
+        shapes[p + f"{name}.2.weight"] = (3 * d, r)
+    return shapes
+
+
+def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every key of the public checkpoint layout (architecture.md section 1) with its shape."""
+    d, r = cfg.width, cfg.adaln_lora_rank
+    shapes = {
+        "x_embedder.proj.1.weight": (d, cfg.patch_features),
+        "t_embedder.1.linear_1.weight": (d, d),
+        "t_embedder.1.linear_2.weight": (3 * d, d),
+        "t_embedding_norm.weight": (d,),
+    }
+    for i in range(cfg.blocks):
+        shapes.update(block_keys(cfg, i))
+    shapes["final_layer.adaln_modulation.1.weight"] = (r, d)
+    shapes["final_layer.adaln_modulation.2.weight"] = (2 * d, r)
+    shapes["final_layer.linear.weight"] = (cfg.out_features, d)
+    return shapes
+
+
+def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
+    """All tensors of a safetensors file as numpy arrays; a clear error if it is not one."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsError(f"{path}: weights file not found")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, ValueError, OSError) as exc:
+        raise WeightsError(f"{path}: not a readable safetensors file ({exc})") from None
+
+
+def validate_weights(tensors: dict[str, np.ndarray], cfg: ModelConfig, source: str) -> dict[str, np.ndarray]:
+    """Check keys, shapes and finiteness; return float32 tensors without the `net.` prefix."""
+    if tensors and all(k.startswith("net.") for k in tensors):
+        tensors = {k[4:]: v for k, v in tensors.items()}
+    expected = expected_shapes(cfg)
+    out = {}
+    for key, shape in expected.items():
+        if key not in tensors:
+            raise WeightsError(f"{source}: missing key '{key}' (profile {cfg.name})")
+        value = tensors[key]
+        if tuple(value.shape) != shape:
+            raise WeightsError(f"{source}: '{key}' has shape {list(value.shape)}, "
+                               f"profile {cfg.name} expects {list(shape)}")
+        if not np.issubdtype(value.dtype, np.floating):
+            raise WeightsError(f"{source}: '{key}' has dtype {value.dtype}, expected a float type")
+        value = value.astype(np.float32)
+        bad = int(np.size(value) - np.count_nonzero(np.isfinite(value)))
+        if bad:
+            raise WeightsError(f"{source}: '{key}' has {bad} non-finite values")
+        out[key] = value
+    extra = sorted(set(tensors) - set(expected))
+    if extra:
+        raise WeightsError(f"{source}: unexpected key '{extra[0]}' for profile {cfg.name} "
+                           f"({len(extra)} unexpected in all)")
+    return out
+
+
+def load_weights(path: str | Path, cfg: ModelConfig) -> dict[str, np.ndarray]:
+    return validate_weights(read_safetensors(path), cfg, str(path))
+
+
+def save_weights(tensors: dict[str, np.ndarray], path: str | Path, metadata: dict | None = None) -> None:
+    from safetensors.numpy import save_file
+    from .atomic import atomic_path
+    with atomic_path(path) as tmp:
+        save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp), metadata=metadata)
+
+
+def random_weights(cfg: ModelConfig, seed: int = 0, blocks: range | None = None) -> dict[str, np.ndarray]:
+    """Random weights in the public layout (linear ~ N(0, 1/fan_in), norms ~ 1).
+
+    `blocks` limits which blocks get tensors, so a full-width anima-2b block can be tested without
+    materialising 2B parameters.
+    """
+    rng = np.random.default_rng(seed)
+    keep = set(range(cfg.blocks)) if blocks is None else set(blocks)
+    out = {}
+    for key, shape in expected_shapes(cfg).items():
+        if key.startswith("blocks.") and int(key.split(".")[1]) not in keep:
+            continue
+        if len(shape) == 1:
+            out[key] = (1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
+        else:
+            out[key] = (rng.standard_normal(shape, dtype=np.float32) / np.sqrt(shape[1])).astype(np.float32)
+    return out
