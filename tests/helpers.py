@@ -1,0 +1,28 @@
+"""Builders shared by tests: model directories with random weights in the real file layout."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from harness.config import EMBEDDED_DIR, load_model_dir
+from harness.model.embedded import PROMPT_KEYS
+from harness.weights import random_weights, save_weights
+
+__all__ = ["make_random_model_dir"]
+
+
+def make_random_model_dir(target: Path, seed: int = 0) -> Path:
+    """A copy of the embedded model's model.toml with random DiT and prompt-encoder weights."""
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy(EMBEDDED_DIR / "model.toml", target / "model.toml")
+    cfg = load_model_dir(target)
+    save_weights(random_weights(cfg, seed=seed), target / cfg.files["weights"])
+    rng = np.random.default_rng(seed + 1)
+    vocab = len(cfg.prompt["vocab"])
+    save_weights({
+        PROMPT_KEYS[0]: rng.standard_normal((vocab, cfg.context_dim)).astype(np.float32),
+        PROMPT_KEYS[1]: rng.standard_normal((cfg.context_tokens, cfg.context_dim)).astype(np.float32),
+    }, target / cfg.files["prompt_encoder"])
+    return target

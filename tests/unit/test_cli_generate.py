@@ -1,0 +1,77 @@
+"""`python -m harness generate`: the main job, its determinism and its errors."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from harness.cli import main
+from harness.imageio import load_png
+from tests.helpers import make_random_model_dir
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_random_model_dir(tmp_path_factory.mktemp("model"))
+
+
+def test_generate_writes_a_png_of_the_decoder_size(model_dir, tmp_path):
+    out = tmp_path / "img.png"
+    assert main(["generate", "--model-dir", str(model_dir), "--steps", "2", "--out", str(out), "--quiet"]) == 0
+    assert load_png(out).shape == (64, 64, 3)
+
+
+def test_same_command_twice_gives_identical_bytes(model_dir, tmp_path):
+    cmd = [sys.executable, "-m", "harness", "generate", "--model-dir", str(model_dir), "--steps", "3", "--quiet"]
+    a, b = tmp_path / "a.png", tmp_path / "b.png"
+    subprocess.run(cmd + ["--out", str(a)], check=True, capture_output=True)
+    subprocess.run(cmd + ["--out", str(b)], check=True, capture_output=True)
+    assert a.read_bytes() == b.read_bytes()
+    c = tmp_path / "c.png"
+    subprocess.run(cmd + ["--out", str(c), "--seed", "99"], check=True, capture_output=True)
+    assert c.read_bytes() != a.read_bytes()
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--steps", "0"], "--steps: must be positive"),
+    (["--steps", "many"], "--steps: expected a whole number"),
+    (["--cfg", "abc"], "--cfg: expected a number"),
+    (["--seed", "-4"], "--seed: must be within"),
+])
+def test_bad_cli_values_are_one_clear_error(model_dir, capsys, args, fragment):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", "--model-dir", str(model_dir), *args])
+    assert exit_info.value.code == 2
+    assert fragment in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--prompt", "a handwritten giraffe"], "prompt word 'giraffe' is not in the vocabulary"),
+    (["--out", "x.jpg"], "--out x.jpg"),
+])
+def test_bad_run_values_name_the_culprit(model_dir, capsys, args, fragment):
+    assert main(["generate", "--model-dir", str(model_dir), "--steps", "1", "--quiet", *args]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err
+
+
+def test_bad_weights_file_exits_without_traceback(model_dir, tmp_path):
+    broken = make_random_model_dir(tmp_path / "broken")
+    (broken / "dit.safetensors").write_bytes(b"not a safetensors file at all")
+    proc = subprocess.run([sys.executable, "-m", "harness", "generate", "--model-dir", str(broken)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "dit.safetensors: not a readable safetensors file" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    missing = subprocess.run([sys.executable, "-m", "harness", "generate", "--model-dir", str(tmp_path / "nope")],
+                             capture_output=True, text=True)
+    assert missing.returncode == 2 and "model directory does not exist" in missing.stderr
+
+
+def test_batched_reference_equals_single_runs(model_dir):
+    from harness.generate import sample_reference
+    from harness.model.bundle import load_bundle
+    bundle = load_bundle(model_dir)
+    batch = sample_reference(bundle, ["digit one", "the number 7"], [5, 6], 3, 4.0, 3.0)
+    single = sample_reference(bundle, ["the number 7"], [6], 3, 4.0, 3.0)
+    np.testing.assert_allclose(batch[1:], single, atol=1e-5)
