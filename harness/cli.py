@@ -57,29 +57,93 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=_seed, help="initial-noise seed (default: the model's)")
     gen.add_argument("--steps", type=_positive_int, help="sampler steps (default: the model's)")
     gen.add_argument("--cfg", type=_cfg_scale, dest="cfg_scale", help="CFG scale (default: the model's)")
+    gen.add_argument("--backend", default="reference",
+                     help="reference (monolithic FP32 numpy), onnxruntime (84 subgraphs on the host "
+                          "CPU) or rknnlite (the board's NPU); default: %(default)s")
+    gen.add_argument("--partition", type=Path,
+                     help="partition directory with manifest.json (default for onnxruntime: "
+                          "out/partitions/<model>-<dtype>, exported on first use)")
+    gen.add_argument("--dtype", choices=("float32", "float16"), default="float32",
+                     help="subgraph precision when the partition is exported on first use")
+    gen.add_argument("--core-mask", default="auto", help="rknnlite NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2")
+    gen.add_argument("--mem-floor", default="1.5GiB", help="abort when MemAvailable falls below (default: %(default)s)")
+    gen.add_argument("--swap-limit", default="16MiB", help="abort when swap grows more than (default: %(default)s)")
     gen.add_argument("--out", type=Path, default=Path("out/generate.png"), help="PNG path (default: %(default)s)")
-    gen.add_argument("--quiet", action="store_true", help="no progress bar")
+    gen.add_argument("--quiet", action="store_true", help="no progress bar or tables")
     gen.set_defaults(func=_cmd_generate)
+
+    from .partition.commands import add_commands
+    from .trend import add_command as add_trend
+    add_commands(sub)
+    add_trend(sub)
     return parser
+
+
+BACKEND_CHOICES = ("reference", "onnxruntime", "rknnlite")
 
 
 def _cmd_generate(args) -> int:
     from .model.bundle import load_bundle
-    from .generate import sample_settings, sample_reference
-    from .imageio import save_png
-    from .report import progress_bar
+    from .generate import sample_settings
 
+    if args.backend not in BACKEND_CHOICES:
+        raise ConfigError(f"--backend {args.backend}: unknown backend (choose {', '.join(BACKEND_CHOICES)})")
+    if args.out.suffix.lower() != ".png":
+        raise ConfigError(f"--out {args.out}: the image is written as PNG; use a .png path")
     bundle = load_bundle(args.model_dir)
     prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
     s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed)
-    if args.out.suffix.lower() != ".png":
-        raise ConfigError(f"--out {args.out}: the image is written as PNG; use a .png path")
-    with progress_bar(s["steps"], "denoising", disable=args.quiet) as advance:
+    if args.backend == "reference":
+        image = _generate_reference(bundle, prompt, s, args.quiet)
+    else:
+        image = _generate_partitioned(bundle, prompt, s, args)
+    from .imageio import save_png
+    save_png(image, args.out)
+    print(f"{args.out}  prompt='{prompt}' seed={s['seed']} steps={s['steps']} cfg={s['cfg_scale']} "
+          f"backend={args.backend}")
+    return 0
+
+
+def _generate_reference(bundle, prompt, s, quiet):
+    from .generate import sample_reference
+    from .report import progress_bar
+    with progress_bar(s["steps"], "denoising (reference)", disable=quiet) as advance:
         latents = sample_reference(bundle, [prompt], [s["seed"]], s["steps"], s["cfg_scale"],
                                    s["shift"], on_step=lambda i: advance())
-    save_png(bundle.decode(latents[0]), args.out)
-    print(f"{args.out}  prompt='{prompt}' seed={s['seed']} steps={s['steps']} cfg={s['cfg_scale']}")
-    return 0
+    return bundle.decode(latents[0])
+
+
+def _generate_partitioned(bundle, prompt, s, args):
+    from .memory import MemoryGuard
+    from .report import print_run_tables, progress_bar
+    from .run import run_partitioned
+    partition = args.partition or _default_partition(bundle, args)
+    options = {"core_mask": args.core_mask} if args.backend == "rknnlite" else {}
+    report_path = args.out.with_suffix(".json")
+    guard = MemoryGuard(args.mem_floor, args.swap_limit, interval=0.1, max_staleness=0.1)
+    with guard, progress_bar(s["steps"], f"denoising ({args.backend})", disable=args.quiet) as advance:
+        try:
+            result = run_partitioned(bundle, partition, args.backend, prompt, s, options, guard=guard,
+                                     report_path=report_path, on_step=lambda i: advance())
+        except HarnessError as exc:
+            raise type(exc)(f"{exc} (partial report: {report_path})") from None
+    if not args.quiet:
+        print_run_tables(result.report)
+        print(f"report: {report_path}")
+    return result.image
+
+
+def _default_partition(bundle, args) -> Path:
+    """out/partitions/<model>-<dtype>: exported from the model's weights on first use."""
+    from .partition.manifest import manifest_path
+    partition = Path("out/partitions") / f"{bundle.cfg.name}-{args.dtype}"
+    if args.backend == "rknnlite":
+        raise ConfigError("--backend rknnlite needs --partition DIR with the converted .rknn subgraphs")
+    if not manifest_path(partition).exists():
+        from .partition.onnx_export import export_partition
+        print(f"exporting the partition to {partition} ({args.dtype}, first use)", file=sys.stderr)
+        export_partition(bundle.weights, bundle.cfg, partition, dtype=args.dtype, progress=not args.quiet)
+    return partition
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,93 @@
+"""Context lifecycle on a backend, timed stage by stage: load -> init -> run* -> release.
+
+Every stage of every invocation becomes one `StageRecord` (step, subgraph, block, branch, stage,
+seconds): the JSON report, the tables and the benchmarks are all derived from these records.
+
+`OnDemand` is the board's strategy for Anima: a subgraph is loaded, initialised, run for every
+stream and released before the next one, because 84 resident contexts do not fit in 8 GB.
+Whatever happens, `close()` releases every context still loaded.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .backends.base import Context, create_context
+
+__all__ = ["StageRecord", "LifecycleRecorder", "OnDemand", "STAGES"]
+
+# Our stage names and the board runtime's calls they time.
+STAGES = {"load": "load_rknn", "init": "init_runtime", "run": "inference", "release": "release"}
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    step: int
+    subgraph: int
+    block: int
+    branch: str
+    stage: str
+    seconds: float
+
+
+@dataclass
+class LifecycleRecorder:
+    records: list[StageRecord] = field(default_factory=list)
+
+    @contextlib.contextmanager
+    def timed(self, step: int, entry, stage: str):
+        # The record is appended even when the stage fails: a partial report shows where time went.
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.records.append(StageRecord(step, entry.index, entry.block, entry.branch, stage,
+                                            time.perf_counter() - start))
+
+    def as_dicts(self) -> list[dict]:
+        return [asdict(r) for r in self.records]
+
+
+class OnDemand:
+    """Load a subgraph's context just before use and release it right after."""
+
+    name = "on-demand"
+
+    def __init__(self, backend: str, recorder: LifecycleRecorder, path_of, **backend_options):
+        self.backend = backend
+        self.recorder = recorder
+        self.path_of = path_of          # entry -> absolute model file path
+        self.options = backend_options
+        self._loaded: dict[int, Context] = {}
+
+    def acquire(self, entry, step: int) -> Context:
+        ctx = create_context(self.backend, entry.label, **self.options)
+        self._loaded[entry.index] = ctx
+        with self.recorder.timed(step, entry, "load"):
+            ctx.load(Path(self.path_of(entry)))
+        with self.recorder.timed(step, entry, "init"):
+            ctx.init()
+        return ctx
+
+    def run(self, ctx: Context, entry, step: int, inputs: list) -> list:
+        with self.recorder.timed(step, entry, "run"):
+            return ctx.run(inputs)
+
+    def finish(self, entry, step: int) -> None:
+        ctx = self._loaded.pop(entry.index)
+        with self.recorder.timed(step, entry, "release"):
+            ctx.release()
+
+    @property
+    def loaded(self) -> int:
+        return len(self._loaded)
+
+    def close(self) -> None:
+        """Release everything still loaded (after an error or an abort); never raises."""
+        while self._loaded:
+            _, ctx = self._loaded.popitem()
+            with contextlib.suppress(Exception):
+                ctx.release()
+

@@ -1,0 +1,131 @@
+"""One denoising step over the partition, as the board runs it.
+
+Host (FP32): timestep embedding and every block's modulation once per step, patch embed, then for
+each subgraph in manifest order LayerNorm + modulation -> cast to the subgraph dtype -> the backend
+runs the branch body for the CFG streams -> gate + FP32 residual on the host. Then the final layer.
+Every output is checked for NaN/Inf as it arrives; the first bad one stops the run naming where.
+
+Host math is timed by category (`HostTimes`) beside the lifecycle records, so a step splits into
+lifecycle stages, host math and the rest (harness bookkeeping).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from typing import Callable, Iterable
+
+import numpy as np
+
+from .errors import ManifestError, NumericsError
+from .model import ops, reference as R
+from .model.bundle import ModelBundle
+from .partition.manifest import check_input
+
+__all__ = ["PartitionedPipeline", "HostTimes", "check_finite"]
+
+
+class HostTimes:
+    """Seconds of host math per (step, category): adaln, residual, embed, final, sampler."""
+
+    def __init__(self):
+        self.seconds: dict[tuple[int, str], float] = defaultdict(float)
+
+    @contextlib.contextmanager
+    def timed(self, step: int, category: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[(step, category)] += time.perf_counter() - start
+
+    def as_dicts(self) -> list[dict]:
+        return [{"step": s, "category": c, "seconds": v} for (s, c), v in sorted(self.seconds.items())]
+
+
+def check_finite(out: np.ndarray, streams: list[str], step: int, entry) -> None:
+    """Raise NumericsError naming (step, block, branch, stream, count) for the first bad stream."""
+    if np.isfinite(out).all():       # the common case: one cheap pass
+        return
+    for k, stream in enumerate(streams):
+        bad = int(out[k].size - np.count_nonzero(np.isfinite(out[k])))
+        if bad:
+            raise NumericsError(
+                f"NaN/Inf at step {step}, block {entry.block}, branch {entry.branch}, stream {stream} "
+                f"(subgraph {entry.index}): {bad} of {out[k].size} values")
+
+
+class PartitionedPipeline:
+    """Velocity of the partitioned network for one latent and its CFG streams."""
+
+    def __init__(self, bundle: ModelBundle, manifest, strategy, contexts: dict[str, np.ndarray],
+                 between_invocations: Iterable[Callable[[], None]] = ()):
+        self.bundle = bundle
+        self.cfg = bundle.cfg
+        self.manifest = manifest
+        self.strategy = strategy
+        self.streams = list(contexts)
+        self.context = np.concatenate([contexts[s] for s in self.streams]).astype(np.float32)   # [S, L, C]
+        self.between = list(between_invocations)
+        self.host = HostTimes()
+        self.rope = R.make_rope(self.cfg)
+
+    # ------------------------------------------------------------------ one step
+    def velocity(self, latent: np.ndarray, sigma: float, step: int) -> dict[str, np.ndarray]:
+        w, cfg, host = self.bundle.weights, self.cfg, self.host
+        with host.timed(step, "adaln"):
+            emb, lora = R.time_embedding(w, cfg, np.array([sigma], np.float32))
+            mods = R.modulations(w, cfg, emb, lora)
+        with host.timed(step, "embed"):
+            tokens = ops.linear(R.patchify(latent, cfg), w["x_embedder.proj.1.weight"])
+            x = np.repeat(tokens, len(self.streams), axis=0)                    # [S, N, D] FP32
+        for entry in self.manifest.subgraphs:
+            shift, scale, gate = mods[(entry.block, entry.branch)]
+            with host.timed(step, "adaln"):
+                h = R.branch_input(x, shift, scale, cfg.norm_eps)
+            out = self._invoke(entry, step, h)
+            with host.timed(step, "residual"):
+                x = x + gate[:, None, :] * out
+        with host.timed(step, "final"):
+            v = R.final_layer(w, cfg, x, np.repeat(emb, len(self.streams), 0),
+                              np.repeat(lora, len(self.streams), 0), latent.shape[-2:])
+        return {s: v[k:k + 1] for k, s in enumerate(self.streams)}
+
+    def _invoke(self, entry, step: int, h: np.ndarray) -> np.ndarray:
+        for hook in self.between:       # memory guard: abort between invocations, never inside one
+            hook()
+        feeds = {"x": h, "context": self.context}
+        inputs = [feeds[spec.name].astype(spec.dtype) for spec in entry.inputs]
+        batch = entry.inputs[0].shape[0]
+        ctx = self.strategy.acquire(entry, step)
+        try:
+            if batch == len(self.streams):
+                outs = [self._run(ctx, entry, step, inputs)]
+            elif batch == 1:            # one call per stream while the context stays loaded
+                outs = [self._run(ctx, entry, step, [a[k:k + 1] for a in inputs])
+                        for k in range(len(self.streams))]
+            else:
+                raise ManifestError(f"{entry.label}: batch axis {batch} serves neither 1 nor "
+                                    f"{len(self.streams)} streams")
+        finally:
+            self.strategy.finish(entry, step)
+        out = np.concatenate(outs).astype(np.float32)
+        check_finite(out, self.streams, step, entry)
+        return out
+
+    def _run(self, ctx, entry, step, inputs):
+        for spec, array in zip(entry.inputs, inputs):
+            check_input(entry, spec.name, array)
+        return self.strategy.run(ctx, entry, step, inputs)[0]
+
+    # ------------------------------------------------------------------ decoder
+    def decode(self, latent: np.ndarray, step: int) -> np.ndarray:
+        entry = self.manifest.decoder
+        for hook in self.between:
+            hook()
+        ctx = self.strategy.acquire(entry, step)
+        try:
+            image = self.strategy.run(ctx, entry, step, [latent.astype(entry.inputs[0].dtype)])[0]
+        finally:
+            self.strategy.finish(entry, step)
+        return np.asarray(image, dtype=np.float32)

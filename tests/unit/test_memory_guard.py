@@ -1,0 +1,215 @@
+"""The memory guard against real memory and real threads; swap is scripted (this machine has none)."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from harness.errors import ConfigError, MemoryGuardTripped
+from harness.memory import MemoryGuard, MemoryReading, mib, parse_size, read_memory
+
+pytestmark = pytest.mark.memory
+
+MiB = 1 << 20
+GiB = 1 << 30
+CHUNK = 64 * MiB
+
+
+class ScriptedReader:
+    """Plays back swap/MemAvailable figures in order, then repeats the last; thread-safe."""
+
+    def __init__(self, swap_mib, mem_available=8 * GiB):
+        self._swap = list(swap_mib)
+        self._mem_available = mem_available
+        self._lock = threading.Lock()
+        self.calls = 0
+
+    def __call__(self) -> MemoryReading:
+        with self._lock:
+            swap = self._swap[min(self.calls, len(self._swap) - 1)]
+            self.calls += 1
+        return MemoryReading(t=time.monotonic(), mem_available=self._mem_available,
+                             swap_used=int(swap * MiB), pss=300 * MiB)
+
+
+def _guard_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("memory-guard-") and t.is_alive()]
+
+
+def _committed_chunk() -> np.ndarray:
+    chunk = np.empty(CHUNK // 8, dtype=np.float64)
+    chunk.fill(1)  # touch every page so it is committed, not just reserved
+    return chunk
+
+
+# -- 1. real memory -------------------------------------------------------------------------------
+def test_real_allocation_trips_floor_and_keeps_record(tmp_path):
+    start = read_memory()
+    assert start.pss_source == "pss", "this kernel gives PSS; the fallback must not kick in here"
+    floor = start.mem_available - 300 * MiB
+    chunks: list[np.ndarray] = []
+    guard = MemoryGuard(floor, "16MiB", interval=0.02)
+    try:
+        with guard:
+            with pytest.raises(MemoryGuardTripped) as exc:
+                for _ in range(12):  # 768 MiB at most: bounded on a shared machine
+                    chunks.append(_committed_chunk())
+                    guard.check()
+        allocated = len(chunks)
+        guard.write_samples(tmp_path / "memory.json")
+    finally:
+        chunks.clear()
+
+    # 300 MiB below the start needs ~5 chunks; others' allocations may shift it a little.
+    assert 3 <= allocated <= 12
+    message = str(exc.value)
+    assert "MemAvailable" in message and f"floor {mib(floor):.1f} MiB" in message
+    assert guard.peak_pss_added > 200 * MiB
+
+    record = json.loads((tmp_path / "memory.json").read_text())
+    assert record["summary"]["trip_reason"] == guard.trip_reason
+    assert record["summary"]["min_mem_available_bytes"] < floor
+    assert record["summary"]["sample_count"] == len(record["samples"]) >= allocated + 1
+    assert record["samples"][0]["pss_source"] == "pss"
+
+    # numpy returns large buffers to the OS on free: our PSS is back near where it started.
+    assert read_memory().pss - start.pss < CHUNK
+
+
+def test_no_trip_under_real_memory_with_low_floor():
+    with MemoryGuard("64MiB", "16MiB", interval=0.01) as guard:
+        for _ in range(5):
+            guard.check()
+            time.sleep(0.01)
+    assert not guard.tripped
+    assert guard.summary()["trip_reason"] is None
+    assert guard.summary()["sample_count"] >= 6
+
+
+# -- 2. scripted swap -----------------------------------------------------------------------------
+def test_swap_growth_trips_on_first_reading_over_limit(tmp_path):
+    reader = ScriptedReader([0, 4, 10, 20])
+    # A long interval keeps the sampler out of the script: entry + check() consume it in order.
+    with MemoryGuard("1.5GiB", "16MiB", interval=60, reader=reader) as guard:
+        guard.check()  # 4 MiB
+        guard.check()  # 10 MiB
+        with pytest.raises(MemoryGuardTripped) as exc:
+            guard.check()  # 20 MiB
+    assert reader.calls == 4
+    assert "swap growth 20.0 MiB" in str(exc.value) and "limit 16.0 MiB" in str(exc.value)
+    summary = guard.summary()
+    assert summary["max_swap_growth_bytes"] == 20 * MiB
+    assert summary["baseline_swap_bytes"] == 0
+    guard.write_samples(tmp_path / "memory.json")
+    assert json.loads((tmp_path / "memory.json").read_text())["summary"]["sample_count"] == 4
+
+
+def test_swap_growth_is_measured_from_baseline_not_zero():
+    # 500 MiB of swap already in use at start is the board's normal state, not a trip.
+    reader = ScriptedReader([500, 510, 516])
+    with MemoryGuard("1.5GiB", "16MiB", interval=60, reader=reader) as guard:
+        for _ in range(50):
+            guard.check()
+    assert not guard.tripped
+    assert guard.summary()["max_swap_growth_bytes"] == 16 * MiB
+
+
+def test_trip_is_sticky_after_memory_recovers():
+    reader = ScriptedReader([0, 30, 0, 0])
+    with MemoryGuard("1GiB", "16MiB", interval=60, reader=reader) as guard:
+        with pytest.raises(MemoryGuardTripped):
+            guard.check()
+        with pytest.raises(MemoryGuardTripped, match="swap growth 30.0 MiB"):
+            guard.check()
+
+
+def test_floor_trip_names_mem_available_and_floor():
+    low = ScriptedReader([0], mem_available=1 * GiB)
+    with MemoryGuard("1.5GiB", "16MiB", interval=60, reader=low) as guard:
+        with pytest.raises(MemoryGuardTripped, match=r"MemAvailable 1024\.0 MiB below floor 1536\.0 MiB"):
+            guard.check()
+
+
+# -- 3. the sampler thread ------------------------------------------------------------------------
+def test_sampler_catches_trip_without_check():
+    reader = ScriptedReader([0, 0, 0, 40])
+    reasons = []
+    guard = MemoryGuard("1.5GiB", "16MiB", interval=0.01, reader=reader, on_trip=reasons.append)
+    with guard:
+        started = time.monotonic()
+        assert guard.wait_for_trip(timeout=2.0), "sampler never saw the swap growth"
+        elapsed = time.monotonic() - started
+        # The 4th reading (3rd tick) trips; allow generous scheduling slack on a loaded machine.
+        assert elapsed < 1.0
+        assert len(guard.samples) == 4  # tripped on exactly the first bad reading
+        with pytest.raises(MemoryGuardTripped, match="swap growth 40.0 MiB"):
+            guard.check()
+    assert reasons == [guard.trip_reason]  # on_trip called once, from the sampler
+    assert _guard_threads() == []
+
+
+def test_sampler_survives_failing_reads_and_callback():
+    calls = {"n": 0}
+
+    def flaky() -> MemoryReading:
+        calls["n"] += 1
+        if calls["n"] in (2, 3):
+            raise OSError("/proc/meminfo vanished")
+        swap = 0 if calls["n"] < 5 else 32 * MiB
+        return MemoryReading(time.monotonic(), 8 * GiB, swap, 300 * MiB)
+
+    def broken_callback(reason):
+        raise ValueError("callback bug")
+
+    with MemoryGuard("1GiB", "16MiB", interval=0.01, reader=flaky, on_trip=broken_callback) as guard:
+        assert guard.wait_for_trip(timeout=2.0)
+    assert guard.sampler_errors == 2
+    assert _guard_threads() == []
+
+
+def test_thread_stops_when_body_raises():
+    with pytest.raises(RuntimeError, match="pipeline failed"):
+        with MemoryGuard("64MiB", "16MiB", interval=0.01):
+            assert len(_guard_threads()) == 1
+            raise RuntimeError("pipeline failed")
+    assert _guard_threads() == []
+
+
+def test_check_outside_with_and_reentry_are_refused():
+    guard = MemoryGuard("64MiB", "16MiB", reader=ScriptedReader([0]))
+    with pytest.raises(RuntimeError, match="before entering"):
+        guard.check()
+    with guard:
+        pass
+    with pytest.raises(RuntimeError, match="entered twice"):
+        with guard:
+            pass
+
+
+# -- 4. parse_size --------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, expected", [
+    ("1.5GiB", 1536 * MiB), ("16MiB", 16 * MiB), ("512M", 512 * MiB), ("512MB", 512 * MiB),
+    ("4k", 4096), ("2 GiB", 2 * GiB), (" 7b ", 7), ("4096", 4096), (".5K", 512),
+    (0, 0), (123, 123), (np.int64(64), 64),
+])
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "GiB", "1.5x", "-1MiB", "1e3", "5iB", "1,5GiB", "9" * 400,
+                                 1.5, -1, True, None])
+def test_parse_size_rejects_with_value_named(bad):
+    with pytest.raises(ConfigError) as exc:
+        parse_size(bad)
+    assert repr(bad) in str(exc.value)
+
+
+def test_guard_rejects_bad_settings():
+    with pytest.raises(ConfigError, match="'lots'"):
+        MemoryGuard("lots", "16MiB")
+    with pytest.raises(ConfigError, match="interval"):
+        MemoryGuard("1GiB", "16MiB", interval=0)
+    assert mib(3 * MiB) == 3.0
