@@ -58,7 +58,8 @@ class OnDemand:
     def __init__(self, backend: str, recorder: LifecycleRecorder, path_of, **backend_options):
         self.backend = backend
         self.recorder = recorder
-        self.path_of = path_of          # entry -> absolute model file path
+        self._path_of = path_of         # entry -> absolute model file path
+        self._paths: dict[int, Path] = {}
         self.options = backend_options
         self._loaded: dict[int, Context] = {}
 
@@ -66,10 +67,16 @@ class OnDemand:
         ctx = create_context(self.backend, entry.label, **self.options)
         self._loaded[entry.index] = ctx
         with self.recorder.timed(step, entry, "load"):
-            ctx.load(Path(self.path_of(entry)))
+            ctx.load(self.path_of(entry))
         with self.recorder.timed(step, entry, "init"):
             ctx.init()
         return ctx
+
+    def path_of(self, entry) -> Path:
+        # Resolving (symlink checks) costs more than a small subgraph's inference: once per file.
+        if entry.index not in self._paths:
+            self._paths[entry.index] = Path(self._path_of(entry))
+        return self._paths[entry.index]
 
     def run(self, ctx: Context, entry, step: int, inputs: list) -> list:
         with self.recorder.timed(step, entry, "run"):

@@ -95,7 +95,7 @@ class PartitionedPipeline:
         for hook in self.between:       # memory guard: abort between invocations, never inside one
             hook()
         feeds = {"x": h, "context": self.context}
-        inputs = [feeds[spec.name].astype(spec.dtype) for spec in entry.inputs]
+        inputs = [np.asarray(feeds[spec.name], dtype=spec.dtype) for spec in entry.inputs]   # no copy at FP32
         batch = entry.inputs[0].shape[0]
         ctx = self.strategy.acquire(entry, step)
         try:
@@ -109,7 +109,7 @@ class PartitionedPipeline:
                                     f"{len(self.streams)} streams")
         finally:
             self.strategy.finish(entry, step)
-        out = np.concatenate(outs).astype(np.float32)
+        out = np.asarray(outs[0] if len(outs) == 1 else np.concatenate(outs), dtype=np.float32)
         check_finite(out, self.streams, step, entry)
         return out
 

@@ -1,0 +1,119 @@
+"""The board backend: one subgraph as one RKNNLite context (rknn-toolkit-lite2, RK3588 only).
+
+The RKNNLite API reports failure by return value, not by exception: load_rknn and init_runtime return
+0 or -1, inference returns None on any error. Every such value becomes a BackendError naming the subgraph
+and the stage, so a failure in subgraph 57 of 84 says so instead of surfacing later as a NoneType error.
+
+Options:
+    core_mask: which NPU cores to run on. A name - "auto", "0", "1", "2", "0_1", "0_1_2" (cores by
+               index) - or an int raw bitmask equal to one of RKNNLite.NPU_CORE_* (0 auto, 1, 2, 4, 3, 7).
+               Default "auto". Multi-core masks are reported to crash on some kernels, hence the option.
+
+Off the board the runtime is absent; creating a context then fails loudly: the suite must never quietly
+run something other than the NPU while claiming to gate it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BackendError, ConfigError
+from .base import Context
+
+__all__ = ["RknnLiteContext", "CORE_MASKS", "parse_core_mask", "load_runtime"]
+
+# option name -> suffix of the RKNNLite.NPU_CORE_* constant, and that constant's documented value
+CORE_MASKS = {"auto": ("AUTO", 0), "0": ("0", 1), "1": ("1", 2), "2": ("2", 4),
+              "0_1": ("0_1", 3), "0_1_2": ("0_1_2", 7)}
+_BY_VALUE = {value: name for name, (_, value) in CORE_MASKS.items()}
+
+NOT_ON_BOARD = ("the rknnlite runtime (rknn-toolkit-lite2) is not installed: this is not an RK3588 board "
+                "with the NPU runtime. Use --backend onnxruntime off the board")
+
+
+def parse_core_mask(value) -> str:
+    """Normalise the core_mask option to a CORE_MASKS name, or raise ConfigError naming the option."""
+    if isinstance(value, bool):
+        pass  # bool is an int subclass; True must not silently mean core 0
+    elif isinstance(value, int):
+        if value in _BY_VALUE:
+            return _BY_VALUE[value]
+    elif isinstance(value, str):
+        name = value.strip().lower().removeprefix("npu_core_")
+        if name in CORE_MASKS:
+            return name
+    raise ConfigError(f"rknnlite backend option 'core_mask' is {value!r}: expected one of "
+                      f"{', '.join(repr(n) for n in CORE_MASKS)} or a raw mask in "
+                      f"{sorted(_BY_VALUE)}")
+
+
+def load_runtime():
+    """Import the board runtime's RKNNLite class, or raise BackendError saying this is not the board."""
+    try:
+        from rknnlite.api import RKNNLite
+    except (ImportError, OSError) as exc:  # OSError: wheel present but its librknnrt.so cannot load
+        raise BackendError(f"rknnlite: {NOT_ON_BOARD} ({exc})") from exc
+    return RKNNLite
+
+
+class RknnLiteContext(Context):
+    backend_name = "rknnlite"
+
+    def __init__(self, label: str, **options):
+        super().__init__(label, **options)
+        self.core_mask_name = parse_core_mask(options.get("core_mask", "auto"))
+        try:
+            self._api = load_runtime()
+        except BackendError as exc:
+            raise BackendError(f"rknnlite: {label}: {NOT_ON_BOARD} ({exc.__cause__})") from exc
+        self.core_mask = getattr(self._api, f"NPU_CORE_{CORE_MASKS[self.core_mask_name][0]}")
+        self._rknn = None
+        self._initialised = False
+
+    def load(self, path: Path) -> None:
+        path = Path(path)
+        if not path.is_file():
+            raise self.error("load", f"model file {path} not found")
+        rknn = self._call("load", lambda: self._api(verbose=False))
+        ret = self._call("load", lambda: rknn.load_rknn(str(path)), cleanup=rknn)
+        if ret != 0:
+            # A context that never loaded is not live: free the runtime object here, nobody else will.
+            rknn.release()
+            raise self.error("load", f"load_rknn({path}) returned {ret}")
+        self._rknn = rknn
+        self._mark_live()
+
+    def init(self) -> None:
+        if self._rknn is None:
+            raise self.error("init", "no model loaded (call load first)")
+        ret = self._call("init", lambda: self._rknn.init_runtime(core_mask=self.core_mask))
+        if ret != 0:
+            raise self.error("init", f"init_runtime(core_mask={self.core_mask_name}) returned {ret}")
+        self._initialised = True
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        if not self._initialised:
+            raise self.error("run", "context not initialised (call load and init first)")
+        outputs = self._call("run", lambda: self._rknn.inference(inputs=list(inputs)))
+        if outputs is None:
+            raise self.error("run", f"inference() returned None for {len(inputs)} inputs "
+                                    "(the runtime's log above names the cause)")
+        return list(outputs)
+
+    def release(self) -> None:
+        rknn, self._rknn, self._initialised = self._rknn, None, False
+        try:
+            if rknn is not None:
+                self._call("release", rknn.release)
+        finally:
+            self._mark_released()
+
+    def _call(self, stage: str, fn, cleanup=None):
+        # The documented API does not raise, but a broken install can: keep the one-error-per-stage contract.
+        try:
+            return fn()
+        except Exception as exc:
+            if cleanup is not None:
+                cleanup.release()
+            raise self.error(stage, f"{type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,246 @@
+"""Backends: the onnxruntime context on a real ONNX model, the rknnlite adapter against the fake runtime,
+and the rknnlite adapter in this real environment (no board runtime: a clear error, never a fallback)."""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from scipy.special import erf
+
+from harness.backends import create_context, live_contexts
+from harness.backends.onnxruntime import OnnxRuntimeContext, session_options
+from harness.backends.rknnlite import RknnLiteContext
+from harness.errors import BackendError, ConfigError
+from tests.fakes import forget_rknnlite, use_fake_rknnlite
+
+LABEL = "subgraph 4 (block 1 cross_attn)"
+TOKENS, WIDTH = 8, 16
+
+
+def _model_bytes(weight: np.ndarray) -> bytes:
+    """y = erf(x @ W): the MatMul + exact-GELU ingredients of an FFN subgraph, tiny."""
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Erf", ["h"], ["y"])],
+        "tiny_ffn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [TOKENS, WIDTH])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [TOKENS, WIDTH])],
+        initializer=[numpy_helper.from_array(weight, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(7)
+
+
+@pytest.fixture
+def weight(rng):
+    return (rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)).astype(np.float32)
+
+
+@pytest.fixture
+def model_path(tmp_path, weight):
+    path = tmp_path / "subgraph_004.onnx"
+    path.write_bytes(_model_bytes(weight))
+    return path
+
+
+@pytest.fixture
+def x(rng):
+    return rng.standard_normal((TOKENS, WIDTH)).astype(np.float32)
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_live():
+    assert live_contexts() == 0
+    yield
+    assert live_contexts() == 0, "a test left a context loaded"
+
+
+def _lifecycle(ctx, path, inputs):
+    try:
+        ctx.load(path)
+        ctx.init()
+        return ctx.run(inputs)
+    finally:
+        ctx.release()
+
+
+# ---------------------------------------------------------------- onnxruntime
+
+def test_onnxruntime_runs_the_model(model_path, weight, x):
+    ctx = create_context("onnxruntime", LABEL)
+    assert isinstance(ctx, OnnxRuntimeContext)
+    (y,) = _lifecycle(ctx, model_path, [x])
+    np.testing.assert_allclose(y, erf(x.astype(np.float64) @ weight), rtol=1e-5, atol=1e-6)
+
+
+def test_onnxruntime_session_does_not_spin():
+    opts = session_options(1)
+    assert opts.intra_op_num_threads == 1
+    assert opts.inter_op_num_threads == 1
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+def test_onnxruntime_threads_option(model_path, x):
+    ctx = OnnxRuntimeContext(LABEL, threads=2)
+    assert ctx.threads == 2
+    assert len(_lifecycle(ctx, model_path, [x])) == 1
+    for bad in (0, -1, "2", 1.5, True):
+        with pytest.raises(ConfigError, match="'threads'"):
+            OnnxRuntimeContext(LABEL, threads=bad)
+
+
+def test_onnxruntime_lifecycle_counts_live_and_release_is_idempotent(model_path, x):
+    ctx = OnnxRuntimeContext(LABEL)
+    with pytest.raises(BackendError, match="init failed: no model loaded"):
+        ctx.init()
+    ctx.load(model_path)
+    assert live_contexts() == 1
+    with pytest.raises(BackendError, match="run failed: context not initialised"):
+        ctx.run([x])
+    ctx.init()
+    ctx.release()
+    ctx.release()
+    assert live_contexts() == 0
+    with pytest.raises(BackendError, match=r"subgraph 4 \(block 1 cross_attn\): run failed"):
+        ctx.run([x])
+
+
+def test_onnxruntime_missing_file(tmp_path, x):
+    ctx = OnnxRuntimeContext(LABEL)
+    with pytest.raises(BackendError) as err:
+        _lifecycle(ctx, tmp_path / "absent.onnx", [x])
+    assert "onnxruntime: subgraph 4 (block 1 cross_attn): load failed" in str(err.value)
+    assert "absent.onnx" in str(err.value)
+
+
+def test_onnxruntime_corrupt_file(tmp_path, x):
+    bad = tmp_path / "corrupt.onnx"
+    bad.write_bytes(b"\x08\x07 this is not a protobuf model \xff\xfe")
+    ctx = OnnxRuntimeContext(LABEL)
+    with pytest.raises(BackendError, match=r"cross_attn\): init failed: .*corrupt\.onnx"):
+        _lifecycle(ctx, bad, [x])
+
+
+def test_onnxruntime_wrong_input_count(model_path, x):
+    ctx = OnnxRuntimeContext(LABEL)
+    with pytest.raises(BackendError, match=r"run failed: expected 1 inputs \(x\), got 2"):
+        _lifecycle(ctx, model_path, [x, x])
+
+
+def test_onnxruntime_wrong_input_shape(model_path, x):
+    with pytest.raises(BackendError, match="run failed"):
+        _lifecycle(OnnxRuntimeContext(LABEL), model_path, [x[:, :3]])
+
+
+# ---------------------------------------------------------------- rknnlite against the fake runtime
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.delenv("RKNNLITE_FAKE_FAIL", raising=False)
+    fake_cls = use_fake_rknnlite(monkeypatch)
+    try:
+        yield fake_cls
+    finally:
+        fake_cls.reset()
+        forget_rknnlite()
+
+
+@pytest.fixture
+def rknn_path(tmp_path, model_path):
+    path = tmp_path / "subgraph_004.rknn"
+    path.write_bytes(model_path.read_bytes())
+    return path
+
+
+def test_rknnlite_matches_onnxruntime(fake, rknn_path, model_path, x):
+    ctx = create_context("rknnlite", LABEL)
+    assert isinstance(ctx, RknnLiteContext)
+    (on_npu,) = _lifecycle(ctx, rknn_path, [x])
+    (on_cpu,) = _lifecycle(OnnxRuntimeContext(LABEL), model_path, [x])
+    np.testing.assert_array_equal(on_npu, on_cpu)
+    assert fake.calls == ["__init__", "load_rknn", "init_runtime", "inference", "release"]
+    assert fake.live == 0
+
+
+@pytest.mark.parametrize("api_call, stage, detail", [
+    ("load_rknn", "load", "load_rknn(.*) returned -1"),
+    ("init_runtime", "init", r"init_runtime\(core_mask=auto\) returned -1"),
+    ("inference", "run", "inference\\(\\) returned None"),
+])
+@pytest.mark.parametrize("switch", ["attribute", "environment"])
+def test_rknnlite_failure_codes_name_subgraph_and_stage(fake, monkeypatch, rknn_path, x,
+                                                        api_call, stage, detail, switch):
+    if switch == "attribute":
+        setattr(fake, f"fail_{api_call}", True)
+    else:
+        monkeypatch.setenv("RKNNLITE_FAKE_FAIL", api_call)
+    with pytest.raises(BackendError, match=rf"^rknnlite: subgraph 4 \(block 1 cross_attn\): {stage} failed: {detail}"):
+        _lifecycle(RknnLiteContext(LABEL), rknn_path, [x])
+    assert fake.live == 0, "the runtime context was not released after the failure"
+    assert fake.calls[-1] == "release"
+
+
+def test_rknnlite_failed_load_releases_without_caller(fake, rknn_path):
+    fake.fail_load_rknn = True
+    ctx = RknnLiteContext(LABEL)
+    with pytest.raises(BackendError, match="load failed"):
+        ctx.load(rknn_path)
+    assert fake.live == 0 and live_contexts() == 0
+    ctx.release()
+    ctx.release()
+
+
+def test_rknnlite_missing_and_corrupt_files(fake, tmp_path, x):
+    with pytest.raises(BackendError, match=r"load failed: model file .*absent\.rknn not found"):
+        _lifecycle(RknnLiteContext(LABEL), tmp_path / "absent.rknn", [x])
+    corrupt = tmp_path / "corrupt.rknn"
+    corrupt.write_bytes(b"RKNN\x00\x01 truncated")
+    with pytest.raises(BackendError, match="init failed: init_runtime"):
+        _lifecycle(RknnLiteContext(LABEL), corrupt, [x])
+    assert fake.live == 0
+
+
+def test_rknnlite_wrong_input_count_is_a_run_error(fake, rknn_path, x):
+    with pytest.raises(BackendError, match="run failed: inference\\(\\) returned None for 2 inputs"):
+        _lifecycle(RknnLiteContext(LABEL), rknn_path, [x, x])
+
+
+@pytest.mark.parametrize("option, constant", [
+    ("auto", "NPU_CORE_AUTO"), ("0", "NPU_CORE_0"), ("1", "NPU_CORE_1"), ("2", "NPU_CORE_2"),
+    ("0_1", "NPU_CORE_0_1"), ("0_1_2", "NPU_CORE_0_1_2"), ("NPU_CORE_0_1", "NPU_CORE_0_1"),
+    (7, "NPU_CORE_0_1_2"), (4, "NPU_CORE_2"), (0, "NPU_CORE_AUTO"),
+])
+def test_rknnlite_core_masks(fake, rknn_path, x, option, constant):
+    ctx = RknnLiteContext(LABEL, core_mask=option)
+    assert ctx.core_mask == getattr(fake, constant)
+    assert len(_lifecycle(ctx, rknn_path, [x])) == 1
+
+
+@pytest.mark.parametrize("bad", ["3", "0_2", "gpu", 5, 8, -1, True, None, 1.0])
+def test_rknnlite_bad_core_mask(fake, bad):
+    with pytest.raises(ConfigError, match="'core_mask'"):
+        RknnLiteContext(LABEL, core_mask=bad)
+    assert fake.live == 0
+
+
+# ---------------------------------------------------------------- rknnlite in this real environment
+
+def test_rknnlite_off_board_says_so():
+    forget_rknnlite()
+    if importlib.util.find_spec("rknnlite") is not None:
+        pytest.skip("the board runtime is installed here")
+    with pytest.raises(BackendError) as err:
+        create_context("rknnlite", LABEL)
+    message = str(err.value)
+    assert LABEL in message
+    assert "rknnlite runtime" in message and "not installed" in message
+    assert "not an RK3588 board" in message and "--backend onnxruntime" in message
