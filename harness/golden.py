@@ -1,0 +1,306 @@
+"""Golden cases (data, golden/cases.toml) and the golden image store.
+
+Per case the store holds three files beside each other:
+  <name>.npy   float32 [H, W, 3] image: the data the gate compares (an 8-bit PNG would round away the
+               FP16-level differences the gate is there to see)
+  <name>.png   the same image for people
+  <name>.json  who/what/when: user, host, UTC time, backend, precision, versions, manifest hash, case
+               settings, and the sha256 of the .npy image
+Each file is written atomically; the .json goes last and carries the image hash, so an update killed
+between files is caught on the next load (hash mismatch) instead of comparing against a half-update.
+Goldens are reference-precision images (FP16, what the board runs, or FP32): writing one from a
+quantised run would make the gate measure against the thing it should catch, so that needs force=True.
+"""
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import math
+import os
+import re
+import socket
+import tomllib
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from .atomic import atomic_path, atomic_write_json
+from .config import REPO_ROOT
+from .errors import ConfigError, HarnessError
+from .imageio import save_png
+
+__all__ = ["GoldenCase", "GoldenStore", "GoldenError", "GoldenMissing", "GoldenCorrupt", "GoldenStale",
+           "GoldenRefused", "load_cases", "runtime_versions", "CASES_FILE", "GOLDEN_DIR",
+           "REFERENCE_PRECISIONS", "UPDATE_COMMAND", "SAMPLERS"]
+
+GOLDEN_DIR = REPO_ROOT / "golden"
+CASES_FILE = GOLDEN_DIR / "cases.toml"
+UPDATE_COMMAND = "pytest -m quality --update-goldens"
+REFERENCE_PRECISIONS = ("float16", "float32")
+_PRECISION_ALIASES = {"fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+SAMPLERS = ("flow-euler",)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")   # becomes a file name: no paths, no dots
+_DEFAULT_KEYS = {"ssim_min", "psnr_min", "steps", "cfg", "sampler", "shift"}
+_CASE_KEYS = {"name", "prompt", "seed", "steps", "cfg", "ssim_min", "psnr_min"}
+# Settings that decide the image; thresholds only decide the verdict and may change freely.
+_IMAGE_SETTINGS = ("prompt", "seed", "steps", "cfg", "sampler", "shift")
+
+
+class GoldenError(HarnessError):
+    """A golden case or golden file is wrong."""
+
+
+class GoldenMissing(GoldenError):
+    """No golden image (or its metadata) for a case."""
+
+
+class GoldenCorrupt(GoldenError):
+    """A golden file is unreadable, malformed, or disagrees with its metadata."""
+
+
+class GoldenStale(GoldenError):
+    """The golden was rendered with other settings than the case now asks for."""
+
+
+class GoldenRefused(GoldenError):
+    """A golden write was refused (non-reference precision)."""
+
+
+@dataclass(frozen=True)
+class GoldenCase:
+    name: str
+    prompt: str
+    seed: int
+    steps: int
+    cfg: float
+    sampler: str
+    shift: float
+    ssim_min: float
+    psnr_min: float
+
+    def settings(self) -> dict:
+        """The settings that decide the rendered image."""
+        return {key: getattr(self, key) for key in _IMAGE_SETTINGS}
+
+
+# ----------------------------------------------------------------------------- cases.toml
+
+def _field(table: dict, key: str, where: str, check, expect: str):
+    value = table[key]
+    if not check(value):
+        raise ConfigError(f"{where}: field '{key}' must be {expect}, got {value!r}")
+    return value
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
+
+
+_CHECKS = {
+    "name": (lambda v: isinstance(v, str) and bool(_NAME.match(v)),
+             "a file-safe name (letters, digits, '_', '-')"),
+    "prompt": (lambda v: isinstance(v, str), "a string"),
+    "seed": (lambda v: _is_int(v) and 0 <= v < 2 ** 63, "a whole number in 0..2^63-1"),
+    "steps": (lambda v: _is_int(v) and v > 0, "a positive whole number"),
+    "cfg": (lambda v: _is_num(v) and 0.0 <= v <= 30.0, "a number in 0..30"),
+    "sampler": (lambda v: v in SAMPLERS, f"one of {list(SAMPLERS)}"),
+    "shift": (lambda v: _is_num(v) and v > 0, "a positive number"),
+    "ssim_min": (lambda v: _is_num(v) and 0.0 < v <= 1.0, "a number in (0, 1]"),
+    "psnr_min": (lambda v: _is_num(v) and v > 0, "a positive number of dB"),
+}
+
+
+def _checked(table, where: str, allowed: set[str], required: set[str]) -> dict:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: expected a table, got {table!r}")
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {unknown}; allowed: {sorted(allowed)}")
+    missing = sorted(required - set(table))
+    if missing:
+        raise ConfigError(f"{where}: missing field(s) {missing}")
+    return {key: _field(table, key, where, *_CHECKS[key]) for key in table}
+
+
+def load_cases(path: str | Path = CASES_FILE) -> list[GoldenCase]:
+    """Parse and validate the golden cases; every problem names the file, the case and the field."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"golden cases file {path} does not exist") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - {"defaults", "case"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown table(s) {unknown}; expected [defaults] and [[case]]")
+    defaults = _checked(data.get("defaults", {}), f"{path} [defaults]", _DEFAULT_KEYS, _DEFAULT_KEYS)
+    entries = data.get("case", [])
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{path}: no [[case]] entries")
+    cases, seen = [], set()
+    for index, entry in enumerate(entries, start=1):
+        label = entry.get("name", "?") if isinstance(entry, dict) else "?"
+        where = f"{path} [[case]] #{index} '{label}'"
+        fields = _checked(entry, where, _CASE_KEYS, {"name", "prompt", "seed"})
+        if fields["name"] in seen:
+            raise ConfigError(f"{where}: duplicate case name '{fields['name']}'")
+        seen.add(fields["name"])
+        merged = {**defaults, **fields}
+        merged["cfg"], merged["shift"] = float(merged["cfg"]), float(merged["shift"])
+        merged["ssim_min"], merged["psnr_min"] = float(merged["ssim_min"]), float(merged["psnr_min"])
+        cases.append(GoldenCase(**merged))
+    return cases
+
+
+# ----------------------------------------------------------------------------- metadata
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def runtime_versions() -> dict:
+    return {"harness": _version("anima-npu-acceptance"), "numpy": np.__version__,
+            "onnxruntime": _version("onnxruntime"), "scikit-image": _version("scikit-image")}
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):   # containers without a passwd entry for the uid
+        return f"uid {os.getuid()}"
+
+
+def _image_sha256(image: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(image, dtype=np.float32).tobytes()).hexdigest()
+
+
+def _canonical_precision(precision: str) -> str:
+    text = str(precision).strip().lower()
+    return _PRECISION_ALIASES.get(text, text)
+
+
+# ----------------------------------------------------------------------------- the store
+
+class GoldenStore:
+    """Golden images of one model in one directory; `image_shape` (optional) is checked on load."""
+
+    def __init__(self, directory: str | Path, image_shape: tuple[int, ...] | None = None):
+        self.directory = Path(directory)
+        self.image_shape = tuple(image_shape) if image_shape is not None else None
+
+    def paths(self, case: GoldenCase) -> dict[str, Path]:
+        return {ext: self.directory / f"{case.name}.{ext}" for ext in ("npy", "png", "json")}
+
+    def load(self, case: GoldenCase) -> tuple[np.ndarray, dict]:
+        """(float32 image, metadata); any missing, corrupt, mismatched or stale file raises."""
+        paths = self.paths(case)
+        for kind in ("npy", "json"):
+            if not paths[kind].is_file():
+                raise GoldenMissing(
+                    f"golden case '{case.name}': {paths[kind]} does not exist. Render and store the "
+                    f"goldens with a reference-precision backend: {UPDATE_COMMAND}")
+        image = self._read_image(case, paths["npy"])
+        meta = self._read_meta(case, paths["json"])
+        self._check_consistent(case, image, meta, paths)
+        return image, meta
+
+    def _read_image(self, case: GoldenCase, path: Path) -> np.ndarray:
+        try:
+            image = np.load(path, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise GoldenCorrupt(f"golden case '{case.name}': {path} is not a readable .npy file "
+                                f"({exc}); regenerate it: {UPDATE_COMMAND}") from None
+        if image.dtype != np.float32 or image.ndim != 3 or image.shape[-1] != 3:
+            raise GoldenCorrupt(f"golden case '{case.name}': {path} holds {image.dtype} {image.shape}; "
+                                f"expected float32 [H, W, 3]. Regenerate it: {UPDATE_COMMAND}")
+        if self.image_shape is not None and image.shape != self.image_shape:
+            raise GoldenCorrupt(f"golden case '{case.name}': {path} has shape {image.shape}, the model "
+                                f"makes {self.image_shape}. Regenerate it: {UPDATE_COMMAND}")
+        if not np.all(np.isfinite(image)):
+            raise GoldenCorrupt(f"golden case '{case.name}': {path} contains NaN/Inf")
+        return image
+
+    def _read_meta(self, case: GoldenCase, path: Path) -> dict:
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise GoldenCorrupt(f"golden case '{case.name}': {path} is not readable JSON ({exc}); "
+                                f"regenerate it: {UPDATE_COMMAND}") from None
+        if not isinstance(meta, dict) or not isinstance(meta.get("image"), dict) \
+                or not isinstance(meta.get("case"), dict):
+            raise GoldenCorrupt(f"golden case '{case.name}': {path} lacks the 'image' and 'case' "
+                                f"sections; regenerate it: {UPDATE_COMMAND}")
+        return meta
+
+    def _check_consistent(self, case: GoldenCase, image: np.ndarray, meta: dict, paths: dict) -> None:
+        if meta["image"].get("sha256") != _image_sha256(image):
+            raise GoldenCorrupt(f"golden case '{case.name}': {paths['npy']} does not match the sha256 "
+                                f"recorded in {paths['json']} (an interrupted update or a hand edit); "
+                                f"regenerate it: {UPDATE_COMMAND}")
+        recorded = {key: meta["case"].get(key) for key in _IMAGE_SETTINGS}
+        changed = {k: (recorded[k], v) for k, v in case.settings().items() if recorded[k] != v}
+        if changed:
+            detail = ", ".join(f"{k}: golden {old!r} vs case {new!r}" for k, (old, new) in changed.items())
+            raise GoldenStale(f"golden case '{case.name}': {paths['json']} was rendered with other "
+                              f"settings ({detail}); update it: {UPDATE_COMMAND}")
+
+    def write(self, case: GoldenCase, image, meta: dict, precision: str, force: bool = False) -> dict:
+        """Store the golden image; `meta` must name at least `backend` and `manifest_hash`.
+
+        Returns the full metadata written. Refuses non-reference precisions unless force=True.
+        """
+        canonical = _canonical_precision(precision)
+        if canonical not in REFERENCE_PRECISIONS and not force:
+            raise GoldenRefused(
+                f"golden case '{case.name}': refusing to write a golden from a {precision!r} run; goldens "
+                f"are reference images ({' or '.join(REFERENCE_PRECISIONS)}). A quantised golden would "
+                "hide the very loss the gate measures. Pass force=True to override deliberately.")
+        missing = sorted({"backend", "manifest_hash"} - set(meta))
+        if missing:
+            raise ConfigError(f"golden case '{case.name}': metadata lacks {missing}")
+        image = self._checked_image(case, image)
+        full = {**meta, **self._provenance(case, image, canonical, force)}
+        paths = self.paths(case)
+        with atomic_path(paths["npy"]) as tmp:
+            with open(tmp, "wb") as fh:   # a file object: np.save on a path would append '.npy'
+                np.save(fh, image, allow_pickle=False)
+        save_png(image, paths["png"])
+        atomic_write_json(paths["json"], full)   # last: its hash vouches for the .npy
+        return full
+
+    def _checked_image(self, case: GoldenCase, image) -> np.ndarray:
+        array = np.asarray(image)
+        if array.ndim != 3 or array.shape[-1] != 3 or not np.issubdtype(array.dtype, np.floating):
+            raise GoldenError(f"golden case '{case.name}': image is {array.dtype} {array.shape}; "
+                              "expected float [H, W, 3]")
+        if self.image_shape is not None and array.shape != self.image_shape:
+            raise GoldenError(f"golden case '{case.name}': image shape {array.shape}, the store expects "
+                              f"{self.image_shape}")
+        if not np.all(np.isfinite(array)) or array.min() < 0.0 or array.max() > 1.0:
+            raise GoldenError(f"golden case '{case.name}': image has values outside [0, 1] or NaN/Inf "
+                              f"(min {np.nanmin(array):.4g}, max {np.nanmax(array):.4g})")
+        return np.ascontiguousarray(array, dtype=np.float32)
+
+    def _provenance(self, case: GoldenCase, image: np.ndarray, precision: str, force: bool) -> dict:
+        return {
+            "case": asdict(case),
+            "precision": precision,
+            "forced": bool(force and precision not in REFERENCE_PRECISIONS),
+            "image": {"shape": list(image.shape), "dtype": "float32", "sha256": _image_sha256(image)},
+            "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "user": _user(),
+            "host": socket.gethostname(),
+            "versions": runtime_versions(),
+        }

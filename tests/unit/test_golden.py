@@ -1,0 +1,159 @@
+"""Golden cases (TOML) and the golden store on real files."""
+import json
+
+import numpy as np
+import pytest
+
+from harness.errors import ConfigError
+from harness.golden import (CASES_FILE, UPDATE_COMMAND, GoldenCorrupt, GoldenMissing, GoldenRefused,
+                            GoldenStale, GoldenStore, load_cases)
+from harness.imageio import load_png
+
+META = {"backend": "onnxruntime", "manifest_hash": "sha256:abc123"}
+
+
+def _image(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(0, 1, (64, 64, 3)).astype(np.float32)
+
+
+@pytest.fixture
+def case():
+    return load_cases()[0]
+
+
+def test_shipped_cases_load_with_measured_thresholds():
+    cases = load_cases(CASES_FILE)
+    assert [c.name for c in cases] == ["seven", "three", "zero"]
+    seven = cases[0]
+    assert (seven.prompt, seven.seed, seven.sampler) == ("a handwritten digit seven", 1, "flow-euler")
+    assert seven.ssim_min == 0.9999 and seven.psnr_min == 50.0
+    assert "embedded-model-notes.md" in CASES_FILE.read_text()
+
+
+def test_case_overrides_and_defaults(tmp_path):
+    path = tmp_path / "cases.toml"
+    path.write_text('[defaults]\nssim_min = 0.9999\npsnr_min = 50.0\nsteps = 20\ncfg = 4.0\n'
+                    'sampler = "flow-euler"\nshift = 3.0\n'
+                    '[[case]]\nname = "a"\nprompt = "digit one"\nseed = 5\nsteps = 8\nssim_min = 0.99\n')
+    (only,) = load_cases(path)
+    assert (only.steps, only.cfg, only.ssim_min, only.psnr_min) == (8, 4.0, 0.99, 50.0)
+
+
+@pytest.mark.parametrize("case_text, fragment", [
+    ('name = "a"\nprompt = "x"\nseed = -1', "'seed'"),
+    ('name = "a/b"\nprompt = "x"\nseed = 1', "'name'"),
+    ('name = "a"\nseed = 1', "missing field(s) ['prompt']"),
+    ('name = "a"\nprompt = "x"\nseed = 1\nssim_mn = 0.9', "unknown field(s) ['ssim_mn']"),
+    ('name = "a"\nprompt = "x"\nseed = 1\nssim_min = 1.5', "'ssim_min'"),
+])
+def test_bad_case_names_file_case_and_field(tmp_path, case_text, fragment):
+    path = tmp_path / "cases.toml"
+    path.write_text(CASES_FILE.read_text().split("\n[[case]]")[0] + "\n[[case]]\n" + case_text + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_cases(path)
+    message = str(info.value)
+    assert str(path) in message and "[[case]] #1" in message and fragment in message
+
+
+def test_duplicate_case_names_are_refused(tmp_path):
+    path = tmp_path / "cases.toml"
+    path.write_text(CASES_FILE.read_text() + '\n[[case]]\nname = "seven"\nprompt = "7"\nseed = 9\n')
+    with pytest.raises(ConfigError, match="duplicate case name 'seven'"):
+        load_cases(path)
+
+
+def test_missing_golden_names_case_file_and_update_command(tmp_path, case):
+    with pytest.raises(GoldenMissing) as info:
+        GoldenStore(tmp_path).load(case)
+    message = str(info.value)
+    assert "'seven'" in message and str(tmp_path / "seven.npy") in message
+    assert UPDATE_COMMAND == "pytest -m quality --update-goldens" and UPDATE_COMMAND in message
+
+
+def test_round_trip_keeps_float32_bits_and_provenance(tmp_path, case):
+    store = GoldenStore(tmp_path, image_shape=(64, 64, 3))
+    image = _image()
+    store.write(case, image, META, precision="float16")
+    loaded, meta = store.load(case)
+    assert loaded.dtype == np.float32 and np.array_equal(loaded, image)
+    assert meta["backend"] == "onnxruntime" and meta["manifest_hash"] == "sha256:abc123"
+    assert meta["precision"] == "float16" and meta["forced"] is False
+    assert meta["case"]["prompt"] == case.prompt and meta["case"]["seed"] == case.seed
+    for key in ("user", "host", "created_utc"):
+        assert meta[key]
+    assert set(meta["versions"]) >= {"harness", "numpy", "onnxruntime"}
+    assert meta["created_utc"].endswith("+00:00")
+    png = load_png(tmp_path / "seven.png")
+    assert np.max(np.abs(png - image)) <= 0.5 / 255 + 1e-6
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["seven.json", "seven.npy", "seven.png"]
+
+
+@pytest.mark.parametrize("precision", ["int8", "w8a8"])
+def test_quantised_golden_is_refused_unless_forced(tmp_path, case, precision):
+    store = GoldenStore(tmp_path)
+    with pytest.raises(GoldenRefused, match="force=True") as info:
+        store.write(case, _image(), META, precision=precision)
+    assert precision in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+    meta = store.write(case, _image(), META, precision=precision, force=True)
+    assert meta["forced"] is True and store.load(case)[1]["precision"] == precision
+
+
+def test_write_requires_backend_and_manifest_hash(tmp_path, case):
+    with pytest.raises(ConfigError, match="manifest_hash"):
+        GoldenStore(tmp_path).write(case, _image(), {"backend": "onnxruntime"}, "float32")
+
+
+def test_write_refuses_out_of_range_image(tmp_path, case):
+    with pytest.raises(Exception, match=r"outside \[0, 1\]"):
+        GoldenStore(tmp_path).write(case, _image() + 1.0, META, "float32")
+
+
+def test_corrupt_npy_is_an_error(tmp_path, case):
+    store = GoldenStore(tmp_path)
+    store.write(case, _image(), META, "float32")
+    (tmp_path / "seven.npy").write_bytes(b"\x93NUMPY garbage")
+    with pytest.raises(GoldenCorrupt, match="seven.npy"):
+        store.load(case)
+
+
+def test_npy_not_matching_metadata_hash_is_an_error(tmp_path, case):
+    # What an update killed between the .npy and the .json leaves behind.
+    store = GoldenStore(tmp_path)
+    store.write(case, _image(0), META, "float32")
+    np.save(tmp_path / "seven.npy", _image(1))
+    with pytest.raises(GoldenCorrupt, match="sha256"):
+        store.load(case)
+
+
+def test_shape_mismatch_with_model_is_an_error(tmp_path, case):
+    GoldenStore(tmp_path).write(case, _image(), META, "float32")
+    with pytest.raises(GoldenCorrupt, match=r"\(32, 32, 3\)"):
+        GoldenStore(tmp_path, image_shape=(32, 32, 3)).load(case)
+
+
+def test_wrong_dtype_npy_is_an_error(tmp_path, case):
+    store = GoldenStore(tmp_path)
+    store.write(case, _image(), META, "float32")
+    np.save(tmp_path / "seven.npy", _image().astype(np.float64))
+    with pytest.raises(GoldenCorrupt, match="float64"):
+        store.load(case)
+
+
+def test_unreadable_metadata_is_an_error(tmp_path, case):
+    store = GoldenStore(tmp_path)
+    store.write(case, _image(), META, "float32")
+    (tmp_path / "seven.json").write_text("{not json")
+    with pytest.raises(GoldenCorrupt, match="seven.json"):
+        store.load(case)
+
+
+def test_golden_from_other_settings_is_stale(tmp_path, case):
+    store = GoldenStore(tmp_path)
+    store.write(case, _image(), META, "float32")
+    meta_path = tmp_path / "seven.json"
+    meta = json.loads(meta_path.read_text())
+    meta["case"]["seed"] = 99
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(GoldenStale, match="seed: golden 99 vs case 1"):
+        store.load(case)

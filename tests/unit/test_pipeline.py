@@ -1,0 +1,153 @@
+"""The partitioned pipeline against the monolithic reference, its records, and its failure modes."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from harness.backends import live_contexts
+from harness.cli import main
+from harness.generate import sample_reference, sample_settings
+from harness.model.bundle import load_bundle
+from harness.partition.onnx_export import export_partition
+from harness.run import run_partitioned
+from tests.helpers import make_random_model_dir
+
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return load_bundle(make_random_model_dir(tmp_path_factory.mktemp("model"), seed=4))
+
+
+@pytest.fixture(scope="module")
+def partition(model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("partition") / "fp32"
+    export_partition(model.weights, model.cfg, out, dtype="float32")
+    return out
+
+
+@pytest.fixture(scope="module")
+def fp32_run(model, partition):
+    return run_partitioned(model, partition, "onnxruntime", "the number 3", sample_settings(model, steps=STEPS))
+
+
+def test_partitioned_fp32_matches_monolithic_reference(model, fp32_run):
+    s = sample_settings(model, steps=STEPS)
+    ref = sample_reference(model, ["the number 3"], [s["seed"]], STEPS, s["cfg_scale"], s["shift"])
+    assert np.abs(fp32_run.latent - ref).max() <= 1e-4
+
+
+def test_report_holds_every_lifecycle_stage_of_every_invocation(fp32_run, model):
+    records = fp32_run.report["lifecycle_records"]
+    n = model.cfg.subgraphs
+    for stage in ("load", "init", "run", "release"):
+        body = [r for r in records if r["stage"] == stage and r["branch"] != "decoder"]
+        assert len(body) == n * STEPS, stage
+        assert {(r["step"], r["subgraph"]) for r in body} == {(s, i) for s in range(STEPS) for i in range(n)}
+    # order within one step follows the manifest: block 0 self, cross, ffn, block 1 self, ...
+    step0 = [(r["block"], r["branch"]) for r in records if r["stage"] == "run" and r["step"] == 0]
+    assert step0[:4] == [(0, "self_attn"), (0, "cross_attn"), (0, "ffn"), (1, "self_attn")]
+    assert fp32_run.report["status"] == "ok" and live_contexts() == 0
+
+
+def test_fp16_partition_image_is_close_to_fp32(model, fp32_run, tmp_path):
+    from harness.quality import compare
+    fp16 = tmp_path / "fp16"
+    export_partition(model.weights, model.cfg, fp16, dtype="float16")
+    run = run_partitioned(model, fp16, "onnxruntime", "the number 3", sample_settings(model, steps=STEPS))
+    q = compare(run.image, fp32_run.image)
+    print(f"FP16 vs FP32 subgraphs, random-weight model, {STEPS} steps: SSIM {q.ssim:.6f}, PSNR {q.psnr:.1f} dB")
+    assert 0.99 < q.ssim <= 1.0
+
+
+def test_nan_stops_the_run_naming_step_block_branch_stream(model, partition, tmp_path):
+    from harness.errors import NumericsError
+    # The board's reported field failure: FP16 activations overflowing to inf. Weights that fit in
+    # FP16 (6e4 < 65504) make block 5's FFN output overflow at run time, in the subgraph itself.
+    bad = dict(model.weights)
+    bad["blocks.5.mlp.layer2.weight"] = np.full_like(bad["blocks.5.mlp.layer2.weight"], 6e4)
+    poisoned = tmp_path / "poisoned"
+    export_partition(bad, model.cfg, poisoned, dtype="float16")
+    report = tmp_path / "r.json"
+    with pytest.raises(NumericsError, match=r"step 0, block 5, branch ffn, stream cond .*: \d+ of 4096 values"):
+        run_partitioned(model, poisoned, "onnxruntime", "digit one", sample_settings(model, steps=2),
+                        report_path=report)
+    assert live_contexts() == 0
+    assert json.loads(report.read_text())["status"] == "failed"
+
+
+def _damaged(partition, tmp_path, damage):
+    copy = tmp_path / "damaged"
+    shutil.copytree(partition, copy)
+    damage(copy)
+    return copy
+
+
+def _edit_manifest(edit):
+    def apply(d):
+        m = json.loads((d / "manifest.json").read_text())
+        edit(m)
+        (d / "manifest.json").write_text(json.dumps(m))
+    return apply
+
+
+def _flip_byte(d):
+    f = d / json.loads((d / "manifest.json").read_text())["subgraphs"][7]["file"]
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    f.write_bytes(bytes(data))
+
+
+def _truncate(d):
+    f = d / json.loads((d / "manifest.json").read_text())["subgraphs"][10]["file"]
+    f.write_bytes(f.read_bytes()[:100])
+
+
+def _remove(d):
+    (d / json.loads((d / "manifest.json").read_text())["subgraphs"][2]["file"]).unlink()
+
+
+def _shape(m):
+    m["subgraphs"][4]["inputs"][0]["shape"][1] += 1
+
+
+@pytest.mark.parametrize("damage,fragment", [
+    (_remove, "subgraph 2 (block 0 ffn)"),
+    (_truncate, "subgraph 10 (block 3 cross_attn)"),
+    (_flip_byte, "subgraph 7 (block 2 cross_attn)"),
+    (_edit_manifest(lambda m: m["subgraphs"][5].__setitem__("file", "../escape.onnx")), "subgraph 5"),
+    (_edit_manifest(_shape), "subgraph 4 (block 1 cross_attn)"),
+])
+def test_bad_partition_is_one_clear_error_and_leaves_nothing_loaded(model, partition, tmp_path, capsys,
+                                                                    damage, fragment):
+    bad = _damaged(partition, tmp_path, damage)
+    out = tmp_path / "img.png"
+    code = main(["generate", "--model-dir", str(model.model_dir), "--backend", "onnxruntime",
+                 "--partition", str(bad), "--steps", "1", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code != 0 and fragment in err and "Traceback" not in err
+    assert live_contexts() == 0
+    assert json.loads(out.with_suffix(".json").read_text())["status"] == "failed"
+
+
+def test_unknown_backend_and_rknnlite_off_board(model, partition, tmp_path, capsys):
+    assert main(["generate", "--model-dir", str(model.model_dir), "--backend", "npu9000", "--quiet"]) == 2
+    assert "--backend npu9000: unknown backend" in capsys.readouterr().err
+    code = main(["generate", "--model-dir", str(model.model_dir), "--backend", "rknnlite", "--partition",
+                 str(partition), "--steps", "1", "--quiet", "--out", str(tmp_path / "x.png")])
+    err = capsys.readouterr().err
+    assert code == 2 and "rknnlite runtime (rknn-toolkit-lite2) is not installed" in err
+    assert "subgraph 0 (block 0 self_attn)" in err and live_contexts() == 0
+
+
+def test_cli_prints_tables_and_writes_report(model, partition, tmp_path, capsys):
+    out = tmp_path / "img.png"
+    assert main(["generate", "--model-dir", str(model.model_dir), "--backend", "onnxruntime",
+                 "--partition", str(partition), "--steps", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "load_rknn" in printed and "init_runtime" in printed and "core time per branch" in printed
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["invocations"] == 4 * 84 * 2
+    assert set(report["tables"]["core_per_step"]) == {"self_attn", "cross_attn", "ffn"}
