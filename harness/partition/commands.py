@@ -1,0 +1,128 @@
+"""CLI subcommands `export` and `inspect`; registered by harness.cli through add_commands()."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..config import EMBEDDED_DIR, ModelConfig, load_model_dir, load_profile
+from ..errors import ConfigError
+
+__all__ = ["add_commands", "parse_blocks", "render_inspection", "cmd_export", "cmd_inspect"]
+
+
+def parse_blocks(text: str, blocks: int) -> list[int]:
+    """"0", "0-3" or "0,2,5-7" -> sorted block indices, each within 0..blocks-1."""
+    chosen = set()
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = (int(v) for v in part.split("-", 1))
+            else:
+                lo = hi = int(part)
+        except ValueError:
+            raise ConfigError(f"--blocks '{text}': expected N, N-M or a comma list of them") from None
+        if lo > hi or lo < 0 or hi >= blocks:
+            raise ConfigError(f"--blocks '{text}': '{part}' is outside 0..{blocks - 1}")
+        chosen.update(range(lo, hi + 1))
+    return sorted(chosen)
+
+
+def _opset(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+
+
+def _streams(text: str) -> int:
+    value = _opset(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def add_commands(subparsers) -> None:
+    exp = subparsers.add_parser("export", help="export the subgraphs to ONNX with a manifest")
+    exp.add_argument("--model-dir", type=Path, default=EMBEDDED_DIR,
+                     help="model directory with model.toml and its weights (default: models/embedded)")
+    exp.add_argument("--profile", help="profile name or .toml (e.g. anima-2b) instead of --model-dir")
+    exp.add_argument("--weights", type=Path, help="safetensors checkpoint for --profile")
+    exp.add_argument("--out", type=Path, help="partition directory (default: out/partitions/<model>-<dtype>)")
+    exp.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+    exp.add_argument("--streams", type=_streams, default=2, help="CFG streams per run (default: 2)")
+    exp.add_argument("--opset", type=_opset, default=17, help="ONNX opset, at most 19 (default: 17)")
+    exp.add_argument("--blocks", help="blocks to export: N, N-M or a comma list (default: all)")
+    exp.add_argument("--quiet", action="store_true", help="no progress bar")
+    exp.set_defaults(func=cmd_export)
+
+    ins = subparsers.add_parser("inspect", help="summarise a partition and verify every checksum")
+    ins.add_argument("dir", type=Path, help="partition directory (holds manifest.json)")
+    ins.set_defaults(func=cmd_inspect)
+
+
+def _load_model(args) -> tuple[ModelConfig, dict, Path]:
+    from ..weights import load_weights
+    if args.profile:
+        if args.weights is None:
+            raise ConfigError("--profile needs --weights FILE (the checkpoint to export)")
+        cfg = load_profile(args.profile)
+        return cfg, load_weights(args.weights, cfg), args.weights
+    if args.weights is not None:
+        raise ConfigError("--weights goes with --profile; a --model-dir names its own weights file")
+    cfg = load_model_dir(args.model_dir)
+    if "weights" not in cfg.files:
+        raise ConfigError(f"{cfg.source}: missing 'weights' (file name of the weights)")
+    path = args.model_dir / cfg.files["weights"]
+    return cfg, load_weights(path, cfg), path
+
+
+def cmd_export(args) -> int:
+    from .onnx_export import check_opset, export_partition
+    check_opset(args.opset)          # before loading gigabytes of weights
+    cfg, weights, source = _load_model(args)
+    blocks = parse_blocks(args.blocks, cfg.blocks) if args.blocks else None
+    out = args.out or Path("out/partitions") / f"{cfg.name}-{args.dtype}"
+    manifest = export_partition(weights, cfg, out, dtype=args.dtype, streams=args.streams,
+                                opset=args.opset, blocks=blocks, progress=not args.quiet,
+                                weights_source=str(source))
+    size = sum(e.bytes for e in manifest.entries())
+    print(f"{manifest.file}  {len(manifest.subgraphs)} subgraphs"
+          f"{' + decoder' if manifest.decoder else ''}, {size / 1e6:.1f} MB, {args.dtype}, "
+          f"{args.streams} streams, opset {args.opset}")
+    return 0
+
+
+def render_inspection(report: dict, console=None) -> None:
+    """The inspection as rich tables: settings, per-branch counts/sizes, failures, verdict."""
+    from rich.table import Table
+    from ..report import console as make_console
+    console = console or make_console(stderr=False)
+    head = Table(title=f"partition {report['directory']}", show_header=False)
+    for key in ("model", "format", "dtype", "streams", "opset", "latent_size", "tokens",
+                "context_tokens", "subgraphs", "total_bytes", "weights_sha256", "fp32_islands"):
+        if key in report:
+            head.add_row(key, str(report[key]))
+    console.print(head)
+    if report["branches"]:
+        table = Table(title="subgraphs by branch")
+        for col in ("branch", "count", "MB", "checksums ok"):
+            table.add_column(col, justify="left" if col == "branch" else "right")
+        for branch, row in report["branches"].items():
+            table.add_row(branch, str(row["count"]), f"{row['bytes'] / 1e6:.2f}",
+                          f"{row['verified']}/{row['count']}")
+        console.print(table)
+    if report.get("unlisted_files"):
+        console.print(f"note: {len(report['unlisted_files'])} .onnx file(s) not in the manifest: "
+                      f"{', '.join(report['unlisted_files'][:5])}")
+    for reason in report["reasons"]:
+        console.print(f"[red]FAIL[/red] {reason}", highlight=False)
+    style = "green" if report["verdict"] == "ok" else "red"
+    console.print(f"verdict: [{style}]{report['verdict']}[/{style}]")
+
+
+def cmd_inspect(args) -> int:
+    from .manifest import inspect_partition
+    report = inspect_partition(args.dir)
+    render_inspection(report)
+    return 0 if report["verdict"] == "ok" else 1

@@ -1,0 +1,305 @@
+"""The partition manifest (manifest.json): which subgraph file is which, and proof it is intact.
+
+Data, not code: a format tag, the model and its network settings, the weights digest, the export
+settings, and the subgraphs in execution order (block 0 self_attn, cross_attn, ffn, block 1 ...), each
+with file, sha256, size and its input/output tensors; plus the decoder when the model has one.
+Every problem is a ManifestError naming the subgraph ("subgraph 4 (block 1 cross_attn)") and the file.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import numpy as np
+
+from ..atomic import atomic_write_json
+from ..config import BRANCHES, ModelConfig
+from ..errors import ManifestError
+
+__all__ = ["FORMAT", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest",
+           "check_input", "manifest_path", "network_settings", "subgraph_index", "inspect_partition"]
+
+FORMAT = "anima-partition/1"
+MANIFEST_FILE = "manifest.json"
+DECODER_BRANCH = "decoder"
+_HOST_FIELDS = {"name", "latent_size", "context_tokens", "sampler", "prompt", "decoder", "files", "source"}
+
+
+def manifest_path(directory) -> Path:
+    return Path(directory) / MANIFEST_FILE
+
+
+def subgraph_index(block: int, branch: str) -> int:
+    """Position in the full network's execution order (the board's subgraph number)."""
+    return block * len(BRANCHES) + BRANCHES.index(branch)
+
+
+def network_settings(cfg: ModelConfig) -> dict:
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in _HOST_FIELDS}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+
+@dataclass
+class SubgraphEntry:
+    index: int
+    block: int | None          # None for the decoder
+    branch: str
+    file: str                  # relative to the partition directory
+    sha256: str
+    bytes: int
+    inputs: list[TensorSpec] = field(default_factory=list)
+    outputs: list[TensorSpec] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        if self.branch == DECODER_BRANCH:
+            return f"subgraph {self.index} (decoder)"
+        return f"subgraph {self.index} (block {self.block} {self.branch})"
+
+    def input(self, name: str) -> TensorSpec:
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        known = ", ".join(s.name for s in self.inputs)
+        raise ManifestError(f"{self.label}: no input '{name}' (inputs: {known}; file {self.file})")
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "block": self.block, "branch": self.branch, "file": self.file,
+                "sha256": self.sha256, "bytes": self.bytes,
+                "inputs": [s.to_dict() for s in self.inputs], "outputs": [s.to_dict() for s in self.outputs]}
+
+
+@dataclass
+class Manifest:
+    directory: Path
+    format: str
+    model: dict
+    weights_sha256: str
+    export: dict
+    subgraphs: list[SubgraphEntry]
+    decoder: SubgraphEntry | None = None
+    weights_source: str | None = None
+
+    @property
+    def file(self) -> Path:
+        return manifest_path(self.directory)
+
+    def entries(self) -> list[SubgraphEntry]:
+        return self.subgraphs + ([self.decoder] if self.decoder else [])
+
+    def entry(self, block: int, branch: str) -> SubgraphEntry:
+        for e in self.subgraphs:
+            if e.block == block and e.branch == branch:
+                return e
+        raise ManifestError(f"{self.file}: no subgraph for block {block} {branch}")
+
+    def to_dict(self) -> dict:
+        return {"format": self.format, "model": self.model, "weights_sha256": self.weights_sha256,
+                "weights_source": self.weights_source, "export": self.export,
+                "subgraphs": [e.to_dict() for e in self.subgraphs],
+                "decoder": self.decoder.to_dict() if self.decoder else None}
+
+    def save(self) -> None:
+        atomic_write_json(self.file, self.to_dict())
+
+    def path_of(self, entry: SubgraphEntry) -> Path:
+        """Absolute path of an entry's file; refuses any path that leaves the partition directory."""
+        rel = PurePosixPath(entry.file)
+        if not entry.file or rel.is_absolute() or Path(entry.file).is_absolute() or ".." in rel.parts \
+                or "\\" in entry.file:
+            raise ManifestError(f"{self.file}: {entry.label}: file '{entry.file}' is not a plain path "
+                                f"inside the partition directory")
+        root = self.directory.resolve()
+        path = root / rel
+        if not path.resolve().is_relative_to(root):
+            raise ManifestError(f"{self.file}: {entry.label}: file '{entry.file}' resolves to "
+                                f"{path.resolve()}, outside the partition directory {root}")
+        return path
+
+    # ------------------------------------------------------------ verification
+
+    def verify_structure(self) -> None:
+        """Format tag, execution order, indices, complete blocks, decoder placement."""
+        where = self.file
+        if self.format != FORMAT:
+            raise ManifestError(f"{where}: format '{self.format}' is not '{FORMAT}'")
+        if not self.subgraphs:
+            raise ManifestError(f"{where}: lists no subgraphs")
+        blocks = self.model.get("network", {}).get("blocks")
+        if not isinstance(blocks, int) or blocks <= 0:
+            raise ManifestError(f"{where}: model.network.blocks is missing or not a positive number")
+        previous = -1
+        for pos, e in enumerate(self.subgraphs):
+            if e.branch not in BRANCHES:
+                raise ManifestError(f"{where}: subgraphs[{pos}] ({e.file}): branch '{e.branch}' "
+                                    f"is not one of {', '.join(BRANCHES)}")
+            if not isinstance(e.block, int) or not 0 <= e.block < blocks:
+                raise ManifestError(f"{where}: subgraphs[{pos}] ({e.file}): block {e.block!r} "
+                                    f"is outside 0..{blocks - 1}")
+            if e.index != subgraph_index(e.block, e.branch):
+                raise ManifestError(f"{where}: {e.label}: index should be "
+                                    f"{subgraph_index(e.block, e.branch)} for block {e.block} "
+                                    f"{e.branch} (file {e.file})")
+            if e.index <= previous:
+                raise ManifestError(f"{where}: {e.label} is out of execution order "
+                                    f"(after subgraph {previous}; file {e.file})")
+            previous = e.index
+        listed = {(e.block, e.branch) for e in self.subgraphs}
+        for block in sorted({e.block for e in self.subgraphs}):
+            missing = [b for b in BRANCHES if (block, b) not in listed]
+            if missing:
+                raise ManifestError(f"{where}: block {block} lacks its {', '.join(missing)} subgraph")
+        if self.decoder is not None and (self.decoder.branch != DECODER_BRANCH
+                                         or self.decoder.index != blocks * len(BRANCHES)):
+            raise ManifestError(f"{where}: decoder entry must have branch '{DECODER_BRANCH}' and index "
+                                f"{blocks * len(BRANCHES)} (file {self.decoder.file})")
+        files = [e.file for e in self.entries()]
+        dupes = sorted({f for f in files if files.count(f) > 1})
+        if dupes:
+            raise ManifestError(f"{where}: file '{dupes[0]}' is listed for more than one subgraph")
+        for e in self.entries():
+            self.path_of(e)
+
+    def verify_entry(self, entry: SubgraphEntry) -> None:
+        """The entry's file exists, has the recorded size and sha256."""
+        path = self.path_of(entry)
+        what = f"{self.file}: {entry.label}: file '{entry.file}'"
+        if not path.is_file():
+            raise ManifestError(f"{what} is missing")
+        size = path.stat().st_size
+        if size != entry.bytes:
+            kind = "truncated" if size < entry.bytes else "longer than recorded"
+            raise ManifestError(f"{what} is {kind}: {size} bytes, manifest says {entry.bytes}")
+        with open(path, "rb") as fh:
+            digest = hashlib.file_digest(fh, "sha256").hexdigest()
+        if digest != entry.sha256:
+            raise ManifestError(f"{what} fails its checksum: sha256 {digest[:16]}..., "
+                                f"manifest says {entry.sha256[:16]}...")
+
+    def verify(self, check_files: bool = True) -> None:
+        self.verify_structure()
+        if check_files:
+            for entry in self.entries():
+                self.verify_entry(entry)
+
+
+# ---------------------------------------------------------------- loading
+
+def _get(obj, key: str, kinds, where: str):
+    if not isinstance(obj, dict) or key not in obj:
+        raise ManifestError(f"{where}: missing field '{key}'")
+    value = obj[key]
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    # JSON true/false are ints to isinstance; a boolean is never a valid index, size or shape.
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise ManifestError(f"{where}: field '{key}' has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _tensor(obj, where: str) -> TensorSpec:
+    shape = _get(obj, "shape", list, where)
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+        raise ManifestError(f"{where}: shape {shape} must be positive whole numbers")
+    dtype = _get(obj, "dtype", str, where)
+    if dtype not in ("float32", "float16"):
+        raise ManifestError(f"{where}: dtype '{dtype}' is not float32 or float16")
+    return TensorSpec(_get(obj, "name", str, where), tuple(shape), dtype)
+
+
+def _entry(obj, where: str, decoder: bool = False) -> SubgraphEntry:
+    block = obj.get("block") if isinstance(obj, dict) else None
+    if not decoder:
+        block = _get(obj, "block", int, where)
+    e = SubgraphEntry(index=_get(obj, "index", int, where), block=block,
+                      branch=_get(obj, "branch", str, where), file=_get(obj, "file", str, where),
+                      sha256=_get(obj, "sha256", str, where), bytes=_get(obj, "bytes", int, where))
+    where = f"{where} ({e.label}, file {e.file})"
+    e.inputs = [_tensor(t, f"{where} input {k}") for k, t in enumerate(_get(obj, "inputs", list, where))]
+    e.outputs = [_tensor(t, f"{where} output {k}") for k, t in enumerate(_get(obj, "outputs", list, where))]
+    return e
+
+
+def load_manifest(directory) -> Manifest:
+    """Parse and structurally check manifest.json (files are checked by Manifest.verify())."""
+    directory = Path(directory)
+    path = manifest_path(directory)
+    if not path.is_file():
+        raise ManifestError(f"{path}: no manifest (is {directory} an exported partition?)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{path}: not valid JSON ({exc})") from None
+    where = str(path)
+    subgraphs = [_entry(e, f"{where}: subgraphs[{k}]") for k, e in
+                 enumerate(_get(data, "subgraphs", list, where))]
+    decoder = data.get("decoder") if isinstance(data, dict) else None
+    model = _get(data, "model", dict, where)
+    _get(model, "name", str, f"{where}: model")
+    _get(model, "network", dict, f"{where}: model")
+    manifest = Manifest(directory=directory, format=_get(data, "format", str, where), model=model,
+                        weights_sha256=_get(data, "weights_sha256", str, where),
+                        export=_get(data, "export", dict, where), subgraphs=subgraphs,
+                        decoder=_entry(decoder, f"{where}: decoder", decoder=True) if decoder else None,
+                        weights_source=data.get("weights_source"))
+    for key in ("dtype", "streams", "opset", "tokens", "context_tokens", "fp32_islands"):
+        _get(manifest.export, key, (str, int, dict), f"{where}: export")
+    manifest.verify_structure()
+    return manifest
+
+
+def check_input(entry: SubgraphEntry, name: str, array) -> None:
+    """Refuse an input whose shape or dtype disagrees with the manifest, naming subgraph and input."""
+    spec = entry.input(name)
+    arr = np.asarray(array)
+    if tuple(arr.shape) != spec.shape or arr.dtype.name != spec.dtype:
+        raise ManifestError(f"{entry.label}: input '{name}' is {arr.dtype.name} {list(arr.shape)}, "
+                            f"manifest expects {spec.dtype} {list(spec.shape)} (file {entry.file})")
+
+
+# ---------------------------------------------------------------- inspection
+
+def inspect_partition(directory) -> dict:
+    """Manifest summary, per-branch counts and sizes, every checksum verified, and a verdict."""
+    directory = Path(directory)
+    report = {"directory": str(directory), "manifest": str(manifest_path(directory)), "checks": [],
+              "branches": {}, "reasons": []}
+    try:
+        manifest = load_manifest(directory)
+    except ManifestError as exc:
+        report.update(verdict="failed", reasons=[str(exc)])
+        return report
+    ex = manifest.export
+    report.update(model=manifest.model.get("name"), format=manifest.format,
+                  weights_sha256=manifest.weights_sha256, weights_source=manifest.weights_source,
+                  **{k: ex.get(k) for k in ("dtype", "streams", "opset", "latent_size", "tokens",
+                                            "context_tokens", "blocks")},
+                  fp32_islands={b: len(v) for b, v in ex.get("fp32_islands", {}).items()},
+                  subgraphs=len(manifest.subgraphs), total_bytes=sum(e.bytes for e in manifest.entries()))
+    for entry in manifest.entries():
+        row = report["branches"].setdefault(entry.branch, {"count": 0, "bytes": 0, "verified": 0})
+        row["count"] += 1
+        row["bytes"] += entry.bytes
+        try:
+            manifest.verify_entry(entry)
+            ok, reason = True, ""
+            row["verified"] += 1
+        except ManifestError as exc:
+            ok, reason = False, str(exc)
+            report["reasons"].append(reason)
+        report["checks"].append({"label": entry.label, "file": entry.file, "ok": ok, "reason": reason})
+    listed = {e.file for e in manifest.entries()}
+    report["unlisted_files"] = sorted(p.name for p in directory.glob("*.onnx") if p.name not in listed)
+    report["verdict"] = "failed" if report["reasons"] else "ok"
+    return report
