@@ -1,1 +1,2 @@
-"""Top-level pytest configuration: suite options and shared fixtures (filled in by the gates)."""
+"""Top-level pytest configuration: the suite's options, hooks and fixtures live in harness/pytest_plugin.py."""
+pytest_plugins = ["harness.pytest_plugin"]

@@ -54,6 +54,7 @@ class ModelConfig:
     prompt: dict = field(default_factory=dict)
     decoder: dict = field(default_factory=dict)
     files: dict = field(default_factory=dict)
+    raw_gates: dict = field(default_factory=dict)
     source: str = ""
 
     @property
@@ -127,6 +128,7 @@ def _parse(data: dict, source: str) -> ModelConfig:
         prompt=dict(data.get("prompt", {})),
         decoder=dict(data.get("decoder", {})),
         files=files,
+        raw_gates=dict(data.get("gates", {})),
         source=source,
         **values,
     )

@@ -23,6 +23,7 @@ __all__ = ["Context", "create_context", "live_contexts", "BACKENDS"]
 BACKENDS = {
     "onnxruntime": "harness.backends.onnxruntime:OnnxRuntimeContext",
     "rknnlite": "harness.backends.rknnlite:RknnLiteContext",
+    "faults": "harness.backends.faults:FaultInjectionContext",
 }
 
 _live_lock = threading.Lock()

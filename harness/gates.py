@@ -1,0 +1,138 @@
+"""What the acceptance gates run, kept out of the test modules so they stay thin.
+
+`GateRunner` is created once per pytest session and does nothing expensive until asked: it loads the
+model, finds or exports the partition, and renders each golden case once (numerics and quality share
+the run). A benchmark asks for a fresh run instead. Every run's report and image land in the
+artifacts folder, failed runs included.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ConfigError, HarnessError
+from .golden import GoldenCase, GoldenStore
+from .history import utc_now
+from .imageio import save_png
+from .model.bundle import ModelBundle, load_bundle
+from .partition.manifest import load_manifest, manifest_path
+from .quality import QualityResult, compare, diff_figure
+from .run import RunResult, run_partitioned
+
+__all__ = ["GateRunner", "CaseRun", "quality_check", "history_record", "benchmark_info"]
+
+
+@dataclass
+class CaseRun:
+    case: GoldenCase
+    result: RunResult | None
+    error: HarnessError | None
+    report_path: Path
+
+
+class GateRunner:
+    def __init__(self, settings):
+        self.s = settings
+        self._bundle: ModelBundle | None = None
+        self._partition: Path | None = None
+        self._runs: dict[str, CaseRun] = {}
+
+    # -------------------------------------------------------------- model and partition
+    @property
+    def bundle(self) -> ModelBundle:
+        if self._bundle is None:
+            self._bundle = load_bundle(self.s.model_dir)
+        return self._bundle
+
+    @property
+    def partition(self) -> Path:
+        """The partition under test: given, or (host backends only) exported once and cached."""
+        if self._partition is None:
+            self._partition = self.s.partition or self._cached_export()
+        return self._partition
+
+    def _cached_export(self) -> Path:
+        if self.s.backend == "rknnlite":
+            raise ConfigError("--partition (or the board profile's `partition`) must name the converted "
+                              ".rknn subgraphs when the backend is rknnlite")
+        from .partition.onnx_export import export_partition, weights_digest
+        b = self.bundle
+        key = weights_digest(b.weights)[:12]
+        out = self.s.cache_dir / "partitions" / f"{b.cfg.name}-{self.s.precision}-{key}"
+        if not manifest_path(out).exists():
+            export_partition(b.weights, b.cfg, out, dtype=self.s.precision)
+        return out
+
+    @property
+    def manifest_hash(self) -> str:
+        return hashlib.sha256(manifest_path(self.partition).read_bytes()).hexdigest()
+
+    @property
+    def precision(self) -> str:
+        return load_manifest(self.partition).export.get("dtype", "unknown")
+
+    # -------------------------------------------------------------- runs
+    def settings_for(self, case: GoldenCase, steps: int | None = None) -> dict:
+        return {"steps": steps or case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed}
+
+    def run(self, case: GoldenCase, guard, steps: int | None = None, tag: str = "") -> RunResult:
+        """A fresh partitioned run of `case`; raises HarnessError. Report and image go to artifacts."""
+        name = f"{case.name}{tag}"
+        report = self.s.artifacts / "runs" / f"{name}.json"
+        result = run_partitioned(self.bundle, self.partition, self.s.backend, case.prompt,
+                                 self.settings_for(case, steps), self.s.backend_options, guard=guard,
+                                 report_path=report)
+        save_png(result.image, self.s.artifacts / "runs" / f"{name}.png")
+        return result
+
+    def case_run(self, case: GoldenCase, guard) -> CaseRun:
+        """The one shared run of a golden case (numerics and quality both look at it)."""
+        if case.name not in self._runs:
+            report = self.s.artifacts / "runs" / f"{case.name}.json"
+            try:
+                self._runs[case.name] = CaseRun(case, self.run(case, guard), None, report)
+            except HarnessError as exc:
+                self._runs[case.name] = CaseRun(case, None, exc, report)
+        return self._runs[case.name]
+
+
+def quality_check(case: GoldenCase, obtained: np.ndarray, golden: np.ndarray, artifacts: Path) -> tuple[QualityResult, Path | None]:
+    """SSIM/PSNR against the golden; on failure write obtained, golden and a diff heat map."""
+    q = compare(obtained, golden)
+    if q.passes(case.ssim_min, case.psnr_min):
+        return q, None
+    figure = diff_figure(obtained, golden, artifacts / "quality" / f"{case.name}-diff.png",
+                         f"{case.name}: obtained vs golden")
+    save_png(obtained, artifacts / "quality" / f"{case.name}-obtained.png")
+    save_png(golden, artifacts / "quality" / f"{case.name}-golden.png")
+    return q, figure
+
+
+def benchmark_info(report: dict) -> dict:
+    """The benchmark's extra_info: the board profile's tables for this run."""
+    t = report["tables"]
+    steps = max(len(report["step_seconds"]), 1)
+    return {
+        "denoise_s": report["denoise_seconds"],
+        "mean_step_s": report["denoise_seconds"] / steps,
+        "steps": steps,
+        "core_s_per_step": t["core_per_step"],
+        "lifecycle_s_per_step": {k: t["lifecycle_pass"][k] for k in ("load", "init", "run", "release")},
+        "step_split_s": t["step_split"],
+        "invocations": report["invocations"],
+    }
+
+
+def history_record(info: dict, identity: dict, board: str, backend: str, model: str,
+                   manifest_hash: str, telemetry: dict) -> dict:
+    return {
+        "time": utc_now(), "board_id": board, "backend": backend, "model": model,
+        "manifest_hash": manifest_hash, "valid": telemetry["valid"], "invalid_reasons": telemetry["reasons"],
+        "mean_step_s": info["mean_step_s"], "total_denoise_s": info["denoise_s"],
+        "branch_s_per_step": {b: info["core_s_per_step"].get(b, 0.0) for b in ("self_attn", "cross_attn", "ffn")},
+        "lifecycle_s_per_step": info["lifecycle_s_per_step"],
+        "kernel": identity.get("kernel"), "runtime_lib": identity.get("runtime_lib"),
+    }

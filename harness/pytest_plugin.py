@@ -1,0 +1,328 @@
+"""The suite's pytest plugin: options, board-profile settings, report header, benchmark hooks and the
+fixtures the gates use. conftest.py loads it; the gate modules stay thin.
+
+Every option can also come from a board profile (`--board-profile boards/NAME.toml`, table [suite]),
+so a runner's settings live in the repository. Precedence: command line > board profile > default.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from .config import EMBEDDED_DIR, REPO_ROOT, load_model_dir
+from .errors import ConfigError, HarnessError
+
+__all__ = ["SuiteSettings", "resolve_settings", "OPTIONS"]
+
+# option name -> (default, help). Defaults are the host CI's; a board profile overrides them.
+OPTIONS = {
+    "backend": ("auto", "auto (rknnlite on an RK3588, onnxruntime elsewhere), onnxruntime, rknnlite, faults"),
+    "model_dir": (str(EMBEDDED_DIR), "model directory (model.toml + weights); default: the embedded model"),
+    "partition": (None, "partition directory (manifest.json); default: exported from the weights and cached"),
+    "precision": ("float16", "precision of an exported partition: float16 (the board's) or float32"),
+    "golden_dir": (None, "golden images and cases.toml; default: golden/<model name>"),
+    "cases": (None, "comma-separated golden case names to run (default: all)"),
+    "require_npu": (False, "fail every npu test unless this is an RK3588 with the RKNNLite runtime"),
+    "mem_floor": ("1.5GiB", "memory guard: abort when MemAvailable falls below this"),
+    "swap_limit": ("16MiB", "memory guard: abort when swap grows more than this"),
+    "pss_budget": (None, "peak added PSS allowed for a whole on-demand run (default: the model's [gates])"),
+    "update_goldens": (False, "regenerate goldens and their metadata instead of comparing"),
+    "force_goldens": (False, "allow --update-goldens from a non-reference precision (e.g. int8)"),
+    "artifacts": ("artifacts", "folder for images, diffs, reports, memory samples"),
+    "telemetry_root": ("/", "root of the sysfs/procfs tree read for clocks, thermals and identity"),
+    "core_mask": ("auto", "rknnlite NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2"),
+    "bench_rounds": (1, "pedantic rounds per benchmark (a step takes minutes on the board)"),
+    "bench_steps": (None, "sampler steps per benchmark round (default: the golden case's)"),
+    "history": (".benchmarks/history.jsonl", "benchmark run history (JSONL) for `python -m harness trend`"),
+    "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, slow=SECONDS (backend faults)"),
+    "cache_dir": (".cache", "where exported partitions are cached"),
+}
+_FLAGS = {"require_npu", "update_goldens", "force_goldens"}
+_INTS = {"bench_rounds", "bench_steps"}
+_PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir"}
+
+
+@dataclass
+class SuiteSettings:
+    backend: str
+    backend_requested: str
+    on_board: bool
+    model_dir: Path
+    partition: Path | None
+    precision: str
+    golden_dir: Path
+    cases: list[str] | None
+    require_npu: bool
+    mem_floor: int
+    swap_limit: int
+    pss_budget: int | None
+    update_goldens: bool
+    force_goldens: bool
+    artifacts: Path
+    telemetry_root: Path
+    core_mask: str
+    bench_rounds: int
+    bench_steps: int | None
+    history: Path
+    fault: str | None
+    cache_dir: Path
+    board_profile: Path | None = None
+    backend_options: dict = field(default_factory=dict)
+    npu_problem: str | None = None      # why --require-npu cannot be met here (None: it can)
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("anima", "Anima NPU acceptance suite")
+    group.addoption("--board-profile", default=None, help="TOML with a [suite] table of these options")
+    for name, (_, text) in OPTIONS.items():
+        flag = "--" + name.replace("_", "-")
+        if name in _FLAGS:
+            group.addoption(flag, action="store_true", default=None, help=text)
+        else:
+            group.addoption(flag, default=None, help=text)
+
+
+def _profile_values(path: Path | None) -> dict:
+    if path is None:
+        return {}
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"--board-profile {path}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"--board-profile {path}: not valid TOML ({exc})") from None
+    suite = data.get("suite", {})
+    unknown = sorted(set(suite) - set(OPTIONS))
+    if unknown:
+        raise ConfigError(f"--board-profile {path}: unknown [suite] option '{unknown[0]}' "
+                          f"(known: {', '.join(OPTIONS)})")
+    return suite
+
+
+def _typed(name: str, value, source: str):
+    if value is None:
+        return None
+    try:
+        if name in _FLAGS:
+            if isinstance(value, str):
+                return value.lower() in ("1", "true", "yes")
+            return bool(value)
+        if name in _INTS:
+            number = int(value)
+            if number < 1:
+                raise ValueError
+            return number
+    except (TypeError, ValueError):
+        raise ConfigError(f"{source} {name.replace('_', '-')}: expected a positive whole number, got {value!r}") from None
+    if name in _PATHS:
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else (Path.cwd() / path)
+    return str(value)
+
+
+def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
+    """Merge command line, board profile and defaults, and decide the backend."""
+    from .memory import parse_size
+    from .telemetry import detect_rk3588
+    profile_file = Path(profile_path) if profile_path else None
+    profile = _profile_values(profile_file)
+    values = {}
+    for name, (default, _) in OPTIONS.items():
+        if cli.get(name) is not None:
+            values[name] = _typed(name, cli[name], "option --")
+        elif name in profile:
+            values[name] = _typed(name, profile[name], f"{profile_file} [suite]")
+        else:
+            values[name] = _typed(name, default, "default")
+    on_board = detect_rk3588(values["telemetry_root"])
+    requested = values["backend"]
+    backend = ("rknnlite" if on_board else "onnxruntime") if requested == "auto" else requested
+    if backend not in ("onnxruntime", "rknnlite", "faults"):
+        raise ConfigError(f"--backend {requested}: unknown (choose auto, onnxruntime, rknnlite, faults)")
+    if values["precision"] not in ("float16", "float32"):
+        raise ConfigError(f"--precision {values['precision']}: choose float16 or float32")
+    cfg = load_model_dir(values["model_dir"])
+    golden_dir = values["golden_dir"] or REPO_ROOT / "golden" / cfg.name
+    budget = values["pss_budget"] or cfg.raw_gates.get("pss_budget")
+    options = {}
+    if backend == "rknnlite":
+        options["core_mask"] = values["core_mask"]
+    if backend == "faults":
+        from .backends.faults import parse_fault
+        options.update(parse_fault(values["fault"]))
+    settings = SuiteSettings(
+        backend=backend, backend_requested=requested, on_board=on_board,
+        model_dir=values["model_dir"], partition=values["partition"], precision=values["precision"],
+        golden_dir=golden_dir,
+        cases=[c.strip() for c in values["cases"].split(",") if c.strip()] if values["cases"] else None,
+        require_npu=values["require_npu"], mem_floor=parse_size(values["mem_floor"]),
+        swap_limit=parse_size(values["swap_limit"]),
+        pss_budget=parse_size(budget) if budget else None,
+        update_goldens=values["update_goldens"], force_goldens=values["force_goldens"],
+        artifacts=values["artifacts"], telemetry_root=values["telemetry_root"],
+        core_mask=values["core_mask"], bench_rounds=values["bench_rounds"],
+        bench_steps=values["bench_steps"], history=values["history"], fault=values["fault"],
+        cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options)
+    settings.npu_problem = _npu_problem(settings)
+    return settings
+
+
+def _npu_problem(s: SuiteSettings) -> str | None:
+    """Why the NPU requirement is not met here, or None when it is."""
+    if not s.on_board:
+        return (f"not an RK3588 board (no rockchip,rk3588 device tree, NPU device or librknnrt under "
+                f"{s.telemetry_root})")
+    if s.backend != "rknnlite":
+        return f"backend is {s.backend}, not rknnlite"
+    from .backends.rknnlite import load_runtime
+    try:
+        load_runtime()
+    except HarnessError as exc:
+        return str(exc)
+    return None
+
+
+# ------------------------------------------------------------------ hooks
+
+def pytest_configure(config):
+    cli = {name: config.getoption(name) for name in OPTIONS}
+    try:
+        settings = resolve_settings(cli, config.getoption("board_profile"))
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config._anima_settings = settings
+    _key_benchmarks_by_board(config, settings)
+
+
+def _key_benchmarks_by_board(config, settings) -> None:
+    # pytest-benchmark files baselines under a machine id that is the same for every board of a kind
+    # (OS-Python-bits): give each board its own storage so --benchmark-compare compares like with like.
+    from .telemetry import board_id, board_identity
+    identity = board_identity(settings.telemetry_root)
+    config._anima_identity = identity
+    config._anima_board = board_id(identity)
+    if hasattr(config.option, "benchmark_storage") and config.option.benchmark_storage in (None, "file://./.benchmarks"):
+        config.option.benchmark_storage = f"file://{REPO_ROOT / '.benchmarks' / config._anima_board}"
+
+
+def pytest_report_header(config):
+    s = config._anima_settings
+    i = config._anima_identity
+    lines = [
+        f"anima: backend {s.backend} (asked: {s.backend_requested}), board {config._anima_board} "
+        f"({i.get('model') or 'no board model'}), on RK3588: {s.on_board}",
+        f"anima: kernel {i.get('kernel')}, NPU driver {i.get('npu_driver')}, librknnrt {i.get('runtime_lib')}, "
+        f"rknn-toolkit-lite2 {i.get('toolkit_lite')}, onnxruntime {i.get('onnxruntime')}",
+        f"anima: model {s.model_dir}, partition {s.partition or 'exported on demand (' + s.precision + ')'}, "
+        f"goldens {s.golden_dir}",
+        f"anima: memory guard floor {s.mem_floor / 2**30:.2f} GiB, swap limit {s.swap_limit / 2**20:.0f} MiB"
+        + (f", require-npu ({'met' if not s.npu_problem else 'NOT met: ' + s.npu_problem})" if s.require_npu else ""),
+    ]
+    if s.board_profile:
+        lines.append(f"anima: board profile {s.board_profile}")
+    return lines
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    machine_info["board_id"] = config._anima_board
+    machine_info["board"] = config._anima_identity
+    machine_info["backend"] = config._anima_settings.backend
+
+
+def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark):
+    saved = compared_benchmark.get("machine_info", {}).get("board_id")
+    if saved and saved != machine_info.get("board_id"):
+        benchmarksession.logger.warning(
+            f"comparing against a baseline from board {saved}, this is {machine_info.get('board_id')}")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    for name, info in getattr(config, "_anima_splits", []):
+        sp = info["step_split_s"]
+        terminalreporter.write_sep("-", f"step split: {name}")
+        terminalreporter.write_line(
+            f"mean step {sp['step']:.4f} s = lifecycle {sp['lifecycle']:.4f} s ({100 * sp['lifecycle'] / sp['step']:.1f} %)"
+            f" + host math {sp['host']:.4f} s ({100 * sp['host'] / sp['step']:.1f} %)"
+            f" + rest {sp['rest']:.4f} s ({100 * sp['rest'] / sp['step']:.1f} %)")
+        life = info["lifecycle_s_per_step"]
+        terminalreporter.write_line("  lifecycle per step: " + ", ".join(f"{k} {v:.4f} s" for k, v in life.items()))
+        terminalreporter.write_line("  host math per step: " + ", ".join(
+            f"{k[5:]} {v:.4f} s" for k, v in sp.items() if k.startswith("host_")))
+        terminalreporter.write_line("  core per branch per step: " + ", ".join(
+            f"{k} {v:.4f} s" for k, v in info["core_s_per_step"].items()))
+    invalid = getattr(config, "_anima_invalid", [])
+    for name, reasons in invalid:
+        terminalreporter.write_line(f"INVALID benchmark {name}: " + "; ".join(reasons), red=True)
+
+
+def pytest_generate_tests(metafunc):
+    # Golden cases are data (golden/<model>/cases.toml): one gate test per case.
+    if "case" in metafunc.fixturenames:
+        cases = _selected_cases(metafunc.config._anima_settings)
+        metafunc.parametrize("case", cases, ids=[c.name for c in cases])
+
+
+def _selected_cases(suite):
+    from .golden import load_cases
+    cases = load_cases(suite.golden_dir / "cases.toml")
+    if suite.cases:
+        unknown = sorted(set(suite.cases) - {c.name for c in cases})
+        if unknown:
+            raise pytest.UsageError(f"--cases: no golden case named '{unknown[0]}' in "
+                                    f"{suite.golden_dir / 'cases.toml'}")
+        cases = [c for c in cases if c.name in suite.cases]
+    return cases
+
+
+# ------------------------------------------------------------------ fixtures
+
+@pytest.fixture(scope="session")
+def suite(request) -> SuiteSettings:
+    return request.config._anima_settings
+
+
+@pytest.fixture(scope="session")
+def gate_runner(suite):
+    from .gates import GateRunner
+    return GateRunner(suite)
+
+
+@pytest.fixture(scope="session")
+def golden_cases(suite):
+    return _selected_cases(suite)
+
+
+@pytest.fixture
+def artifacts(suite, request) -> Path:
+    """This test's artifact folder (created on first use)."""
+    path = suite.artifacts / request.node.name.replace("/", "_").replace("[", "-").rstrip("]")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def npu_guard(request, suite):
+    """Around every npu test: the NPU requirement, then an armed memory guard.
+
+    The guard samples MemAvailable, swap and PSS; the pipeline checks it between subgraph
+    invocations, so a trip stops the run there, releases every context and fails the test with the
+    numbers. Its samples are written to the test's artifacts whatever happened.
+    """
+    if request.node.get_closest_marker("npu") is None:
+        yield None
+        return
+    if suite.require_npu and suite.npu_problem:
+        pytest.fail(f"--require-npu: {suite.npu_problem}. npu gates never fall back to a CPU backend.",
+                    pytrace=False)
+    from .memory import MemoryGuard
+    guard = MemoryGuard(suite.mem_floor, suite.swap_limit, interval=0.05, max_staleness=0.05)
+    with guard:
+        yield guard
+    out = suite.artifacts / "memory" / f"{request.node.name}.json"
+    guard.write_samples(out)
+    if guard.tripped:
+        pytest.fail(f"memory guard tripped: {guard.trip_reason} (samples: {out})", pytrace=False)

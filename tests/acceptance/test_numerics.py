@@ -1,0 +1,15 @@
+"""Gate: a full generation per golden case with every subgraph output checked for NaN/Inf."""
+import pytest
+
+from harness.errors import NumericsError
+
+pytestmark = pytest.mark.npu
+
+
+def test_no_nan_or_inf_in_any_subgraph_output(case, gate_runner, npu_guard):
+    run = gate_runner.case_run(case, npu_guard)
+    if isinstance(run.error, NumericsError):
+        pytest.fail(f"{case.name}: {run.error} (report: {run.report_path})", pytrace=False)
+    if run.error is not None:
+        pytest.fail(f"{case.name}: run failed before numerics could be judged: {run.error}", pytrace=False)
+    assert run.result.report["invocations"] == 3 * gate_runner.bundle.cfg.blocks * 4 * case.steps

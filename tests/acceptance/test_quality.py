@@ -1,0 +1,32 @@
+"""Gate: each golden case's image against its golden FP16 image by SSIM and PSNR."""
+import pytest
+
+from harness.gates import quality_check
+from harness.golden import GoldenError, GoldenStore
+
+pytestmark = [pytest.mark.npu, pytest.mark.quality]
+
+
+def test_image_matches_golden(case, gate_runner, npu_guard, suite, artifacts, record_property):
+    run = gate_runner.case_run(case, npu_guard)
+    if run.error is not None:
+        pytest.fail(f"{case.name}: no image to judge: {run.error}", pytrace=False)
+    image = run.result.image
+    store = GoldenStore(suite.golden_dir, image_shape=image.shape)
+    if suite.update_goldens:
+        meta = {"backend": suite.backend, "manifest_hash": gate_runner.manifest_hash,
+                "model": gate_runner.bundle.cfg.name, "partition": str(gate_runner.partition)}
+        try:
+            store.write(case, image, meta, precision=gate_runner.precision, force=suite.force_goldens)
+        except GoldenError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        return
+    try:
+        golden, _ = store.load(case)
+    except GoldenError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    q, diff = quality_check(case, image, golden, artifacts)
+    record_property("ssim", q.ssim)
+    record_property("psnr", q.psnr)
+    assert diff is None, (f"{case.name}: {q.summary()} fails SSIM >= {case.ssim_min} / PSNR >= "
+                          f"{case.psnr_min} dB; obtained, golden and diff heat map: {diff}")
