@@ -37,7 +37,7 @@ __all__ = ["GoldenCase", "GoldenStore", "GoldenError", "GoldenMissing", "GoldenC
            "REFERENCE_PRECISIONS", "UPDATE_COMMAND", "SAMPLERS"]
 
 GOLDEN_DIR = REPO_ROOT / "golden"
-CASES_FILE = GOLDEN_DIR / "cases.toml"
+CASES_FILE = GOLDEN_DIR / "embedded-digits" / "cases.toml"   # the embedded model's cases
 UPDATE_COMMAND = "pytest -m quality --update-goldens"
 REFERENCE_PRECISIONS = ("float16", "float32")
 _PRECISION_ALIASES = {"fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}

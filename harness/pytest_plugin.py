@@ -261,9 +261,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 def pytest_generate_tests(metafunc):
     # Golden cases are data (golden/<model>/cases.toml): one gate test per case.
-    if "case" in metafunc.fixturenames:
+    if "golden_case" in metafunc.fixturenames:
         cases = _selected_cases(metafunc.config._anima_settings)
-        metafunc.parametrize("case", cases, ids=[c.name for c in cases])
+        metafunc.parametrize("golden_case", cases, ids=[c.name for c in cases])
 
 
 def _selected_cases(suite):

@@ -17,7 +17,8 @@ import numpy as np
 from ..errors import ConfigError, WeightsError
 
 __all__ = ["PromptEncoder", "tokenize", "interp_matrix", "decode", "digits_latents",
-           "DIGIT_WORDS", "PROMPT_KEYS"]
+           "DIGIT_WORDS", "PROMPT_KEYS", "digit_classifier",
+           "latents_to_digits_features"]
 
 DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 PROMPT_KEYS = ("prompt_encoder.token_embedding.weight", "prompt_encoder.position_embedding.weight")
@@ -105,3 +106,20 @@ def digits_latents() -> tuple[np.ndarray, np.ndarray]:
     up = interp_matrix(8, 2)
     latents = np.einsum("hi,nij,wj->nhw", up, images, up)[:, None]
     return latents.astype(np.float32), digits.target.astype(np.int64)
+
+
+def digit_classifier():
+    """An SVC trained on the real 8x8 digits: the judge of whether a sample shows the prompted digit.
+
+    scikit-learn is a test/tool dependency only (local import).
+    """
+    from sklearn.datasets import load_digits
+    from sklearn.svm import SVC
+    digits = load_digits()
+    return SVC(gamma=0.001, C=10.0).fit(digits.data, digits.target)
+
+
+def latents_to_digits_features(latents: np.ndarray) -> np.ndarray:
+    """[n, 1, 16, 16] latents in [-1, 1] -> [n, 64] 8x8 features on the digits' 0..16 scale."""
+    pooled = latents.reshape(len(latents), 8, 2, 8, 2).mean(axis=(2, 4))
+    return np.clip((pooled + 1.0) * 8.0, 0.0, 16.0).reshape(len(latents), 64)

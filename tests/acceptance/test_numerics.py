@@ -6,7 +6,8 @@ from harness.errors import NumericsError
 pytestmark = pytest.mark.npu
 
 
-def test_no_nan_or_inf_in_any_subgraph_output(case, gate_runner, npu_guard):
+def test_no_nan_or_inf_in_any_subgraph_output(golden_case, gate_runner, npu_guard):
+    case = golden_case
     run = gate_runner.case_run(case, npu_guard)
     if isinstance(run.error, NumericsError):
         pytest.fail(f"{case.name}: {run.error} (report: {run.report_path})", pytrace=False)

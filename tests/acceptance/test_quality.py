@@ -7,7 +7,8 @@ from harness.golden import GoldenError, GoldenStore
 pytestmark = [pytest.mark.npu, pytest.mark.quality]
 
 
-def test_image_matches_golden(case, gate_runner, npu_guard, suite, artifacts, record_property):
+def test_image_matches_golden(golden_case, gate_runner, npu_guard, suite, artifacts, record_property):
+    case = golden_case
     run = gate_runner.case_run(case, npu_guard)
     if run.error is not None:
         pytest.fail(f"{case.name}: no image to judge: {run.error}", pytrace=False)
