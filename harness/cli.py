@@ -15,34 +15,24 @@ from .errors import ConfigError, HarnessError
 __all__ = ["main", "build_parser"]
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
+def _ranged(kind, lo, hi, what: str):
+    """An argparse type: parse with `kind` and keep within [lo, hi], with the option's own wording."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got '{text}'") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(
+                f"must be positive, got {value}" if lo == 1 and hi == float("inf")
+                else f"must be within {lo}..{hi}, got {value}")
+        return value
+    return parse
 
 
-def _cfg_scale(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
-    if not (0.0 <= value <= 30.0):
-        raise argparse.ArgumentTypeError(f"must be within 0..30, got {value}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
-    if not 0 <= value < 2 ** 63:
-        raise argparse.ArgumentTypeError(f"must be within 0..2^63-1, got {value}")
-    return value
+_positive_int = _ranged(int, 1, float("inf"), "a whole number")
+_cfg_scale = _ranged(float, 0.0, 30.0, "a number")
+_seed = _ranged(int, 0, 2 ** 63 - 1, "a whole number")
 
 
 def build_parser() -> argparse.ArgumentParser:

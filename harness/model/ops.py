@@ -15,8 +15,13 @@ __all__ = ["timestep_sinusoid", "silu", "rms_norm", "layer_norm", "gelu", "rope_
 
 
 def linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
-    """y = x @ W.T; weights are stored [out, in] and have no bias anywhere in the network."""
-    return x @ weight.T
+    """y = x @ W.T; weights are stored [out, in] and have no bias anywhere in the network.
+
+    Leading axes are folded into one GEMM: numpy's stacked matmul would otherwise call BLAS once per
+    batch row, which made a batch of 200 streams ~30x slower.
+    """
+    y = x.reshape(-1, x.shape[-1]) @ weight.T
+    return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
 def timestep_sinusoid(t: np.ndarray, dim: int) -> np.ndarray:
