@@ -13,7 +13,7 @@ from pathlib import Path
 from .errors import ConfigError
 
 __all__ = ["ModelConfig", "load_profile", "load_model_dir", "PROFILES_DIR", "EMBEDDED_DIR",
-           "REPO_ROOT", "BRANCHES"]
+           "REPO_ROOT", "BRANCHES", "NETWORK_KEYS"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROFILES_DIR = REPO_ROOT / "models" / "profiles"
@@ -22,7 +22,7 @@ EMBEDDED_DIR = REPO_ROOT / "models" / "embedded"
 # Execution order of the three branch bodies inside every block (the board's subgraph order).
 BRANCHES = ("self_attn", "cross_attn", "ffn")
 
-_NETWORK_KEYS = {
+NETWORK_KEYS = {
     "blocks": int, "width": int, "heads": int, "ffn_ratio": int, "latent_channels": int,
     "padding_mask": bool, "patch_spatial": int, "patch_temporal": int, "context_dim": int,
     "adaln_lora_rank": int, "rope_ratio_h": float, "rope_ratio_w": float, "rope_ratio_t": float,
@@ -98,7 +98,7 @@ def _parse(data: dict, source: str) -> ModelConfig:
     if not isinstance(net, dict):
         raise ConfigError(f"{source}: missing [network] table")
     values = {}
-    for key, kind in _NETWORK_KEYS.items():
+    for key, kind in NETWORK_KEYS.items():
         if key not in net:
             raise ConfigError(f"{source}: [network] is missing '{key}'")
         value = net[key]

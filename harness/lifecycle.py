@@ -32,19 +32,35 @@ class StageRecord:
     seconds: float
 
 
+class _Timed:
+    """Times one stage into a list; a plain class because it wraps every one of thousands of calls.
+
+    The record is appended even when the stage fails: a partial report shows where time went.
+    """
+
+    __slots__ = ("sink", "key", "start")
+
+    def __init__(self, sink: list, key: tuple):
+        self.sink, self.key = sink, key
+
+    def __enter__(self):
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc):
+        self.sink.append((*self.key, time.perf_counter() - self.start))
+        return False
+
+
 @dataclass
 class LifecycleRecorder:
-    records: list[StageRecord] = field(default_factory=list)
+    raw: list[tuple] = field(default_factory=list)
 
-    @contextlib.contextmanager
-    def timed(self, step: int, entry, stage: str):
-        # The record is appended even when the stage fails: a partial report shows where time went.
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.records.append(StageRecord(step, entry.index, entry.block, entry.branch, stage,
-                                            time.perf_counter() - start))
+    def timed(self, step: int, entry, stage: str) -> _Timed:
+        return _Timed(self.raw, (step, entry.index, entry.block, entry.branch, stage))
+
+    @property
+    def records(self) -> list[StageRecord]:
+        return [StageRecord(*r) for r in self.raw]
 
     def as_dicts(self) -> list[dict]:
         return [asdict(r) for r in self.records]

@@ -30,7 +30,7 @@ from harness.config import ModelConfig, load_model_dir, load_profile  # noqa: E4
 from harness.model.embedded import DIGIT_WORDS, PROMPT_KEYS, digits_latents, tokenize  # noqa: E402
 from harness.weights import expected_shapes, save_weights  # noqa: E402
 
-REFERENCE = Path("/work/shared/reference/cosmos-reference")
+REFERENCE = ROOT / "tests" / "data" / "cosmos-reference"   # tensors from the public Cosmos-Predict2 code
 CHECK_TOLERANCE = 1e-4
 
 TEMPLATES = ("{w}", "digit {w}", "the digit {w}", "a handwritten {w}", "a handwritten digit {w}",
@@ -296,6 +296,8 @@ def export(model: CosmosDiT, enc: PromptEncoder, cfg: ModelConfig, out: Path, me
     prompt = {PROMPT_KEYS[0]: enc.token_embedding.weight.detach().numpy().copy(),
               PROMPT_KEYS[1]: enc.position_embedding.detach().numpy().copy()}
     save_weights(prompt, out / cfg.files.get("prompt_encoder", "prompt_encoder.safetensors"), meta)
+    for name in (cfg.files.get("weights", "dit.safetensors"), cfg.files.get("prompt_encoder", "prompt_encoder.safetensors")):
+        (out / name).chmod(0o644)   # the atomic temp file is created 0600
 
 
 def train(args, cfg: ModelConfig, console):
@@ -311,6 +313,19 @@ def train(args, cfg: ModelConfig, console):
 
     model, enc = CosmosDiT(cfg), PromptEncoder(len(cfg.prompt["vocab"]), cfg.context_tokens, cfg.context_dim)
     init_model(model)
+    prior_steps = 0
+    if args.init_from:
+        from safetensors import safe_open
+        from safetensors.numpy import load_file
+        src = Path(args.init_from)
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in load_file(str(src / "dit.safetensors")).items()})
+        pe = load_file(str(src / "prompt_encoder.safetensors"))
+        with torch.no_grad():
+            enc.token_embedding.weight.copy_(torch.from_numpy(pe[PROMPT_KEYS[0]]))
+            enc.position_embedding.copy_(torch.from_numpy(pe[PROMPT_KEYS[1]]))
+        with safe_open(str(src / "dit.safetensors"), "np") as fh:
+            prior_steps = int((fh.metadata() or {}).get("total_steps", (fh.metadata() or {}).get("steps", 0)))
+        console.print(f"continuing from {src} ({prior_steps} steps already trained)")
     params = list(model.parameters()) + list(enc.parameters())
     console.print(f"model: {sum(p.numel() for p in model.parameters()):,} DiT parameters + "
                   f"{sum(p.numel() for p in enc.parameters()):,} prompt-encoder parameters; "
@@ -358,7 +373,7 @@ def train(args, cfg: ModelConfig, console):
             decay = min(args.ema, (1 + step) / (10 + step))
             with torch.no_grad():
                 torch._foreach_lerp_(ema_params, [p.detach() for p in params], 1 - decay)
-            lv = float(loss)
+            lv = loss.item()
             recent = (recent + [lv])[-50:]
             smooth = lv if smooth is None else 0.98 * smooth + 0.02 * lv
             progress.update(task, advance=1, loss=f"{smooth:.4f}")
@@ -368,7 +383,7 @@ def train(args, cfg: ModelConfig, console):
                 console.print(f"step {done}/{args.steps}  loss {lv:.4f}  mean50 {np.mean(recent):.4f}  "
                               f"lr {lr_at(step):.2e}  {el:.0f}s  ({el / done:.2f} s/step)", highlight=False)
             if done % args.ckpt_every == 0 or done == args.steps:
-                meta = {"steps": done, "seed": args.seed, "batch": args.batch,
+                meta = {"steps": done, "total_steps": prior_steps + done, "seed": args.seed, "batch": args.batch,
                         "loss": f"{np.mean(recent):.5f}", "ema": args.ema, "wall_seconds": f"{time.time() - t0:.0f}"}
                 export(ema_model, ema_enc, cfg, args.out, meta)
     wall = time.time() - t0
@@ -459,10 +474,13 @@ def main(argv=None):
     ap.add_argument("--check-only", action="store_true", help="only verify the network against the reference")
     ap.add_argument("--eval-only", action="store_true", help="evaluate the weights already in --out")
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--init-from", type=Path, default=None,
+                    help="start from the weights in this model dir (continue training) instead of adaLN-Zero init")
     ap.add_argument("--ema", type=float, default=0.995)
     ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument("--ckpt-every", type=int, default=100)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2,
+                    help="torch threads (1 is steadier when other processes load the 2 cores)")
     args = ap.parse_args(argv)
     from rich.console import Console
     console = Console()
@@ -490,7 +508,7 @@ def main(argv=None):
     results, _ = evaluate(model, enc, cfg, console)
     console.print("CFG 4, first sample of each digit:")
     x4 = results[4.0][2]
-    console.print(ascii_digits(x4[::10]), highlight=False, markup=False)
+    print(ascii_digits(x4[::10]), flush=True)
     return 0
 
 

@@ -9,6 +9,7 @@ Every context that has loaded something is counted as live until it is released;
 from __future__ import annotations
 
 import abc
+import functools
 import importlib
 import threading
 from pathlib import Path
@@ -73,6 +74,10 @@ class Context(abc.ABC):
 def create_context(backend: str, label: str, **options) -> Context:
     if backend not in BACKENDS:
         raise BackendError(f"unknown backend '{backend}' (known: {', '.join(sorted(BACKENDS))})")
+    return _context_class(backend)(label, **options)
+
+
+@functools.lru_cache(maxsize=None)
+def _context_class(backend: str):
     module_name, cls_name = BACKENDS[backend].split(":")
-    cls = getattr(importlib.import_module(module_name), cls_name)
-    return cls(label, **options)
+    return getattr(importlib.import_module(module_name), cls_name)

@@ -85,9 +85,12 @@ class OnnxRuntimeContext(Context):
                                     f"({', '.join(self._input_names)}), got {len(inputs)}")
         feed = {name: np.asarray(x) for name, x in zip(self._input_names, inputs)}
         try:
-            return list(self._session.run(None, feed))
+            outputs = self._session.run(None, feed)
         except Exception as exc:
             raise self.error("run", str(exc)) from exc
+        # Own copies, as RKNNLite's inference returns: onnxruntime's arrays can keep the session's
+        # memory alive, and freeing it later would bill the next stage (or the harness) for it.
+        return [np.array(o, copy=True) for o in outputs]
 
     def release(self) -> None:
         self._session = None

@@ -7,7 +7,6 @@ Every problem is a ManifestError naming the subgraph ("subgraph 4 (block 1 cross
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from ..atomic import atomic_write_json
-from ..config import BRANCHES, ModelConfig
+from ..config import BRANCHES, NETWORK_KEYS, ModelConfig
 from ..errors import ManifestError
 
 __all__ = ["FORMAT", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest",
@@ -25,9 +24,6 @@ __all__ = ["FORMAT", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest",
 FORMAT = "anima-partition/1"
 MANIFEST_FILE = "manifest.json"
 DECODER_BRANCH = "decoder"
-_HOST_FIELDS = {"name", "latent_size", "context_tokens", "sampler", "prompt", "decoder", "files", "source"}
-
-
 def manifest_path(directory) -> Path:
     return Path(directory) / MANIFEST_FILE
 
@@ -38,7 +34,8 @@ def subgraph_index(block: int, branch: str) -> int:
 
 
 def network_settings(cfg: ModelConfig) -> dict:
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in _HOST_FIELDS}
+    """The [network] table: what the subgraphs' math depends on (host-only settings are left out)."""
+    return {key: getattr(cfg, key) for key in NETWORK_KEYS}
 
 
 @dataclass(frozen=True)
