@@ -61,9 +61,10 @@ class GateRunner:
         from .partition.onnx_export import export_partition, weights_digest
         b = self.bundle
         key = weights_digest(b.weights)[:12]
-        out = self.s.cache_dir / "partitions" / f"{b.cfg.name}-{self.s.precision}-{key}"
+        variant = self.s.precision + (f"-{self.s.fake_quant}" if self.s.fake_quant else "")
+        out = self.s.cache_dir / "partitions" / f"{b.cfg.name}-{variant}-{key}"
         if not manifest_path(out).exists():
-            export_partition(b.weights, b.cfg, out, dtype=self.s.precision)
+            export_partition(b.weights, b.cfg, out, dtype=self.s.precision, fake_quant=self.s.fake_quant)
         return out
 
     @property
@@ -72,7 +73,10 @@ class GateRunner:
 
     @property
     def precision(self) -> str:
-        return load_manifest(self.partition).export.get("dtype", "unknown")
+        """The partition's precision as goldens name it: float16, or e.g. float16+ffn-w8a8."""
+        export = load_manifest(self.partition).export
+        quant = export.get("fake_quant")
+        return export.get("dtype", "unknown") + (f"+{quant}" if quant else "")
 
     # -------------------------------------------------------------- runs
     def settings_for(self, case: GoldenCase, steps: int | None = None) -> dict:

@@ -256,17 +256,23 @@ class GoldenStore:
             raise GoldenStale(f"golden case '{case.name}': {paths['json']} was rendered with other "
                               f"settings ({detail}); update it: {UPDATE_COMMAND}")
 
-    def write(self, case: GoldenCase, image, meta: dict, precision: str, force: bool = False) -> dict:
-        """Store the golden image; `meta` must name at least `backend` and `manifest_hash`.
-
-        Returns the full metadata written. Refuses non-reference precisions unless force=True.
-        """
+    def check_writable(self, case: GoldenCase, precision: str, force: bool = False) -> str:
+        """The canonical precision, or GoldenRefused for a non-reference one without force."""
         canonical = _canonical_precision(precision)
         if canonical not in REFERENCE_PRECISIONS and not force:
             raise GoldenRefused(
                 f"golden case '{case.name}': refusing to write a golden from a {precision!r} run; goldens "
                 f"are reference images ({' or '.join(REFERENCE_PRECISIONS)}). A quantised golden would "
-                "hide the very loss the gate measures. Pass force=True to override deliberately.")
+                "hide the very loss the gate measures. Pass force=True (--force-goldens) to override "
+                "deliberately.")
+        return canonical
+
+    def write(self, case: GoldenCase, image, meta: dict, precision: str, force: bool = False) -> dict:
+        """Store the golden image; `meta` must name at least `backend` and `manifest_hash`.
+
+        Returns the full metadata written. Refuses non-reference precisions unless force=True.
+        """
+        canonical = self.check_writable(case, precision, force)
         missing = sorted({"backend", "manifest_hash"} - set(meta))
         if missing:
             raise ConfigError(f"golden case '{case.name}': metadata lacks {missing}")

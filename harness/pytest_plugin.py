@@ -23,6 +23,7 @@ OPTIONS = {
     "model_dir": (str(EMBEDDED_DIR), "model directory (model.toml + weights); default: the embedded model"),
     "partition": (None, "partition directory (manifest.json); default: exported from the weights and cached"),
     "precision": ("float16", "precision of an exported partition: float16 (the board's) or float32"),
+    "fake_quant": (None, "export the partition with simulated INT8 (ffn-w8a8): a what-if the quality gate judges"),
     "golden_dir": (None, "golden images and cases.toml; default: golden/<model name>"),
     "cases": (None, "comma-separated golden case names to run (default: all)"),
     "require_npu": (False, "fail every npu test unless this is an RK3588 with the RKNNLite runtime"),
@@ -53,6 +54,7 @@ class SuiteSettings:
     model_dir: Path
     partition: Path | None
     precision: str
+    fake_quant: str | None
     golden_dir: Path
     cases: list[str] | None
     require_npu: bool
@@ -145,6 +147,9 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         raise ConfigError(f"--backend {requested}: unknown (choose auto, onnxruntime, rknnlite, faults)")
     if values["precision"] not in ("float16", "float32"):
         raise ConfigError(f"--precision {values['precision']}: choose float16 or float32")
+    from .partition.onnx_export import FAKE_QUANT
+    if values["fake_quant"] not in (None, *FAKE_QUANT):
+        raise ConfigError(f"--fake-quant {values['fake_quant']}: choose {', '.join(FAKE_QUANT)}")
     cfg = load_model_dir(values["model_dir"])
     golden_dir = values["golden_dir"] or REPO_ROOT / "golden" / cfg.name
     budget = values["pss_budget"] or cfg.raw_gates.get("pss_budget")
@@ -157,6 +162,7 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     settings = SuiteSettings(
         backend=backend, backend_requested=requested, on_board=on_board,
         model_dir=values["model_dir"], partition=values["partition"], precision=values["precision"],
+        fake_quant=values["fake_quant"],
         golden_dir=golden_dir,
         cases=[c.strip() for c in values["cases"].split(",") if c.strip()] if values["cases"] else None,
         require_npu=values["require_npu"], mem_floor=parse_size(values["mem_floor"]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .onnx_export import FAKE_QUANT
 from ..config import EMBEDDED_DIR, ModelConfig, load_model_dir, load_profile
 from ..errors import ConfigError
 
@@ -50,6 +51,8 @@ def add_commands(subparsers) -> None:
     exp.add_argument("--weights", type=Path, help="safetensors checkpoint for --profile")
     exp.add_argument("--out", type=Path, help="partition directory (default: out/partitions/<model>-<dtype>)")
     exp.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+    exp.add_argument("--fake-quant", choices=FAKE_QUANT, default=None,
+                     help="simulate INT8 in the graph (ffn-w8a8: FFN weights and activations)")
     exp.add_argument("--streams", type=_streams, default=2, help="CFG streams per run (default: 2)")
     exp.add_argument("--opset", type=_opset, default=17, help="ONNX opset, at most 19 (default: 17)")
     exp.add_argument("--blocks", help="blocks to export: N, N-M or a comma list (default: all)")
@@ -82,8 +85,10 @@ def cmd_export(args) -> int:
     check_opset(args.opset)          # before loading gigabytes of weights
     cfg, weights, source = _load_model(args)
     blocks = parse_blocks(args.blocks, cfg.blocks) if args.blocks else None
-    out = args.out or Path("out/partitions") / f"{cfg.name}-{args.dtype}"
+    variant = args.dtype + (f"-{args.fake_quant}" if args.fake_quant else "")
+    out = args.out or Path("out/partitions") / f"{cfg.name}-{variant}"
     manifest = export_partition(weights, cfg, out, dtype=args.dtype, streams=args.streams,
+                                fake_quant=args.fake_quant,
                                 opset=args.opset, blocks=blocks, progress=not args.quiet,
                                 weights_source=str(source))
     size = sum(e.bytes for e in manifest.entries())

@@ -41,7 +41,10 @@ MIN_OPSET = 13      # Softmax over one axis (not flattened) needs 13+
 DECODER_FILE = "decoder.onnx"
 
 # Op types used for arithmetic; everything else in these graphs only moves data.
-_COMPUTE_OPS = ("MatMul", "Add", "Sub", "Mul", "Div", "Sqrt", "Erf", "Softmax", "ReduceMean")
+_COMPUTE_OPS = ("MatMul", "Add", "Sub", "Mul", "Div", "Sqrt", "Erf", "Softmax", "ReduceMean",
+                "Abs", "ReduceMax", "Round")
+# Fake quantisation variants an export can simulate (what-if analysis before converting for INT8).
+FAKE_QUANT = ("ffn-w8a8",)
 
 
 def check_opset(opset: int) -> int:
@@ -263,13 +266,42 @@ def _cross_attn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int) -> N
     g.op("MatMul", [o, g.weight_t("output_proj.weight_t", w, p + "output_proj.weight")], "y")
 
 
-def _ffn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int) -> None:
+def _int8_weights(w: dict, keys: tuple[str, ...]) -> dict:
+    """Symmetric per-output-channel INT8 quantise-dequantise of the named [out, in] weights."""
+    out = dict(w)
+    for key in keys:
+        m = np.asarray(w[key], dtype=np.float32)
+        scale = np.abs(m).max(axis=1, keepdims=True) / 127.0
+        scale[scale == 0] = 1.0
+        out[key] = np.round(m / scale) * scale
+    return out
+
+
+def _int8_activation(g: _Graph, x: str, name: str) -> str:
+    # Dynamic per-tensor symmetric INT8: round(x / s) * s with s = max|x| / 127 (|x / s| <= 127,
+    # so no clip is needed). Written in primitive ops, like GELU, for opset <= 19.
+    # No axes: ReduceMax over every axis, the same node in opset 13..19.
+    peak = g.op("ReduceMax", [g.op("Abs", [x], f"{name}/abs")], f"{name}/max", keepdims=1)
+    scale = g.op("Div", [peak, g.const(f"{name}/qmax", 127.0)], f"{name}/scale")
+    q = g.op("Round", [g.op("Div", [x, scale], f"{name}/scaled")], f"{name}/q")
+    return g.op("Mul", [q, scale], f"{name}/dq")
+
+
+def _ffn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int, fake_quant: str | None = None) -> None:
     p = f"blocks.{i}.mlp."
-    h = _linear(g, "x", w, p + "layer1.weight", "layer1")
+    x = "x"
+    if fake_quant == "ffn-w8a8":
+        # The board's FFN W8A8 what-if: INT8 weights and activations into both FFN linears,
+        # GELU and everything else at the graph dtype.
+        w = _int8_weights(w, (p + "layer1.weight", p + "layer2.weight"))
+        x = _int8_activation(g, x, "quant_in")
+    h = _linear(g, x, w, p + "layer1.weight", "layer1")
     # ops.gelu, exact erf form: (0.5 * x) * (1 + erf(x / sqrt(2)))
     erf = g.op("Erf", [g.op("Div", [h, g.const("gelu/sqrt2", math.sqrt(2.0))], "gelu/scaled")], "gelu/erf")
     gate = g.op("Add", [g.const("gelu/one", 1.0), erf], "gelu/one_plus_erf")
     act = g.op("Mul", [g.op("Mul", [g.const("gelu/half", 0.5), h], "gelu/half_x"), gate], "gelu")
+    if fake_quant == "ffn-w8a8":
+        act = _int8_activation(g, act, "quant_hidden")
     g.op("MatMul", [act, g.weight_t("layer2.weight_t", w, p + "layer2.weight")], "y")
 
 
@@ -282,8 +314,14 @@ def _check_block(cfg: ModelConfig, block: int) -> int:
     return int(block)
 
 
+def _check_fake_quant(fake_quant: str | None) -> str | None:
+    if fake_quant is not None and fake_quant not in FAKE_QUANT:
+        raise ConfigError(f"fake quantisation '{fake_quant}' is unknown (known: {', '.join(FAKE_QUANT)})")
+    return fake_quant
+
+
 def _build(weights: dict, cfg: ModelConfig, block: int, branch: str, dtype: str, streams: int,
-           opset: int) -> tuple[onnx.ModelProto, list[str]]:
+           opset: int, fake_quant: str | None = None) -> tuple[onnx.ModelProto, list[str]]:
     block = _check_block(cfg, block)
     if branch not in _BODIES:
         raise ConfigError(f"branch '{branch}' is unknown (known: {', '.join(BRANCHES)})")
@@ -294,7 +332,10 @@ def _build(weights: dict, cfg: ModelConfig, block: int, branch: str, dtype: str,
     if branch == "cross_attn":
         inputs.append(helper.make_tensor_value_info("context", g.elem,
                                                     [streams, cfg.context_tokens, cfg.context_dim]))
-    _BODIES[branch](g, weights, cfg, block, streams)
+    if branch == "ffn":
+        _ffn(g, weights, cfg, block, streams, _check_fake_quant(fake_quant))
+    else:
+        _BODIES[branch](g, weights, cfg, block, streams)
     outputs = [helper.make_tensor_value_info("y", g.elem, x_shape)]
     index = subgraph_index(block, branch)
     model = g.model(f"block{block}_{branch}", inputs, outputs,
@@ -380,9 +421,13 @@ def _select_blocks(cfg: ModelConfig, blocks) -> list[int]:
 
 def export_partition(weights: dict, cfg: ModelConfig, out_dir, dtype: str = "float32", streams: int = 2,
                      opset: int = DEFAULT_OPSET, blocks=None, progress: bool | None = None,
-                     weights_source: str | None = None) -> Manifest:
-    """Write one ONNX file per subgraph (+ decoder.onnx when the model has one) and manifest.json."""
+                     weights_source: str | None = None, fake_quant: str | None = None) -> Manifest:
+    """Write one ONNX file per subgraph (+ decoder.onnx when the model has one) and manifest.json.
+
+    fake_quant="ffn-w8a8" simulates INT8 FFN linears (weights and activations) in the graph dtype.
+    """
     _check_dtype(dtype)
+    _check_fake_quant(fake_quant)
     _check_streams(streams)
     check_opset(opset)
     chosen = _select_blocks(cfg, blocks)
@@ -396,7 +441,7 @@ def export_partition(weights: dict, cfg: ModelConfig, out_dir, dtype: str = "flo
     with progress_bar(total, f"export {cfg.name} {dtype}", disable=not progress) as advance:
         for block in chosen:
             for branch in BRANCHES:
-                model, wrapped = _build(weights, cfg, block, branch, dtype, streams, opset)
+                model, wrapped = _build(weights, cfg, block, branch, dtype, streams, opset, fake_quant)
                 islands[branch] = wrapped
                 entries.append(_write(model, out_dir, subgraph_file(block, branch),
                                       subgraph_index(block, branch), block, branch))
@@ -409,6 +454,8 @@ def export_partition(weights: dict, cfg: ModelConfig, out_dir, dtype: str = "flo
     export = {"dtype": dtype, "streams": streams, "opset": opset, "latent_size": list(cfg.latent_size),
               "tokens": cfg.tokens, "context_tokens": cfg.context_tokens, "blocks": chosen,
               "fp32_islands": {b: islands[b] for b in BRANCHES if islands.get(b)}}
+    if fake_quant:
+        export["fake_quant"] = fake_quant
     manifest = Manifest(directory=out_dir, format=FORMAT,
                         model={"name": cfg.name, "network": network_settings(cfg)},
                         weights_sha256=weights_digest(weights), weights_source=weights_source,

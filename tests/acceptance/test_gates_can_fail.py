@@ -1,6 +1,7 @@
 """Each gate proven able to fail, by running the suite itself (pytest in a subprocess) against a
-deliberate defect: a subgraph emitting NaN, FFN weights fake-quantised to INT8, a slowed backend, and
+deliberate defect: a subgraph emitting NaN, the FFN fake-quantised to INT8 (W8A8), a slowed backend, and
 `--require-npu` off the board. The memory guard's trips are proven in test_memory_guard_trips.py.
+Each runs against the committed embedded model and its goldens.
 """
 import os
 import subprocess
@@ -9,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import EMBEDDED_DIR, REPO_ROOT
-from harness.model.bundle import load_bundle
-from tests.helpers import copy_model_dir, fake_quantize_ffn
+from harness.config import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -35,15 +34,24 @@ def test_numerics_gate_names_the_subgraph_that_emits_nan(tmp_path):
     assert "step 0, block 12, branch cross_attn, stream cond (subgraph 37): 7 of 4096 values" in out
 
 
-def test_quality_gate_fails_on_int8_ffn_weights_with_a_diff_artifact(tmp_path):
-    bundle = load_bundle(EMBEDDED_DIR)
-    model = copy_model_dir(EMBEDDED_DIR, tmp_path / "w8-ffn", fake_quantize_ffn(bundle.weights))
-    code, out = suite(tmp_path, "tests/acceptance/test_quality.py", "--cases=seven",
-                      f"--model-dir={model}", f"--golden-dir={REPO_ROOT / 'golden' / 'embedded-digits'}")
+def test_quality_gate_fails_on_int8_ffn_with_a_diff_artifact(tmp_path):
+    # The board's FFN W8A8 what-if (INT8 FFN weights and activations, simulated in the FP16 graph)
+    # against the committed FP16 goldens: it must fail SSIM and leave the diff heat map behind.
+    code, out = suite(tmp_path, "tests/acceptance/test_quality.py", "--cases=seven", "--fake-quant=ffn-w8a8")
     assert code == 1, out
     assert "fails SSIM >= 0.9999" in out
     diffs = list((tmp_path / "artifacts").rglob("seven-diff.png"))
     assert diffs and diffs[0].stat().st_size > 1000
+
+
+def test_goldens_are_not_written_from_int8_unless_forced(tmp_path):
+    golden = tmp_path / "golden"
+    golden.mkdir()
+    (golden / "cases.toml").write_text((REPO_ROOT / "golden" / "embedded-digits" / "cases.toml").read_text())
+    code, out = suite(tmp_path, "tests/acceptance/test_quality.py", "--cases=seven", "--fake-quant=ffn-w8a8",
+                      f"--golden-dir={golden}", "--update-goldens")
+    assert code == 1 and "refusing to write a golden from a 'float16+ffn-w8a8' run" in out, out
+    assert not (golden / "seven.npy").exists()
 
 
 def test_benchmark_compare_fails_a_slowed_backend(tmp_path):

@@ -9,23 +9,23 @@ pytestmark = [pytest.mark.npu, pytest.mark.quality]
 
 def test_image_matches_golden(golden_case, gate_runner, npu_guard, suite, artifacts, record_property):
     case = golden_case
+    store = GoldenStore(suite.golden_dir)
+    try:
+        if suite.update_goldens:      # refuse a quantised golden before spending a run on it
+            store.check_writable(case, gate_runner.precision, suite.force_goldens)
+        else:
+            golden, _ = store.load(case)
+    except GoldenError as exc:
+        pytest.fail(str(exc), pytrace=False)
     run = gate_runner.case_run(case, npu_guard)
     if run.error is not None:
         pytest.fail(f"{case.name}: no image to judge: {run.error}", pytrace=False)
     image = run.result.image
-    store = GoldenStore(suite.golden_dir, image_shape=image.shape)
     if suite.update_goldens:
         meta = {"backend": suite.backend, "manifest_hash": gate_runner.manifest_hash,
                 "model": gate_runner.bundle.cfg.name, "partition": str(gate_runner.partition)}
-        try:
-            store.write(case, image, meta, precision=gate_runner.precision, force=suite.force_goldens)
-        except GoldenError as exc:
-            pytest.fail(str(exc), pytrace=False)
+        store.write(case, image, meta, precision=gate_runner.precision, force=suite.force_goldens)
         return
-    try:
-        golden, _ = store.load(case)
-    except GoldenError as exc:
-        pytest.fail(str(exc), pytrace=False)
     q, diff = quality_check(case, image, golden, artifacts)
     record_property("ssim", q.ssim)
     record_property("psnr", q.psnr)
