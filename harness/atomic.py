@@ -13,6 +13,9 @@ from pathlib import Path
 
 __all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_write_json"]
 
+_UMASK = os.umask(0)        # read once, at import (single-threaded), and put back at once
+os.umask(_UMASK)
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path):
@@ -20,6 +23,8 @@ def atomic_path(path: str | Path):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # mkstemp makes 0600; goldens, reports and a shared history must get the usual permissions.
+    os.fchmod(fd, 0o666 & ~_UMASK)
     os.close(fd)
     try:
         yield Path(tmp)

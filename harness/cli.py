@@ -6,6 +6,7 @@ traceback; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -30,6 +31,30 @@ def _ranged(kind, lo, hi, what: str):
     return parse
 
 
+BACKEND_CHOICES = ("reference", "onnxruntime", "rknnlite")
+
+
+def _checked(parse):
+    """An argparse type from a harness parser that raises ConfigError."""
+    def convert(text: str):
+        try:
+            return parse(text)
+        except HarnessError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return convert
+
+
+def _size(text: str) -> str:
+    from .memory import parse_size
+    parse_size(text)
+    return text
+
+
+def _core_mask(text: str) -> str:
+    from .backends.rknnlite import parse_core_mask
+    return parse_core_mask(text)
+
+
 _positive_int = _ranged(int, 1, float("inf"), "a whole number")
 _cfg_scale = _ranged(float, 0.0, 30.0, "a number")
 _seed = _ranged(int, 0, 2 ** 63 - 1, "a whole number")
@@ -47,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=_seed, help="initial-noise seed (default: the model's)")
     gen.add_argument("--steps", type=_positive_int, help="sampler steps (default: the model's)")
     gen.add_argument("--cfg", type=_cfg_scale, dest="cfg_scale", help="CFG scale (default: the model's)")
-    gen.add_argument("--backend", default="reference",
+    gen.add_argument("--backend", default="reference", choices=BACKEND_CHOICES,
                      help="reference (monolithic FP32 numpy), onnxruntime (84 subgraphs on the host "
                           "CPU) or rknnlite (the board's NPU); default: %(default)s")
     gen.add_argument("--partition", type=Path,
@@ -55,9 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "out/partitions/<model>-<dtype>, exported on first use)")
     gen.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                      help="subgraph precision when the partition is exported on first use")
-    gen.add_argument("--core-mask", default="auto", help="rknnlite NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2")
-    gen.add_argument("--mem-floor", default="1.5GiB", help="abort when MemAvailable falls below (default: %(default)s)")
-    gen.add_argument("--swap-limit", default="16MiB", help="abort when swap grows more than (default: %(default)s)")
+    gen.add_argument("--core-mask", default="auto", type=_checked(_core_mask),
+                     help="rknnlite NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2")
+    gen.add_argument("--mem-floor", default="1.5GiB", type=_checked(_size),
+                     help="abort when MemAvailable falls below (default: %(default)s)")
+    gen.add_argument("--swap-limit", default="16MiB", type=_checked(_size),
+                     help="abort when swap grows more than (default: %(default)s)")
     gen.add_argument("--out", type=Path, default=Path("out/generate.png"), help="PNG path (default: %(default)s)")
     gen.add_argument("--quiet", action="store_true", help="no progress bar or tables")
     gen.set_defaults(func=_cmd_generate)
@@ -69,17 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-BACKEND_CHOICES = ("reference", "onnxruntime", "rknnlite")
-
-
 def _cmd_generate(args) -> int:
     from .model.bundle import load_bundle
     from .generate import sample_settings
 
-    if args.backend not in BACKEND_CHOICES:
-        raise ConfigError(f"--backend {args.backend}: unknown backend (choose {', '.join(BACKEND_CHOICES)})")
     if args.out.suffix.lower() != ".png":
         raise ConfigError(f"--out {args.out}: the image is written as PNG; use a .png path")
+    _check_writable_dir(args.out)
     bundle = load_bundle(args.model_dir)
     prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
     s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed)
@@ -123,10 +147,19 @@ def _generate_partitioned(bundle, prompt, s, args):
     return result.image
 
 
+def _check_writable_dir(out: Path) -> None:
+    """Fail before the run, not after it, when the image cannot be written."""
+    parent = out.parent if str(out.parent) else Path(".")
+    existing = next((p for p in [parent, *parent.parents] if p.exists()), Path("."))
+    if not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise ConfigError(f"--out {out}: cannot create files under {existing}")
+
+
 def _default_partition(bundle, args) -> Path:
-    """out/partitions/<model>-<dtype>: exported from the model's weights on first use."""
+    """out/partitions/<model>-<dtype>-<weights digest>: exported from the weights on first use, so
+    new weights never run against subgraphs exported from old ones."""
     from .partition.manifest import manifest_path
-    partition = Path("out/partitions") / f"{bundle.cfg.name}-{args.dtype}"
+    partition = Path("out/partitions") / f"{bundle.cfg.name}-{args.dtype}-{bundle.digest[:12]}"
     if args.backend == "rknnlite":
         raise ConfigError("--backend rknnlite needs --partition DIR with the converted .rknn subgraphs")
     if not manifest_path(partition).exists():
@@ -144,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:          # a file the user named cannot be read or written
+        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .config import BRANCHES
 from .errors import ConfigError, HarnessError
+from .history import LIFECYCLE_STAGES
 from .golden import GoldenCase, GoldenStore
 from .history import utc_now
 from .imageio import save_png
@@ -39,6 +41,7 @@ class GateRunner:
         self._bundle: ModelBundle | None = None
         self._partition: Path | None = None
         self._runs: dict[str, CaseRun] = {}
+        self._prepared = False
 
     # -------------------------------------------------------------- model and partition
     @property
@@ -82,15 +85,33 @@ class GateRunner:
     def settings_for(self, case: GoldenCase, steps: int | None = None) -> dict:
         return {"steps": steps or case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed}
 
-    def run(self, case: GoldenCase, guard, steps: int | None = None, tag: str = "") -> RunResult:
-        """A fresh partitioned run of `case`; raises HarnessError. Report and image go to artifacts."""
-        name = f"{case.name}{tag}"
-        report = self.s.artifacts / "runs" / f"{name}.json"
+    def prepare(self) -> None:
+        """Everything a run needs before it is measured: weights, the verified partition and the
+        backend's module, so neither a memory baseline nor a benchmark round pays for loading."""
+        from .backends.base import _context_class
+        from .run import open_partition
+        if not self._prepared:
+            open_partition(self.bundle, self.partition, verify=True)
+            _context_class(self.s.backend)
+            self._prepared = True
+
+    def run(self, case: GoldenCase, guard, steps: int | None = None, tag: str = "",
+            keep: bool = True) -> RunResult:
+        """A fresh partitioned run of `case`; raises HarnessError. With keep, its report and image
+        go to the artifacts (a failed run's report too); a benchmark round keeps them afterwards."""
+        self.prepare()
+        report = self.s.artifacts / "runs" / f"{case.name}{tag}.json" if keep else None
         result = run_partitioned(self.bundle, self.partition, self.s.backend, case.prompt,
                                  self.settings_for(case, steps), self.s.backend_options, guard=guard,
-                                 report_path=report)
-        save_png(result.image, self.s.artifacts / "runs" / f"{name}.png")
+                                 report_path=report, verify=False)
+        if keep:
+            save_png(result.image, self.s.artifacts / "runs" / f"{case.name}{tag}.png")
         return result
+
+    def keep(self, result: RunResult, name: str) -> None:
+        from .atomic import atomic_write_json
+        atomic_write_json(self.s.artifacts / "runs" / f"{name}.json", result.report)
+        save_png(result.image, self.s.artifacts / "runs" / f"{name}.png")
 
     def case_run(self, case: GoldenCase, guard) -> CaseRun:
         """The one shared run of a golden case (numerics and quality both look at it)."""
@@ -109,7 +130,7 @@ def quality_check(case: GoldenCase, obtained: np.ndarray, golden: np.ndarray, ar
     if q.passes(case.ssim_min, case.psnr_min):
         return q, None
     figure = diff_figure(obtained, golden, artifacts / "quality" / f"{case.name}-diff.png",
-                         f"{case.name}: obtained vs golden")
+                         f"{case.name}: obtained vs golden", result=q)
     save_png(obtained, artifacts / "quality" / f"{case.name}-obtained.png")
     save_png(golden, artifacts / "quality" / f"{case.name}-golden.png")
     return q, figure
@@ -124,9 +145,10 @@ def benchmark_info(report: dict) -> dict:
         "mean_step_s": report["denoise_seconds"] / steps,
         "steps": steps,
         "core_s_per_step": t["core_per_step"],
-        "lifecycle_s_per_step": {k: t["lifecycle_pass"][k] for k in ("load", "init", "run", "release")},
+        "lifecycle_s_per_step": {k: t["lifecycle_pass"][k] for k in LIFECYCLE_STAGES},
         "step_split_s": t["step_split"],
         "invocations": report["invocations"],
+        "stage_records": report["stage_records"],
     }
 
 
@@ -136,7 +158,7 @@ def history_record(info: dict, identity: dict, board: str, backend: str, model: 
         "time": utc_now(), "board_id": board, "backend": backend, "model": model,
         "manifest_hash": manifest_hash, "valid": telemetry["valid"], "invalid_reasons": telemetry["reasons"],
         "mean_step_s": info["mean_step_s"], "total_denoise_s": info["denoise_s"],
-        "branch_s_per_step": {b: info["core_s_per_step"].get(b, 0.0) for b in ("self_attn", "cross_attn", "ffn")},
+        "branch_s_per_step": {b: info["core_s_per_step"].get(b, 0.0) for b in BRANCHES},
         "lifecycle_s_per_step": info["lifecycle_s_per_step"],
         "kernel": identity.get("kernel"), "runtime_lib": identity.get("runtime_lib"),
     }

@@ -103,10 +103,6 @@ class OnDemand:
         with self.recorder.timed(step, entry, "release"):
             ctx.release()
 
-    @property
-    def loaded(self) -> int:
-        return len(self._loaded)
-
     def close(self) -> None:
         """Release everything still loaded (after an error or an abort); never raises."""
         while self._loaded:

@@ -64,6 +64,9 @@ def parse_size(value) -> int:
         raise ConfigError(f"memory size {value!r}: expected a number with an optional unit "
                           "(B, K/KiB, M/MiB, G/GiB, T/TiB), e.g. '1.5GiB' or '16MiB'")
     number, unit = match.groups()
+    if unit is None and "." in number:
+        # "1.5" on a command line means GiB to a person and 2 bytes to a parser: make them say.
+        raise ConfigError(f"memory size {value!r}: a fractional size needs a unit, e.g. '{number}GiB'")
     size = float(number) * _UNITS[(unit or "b")[0].lower()]
     if not math.isfinite(size):
         raise ConfigError(f"memory size {value!r}: not a finite size")

@@ -6,6 +6,7 @@ so a runner's settings live in the repository. Precedence: command line > board 
 """
 from __future__ import annotations
 
+import argparse
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,8 +82,8 @@ def pytest_addoption(parser):
     group.addoption("--board-profile", default=None, help="TOML with a [suite] table of these options")
     for name, (_, text) in OPTIONS.items():
         flag = "--" + name.replace("_", "-")
-        if name in _FLAGS:
-            group.addoption(flag, action="store_true", default=None, help=text)
+        if name in _FLAGS:      # --x / --no-x: the command line can turn off a profile's flag
+            group.addoption(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:
             group.addoption(flag, default=None, help=text)
 
@@ -119,7 +120,7 @@ def _typed(name: str, value, source: str):
                 raise ValueError
             return number
     except (TypeError, ValueError):
-        raise ConfigError(f"{source} {name.replace('_', '-')}: expected a positive whole number, got {value!r}") from None
+        raise ConfigError(f"{source}: {name.replace('_', '-')} expects a positive whole number, got {value!r}") from None
     if name in _PATHS:
         path = Path(value).expanduser()
         return path if path.is_absolute() else (Path.cwd() / path)
@@ -135,7 +136,7 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     values = {}
     for name, (default, _) in OPTIONS.items():
         if cli.get(name) is not None:
-            values[name] = _typed(name, cli[name], "option --")
+            values[name] = _typed(name, cli[name], "command line")
         elif name in profile:
             values[name] = _typed(name, profile[name], f"{profile_file} [suite]")
         else:
@@ -154,17 +155,24 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     golden_dir = values["golden_dir"] or REPO_ROOT / "golden" / cfg.name
     budget = values["pss_budget"] or cfg.raw_gates.get("pss_budget")
     options = {}
+    from .backends.rknnlite import parse_core_mask
+    core_mask = parse_core_mask(values["core_mask"])
     if backend == "rknnlite":
-        options["core_mask"] = values["core_mask"]
+        options["core_mask"] = core_mask
+    if values["fault"] and backend != "faults":
+        raise ConfigError(f"--fault {values['fault']}: faults are injected only with --backend faults")
     if backend == "faults":
         from .backends.faults import parse_fault
         options.update(parse_fault(values["fault"]))
+        if options.get("nan_subgraph", 0) >= cfg.subgraphs:
+            raise ConfigError(f"--fault nan@{options['nan_subgraph']}: {cfg.name} has subgraphs 0..{cfg.subgraphs - 1}")
+    cases = _case_names(values["cases"], golden_dir)
     settings = SuiteSettings(
         backend=backend, backend_requested=requested, on_board=on_board,
         model_dir=values["model_dir"], partition=values["partition"], precision=values["precision"],
         fake_quant=values["fake_quant"],
         golden_dir=golden_dir,
-        cases=[c.strip() for c in values["cases"].split(",") if c.strip()] if values["cases"] else None,
+        cases=cases,
         require_npu=values["require_npu"], mem_floor=parse_size(values["mem_floor"]),
         swap_limit=parse_size(values["swap_limit"]),
         pss_budget=parse_size(budget) if budget else None,
@@ -175,6 +183,22 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options)
     settings.npu_problem = _npu_problem(settings)
     return settings
+
+
+def _case_names(spec: str | None, golden_dir: Path) -> list[str] | None:
+    """--cases a,b: every name must be a case in golden_dir/cases.toml."""
+    if spec is None:
+        return None
+    from .golden import load_cases
+    names = [c.strip() for c in spec.split(",") if c.strip()]
+    if not names:
+        raise ConfigError(f"--cases {spec!r}: name at least one golden case")
+    known = {c.name for c in load_cases(golden_dir / "cases.toml")}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"--cases: no golden case '{unknown[0]}' in {golden_dir / 'cases.toml'} "
+                          f"(cases: {', '.join(sorted(known))})")
+    return names
 
 
 def _npu_problem(s: SuiteSettings) -> str | None:
@@ -285,14 +309,11 @@ def pytest_generate_tests(metafunc):
 
 def _selected_cases(suite):
     from .golden import load_cases
-    cases = load_cases(suite.golden_dir / "cases.toml")
-    if suite.cases:
-        unknown = sorted(set(suite.cases) - {c.name for c in cases})
-        if unknown:
-            raise pytest.UsageError(f"--cases: no golden case named '{unknown[0]}' in "
-                                    f"{suite.golden_dir / 'cases.toml'}")
-        cases = [c for c in cases if c.name in suite.cases]
-    return cases
+    try:
+        cases = load_cases(suite.golden_dir / "cases.toml")
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    return [c for c in cases if suite.cases is None or c.name in suite.cases]
 
 
 # ------------------------------------------------------------------ fixtures

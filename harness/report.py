@@ -29,7 +29,7 @@ def progress_bar(total: int, label: str, disable: bool = False):
 
 # ---------------------------------------------------------------- run summaries
 
-LIFECYCLE_STAGES = ("load", "init", "run", "release")
+from .history import LIFECYCLE_STAGES  # noqa: E402  (one list of stage names for every table)
 HOST_CATEGORIES = ("adaln", "embed", "residual", "final")
 
 
@@ -53,7 +53,8 @@ def summarize(records: list[dict], host: list[dict], step_walls: list[float]) ->
     lifecycle = sum(stage.values())
     host_total = sum(host_per.values())
     return {
-        "invocations": len(body),
+        "invocations": sum(1 for r in body if r["stage"] == "run"),
+        "stage_records": len(body),
         "lifecycle_records": records,
         "host_times": host,
         "step_seconds": step_walls,
@@ -77,7 +78,7 @@ def print_run_tables(report: dict, out=None) -> None:
     t.add_column("stage")
     t.add_column("board call")
     t.add_column("seconds", justify="right")
-    names = {"load": "load_rknn", "init": "init_runtime", "run": "inference", "release": "release"}
+    from .lifecycle import STAGES as names
     for s in LIFECYCLE_STAGES:
         t.add_row(s, names[s], f"{lp.get(s, 0.0):.4f}")
     t.add_row("stage_sum", "load+init+release", f"{lp.get('stage_sum', 0.0):.4f}")

@@ -4,6 +4,7 @@ and keep a JSON report on disk whatever happens (a failed run writes its partial
 from __future__ import annotations
 
 import hashlib
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from .atomic import atomic_write_json
 from .errors import HarnessError, ManifestError
 from .generate import stream_contexts
 from .lifecycle import LifecycleRecorder, OnDemand
+from .memory import read_memory
 from .model.bundle import ModelBundle
 from .partition.manifest import load_manifest, network_settings
 from .pipeline import PartitionedPipeline
@@ -22,6 +24,21 @@ from .report import summarize
 from .sampler import denoise, initial_noise
 
 __all__ = ["RunResult", "run_partitioned", "open_partition"]
+
+
+def _run_memory(guard, start) -> dict:
+    """Peak PSS this run added over its own start (the guard may have been armed earlier)."""
+    during = [s.pss for s in guard.samples if s.t >= start.t]
+    return {"run_start_pss_bytes": start.pss,
+            "run_peak_pss_added_bytes": max([*during, start.pss]) - start.pss}
+
+
+def _write_report(path, report: dict) -> None:
+    # A report that cannot be written must not hide the run's own error, so only warn.
+    try:
+        atomic_write_json(path, report)
+    except OSError as exc:
+        print(f"warning: could not write the run report {path}: {exc}", file=sys.stderr)
 
 
 @dataclass
@@ -32,32 +49,51 @@ class RunResult:
     recorder: LifecycleRecorder | None = None
 
 
-def open_partition(bundle: ModelBundle, partition_dir: str | Path):
-    """Load and verify a partition (checksums, paths, order) and that it is this model's."""
+def open_partition(bundle: ModelBundle, partition_dir: str | Path, verify: bool = True):
+    """Load a partition and prove it belongs to this model: checksums, paths and order (verify),
+    the network settings, the weights it was exported from, and every block present.
+
+    A partition exported from other weights would mix old subgraphs with the current host math and
+    still produce an image, so each of these is an error rather than a warning.
+    """
     manifest = load_manifest(partition_dir)
-    manifest.verify()
+    if verify:
+        manifest.verify()
     want = network_settings(bundle.cfg)
     have = manifest.model.get("network", {})
     for key, value in want.items():
         if have.get(key) != value:
             raise ManifestError(f"{manifest.file}: exported for {key}={have.get(key)!r}, but model "
                                 f"{bundle.cfg.name} has {key}={value!r}")
+    if manifest.weights_sha256 != bundle.digest:
+        raise ManifestError(f"{manifest.file}: exported from other weights (sha256 {manifest.weights_sha256[:12]}..., "
+                            f"{bundle.model_dir} has {bundle.digest[:12]}...): export the partition again")
+    blocks = {e.block for e in manifest.subgraphs}
+    if blocks != set(range(bundle.cfg.blocks)):
+        missing = sorted(set(range(bundle.cfg.blocks)) - blocks)
+        raise ManifestError(f"{manifest.file}: a partial partition ({len(blocks)} of {bundle.cfg.blocks} "
+                            f"blocks; block {missing[0]} missing) cannot run the model")
     return manifest
 
 
 def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str, prompt: str,
                     settings: dict, backend_options: dict | None = None, guard=None,
                     report_path: str | Path | None = None,
-                    on_step: Callable[[int], None] | None = None) -> RunResult:
-    """Generate one image through the partition; `settings` as from generate.sample_settings."""
+                    on_step: Callable[[int], None] | None = None, verify: bool = True) -> RunResult:
+    """Generate one image through the partition; `settings` as from generate.sample_settings.
+
+    verify=False skips re-hashing the subgraph files (for benchmark rounds after a verified first
+    open: on the board that is gigabytes of sha256 that do not belong in a step time).
+    """
     result = RunResult(recorder=LifecycleRecorder())
     report = result.report
     report.update(status="running", error=None, backend=backend, backend_options=backend_options or {},
                   prompt=prompt, settings=dict(settings), partition=str(partition_dir), model=bundle.cfg.name)
-    strategy = None
+    strategy = pipeline = None
     step_walls: list[float] = []
+    start = read_memory()
     try:
-        manifest = open_partition(bundle, partition_dir)
+        manifest = open_partition(bundle, partition_dir, verify)
         report["manifest_sha256"] = hashlib.sha256(manifest.file.read_bytes()).hexdigest()
         report["export"] = manifest.export
         strategy = OnDemand(backend, result.recorder, manifest.path_of, **(backend_options or {}))
@@ -82,13 +118,17 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
     except HarnessError as exc:
         report.update(status="failed", error=str(exc), error_kind=type(exc).__name__)
         raise
+    except BaseException as exc:    # a bug or Ctrl-C: the report must not claim to be still running
+        report.update(status="interrupted" if isinstance(exc, KeyboardInterrupt) else "crashed",
+                      error=repr(exc), error_kind=type(exc).__name__)
+        raise
     finally:
         if strategy is not None:
             strategy.close()        # nothing stays loaded, whatever failed
-        host = pipeline.host.as_dicts() if "pipeline" in locals() else []
-        report.update(summarize(result.recorder.as_dicts(), host, step_walls))
+        report.update(summarize(result.recorder.as_dicts(), pipeline.host.as_dicts() if pipeline else [],
+                                step_walls))
         if guard is not None:
-            report["memory"] = guard.summary()
+            report["memory"] = {**guard.summary(), **_run_memory(guard, start)}
         if report_path is not None:
-            atomic_write_json(report_path, report)
+            _write_report(report_path, report)
     return result

@@ -9,10 +9,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["flow_sigmas", "initial_noise", "cfg_mix", "euler_step", "denoise", "STREAMS"]
-
-# CFG streams in the order a loaded subgraph serves them before it is released.
-STREAMS = ("cond", "uncond")
+__all__ = ["flow_sigmas", "initial_noise", "cfg_mix", "euler_step", "denoise"]
 
 
 def flow_sigmas(steps: int, shift: float) -> np.ndarray:

@@ -29,9 +29,11 @@ def parse_fault(spec: str | None) -> dict:
         try:
             if part.startswith("nan@"):
                 options["nan_subgraph"] = int(part[4:])
+                if options["nan_subgraph"] < 0:
+                    raise ValueError
             elif part.startswith("slow="):
                 options["delay"] = float(part[5:])
-                if options["delay"] < 0:
+                if not 0 <= options["delay"] <= 60:      # also refuses nan and inf
                     raise ValueError
             else:
                 raise ValueError

@@ -1,6 +1,7 @@
 """A model directory loaded for running: config, validated DiT weights, prompt encoder, decoder."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,12 @@ class ModelBundle:
         d = self.cfg.decoder
         return decode(latent, int(d.get("scale", 4)), d.get("background", [0, 0, 0]),
                       d.get("foreground", [1, 1, 1]))
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """sha256 of the DiT weights as a partition manifest records them (weights_sha256)."""
+        from ..partition.onnx_export import weights_digest
+        return weights_digest(self.weights)
 
     @property
     def latent_shape(self) -> tuple[int, int, int]:

@@ -1,4 +1,5 @@
 """The partitioned pipeline against the monolithic reference, its records, and its failure modes."""
+import dataclasses
 import json
 import shutil
 
@@ -72,7 +73,7 @@ def test_nan_stops_the_run_naming_step_block_branch_stream(model, partition, tmp
     export_partition(bad, model.cfg, poisoned, dtype="float16")
     report = tmp_path / "r.json"
     with pytest.raises(NumericsError, match=r"step 0, block 5, branch ffn, stream cond .*: \d+ of 4096 values"):
-        run_partitioned(model, poisoned, "onnxruntime", "digit one", sample_settings(model, steps=2),
+        run_partitioned(dataclasses.replace(model, weights=bad), poisoned, "onnxruntime", "digit one", sample_settings(model, steps=2),
                         report_path=report)
     assert live_contexts() == 0
     assert json.loads(report.read_text())["status"] == "failed"
@@ -133,8 +134,10 @@ def test_bad_partition_is_one_clear_error_and_leaves_nothing_loaded(model, parti
 
 
 def test_unknown_backend_and_rknnlite_off_board(model, partition, tmp_path, capsys):
-    assert main(["generate", "--model-dir", str(model.model_dir), "--backend", "npu9000", "--quiet"]) == 2
-    assert "--backend npu9000: unknown backend" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", "--model-dir", str(model.model_dir), "--backend", "npu9000", "--quiet"])
+    assert exit_info.value.code == 2
+    assert "--backend: invalid choice: 'npu9000'" in capsys.readouterr().err
     code = main(["generate", "--model-dir", str(model.model_dir), "--backend", "rknnlite", "--partition",
                  str(partition), "--steps", "1", "--quiet", "--out", str(tmp_path / "x.png")])
     err = capsys.readouterr().err
@@ -149,5 +152,40 @@ def test_cli_prints_tables_and_writes_report(model, partition, tmp_path, capsys)
     printed = capsys.readouterr().out
     assert "load_rknn" in printed and "init_runtime" in printed and "core time per branch" in printed
     report = json.loads(out.with_suffix(".json").read_text())
-    assert report["invocations"] == 4 * 84 * 2
+    assert report["invocations"] == 84 * 2 and report["stage_records"] == 4 * 84 * 2
     assert set(report["tables"]["core_per_step"]) == {"self_attn", "cross_attn", "ffn"}
+
+
+def test_partition_from_other_weights_or_partial_is_refused(model, tmp_path):
+    from harness.errors import ManifestError
+    other = dict(model.weights)
+    other["blocks.3.mlp.layer1.weight"] = other["blocks.3.mlp.layer1.weight"] * 1.01
+    export_partition(other, model.cfg, tmp_path / "stale", dtype="float32")
+    with pytest.raises(ManifestError, match="exported from other weights"):
+        run_partitioned(model, tmp_path / "stale", "onnxruntime", "digit one", sample_settings(model, steps=1))
+    export_partition(model.weights, model.cfg, tmp_path / "partial", dtype="float32", blocks=[0, 1])
+    with pytest.raises(ManifestError, match="partial partition .2 of 28 blocks; block 2 missing"):
+        run_partitioned(model, tmp_path / "partial", "onnxruntime", "digit one", sample_settings(model, steps=1))
+    assert live_contexts() == 0
+
+
+def test_rknnlite_failing_mid_run_names_subgraph_and_releases_everything(model, partition, tmp_path, monkeypatch,
+                                                                       fake_rknnlite):
+    """The board adapter through the whole pipeline, against the fake RKNNLite: inference returns
+    None (its documented failure) at subgraph 40; the run stops there with everything released."""
+    from harness.errors import BackendError
+    fake = fake_rknnlite
+    real = fake.inference
+    calls = {"n": 0}
+
+    def flaky(self, inputs=None, data_format=None):
+        calls["n"] += 1
+        return None if calls["n"] == 41 else real(self, inputs=inputs, data_format=data_format)
+
+    monkeypatch.setattr(fake, "inference", flaky)
+    report = tmp_path / "r.json"
+    with pytest.raises(BackendError, match=r"subgraph 40 \(block 13 cross_attn\): run failed: inference\(\) returned None"):
+        run_partitioned(model, partition, "rknnlite", "digit one", sample_settings(model, steps=1),
+                        {"core_mask": "0_1_2"}, report_path=report)
+    assert live_contexts() == 0 and fake.live == 0
+    assert json.loads(report.read_text())["status"] == "failed"

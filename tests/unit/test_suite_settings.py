@@ -41,7 +41,7 @@ def test_board_profile_fills_in_and_the_command_line_wins(tmp_path):
 @pytest.mark.parametrize("text,fragment", [
     ('[suite]\nbackend = "tpu"\n', "--backend tpu: unknown"),
     ('[suite]\nmem_flor = "1GiB"\n', "unknown [suite] option 'mem_flor'"),
-    ('[suite]\nbench_rounds = 0\n', "bench-rounds: expected a positive whole number"),
+    ('[suite]\nbench_rounds = 0\n', "bench-rounds expects a positive whole number"),
     ("[suite\n", "not valid TOML"),
 ])
 def test_bad_profile_values_are_named(tmp_path, text, fragment):
