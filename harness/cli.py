@@ -128,13 +128,14 @@ def _generate_reference(bundle, prompt, s, quiet):
 
 
 def _generate_partitioned(bundle, prompt, s, args):
-    from .memory import MemoryGuard
+    from .memory import MemoryGuard, read_system_memory
     from .report import print_run_tables, progress_bar
     from .run import run_partitioned
     partition = args.partition or _default_partition(bundle, args)
     options = {"core_mask": args.core_mask} if args.backend == "rknnlite" else {}
     report_path = args.out.with_suffix(".json")
-    guard = MemoryGuard(args.mem_floor, args.swap_limit, interval=0.1, max_staleness=0.1)
+    guard = MemoryGuard(args.mem_floor, args.swap_limit, interval=0.25, max_staleness=0.1,
+                        check_reader=read_system_memory)
     with guard, progress_bar(s["steps"], f"denoising ({args.backend})", disable=args.quiet) as advance:
         try:
             result = run_partitioned(bundle, partition, args.backend, prompt, s, options, guard=guard,

@@ -80,9 +80,10 @@ class OnDemand:
         self._loaded: dict[int, Context] = {}
 
     def acquire(self, entry, step: int) -> Context:
-        ctx = create_context(self.backend, entry.label, **self.options)
-        self._loaded[entry.index] = ctx
         with self.recorder.timed(step, entry, "load"):
+            # Making the runtime object is part of loading (RKNNLite() then load_rknn on the board).
+            ctx = create_context(self.backend, entry.label, **self.options)
+            self._loaded[entry.index] = ctx
             ctx.load(self.path_of(entry))
         with self.recorder.timed(step, entry, "init"):
             ctx.init()

@@ -353,8 +353,11 @@ def npu_guard(request, suite):
     if request.node.get_closest_marker("npu") is None:
         yield None
         return
-    from .memory import MemoryGuard
-    guard = MemoryGuard(suite.mem_floor, suite.swap_limit, interval=0.05, max_staleness=0.05)
+    from .memory import MemoryGuard, read_system_memory
+    # The sampler (PSS included) every 0.25 s; the pipeline's checks between invocations read only
+    # MemAvailable and swap, at most every 0.1 s: the guard must not cost the step it watches.
+    guard = MemoryGuard(suite.mem_floor, suite.swap_limit, interval=0.25, max_staleness=0.1,
+                        check_reader=read_system_memory)
     with guard:
         yield guard
     out = suite.artifacts / "memory" / f"{request.node.name}.json"

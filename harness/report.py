@@ -30,7 +30,7 @@ def progress_bar(total: int, label: str, disable: bool = False):
 # ---------------------------------------------------------------- run summaries
 
 from .history import LIFECYCLE_STAGES  # noqa: E402  (one list of stage names for every table)
-HOST_CATEGORIES = ("adaln", "embed", "residual", "final")
+HOST_CATEGORIES = ("adaln", "embed", "cast", "residual", "final")
 
 
 def summarize(records: list[dict], host: list[dict], step_walls: list[float]) -> dict:

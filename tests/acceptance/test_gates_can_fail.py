@@ -17,11 +17,13 @@ pytestmark = pytest.mark.slow
 
 def suite(tmp_path, *args):
     """Run the suite's gates in a fresh pytest process; returns (exit code, combined output)."""
-    cmd = [sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), "-p", "no:cacheprovider",
-           "-q", f"--artifacts={tmp_path / 'artifacts'}", f"--history={tmp_path / 'history.jsonl'}",
-           f"--cache-dir={tmp_path / 'cache'}", "--benchmark-storage", f"file://{tmp_path / 'bench'}",
-           *args]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+    # Run from tmp_path: pytest-benchmark shows stored runs relative to the working directory.
+    args = [str(REPO_ROOT / a) if a.startswith("tests/") else a for a in args]
+    cmd = [sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}",
+           "-p", "no:cacheprovider", "-q", f"--artifacts={tmp_path / 'artifacts'}",
+           f"--history={tmp_path / 'history.jsonl'}", f"--cache-dir={tmp_path / 'cache'}",
+           "--benchmark-storage=file://./bench", *args]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "COLUMNS": "200"})
     return proc.returncode, proc.stdout + proc.stderr
 

@@ -51,11 +51,24 @@ def test_bad_profile_values_are_named(tmp_path, text, fragment):
         resolve_settings(cli(telemetry_root=str(tmp_path)), str(profile))
 
 
-def test_shipped_board_profiles_parse():
-    for profile in (REPO_ROOT / "boards").glob("*.toml"):
-        import tomllib
+def test_shipped_board_profiles_hold_valid_values():
+    import tomllib
+
+    from harness.backends.rknnlite import parse_core_mask
+    from harness.memory import parse_size
+    from harness.pytest_plugin import _typed
+    profiles = sorted((REPO_ROOT / "boards").glob("*.toml"))
+    assert profiles
+    for profile in profiles:
         suite = tomllib.loads(profile.read_text())["suite"]
         assert set(suite) <= set(OPTIONS), profile
+        for name, value in suite.items():
+            _typed(name, value, str(profile))
+        for name in ("mem_floor", "swap_limit"):
+            if name in suite:
+                assert parse_size(suite[name]) > 0
+        parse_core_mask(suite.get("core_mask", "auto"))
+        assert suite.get("backend", "auto") in ("auto", "onnxruntime", "rknnlite")
 
 
 def test_report_header_names_board_runtime_and_backend():
