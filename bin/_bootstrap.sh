@@ -8,8 +8,11 @@ want="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
 if [[ ! -x "$VENV/bin/python" || "$(cat "$STAMP" 2>/dev/null)" != "$want" ]]; then
     echo "[setup] installing the suite into $VENV (first run or pyproject.toml changed)" >&2
     python3 -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[test]" >&2
+    # pip's notes about unused local index folders are noise; its real errors still show.
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip \
+        2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[test]" \
+        2> >(grep -v -e "is ignored: it is neither a file nor a directory" -e "BuildBackendWarning" >&2)
     echo "$want" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

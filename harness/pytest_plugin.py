@@ -239,6 +239,29 @@ def _key_benchmarks_by_board(config, settings) -> None:
         config.option.benchmark_storage = f"file://{REPO_ROOT / '.benchmarks' / config._anima_board}"
 
 
+def pytest_sessionstart(session):
+    _atomic_baselines(session.config)
+
+
+def _atomic_baselines(config) -> None:
+    # pytest-benchmark writes a saved run (the next baseline) with a plain open/write: a runner
+    # killed mid-save would leave a torn baseline that breaks every later --benchmark-compare.
+    # Route its file storage through the atomic writer instead (same name, same content).
+    storage = getattr(getattr(config, "_benchmarksession", None), "storage", None)
+    if storage is None or not hasattr(storage, "get") or not hasattr(storage, "_next_num"):
+        return
+    from pytest_benchmark.utils import safe_dumps
+
+    from .atomic import atomic_write_bytes
+
+    def save(output_json, save):
+        path = storage.get(f"{storage._next_num}_{save}.json")
+        atomic_write_bytes(path, safe_dumps(output_json, ensure_ascii=True, indent=4).encode())
+        storage.logger.info(f"Saved benchmark data in: {path}")
+
+    storage.save = save
+
+
 def pytest_report_header(config):
     s = config._anima_settings
     i = config._anima_identity

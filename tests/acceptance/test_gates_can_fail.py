@@ -3,6 +3,7 @@ deliberate defect: a subgraph emitting NaN, the FFN fake-quantised to INT8 (W8A8
 `--require-npu` off the board. The memory guard's trips are proven in test_memory_guard_trips.py.
 Each runs against the committed embedded model and its goldens.
 """
+import json
 import os
 import subprocess
 import sys
@@ -60,6 +61,9 @@ def test_benchmark_compare_fails_a_slowed_backend(tmp_path):
     common = ("tests/acceptance/test_benchmark.py", "--bench-steps=2")
     code, out = suite(tmp_path, *common, "--benchmark-autosave")
     assert code == 0, out
+    saved = list((tmp_path / "bench").rglob("0001_*.json"))      # the baseline, written atomically
+    assert len(saved) == 1 and json.loads(saved[0].read_text())["benchmarks"][0]["extra_info"]["steps"] == 2
+    assert not list((tmp_path / "bench").rglob(".*.tmp"))
     code, out = suite(tmp_path, *common, "--backend=faults", "--fault=slow=0.004",
                       "--benchmark-compare", "--benchmark-compare-fail=mean:25%")
     assert code == 1, out
