@@ -11,8 +11,9 @@ if [[ ! -x "$VENV/bin/python" || "$(cat "$STAMP" 2>/dev/null)" != "$want" ]]; th
     # pip's notes about unused local index folders are noise; its real errors still show.
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip \
         2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[test]" \
-        2> >(grep -v -e "is ignored: it is neither a file nor a directory" -e "BuildBackendWarning" >&2)
+    # PYTHONWARNINGS reaches the build backend too: its editable-install banner is not for users.
+    PYTHONWARNINGS=ignore "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[test]" \
+        2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
     echo "$want" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

@@ -111,6 +111,9 @@ def _cmd_generate(args) -> int:
         image = _generate_reference(bundle, prompt, s, args.quiet)
     else:
         image = _generate_partitioned(bundle, prompt, s, args)
+    if image is None:
+        raise ConfigError("the partition has no decoder model, so there is no image to write "
+                          "(the final latent is saved beside the report)")
     from .imageio import save_png
     save_png(image, args.out)
     print(f"{args.out}  prompt='{prompt}' seed={s['seed']} steps={s['steps']} cfg={s['cfg_scale']} "
@@ -145,6 +148,9 @@ def _generate_partitioned(bundle, prompt, s, args):
     if not args.quiet:
         print_run_tables(result.report)
         print(f"report: {report_path}")
+    if result.image is None:
+        import numpy as np
+        np.save(args.out.with_suffix(".latent.npy"), result.latent)
     return result.image
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from .config import BRANCHES
 from .errors import ConfigError, HarnessError
 from .history import LIFECYCLE_STAGES
-from .golden import GoldenCase, GoldenStore
+from .golden import GoldenCase
 from .history import utc_now
 from .imageio import save_png
 from .model.bundle import ModelBundle, load_bundle
@@ -103,15 +103,44 @@ class GateRunner:
         report = self.s.artifacts / "runs" / f"{case.name}{tag}.json" if keep else None
         result = run_partitioned(self.bundle, self.partition, self.s.backend, case.prompt,
                                  self.settings_for(case, steps), self.s.backend_options, guard=guard,
-                                 report_path=report, verify=False)
+                                 report_path=report, verify=False, contexts=self.case_contexts(case))
         if keep:
-            save_png(result.image, self.s.artifacts / "runs" / f"{case.name}{tag}.png")
+            self._save_outputs(result, f"{case.name}{tag}")
         return result
+
+    def _save_outputs(self, result: RunResult, name: str) -> None:
+        np.save(self.s.artifacts / "runs" / f"{name}-latent.npy", result.latent)
+        if result.image is not None:
+            save_png(result.image, self.s.artifacts / "runs" / f"{name}.png")
 
     def keep(self, result: RunResult, name: str) -> None:
         from .atomic import atomic_write_json
         atomic_write_json(self.s.artifacts / "runs" / f"{name}.json", result.report)
-        save_png(result.image, self.s.artifacts / "runs" / f"{name}.png")
+        self._save_outputs(result, name)
+
+    def case_contexts(self, case: GoldenCase) -> dict | None:
+        """{stream: [1, L, C]} from the case's .npy context files, or None to encode its prompt."""
+        if case.context is None:
+            return None
+        contexts = {"cond": self._context_file(case, case.context)}
+        if case.cfg != 1.0:
+            if case.uncond_context is None:
+                raise ConfigError(f"golden case '{case.name}': CFG {case.cfg} needs 'uncond_context' "
+                                  "(the encoded empty prompt) beside 'context'")
+            contexts["uncond"] = self._context_file(case, case.uncond_context)
+        return contexts
+
+    def _context_file(self, case: GoldenCase, name: str) -> np.ndarray:
+        path = self.s.golden_dir / name
+        cfg = self.bundle.cfg
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"golden case '{case.name}': cannot read context {path}: {exc}") from None
+        if array.shape != (cfg.context_tokens, cfg.context_dim) or not np.isfinite(array).all():
+            raise ConfigError(f"golden case '{case.name}': {path} is {array.dtype} {list(array.shape)}; "
+                              f"{cfg.name} takes finite [{cfg.context_tokens}, {cfg.context_dim}]")
+        return array.astype(np.float32)[None]
 
     def case_run(self, case: GoldenCase, guard) -> CaseRun:
         """The one shared run of a golden case (numerics and quality both look at it)."""

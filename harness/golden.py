@@ -43,10 +43,11 @@ REFERENCE_PRECISIONS = ("float16", "float32")
 _PRECISION_ALIASES = {"fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
 SAMPLERS = ("flow-euler",)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")   # becomes a file name: no paths, no dots
+_NPY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.npy$")  # a file beside cases.toml, never a path
 _DEFAULT_KEYS = {"ssim_min", "psnr_min", "steps", "cfg", "sampler", "shift"}
-_CASE_KEYS = {"name", "prompt", "seed", "steps", "cfg", "ssim_min", "psnr_min"}
+_CASE_KEYS = {"name", "prompt", "context", "uncond_context", "seed", "steps", "cfg", "ssim_min", "psnr_min"}
 # Settings that decide the image; thresholds only decide the verdict and may change freely.
-_IMAGE_SETTINGS = ("prompt", "seed", "steps", "cfg", "sampler", "shift")
+_IMAGE_SETTINGS = ("prompt", "context", "uncond_context", "seed", "steps", "cfg", "sampler", "shift")
 
 
 class GoldenError(HarnessError):
@@ -80,6 +81,10 @@ class GoldenCase:
     shift: float
     ssim_min: float
     psnr_min: float
+    # Instead of a prompt, a model without a prompt encoder here (Anima: Qwen3 + adapter) takes
+    # its text context from .npy files [context_tokens, context_dim] beside cases.toml.
+    context: str | None = None
+    uncond_context: str | None = None
 
     def settings(self) -> dict:
         """The settings that decide the rendered image."""
@@ -107,6 +112,8 @@ _CHECKS = {
     "name": (lambda v: isinstance(v, str) and bool(_NAME.match(v)),
              "a file-safe name (letters, digits, '_', '-')"),
     "prompt": (lambda v: isinstance(v, str), "a string"),
+    "context": (lambda v: isinstance(v, str) and bool(_NPY.match(v)), "a .npy file name beside cases.toml"),
+    "uncond_context": (lambda v: isinstance(v, str) and bool(_NPY.match(v)), "a .npy file name beside cases.toml"),
     "seed": (lambda v: _is_int(v) and 0 <= v < 2 ** 63, "a whole number in 0..2^63-1"),
     "steps": (lambda v: _is_int(v) and v > 0, "a positive whole number"),
     "cfg": (lambda v: _is_num(v) and 0.0 <= v <= 30.0, "a number in 0..30"),
@@ -149,7 +156,11 @@ def load_cases(path: str | Path = CASES_FILE) -> list[GoldenCase]:
     for index, entry in enumerate(entries, start=1):
         label = entry.get("name", "?") if isinstance(entry, dict) else "?"
         where = f"{path} [[case]] #{index} '{label}'"
-        fields = _checked(entry, where, _CASE_KEYS, {"name", "prompt", "seed"})
+        fields = _checked(entry, where, _CASE_KEYS, {"name", "seed"})
+        if ("prompt" in fields) == ("context" in fields):
+            raise ConfigError(f"{where}: give either 'prompt' or 'context' (a .npy text context), not "
+                              f"{'both' if 'prompt' in fields else 'neither'}")
+        fields.setdefault("prompt", "")
         if fields["name"] in seen:
             raise ConfigError(f"{where}: duplicate case name '{fields['name']}'")
         seen.add(fields["name"])

@@ -10,11 +10,11 @@ Whatever happens, `close()` releases every context still loaded.
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .backends.base import Context, create_context
+from .timing import Timed
 
 __all__ = ["StageRecord", "LifecycleRecorder", "OnDemand", "STAGES"]
 
@@ -32,31 +32,15 @@ class StageRecord:
     seconds: float
 
 
-class _Timed:
-    """Times one stage into a list; a plain class because it wraps every one of thousands of calls.
-
-    The record is appended even when the stage fails: a partial report shows where time went.
-    """
-
-    __slots__ = ("sink", "key", "start")
-
-    def __init__(self, sink: list, key: tuple):
-        self.sink, self.key = sink, key
-
-    def __enter__(self):
-        self.start = time.perf_counter()
-
-    def __exit__(self, *exc):
-        self.sink.append((*self.key, time.perf_counter() - self.start))
-        return False
-
-
 @dataclass
 class LifecycleRecorder:
     raw: list[tuple] = field(default_factory=list)
 
-    def timed(self, step: int, entry, stage: str) -> _Timed:
-        return _Timed(self.raw, (step, entry.index, entry.block, entry.branch, stage))
+    def timed(self, step: int, entry, stage: str) -> Timed:
+        return Timed(self._append, (step, entry.index, entry.block, entry.branch, stage))
+
+    def _append(self, key: tuple, seconds: float) -> None:
+        self.raw.append((*key, seconds))
 
     @property
     def records(self) -> list[StageRecord]:

@@ -10,8 +10,6 @@ lifecycle stages, host math and the rest (harness bookkeeping).
 """
 from __future__ import annotations
 
-import contextlib
-import time
 from collections import defaultdict
 from typing import Callable, Iterable
 
@@ -21,22 +19,9 @@ from .errors import ManifestError, NumericsError
 from .model import ops, reference as R
 from .model.bundle import ModelBundle
 from .partition.manifest import check_input
+from .timing import Timed
 
 __all__ = ["PartitionedPipeline", "HostTimes", "check_finite", "batch_of"]
-
-
-class _Accumulate:
-    __slots__ = ("seconds", "key", "start")
-
-    def __init__(self, seconds: dict, key: tuple):
-        self.seconds, self.key = seconds, key
-
-    def __enter__(self):
-        self.start = time.perf_counter()
-
-    def __exit__(self, *exc):
-        self.seconds[self.key] += time.perf_counter() - self.start
-        return False
 
 
 class HostTimes:
@@ -45,8 +30,11 @@ class HostTimes:
     def __init__(self):
         self.seconds: dict[tuple[int, str], float] = defaultdict(float)
 
-    def timed(self, step: int, category: str) -> _Accumulate:
-        return _Accumulate(self.seconds, (step, category))
+    def timed(self, step: int, category: str) -> Timed:
+        return Timed(self._add, (step, category))
+
+    def _add(self, key: tuple, seconds: float) -> None:
+        self.seconds[key] += seconds
 
     def as_dicts(self) -> list[dict]:
         return [{"step": s, "category": c, "seconds": v} for (s, c), v in sorted(self.seconds.items())]

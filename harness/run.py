@@ -79,11 +79,13 @@ def open_partition(bundle: ModelBundle, partition_dir: str | Path, verify: bool 
 def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str, prompt: str,
                     settings: dict, backend_options: dict | None = None, guard=None,
                     report_path: str | Path | None = None,
-                    on_step: Callable[[int], None] | None = None, verify: bool = True) -> RunResult:
+                    on_step: Callable[[int], None] | None = None, verify: bool = True,
+                    contexts: dict | None = None) -> RunResult:
     """Generate one image through the partition; `settings` as from generate.sample_settings.
 
     verify=False skips re-hashing the subgraph files (for benchmark rounds after a verified first
     open: on the board that is gigabytes of sha256 that do not belong in a step time).
+    contexts ({stream: [1, L, C]}) replaces the prompt for models whose text encoder is not here.
     """
     result = RunResult(recorder=LifecycleRecorder())
     report = result.report
@@ -98,7 +100,7 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
         report["export"] = manifest.export
         strategy = OnDemand(backend, result.recorder, manifest.path_of, **(backend_options or {}))
         pipeline = PartitionedPipeline(bundle, manifest, strategy,
-                                       stream_contexts(bundle, [prompt], settings["cfg_scale"]),
+                                       contexts or stream_contexts(bundle, [prompt], settings["cfg_scale"]),
                                        between_invocations=[guard.check] if guard else [])
         report["streams"] = pipeline.streams
         mark = [time.perf_counter()]
@@ -113,7 +115,8 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
         noise = initial_noise((1, *bundle.latent_shape), settings["seed"])
         result.latent = denoise(pipeline.velocity, noise, settings["steps"], settings["shift"],
                                 settings["cfg_scale"], on_step=step_done)
-        result.image = pipeline.decode(result.latent, settings["steps"])
+        # A partition without a decoder (Anima's Wan VAE is not part of it yet) ends at the latent.
+        result.image = pipeline.decode(result.latent, settings["steps"]) if manifest.decoder else None
         report["status"] = "ok"
     except HarnessError as exc:
         report.update(status="failed", error=str(exc), error_kind=type(exc).__name__)

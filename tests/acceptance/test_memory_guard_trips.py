@@ -2,7 +2,6 @@
 subgraph invocations, with every context released and the samples kept."""
 import json
 
-import numpy as np
 import pytest
 
 from harness.backends import live_contexts

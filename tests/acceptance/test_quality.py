@@ -21,6 +21,9 @@ def test_image_matches_golden(golden_case, gate_runner, npu_guard, suite, artifa
     if run.error is not None:
         pytest.fail(f"{case.name}: no image to judge: {run.error}", pytrace=False)
     image = run.result.image
+    if image is None:
+        pytest.fail(f"{case.name}: the partition has no decoder model, so there is no image to compare",
+                    pytrace=False)
     if suite.update_goldens:
         meta = {"backend": suite.backend, "manifest_hash": gate_runner.manifest_hash,
                 "model": gate_runner.bundle.cfg.name, "partition": str(gate_runner.partition)}

@@ -42,7 +42,7 @@ def test_case_overrides_and_defaults(tmp_path):
 @pytest.mark.parametrize("case_text, fragment", [
     ('name = "a"\nprompt = "x"\nseed = -1', "'seed'"),
     ('name = "a/b"\nprompt = "x"\nseed = 1', "'name'"),
-    ('name = "a"\nseed = 1', "missing field(s) ['prompt']"),
+    ('name = "a"\nseed = 1', "give either 'prompt' or 'context'"),
     ('name = "a"\nprompt = "x"\nseed = 1\nssim_mn = 0.9', "unknown field(s) ['ssim_mn']"),
     ('name = "a"\nprompt = "x"\nseed = 1\nssim_min = 1.5', "'ssim_min'"),
 ])

@@ -1,7 +1,6 @@
 """Suite settings: command line > board profile > defaults; backend auto-detection; the header."""
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

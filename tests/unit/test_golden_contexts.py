@@ -1,0 +1,63 @@
+"""Golden cases given as text-context files (for a model whose text encoder does not run here,
+like Anima's Qwen3): the same run as the prompt they encode, and a clear error for a bad file."""
+import numpy as np
+import pytest
+
+from harness.errors import ConfigError
+from harness.gates import GateRunner
+from harness.golden import load_cases
+from harness.model.bundle import load_bundle
+from harness.pytest_plugin import OPTIONS, resolve_settings
+from tests.helpers import make_random_model_dir
+
+CASES = """
+[defaults]
+ssim_min = 0.9999
+psnr_min = 50.0
+steps = 2
+cfg = 4.0
+sampler = "flow-euler"
+shift = 3.0
+
+[[case]]
+name = "by-prompt"
+prompt = "digit one"
+seed = 5
+
+[[case]]
+name = "by-context"
+context = "one.npy"
+uncond_context = "empty.npy"
+seed = 5
+"""
+
+
+@pytest.fixture
+def runner(tmp_path):
+    model = make_random_model_dir(tmp_path / "model", seed=6)
+    golden = tmp_path / "golden"
+    golden.mkdir()
+    (golden / "cases.toml").write_text(CASES)
+    bundle = load_bundle(model)
+    np.save(golden / "one.npy", bundle.context("digit one"))
+    np.save(golden / "empty.npy", bundle.context(""))
+    cli = {name: None for name in OPTIONS}
+    cli.update(model_dir=str(model), golden_dir=str(golden), cache_dir=str(tmp_path / "cache"),
+               artifacts=str(tmp_path / "artifacts"), precision="float32", telemetry_root=str(tmp_path))
+    return GateRunner(resolve_settings(cli, None)), golden
+
+
+def test_context_case_renders_what_its_prompt_renders(runner):
+    gates, golden = runner
+    by_prompt, by_context = load_cases(golden / "cases.toml")
+    a = gates.run(by_prompt, guard=None, keep=False).image
+    b = gates.run(by_context, guard=None, keep=False).image
+    np.testing.assert_array_equal(a, b)
+
+
+def test_bad_context_file_names_case_and_file(runner):
+    gates, golden = runner
+    np.save(golden / "one.npy", np.zeros((3, 5), np.float32))
+    case = load_cases(golden / "cases.toml")[1]
+    with pytest.raises(ConfigError, match=r"golden case 'by-context': .*one.npy is float32 \[3, 5\]"):
+        gates.run(case, guard=None, keep=False)
