@@ -71,7 +71,7 @@ def test_benchmark_compare_fails_a_slowed_backend(tmp_path):
 
 
 def test_require_npu_fails_every_npu_test_off_board(tmp_path):
-    code, out = suite(tmp_path, "-m", "npu", "--require-npu", "--cases=seven")
+    code, out = suite(tmp_path, "tests/acceptance", "-m", "npu", "--require-npu", "--cases=seven")
     assert code == 1, out
     assert "--require-npu: not an RK3588 board" in out
     assert " passed" not in out.splitlines()[-1]
