@@ -57,18 +57,31 @@ class GateRunner:
             self._partition = self.s.partition or self._cached_export()
         return self._partition
 
+    def _cache_path(self) -> Path:
+        b = self.bundle
+        variant = self.s.precision + (f"-{self.s.fake_quant}" if self.s.fake_quant else "")
+        return self.s.cache_dir / "partitions" / f"{b.cfg.name}-{variant}-{b.digest[:12]}"
+
     def _cached_export(self) -> Path:
         if self.s.backend == "rknnlite":
             raise ConfigError("--partition (or the board profile's `partition`) must name the converted "
                               ".rknn subgraphs when the backend is rknnlite")
-        from .partition.onnx_export import export_partition, weights_digest
-        b = self.bundle
-        key = weights_digest(b.weights)[:12]
-        variant = self.s.precision + (f"-{self.s.fake_quant}" if self.s.fake_quant else "")
-        out = self.s.cache_dir / "partitions" / f"{b.cfg.name}-{variant}-{key}"
+        from .partition.onnx_export import export_partition
+        out = self._cache_path()
         if not manifest_path(out).exists():
-            export_partition(b.weights, b.cfg, out, dtype=self.s.precision, fake_quant=self.s.fake_quant)
+            export_partition(self.bundle.weights, self.bundle.cfg, out, dtype=self.s.precision,
+                             fake_quant=self.s.fake_quant)
         return out
+
+    def describe_partition(self) -> str:
+        """For the report header: the partition and its manifest hash, without exporting anything."""
+        try:
+            path = self.s.partition or self._cache_path()
+        except HarnessError as exc:
+            return f"model not loadable: {exc}"
+        if not manifest_path(path).exists():
+            return f"{path} (exported on first use, {self.s.precision})"
+        return f"{path}, manifest sha256 {hashlib.sha256(manifest_path(path).read_bytes()).hexdigest()[:16]}"
 
     @property
     def manifest_hash(self) -> str:

@@ -270,8 +270,8 @@ def pytest_report_header(config):
         f"({i.get('model') or 'no board model'}), on RK3588: {s.on_board}",
         f"anima: kernel {i.get('kernel')}, NPU driver {i.get('npu_driver')}, librknnrt {i.get('runtime_lib')}, "
         f"rknn-toolkit-lite2 {i.get('toolkit_lite')}, onnxruntime {i.get('onnxruntime')}",
-        f"anima: model {s.model_dir}, partition {s.partition or 'exported on demand (' + s.precision + ')'}, "
-        f"goldens {s.golden_dir}",
+        f"anima: model {s.model_dir}, goldens {s.golden_dir}",
+        f"anima: partition {_runner(config).describe_partition()}",
         f"anima: memory guard floor {s.mem_floor / 2**30:.2f} GiB, swap limit {s.swap_limit / 2**20:.0f} MiB"
         + (f", require-npu ({'met' if not s.npu_problem else 'NOT met: ' + s.npu_problem})" if s.require_npu else ""),
     ]
@@ -346,10 +346,17 @@ def suite(request) -> SuiteSettings:
     return request.config._anima_settings
 
 
+def _runner(config):
+    # One GateRunner per session, shared by the report header and the gate fixtures.
+    if not hasattr(config, "_anima_runner"):
+        from .gates import GateRunner
+        config._anima_runner = GateRunner(config._anima_settings)
+    return config._anima_runner
+
+
 @pytest.fixture(scope="session")
-def gate_runner(suite):
-    from .gates import GateRunner
-    return GateRunner(suite)
+def gate_runner(request):
+    return _runner(request.config)
 
 
 @pytest.fixture(scope="session")

@@ -79,3 +79,4 @@ def test_report_header_names_board_runtime_and_backend():
     assert "anima: backend onnxruntime (asked: onnxruntime)" in header
     assert "on RK3588: True" in header and "ROCK 5C" in header
     assert "librknnrt" in header and "NPU driver" in header
+    assert "anima: partition " in header and ("manifest sha256" in header or "exported on first use" in header)
