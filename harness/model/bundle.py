@@ -19,10 +19,13 @@ __all__ = ["ModelBundle", "load_bundle"]
 class ModelBundle:
     cfg: ModelConfig
     weights: dict
-    encoder: PromptEncoder
+    encoder: PromptEncoder | None
     model_dir: Path
 
     def context(self, prompt: str) -> np.ndarray:
+        if self.encoder is None:
+            raise ConfigError(f"model {self.cfg.name} has no prompt encoder here ({self.model_dir}); "
+                              "give its golden cases a text-context file instead of a prompt")
         return self.encoder.encode(prompt)
 
     def decode(self, latent: np.ndarray) -> np.ndarray:
@@ -44,9 +47,11 @@ class ModelBundle:
 def load_bundle(model_dir: str | Path) -> ModelBundle:
     model_dir = Path(model_dir)
     cfg = load_model_dir(model_dir)
-    for key in ("weights", "prompt_encoder"):
-        if key not in cfg.files:
-            raise ConfigError(f"{cfg.source}: missing '{key}' (file name of the {key.replace('_', ' ')})")
+    if "weights" not in cfg.files:
+        raise ConfigError(f"{cfg.source}: missing 'weights' (file name of the DiT weights)")
     weights = load_weights(model_dir / cfg.files["weights"], cfg)
-    encoder = PromptEncoder.from_file(model_dir / cfg.files["prompt_encoder"], cfg.prompt.get("vocab", []))
+    # Anima's text encoder (Qwen3 + adapter) does not run here: without `prompt_encoder` the model
+    # takes precomputed contexts (golden cases with `context` files).
+    encoder = (PromptEncoder.from_file(model_dir / cfg.files["prompt_encoder"], cfg.prompt.get("vocab", []))
+               if "prompt_encoder" in cfg.files else None)
     return ModelBundle(cfg, weights, encoder, model_dir)

@@ -61,3 +61,14 @@ def test_bad_context_file_names_case_and_file(runner):
     case = load_cases(golden / "cases.toml")[1]
     with pytest.raises(ConfigError, match=r"golden case 'by-context': .*one.npy is float32 \[3, 5\]"):
         gates.run(case, guard=None, keep=False)
+
+
+def test_model_without_prompt_encoder_runs_context_cases_only(runner):
+    gates, golden = runner
+    toml = gates.s.model_dir / "model.toml"
+    toml.write_text("\n".join(l for l in toml.read_text().splitlines() if not l.startswith("prompt_encoder")))
+    by_prompt, by_context = load_cases(golden / "cases.toml")
+    assert gates.bundle.encoder is None
+    assert gates.run(by_context, guard=None, keep=False).image.shape == (64, 64, 3)
+    with pytest.raises(ConfigError, match="has no prompt encoder here"):
+        gates.run(by_prompt, guard=None, keep=False)
