@@ -366,10 +366,9 @@ def golden_cases(suite):
 
 @pytest.fixture
 def artifacts(suite, request) -> Path:
-    """This test's artifact folder (created on first use)."""
-    path = suite.artifacts / request.node.name.replace("/", "_").replace("[", "-").rstrip("]")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """This test's artifact folder; created by the first file written into it, so passing tests
+    leave no empty folders behind."""
+    return suite.artifacts / request.node.name.replace("/", "_").replace("[", "-").rstrip("]")
 
 
 @pytest.fixture(autouse=True)
