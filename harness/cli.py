@@ -163,10 +163,11 @@ def _check_writable_dir(out: Path) -> None:
 
 
 def _default_partition(bundle, args) -> Path:
-    """out/partitions/<model>-<dtype>-<weights digest>: exported from the weights on first use, so
-    new weights never run against subgraphs exported from old ones."""
+    """The export command's default directory for these weights: exported on first use, so new
+    weights never run against subgraphs exported from old ones."""
+    from .partition.commands import default_partition_dir
     from .partition.manifest import manifest_path
-    partition = Path("out/partitions") / f"{bundle.cfg.name}-{args.dtype}-{bundle.digest[:12]}"
+    partition = default_partition_dir(bundle.cfg, bundle.weights, args.dtype)
     if args.backend == "rknnlite":
         raise ConfigError("--backend rknnlite needs --partition DIR with the converted .rknn subgraphs")
     if not manifest_path(partition).exists():

@@ -49,7 +49,8 @@ def add_commands(subparsers) -> None:
                      help="model directory with model.toml and its weights (default: models/embedded)")
     exp.add_argument("--profile", help="profile name or .toml (e.g. anima-2b) instead of --model-dir")
     exp.add_argument("--weights", type=Path, help="safetensors checkpoint for --profile")
-    exp.add_argument("--out", type=Path, help="partition directory (default: out/partitions/<model>-<dtype>)")
+    exp.add_argument("--out", type=Path,
+                     help="partition directory (default: out/partitions/<model>-<dtype>-<weights digest>)")
     exp.add_argument("--dtype", choices=("float32", "float16"), default="float32")
     exp.add_argument("--fake-quant", choices=FAKE_QUANT, default=None,
                      help="simulate INT8 in the graph (ffn-w8a8: FFN weights and activations)")
@@ -80,13 +81,23 @@ def _load_model(args) -> tuple[ModelConfig, dict, Path]:
     return cfg, load_weights(path, cfg), path
 
 
+def default_partition_dir(cfg: ModelConfig, weights: dict, dtype: str, fake_quant: str | None = None,
+                          blocks=None) -> Path:
+    """out/partitions/<model>-<dtype>[-<fake quant>]-<weights digest>[-blocks-...]: one directory per
+    distinct export, so `generate` never runs subgraphs from other weights or a partial export."""
+    from .onnx_export import weights_digest
+    name = f"{cfg.name}-{dtype}" + (f"-{fake_quant}" if fake_quant else "") + f"-{weights_digest(weights)[:12]}"
+    if blocks is not None and list(blocks) != list(range(cfg.blocks)):
+        name += "-blocks-" + "_".join(str(b) for b in blocks)
+    return Path("out/partitions") / name
+
+
 def cmd_export(args) -> int:
     from .onnx_export import check_opset, export_partition
     check_opset(args.opset)          # before loading gigabytes of weights
     cfg, weights, source = _load_model(args)
     blocks = parse_blocks(args.blocks, cfg.blocks) if args.blocks else None
-    variant = args.dtype + (f"-{args.fake_quant}" if args.fake_quant else "")
-    out = args.out or Path("out/partitions") / f"{cfg.name}-{variant}"
+    out = args.out or default_partition_dir(cfg, weights, args.dtype, args.fake_quant, blocks)
     manifest = export_partition(weights, cfg, out, dtype=args.dtype, streams=args.streams,
                                 fake_quant=args.fake_quant,
                                 opset=args.opset, blocks=blocks, progress=not args.quiet,
