@@ -32,7 +32,7 @@ def test_guard_trips_on_real_contexts_and_releases_them_all(tmp_path):
         probe = residency_probe("onnxruntime", manifest, guard, limit=24)
     guard.write_samples(tmp_path / "memory.json")
     assert probe.tripped and "MemAvailable" in probe.tripped and "below floor" in probe.tripped
-    assert 1 <= len(probe.rows) < 24, "tripped only after holding contexts, well before the limit"
+    assert 0 < len(probe.rows) < 24, "tripped only after holding contexts, well before the limit"
     assert probe.rows[-1].pss_added_mib > 150
     assert live_contexts() == 0
     samples = json.loads((tmp_path / "memory.json").read_text())
