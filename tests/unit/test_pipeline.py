@@ -189,3 +189,34 @@ def test_rknnlite_failing_mid_run_names_subgraph_and_releases_everything(model, 
                         {"core_mask": "0_1_2"}, report_path=report)
     assert live_contexts() == 0 and fake.live == 0
     assert json.loads(report.read_text())["status"] == "failed"
+
+
+def test_anima_shaped_partition_without_decoder_or_prompt_encoder(tmp_path):
+    """The Cosmos reference model (16 -> here 4 latent channels, no decoder, no prompt encoder: the
+    shape of an Anima deployment) through the partition, fed precomputed contexts: the final latent
+    matches the monolithic reference and no image is claimed."""
+    from harness.config import load_profile
+    from harness.model.bundle import ModelBundle
+    from harness.sampler import initial_noise
+    from harness.weights import load_weights
+    from tests.unit.test_reference import DATA
+    cfg = load_profile("cosmos-tiny")
+    bundle = ModelBundle(cfg, load_weights(DATA / "tiny.safetensors", cfg), None, tmp_path)
+    manifest = export_partition(bundle.weights, cfg, tmp_path / "p", dtype="float32")
+    assert manifest.decoder is None
+    io = np.load(DATA / "tiny_io.npz")
+    contexts = {"cond": io["context"], "uncond": np.zeros_like(io["context"])}
+    settings = {"steps": 3, "cfg_scale": 4.0, "shift": 3.0, "seed": 7}
+    run = run_partitioned(bundle, tmp_path / "p", "onnxruntime", "", settings, contexts=contexts)
+    assert run.image is None and run.report["status"] == "ok"
+
+    from harness.model import reference as R
+    from harness.sampler import denoise
+    ctx = np.concatenate([contexts["cond"], contexts["uncond"]])
+
+    def velocity(x, sigma, step):
+        v = R.forward(bundle.weights, cfg, np.concatenate([x, x]), sigma, ctx)
+        return {"cond": v[:1], "uncond": v[1:]}
+
+    ref = denoise(velocity, initial_noise((1, 4, 8, 8), 7), 3, 3.0, 4.0)
+    assert np.abs(run.latent - ref).max() <= 1e-4
