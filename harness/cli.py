@@ -167,7 +167,7 @@ def _default_partition(bundle, args) -> Path:
     weights never run against subgraphs exported from old ones."""
     from .partition.commands import default_partition_dir
     from .partition.manifest import manifest_path
-    partition = default_partition_dir(bundle.cfg, bundle.weights, args.dtype)
+    partition = default_partition_dir(bundle.cfg, bundle.digest, args.dtype)
     if args.backend == "rknnlite":
         raise ConfigError("--backend rknnlite needs --partition DIR with the converted .rknn subgraphs")
     if not manifest_path(partition).exists():

@@ -7,7 +7,6 @@ artifacts folder, failed runs included.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +19,8 @@ from .golden import GoldenCase
 from .history import utc_now
 from .imageio import save_png
 from .model.bundle import ModelBundle, load_bundle
-from .partition.manifest import load_manifest, manifest_path
+from .partition.commands import default_partition_dir
+from .partition.manifest import load_manifest, manifest_path, manifest_sha256
 from .quality import QualityResult, compare, diff_figure
 from .run import RunResult, run_partitioned
 
@@ -59,8 +59,8 @@ class GateRunner:
 
     def _cache_path(self) -> Path:
         b = self.bundle
-        variant = self.s.precision + (f"-{self.s.fake_quant}" if self.s.fake_quant else "")
-        return self.s.cache_dir / "partitions" / f"{b.cfg.name}-{variant}-{b.digest[:12]}"
+        return self.s.cache_dir / "partitions" / default_partition_dir(
+            b.cfg, b.digest, self.s.precision, self.s.fake_quant).name
 
     def _cached_export(self) -> Path:
         if self.s.backend == "rknnlite":
@@ -81,11 +81,11 @@ class GateRunner:
             return f"model not loadable: {exc}"
         if not manifest_path(path).exists():
             return f"{path} (exported on first use, {self.s.precision})"
-        return f"{path}, manifest sha256 {hashlib.sha256(manifest_path(path).read_bytes()).hexdigest()[:16]}"
+        return f"{path}, manifest sha256 {manifest_sha256(path)[:16]}"
 
     @property
     def manifest_hash(self) -> str:
-        return hashlib.sha256(manifest_path(self.partition).read_bytes()).hexdigest()
+        return manifest_sha256(self.partition)
 
     @property
     def precision(self) -> str:

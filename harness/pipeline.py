@@ -104,13 +104,13 @@ class PartitionedPipeline:
         with self.host.timed(step, "cast"):     # host FP32 -> the subgraph's dtype
             inputs = [h.astype(spec.dtype, copy=False) if spec.name == "x" else self._context_as(spec.dtype)
                       for spec in entry.inputs]
+        batch = batch_of(entry)
         if entry.index not in self._checked:
             # Shapes are static for the whole run: check each subgraph's inputs against the manifest
             # on its first invocation (step 0), not on every one of the run's thousands of calls.
             for spec, array in zip(entry.inputs, inputs):
-                check_input(entry, spec.name, array[:1] if batch_of(entry) == 1 else array)
+                check_input(entry, spec.name, array[:1] if batch == 1 else array)
             self._checked.add(entry.index)
-        batch = batch_of(entry)
         ctx = self.strategy.acquire(entry, step)
         try:
             if batch == len(self.streams):

@@ -4,6 +4,8 @@ from __future__ import annotations
 import contextlib
 import sys
 
+from .history import LIFECYCLE_STAGES   # one list of stage names for every table
+
 __all__ = ["progress_bar", "console"]
 
 
@@ -29,7 +31,6 @@ def progress_bar(total: int, label: str, disable: bool = False):
 
 # ---------------------------------------------------------------- run summaries
 
-from .history import LIFECYCLE_STAGES  # noqa: E402  (one list of stage names for every table)
 HOST_CATEGORIES = ("adaln", "embed", "cast", "residual", "final")
 
 

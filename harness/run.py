@@ -3,7 +3,6 @@ and keep a JSON report on disk whatever happens (a failed run writes its partial
 """
 from __future__ import annotations
 
-import hashlib
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from .generate import stream_contexts
 from .lifecycle import LifecycleRecorder, OnDemand
 from .memory import read_memory
 from .model.bundle import ModelBundle
-from .partition.manifest import load_manifest, network_settings
+from .partition.manifest import load_manifest, manifest_sha256, network_settings
 from .pipeline import PartitionedPipeline
 from .report import summarize
 from .sampler import denoise, initial_noise
@@ -96,7 +95,7 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
     start = read_memory()
     try:
         manifest = open_partition(bundle, partition_dir, verify)
-        report["manifest_sha256"] = hashlib.sha256(manifest.file.read_bytes()).hexdigest()
+        report["manifest_sha256"] = manifest_sha256(manifest.directory)
         report["export"] = manifest.export
         strategy = OnDemand(backend, result.recorder, manifest.path_of, **(backend_options or {}))
         pipeline = PartitionedPipeline(bundle, manifest, strategy,

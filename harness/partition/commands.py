@@ -81,23 +81,22 @@ def _load_model(args) -> tuple[ModelConfig, dict, Path]:
     return cfg, load_weights(path, cfg), path
 
 
-def default_partition_dir(cfg: ModelConfig, weights: dict, dtype: str, fake_quant: str | None = None,
+def default_partition_dir(cfg: ModelConfig, digest: str, dtype: str, fake_quant: str | None = None,
                           blocks=None) -> Path:
     """out/partitions/<model>-<dtype>[-<fake quant>]-<weights digest>[-blocks-...]: one directory per
     distinct export, so `generate` never runs subgraphs from other weights or a partial export."""
-    from .onnx_export import weights_digest
-    name = f"{cfg.name}-{dtype}" + (f"-{fake_quant}" if fake_quant else "") + f"-{weights_digest(weights)[:12]}"
+    name = f"{cfg.name}-{dtype}" + (f"-{fake_quant}" if fake_quant else "") + f"-{digest[:12]}"
     if blocks is not None and list(blocks) != list(range(cfg.blocks)):
         name += "-blocks-" + "_".join(str(b) for b in blocks)
     return Path("out/partitions") / name
 
 
 def cmd_export(args) -> int:
-    from .onnx_export import check_opset, export_partition
+    from .onnx_export import check_opset, export_partition, weights_digest
     check_opset(args.opset)          # before loading gigabytes of weights
     cfg, weights, source = _load_model(args)
     blocks = parse_blocks(args.blocks, cfg.blocks) if args.blocks else None
-    out = args.out or default_partition_dir(cfg, weights, args.dtype, args.fake_quant, blocks)
+    out = args.out or default_partition_dir(cfg, weights_digest(weights), args.dtype, args.fake_quant, blocks)
     manifest = export_partition(weights, cfg, out, dtype=args.dtype, streams=args.streams,
                                 fake_quant=args.fake_quant,
                                 opset=args.opset, blocks=blocks, progress=not args.quiet,

@@ -18,7 +18,7 @@ from ..atomic import atomic_write_json
 from ..config import BRANCHES, NETWORK_KEYS, ModelConfig
 from ..errors import ManifestError
 
-__all__ = ["FORMAT", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest",
+__all__ = ["manifest_sha256", "FORMAT", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest",
            "check_input", "manifest_path", "network_settings", "subgraph_index", "inspect_partition"]
 
 FORMAT = "anima-partition/1"
@@ -26,6 +26,11 @@ MANIFEST_FILE = "manifest.json"
 DECODER_BRANCH = "decoder"
 def manifest_path(directory) -> Path:
     return Path(directory) / MANIFEST_FILE
+
+
+def manifest_sha256(directory) -> str:
+    """sha256 of manifest.json: the one id of a partition (it holds every subgraph's checksum)."""
+    return hashlib.sha256(manifest_path(directory).read_bytes()).hexdigest()
 
 
 def subgraph_index(block: int, branch: str) -> int:
