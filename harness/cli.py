@@ -1,4 +1,4 @@
-"""`python -m harness <command>`: generate, export, inspect, trend.
+"""`python -m harness <command>`: generate, export, inspect, trend, compare, accept-golden.
 
 Expected failures (HarnessError) print one line naming the culprit and exit non-zero without a
 traceback; anything else is a bug and keeps its traceback.
@@ -91,9 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(func=_cmd_generate)
 
     from .partition.commands import add_commands
+    from .accept import add_command as add_accept
+    from .compare import add_command as add_compare
     from .trend import add_command as add_trend
     add_commands(sub)
     add_trend(sub)
+    add_compare(sub)
+    add_accept(sub)
     return parser
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .compare import slowest_subgraphs
 from .config import BRANCHES
 from .errors import ConfigError, HarnessError
 from .history import LIFECYCLE_STAGES
@@ -42,6 +43,9 @@ class GateRunner:
         self._partition: Path | None = None
         self._runs: dict[str, CaseRun] = {}
         self._prepared = False
+        # (label, total steps) -> per-step callback; the pytest plugin sets one that writes progress
+        # lines to the log (harness/pytest_plugin/reporting.py).
+        self.progress = None
 
     # -------------------------------------------------------------- model and partition
     @property
@@ -114,8 +118,10 @@ class GateRunner:
         go to the artifacts (a failed run's report too); a benchmark round keeps them afterwards."""
         self.prepare()
         report = self.s.artifacts / "runs" / f"{case.name}{tag}.json" if keep else None
+        settings = self.settings_for(case, steps)
+        on_step = self.progress(f"{case.name}{tag}", settings["steps"]) if self.progress else None
         result = run_partitioned(self.bundle, self.partition, self.s.backend, case.prompt,
-                                 self.settings_for(case, steps), self.s.backend_options, guard=guard,
+                                 settings, self.s.backend_options, guard=guard, on_step=on_step,
                                  report_path=report, verify=False, contexts=self.case_contexts(case))
         if keep:
             self._save_outputs(result, f"{case.name}{tag}")
@@ -124,6 +130,8 @@ class GateRunner:
     def _save_outputs(self, result: RunResult, name: str) -> None:
         np.save(self.s.artifacts / "runs" / f"{name}-latent.npy", result.latent)
         if result.image is not None:
+            # The obtained float32 image: `harness accept-golden` promotes it without a rerun.
+            np.save(self.s.artifacts / "runs" / f"{name}-image.npy", result.image.astype(np.float32))
             save_png(result.image, self.s.artifacts / "runs" / f"{name}.png")
 
     def keep(self, result: RunResult, name: str) -> None:
@@ -191,16 +199,22 @@ def benchmark_info(report: dict) -> dict:
         "step_split_s": t["step_split"],
         "invocations": report["invocations"],
         "stage_records": report["stage_records"],
+        "slowest_subgraphs": slowest_subgraphs(report["lifecycle_records"], steps),
+        "peak_pss_added_bytes": (report.get("memory") or {}).get("run_peak_pss_added_bytes"),
     }
 
 
 def history_record(info: dict, identity: dict, board: str, backend: str, model: str,
-                   manifest_hash: str, telemetry: dict) -> dict:
+                   manifest_hash: str, telemetry: dict, precision: str, case: str) -> dict:
+    from .provenance import comparable_versions, git_revision, run_id
     return {
-        "time": utc_now(), "board_id": board, "backend": backend, "model": model,
+        "time": utc_now(), "board_id": board, "backend": backend, "model": model, "case": case,
+        "precision": precision, "steps": info["steps"], "versions": comparable_versions(identity),
+        "git_revision": git_revision(), "run_id": run_id(),
         "manifest_hash": manifest_hash, "valid": telemetry["valid"], "invalid_reasons": telemetry["reasons"],
         "mean_step_s": info["mean_step_s"], "total_denoise_s": info["denoise_s"],
         "branch_s_per_step": {b: info["core_s_per_step"].get(b, 0.0) for b in BRANCHES},
         "lifecycle_s_per_step": info["lifecycle_s_per_step"],
+        "slowest_subgraphs": info["slowest_subgraphs"], "peak_pss_added_bytes": info["peak_pss_added_bytes"],
         "kernel": identity.get("kernel"), "runtime_lib": identity.get("runtime_lib"),
     }

@@ -32,7 +32,7 @@ from .config import REPO_ROOT
 from .errors import ConfigError, HarnessError
 from .imageio import save_png
 
-__all__ = ["GoldenCase", "GoldenStore", "GoldenError", "GoldenMissing", "GoldenCorrupt", "GoldenStale",
+__all__ = ["relative_to_repo", "GoldenCase", "GoldenStore", "GoldenError", "GoldenMissing", "GoldenCorrupt", "GoldenStale",
            "GoldenRefused", "load_cases", "runtime_versions", "CASES_FILE", "GOLDEN_DIR",
            "REFERENCE_PRECISIONS", "UPDATE_COMMAND", "SAMPLERS"]
 
@@ -173,6 +173,14 @@ def load_cases(path: str | Path = CASES_FILE) -> list[GoldenCase]:
 
 # ----------------------------------------------------------------------------- metadata
 
+def relative_to_repo(path: str | Path) -> str:
+    """A path as a golden may record it: relative to the repository, else just its last part."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return path.name
+
 def _version(dist: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
     try:
@@ -287,6 +295,10 @@ class GoldenStore:
         missing = sorted({"backend", "manifest_hash"} - set(meta))
         if missing:
             raise ConfigError(f"golden case '{case.name}': metadata lacks {missing}")
+        absolute = sorted(k for k, v in meta.items() if isinstance(v, str) and os.path.isabs(v))
+        if absolute:    # goldens are committed: a path of one machine means nothing on another
+            raise ConfigError(f"golden case '{case.name}': metadata {absolute} hold absolute paths; "
+                              "goldens record relative paths only (see relative_to_repo)")
         image = self._checked_image(case, image)
         full = {**meta, **self._provenance(case, image, canonical, force)}
         paths = self.paths(case)
@@ -296,6 +308,24 @@ class GoldenStore:
         save_png(image, paths["png"])
         atomic_write_json(paths["json"], full)   # last: its hash vouches for the .npy
         return full
+
+    def update(self, case: GoldenCase, image, meta: dict, precision: str, force: bool = False) -> tuple[list[Path], str]:
+        """Write the golden unless the stored one is intact and `image` is within the case's
+        tolerance of it (an update must not churn goldens that still hold). Returns (files written,
+        why)."""
+        from .quality import compare
+        self.check_writable(case, precision, force)
+        try:
+            golden, _ = self.load(case)
+        except GoldenError as exc:
+            reason = f"written ({type(exc).__name__}: the stored golden could not be used)"
+        else:
+            q = compare(np.asarray(image, dtype=np.float32), golden)
+            if q.passes(case.ssim_min, case.psnr_min):
+                return [], f"left alone: within tolerance of the stored golden ({q.summary()})"
+            reason = f"written: the stored golden differs beyond tolerance ({q.summary()})"
+        self.write(case, image, meta, precision, force)
+        return list(self.paths(case).values()), reason
 
     def _checked_image(self, case: GoldenCase, image) -> np.ndarray:
         array = np.asarray(image)

@@ -8,6 +8,12 @@ A record holds at least (extra keys are kept as they are):
   total_denoise_s       seconds for the whole denoise loop
   branch_s_per_step     {self_attn, cross_attn, ffn}: NPU core seconds per step, summed over blocks
   lifecycle_s_per_step  {load, init, run, release}: seconds per step, summed over subgraphs
+A record appended now also carries what makes two runs comparable (records from before may lack them
+and load as they are; the trend groups them under "unknown"):
+  precision             e.g. "float16", "float16+ffn-w8a8"
+  steps                 sampler steps of the timed denoise
+  versions              {npu_driver, runtime_lib, toolkit_lite, onnxruntime} (harness/provenance.py)
+  git_revision, run_id  the commit under test and the CI run (or a local id)
 
 Appending rewrites the whole file through a temporary file and a rename (harness/atomic.py): a run
 killed mid-append leaves the old history, never a torn last line. A lock file serialises concurrent
@@ -28,12 +34,13 @@ from .config import BRANCHES
 from .errors import HarnessError
 
 __all__ = ["HistoryError", "append_run", "load_history", "check_record", "utc_now",
-           "DEFAULT_HISTORY", "LIFECYCLE_STAGES", "REQUIRED_FIELDS"]
+           "DEFAULT_HISTORY", "LIFECYCLE_STAGES", "REQUIRED_FIELDS", "RUN_FIELDS"]
 
 DEFAULT_HISTORY = Path(".benchmarks/history.jsonl")
 LIFECYCLE_STAGES = ("load", "init", "run", "release")
 REQUIRED_FIELDS = ("time", "board_id", "backend", "model", "manifest_hash", "valid", "mean_step_s",
                    "total_denoise_s", "branch_s_per_step", "lifecycle_s_per_step")
+RUN_FIELDS = ("precision", "steps", "versions", "git_revision", "run_id")
 _STRINGS = ("board_id", "backend", "model", "manifest_hash")
 _SECONDS = ("mean_step_s", "total_denoise_s")
 
@@ -69,11 +76,12 @@ def _check_breakdown(record: dict, key: str, parts: tuple[str, ...], where: str)
             raise HistoryError(f"{where}: '{key}.{part}' must be seconds >= 0, got {table[part]!r}")
 
 
-def check_record(record, where: str = "record") -> dict:
-    """Raise HistoryError naming `where` and the field when `record` is not a complete run record."""
+def check_record(record, where: str = "record", new: bool = False) -> dict:
+    """Raise HistoryError naming `where` and the field when `record` is not a complete run record
+    (`new`: one about to be appended, which must also carry RUN_FIELDS)."""
     if not isinstance(record, dict):
         raise HistoryError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    missing = [key for key in REQUIRED_FIELDS if key not in record]
+    missing = [key for key in REQUIRED_FIELDS + (RUN_FIELDS if new else ()) if key not in record]
     if missing:
         raise HistoryError(f"{where}: missing field(s) {missing}")
     _check_time(record["time"], where)
@@ -87,6 +95,10 @@ def check_record(record, where: str = "record") -> dict:
             raise HistoryError(f"{where}: '{key}' must be seconds >= 0, got {record[key]!r}")
     _check_breakdown(record, "branch_s_per_step", BRANCHES, where)
     _check_breakdown(record, "lifecycle_s_per_step", LIFECYCLE_STAGES, where)
+    if "versions" in record and not isinstance(record["versions"], dict):
+        raise HistoryError(f"{where}: 'versions' must map component to version, got {record['versions']!r}")
+    if "steps" in record and not (isinstance(record["steps"], int) and record["steps"] > 0):
+        raise HistoryError(f"{where}: 'steps' must be a positive whole number, got {record['steps']!r}")
     return record
 
 
@@ -106,7 +118,7 @@ def _locked(path: Path):
 def append_run(history_path: str | Path, record: dict) -> None:
     """Validate `record` and append it as one line; the file is replaced atomically."""
     path = Path(history_path)
-    check_record(record, f"new record for {path}")
+    check_record(record, f"new record for {path}", new=True)
     try:
         line = json.dumps(record, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as exc:

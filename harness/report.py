@@ -16,15 +16,20 @@ def console(stderr: bool = True):
 
 @contextlib.contextmanager
 def progress_bar(total: int, label: str, disable: bool = False):
-    """Yield an `advance()` callable; a rich bar on stderr (hidden when disabled)."""
+    """Yield an `advance()` callable: a live rich bar when stderr is a terminal, one plain line per
+    step (step k/N, elapsed, ETA) when it is a log; nothing when disabled."""
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
     if disable:
         yield lambda n=1: None
         return
+    if not sys.stderr.isatty():
+        from .progress import StepLines
+        yield StepLines(total, label, lambda line: print(line, file=sys.stderr, flush=True))
+        return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
-    with Progress(*columns, console=console(), transient=not sys.stderr.isatty()) as progress:
+    with Progress(*columns, console=console()) as progress:
         task = progress.add_task(label, total=total)
         yield lambda n=1: progress.advance(task, n)
 

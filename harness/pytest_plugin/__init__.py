@@ -6,6 +6,8 @@ keeps apart:
     fixtures.py  what the gate modules ask for: suite, gate_runner, golden_cases, artifacts, npu_guard
     storage.py   pytest-benchmark integration: per-board baseline storage, atomic saves, machine info
     state.py     the keys under which the session's state lives in `config.stash`
+    baselines.py the benchmark baselines' rules: refused autosave, comparison by key, saving at the end
+    reporting.py step progress in logs, the markdown summary and the HTML report of each run
 
 The gate modules under tests/acceptance stay thin: fixtures arrange, the test asserts one gate.
 """
@@ -16,4 +18,5 @@ __all__ = ["OPTIONS", "SuiteSettings", "resolve_settings", "settings_of"]
 
 # Each part registers its own hooks and fixtures as a plugin of its own.
 pytest_plugins = ["harness.pytest_plugin.options", "harness.pytest_plugin.hooks",
-                  "harness.pytest_plugin.fixtures", "harness.pytest_plugin.storage"]
+                  "harness.pytest_plugin.fixtures", "harness.pytest_plugin.storage",
+                  "harness.pytest_plugin.baselines", "harness.pytest_plugin.reporting"]

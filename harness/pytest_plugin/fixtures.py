@@ -7,7 +7,7 @@ import pytest
 
 from ..errors import HarnessError
 from .options import SuiteSettings
-from .state import RUNNER, SETTINGS
+from .state import MEMORY_SAMPLES, RUNNER, SETTINGS, append_to
 
 __all__ = ["suite", "gate_runner", "golden_cases", "artifacts", "npu_guard", "runner_of",
            "selected_cases"]
@@ -72,5 +72,6 @@ def npu_guard(request, suite):
         yield guard
     out = suite.artifacts / "memory" / f"{request.node.name}.json"
     guard.write_samples(out)
+    append_to(request.config, MEMORY_SAMPLES, (request.node.name, out))
     if guard.tripped:
         pytest.fail(f"memory guard tripped: {guard.trip_reason} (samples: {out})", pytrace=False)

@@ -41,11 +41,18 @@ OPTIONS = {
     "history": (".benchmarks/history.jsonl", "benchmark run history (JSONL) for `python -m harness trend`"),
     "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, slow=SECONDS (backend faults)"),
     "cache_dir": (".cache", "where exported partitions are cached"),
+    # Baselines with rules (harness/baseline.py): saved only when asked, from valid passing runs.
+    "save_baseline": (False, "save this run's benchmark timings as the baselines (CI: main branch only); "
+                             "never from an INVALID run, only when the whole session passed"),
+    "baseline_threshold": ("10%", "a benchmark fails when its mean is this much over the baseline of the same key"),
+    "baselines": (".benchmarks/baselines", "baseline store (one folder per board)"),
+    "npu_timeout": (None, "seconds before an npu test is stopped (pytest-timeout): a hung NPU call fails its "
+                          "test instead of the job"),
 }
-_FLAGS = {"require_npu", "update_goldens", "force_goldens"}
-_INTS = {"bench_rounds", "bench_steps"}
+_FLAGS = {"require_npu", "update_goldens", "force_goldens", "save_baseline"}
+_INTS = {"bench_rounds", "bench_steps", "npu_timeout"}
 _SIZES = {"mem_floor", "swap_limit", "pss_budget"}
-_PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir"}
+_PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir", "baselines"}
 
 
 @dataclass
@@ -76,6 +83,10 @@ class SuiteSettings:
     board_profile: Path | None = None
     backend_options: dict = field(default_factory=dict)
     npu_problem: str | None = None      # why --require-npu cannot be met here (None: it can)
+    save_baseline: bool = False
+    baseline_threshold: float = 10.0    # percent
+    baselines: Path = Path(".benchmarks/baselines")
+    npu_timeout: int | None = None
 
 
 def pytest_addoption(parser):
@@ -138,6 +149,7 @@ def typed_value(name: str, value, source: str):
 def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     """Merge command line, board profile and defaults, and decide the backend."""
     from ..backends import BACKENDS, backend_options
+    from ..baseline import parse_threshold
     from ..memory import parse_size
     from ..telemetry import detect_rk3588
     profile_file = Path(profile_path) if profile_path else None
@@ -178,7 +190,9 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         artifacts=values["artifacts"], telemetry_root=values["telemetry_root"],
         core_mask=values["core_mask"], bench_rounds=values["bench_rounds"],
         bench_steps=values["bench_steps"], history=values["history"], fault=values["fault"],
-        cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options)
+        cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options,
+        save_baseline=values["save_baseline"], baselines=values["baselines"],
+        baseline_threshold=parse_threshold(values["baseline_threshold"]), npu_timeout=values["npu_timeout"])
     settings.npu_problem = _npu_problem(settings)
     return settings
 

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-__all__ = ["SETTINGS", "IDENTITY", "BOARD", "RUNNER", "STEP_SPLITS", "INVALID_RUNS", "settings_of",
-           "append_to"]
+__all__ = ["SETTINGS", "IDENTITY", "BOARD", "RUNNER", "STEP_SPLITS", "INVALID_RUNS", "BASELINE_OFFERS",
+           "BASELINE_OUTCOMES", "BENCH_RESULTS", "QUALITY_RESULTS", "TEST_OUTCOMES", "MEMORY_SAMPLES",
+           "GOLDEN_UPDATES", "settings_of", "append_to"]
 
 SETTINGS = pytest.StashKey["SuiteSettings"]()       # resolved options (options.py)
 IDENTITY = pytest.StashKey[dict]()                  # board identity read from telemetry
@@ -12,6 +13,13 @@ BOARD = pytest.StashKey[str]()                      # board id: benchmark storag
 RUNNER = pytest.StashKey["GateRunner"]()            # one GateRunner per session
 STEP_SPLITS = pytest.StashKey[list]()               # (test name, benchmark info) for the summary
 INVALID_RUNS = pytest.StashKey[list]()              # (test name, reasons) of INVALID benchmarks
+BASELINE_OFFERS = pytest.StashKey[list]()           # (nodeid, key, mean s, provenance) to save at the end
+BASELINE_OUTCOMES = pytest.StashKey[list]()         # (nodeid, saved path or None, message)
+BENCH_RESULTS = pytest.StashKey[list]()             # per benchmark: timing, comparison, validity
+QUALITY_RESULTS = pytest.StashKey[list]()           # per quality case: SSIM/PSNR, thresholds, images
+TEST_OUTCOMES = pytest.StashKey[list]()             # (nodeid, outcome, seconds, first line of the failure)
+MEMORY_SAMPLES = pytest.StashKey[list]()            # (test name, guard samples file)
+GOLDEN_UPDATES = pytest.StashKey[list]()            # (case, files written, why) of --update-goldens
 
 
 def settings_of(config):

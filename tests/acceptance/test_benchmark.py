@@ -1,21 +1,25 @@
-"""Gate: denoise time, tracked per board by pytest-benchmark (`--benchmark-compare` fails regressions).
+"""Gate: denoise time against the baseline of the same key (harness/baseline.py); a regression fails
+this test itself, so JUnit and CI's test view show it.
 
 extra_info holds the board profile's tables for the run: mean step time, core time per branch per
 step, lifecycle time per stage per step, and the step split (lifecycle / host math / rest). A run during
-which a clock moved or a thermal zone reached a trip point is flagged INVALID, not silently compared.
-Only the denoise is timed: the partition is verified and the report written outside the rounds.
+which a clock moved or a thermal zone reached a trip point is flagged INVALID and never becomes a
+baseline. Only the denoise is timed: the partition is verified and the report written outside the rounds.
 """
 import pytest
 
+from harness.baseline import KEY_MISMATCH, REGRESSED
 from harness.gates import benchmark_info, history_record
 from harness.history import append_run
-from harness.pytest_plugin.state import BOARD, IDENTITY, INVALID_RUNS, STEP_SPLITS, append_to
+from harness.pytest_plugin.state import (BENCH_RESULTS, BOARD, IDENTITY, INVALID_RUNS, STEP_SPLITS,
+                                         append_to)
 from harness.telemetry import TelemetryWindow
 
 pytestmark = [pytest.mark.npu, pytest.mark.benchmark]
 
 
-def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, request):
+def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, baseline_gate, request,
+                      record_property):
     case = golden_cases[0]
     gate_runner.prepare()
     results = []
@@ -25,11 +29,24 @@ def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, re
     gate_runner.keep(results[-1], f"{case.name}-bench")
     verdict = window.verdict()
     info = benchmark_info(results[-1].report)
+    config = request.config
+    key = baseline_gate.key(case.name, info["steps"], gate_runner.precision, gate_runner.manifest_hash)
+    check = baseline_gate.compare(key, benchmark.stats.stats.mean)
     benchmark.extra_info.update(info, valid=verdict["valid"], invalid_reasons=verdict["reasons"],
-                                board_id=request.config.stash[BOARD])
+                                board_id=config.stash[BOARD], baseline=check.as_dict(), baseline_key=key.as_dict())
+    record_property("baseline", check.status)
+    record_property("baseline_delta_pct", check.delta_pct)
     if not verdict["valid"]:
-        append_to(request.config, INVALID_RUNS, (request.node.name, verdict["reasons"]))
-    append_to(request.config, STEP_SPLITS, (request.node.name, info))
-    append_run(suite.history, history_record(info, request.config.stash[IDENTITY], request.config.stash[BOARD],
-                                             suite.backend, gate_runner.bundle.cfg.name,
-                                             gate_runner.manifest_hash, verdict))
+        append_to(config, INVALID_RUNS, (request.node.name, verdict["reasons"]))
+    append_to(config, STEP_SPLITS, (request.node.name, info))
+    append_to(config, BENCH_RESULTS, {"test": request.node.nodeid, "case": case.name, "info": info,
+                                      "valid": verdict["valid"], "reasons": verdict["reasons"],
+                                      "comparison": check.as_dict(), "key": key.as_dict()})
+    append_run(suite.history, history_record(info, config.stash[IDENTITY], config.stash[BOARD], suite.backend,
+                                             gate_runner.bundle.cfg.name, gate_runner.manifest_hash, verdict,
+                                             gate_runner.precision, case.name))
+    baseline_gate.offer(request.node.nodeid, key, benchmark.stats.stats.mean, verdict)
+    if check.status == REGRESSED:
+        pytest.fail(f"benchmark regression: {check.message}", pytrace=False)
+    if check.status == KEY_MISMATCH:
+        pytest.skip(check.message)

@@ -2,12 +2,13 @@
 import pytest
 
 from harness.gates import quality_check
-from harness.golden import GoldenError, GoldenStore
+from harness.golden import GoldenError, GoldenStore, relative_to_repo
+from harness.pytest_plugin.state import GOLDEN_UPDATES, QUALITY_RESULTS, append_to
 
 pytestmark = [pytest.mark.npu, pytest.mark.quality]
 
 
-def test_image_matches_golden(golden_case, gate_runner, npu_guard, suite, artifacts, record_property):
+def test_image_matches_golden(golden_case, gate_runner, npu_guard, suite, artifacts, record_property, request):
     case = golden_case
     store = GoldenStore(suite.golden_dir)
     try:
@@ -26,11 +27,16 @@ def test_image_matches_golden(golden_case, gate_runner, npu_guard, suite, artifa
                     pytrace=False)
     if suite.update_goldens:
         meta = {"backend": suite.backend, "manifest_hash": gate_runner.manifest_hash,
-                "model": gate_runner.bundle.cfg.name, "partition": str(gate_runner.partition)}
-        store.write(case, image, meta, precision=gate_runner.precision, force=suite.force_goldens)
+                "model": gate_runner.bundle.cfg.name, "partition": relative_to_repo(gate_runner.partition)}
+        written, why = store.update(case, image, meta, precision=gate_runner.precision, force=suite.force_goldens)
+        append_to(request.config, GOLDEN_UPDATES, (case.name, written, why))
         return
     q, diff = quality_check(case, image, golden, artifacts)
     record_property("ssim", q.ssim)
     record_property("psnr", q.psnr)
+    append_to(request.config, QUALITY_RESULTS, {
+        "case": case.name, "ssim": q.ssim, "psnr": q.psnr, "ssim_min": case.ssim_min,
+        "psnr_min": case.psnr_min, "passed": diff is None, "golden_npy": str(store.paths(case)["npy"]),
+        "obtained_npy": str(suite.artifacts / "runs" / f"{case.name}-image.npy")})
     assert diff is None, (f"{case.name}: {q.summary()} fails SSIM >= {case.ssim_min} / PSNR >= "
                           f"{case.psnr_min} dB; obtained, golden and diff heat map: {diff}")

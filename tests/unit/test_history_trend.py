@@ -18,7 +18,9 @@ def _record(day: int, step_s: float, valid: bool = True, board: str = "rock5c-01
         "mean_step_s": step_s, "total_denoise_s": step_s * 20,
         "branch_s_per_step": {"self_attn": 0.2, "cross_attn": 0.1, "ffn": 0.3},
         "lifecycle_s_per_step": {"load": 0.5, "init": 0.4, "run": 0.6, "release": 0.05},
-        "telemetry": {"npu_freq_mhz": 1000},
+        "telemetry": {"npu_freq_mhz": 1000}, "precision": "float16", "steps": 20,
+        "versions": {"npu_driver": "0.9.8", "runtime_lib": "2.3.2", "toolkit_lite": "2.3.2", "onnxruntime": None},
+        "git_revision": "abc123", "run_id": f"gh-{day}-1",
     }
 
 

@@ -1,0 +1,43 @@
+"""Step progress for logs: one plain line per step with elapsed time and an estimate of what remains.
+
+A 20-step denoise is ~40 min on the board: a CI log that says nothing until the end looks hung. On a
+terminal the caller keeps its live display (a rich bar in the CLI, a rewritten line under pytest);
+where output goes to a file or a pipe, each step becomes one line that survives in the log.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+__all__ = ["StepLines", "format_duration"]
+
+
+def format_duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
+
+
+class StepLines:
+    """Call once per finished step; writes '<label>: step k/N, elapsed X, ETA Y' through `write`."""
+
+    def __init__(self, total: int, label: str, write: Callable[[str], None], clock=time.monotonic):
+        self.total = total
+        self.label = label
+        self.write = write
+        self.clock = clock
+        self.start = clock()
+        self.done = 0
+
+    def line(self) -> str:
+        elapsed = self.clock() - self.start
+        eta = elapsed / self.done * (self.total - self.done) if self.done else 0.0
+        return (f"{self.label}: step {self.done}/{self.total}, elapsed {format_duration(elapsed)}, "
+                f"ETA {format_duration(eta)}")
+
+    def __call__(self, n: int = 1) -> None:
+        self.done = min(self.total, self.done + n)
+        self.write(self.line())

@@ -1,0 +1,170 @@
+"""What a person reads about a run: step progress in the log while it runs, and at the end a markdown
+summary (artifacts/summary.md, and $GITHUB_STEP_SUMMARY when set) and a self-contained HTML report
+(artifacts/report.html). Written only for sessions that ran npu tests."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from .state import (BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, GOLDEN_UPDATES, MEMORY_SAMPLES, QUALITY_RESULTS, RUNNER,
+                    SETTINGS, TEST_OUTCOMES, append_to)
+
+__all__ = ["LogProgress", "pytest_configure", "pytest_runtest_logreport", "pytest_sessionfinish",
+           "pytest_terminal_summary", "summary_data"]
+
+
+class LogProgress:
+    """GateRunner.progress: per step, a plain line in a log, or one rewritten line on a terminal."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def _write(self, line: str, final: bool) -> None:
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        if tr is None:
+            return
+        # The test's output is captured; progress must reach the log while the test runs.
+        with capture.global_and_fixture_disabled() if capture else _nothing():
+            if tr.isatty:
+                tr.rewrite(line, erase=True)
+                if final:
+                    tr.write_line("")
+            else:
+                tr.write_line(line)
+
+    def __call__(self, label: str, total: int):
+        from ..progress import StepLines
+        lines = StepLines(total, label, lambda text: None)
+
+        def step(i: int) -> None:
+            lines()
+            self._write(lines.line(), final=lines.done == total)
+        return step
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    from .fixtures import runner_of
+    runner_of(config).progress = LogProgress(config)
+
+
+def pytest_runtest_logreport(report):
+    # One outcome per test: the call phase, or setup/teardown when they failed or skipped it.
+    if report.when == "call" or report.outcome != "passed":
+        config = getattr(report, "_anima_config", None)
+        if config is None:
+            return
+        message = ""
+        if report.failed:
+            message = str(getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message
+                          or report.longreprtext).strip().splitlines()[0] if report.longreprtext else ""
+        elif report.skipped and isinstance(report.longrepr, tuple):
+            message = report.longrepr[2]
+        append_to(config, TEST_OUTCOMES, {"nodeid": report.nodeid, "outcome": report.outcome,
+                                          "seconds": report.duration, "message": message,
+                                          "npu": "npu" in report.keywords})
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    outcome.get_result()._anima_config = item.config     # lets logreport find the session's stash
+
+
+def summary_data(config, exitstatus) -> dict:
+    from ..compare import slowest_subgraphs
+    s = config.stash[SETTINGS]
+    tests = [t for t in config.stash.get(TEST_OUTCOMES, []) if t["npu"]]
+    counts = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "skipped")}
+    runner = config.stash.get(RUNNER, None)
+    run = {"run_id": None, "git_revision": None, "board": config.stash[BOARD], "backend": s.backend}
+    from ..provenance import git_revision, run_id
+    run.update(run_id=run_id(), git_revision=git_revision())
+    slowest, memory = [], []
+    if runner is not None and runner._bundle is not None:
+        run["model"] = runner.bundle.cfg.name
+        try:
+            run["precision"], run["partition"] = runner.precision, str(runner.partition)
+        except Exception:       # a partition that never loaded: the tests already said why
+            pass
+    benchmarks = [{"case": b["case"], "comparison": b["comparison"], "valid": b["valid"],
+                   "reasons": b["reasons"]} for b in config.stash.get(BENCH_RESULTS, [])]
+    bench_infos = [b["info"] for b in config.stash.get(BENCH_RESULTS, [])]
+    if bench_infos:
+        slowest = bench_infos[0]["slowest_subgraphs"]
+    elif runner is not None:
+        reports = [r.result.report for r in runner._runs.values() if r.result is not None]
+        if reports:
+            slowest = slowest_subgraphs(reports[0]["lifecycle_records"], len(reports[0]["step_seconds"]))
+    for name, path in config.stash.get(MEMORY_SAMPLES, []):
+        try:
+            import json
+            summ = json.loads(Path(path).read_text())["summary"]
+        except (OSError, ValueError, KeyError):
+            continue
+        memory.append({"test": name, "peak_pss_added_bytes": summ.get("peak_pss_added_bytes"),
+                       "pss_budget_bytes": s.pss_budget, "floor_bytes": summ.get("floor_bytes"),
+                       "min_mem_available_bytes": summ.get("min_mem_available_bytes"), "file": str(path)})
+    return {"outcome": "passed" if exitstatus == 0 and counts["failed"] == 0 else "failed",
+            "counts": counts, "run": run, "tests": tests, "quality": config.stash.get(QUALITY_RESULTS, []),
+            "benchmarks": benchmarks, "slowest": slowest, "memory": memory,
+            "baselines": [f"{nodeid}: {message}" for nodeid, _, message in config.stash.get(BASELINE_OUTCOMES, [])]}
+
+
+def _trend_png(config, artifacts: Path) -> bytes | None:
+    from ..errors import HarnessError
+    from ..trend import trend
+    s = config.stash[SETTINGS]
+    if not Path(s.history).is_file():
+        return None
+    try:
+        from ..history import load_history
+        out = artifacts / "trend.png"
+        trend(load_history(s.history), out, board=config.stash[BOARD], backend=s.backend,
+              threshold_pct=s.baseline_threshold)
+        return out.read_bytes()
+    except HarnessError:
+        return None
+
+
+@pytest.hookimpl(trylast=True)      # after baselines.py has saved (or refused) the baselines
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if not any(t["npu"] for t in config.stash.get(TEST_OUTCOMES, [])):
+        return
+    from ..atomic import atomic_write_text
+    from ..html_report import write_html_report
+    from ..summary import markdown_summary
+    artifacts = Path(config.stash[SETTINGS].artifacts)
+    data = summary_data(config, exitstatus)
+    text = markdown_summary(data)
+    atomic_write_text(artifacts / "summary.md", text)
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+    write_html_report(artifacts / "report.html", data, _trend_png(config, artifacts),
+                      [path for _, path in config.stash.get(MEMORY_SAMPLES, [])])
+    config.stash[_WRITTEN] = [artifacts / "summary.md", artifacts / "report.html"]
+
+
+_WRITTEN = pytest.StashKey[list]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    for case, written, why in config.stash.get(GOLDEN_UPDATES, []):
+        terminalreporter.write_line(f"golden {case}: {why}" + "".join(f"\n  wrote {p}" for p in written))
+    written = config.stash.get(_WRITTEN, [])
+    if written:
+        terminalreporter.write_line("run summary: " + ", ".join(str(p) for p in written))

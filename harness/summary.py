@@ -1,0 +1,97 @@
+"""The run summary people read: one markdown page per pytest session of the gates.
+
+It goes to `$GITHUB_STEP_SUMMARY` when that is set (the pull request's checks page shows it) and to
+`artifacts/summary.md`. Built from a plain dict (see harness/pytest_plugin/reporting.py) so it can be
+tested and rendered without pytest:
+
+    outcome, counts{passed, failed, skipped}, run{run_id, git_revision, board, backend, model,
+    precision, partition}, tests[{nodeid, outcome, seconds, message}], quality[{case, ssim, psnr,
+    ssim_min, psnr_min, passed}], benchmarks[{case, mean_s, comparison{}, valid, reasons}],
+    slowest[{subgraph, block, branch, seconds_per_step}], memory[{test, peak_pss_added_bytes,
+    min_mem_available_bytes, pss_budget_bytes, floor_bytes}], baselines[str]
+"""
+from __future__ import annotations
+
+__all__ = ["markdown_summary", "verdict_line"]
+
+MiB = 2 ** 20
+
+
+def verdict_line(data: dict) -> str:
+    c = data["counts"]
+    return (f"{'PASSED' if data['outcome'] == 'passed' else 'FAILED'}: {c.get('passed', 0)} passed, "
+            f"{c.get('failed', 0)} failed, {c.get('skipped', 0)} skipped")
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(headers: list[str], rows: list[list]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _mib(value) -> str:
+    return "-" if value is None else f"{value / MiB:.1f} MiB"
+
+
+def _run_lines(run: dict) -> list[str]:
+    keys = (("run", "run_id"), ("revision", "git_revision"), ("board", "board"), ("backend", "backend"),
+            ("model", "model"), ("precision", "precision"), ("partition", "partition"))
+    return [" · ".join(f"{label} `{run[k]}`" for label, k in keys if run.get(k))]
+
+
+def _gate_rows(tests: list[dict]) -> list[list]:
+    mark = {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ skipped"}
+    return [[f"`{t['nodeid']}`", mark.get(t["outcome"], t["outcome"]), f"{t['seconds']:.1f} s",
+             (t.get("message") or "")[:200]] for t in tests]
+
+
+def _quality_rows(quality: list[dict]) -> list[list]:
+    return [[q["case"], f"{q['ssim']:.6f}", f">= {q['ssim_min']:g}", f"{q['psnr']:.2f} dB",
+             f">= {q['psnr_min']:g} dB", "✅ pass" if q["passed"] else "❌ fail"] for q in quality]
+
+
+def _bench_rows(benchmarks: list[dict]) -> list[list]:
+    rows = []
+    for b in benchmarks:
+        c = b["comparison"]
+        base = "-" if c.get("baseline_mean_s") is None else f"{c['baseline_mean_s']:.4f} s"
+        delta = "-" if c.get("delta_pct") is None else f"{c['delta_pct']:+.1f} %"
+        clocks = "valid" if b["valid"] else "**INVALID**: " + "; ".join(b["reasons"])
+        rows.append([b["case"], f"{c['mean_s']:.4f} s", base, delta, f"{c['threshold_pct']:g} %",
+                     c["status"], clocks])
+    return rows
+
+
+def markdown_summary(data: dict) -> str:
+    lines = [f"## Anima NPU acceptance: {verdict_line(data)}", ""]
+    lines += _run_lines(data.get("run", {})) + [""]
+    lines += ["### Gates", ""] + _table(["test", "result", "time", "message"], _gate_rows(data["tests"])) + [""]
+    if data.get("quality"):
+        lines += ["### Quality against the goldens", ""]
+        lines += _table(["case", "SSIM", "threshold", "PSNR", "threshold", "verdict"], _quality_rows(data["quality"]))
+        lines.append("")
+    if data.get("benchmarks"):
+        lines += ["### Benchmark against the baseline", ""]
+        lines += _table(["case", "mean denoise", "baseline", "delta", "threshold", "comparison", "clocks"],
+                        _bench_rows(data["benchmarks"]))
+        lines += [""] + [f"- {b['comparison']['message']}" for b in data["benchmarks"]] + [""]
+    if data.get("slowest"):
+        lines += ["### Slowest subgraphs (load + init + run + release, per step)", ""]
+        lines += _table(["subgraph", "block", "branch", "seconds per step"],
+                        [[s["subgraph"], s["block"], s["branch"], f"{s['seconds_per_step']:.4f}"]
+                         for s in data["slowest"]])
+        lines.append("")
+    if data.get("memory"):
+        lines += ["### Memory", ""]
+        lines += _table(["test", "peak added PSS", "PSS budget", "min MemAvailable", "floor"],
+                        [[m["test"], _mib(m.get("peak_pss_added_bytes")), _mib(m.get("pss_budget_bytes")),
+                          _mib(m.get("min_mem_available_bytes")), _mib(m.get("floor_bytes"))]
+                         for m in data["memory"]])
+        lines.append("")
+    for line in data.get("baselines", []):
+        lines.append(f"- {line}")
+    return "\n".join(lines).rstrip() + "\n"
