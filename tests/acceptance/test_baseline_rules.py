@@ -14,6 +14,8 @@ import pytest
 
 from harness.config import REPO_ROOT
 
+pytestmark = pytest.mark.slow       # ~10 s per gate session on the 2-core CI machine
+
 BOARD_TREE = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"
 
 
