@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .atomic import atomic_write_text
-from .summary import MiB, _bench_rows, _gate_rows, _quality_rows, verdict_line
+from .summary import MiB, _bench_rows, _gate_rows, _memory_table, _quality_rows, verdict_line
 
 __all__ = ["html_report", "write_html_report", "thumbnail_png", "memory_curve_png", "THUMB_PX"]
 
@@ -27,6 +27,8 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:24px 0 8px;border-bot
 .passed{color:#1a7f37}.failed{color:#cf222e}
 table{border-collapse:collapse;font-size:13px} td,th{border:1px solid #d0d7de;padding:4px 8px;text-align:left}
 th{background:#f6f8fa} .meta{color:#57606a;font-size:13px}
+td.passed,td.pass{color:#1a7f37;font-weight:600} td.failed,td.fail{color:#cf222e;font-weight:600}
+td.skipped{color:#9a6700;font-weight:600}
 figure{display:inline-block;margin:0 12px 12px 0;text-align:center;font-size:12px}
 img.thumb{width:%dpx;height:%dpx;image-rendering:pixelated;border:1px solid #d0d7de}
 img.plot{max-width:100%%;border:1px solid #d0d7de}
@@ -96,9 +98,19 @@ def _img(png: bytes, cls: str, alt: str) -> str:
             f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
 
 
+_WORDS = {"passed": "passed", "failed": "FAILED", "skipped": "skipped", "pass": "pass", "fail": "FAIL"}
+
+
+def _td(cell) -> str:
+    # Verdict words get a colour class (no emoji: a headless board browser may lack the font).
+    text = str(cell)
+    cls = next((k for k, v in _WORDS.items() if v == text), None)
+    return f'<td class="{cls}">{html.escape(text)}</td>' if cls else f"<td>{html.escape(text)}</td>"
+
+
 def _html_table(headers: list[str], rows: list[list]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    body = "".join("<tr>" + "".join(_td(c) for c in row) + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
@@ -125,11 +137,11 @@ def html_report(data: dict, trend_png: bytes | None = None, memory_pngs: list[by
     meta = " · ".join(f"{k} {html.escape(str(v))}" for k, v in run.items() if v)
     body = [f'<h1 class="{outcome}">Anima NPU acceptance: {html.escape(verdict_line(data))}</h1>',
             f'<p class="meta">{meta}</p>',
-            "<h2>Gates</h2>", _html_table(["test", "result", "time", "message"], _gate_rows(data["tests"]))]
+            "<h2>Gates</h2>", _html_table(["test", "result", "time", "message"], _gate_rows(data["tests"], _WORDS, code=""))]
     if data.get("quality"):
         body += ["<h2>Quality against the goldens</h2>",
                  _html_table(["case", "SSIM", "threshold", "PSNR", "threshold", "verdict"],
-                             _quality_rows(data["quality"])),
+                             _quality_rows(data["quality"], _WORDS)),
                  _quality_pictures(data["quality"])]
     if data.get("benchmarks"):
         body += ["<h2>Benchmark against the baseline</h2>",
@@ -145,6 +157,8 @@ def html_report(data: dict, trend_png: bytes | None = None, memory_pngs: list[by
                               for s in data["slowest"]])]
     if memory_pngs or data.get("memory"):
         body.append("<h2>Memory</h2>")
+        if data.get("memory"):
+            body.append(_html_table(*_memory_table(data["memory"])))
         body += [_img(png, "plot", "memory curve") for png in memory_pngs]
     body += [f"<p>{html.escape(line)}</p>" for line in data.get("baselines", [])]
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -7,7 +7,7 @@ tested and rendered without pytest:
     outcome, counts{passed, failed, skipped}, run{run_id, git_revision, board, backend, model,
     precision, partition}, tests[{nodeid, outcome, seconds, message}], quality[{case, ssim, psnr,
     ssim_min, psnr_min, passed}], benchmarks[{case, mean_s, comparison{}, valid, reasons}],
-    slowest[{subgraph, block, branch, seconds_per_step}], memory[{test, peak_pss_added_bytes,
+    slowest[{subgraph, block, branch, seconds_per_step}], memory[{run, peak_pss_added_bytes,
     min_mem_available_bytes, pss_budget_bytes, floor_bytes}], baselines[str]
 """
 from __future__ import annotations
@@ -43,15 +43,18 @@ def _run_lines(run: dict) -> list[str]:
     return [" · ".join(f"{label} `{run[k]}`" for label, k in keys if run.get(k))]
 
 
-def _gate_rows(tests: list[dict]) -> list[list]:
-    mark = {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ skipped"}
-    return [[f"`{t['nodeid']}`", mark.get(t["outcome"], t["outcome"]), f"{t['seconds']:.1f} s",
-             (t.get("message") or "")[:200]] for t in tests]
+_MARKS = {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ skipped", "pass": "✅ pass",
+          "fail": "❌ fail"}
 
 
-def _quality_rows(quality: list[dict]) -> list[list]:
+def _gate_rows(tests: list[dict], marks: dict = _MARKS, code: str = "`") -> list[list]:
+    return [[f"{code}{t['nodeid']}{code}", marks.get(t["outcome"], t["outcome"]), f"{t['seconds']:.1f} s",
+             (t.get("message") or "").removeprefix("AssertionError: ")[:240]] for t in tests]
+
+
+def _quality_rows(quality: list[dict], marks: dict = _MARKS) -> list[list]:
     return [[q["case"], f"{q['ssim']:.6f}", f">= {q['ssim_min']:g}", f"{q['psnr']:.2f} dB",
-             f">= {q['psnr_min']:g} dB", "✅ pass" if q["passed"] else "❌ fail"] for q in quality]
+             f">= {q['psnr_min']:g} dB", marks["pass" if q["passed"] else "fail"]] for q in quality]
 
 
 def _bench_rows(benchmarks: list[dict]) -> list[list]:
@@ -64,6 +67,14 @@ def _bench_rows(benchmarks: list[dict]) -> list[list]:
         rows.append([b["case"], f"{c['mean_s']:.4f} s", base, delta, f"{c['threshold_pct']:g} %",
                      c["status"], clocks])
     return rows
+
+
+def _memory_table(memory: list[dict]) -> tuple[list[str], list[list]]:
+    """One row per run: the peak PSS it added over its own start (what the memory gate checks against
+    the budget) and the lowest MemAvailable the guard saw (against its floor)."""
+    return (["run", "peak added PSS", "PSS budget", "min MemAvailable", "guard floor"],
+            [[m["run"], _mib(m.get("peak_pss_added_bytes")), _mib(m.get("pss_budget_bytes")),
+              _mib(m.get("min_mem_available_bytes")), _mib(m.get("floor_bytes"))] for m in memory])
 
 
 def markdown_summary(data: dict) -> str:
@@ -86,12 +97,7 @@ def markdown_summary(data: dict) -> str:
                          for s in data["slowest"]])
         lines.append("")
     if data.get("memory"):
-        lines += ["### Memory", ""]
-        lines += _table(["test", "peak added PSS", "PSS budget", "min MemAvailable", "floor"],
-                        [[m["test"], _mib(m.get("peak_pss_added_bytes")), _mib(m.get("pss_budget_bytes")),
-                          _mib(m.get("min_mem_available_bytes")), _mib(m.get("floor_bytes"))]
-                         for m in data["memory"]])
-        lines.append("")
+        lines += ["### Memory", ""] + _table(*_memory_table(data["memory"])) + [""]
     for line in data.get("baselines", []):
         lines.append(f"- {line}")
     return "\n".join(lines).rstrip() + "\n"

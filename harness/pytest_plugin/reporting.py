@@ -107,19 +107,34 @@ def summary_data(config, exitstatus) -> dict:
         reports = [r.result.report for r in runner._runs.values() if r.result is not None]
         if reports:
             slowest = slowest_subgraphs(reports[0]["lifecycle_records"], len(reports[0]["step_seconds"]))
-    for name, path in config.stash.get(MEMORY_SAMPLES, []):
-        try:
-            import json
-            summ = json.loads(Path(path).read_text())["summary"]
-        except (OSError, ValueError, KeyError):
-            continue
-        memory.append({"test": name, "peak_pss_added_bytes": summ.get("peak_pss_added_bytes"),
-                       "pss_budget_bytes": s.pss_budget, "floor_bytes": summ.get("floor_bytes"),
-                       "min_mem_available_bytes": summ.get("min_mem_available_bytes"), "file": str(path)})
+    memory = _memory_rows(config, runner)
     return {"outcome": "passed" if exitstatus == 0 and counts["failed"] == 0 else "failed",
             "counts": counts, "run": run, "tests": tests, "quality": config.stash.get(QUALITY_RESULTS, []),
             "benchmarks": benchmarks, "slowest": slowest, "memory": memory,
             "baselines": [f"{nodeid}: {message}" for nodeid, _, message in config.stash.get(BASELINE_OUTCOMES, [])]}
+
+
+def _memory_rows(config, runner) -> list[dict]:
+    """Per kept run (golden cases, benchmark): its own peak added PSS and the guard's lowest MemAvailable."""
+    s = config.stash[SETTINGS]
+    reports = [(name, run.result.report) for name, run in (runner._runs.items() if runner else [])
+               if run.result is not None]
+    reports += [(f"{b['case']} (benchmark)", {"memory": b.get("memory")}) for b in config.stash.get(BENCH_RESULTS, [])]
+    rows = []
+    for name, report in reports:
+        mem = report.get("memory") or {}
+        if mem:
+            rows.append({"run": name, "peak_pss_added_bytes": mem.get("run_peak_pss_added_bytes"),
+                         "pss_budget_bytes": s.pss_budget, "floor_bytes": mem.get("floor_bytes"),
+                         "min_mem_available_bytes": mem.get("min_mem_available_bytes")})
+    return rows
+
+
+def _curve_files(config) -> list:
+    """The memory curve worth a picture: the memory gate's window, else the first npu test's."""
+    files = config.stash.get(MEMORY_SAMPLES, [])
+    chosen = [path for name, path in files if "pss" in name] or [path for _, path in files[:1]]
+    return chosen[:1]
 
 
 def _trend_png(config, artifacts: Path) -> bytes | None:
@@ -154,8 +169,7 @@ def pytest_sessionfinish(session, exitstatus):
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as fh:
             fh.write(text + "\n")
-    write_html_report(artifacts / "report.html", data, _trend_png(config, artifacts),
-                      [path for _, path in config.stash.get(MEMORY_SAMPLES, [])])
+    write_html_report(artifacts / "report.html", data, _trend_png(config, artifacts), _curve_files(config))
     config.stash[_WRITTEN] = [artifacts / "summary.md", artifacts / "report.html"]
 
 

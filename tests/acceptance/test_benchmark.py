@@ -41,6 +41,7 @@ def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, ba
     append_to(config, STEP_SPLITS, (request.node.name, info))
     append_to(config, BENCH_RESULTS, {"test": request.node.nodeid, "case": case.name, "info": info,
                                       "valid": verdict["valid"], "reasons": verdict["reasons"],
+                                      "memory": results[-1].report.get("memory"),
                                       "comparison": check.as_dict(), "key": key.as_dict()})
     append_run(suite.history, history_record(info, config.stash[IDENTITY], config.stash[BOARD], suite.backend,
                                              gate_runner.bundle.cfg.name, gate_runner.manifest_hash, verdict,
