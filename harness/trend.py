@@ -104,9 +104,10 @@ def _plot_step_time(ax, rows: list[dict], threshold_pct: float | None = None) ->
         groups.setdefault(group_of(row), []).append(row)
     colours = iter(["tab:blue", "tab:purple", "tab:orange", "tab:brown", "tab:olive", "tab:cyan", "tab:pink"] * 8)
     last_x = rows[-1]["index"]
+    several_boards = len({key[0] for key in groups}) > 1
     for key, members in groups.items():
         colour = next(colours)
-        label = "/".join(key[1:]) + (f" @ {key[0]}" if len(groups) > 1 else "")
+        label = "/".join(key[1:]) + (f" @ {key[0]}" if several_boards else "")
         ax.plot([r["index"] for r in members], [r["step_s"] for r in members], color=colour,
                 linewidth=1.2, marker="o", markersize=4, zorder=2, label=label)
         band = _band(members, changed_at, threshold_pct) if threshold_pct else None

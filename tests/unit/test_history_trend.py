@@ -108,3 +108,42 @@ def test_trend_command_end_to_end(tmp_path, capsys):
     missing = parser.parse_args(["trend", "--history", str(tmp_path / "none.jsonl")])
     with pytest.raises(HistoryError, match="none.jsonl"):
         missing.func(missing)
+
+
+def test_new_records_must_carry_versions_revision_run_id_steps_and_precision(tmp_path):
+    path = tmp_path / "history.jsonl"
+    for field in ("versions", "git_revision", "run_id", "steps", "precision"):
+        record = _record(1, 1.5)
+        del record[field]
+        with pytest.raises(HistoryError, match=rf"missing field\(s\) \['{field}'\]"):
+            append_run(path, record)
+    old = _record(1, 1.5)
+    for field in ("versions", "git_revision", "run_id", "steps", "precision"):
+        del old[field]
+    path.write_text(json.dumps(old) + "\n")        # a record from before these fields still loads
+    assert load_history(path) == [old]
+
+
+def test_trend_draws_one_line_per_board_backend_model_precision_and_marks_version_changes(tmp_path):
+    from matplotlib.figure import Figure
+
+    from harness.trend import _plot_step_time, trend_rows, version_changes
+    history = [_record(1, 1.5), _record(2, 1.6), {**_record(3, 4.0), "backend": "faults"},
+               {**_record(4, 1.0), "precision": "float32"},
+               {**_record(5, 1.2), "versions": {**_record(5, 1.2)["versions"], "npu_driver": "0.9.9"}}]
+    rows = trend_rows(history)
+    changes = version_changes(rows)
+    assert [(row["index"], what) for row, what in changes] == [(4, "npu_driver 0.9.8->0.9.9")]
+    ax = Figure().subplots()
+    _plot_step_time(ax, rows, threshold_pct=10)
+    lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines() if not line.get_label().startswith("_")}
+    assert lines == {"rknnlite/embedded-digits/float16": [1.5, 1.6, 1.2],
+                     "faults/embedded-digits/float16": [4.0],
+                     "rknnlite/embedded-digits/float32": [1.0]}
+    bands = [c for c in ax.collections if c.get_label().startswith("+10 % band")]
+    assert len(bands) == 3
+    # The FP16 line's band starts at the driver change and spans its median since then (+10 %).
+    ys = bands[0].get_paths()[0].vertices[:, 1]
+    assert min(ys) == pytest.approx(1.2) and max(ys) == pytest.approx(1.32)
+    out = trend(history, tmp_path / "t.png", threshold_pct=10)
+    assert len(out) == 5 and load_png(tmp_path / "t.png").std() > 0.05

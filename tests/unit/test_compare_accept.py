@@ -1,0 +1,168 @@
+"""`harness compare` on real run reports and history records, and `harness accept-golden` from a real
+run's kept image, with --update-goldens' rule of leaving goldens within tolerance alone."""
+import json
+
+import numpy as np
+import pytest
+
+from harness.accept import accept_golden
+from harness.cli import main
+from harness.compare import compare_rows, load_view, slowest_subgraphs
+from harness.errors import ConfigError
+from harness.generate import sample_settings
+from harness.golden import GoldenRefused, GoldenStale, GoldenStore, load_cases
+from harness.memory import MemoryGuard
+from harness.model.bundle import load_bundle
+from harness.partition.onnx_export import export_partition
+from harness.run import run_partitioned
+
+STEPS = 1
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory):
+    """The embedded model and its FP16 partition, from the suite's partition cache (keyed by the
+    weights' digest, as the gates use it; exported on first use)."""
+    from harness.config import EMBEDDED_DIR, REPO_ROOT
+    from harness.partition.commands import default_partition_dir
+    from harness.partition.manifest import manifest_path
+    model = load_bundle(EMBEDDED_DIR)
+    out = REPO_ROOT / ".cache" / "partitions" / default_partition_dir(model.cfg, model.digest, "float16", None).name
+    if not manifest_path(out).exists():
+        export_partition(model.weights, model.cfg, out, dtype="float16")
+    return model, out
+
+
+@pytest.fixture(scope="module")
+def reports(embedded, tmp_path_factory):
+    """Two real runs of one prompt, each with its JSON report on disk: on-demand onnxruntime, and the
+    same partition on a backend slowed by 2 ms per invocation."""
+    model, partition = embedded
+    out = tmp_path_factory.mktemp("runs")
+    paths = {}
+    for name, backend, options in (("plain", "onnxruntime", {}), ("slowed", "faults", {"delay": 0.002})):
+        paths[name] = out / f"{name}.json"
+        with MemoryGuard("1MiB", "1GiB", interval=0.05) as guard:
+            run_partitioned(model, partition, backend, "a handwritten digit one",
+                            sample_settings(model, steps=STEPS), options, guard=guard, report_path=paths[name])
+    return paths
+
+
+def test_compare_two_run_reports_per_stage_branch_subgraph_and_memory(reports, capsys):
+    a, b = load_view(str(reports["plain"])), load_view(str(reports["slowed"]))
+    raw = json.loads(reports["slowed"].read_text())
+    assert (a["backend"], b["backend"]) == ("onnxruntime", "faults") and b["steps"] == STEPS
+    assert b["precision"] == "float16"
+    assert b["lifecycle"]["init"] == raw["tables"]["lifecycle_pass"]["init"]
+    assert b["core"]["ffn"] == raw["tables"]["core_per_step"]["ffn"]
+    assert len(b["slowest"]) == 10 and b["slowest"][0]["seconds_per_step"] >= b["slowest"][-1]["seconds_per_step"]
+    # The slowest subgraph's seconds are its four stages summed over the run, per step.
+    top = b["slowest"][0]
+    stages = [r["seconds"] for r in raw["lifecycle_records"] if r["subgraph"] == top["subgraph"]]
+    assert len(stages) == 4 * STEPS and top["seconds_per_step"] == pytest.approx(sum(stages) / STEPS)
+    assert b["peak_pss_bytes"] == raw["memory"]["run_peak_pss_added_bytes"]
+    sections = dict(compare_rows(a, b))
+    init = next(r for r in sections["lifecycle per stage [s/step]"] if r[0] == "init")
+    assert float(init[3]) == pytest.approx(b["lifecycle"]["init"] - a["lifecycle"]["init"], abs=1e-4)
+    assert main(["compare", str(reports["plain"]), str(reports["slowed"])]) == 0
+    out = capsys.readouterr().out
+    for title in ("lifecycle per stage", "core per branch", "10 slowest subgraphs", "peak added PSS"):
+        assert title in out
+
+
+def test_compare_history_records_by_index(tmp_path, capsys):
+    from tests.unit.test_history_trend import _record
+    from harness.history import append_run
+    history = tmp_path / "history.jsonl"
+    append_run(history, _record(1, 1.0))
+    append_run(history, {**_record(2, 1.25), "lifecycle_s_per_step": {"load": 0.5, "init": 0.6, "run": 0.6,
+                                                                     "release": 0.05}})
+    assert main(["compare", f"{history}#0", f"{history}#-1"]) == 0
+    out = capsys.readouterr().out
+    assert "+25.0 %" in out and "+50.0 %" in out      # step 1.0 -> 1.25 s, init 0.4 -> 0.6 s
+    assert main(["compare", f"{history}#7", f"{history}#0"]) == 2
+    assert "no run '7'" in capsys.readouterr().err
+
+
+def test_slowest_subgraphs_sums_stages_per_subgraph():
+    records = [{"subgraph": s, "block": s // 3, "branch": "ffn", "stage": st, "seconds": s + 1.0}
+               for s in range(12) for st in ("load", "init", "run", "release")]
+    rows = slowest_subgraphs(records, steps=2)
+    assert [r["subgraph"] for r in rows] == list(range(11, 1, -1))
+    assert rows[0]["seconds_per_step"] == 4 * 12.0 / 2
+
+
+# ----------------------------------------------------------------------------- goldens
+
+@pytest.fixture(scope="module")
+def kept_source(embedded, tmp_path_factory):
+    """A golden dir with one case and an artifacts folder as a quality run leaves it (real files)."""
+    tmp_path = tmp_path_factory.mktemp("kept")
+    model, partition = embedded
+    golden = tmp_path / "golden"
+    golden.mkdir()
+    (golden / "cases.toml").write_text('[defaults]\nssim_min = 0.9999\npsnr_min = 50.0\nsteps = 1\ncfg = 4.0\n'
+                                       'sampler = "flow-euler"\nshift = 3.0\n\n[[case]]\nname = "one"\n'
+                                       'prompt = "a handwritten digit one"\nseed = 3\n')
+    runs = tmp_path / "artifacts" / "runs"
+    case = load_cases(golden / "cases.toml")[0]
+    settings = {"steps": case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed}
+    result = run_partitioned(model, partition, "onnxruntime", case.prompt, settings,
+                             report_path=runs / "one.json")
+    np.save(runs / "one-image.npy", result.image)
+    return tmp_path, case, result
+
+
+@pytest.fixture
+def kept_run(kept_source, tmp_path):
+    import shutil
+    source, case, result = kept_source
+    for name in ("golden", "artifacts"):
+        shutil.copytree(source / name, tmp_path / name)
+    return tmp_path, tmp_path / "golden", case, result
+
+
+def test_accept_golden_promotes_the_kept_image_with_relative_paths(kept_run, capsys):
+    tmp_path, golden, case, result = kept_run
+    assert main(["accept-golden", "one", f"--artifacts={tmp_path / 'artifacts'}", f"--golden-dir={golden}"]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {golden / 'one.npy'}" in out and f"wrote {golden / 'one.json'}" in out
+    image, meta = GoldenStore(golden).load(case)
+    assert np.array_equal(image, result.image.astype(np.float32)) and meta["precision"] == "float16"
+    assert not any(isinstance(v, str) and v.startswith("/") for v in meta.values())
+
+
+def test_accept_golden_refuses_like_update_goldens(kept_run):
+    tmp_path, golden, case, _ = kept_run
+    report = tmp_path / "artifacts" / "runs" / "one.json"
+    data = json.loads(report.read_text())
+    data["export"]["fake_quant"] = "ffn-w8a8"
+    report.write_text(json.dumps(data))
+    with pytest.raises(GoldenRefused, match="refusing to write a golden from a 'float16\\+ffn-w8a8' run"):
+        accept_golden("one", tmp_path / "artifacts", golden)
+    data["export"]["fake_quant"] = None
+    data["settings"]["steps"] = 5
+    report.write_text(json.dumps(data))
+    with pytest.raises(GoldenStale, match="steps: run 5 vs case 1"):
+        accept_golden("one", tmp_path / "artifacts", golden)
+    assert not (golden / "one.npy").exists()
+    with pytest.raises(ConfigError, match="no .*nine.json; run the quality gate first"):
+        accept_golden("nine", tmp_path / "artifacts", golden)
+
+
+def test_update_leaves_goldens_within_tolerance_alone_and_lists_what_it_writes(kept_run):
+    tmp_path, golden, case, result = kept_run
+    store = GoldenStore(golden)
+    meta = {"backend": "onnxruntime", "manifest_hash": "x" * 64, "partition": "p"}
+    written, why = store.update(case, result.image, meta, "float16")
+    assert written == [golden / "one.npy", golden / "one.png", golden / "one.json"] and why.startswith("written")
+    stamp = (golden / "one.json").stat().st_mtime_ns
+    nudged = np.clip(result.image + 1e-5, 0, 1)          # FP16-level noise: within tolerance
+    written, why = store.update(case, nudged, meta, "float16")
+    assert written == [] and why.startswith("left alone: within tolerance")
+    assert (golden / "one.json").stat().st_mtime_ns == stamp
+    changed = np.clip(result.image[::-1], 0, 1)          # another image: beyond tolerance
+    written, why = store.update(case, changed, meta, "float16")
+    assert len(written) == 3 and "differs beyond tolerance" in why
+    with pytest.raises(ConfigError, match="absolute paths"):
+        store.write(case, result.image, {**meta, "partition": "/abs/p"}, "float16")
