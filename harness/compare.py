@@ -22,15 +22,15 @@ __all__ = ["RunView", "load_view", "view_of_report", "view_of_record", "slowest_
 SLOWEST = 10
 
 
-def slowest_subgraphs(lifecycle_records: list[dict], steps: int, n: int = SLOWEST) -> list[dict]:
-    """The n subgraphs with the most seconds per step over all four stages (decoder included)."""
+def slowest_subgraphs(lifecycle_records: list[dict], steps: int, n: int | None = SLOWEST) -> list[dict]:
+    """The n (None: all) subgraphs with the most seconds per step over all four stages (decoder included)."""
     total: dict[tuple, float] = defaultdict(float)
     for r in lifecycle_records:
         total[(r["subgraph"], r["block"], r["branch"])] += r["seconds"]
     per = max(steps, 1)
     rows = [{"subgraph": s, "block": b, "branch": br, "seconds_per_step": t / per}
             for (s, b, br), t in total.items()]
-    return sorted(rows, key=lambda r: r["seconds_per_step"], reverse=True)[:n]
+    return sorted(rows, key=lambda r: r["seconds_per_step"], reverse=True)[:n]  # [:None] is all
 
 
 def subgraph_label(row: dict) -> str:
@@ -54,7 +54,7 @@ def view_of_report(report: dict, label: str) -> RunView:
         step_s=t["step_split"].get("step", 0.0),
         lifecycle={s: t["lifecycle_pass"].get(s, 0.0) for s in LIFECYCLE_STAGES},
         core={b: t["core_per_step"].get(b, 0.0) for b in BRANCHES},
-        slowest=slowest_subgraphs(report["lifecycle_records"], steps),
+        slowest=slowest_subgraphs(report["lifecycle_records"], steps, n=None),   # all, slowest first
         peak_pss_bytes=memory.get("run_peak_pss_added_bytes"))
 
 
@@ -105,8 +105,8 @@ def compare_rows(a: RunView, b: RunView) -> list[tuple[str, list[list[str]]]]:
                      [[br, *_delta(a["core"].get(br), b["core"].get(br))] for br in BRANCHES]))
     slow_a = {subgraph_label(r): r["seconds_per_step"] for r in a["slowest"]}
     slow_b = {subgraph_label(r): r["seconds_per_step"] for r in b["slowest"]}
-    names = list(dict.fromkeys([*slow_b, *slow_a]))[:SLOWEST]
-    sections.append((f"{SLOWEST} slowest subgraphs of B (A's where also among its slowest) [s/step]",
+    names = list(slow_b)[:SLOWEST]
+    sections.append((f"{SLOWEST} slowest subgraphs of B [s/step]",
                      [[n, *_delta(slow_a.get(n), slow_b.get(n))] for n in names]))
     sections.append(("memory", [["peak added PSS [MiB]",
                                  *_delta(a["peak_pss_bytes"], b["peak_pss_bytes"], scale=1 / 2**20)]]))

@@ -49,7 +49,7 @@ _MARKS = {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ skippe
 
 def _gate_rows(tests: list[dict], marks: dict = _MARKS, code: str = "`") -> list[list]:
     return [[f"{code}{t['nodeid']}{code}", marks.get(t["outcome"], t["outcome"]), f"{t['seconds']:.1f} s",
-             (t.get("message") or "").removeprefix("AssertionError: ")[:240]] for t in tests]
+             (t.get("message") or "").removeprefix("AssertionError: ").removeprefix("Skipped: ")[:240]] for t in tests]
 
 
 def _quality_rows(quality: list[dict], marks: dict = _MARKS) -> list[list]:

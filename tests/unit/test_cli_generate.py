@@ -75,3 +75,27 @@ def test_batched_reference_equals_single_runs(model_dir):
     batch = sample_reference(bundle, ["digit one", "the number 7"], [5, 6], 3, 4.0, 3.0)
     single = sample_reference(bundle, ["the number 7"], [6], 3, 4.0, 3.0)
     np.testing.assert_allclose(batch[1:], single, atol=1e-5)
+
+
+def test_progress_in_a_log_is_one_plain_line_per_step(model_dir, tmp_path):
+    # stderr is a pipe here, as in a CI log: no live bar, a line per step with elapsed and ETA.
+    proc = subprocess.run([sys.executable, "-m", "harness", "generate", "--model-dir", str(model_dir),
+                           "--steps", "3", "--out", str(tmp_path / "p.png")], capture_output=True, text=True,
+                          check=True)
+    lines = [l for l in proc.stderr.splitlines() if "step" in l]
+    assert [l.split(": step ")[1].split(",")[0] for l in lines] == ["1/3", "2/3", "3/3"], proc.stderr
+    assert all(", elapsed " in l and ", ETA " in l for l in lines)
+    assert "\r" not in proc.stderr and "\x1b[" not in proc.stderr, "no terminal control codes in a log"
+
+
+def test_step_lines_estimate_the_remaining_time():
+    from harness.progress import StepLines
+    now = [100.0]
+    written = []
+    lines = StepLines(4, "seven", written.append, clock=lambda: now[0])
+    now[0] = 110.0
+    lines()
+    now[0] = 190.0
+    lines()
+    assert written == ["seven: step 1/4, elapsed 10.0 s, ETA 30.0 s",
+                       "seven: step 2/4, elapsed 1 min 30 s, ETA 1 min 30 s"]
