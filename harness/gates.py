@@ -14,7 +14,7 @@ import numpy as np
 
 from .config import BRANCHES
 from .errors import ConfigError, HarnessError
-from .history import LIFECYCLE_STAGES
+from .steptimes import STAGE_NAMES
 from .golden import GoldenCase
 from .history import utc_now
 from .imageio import save_png
@@ -187,7 +187,7 @@ def benchmark_info(report: dict) -> dict:
         "mean_step_s": report["denoise_seconds"] / steps,
         "steps": steps,
         "core_s_per_step": t["core_per_step"],
-        "lifecycle_s_per_step": {k: t["lifecycle_pass"][k] for k in LIFECYCLE_STAGES},
+        "lifecycle_s_per_step": {k: t["lifecycle_pass"][k] for k in STAGE_NAMES},
         "step_split_s": t["step_split"],
         "invocations": report["invocations"],
         "stage_records": report["stage_records"],
