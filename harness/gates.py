@@ -19,8 +19,7 @@ from .golden import GoldenCase
 from .history import utc_now
 from .imageio import save_png
 from .model.bundle import ModelBundle, load_bundle
-from .partition.commands import default_partition_dir
-from .partition.manifest import load_manifest, manifest_path, manifest_sha256
+from .partition.manifest import default_partition_dir, load_manifest, manifest_path, manifest_sha256
 from .quality import QualityResult, compare, diff_figure
 from .run import RunResult, run_partitioned
 
@@ -101,11 +100,11 @@ class GateRunner:
     def prepare(self) -> None:
         """Everything a run needs before it is measured: weights, the verified partition and the
         backend's module, so neither a memory baseline nor a benchmark round pays for loading."""
-        from .backends.base import _context_class
+        from .backends.base import backend_class
         from .run import open_partition
         if not self._prepared:
             open_partition(self.bundle, self.partition, verify=True)
-            _context_class(self.s.backend)
+            backend_class(self.s.backend)       # import the runtime now, not inside a measured run
             self._prepared = True
 
     def run(self, case: GoldenCase, guard, steps: int | None = None, tag: str = "",

@@ -32,11 +32,15 @@ from .imageio import save_png
 from .schema import Field, check_table, is_int, is_number, positive_int, read_toml
 
 __all__ = ["GoldenCase", "GoldenStore", "GoldenError", "GoldenMissing", "GoldenCorrupt", "GoldenStale",
-           "GoldenRefused", "load_cases", "runtime_versions", "CASES_FILE", "GOLDEN_DIR",
+           "GoldenRefused", "load_cases", "runtime_versions", "golden_dir_for", "GOLDEN_DIR",
            "REFERENCE_PRECISIONS", "UPDATE_COMMAND", "SAMPLERS"]
 
 GOLDEN_DIR = REPO_ROOT / "golden"
-CASES_FILE = GOLDEN_DIR / "embedded-digits" / "cases.toml"   # the embedded model's cases
+
+
+def golden_dir_for(model_name: str) -> Path:
+    """golden/<model name>: where a model's cases.toml and goldens live unless --golden-dir says."""
+    return GOLDEN_DIR / model_name
 UPDATE_COMMAND = "pytest -m quality --update-goldens"
 REFERENCE_PRECISIONS = ("float16", "float32")
 _PRECISION_ALIASES = {"fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
@@ -112,7 +116,7 @@ _CHECKS = {
 }
 
 
-def load_cases(path: str | Path = CASES_FILE) -> list[GoldenCase]:
+def load_cases(path: str | Path) -> list[GoldenCase]:
     """Parse and validate the golden cases; every problem names the file, the case and the field."""
     path = Path(path)
     data = read_toml(path, "golden cases file")

@@ -13,7 +13,7 @@ import numpy as np
 
 from .atomic import atomic_write_json
 from .errors import HarnessError, ManifestError
-from .generate import stream_contexts
+from .reference_run import stream_contexts
 from .lifecycle import LifecycleRecorder, OnDemand
 from .memory import read_memory
 from .model.bundle import ModelBundle

@@ -118,7 +118,7 @@ def render_table(rows: list[dict], console=None) -> None:
     """Print the rows as a rich table (stdout unless a console is given)."""
     from rich.table import Table
 
-    from .report import console as make_console
+    from .terminal import console as make_console
 
     models = ", ".join(sorted({r["model"] for r in rows}))
     title = f"benchmark history: {models} (seconds; lifecycle stages per step)"

@@ -19,7 +19,7 @@ from ..config import BRANCHES, NETWORK_KEYS, ModelConfig
 from ..errors import ManifestError
 from ..schema import Field, check_table, is_int, list_of, non_empty_str, one_of, positive_int
 
-__all__ = ["manifest_sha256", "FORMAT", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest",
+__all__ = ["manifest_sha256", "default_partition_dir", "FORMAT", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest",
            "check_input", "manifest_path", "network_settings", "subgraph_index", "inspect_partition"]
 
 FORMAT = "anima-partition/1"
@@ -27,6 +27,16 @@ MANIFEST_FILE = "manifest.json"
 DECODER_BRANCH = "decoder"
 def manifest_path(directory) -> Path:
     return Path(directory) / MANIFEST_FILE
+
+
+def default_partition_dir(cfg: ModelConfig, digest: str, dtype: str, fake_quant: str | None = None,
+                          blocks=None) -> Path:
+    """out/partitions/<model>-<dtype>[-<fake quant>]-<weights digest>[-blocks-...]: one directory per
+    distinct export, so `generate` never runs subgraphs from other weights or a partial export."""
+    name = f"{cfg.name}-{dtype}" + (f"-{fake_quant}" if fake_quant else "") + f"-{digest[:12]}"
+    if blocks is not None and list(blocks) != list(range(cfg.blocks)):
+        name += "-blocks-" + "_".join(str(b) for b in blocks)
+    return Path("out/partitions") / name
 
 
 def manifest_sha256(directory) -> str:

@@ -155,7 +155,8 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     if values["fake_quant"] not in (None, *FAKE_QUANT):
         raise ConfigError(f"--fake-quant {values['fake_quant']}: choose {', '.join(FAKE_QUANT)}")
     cfg = load_model_dir(values["model_dir"])
-    golden_dir = values["golden_dir"] or REPO_ROOT / "golden" / cfg.name
+    from ..golden import golden_dir_for
+    golden_dir = values["golden_dir"] or golden_dir_for(cfg.name)
     budget = values["pss_budget"] or cfg.raw_gates.get("pss_budget")
     options = backend_options(backend, values, cfg)
     cases = _case_names(values["cases"], golden_dir)
