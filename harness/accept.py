@@ -14,9 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import REPO_ROOT
 from .errors import ConfigError
-from .golden import GoldenStale, GoldenStore, load_cases, relative_to_repo
+from .golden import GoldenStale, GoldenStore, golden_dir_for, load_cases, relative_to_repo
 
 __all__ = ["accept_golden", "add_command"]
 
@@ -43,7 +42,7 @@ def accept_golden(case_name: str, artifacts: Path, golden_dir: Path | None = Non
                   force: bool = False) -> tuple[list[Path], dict]:
     """Write the golden of `case_name` from the artifacts; returns (files written, metadata)."""
     report, image = _run_files(artifacts, case_name)
-    golden_dir = golden_dir or REPO_ROOT / "golden" / report["model"]
+    golden_dir = golden_dir or golden_dir_for(report["model"])
     cases = {c.name: c for c in load_cases(golden_dir / "cases.toml")}
     if case_name not in cases:
         raise ConfigError(f"accept-golden: no case '{case_name}' in {golden_dir / 'cases.toml'} "

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from .config import BRANCHES
 from .errors import ConfigError
-from .history import LIFECYCLE_STAGES, check_record, load_history
+from .history import check_record, load_history
+from .steptimes import STAGE_NAMES
 
 __all__ = ["RunView", "load_view", "view_of_report", "view_of_record", "slowest_subgraphs",
            "compare_lines", "add_command"]
@@ -52,7 +53,7 @@ def view_of_report(report: dict, label: str) -> RunView:
         label=label, backend=report.get("backend"), steps=steps, valid=None,
         precision=export.get("dtype", "unknown") + (f"+{export['fake_quant']}" if export.get("fake_quant") else ""),
         step_s=t["step_split"].get("step", 0.0),
-        lifecycle={s: t["lifecycle_pass"].get(s, 0.0) for s in LIFECYCLE_STAGES},
+        lifecycle={s: t["lifecycle_pass"].get(s, 0.0) for s in STAGE_NAMES},
         core={b: t["core_per_step"].get(b, 0.0) for b in BRANCHES},
         slowest=slowest_subgraphs(report["lifecycle_records"], steps, n=None),   # all, slowest first
         peak_pss_bytes=memory.get("run_peak_pss_added_bytes"))
@@ -100,7 +101,7 @@ def compare_rows(a: RunView, b: RunView) -> list[tuple[str, list[list[str]]]]:
     """Sections of (name, rows); each row is [what, A, B, B-A, %]."""
     sections = [("step", [["mean step [s]", *_delta(a["step_s"], b["step_s"])]])]
     sections.append(("lifecycle per stage [s/step]",
-                     [[s, *_delta(a["lifecycle"].get(s), b["lifecycle"].get(s))] for s in LIFECYCLE_STAGES]))
+                     [[s, *_delta(a["lifecycle"].get(s), b["lifecycle"].get(s))] for s in STAGE_NAMES]))
     sections.append(("core per branch [s/step]",
                      [[br, *_delta(a["core"].get(br), b["core"].get(br))] for br in BRANCHES]))
     slow_a = {subgraph_label(r): r["seconds_per_step"] for r in a["slowest"]}

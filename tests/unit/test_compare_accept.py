@@ -9,7 +9,7 @@ from harness.accept import accept_golden
 from harness.cli import main
 from harness.compare import compare_rows, load_view, slowest_subgraphs
 from harness.errors import ConfigError
-from harness.generate import sample_settings
+from harness.reference_run import sample_settings
 from harness.golden import GoldenRefused, GoldenStale, GoldenStore, load_cases
 from harness.memory import MemoryGuard
 from harness.model.bundle import load_bundle
@@ -24,7 +24,7 @@ def embedded(tmp_path_factory):
     """The embedded model and its FP16 partition, from the suite's partition cache (keyed by the
     weights' digest, as the gates use it; exported on first use)."""
     from harness.config import EMBEDDED_DIR, REPO_ROOT
-    from harness.partition.commands import default_partition_dir
+    from harness.partition.manifest import default_partition_dir
     from harness.partition.manifest import manifest_path
     model = load_bundle(EMBEDDED_DIR)
     out = REPO_ROOT / ".cache" / "partitions" / default_partition_dir(model.cfg, model.digest, "float16", None).name
