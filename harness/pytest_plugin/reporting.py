@@ -11,7 +11,7 @@ import pytest
 from .state import (BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, GOLDEN_UPDATES, MEMORY_SAMPLES, QUALITY_RESULTS, RUNNER,
                     SETTINGS, TEST_OUTCOMES, append_to)
 
-__all__ = ["LogProgress", "pytest_configure", "pytest_runtest_logreport", "pytest_sessionfinish",
+__all__ = ["LogProgress", "pytest_configure", "pytest_runtest_makereport", "pytest_sessionfinish",
            "pytest_terminal_summary", "summary_data"]
 
 
@@ -59,27 +59,23 @@ def pytest_configure(config):
     runner_of(config).progress = LogProgress(config)
 
 
-def pytest_runtest_logreport(report):
-    # One outcome per test: the call phase, or setup/teardown when they failed or skipped it.
-    if report.when == "call" or report.outcome != "passed":
-        config = getattr(report, "_anima_config", None)
-        if config is None:
-            return
-        message = ""
-        if report.failed:
-            message = str(getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message
-                          or report.longreprtext).strip().splitlines()[0] if report.longreprtext else ""
-        elif report.skipped and isinstance(report.longrepr, tuple):
-            message = report.longrepr[2]
-        append_to(config, TEST_OUTCOMES, {"nodeid": report.nodeid, "outcome": report.outcome,
-                                          "seconds": report.duration, "message": message,
-                                          "npu": "npu" in report.keywords})
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
+    # One outcome per test for the summary: the call phase, or setup/teardown when they failed or
+    # skipped it.
     outcome = yield
-    outcome.get_result()._anima_config = item.config     # lets logreport find the session's stash
+    report = outcome.get_result()
+    if report.when == "call" or report.outcome != "passed":
+        message = ""
+        if report.failed:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            text = crash.message if crash is not None else report.longreprtext
+            message = text.strip().splitlines()[0] if text.strip() else ""
+        elif report.skipped and isinstance(report.longrepr, tuple):
+            message = report.longrepr[2]
+        append_to(item.config, TEST_OUTCOMES, {"nodeid": report.nodeid, "outcome": report.outcome,
+                                               "seconds": report.duration, "message": message,
+                                               "npu": item.get_closest_marker("npu") is not None})
 
 
 def summary_data(config, exitstatus) -> dict:
