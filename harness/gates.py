@@ -162,6 +162,14 @@ class GateRunner:
                               f"{cfg.name} takes finite [{cfg.context_tokens}, {cfg.context_dim}]")
         return array.astype(np.float32)[None]
 
+    def loaded(self) -> bool:
+        """Whether a test got as far as loading the model (the run summary names it only then)."""
+        return self._bundle is not None
+
+    def case_reports(self) -> dict[str, dict]:
+        """{case name: run report} of the golden-case runs made so far (failed runs included)."""
+        return {name: run.result.report for name, run in self._runs.items() if run.result is not None}
+
     def case_run(self, case: GoldenCase, guard) -> CaseRun:
         """The one shared run of a golden case (numerics and quality both look at it)."""
         if case.name not in self._runs:

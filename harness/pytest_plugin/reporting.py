@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ..errors import HarnessError
 from .state import (BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, GOLDEN_UPDATES, MEMORY_SAMPLES, QUALITY_RESULTS, RUNNER,
                     SETTINGS, TEST_OUTCOMES, append_to)
 
@@ -88,11 +89,11 @@ def summary_data(config, exitstatus) -> dict:
     from ..provenance import git_revision, run_id
     run.update(run_id=run_id(), git_revision=git_revision())
     slowest, memory = [], []
-    if runner is not None and runner._bundle is not None:
+    if runner is not None and runner.loaded():
         run["model"] = runner.bundle.cfg.name
         try:
             run["precision"], run["partition"] = runner.precision, str(runner.partition)
-        except Exception:       # a partition that never loaded: the tests already said why
+        except (HarnessError, OSError):     # a partition that never loaded: the tests already said why
             pass
     benchmarks = [{"case": b["case"], "comparison": b["comparison"], "valid": b["valid"],
                    "reasons": b["reasons"]} for b in config.stash.get(BENCH_RESULTS, [])]
@@ -100,7 +101,7 @@ def summary_data(config, exitstatus) -> dict:
     if bench_infos:
         slowest = bench_infos[0]["slowest_subgraphs"]
     elif runner is not None:
-        reports = [r.result.report for r in runner._runs.values() if r.result is not None]
+        reports = list(runner.case_reports().values())
         if reports:
             slowest = slowest_subgraphs(reports[0]["lifecycle_records"], len(reports[0]["step_seconds"]))
     memory = _memory_rows(config, runner)
@@ -113,8 +114,7 @@ def summary_data(config, exitstatus) -> dict:
 def _memory_rows(config, runner) -> list[dict]:
     """Per kept run (golden cases, benchmark): its own peak added PSS and the guard's lowest MemAvailable."""
     s = config.stash[SETTINGS]
-    reports = [(name, run.result.report) for name, run in (runner._runs.items() if runner else [])
-               if run.result is not None]
+    reports = list(runner.case_reports().items()) if runner else []
     reports += [(f"{b['case']} (benchmark)", {"memory": b.get("memory")}) for b in config.stash.get(BENCH_RESULTS, [])]
     rows = []
     for name, report in reports:
