@@ -50,24 +50,27 @@ def test_bad_profile_values_are_named(tmp_path, text, fragment):
         resolve_settings(cli(telemetry_root=str(tmp_path)), str(profile))
 
 
-def test_shipped_board_profiles_hold_valid_values():
+@pytest.mark.parametrize("profile", sorted((REPO_ROOT / "boards").glob("*.toml")), ids=lambda p: p.name)
+def test_shipped_board_profiles_resolve_and_take_effect(profile, tmp_path):
+    """Each shipped profile through the suite's own validation (resolve_settings), and every value it
+    sets that is not a default reaches the settings. Paths that exist only on the runner are given on
+    the command line, which wins over the profile."""
     import tomllib
-
-    from harness.backends.rknnlite import parse_core_mask
-    from harness.memory import parse_size
-    from harness.pytest_plugin.options import typed_value
-    profiles = sorted((REPO_ROOT / "boards").glob("*.toml"))
-    assert profiles
-    for profile in profiles:
-        suite = tomllib.loads(profile.read_text())["suite"]
-        assert set(suite) <= set(OPTIONS), profile
-        for name, value in suite.items():
-            typed_value(name, value, str(profile))
-        for name in ("mem_floor", "swap_limit"):
-            if name in suite:
-                assert parse_size(suite[name]) > 0
-        parse_core_mask(suite.get("core_mask", "auto"))
-        assert suite.get("backend", "auto") in ("auto", "onnxruntime", "rknnlite")
+    runner_only = {"model_dir", "golden_dir", "history"}
+    here = cli(telemetry_root=str(tmp_path), model_dir=str(REPO_ROOT / "models" / "embedded"),
+               golden_dir=str(tmp_path / "golden"), history=str(tmp_path / "history.jsonl"))
+    with_profile = resolve_settings(here, str(profile))
+    without = resolve_settings(here, None)
+    assert with_profile.board_profile == profile
+    suite = tomllib.loads(profile.read_text())["suite"]
+    defaults = {name: OPTIONS[name][0] for name in OPTIONS}
+    changed = [name for name, value in suite.items()
+               if name not in runner_only and str(value) != str(defaults[name])]
+    assert changed, f"{profile.name} sets nothing but defaults and runner paths"
+    for name in changed:
+        attribute = "backend_requested" if name == "backend" else name
+        assert getattr(with_profile, attribute) != getattr(without, attribute), \
+            f"{profile.name}: '{name}' had no effect"
 
 
 def test_report_header_names_board_runtime_and_backend():
