@@ -280,3 +280,38 @@ def test_guard_rejects_bad_settings():
     with pytest.raises(ConfigError, match="interval"):
         MemoryGuard("1GiB", "16MiB", interval=0)
     assert mib(3 * MiB) == 3.0
+
+
+# -- 5. the npu_guard fixture in a real pytest session --------------------------------------------
+NPU_TESTS = """
+import pytest
+
+pytestmark = pytest.mark.npu
+
+
+def test_trip_seen_only_by_the_fixture(npu_guard):
+    pass
+
+
+def test_trip_seen_by_the_run(npu_guard):
+    npu_guard.check()          # what the pipeline does between invocations
+"""
+
+
+def test_npu_guard_fixture_fails_the_test_on_a_trip(pytester):
+    """A floor above any real MemAvailable: the guard trips on its first reading. The fixture must
+    fail an npu test even when the test itself never checked, and keep the samples on disk."""
+    from harness.config import REPO_ROOT
+    pytester.makepyfile(test_guarded=NPU_TESTS)
+    pytester.makepyfile(test_unguarded="def test_unguarded_without_npu_marker(npu_guard):\n"
+                                       "    assert npu_guard is None\n")
+    artifacts = pytester.path / "artifacts"
+    result = pytester.runpytest_subprocess(
+        "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={pytester.path}", "-p", "no:cacheprovider",
+        "--mem-floor=4096GiB", f"--artifacts={artifacts}", f"--telemetry-root={pytester.path}",
+        str(pytester.path / "test_guarded.py"), str(pytester.path / "test_unguarded.py"))
+    # unchecked: body passes, the fixture's teardown fails it; checked: the body fails too
+    result.assert_outcomes(passed=2, failed=1, errors=2)
+    result.stdout.fnmatch_lines(["*memory guard tripped: MemAvailable * below floor 4194304.0 MiB*"])
+    written = sorted(p.name for p in (artifacts / "memory").iterdir())
+    assert written == ["test_trip_seen_by_the_run.json", "test_trip_seen_only_by_the_fixture.json"]
