@@ -83,3 +83,34 @@ def test_report_header_names_board_runtime_and_backend():
     assert "on RK3588: True" in header and "ROCK 5C" in header
     assert "librknnrt" in header and "NPU driver" in header
     assert "anima: partition " in header and ("manifest sha256" in header or "exported on first use" in header)
+
+
+@pytest.mark.parametrize("given, fragment", [
+    ({"backend": "faults", "fault": "bogus"}, "--fault 'bogus': expected nan@SUBGRAPH, slow=SECONDS or slow=xFACTOR"),
+    ({"backend": "faults", "fault": "nan@-1"}, "--fault 'nan@-1'"),
+    ({"backend": "faults", "fault": "nan@84"}, "--fault nan@84: embedded-digits has subgraphs 0..83"),
+    ({"backend": "faults", "fault": "slow=inf"}, "--fault 'slow=inf'"),
+    ({"backend": "faults", "fault": "slow=x0.5"}, "--fault 'slow=x0.5'"),
+    ({"backend": "onnxruntime", "fault": "nan@3"}, "--fault nan@3: only --backend faults reads it, this run uses onnxruntime"),
+    ({"cases": "seven,nine"}, "--cases: no golden case 'nine' in .*cases.toml \\(cases: seven, three, zero\\)"),
+    ({"cases": " , "}, "--cases ' , ': name at least one golden case"),
+])
+def test_bad_fault_and_cases_are_named(tmp_path, given, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        resolve_settings(cli(telemetry_root=str(tmp_path), **given), None)
+
+
+def test_good_fault_and_cases_reach_the_settings(tmp_path):
+    s = resolve_settings(cli(telemetry_root=str(tmp_path), backend="faults", fault="nan@37,slow=x4",
+                             cases="zero,seven"), None)
+    assert s.backend_options == {"nan_subgraph": 37, "slowdown": 4.0} and s.cases == ["zero", "seven"]
+
+
+def test_bad_option_is_one_line_and_a_usage_error(pytester):
+    """On the command line: exit code 4 (usage error), the message, no traceback."""
+    result = pytester.runpytest_subprocess("-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}",
+                                           "-p", "no:cacheprovider", "--backend=faults", "--fault=nan@x",
+                                           str(REPO_ROOT / "tests" / "acceptance" / "test_numerics.py"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --fault 'nan@x': expected nan@SUBGRAPH, slow=SECONDS or slow=xFACTOR"])
+    assert "Traceback" not in str(result.stderr) + str(result.stdout)
