@@ -1,7 +1,4 @@
 """Suite settings: command line > board profile > defaults; backend auto-detection; the header."""
-import subprocess
-import sys
-
 import pytest
 
 from harness.config import REPO_ROOT
@@ -73,12 +70,13 @@ def test_shipped_board_profiles_resolve_and_take_effect(profile, tmp_path):
             f"{profile.name}: '{name}' had no effect"
 
 
-def test_report_header_names_board_runtime_and_backend():
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), "-p",
-                           "no:cacheprovider", "--collect-only", "-m", "npu",
-                           f"--telemetry-root={BOARD_TREE}", "--backend=onnxruntime"],
-                          cwd=REPO_ROOT, capture_output=True, text=True)
-    header = proc.stdout
+def test_report_header_names_board_runtime_and_backend(pytester):
+    result = pytester.runpytest_subprocess("-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}",
+                                           "-p", "no:cacheprovider", "--collect-only", "-m", "npu",
+                                           f"--telemetry-root={BOARD_TREE}", "--backend=onnxruntime",
+                                           str(REPO_ROOT / "tests" / "acceptance"))
+    assert result.ret == pytest.ExitCode.OK, str(result.stderr)
+    header = str(result.stdout)
     assert "anima: backend onnxruntime (asked: onnxruntime)" in header
     assert "on RK3588: True" in header and "ROCK 5C" in header
     assert "librknnrt" in header and "NPU driver" in header
