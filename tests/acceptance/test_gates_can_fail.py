@@ -50,10 +50,14 @@ def test_quality_gate_fails_on_int8_ffn_with_a_diff_artifact(run_suite, pytester
     assert diffs and diffs[0].stat().st_size > 1000
 
 
-def _golden_dir(pytester):
+def _golden_dir(pytester, steps: int | None = None):
+    """An empty golden directory with the shipped cases; `steps` shortens case 'seven'."""
     golden = pytester.path / "golden"
     golden.mkdir()
-    (golden / "cases.toml").write_text((REPO_ROOT / "golden" / "embedded-digits" / "cases.toml").read_text())
+    cases = (REPO_ROOT / "golden" / "embedded-digits" / "cases.toml").read_text()
+    if steps is not None:
+        cases = cases.replace('name = "seven"\n', f'name = "seven"\nsteps = {steps}\n')
+    (golden / "cases.toml").write_text(cases)
     return golden
 
 
@@ -68,12 +72,14 @@ def test_goldens_are_not_written_from_int8_unless_forced(run_suite, pytester):
 
 def test_an_update_run_writes_goldens_and_does_not_pass_the_gate(run_suite, pytester):
     # An update judges nothing: the quality test is skipped with what it wrote, never passed.
-    golden = _golden_dir(pytester)
+    # (Two steps: what is written does not matter here, only how the run reports it.)
+    golden = _golden_dir(pytester, steps=2)
     result = run_suite("tests/acceptance/test_quality.py", "--cases=seven", f"--golden-dir={golden}",
                        "--update-goldens")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines([f"SKIPPED*goldens written, not compared: {golden / 'seven.npy'}"])
     assert {p.name for p in golden.iterdir()} >= {"seven.npy", "seven.png", "seven.json"}
+    assert json.loads((golden / "seven.json").read_text())["case"]["steps"] == 2
 
 
 def test_benchmark_compare_fails_a_slowed_backend(run_suite, pytester):
