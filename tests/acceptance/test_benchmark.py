@@ -27,6 +27,8 @@ def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, re
         benchmark.pedantic(lambda: results.append(gate_runner.run(case, npu_guard, suite.bench_steps, keep=False)),
                            rounds=suite.bench_rounds, iterations=1, warmup_rounds=0)
     gate_runner.keep(results[-1], f"{case.name}-bench")
+    # The round rendered the case in full with the guard armed: numerics, quality and memory judge it.
+    gate_runner.share(case, results[-1], suite.bench_steps)
     verdict = window.verdict()
     info = benchmark_info(results[-1].report)
     benchmark.extra_info.update(info, valid=verdict["valid"], invalid_reasons=verdict["reasons"],
