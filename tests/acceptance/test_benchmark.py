@@ -12,7 +12,8 @@ recorded, the step split adds up without double counting, and the run reached th
 import pytest
 
 from harness.gates import benchmark_info, history_record
-from harness.history import LIFECYCLE_STAGES, append_run
+from harness.history import append_run
+from harness.steptimes import STAGE_NAMES
 from harness.pytest_plugin.state import BOARD, IDENTITY, INVALID_RUNS, STEP_SPLITS, append_to
 from harness.telemetry import TelemetryWindow
 
@@ -51,10 +52,10 @@ def _history_lines(path) -> int:
 def _assert_figures_add_up(info: dict, steps: int, subgraphs: int) -> None:
     assert info["steps"] == steps
     assert info["invocations"] == subgraphs * steps, "invocations missing from the lifecycle records"
-    assert info["stage_records"] == len(LIFECYCLE_STAGES) * subgraphs * steps, "stages missing"
+    assert info["stage_records"] == len(STAGE_NAMES) * subgraphs * steps, "stages missing"
     split, life = info["step_split_s"], info["lifecycle_s_per_step"]
     assert split["step"] == pytest.approx(info["mean_step_s"], rel=1e-9)
-    assert split["lifecycle"] == pytest.approx(sum(life[s] for s in LIFECYCLE_STAGES), rel=1e-9)
+    assert split["lifecycle"] == pytest.approx(sum(life[s] for s in STAGE_NAMES), rel=1e-9)
     assert split["host"] == pytest.approx(sum(v for k, v in split.items() if k.startswith("host_")), rel=1e-9)
     # core time per branch is the run stage, split by branch: nothing counted twice or dropped
     assert sum(info["core_s_per_step"].values()) == pytest.approx(life["run"], rel=1e-9)

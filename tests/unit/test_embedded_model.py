@@ -23,7 +23,7 @@ from harness.model.embedded import digit_classifier, digits_latents, latents_to_
 SETTINGS = {"per_digit": 10, "cfg_scale": 4.0, "steps": 10}
 # Everything the samples depend on besides the model files: the reference forward, the sampler,
 # the prompt encoder, the weights loader and the grid tool that lays out prompts and seeds.
-RENDER_CODE = ("harness/model", "harness/sampler.py", "harness/generate.py", "harness/weights.py",
+RENDER_CODE = ("harness/model", "harness/sampler.py", "harness/reference_run.py", "harness/weights.py",
                "harness/config.py", "tools/sample_grid.py")
 
 
