@@ -31,39 +31,64 @@ def progress_bar(total: int, label: str, disable: bool = False):
 
 # ---------------------------------------------------------------- run summaries
 
-HOST_CATEGORIES = ("adaln", "embed", "cast", "residual", "final")
+HOST_CATEGORIES = ("adaln", "embed", "cast", "residual", "final", "forecast")
 
 
-def summarize(records: list[dict], host: list[dict], step_walls: list[float]) -> dict:
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def summarize(records: list[dict], host: list[dict], step_walls: list[float],
+              computed_steps: list[int] | None = None) -> dict:
     """Per-step tables from raw records, in the board profile's terms.
 
-    lifecycle_pass: mean seconds per pass over the subgraphs (one pass = one step) by stage, as the
-    profile's [lifecycle_pass]; core_per_step: mean inference seconds per step by branch, as
-    [denoise_20_steps]; step_split: where a step's wall time went (lifecycle, host math, the rest).
+    A pass over the subgraphs happens on a computed step only (every step but Spectrum's forecast
+    steps), so the per-step tables are per computed step: lifecycle_pass, mean seconds per pass by
+    stage, as the profile's [lifecycle_pass]; core_per_step, mean inference seconds per computed step
+    by branch, as [denoise_20_steps]; step_split, where a computed step's wall time went (lifecycle,
+    host math, the rest). forecast_step splits a forecast step the same way; per_image holds the
+    whole denoise, as the profile's [spectrum_28].
     """
     steps = len(step_walls)
+    computed = sorted(set(range(steps) if computed_steps is None else computed_steps) & set(range(steps)))
+    forecast = sorted(set(range(steps)) - set(computed))
     body = [r for r in records if r["branch"] != "decoder" and r["step"] < max(steps, 1)]
-    per = max(steps, 1)
+    per = max(len(computed), 1)
     stage = {s: sum(r["seconds"] for r in body if r["stage"] == s) / per for s in LIFECYCLE_STAGES}
     branches = sorted({r["branch"] for r in body})
     core = {b: sum(r["seconds"] for r in body if r["stage"] == "run" and r["branch"] == b) / per
             for b in branches}
-    host_per = {c: sum(h["seconds"] for h in host if h["category"] == c and h["step"] < per) / per
+    on_computed, on_forecast = set(computed), set(forecast)
+    host_per = {c: sum(h["seconds"] for h in host if h["category"] == c and h["step"] in on_computed) / per
                 for c in HOST_CATEGORIES}
-    wall = sum(step_walls) / per if steps else 0.0
+    fper = max(len(forecast), 1)
+    host_forecast = {c: sum(h["seconds"] for h in host if h["category"] == c and h["step"] in on_forecast) / fper
+                     for c in HOST_CATEGORIES}
+    wall = _mean([step_walls[i] for i in computed])
+    fwall = _mean([step_walls[i] for i in forecast])
     lifecycle = sum(stage.values())
     host_total = sum(host_per.values())
+    invocations = sum(1 for r in body if r["stage"] == "run")
     return {
-        "invocations": sum(1 for r in body if r["stage"] == "run"),
+        "invocations": invocations,
         "stage_records": len(body),
         "lifecycle_records": records,
         "host_times": host,
         "step_seconds": step_walls,
+        "steps": {"total": steps, "computed": len(computed), "forecast": len(forecast)},
         "tables": {
             "lifecycle_pass": {**stage, "stage_sum": stage["load"] + stage["init"] + stage["release"]},
             "core_per_step": core,
             "step_split": {"step": wall, "lifecycle": lifecycle, "host": host_total, **{f"host_{k}": v for k, v in host_per.items()},
                            "rest": wall - lifecycle - host_total},
+            "forecast_step": {"step": fwall, "host": sum(host_forecast.values()),
+                              **{f"host_{k}": v for k, v in host_forecast.items() if v},
+                              "rest": fwall - sum(host_forecast.values())},
+            "per_image": {"denoise": sum(step_walls), "computed_steps": len(computed),
+                          "forecast_steps": len(forecast), "invocations": invocations,
+                          "computed_seconds": sum(step_walls[i] for i in computed),
+                          "forecast_seconds": sum(step_walls[i] for i in forecast),
+                          "per_computed_step": wall, "per_forecast_step": fwall},
         },
         "denoise_seconds": sum(step_walls),
     }
@@ -75,7 +100,7 @@ def print_run_tables(report: dict, out=None) -> None:
     con = out or console(stderr=False)
     tables = report.get("tables", {})
     lp = tables.get("lifecycle_pass", {})
-    t = Table(title="lifecycle, one pass over the subgraphs (mean per step)")
+    t = Table(title="lifecycle, one pass over the subgraphs (mean per computed step)")
     t.add_column("stage")
     t.add_column("board call")
     t.add_column("seconds", justify="right")
@@ -84,7 +109,7 @@ def print_run_tables(report: dict, out=None) -> None:
         t.add_row(s, names[s], f"{lp.get(s, 0.0):.4f}")
     t.add_row("stage_sum", "load+init+release", f"{lp.get('stage_sum', 0.0):.4f}")
     con.print(t)
-    c = Table(title="core time per branch per step")
+    c = Table(title="core time per branch per computed step")
     c.add_column("branch")
     c.add_column("seconds", justify="right")
     for b, v in tables.get("core_per_step", {}).items():
@@ -92,13 +117,20 @@ def print_run_tables(report: dict, out=None) -> None:
     con.print(c)
     sp = tables.get("step_split", {})
     if sp.get("step"):
-        s = Table(title=f"step split (mean step {sp['step']:.4f} s)")
+        s = Table(title=f"step split (mean computed step {sp['step']:.4f} s)")
         s.add_column("part")
         s.add_column("seconds", justify="right")
         s.add_column("share", justify="right")
         for k in ("lifecycle", "host", "rest"):
             s.add_row(k, f"{sp[k]:.4f}", f"{100 * sp[k] / sp['step']:.1f} %")
         con.print(s)
+    image = tables.get("per_image", {})
+    if image.get("forecast_steps"):
+        fs = tables["forecast_step"]
+        con.print(f"per image: {image['denoise']:.3f} s = {image['computed_steps']} computed steps x "
+                  f"{image['per_computed_step']:.4f} s + {image['forecast_steps']} forecast steps x "
+                  f"{image['per_forecast_step']:.4f} s (forecast {fs.get('host_forecast', 0.0):.4f} s, "
+                  f"final layer {fs.get('host_final', 0.0):.4f} s); {image['invocations']} invocations")
     mem = report.get("memory")
     if mem:
         con.print(f"peak PSS added: {mem.get('peak_pss_added_bytes', 0) / 2**20:.1f} MiB, "
