@@ -307,6 +307,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             f"{k[5:]} {v:.4f} s" for k, v in sp.items() if k.startswith("host_")))
         terminalreporter.write_line("  core per branch per step: " + ", ".join(
             f"{k} {v:.4f} s" for k, v in info["core_s_per_step"].items()))
+    for line in getattr(config, "_anima_spectrum_lines", []):      # tests/acceptance/test_spectrum_benchmark.py
+        terminalreporter.write_sep("-", "Spectrum vs full")
+        terminalreporter.write_line(line)
     invalid = getattr(config, "_anima_invalid", [])
     for name, reasons in invalid:
         terminalreporter.write_line(f"INVALID benchmark {name}: " + "; ".join(reasons), red=True)
