@@ -38,6 +38,7 @@ OPTIONS = {
     "core_mask": ("auto", "rknnlite NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2"),
     "bench_rounds": (1, "pedantic rounds per benchmark (a step takes minutes on the board)"),
     "bench_steps": (None, "sampler steps per benchmark round (default: the golden case's)"),
+    "bench_sampler": (None, "sampler of the benchmark rounds: flow-euler or spectrum (13-of-28 preset; default: the case's)"),
     "history": (".benchmarks/history.jsonl", "benchmark run history (JSONL) for `python -m harness trend`"),
     "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, slow=SECONDS (backend faults)"),
     "cache_dir": (".cache", "where exported partitions are cached"),
@@ -75,6 +76,7 @@ class SuiteSettings:
     board_profile: Path | None = None
     backend_options: dict = field(default_factory=dict)
     npu_problem: str | None = None      # why --require-npu cannot be met here (None: it can)
+    bench_sampler: str | None = None
 
 
 def pytest_addoption(parser):
@@ -166,6 +168,9 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         options.update(parse_fault(values["fault"]))
         if options.get("nan_subgraph", 0) >= cfg.subgraphs:
             raise ConfigError(f"--fault nan@{options['nan_subgraph']}: {cfg.name} has subgraphs 0..{cfg.subgraphs - 1}")
+    from .spectrum import SAMPLERS
+    if values["bench_sampler"] not in (None, *SAMPLERS):
+        raise ConfigError(f"--bench-sampler {values['bench_sampler']}: choose {', '.join(SAMPLERS)}")
     cases = _case_names(values["cases"], golden_dir)
     settings = SuiteSettings(
         backend=backend, backend_requested=requested, on_board=on_board,
@@ -180,7 +185,8 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         artifacts=values["artifacts"], telemetry_root=values["telemetry_root"],
         core_mask=values["core_mask"], bench_rounds=values["bench_rounds"],
         bench_steps=values["bench_steps"], history=values["history"], fault=values["fault"],
-        cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options)
+        cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options,
+        bench_sampler=values["bench_sampler"])
     settings.npu_problem = _npu_problem(settings)
     return settings
 
@@ -298,7 +304,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         sp = info["step_split_s"]
         terminalreporter.write_sep("-", f"step split: {name}")
         terminalreporter.write_line(
-            f"mean step {sp['step']:.4f} s = lifecycle {sp['lifecycle']:.4f} s ({100 * sp['lifecycle'] / sp['step']:.1f} %)"
+            f"mean computed step {sp['step']:.4f} s = lifecycle {sp['lifecycle']:.4f} s ({100 * sp['lifecycle'] / sp['step']:.1f} %)"
             f" + host math {sp['host']:.4f} s ({100 * sp['host'] / sp['step']:.1f} %)"
             f" + rest {sp['rest']:.4f} s ({100 * sp['rest'] / sp['step']:.1f} %)")
         life = info["lifecycle_s_per_step"]
@@ -307,6 +313,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             f"{k[5:]} {v:.4f} s" for k, v in sp.items() if k.startswith("host_")))
         terminalreporter.write_line("  core per branch per step: " + ", ".join(
             f"{k} {v:.4f} s" for k, v in info["core_s_per_step"].items()))
+        if info.get("forecast_steps"):
+            terminalreporter.write_line(
+                f"  per image: {info['computed_steps']} computed steps x {info['computed_step_s']:.4f} s + "
+                f"{info['forecast_steps']} forecast steps x {info['forecast_step_s']:.4f} s = {info['image_s']:.3f} s")
     for line in getattr(config, "_anima_spectrum_lines", []):      # tests/acceptance/test_spectrum_benchmark.py
         terminalreporter.write_sep("-", "Spectrum vs full")
         terminalreporter.write_line(line)

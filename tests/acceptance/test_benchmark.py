@@ -4,10 +4,15 @@ extra_info holds the board profile's tables for the run: mean step time, core ti
 step, lifecycle time per stage per step, and the step split (lifecycle / host math / rest). A run during
 which a clock moved or a thermal zone reached a trip point is flagged INVALID, not silently compared.
 Only the denoise is timed: the partition is verified and the report written outside the rounds.
+With `--bench-sampler spectrum` the rounds run the 13-of-28 Spectrum preset; extra_info then counts
+computed and forecast steps apart (time per computed step and per image).
 """
+from dataclasses import replace
+
 import pytest
 
 from harness.gates import benchmark_info, history_record
+from harness.spectrum import DEFAULT_PRESET, PRESETS
 from harness.history import append_run
 from harness.telemetry import TelemetryWindow
 
@@ -16,6 +21,9 @@ pytestmark = [pytest.mark.npu, pytest.mark.benchmark]
 
 def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, request):
     case = golden_cases[0]
+    if suite.bench_sampler and suite.bench_sampler != case.sampler:     # --bench-sampler spectrum
+        spectrum = PRESETS[DEFAULT_PRESET].as_dict() if suite.bench_sampler == "spectrum" else None
+        case = replace(case, sampler=suite.bench_sampler, spectrum=spectrum)
     gate_runner.prepare()
     results = []
     with TelemetryWindow(suite.telemetry_root) as window:
