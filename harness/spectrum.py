@@ -190,13 +190,15 @@ class Forecaster:
         """The forecast feature at `step`, in the shape it was added with."""
         a = self.weights(step)
         h = np.zeros_like(self.features[0])
-        for weight, feature in zip(a, self.features):
-            h += weight * feature
-        if self.p.blend < 1.0:
-            last, prev = self.features[-1], self.features[-2]
-            k = np.float32((step - self.seen[-1]) / (self.seen[-1] - self.seen[-2]))
-            h *= np.float32(self.p.blend)
-            h += np.float32(1.0 - self.p.blend) * (last + k * (last - prev))
+        # An overflow here is no warning: the caller checks the forecast and names step and stream.
+        with np.errstate(over="ignore", invalid="ignore"):
+            for weight, feature in zip(a, self.features):
+                h += weight * feature
+            if self.p.blend < 1.0:
+                last, prev = self.features[-1], self.features[-2]
+                k = np.float32((step - self.seen[-1]) / (self.seen[-1] - self.seen[-2]))
+                h *= np.float32(self.p.blend)
+                h += np.float32(1.0 - self.p.blend) * (last + k * (last - prev))
         return h.reshape(self.shape)
 
 

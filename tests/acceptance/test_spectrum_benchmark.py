@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 
 from harness.gates import benchmark_info
+from harness.pytest_plugin.state import SPECTRUM_LINES, append_to
 from harness.quality import compare
 from harness.spectrum import DEFAULT_PRESET, PRESETS
 
@@ -44,6 +45,6 @@ def test_spectrum_wall_time_ratio(benchmark, golden_cases, gate_runner, npu_guar
     print(line)
     benchmark.extra_info.update(info, full_denoise_s=full.report["denoise_seconds"], wall_time_ratio=ratio,
                                 ssim_vs_full=q.ssim, psnr_vs_full=q.psnr)
-    request.config._anima_spectrum_lines = [*getattr(request.config, "_anima_spectrum_lines", []), line]
+    append_to(request.config, SPECTRUM_LINES, line)
     assert spectrum.report["steps"] == {"total": STEPS, "computed": 13, "forecast": 15}
     assert spectrum.report["invocations"] == 13 * gate_runner.bundle.cfg.subgraphs

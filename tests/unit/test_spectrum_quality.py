@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from harness.config import EMBEDDED_DIR
-from harness.generate import sample_reference, sample_settings
+from harness.reference_run import sample_reference, sample_settings
 from harness.model.bundle import load_bundle
 from harness.quality import compare
 

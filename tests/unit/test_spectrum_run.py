@@ -8,7 +8,7 @@ import pytest
 
 from harness.backends import live_contexts
 from harness.cli import main
-from harness.generate import sample_reference, sample_settings
+from harness.reference_run import sample_reference, sample_settings
 from harness.spectrum import PRESETS
 
 # 6 steps, warmup 2, degree 1: CCFCFC (2 forecast steps), small enough for a unit test.

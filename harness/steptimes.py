@@ -1,36 +1,18 @@
-"""Terminal output (rich): progress bars and tables. Kept apart from the math and the I/O."""
+"""The vocabulary of a step's time and the arithmetic that turns raw records into the board profile's
+tables: lifecycle per stage per pass, core time per branch per step, and the step split.
+
+A **stage** is one of the four lifecycle calls every subgraph goes through each step on the board.
+Our short names key every record, table and history line; the board call is what RKNNLite names it.
+"""
 from __future__ import annotations
 
-import contextlib
-import sys
+__all__ = ["BOARD_CALLS", "STAGE_NAMES", "HOST_CATEGORIES", "summarize"]
 
-from .history import LIFECYCLE_STAGES   # one list of stage names for every table
-
-__all__ = ["progress_bar", "console"]
-
-
-def console(stderr: bool = True):
-    from rich.console import Console
-    return Console(stderr=stderr)
-
-
-@contextlib.contextmanager
-def progress_bar(total: int, label: str, disable: bool = False):
-    """Yield an `advance()` callable; a rich bar on stderr (hidden when disabled)."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-    if disable:
-        yield lambda n=1: None
-        return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
-    with Progress(*columns, console=console(), transient=not sys.stderr.isatty()) as progress:
-        task = progress.add_task(label, total=total)
-        yield lambda n=1: progress.advance(task, n)
-
-
-# ---------------------------------------------------------------- run summaries
-
+BOARD_CALLS = {"load": "load_rknn", "init": "init_runtime", "run": "inference", "release": "release"}
+STAGE_NAMES = tuple(BOARD_CALLS)
+# Host math timed per step: AdaLN modulation, timestep/patch embedding, dtype casts at the subgraph
+# boundary, the FP32 residual add (with its AdaLN gate), the final layer, and Spectrum's forecast of
+# the last hidden state (keeping the features on computed steps, the fit on forecast steps).
 HOST_CATEGORIES = ("adaln", "embed", "cast", "residual", "final", "forecast")
 
 
@@ -54,7 +36,7 @@ def summarize(records: list[dict], host: list[dict], step_walls: list[float],
     forecast = sorted(set(range(steps)) - set(computed))
     body = [r for r in records if r["branch"] != "decoder" and r["step"] < max(steps, 1)]
     per = max(len(computed), 1)
-    stage = {s: sum(r["seconds"] for r in body if r["stage"] == s) / per for s in LIFECYCLE_STAGES}
+    stage = {s: sum(r["seconds"] for r in body if r["stage"] == s) / per for s in STAGE_NAMES}
     branches = sorted({r["branch"] for r in body})
     core = {b: sum(r["seconds"] for r in body if r["stage"] == "run" and r["branch"] == b) / per
             for b in branches}
@@ -92,46 +74,3 @@ def summarize(records: list[dict], host: list[dict], step_walls: list[float],
         },
         "denoise_seconds": sum(step_walls),
     }
-
-
-def print_run_tables(report: dict, out=None) -> None:
-    """The one-pass lifecycle table and core time per branch per step, like the board profile."""
-    from rich.table import Table
-    con = out or console(stderr=False)
-    tables = report.get("tables", {})
-    lp = tables.get("lifecycle_pass", {})
-    t = Table(title="lifecycle, one pass over the subgraphs (mean per computed step)")
-    t.add_column("stage")
-    t.add_column("board call")
-    t.add_column("seconds", justify="right")
-    from .lifecycle import STAGES as names
-    for s in LIFECYCLE_STAGES:
-        t.add_row(s, names[s], f"{lp.get(s, 0.0):.4f}")
-    t.add_row("stage_sum", "load+init+release", f"{lp.get('stage_sum', 0.0):.4f}")
-    con.print(t)
-    c = Table(title="core time per branch per computed step")
-    c.add_column("branch")
-    c.add_column("seconds", justify="right")
-    for b, v in tables.get("core_per_step", {}).items():
-        c.add_row(b, f"{v:.4f}")
-    con.print(c)
-    sp = tables.get("step_split", {})
-    if sp.get("step"):
-        s = Table(title=f"step split (mean computed step {sp['step']:.4f} s)")
-        s.add_column("part")
-        s.add_column("seconds", justify="right")
-        s.add_column("share", justify="right")
-        for k in ("lifecycle", "host", "rest"):
-            s.add_row(k, f"{sp[k]:.4f}", f"{100 * sp[k] / sp['step']:.1f} %")
-        con.print(s)
-    image = tables.get("per_image", {})
-    if image.get("forecast_steps"):
-        fs = tables["forecast_step"]
-        con.print(f"per image: {image['denoise']:.3f} s = {image['computed_steps']} computed steps x "
-                  f"{image['per_computed_step']:.4f} s + {image['forecast_steps']} forecast steps x "
-                  f"{image['per_forecast_step']:.4f} s (forecast {fs.get('host_forecast', 0.0):.4f} s, "
-                  f"final layer {fs.get('host_final', 0.0):.4f} s); {image['invocations']} invocations")
-    mem = report.get("memory")
-    if mem:
-        con.print(f"peak PSS added: {mem.get('peak_pss_added_bytes', 0) / 2**20:.1f} MiB, "
-                  f"min MemAvailable: {mem.get('min_mem_available_bytes', 0) / 2**20:.0f} MiB")
