@@ -40,7 +40,7 @@ OPTIONS = {
     "bench_steps": (None, "sampler steps per benchmark round (default: the golden case's)"),
     "bench_sampler": (None, "sampler of the benchmark rounds: flow-euler or spectrum (13-of-28 preset; default: the case's)"),
     "history": (".benchmarks/history.jsonl", "benchmark run history (JSONL) for `python -m harness trend`"),
-    "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, slow=SECONDS (backend faults)"),
+    "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, slow=SECONDS, slow=xFACTOR (backend faults)"),
     "cache_dir": (".cache", "where exported partitions are cached"),
 }
 _FLAGS = {"require_npu", "update_goldens", "force_goldens"}
