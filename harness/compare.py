@@ -47,6 +47,8 @@ def view_of_report(report: dict, label: str) -> RunView:
         raise ConfigError(f"{label}: not a run report (no 'tables' / 'lifecycle_records')")
     t = report["tables"]
     steps = len(report.get("step_seconds") or []) or report.get("settings", {}).get("steps", 1)
+    if isinstance(report.get("steps"), dict):     # Spectrum: subgraphs ran on the computed steps only
+        steps = report["steps"].get("computed") or steps
     export = report.get("export") or {}
     memory = report.get("memory") or {}
     return RunView(

@@ -38,6 +38,7 @@ OPTIONS = {
     "core_mask": ("auto", "rknnlite NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2"),
     "bench_rounds": (1, "pedantic rounds per benchmark (a step takes minutes on the board)"),
     "bench_steps": (None, "sampler steps per benchmark round (default: the golden case's)"),
+    "bench_sampler": (None, "sampler of the benchmark rounds: flow-euler or spectrum (13-of-28 preset; default: the case's)"),
     "history": (".benchmarks/history.jsonl", "benchmark run history (JSONL) for `python -m harness trend`"),
     "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, slow=SECONDS, slow=xFACTOR (backend faults)"),
     "cache_dir": (".cache", "where exported partitions are cached"),
@@ -87,6 +88,7 @@ class SuiteSettings:
     baseline_threshold: float = 10.0    # percent
     baselines: Path = Path(".benchmarks/baselines")
     npu_timeout: int | None = None
+    bench_sampler: str | None = None
 
 
 def pytest_addoption(parser):
@@ -171,6 +173,9 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     golden_dir = values["golden_dir"] or golden_dir_for(cfg.name)
     budget = values["pss_budget"] or cfg.raw_gates.get("pss_budget")
     options = backend_options(backend, values, cfg)
+    from ..spectrum import SAMPLERS
+    if values["bench_sampler"] not in (None, *SAMPLERS):
+        raise ConfigError(f"--bench-sampler {values['bench_sampler']}: choose {', '.join(SAMPLERS)}")
     cases = _case_names(values["cases"], golden_dir)
     settings = SuiteSettings(
         backend=backend, backend_requested=requested, on_board=on_board,
@@ -187,7 +192,8 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         bench_steps=values["bench_steps"], history=values["history"], fault=values["fault"],
         cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options,
         save_baseline=values["save_baseline"], baselines=values["baselines"],
-        baseline_threshold=parse_threshold(values["baseline_threshold"]), npu_timeout=values["npu_timeout"])
+        baseline_threshold=parse_threshold(values["baseline_threshold"]), npu_timeout=values["npu_timeout"],
+        bench_sampler=values["bench_sampler"])
     settings.npu_problem = _npu_problem(settings)
     return settings
 

@@ -103,7 +103,8 @@ def summary_data(config, exitstatus) -> dict:
     elif runner is not None:
         reports = list(runner.case_reports().values())
         if reports:
-            slowest = slowest_subgraphs(reports[0]["lifecycle_records"], len(reports[0]["step_seconds"]))
+            computed = (reports[0].get("steps") or {}).get("computed") or len(reports[0]["step_seconds"])
+            slowest = slowest_subgraphs(reports[0]["lifecycle_records"], computed)
     memory = _memory_rows(config, runner)
     return {"outcome": "passed" if exitstatus == 0 and counts["failed"] == 0 else "failed",
             "counts": counts, "run": run, "tests": tests, "quality": config.stash.get(QUALITY_RESULTS, []),

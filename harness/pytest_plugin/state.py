@@ -5,7 +5,8 @@ import pytest
 
 __all__ = ["SETTINGS", "IDENTITY", "BOARD", "RUNNER", "STEP_SPLITS", "INVALID_RUNS", "BASELINE_OFFERS",
            "BASELINE_OUTCOMES", "BENCH_RESULTS", "QUALITY_RESULTS", "TEST_OUTCOMES", "MEMORY_SAMPLES",
-           "GOLDEN_UPDATES", "settings_of", "append_to"]
+           "GOLDEN_UPDATES", "SPECTRUM_LINES", "settings_of",
+           "append_to"]
 
 SETTINGS = pytest.StashKey["SuiteSettings"]()       # resolved options (options.py)
 IDENTITY = pytest.StashKey[dict]()                  # board identity read from telemetry
@@ -20,6 +21,7 @@ QUALITY_RESULTS = pytest.StashKey[list]()           # per quality case: SSIM/PSN
 TEST_OUTCOMES = pytest.StashKey[list]()             # (nodeid, outcome, seconds, first line of the failure)
 MEMORY_SAMPLES = pytest.StashKey[list]()            # (test name, guard samples file)
 GOLDEN_UPDATES = pytest.StashKey[list]()            # (case, files written, why) of --update-goldens
+SPECTRUM_LINES = pytest.StashKey[list]()            # Spectrum vs full: wall-time ratio lines
 
 
 def settings_of(config):
