@@ -70,7 +70,11 @@ class PartitionedPipeline:
         self.manifest = manifest
         self.strategy = strategy
         self.streams = list(contexts)
-        self.context = np.concatenate([contexts[s] for s in self.streams]).astype(np.float32)   # [S, L, C]
+        # Stream batching: every stream of every image in flight shares each loaded context. Rows
+        # are stream-major: [cond image 0..N-1, uncond image 0..N-1].
+        self.images = contexts[self.streams[0]].shape[0]
+        self.rows = [s if self.images == 1 else f"{s} image {i}" for s in self.streams for i in range(self.images)]
+        self.context = np.concatenate([contexts[s] for s in self.streams]).astype(np.float32)   # [S*N, L, C]
         self.between = list(between_invocations)
         self.host = HostTimes()
         self.rope = R.make_rope(self.cfg)
@@ -85,7 +89,7 @@ class PartitionedPipeline:
             mods = R.modulations(w, cfg, emb, lora)
         with host.timed(step, "embed"):
             tokens = ops.linear(R.patchify(latent, cfg), w["x_embedder.proj.1.weight"])
-            x = np.repeat(tokens, len(self.streams), axis=0)                    # [S, N, D] FP32
+            x = np.concatenate([tokens] * len(self.streams))                    # [S*N, T, D] FP32
         for entry in self.manifest.subgraphs:
             shift, scale, gate = mods[(entry.block, entry.branch)]
             with host.timed(step, "adaln"):
@@ -94,9 +98,10 @@ class PartitionedPipeline:
             with host.timed(step, "residual"):
                 x = x + gate[:, None, :] * out
         with host.timed(step, "final"):
-            v = R.final_layer(w, cfg, x, np.repeat(emb, len(self.streams), 0),
-                              np.repeat(lora, len(self.streams), 0), latent.shape[-2:])
-        return {s: v[k:k + 1] for k, s in enumerate(self.streams)}
+            v = R.final_layer(w, cfg, x, np.repeat(emb, len(self.rows), 0),
+                              np.repeat(lora, len(self.rows), 0), latent.shape[-2:])
+        n = self.images
+        return {s: v[k * n:(k + 1) * n] for k, s in enumerate(self.streams)}
 
     def _invoke(self, entry, step: int, h: np.ndarray) -> np.ndarray:
         for hook in self.between:       # memory guard: abort between invocations, never inside one
@@ -109,23 +114,24 @@ class PartitionedPipeline:
             # Shapes are static for the whole run: check each subgraph's inputs against the manifest
             # on its first invocation (step 0), not on every one of the run's thousands of calls.
             for spec, array in zip(entry.inputs, inputs):
-                check_input(entry, spec.name, array[:1] if batch == 1 else array)
+                check_input(entry, spec.name, array[:batch])
             self._checked.add(entry.index)
+        rows = len(self.rows)
+        if rows % batch:
+            raise ManifestError(f"{entry.label}: batch axis {batch} does not divide the {rows} "
+                                f"stream rows in flight ({len(self.streams)} streams x {self.images} images)")
         ctx = self.strategy.acquire(entry, step)
         try:
-            if batch == len(self.streams):
+            if batch == rows:
                 outs = [self._run(ctx, entry, step, inputs)]
-            elif batch == 1:            # one call per stream while the context stays loaded
-                outs = [self._run(ctx, entry, step, [a[k:k + 1] for a in inputs])
-                        for k in range(len(self.streams))]
-            else:
-                raise ManifestError(f"{entry.label}: batch axis {batch} serves neither 1 nor "
-                                    f"{len(self.streams)} streams")
+            else:                       # several calls while the context stays loaded
+                outs = [self._run(ctx, entry, step, [a[k:k + batch] for a in inputs])
+                        for k in range(0, rows, batch)]
         finally:
             self.strategy.finish(entry, step)
         with self.host.timed(step, "cast"):     # back to the FP32 residual stream
             out = np.asarray(outs[0] if len(outs) == 1 else np.concatenate(outs), dtype=np.float32)
-        check_finite(out, self.streams, step, entry)
+        check_finite(out, self.rows, step, entry)
         return out
 
     def _context_as(self, dtype: str) -> np.ndarray:
@@ -143,8 +149,9 @@ class PartitionedPipeline:
         for hook in self.between:
             hook()
         ctx = self.strategy.acquire(entry, step)
-        try:
-            image = self.strategy.run(ctx, entry, step, [latent.astype(entry.inputs[0].dtype)])[0]
+        try:           # one decoder context serves every image in flight, one call each
+            images = [np.asarray(self.strategy.run(ctx, entry, step, [one.astype(entry.inputs[0].dtype)])[0],
+                                 dtype=np.float32) for one in np.split(latent, latent.shape[0])]
         finally:
             self.strategy.finish(entry, step)
-        return np.asarray(image, dtype=np.float32)
+        return images[0] if len(images) == 1 else np.stack(images)

@@ -34,12 +34,14 @@ def progress_bar(total: int, label: str, disable: bool = False):
 HOST_CATEGORIES = ("adaln", "embed", "cast", "residual", "final")
 
 
-def summarize(records: list[dict], host: list[dict], step_walls: list[float]) -> dict:
+def summarize(records: list[dict], host: list[dict], step_walls: list[float], hidden_s: float = 0.0) -> dict:
     """Per-step tables from raw records, in the board profile's terms.
 
     lifecycle_pass: mean seconds per pass over the subgraphs (one pass = one step) by stage, as the
     profile's [lifecycle_pass]; core_per_step: mean inference seconds per step by branch, as
     [denoise_20_steps]; step_split: where a step's wall time went (lifecycle, host math, the rest).
+    hidden_s: lifecycle seconds a background strategy (prefetch) ran behind inference: they are in
+    the stage tables but not in the step's wall time, so the split leaves them out.
     """
     steps = len(step_walls)
     body = [r for r in records if r["branch"] != "decoder" and r["step"] < max(steps, 1)]
@@ -51,7 +53,7 @@ def summarize(records: list[dict], host: list[dict], step_walls: list[float]) ->
     host_per = {c: sum(h["seconds"] for h in host if h["category"] == c and h["step"] < per) / per
                 for c in HOST_CATEGORIES}
     wall = sum(step_walls) / per if steps else 0.0
-    lifecycle = sum(stage.values())
+    lifecycle = sum(stage.values()) - hidden_s / per
     host_total = sum(host_per.values())
     return {
         "invocations": sum(1 for r in body if r["stage"] == "run"),

@@ -13,14 +13,14 @@ import numpy as np
 
 from .atomic import atomic_write_json
 from .errors import HarnessError, ManifestError
-from .generate import stream_contexts
-from .lifecycle import LifecycleRecorder, OnDemand
+from .generate import initial_latents, stream_contexts
+from .lifecycle import LifecycleRecorder, make_strategy
 from .memory import read_memory
 from .model.bundle import ModelBundle
 from .partition.manifest import load_manifest, manifest_sha256, network_settings
 from .pipeline import PartitionedPipeline
 from .report import summarize
-from .sampler import denoise, initial_noise
+from .sampler import denoise
 
 __all__ = ["RunResult", "run_partitioned", "open_partition"]
 
@@ -79,17 +79,21 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
                     settings: dict, backend_options: dict | None = None, guard=None,
                     report_path: str | Path | None = None,
                     on_step: Callable[[int], None] | None = None, verify: bool = True,
-                    contexts: dict | None = None) -> RunResult:
+                    contexts: dict | None = None, lifecycle: str = "on-demand",
+                    images: int = 1) -> RunResult:
     """Generate one image through the partition; `settings` as from generate.sample_settings.
 
     verify=False skips re-hashing the subgraph files (for benchmark rounds after a verified first
     open: on the board that is gigabytes of sha256 that do not belong in a step time).
     contexts ({stream: [1, L, C]}) replaces the prompt for models whose text encoder is not here.
+    lifecycle: the context strategy (harness.lifecycle.spec). images: how many images are generated
+    together (seeds seed, seed+1, ...), every stream of every image served by each loaded context.
     """
     result = RunResult(recorder=LifecycleRecorder())
     report = result.report
     report.update(status="running", error=None, backend=backend, backend_options=backend_options or {},
-                  prompt=prompt, settings=dict(settings), partition=str(partition_dir), model=bundle.cfg.name)
+                  prompt=prompt, settings=dict(settings), partition=str(partition_dir), model=bundle.cfg.name,
+                  lifecycle=str(lifecycle), images=images)
     strategy = pipeline = None
     step_walls: list[float] = []
     start = read_memory()
@@ -97,9 +101,10 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
         manifest = open_partition(bundle, partition_dir, verify)
         report["manifest_sha256"] = manifest_sha256(manifest.directory)
         report["export"] = manifest.export
-        strategy = OnDemand(backend, result.recorder, manifest.path_of, **(backend_options or {}))
-        pipeline = PartitionedPipeline(bundle, manifest, strategy,
-                                       contexts or stream_contexts(bundle, [prompt], settings["cfg_scale"]),
+        strategy = make_strategy(lifecycle, backend, result.recorder, manifest, backend_options)
+        streams = ({s: np.repeat(c, images, axis=0) for s, c in contexts.items()} if contexts
+                   else stream_contexts(bundle, [prompt] * images, settings["cfg_scale"]))
+        pipeline = PartitionedPipeline(bundle, manifest, strategy, streams,
                                        between_invocations=[guard.check] if guard else [])
         report["streams"] = pipeline.streams
         mark = [time.perf_counter()]
@@ -111,7 +116,7 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
             if on_step:
                 on_step(i)
 
-        noise = initial_noise((1, *bundle.latent_shape), settings["seed"])
+        noise = initial_latents(bundle, [settings["seed"] + k for k in range(images)])
         result.latent = denoise(pipeline.velocity, noise, settings["steps"], settings["shift"],
                                 settings["cfg_scale"], on_step=step_done)
         # A partition without a decoder (Anima's Wan VAE is not part of it yet) ends at the latent.
@@ -127,8 +132,9 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
     finally:
         if strategy is not None:
             strategy.close()        # nothing stays loaded, whatever failed
+            report["lifecycle_counters"] = strategy.stats()
         report.update(summarize(result.recorder.as_dicts(), pipeline.host.as_dicts() if pipeline else [],
-                                step_walls))
+                                step_walls, hidden_s=strategy.counters.as_dict()["hidden_s"] if strategy else 0.0))
         if guard is not None:
             report["memory"] = {**guard.summary(), **_run_memory(guard, start)}
         if report_path is not None:

@@ -18,13 +18,14 @@ import numpy as np
 
 from ..errors import BackendError
 
-__all__ = ["Context", "create_context", "live_contexts", "BACKENDS"]
+__all__ = ["Context", "create_context", "live_contexts", "BACKENDS", "parse_backend_options"]
 
 # name -> "module:Class"; imported lazily so the board runtime is only imported where it is asked for.
 BACKENDS = {
     "onnxruntime": "harness.backends.onnxruntime:OnnxRuntimeContext",
     "rknnlite": "harness.backends.rknnlite:RknnLiteContext",
     "faults": "harness.backends.faults:FaultInjectionContext",
+    "board-sim": "harness.backends.board_sim:BoardSimContext",
 }
 
 _live_lock = threading.Lock()
@@ -81,3 +82,13 @@ def create_context(backend: str, label: str, **options) -> Context:
 def _context_class(backend: str):
     module_name, cls_name = BACKENDS[backend].split(":")
     return getattr(importlib.import_module(module_name), cls_name)
+
+
+def parse_backend_options(backend: str, options: dict | None) -> dict:
+    """The backend's own option parser (`parse_options` in its module), once per run, so every
+    context of the run (also in prefetch workers) shares what it decides; others pass through."""
+    if backend not in BACKENDS:
+        raise BackendError(f"unknown backend '{backend}' (known: {', '.join(sorted(BACKENDS))})")
+    module = importlib.import_module(BACKENDS[backend].split(":")[0])
+    parse = getattr(module, "parse_options", None)
+    return parse(dict(options or {})) if parse else dict(options or {})

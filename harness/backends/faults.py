@@ -5,11 +5,16 @@ Options (the suite's `--fault` sets them):
                   overflow does on the board; `nan_count` values are poisoned (default 7).
     delay:        seconds slept inside every run(): a deliberately slowed backend for the benchmark
                   compare gate.
+    crash_subgraph: index of the subgraph whose run() kills its own process with SIGKILL, as a
+                  crashing NPU runtime would. Only for runs whose contexts live in worker processes
+                  (--lifecycle prefetch:K): anywhere else it kills the caller.
 The subgraph index is read from the context label ("subgraph N (...)"), which the manifest defines.
 """
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 
 import numpy as np
@@ -31,6 +36,10 @@ def parse_fault(spec: str | None) -> dict:
                 options["nan_subgraph"] = int(part[4:])
                 if options["nan_subgraph"] < 0:
                     raise ValueError
+            elif part.startswith("crash@"):
+                options["crash_subgraph"] = int(part[6:])
+                if options["crash_subgraph"] < 0:
+                    raise ValueError
             elif part.startswith("slow="):
                 options["delay"] = float(part[5:])
                 if not 0 <= options["delay"] <= 60:      # also refuses nan and inf
@@ -38,7 +47,7 @@ def parse_fault(spec: str | None) -> dict:
             else:
                 raise ValueError
         except ValueError:
-            raise ConfigError(f"--fault '{part}': expected nan@SUBGRAPH or slow=SECONDS") from None
+            raise ConfigError(f"--fault '{part}': expected nan@SUBGRAPH, crash@SUBGRAPH or slow=SECONDS") from None
     return options
 
 
@@ -46,15 +55,18 @@ class FaultInjectionContext(OnnxRuntimeContext):
     backend_name = "faults"
 
     def __init__(self, label: str, nan_subgraph: int | None = None, nan_count: int = 7,
-                 delay: float = 0.0, **options):
+                 delay: float = 0.0, crash_subgraph: int | None = None, **options):
         super().__init__(label, **options)
         match = _LABEL.match(label)
         self.index = int(match.group(1)) if match else None
         self.poison = nan_subgraph is not None and self.index == nan_subgraph
         self.nan_count = nan_count
         self.delay = delay
+        self.crash = crash_subgraph is not None and self.index == crash_subgraph
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        if self.crash:
+            os.kill(os.getpid(), signal.SIGKILL)
         outputs = super().run(inputs)
         if self.delay:
             time.sleep(self.delay)

@@ -1,0 +1,162 @@
+"""The simulated board: onnxruntime computes every output (so the numbers stay true) while each
+stage takes the board's time and each live context holds the board's memory, both scaled.
+
+From a board profile data file (boards/data/rock5c-anima.toml: measured figures + a [sim] table of
+assumptions), a context of branch b
+    load     takes  lifecycle_per_model[b] x load share of the pass   x time_scale, and allocates
+             and touches context_mib x memory_scale of real memory (PSS and MemAvailable move);
+    init     takes  the same with the init share (and builds the real onnxruntime session);
+    run      takes  core_per_step[b] / blocks x rows / 2 x time_scale, holding an NPU core:
+             contexts on different cores run concurrently, on the same core they queue;
+    release  takes  the release share, and frees the memory.
+A stage never takes less than the real work under it. Cores are file locks under `lock_dir`, so
+contexts in different processes (prefetch workers) share the three cores like on the board.
+
+Options (`parse_options` checks them; the CLI and the suite pass them through):
+    profile_data  path of the data file (default boards/data/rock5c-anima.toml)
+    time_scale    seconds here per board second (default: the file's [sim] time_scale)
+    memory_scale  bytes here per board byte (default: the file's [sim] memory_scale)
+    core_mask     auto, 0, 1, 2, 0_1, 0_1_2 (as rknnlite); default auto
+    lock_dir      directory of the per-core lock files (default: a fresh one per parsing process)
+"""
+from __future__ import annotations
+
+import atexit
+import fcntl
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..board_profile import load_board_profile
+from ..errors import ConfigError
+from .onnxruntime import OnnxRuntimeContext
+from .rknnlite import parse_core_mask
+
+__all__ = ["BoardSimContext", "parse_options", "CORES_OF_MASK"]
+
+CORES_OF_MASK = {"auto": (), "0": (0,), "1": (1,), "2": (2,), "0_1": (0, 1), "0_1_2": (0, 1, 2)}
+_BRANCH = re.compile(r"\((?:block \d+ )?([a-z_]+)\)")
+
+
+def _scale(options: dict, key: str, default: float) -> float:
+    value = options.get(key, default)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= 1):
+        raise ConfigError(f"board-sim option '{key}' is {options.get(key)!r}: expected a number in (0, 1]")
+    return value
+
+
+def _fresh_lock_dir() -> str:
+    path = tempfile.mkdtemp(prefix="board-sim-npu-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def parse_options(options: dict) -> dict:
+    """Checked, complete options (idempotent: the parent parses, workers get the result)."""
+    known = {"profile_data", "time_scale", "memory_scale", "core_mask", "lock_dir", "threads"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(f"board-sim: unknown option '{unknown[0]}' (known: {', '.join(sorted(known))})")
+    profile = load_board_profile(options.get("profile_data"))
+    cores = profile.sim("npu_cores", int)
+    mask = parse_core_mask(options.get("core_mask", "auto"))
+    if any(c >= cores for c in CORES_OF_MASK[mask]):
+        raise ConfigError(f"board-sim option 'core_mask' {mask}: {profile.path} has {cores} NPU cores")
+    return {**options, "profile_data": str(profile.path), "core_mask": mask,
+            "time_scale": _scale(options, "time_scale", profile.sim("time_scale")),
+            "memory_scale": _scale(options, "memory_scale", profile.sim("memory_scale")),
+            "lock_dir": str(options.get("lock_dir") or _fresh_lock_dir())}
+
+
+class BoardSimContext(OnnxRuntimeContext):
+    backend_name = "board-sim"
+
+    def __init__(self, label: str, **options):
+        opts = parse_options(options)
+        super().__init__(label, **({"threads": options["threads"]} if "threads" in options else {}))
+        self.options = opts
+        profile = load_board_profile(opts["profile_data"])
+        match = _BRANCH.search(label)
+        self.branch = match.group(1) if match else "decoder"
+        scale = opts["time_scale"]
+        self.stage_s = {s: v * scale for s, v in profile.stage_seconds(self.branch).items()}
+        self.run_s_per_row = profile.core_per_invocation(self.branch) * scale / profile.sim("streams_measured", int)
+        self.context_bytes = int(profile.sim("context_mib") * 2**20 * opts["memory_scale"])
+        self.cores = CORES_OF_MASK[opts["core_mask"]]
+        self.npu_cores = profile.sim("npu_cores", int)
+        self.lock_dir = Path(opts["lock_dir"])
+        self._memory: np.ndarray | None = None
+        self.last_queue_s = 0.0
+
+    def load(self, path: Path) -> None:
+        start = time.perf_counter()
+        super().load(path)
+        # Real pages, touched, so PSS, MemAvailable and the memory guard see the context.
+        self._memory = np.ones(self.context_bytes, dtype=np.uint8)
+        _pad(start, self.stage_s["load"])
+
+    def init(self) -> None:
+        start = time.perf_counter()
+        super().init()
+        _pad(start, self.stage_s["init"])
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        rows = int(inputs[0].shape[0]) if inputs and np.ndim(inputs[0]) else 1
+        queued = time.perf_counter()
+        fds = self._take_cores()
+        try:
+            start = time.perf_counter()
+            self.last_queue_s = start - queued
+            outputs = super().run(inputs)
+            _pad(start, self.run_s_per_row * rows)
+        finally:
+            for fd in fds:
+                os.close(fd)          # closing drops the lock
+        return outputs
+
+    def release(self) -> None:
+        start = time.perf_counter()
+        try:
+            super().release()
+            self._memory = None
+            _pad(start, self.stage_s["release"])
+        finally:
+            self._memory = None
+
+    # -- the NPU cores ------------------------------------------------------------------------
+    def _lock(self, core: int, blocking: bool) -> int | None:
+        self.lock_dir.mkdir(parents=True, exist_ok=True)
+        # One open file per call: flock conflicts between open files, also within one process.
+        fd = os.open(self.lock_dir / f"core{core}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+    def _take_cores(self) -> list[int]:
+        if self.cores:                       # a fixed mask: wait for each of its cores, in order
+            return [self._lock(c, blocking=True) for c in self.cores]
+        for core in range(self.npu_cores):   # auto: the first idle core, else queue on core 0
+            fd = self._lock(core, blocking=False)
+            if fd is not None:
+                return [fd]
+        return [self._lock(0, blocking=True)]
+
+
+def _pad(start: float, target: float) -> None:
+    """Sleep until `target` seconds after `start` (a stage never takes less than its real work)."""
+    left = target - (time.perf_counter() - start)
+    if left > 0:
+        time.sleep(left)
