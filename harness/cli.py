@@ -194,7 +194,7 @@ def _generate_partitioned(bundle, prompt, s, args):
     if result.image is None:
         import numpy as np
         np.save(args.out.with_suffix(".latent.npy"), result.latent)
-    return result.image
+    return result.images if args.images > 1 else result.image
 
 
 def _check_writable_dir(out: Path) -> None:

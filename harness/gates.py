@@ -116,7 +116,8 @@ class GateRunner:
         report = self.s.artifacts / "runs" / f"{case.name}{tag}.json" if keep else None
         result = run_partitioned(self.bundle, self.partition, self.s.backend, case.prompt,
                                  self.settings_for(case, steps), self.s.backend_options, guard=guard,
-                                 report_path=report, verify=False, contexts=self.case_contexts(case))
+                                 report_path=report, verify=False, contexts=self.case_contexts(case),
+                                 lifecycle=self.s.lifecycle, images=self.s.images)
         if keep:
             self._save_outputs(result, f"{case.name}{tag}")
         return result

@@ -41,10 +41,15 @@ OPTIONS = {
     "history": (".benchmarks/history.jsonl", "benchmark run history (JSONL) for `python -m harness trend`"),
     "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, slow=SECONDS (backend faults)"),
     "cache_dir": (".cache", "where exported partitions are cached"),
+    "lifecycle": ("on-demand", "context strategy: on-demand, resident, lru:K, pinned:K, pinned:@I,J,A-B, prefetch:K"),
+    "images": (1, "images generated together per run: every loaded context serves all their streams"),
+    "board_profile_data": (None, "board-sim: profile data file (default boards/data/rock5c-anima.toml)"),
+    "time_scale": (None, "board-sim: seconds here per board second (default: the data file's)"),
 }
 _FLAGS = {"require_npu", "update_goldens", "force_goldens"}
-_INTS = {"bench_rounds", "bench_steps"}
-_PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir"}
+_INTS = {"bench_rounds", "bench_steps", "images"}
+_PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir",
+          "board_profile_data"}
 
 
 @dataclass
@@ -75,6 +80,8 @@ class SuiteSettings:
     board_profile: Path | None = None
     backend_options: dict = field(default_factory=dict)
     npu_problem: str | None = None      # why --require-npu cannot be met here (None: it can)
+    lifecycle: str = "on-demand"
+    images: int = 1
 
 
 def pytest_addoption(parser):
@@ -144,8 +151,10 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     on_board = detect_rk3588(values["telemetry_root"])
     requested = values["backend"]
     backend = ("rknnlite" if on_board else "onnxruntime") if requested == "auto" else requested
-    if backend not in ("onnxruntime", "rknnlite", "faults"):
-        raise ConfigError(f"--backend {requested}: unknown (choose auto, onnxruntime, rknnlite, faults)")
+    if backend not in ("onnxruntime", "rknnlite", "faults", "board-sim"):
+        raise ConfigError(f"--backend {requested}: unknown (choose auto, onnxruntime, rknnlite, faults, board-sim)")
+    from .lifecycle import parse_lifecycle
+    lifecycle = str(parse_lifecycle(values["lifecycle"]))
     if values["precision"] not in ("float16", "float32"):
         raise ConfigError(f"--precision {values['precision']}: choose float16 or float32")
     from .partition.onnx_export import FAKE_QUANT
@@ -159,6 +168,8 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     core_mask = parse_core_mask(values["core_mask"])
     if backend == "rknnlite":
         options["core_mask"] = core_mask
+    if backend == "board-sim":
+        options.update(_board_sim_options(values, core_mask))
     if values["fault"] and backend != "faults":
         raise ConfigError(f"--fault {values['fault']}: faults are injected only with --backend faults")
     if backend == "faults":
@@ -180,9 +191,20 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         artifacts=values["artifacts"], telemetry_root=values["telemetry_root"],
         core_mask=values["core_mask"], bench_rounds=values["bench_rounds"],
         bench_steps=values["bench_steps"], history=values["history"], fault=values["fault"],
-        cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options)
+        cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options,
+        lifecycle=lifecycle, images=values["images"])
     settings.npu_problem = _npu_problem(settings)
     return settings
+
+
+def _board_sim_options(values: dict, core_mask: str) -> dict:
+    from .backends.board_sim import parse_options
+    raw = {"core_mask": core_mask}
+    if values["board_profile_data"] is not None:
+        raw["profile_data"] = str(values["board_profile_data"])
+    if values["time_scale"] is not None:
+        raw["time_scale"] = values["time_scale"]
+    return parse_options(raw)
 
 
 def _case_names(spec: str | None, golden_dir: Path) -> list[str] | None:

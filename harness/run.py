@@ -44,6 +44,7 @@ def _write_report(path, report: dict) -> None:
 class RunResult:
     latent: np.ndarray | None = None
     image: np.ndarray | None = None
+    images: np.ndarray | None = None        # [N, H, W, 3] with --images N (image is images[0])
     report: dict = field(default_factory=dict)
     recorder: LifecycleRecorder | None = None
 
@@ -120,7 +121,10 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
         result.latent = denoise(pipeline.velocity, noise, settings["steps"], settings["shift"],
                                 settings["cfg_scale"], on_step=step_done)
         # A partition without a decoder (Anima's Wan VAE is not part of it yet) ends at the latent.
-        result.image = pipeline.decode(result.latent, settings["steps"]) if manifest.decoder else None
+        if manifest.decoder:
+            decoded = pipeline.decode(result.latent, settings["steps"])
+            result.images = decoded if images > 1 else decoded[None]
+            result.image = result.images[0]     # the case's own seed: what gates compare
         report["status"] = "ok"
     except HarnessError as exc:
         report.update(status="failed", error=str(exc), error_kind=type(exc).__name__)
