@@ -44,6 +44,9 @@ def add_command(sub) -> None:
                         "[sim] context_budget_mib x memory_scale; elsewhere none)")
     p.add_argument("--fit-rows", type=_positive_int, default=2,
                    help="rows at the top of the table the growth is fitted over (default: %(default)s)")
+    p.add_argument("--warm-up", action=argparse.BooleanOptionalAction, default=True,
+                   help="load and release one context before the baseline, so the runtime's one-off "
+                        "start-up is not billed to the first context (default: on)")
     p.add_argument("--out", type=Path, default=Path("out/probe"), help="folder for probe.csv/json/png")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_cmd_probe)
@@ -65,11 +68,13 @@ def _cmd_probe(args) -> int:
     print(f"probe-memory: {args.backend}, up to {limit} contexts, gates: MemAvailable >= {args.mem_floor}, "
           f"swap growth <= {args.swap_limit}" + (f", PSS added <= {budget / MiB:.1f} MiB" if budget else ""))
     with MemoryGuard(args.mem_floor, args.swap_limit, interval=0.05) as guard:
-        result = residency_probe(args.backend, manifest, guard, limit, budget_bytes=budget,
+        result = residency_probe(args.backend, manifest, guard, limit, budget_bytes=budget, warm_up=args.warm_up,
                                  on_row=None if args.quiet else _print_row, **options)
     if not result.rows:
         raise ConfigError(f"probe-memory: no context could be held ({result.tripped})")
     info = verdict(result, len(manifest.subgraphs), args.fit_rows, scale, board, guard.floor_bytes, budget)
+    info["warm_up"] = args.warm_up
+    info["swap_limit_bytes"] = guard.swap_limit_bytes
     write_outputs(args.out, result, info)
     for line in info["lines"]:
         print(line)
@@ -153,6 +158,7 @@ def _plot(path: Path, result, info: dict) -> None:
     headroom = result.mem_available_start_mib - info["floor_bytes"] / MiB
     if 0 < headroom < 4 * max(r.pss_added_mib for r in result.rows):
         ax.axhline(headroom, color="darkred", linestyle="-.", label="gate: MemAvailable floor")
+    ax.axhline(info["swap_limit_bytes"] / MiB, color="orange", linestyle=":", label="gate: swap growth limit")
     ax.set_xlabel("contexts held")
     ax.set_ylabel("MiB (measured here)")
     ax.set_title(info["lines"][-1].replace("verdict: ", ""), fontsize=8)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import fcntl
 import math
+import mmap
 import os
 import re
 import shutil
@@ -95,14 +96,13 @@ class BoardSimContext(OnnxRuntimeContext):
         self.cores = CORES_OF_MASK[opts["core_mask"]]
         self.npu_cores = profile.sim("npu_cores", int)
         self.lock_dir = Path(opts["lock_dir"])
-        self._memory: np.ndarray | None = None
+        self._memory: mmap.mmap | None = None
         self.last_queue_s = 0.0
 
     def load(self, path: Path) -> None:
         start = time.perf_counter()
         super().load(path)
-        # Real pages, touched, so PSS, MemAvailable and the memory guard see the context.
-        self._memory = np.ones(self.context_bytes, dtype=np.uint8)
+        self._memory = _hold(self.context_bytes)
         _pad(start, self.stage_s["load"])
 
     def init(self) -> None:
@@ -128,7 +128,7 @@ class BoardSimContext(OnnxRuntimeContext):
         start = time.perf_counter()
         try:
             super().release()
-            self._memory = None
+            _free(self._memory)
             _pad(start, self.stage_s["release"])
         finally:
             self._memory = None
@@ -153,6 +153,22 @@ class BoardSimContext(OnnxRuntimeContext):
             if fd is not None:
                 return [fd]
         return [self._lock(0, blocking=True)]
+
+
+def _hold(size: int) -> mmap.mmap | None:
+    """Fresh anonymous pages, every one written, so PSS, MemAvailable and the memory guard see the
+    context. mmap, not a numpy array: malloc may hand back pages an earlier context already
+    touched, and then nothing would move."""
+    if size <= 0:
+        return None
+    block = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    np.frombuffer(block, dtype=np.uint8)[::mmap.PAGESIZE] = 1
+    return block
+
+
+def _free(block: mmap.mmap | None) -> None:
+    if block is not None:
+        block.close()
 
 
 def _pad(start: float, target: float) -> None:
