@@ -87,8 +87,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--time-scale", type=float, default=0.05,
-                   help="board-sim seconds per board second (default %(default)s: at 1/200 a stage is
-                        "under a millisecond, and scheduling delays on a loaded machine would set the pace)")
+                   help="board-sim seconds per board second (default %(default)s: at 1/200 a stage is "
+                        "under a millisecond and scheduling delays on a loaded machine set the pace)")
     p.add_argument("--dtype", default="float16", choices=("float16", "float32"))
     p.add_argument("--out", type=Path, default=ROOT / "out" / "bench-lifecycle.json")
     p.add_argument("--only", choices=("board-sim", "onnxruntime", "batching"), action="append",
