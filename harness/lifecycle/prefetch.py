@@ -145,6 +145,7 @@ class Prefetch:
         self._position = {e.index: p for p, e in enumerate(self._order)}
         self.counters = Counters()
         self.final_release_s = 0.0
+        self.waited_by_branch: dict[str, float] = {}      # where the pipeline stood still
         self._ahead: deque = deque()                    # (entry, worker, seq, step) loaded ahead
         self._current = None                            # (entry, worker) the pipeline is using
         self._workers: list[_Worker] = []
@@ -181,7 +182,9 @@ class Prefetch:
         self._top_up(entry, step)
         start = time.perf_counter()
         self._wait(w, seq)
-        self.counters.waited_s += time.perf_counter() - start
+        waited = time.perf_counter() - start
+        self.counters.waited_s += waited
+        self.waited_by_branch[entry.branch] = self.waited_by_branch.get(entry.branch, 0.0) + waited
         return w
 
     def run(self, w: _Worker, entry, step: int, inputs: list) -> list:
@@ -216,7 +219,7 @@ class Prefetch:
 
     def stats(self) -> dict:
         return {"strategy": self.name, **self.counters.as_dict(), "final_release_s": self.final_release_s,
-                "workers": self.k}
+                "workers": self.k, "waited_s_by_branch": dict(self.waited_by_branch)}
 
     def worker_pids(self) -> list[int]:
         return [w.process.pid for w in self._workers]
