@@ -9,7 +9,7 @@ _WHERE = {
     "BRANCHES": "config", "ModelConfig": "config", "load_model_dir": "config", "load_profile": "config",
     "HarnessError": "errors", "ConfigError": "errors", "WeightsError": "errors", "ManifestError": "errors",
     "BackendError": "errors", "NumericsError": "errors", "MemoryGuardTripped": "errors",
-    "sample_reference": "generate", "sample_settings": "generate", "MemoryGuard": "memory",
+    "sample_reference": "reference_run", "sample_settings": "reference_run", "MemoryGuard": "memory",
     "ModelBundle": "model.bundle", "load_bundle": "model.bundle",
     "Manifest": "partition.manifest", "load_manifest": "partition.manifest",
     "inspect_partition": "partition.manifest", "export_partition": "partition.onnx_export",

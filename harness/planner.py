@@ -265,7 +265,7 @@ def _cmd_plan(args) -> int:
 def print_plan(result: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
-    from .report import console
+    from .terminal import console
     con = console(stderr=False)
     budget = result["budget_mib"]
     t = Table(title=f"lifecycle plan per image ({result['source']})"

@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.atomic import atomic_write_json  # noqa: E402
-from harness.backends.board_sim import parse_options  # noqa: E402
-from harness.generate import sample_settings  # noqa: E402
+from harness.backends.board_sim import normalize_options  # noqa: E402
+from harness.reference_run import sample_settings  # noqa: E402
 from harness.model.bundle import load_bundle  # noqa: E402
-from harness.partition.commands import default_partition_dir  # noqa: E402
+from harness.partition.manifest import default_partition_dir  # noqa: E402
 from harness.partition.manifest import manifest_path  # noqa: E402
 from harness.partition.onnx_export import export_partition  # noqa: E402
 from harness.run import run_partitioned  # noqa: E402
@@ -96,7 +96,7 @@ def main() -> int:
     args = p.parse_args()
     bundle = load_bundle(ROOT / "models" / "embedded")
     part = partition(bundle, args.dtype)
-    sim = parse_options({"time_scale": args.time_scale})
+    sim = normalize_options({"time_scale": args.time_scale})
     result = {"steps": args.steps, "rounds": args.rounds, "time_scale": args.time_scale, "dtype": args.dtype}
 
     only = set(args.only or ("board-sim", "onnxruntime", "batching"))

@@ -18,7 +18,8 @@ process builds one onnxruntime session per subgraph file and reuses it: the prof
 not this machine's, is what the stage takes. Those cached sessions are a fixed cost of the process,
 paid once; what moves with the live contexts is the scaled board memory each one holds.
 
-Options (`parse_options` checks them; the CLI and the suite pass them through):
+Context options (`normalize_options` checks and completes them; the suite's --board-profile-data,
+--time-scale and --core-mask become them in `BoardSimContext.parse_options`):
     profile_data  path of the data file (default boards/data/rock5c-anima.toml)
     time_scale    seconds here per board second (default: the file's [sim] time_scale)
     memory_scale  bytes here per board byte (default: the file's [sim] memory_scale)
@@ -46,7 +47,7 @@ from ..errors import ConfigError
 from .onnxruntime import OnnxRuntimeContext
 from .rknnlite import parse_core_mask
 
-__all__ = ["BoardSimContext", "parse_options", "CORES_OF_MASK"]
+__all__ = ["BoardSimContext", "normalize_options", "CORES_OF_MASK"]
 
 CORES_OF_MASK = {"auto": (), "0": (0,), "1": (1,), "2": (2,), "0_1": (0, 1), "0_1_2": (0, 1, 2)}
 _BRANCH = re.compile(r"\((?:block \d+ )?([a-z_]+)\)")
@@ -69,8 +70,9 @@ def _fresh_lock_dir() -> str:
     return path
 
 
-def parse_options(options: dict) -> dict:
-    """Checked, complete options (idempotent: the parent parses, workers get the result)."""
+def normalize_options(options: dict, lock_dir: bool = True) -> dict:
+    """Checked, complete options (idempotent: the parent completes them, workers get the result).
+    lock_dir=False only checks: no lock directory is made for a run that may not use this backend."""
     known = {"profile_data", "time_scale", "memory_scale", "core_mask", "lock_dir", "threads", "reuse_sessions"}
     unknown = sorted(set(options) - known)
     if unknown:
@@ -83,7 +85,7 @@ def parse_options(options: dict) -> dict:
     return {**options, "profile_data": str(profile.path), "core_mask": mask,
             "time_scale": _scale(options, "time_scale", profile.sim("time_scale")),
             "memory_scale": _scale(options, "memory_scale", profile.sim("memory_scale")),
-            "lock_dir": str(options.get("lock_dir") or _fresh_lock_dir()),
+            **({"lock_dir": str(options.get("lock_dir") or _fresh_lock_dir())} if lock_dir or options.get("lock_dir") else {}),
             "reuse_sessions": _flag(options, "reuse_sessions", True)}
 
 
@@ -100,9 +102,24 @@ _SESSIONS: dict[tuple, tuple] = {}
 
 class BoardSimContext(OnnxRuntimeContext):
     backend_name = "board-sim"
+    option_names = ("board_profile_data", "time_scale", "core_mask")
+    exclusive_options = ("board_profile_data", "time_scale")
+
+    @classmethod
+    def parse_options(cls, values: dict, cfg) -> dict:
+        raw = {"core_mask": values.get("core_mask") or "auto"}
+        if values.get("board_profile_data") is not None:
+            raw["profile_data"] = str(values["board_profile_data"])
+        if values.get("time_scale") is not None:
+            raw["time_scale"] = values["time_scale"]
+        return normalize_options(raw, lock_dir=False)
+
+    @classmethod
+    def run_options(cls, options: dict) -> dict:
+        return normalize_options(options)
 
     def __init__(self, label: str, **options):
-        opts = parse_options(options)
+        opts = normalize_options(options)
         super().__init__(label, **({"threads": options["threads"]} if "threads" in options else {}))
         self.options = opts
         profile = load_board_profile(opts["profile_data"])

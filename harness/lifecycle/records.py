@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..steptimes import BOARD_CALLS
 from ..timing import Timed
 
 __all__ = ["StageRecord", "LifecycleRecorder", "Counters", "STAGES"]
 
-# Our stage names and the board runtime's calls they time.
-STAGES = {"load": "load_rknn", "init": "init_runtime", "run": "inference", "release": "release"}
+STAGES = BOARD_CALLS      # stage name -> the board call it times; defined once in steptimes.py
 
 
 @dataclass(frozen=True)

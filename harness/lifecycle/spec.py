@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..backends.base import parse_backend_options
+from ..backends.base import run_options
 from ..errors import ConfigError
 from .local import Lru, OnDemand, Pinned, Resident
 from .prefetch import Prefetch
@@ -90,7 +90,7 @@ def pinned_subset(spec: LifecycleSpec, manifest) -> frozenset[int]:
 def make_strategy(spec: LifecycleSpec | str, backend: str, recorder, manifest, backend_options: dict | None = None):
     """The strategy for one run over `manifest` (its close() must be called whatever happens)."""
     spec = parse_lifecycle(spec) if isinstance(spec, str) else spec
-    options = parse_backend_options(backend, backend_options)
+    options = run_options(backend, backend_options)
     if spec.kind == "on-demand":
         return OnDemand(backend, recorder, manifest.path_of, **options)
     if spec.kind == "resident":

@@ -74,9 +74,9 @@ def worker_main(fd: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn = Connection(fd)
     _, backend, options, in_name, out_name = conn.recv()
-    from ..backends.base import _context_class, create_context
+    from ..backends.base import backend_class, create_context
     from ..errors import HarnessError
-    _context_class(backend)                          # import the runtime before saying hello
+    backend_class(backend)                           # import the runtime before saying hello
     shm_in, shm_out = _attach(in_name), _attach(out_name)
     ctx = None
     conn.send(("hello",))

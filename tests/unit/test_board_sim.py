@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from harness.backends import create_context, live_contexts
-from harness.backends.board_sim import parse_options
+from harness.backends.board_sim import normalize_options
 from harness.board_profile import DEFAULT_BOARD_DATA, load_board_profile
 from harness.errors import ConfigError
 from harness.memory import read_memory
@@ -32,7 +32,7 @@ def _ffn(manifest):
 
 
 def _ctx(manifest, entry, **options):
-    ctx = create_context("board-sim", entry.label, **parse_options(options))
+    ctx = create_context("board-sim", entry.label, **normalize_options(options))
     ctx.load(manifest.path_of(entry))
     ctx.init()
     return ctx
@@ -83,8 +83,8 @@ def test_a_live_context_holds_real_scaled_memory_until_released(manifest):
 
 def test_contexts_on_one_core_queue_and_on_different_cores_run_together(manifest):
     entry = _ffn(manifest)
-    lock_dir = parse_options({})["lock_dir"]
-    scale = 0.004                                                  # one FFN call: ~0.13 s for 2 rows
+    lock_dir = normalize_options({})["lock_dir"]
+    scale = 0.1                                                    # one FFN call: 0.16 s for 2 rows
 
     def race(masks):
         ctxs = [_ctx(manifest, entry, time_scale=scale, core_mask=m, lock_dir=lock_dir) for m in masks]
@@ -114,7 +114,7 @@ def test_contexts_on_one_core_queue_and_on_different_cores_run_together(manifest
 ])
 def test_bad_options_are_one_error_naming_the_option_or_file(options, words):
     with pytest.raises(ConfigError, match=words):
-        parse_options(options)
+        normalize_options(options)
 
 
 def test_a_profile_missing_a_figure_names_the_file_and_key(tmp_path):

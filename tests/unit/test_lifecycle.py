@@ -7,7 +7,7 @@ import pytest
 from harness.backends import live_contexts
 from harness.cli import main
 from harness.errors import BackendError, ConfigError, MemoryGuardTripped, NumericsError
-from harness.generate import sample_settings
+from harness.reference_run import sample_settings
 from harness.lifecycle import parse_lifecycle, pinned_subset
 from harness.memory import MemoryGuard, MemoryReading, read_memory
 from harness.model.bundle import load_bundle
