@@ -191,6 +191,7 @@ def benchmark_info(report: dict) -> dict:
         "step_split_s": t["step_split"],
         "invocations": report["invocations"],
         "stage_records": report["stage_records"],
+        "lifecycle": report.get("lifecycle_counters", {}),     # strategy, hits, peak live, overlap
     }
 
 

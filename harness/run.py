@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from .atomic import atomic_write_json
+from .backends.base import backend_class, run_options
 from .errors import HarnessError, ManifestError
 from .reference_run import initial_latents, stream_contexts
 from .lifecycle import LifecycleRecorder, make_strategy
@@ -102,11 +103,13 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
         manifest = open_partition(bundle, partition_dir, verify)
         report["manifest_sha256"] = manifest_sha256(manifest.directory)
         report["export"] = manifest.export
-        strategy = make_strategy(lifecycle, backend, result.recorder, manifest, backend_options)
+        options = run_options(backend, backend_options)
+        strategy = make_strategy(lifecycle, backend, result.recorder, manifest, options)
         streams = ({s: np.repeat(c, images, axis=0) for s, c in contexts.items()} if contexts
                    else stream_contexts(bundle, [prompt] * images, settings["cfg_scale"]))
         pipeline = PartitionedPipeline(bundle, manifest, strategy, streams,
-                                       between_invocations=[guard.check] if guard else [])
+                                       between_invocations=([guard.check] if guard else [])
+                                       + backend_class(backend).between_invocations(options))
         report["streams"] = pipeline.streams
         mark = [time.perf_counter()]
 

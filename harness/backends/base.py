@@ -58,6 +58,11 @@ class Context(abc.ABC):
         """Complete the context options once per run (before contexts are made, in any process)."""
         return options
 
+    @classmethod
+    def between_invocations(cls, options: dict) -> list:
+        """Callables the pipeline calls before every invocation (a simulated board's host time)."""
+        return []
+
     def __init__(self, label: str, **options):
         self.label = label
         self.options = options

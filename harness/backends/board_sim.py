@@ -8,7 +8,9 @@ assumptions), a context of branch b
     init     takes  the same with the init share (and builds the real onnxruntime session);
     run      takes  core_per_step[b] / blocks x rows / 2 x time_scale, holding an NPU core:
              contexts on different cores run concurrently, on the same core they queue;
-    release  takes  the release share, and frees the memory.
+    release  takes  the release share, and frees the memory;
+and before every invocation the pipeline pauses for the board's host CPU time (0.123 s, derived
+from the measured step, x time_scale; `between_invocations`), so a simulated step is the board's.
 A stage never takes less than the real work under it. Cores are file locks under `lock_dir`, so
 contexts in different processes (prefetch workers) share the three cores like on the board.
 
@@ -117,6 +119,17 @@ class BoardSimContext(OnnxRuntimeContext):
     @classmethod
     def run_options(cls, options: dict) -> dict:
         return normalize_options(options)
+
+    @classmethod
+    def between_invocations(cls, options: dict) -> list:
+        """The board's host CPU time before each invocation ([sim] simulate_host), scaled: the
+        board's step is inference + lifecycle + this, so strategy ratios come out in its terms."""
+        opts = normalize_options(options)
+        profile = load_board_profile(opts["profile_data"])
+        if not profile.sim("simulate_host", bool):
+            return []
+        seconds = profile.host_per_invocation() * opts["time_scale"]
+        return [lambda: time.sleep(seconds)]
 
     def __init__(self, label: str, **options):
         opts = normalize_options(options)

@@ -73,6 +73,10 @@ class _Worker:
             code = f"from harness.lifecycle.worker import worker_main; worker_main({theirs.fileno()})"
             self.process = subprocess.Popen([sys.executable, "-c", code], pass_fds=[theirs.fileno()],
                                             env=_worker_env())
+        except BaseException:
+            mine.close()
+            self._free_blocks()
+            raise
         finally:
             theirs.close()
         self.conn = Connection(mine.detach())
@@ -112,23 +116,27 @@ class _Worker:
                             f"{_describe_exit(self.process.returncode)} during {what}")
 
     def stop(self) -> None:
-        """Ask it to release and exit; kill it if it does not (a hung stage). Never raises."""
+        """Ask it to release what it holds and exit (reap() waits for that). Never raises."""
         with contextlib.suppress(Exception):
             self.conn.send(("stop",))
 
     def reap(self) -> None:
+        """Wait for it to exit, kill it if it does not (a hung stage), free its blocks."""
         try:
             self.process.wait(timeout=10.0)
-        except subprocess.TimeoutExpired:      # a stage that hangs: the process goes, with its context
+        except subprocess.TimeoutExpired:      # the process goes, and its context with it
             self.process.kill()
             self.process.wait(timeout=5.0)
+        self._free_blocks()
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+    def _free_blocks(self) -> None:
         for shm in (self.shm_in, self.shm_out):
             with contextlib.suppress(Exception):
                 shm.close()
             with contextlib.suppress(Exception):
                 shm.unlink()
-        with contextlib.suppress(Exception):
-            self.conn.close()
 
 
 class Prefetch:

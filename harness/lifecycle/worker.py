@@ -33,7 +33,8 @@ _PR_SET_PDEATHSIG = 1
 
 def _die_with_parent() -> None:
     # Linux: if the parent is SIGKILLed (no chance to stop us), the kernel kills the worker too,
-    # so no context outlives the run. Elsewhere the closed pipe still ends the loop.
+    # so no context outlives the run. Elsewhere the closed pipe still ends the loop. (The signal
+    # follows the parent *thread* that started us: make the strategy in the thread that runs it.)
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
