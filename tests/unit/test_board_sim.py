@@ -20,8 +20,12 @@ MiB = 2 ** 20
 
 
 @pytest.fixture(scope="module")
-def manifest(tmp_path_factory):
-    model = load_bundle(make_random_model_dir(tmp_path_factory.mktemp("model"), seed=7))
+def model(tmp_path_factory):
+    return load_bundle(make_random_model_dir(tmp_path_factory.mktemp("model"), seed=7))
+
+
+@pytest.fixture(scope="module")
+def manifest(model, tmp_path_factory):
     out = tmp_path_factory.mktemp("partition") / "fp32"
     export_partition(model.weights, model.cfg, out, dtype="float32")
     return load_manifest(out)
@@ -132,3 +136,34 @@ def test_the_profile_says_which_figures_are_measured_and_which_assumed():
     assert {"lifecycle_pass", "residency_probe"} <= set(profile.sim("measured", list))
     for key in ("stage_split", "lifecycle_holds_core", "context_mib", "streams_measured"):
         assert key in profile.data["sim"]
+
+
+def test_the_boards_host_time_falls_before_every_invocation(tmp_path):
+    from harness.backends.board_sim import BoardSimContext
+    import time
+    opts = normalize_options({"time_scale": 0.01})
+    pauses = BoardSimContext.between_invocations(opts)
+    host = load_board_profile().host_per_invocation()
+    assert host == pytest.approx((120.40 - (44.76 + 24.00 + 7.45) - 33.84) / 84)
+    start = time.perf_counter()
+    for pause in pauses:
+        pause()
+    assert time.perf_counter() - start >= host * 0.01
+    text = Path(DEFAULT_BOARD_DATA).read_text().replace("simulate_host = true", "simulate_host = false")
+    off = tmp_path / "board.toml"
+    off.write_text(text)
+    assert BoardSimContext.between_invocations(normalize_options({"profile_data": str(off)})) == []
+
+
+def test_strategies_on_the_simulated_board_give_onnxruntimes_latent(model, manifest):
+    from harness.reference_run import sample_settings
+    from harness.run import run_partitioned
+    settings = sample_settings(model, steps=1)
+
+    def latent(backend, lifecycle, options):
+        return run_partitioned(model, manifest.directory, backend, "the number 3", settings, options,
+                               lifecycle=lifecycle).latent
+    ort = latent("onnxruntime", "on-demand", {})
+    for spec in ("on-demand", "prefetch:2"):
+        assert np.array_equal(latent("board-sim", spec, {"time_scale": 1e-4}), ort), spec
+    assert live_contexts() == 0
