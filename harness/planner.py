@@ -114,7 +114,9 @@ def inputs_from_report(path: str | Path, context_mib: float | None, budget_mib: 
         image_total=total, pass_stage_sum=lifecycle_total / steps, pass_wall=None,
         lifecycle_total=lifecycle_total, probe=[(1, per_ctx)], budget_mib=budget_mib,
         notes=[f"from a measured on-demand run of {steps} steps; memory per context "
-               f"{per_ctx:.1f} MiB ({'given' if context_mib is not None else 'the run peak, one context live'})"])
+               f"{per_ctx:.1f} MiB ({'given' if context_mib is not None else 'the run peak, one context live'})",
+               "prefetch estimates assume loading runs beside inference on other hardware (the NPU's case); "
+               "on a CPU backend both share the host's cores, so they are upper bounds there"])
 
 
 # ---------------------------------------------------------------- the arithmetic
@@ -276,7 +278,9 @@ def print_plan(result: dict) -> None:
                   "yes" if c["fits"] else "NO", f"{100 * c['reach']:.0f} %", c["note"])
     con.print(t)
     b = result["bound"]
-    con.print(f"bound: {b['low']:.0f}-{b['high']:.0f} s per image at {b['added_mib']:.0f} MiB ({b['what']})")
+    digits = 0 if b["high"] >= 100 else 2
+    con.print(f"bound: {b['low']:.{digits}f}-{b['high']:.{digits}f} s per image at {b['added_mib']:.0f} MiB "
+              f"({escape(b['what'])})")
     con.print(f"mean lifecycle per subgraph {result['mean_lifecycle_s']:.3f} s; full residency needs "
               f"{result['full_residency_added_gib']:.1f} GiB added")
     for note in result["notes"]:

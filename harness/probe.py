@@ -76,10 +76,23 @@ def _cmd_probe(args) -> int:
     info["warm_up"] = args.warm_up
     info["swap_limit_bytes"] = guard.swap_limit_bytes
     write_outputs(args.out, result, info)
+    print_table(result, args.backend)
     for line in info["lines"]:
         print(line)
     print(f"wrote {args.out / 'probe.csv'}, probe.json, probe.png")
     return 0
+
+
+def print_table(result, backend: str) -> None:
+    """The board profile's [[residency_probe]] columns, one row per context held."""
+    from rich.table import Table
+    from .terminal import console
+    t = Table(title=f"residency probe ({backend}, measured here, MiB)")
+    for name in _FIELDS:
+        t.add_column(name.replace("_mib", "").replace("_", " "), justify="right")
+    for r in result.rows:
+        t.add_row(str(r.contexts), *(f"{getattr(r, k):.1f}" for k in _FIELDS[1:]))
+    console(stderr=False).print(t)
 
 
 def _print_row(row) -> None:
@@ -125,7 +138,8 @@ def verdict(result, subgraphs: int, fit_rows: int, scale: float, board, floor_by
              f"contexts loaded now: {result.live_after}",
              f"growth {slope:.2f} MiB per context (fit over the last {min(fit_rows, len(c))} rows)"
              + (f" = {slope / scale:.1f} MiB per board context" if board is not None else ""),
-             f"verdict: full residency of {subgraphs} contexts needs {need_gib:.1f} GiB of PSS added, "
+             f"verdict: full residency of {subgraphs} contexts needs "
+             f"{f'{need_gib:.1f} GiB' if need_gib >= 1 else f'{need_gib * 1024:.0f} MiB'} of PSS added, "
              f"of {have_gib:.2f} GiB on {where}: {'fits' if fits else 'fails the memory gate'}"]
     return {"growth_mib_per_context": slope, "full_residency_added_mib": full, "memory_scale": scale,
             "need_gib": need_gib, "have_gib": have_gib, "fits": fits, "subgraphs": subgraphs,

@@ -45,6 +45,7 @@ def _alive(p: psutil.Process) -> bool:
         return False
 
 
+@pytest.mark.slow          # two real 20-step runs interrupted after their workers started: ~15 s
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
                                              (signal.SIGTERM, 143, "terminated")])
 def test_signal_during_prefetch_leaves_no_worker_and_keeps_the_partial_report(model_and_partition, tmp_path,
