@@ -129,7 +129,7 @@ class BoardSimContext(OnnxRuntimeContext):
         if not profile.sim("simulate_host", bool):
             return []
         seconds = profile.host_per_invocation() * opts["time_scale"]
-        return [lambda: time.sleep(seconds)]
+        return [lambda: _pad(time.perf_counter(), seconds)]
 
     def __init__(self, label: str, **options):
         opts = normalize_options(options)
@@ -228,8 +228,28 @@ def _free(block: mmap.mmap | None) -> None:
         block.close()
 
 
+class _Clock:
+    """Keeps a sequence of simulated stages on the board's time despite late wake-ups.
+
+    A sleep of a millisecond can end several milliseconds late on a loaded machine; over the 336
+    stages of a step that would add seconds the board never spends. Each overshoot is carried as a
+    debt and taken off the next pauses (never below the real work), so the sum stays the board's.
+    """
+
+    def __init__(self):
+        self.debt = 0.0
+
+    def pad(self, start: float, target: float) -> None:
+        """Sleep until `target` seconds after `start`, less the debt (a stage never takes less
+        than its real work)."""
+        left = target - (time.perf_counter() - start) - self.debt
+        if left > 0:
+            time.sleep(left)
+        self.debt = max(0.0, self.debt + (time.perf_counter() - start) - target)
+
+
+_CLOCK = _Clock()       # per process: the stages of one process run one after another
+
+
 def _pad(start: float, target: float) -> None:
-    """Sleep until `target` seconds after `start` (a stage never takes less than its real work)."""
-    left = target - (time.perf_counter() - start)
-    if left > 0:
-        time.sleep(left)
+    _CLOCK.pad(start, target)
