@@ -129,7 +129,7 @@ class BoardSimContext(OnnxRuntimeContext):
         if not profile.sim("simulate_host", bool):
             return []
         seconds = profile.host_per_invocation() * opts["time_scale"]
-        return [lambda: _pad(time.perf_counter(), seconds)]
+        return [lambda: _pad(time.perf_counter(), seconds, "path")]
 
     def __init__(self, label: str, **options):
         opts = normalize_options(options)
@@ -175,7 +175,7 @@ class BoardSimContext(OnnxRuntimeContext):
             start = time.perf_counter()
             self.last_queue_s = start - queued
             outputs = super().run(inputs)
-            _pad(start, self.run_s_per_row * rows)
+            _pad(start, self.run_s_per_row * rows, "path")
         finally:
             for fd in fds:
                 os.close(fd)          # closing drops the lock
@@ -229,27 +229,30 @@ def _free(block: mmap.mmap | None) -> None:
 
 
 class _Clock:
-    """Keeps a sequence of simulated stages on the board's time despite late wake-ups.
+    """Keeps simulated stages on the board's time despite late wake-ups.
 
     A sleep of a millisecond can end several milliseconds late on a loaded machine; over the 336
     stages of a step that would add seconds the board never spends. Each overshoot is carried as a
-    debt and taken off the next pauses (never below the real work), so the sum stays the board's.
+    debt and taken off the next pauses of the same kind (never below the real work), so the sums
+    stay the board's. Two kinds: "path" (inference and the host pause, what a pipeline waits for)
+    and "lifecycle" (load, init, release); in a prefetch worker the debt of a background load must
+    not shorten an inference the pipeline waits for, which would flatter prefetch.
     """
 
     def __init__(self):
-        self.debt = 0.0
+        self.debt = {"path": 0.0, "lifecycle": 0.0}
 
-    def pad(self, start: float, target: float) -> None:
-        """Sleep until `target` seconds after `start`, less the debt (a stage never takes less
-        than its real work)."""
-        left = target - (time.perf_counter() - start) - self.debt
+    def pad(self, start: float, target: float, kind: str = "lifecycle") -> None:
+        """Sleep until `target` seconds after `start`, less this kind's debt (a stage never takes
+        less than its real work)."""
+        left = target - (time.perf_counter() - start) - self.debt[kind]
         if left > 0:
             time.sleep(left)
-        self.debt = max(0.0, self.debt + (time.perf_counter() - start) - target)
+        self.debt[kind] = max(0.0, self.debt[kind] + (time.perf_counter() - start) - target)
 
 
 _CLOCK = _Clock()       # per process: the stages of one process run one after another
 
 
-def _pad(start: float, target: float) -> None:
-    _CLOCK.pad(start, target)
+def _pad(start: float, target: float, kind: str = "lifecycle") -> None:
+    _CLOCK.pad(start, target, kind)
