@@ -5,6 +5,9 @@ Options (the suite's `--fault` sets them):
                   overflow does on the board; `nan_count` values are poisoned (default 7).
     delay:        seconds slept inside every run(): a deliberately slowed backend for the benchmark
                   compare gate.
+    slowdown:     factor by which every load, init and run is stretched (it sleeps factor - 1 times
+                  the stage's own time). Unlike a fixed delay, it scales with the machine's load,
+                  so a slowed run stays that many times slower when a shared CI box is busy.
     crash_subgraph: index of the subgraph whose run() kills its own process with SIGKILL, as a
                   crashing NPU runtime would. Only for runs whose contexts live in worker processes
                   (--lifecycle prefetch:K): anywhere else it kills the caller.
@@ -28,7 +31,8 @@ _LABEL = re.compile(r"^subgraph (\d+) ")
 
 
 def parse_fault(spec: str | None) -> dict:
-    """'nan@37' -> {'nan_subgraph': 37}; 'slow=0.01' -> {'delay': 0.01}; comma-separated."""
+    """'nan@37' -> {'nan_subgraph': 37}; 'slow=0.01' -> {'delay': 0.01}; 'slow=x3' -> {'slowdown': 3.0};
+    comma-separated."""
     options: dict = {}
     for part in filter(None, (p.strip() for p in (spec or "").split(","))):
         try:
@@ -40,6 +44,10 @@ def parse_fault(spec: str | None) -> dict:
                 options["crash_subgraph"] = int(part[6:])
                 if options["crash_subgraph"] < 0:
                     raise ValueError
+            elif part.startswith("slow=x"):
+                options["slowdown"] = float(part[6:])
+                if not 1 <= options["slowdown"] <= 100:     # also refuses nan and inf
+                    raise ValueError
             elif part.startswith("slow="):
                 options["delay"] = float(part[5:])
                 if not 0 <= options["delay"] <= 60:      # also refuses nan and inf
@@ -47,7 +55,8 @@ def parse_fault(spec: str | None) -> dict:
             else:
                 raise ValueError
         except ValueError:
-            raise ConfigError(f"--fault '{part}': expected nan@SUBGRAPH, crash@SUBGRAPH or slow=SECONDS") from None
+            # crash@SUBGRAPH is left out of the hint: it is for prefetch workers only (docstring).
+            raise ConfigError(f"--fault '{part}': expected nan@SUBGRAPH, slow=SECONDS or slow=xFACTOR") from None
     return options
 
 
@@ -65,19 +74,33 @@ class FaultInjectionContext(OnnxRuntimeContext):
         return options
 
     def __init__(self, label: str, nan_subgraph: int | None = None, nan_count: int = 7,
-                 delay: float = 0.0, crash_subgraph: int | None = None, **options):
+                 delay: float = 0.0, slowdown: float = 1.0, crash_subgraph: int | None = None, **options):
         super().__init__(label, **options)
         match = _LABEL.match(label)
         self.index = int(match.group(1)) if match else None
         self.poison = nan_subgraph is not None and self.index == nan_subgraph
         self.nan_count = nan_count
         self.delay = delay
+        self.slowdown = slowdown
         self.crash = crash_subgraph is not None and self.index == crash_subgraph
+
+    def _stretched(self, stage, *args):
+        started = time.perf_counter()
+        result = stage(*args)
+        if self.slowdown > 1:
+            time.sleep((self.slowdown - 1) * (time.perf_counter() - started))
+        return result
+
+    def load(self, path) -> None:
+        self._stretched(super().load, path)
+
+    def init(self) -> None:
+        self._stretched(super().init)
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         if self.crash:
             os.kill(os.getpid(), signal.SIGKILL)
-        outputs = super().run(inputs)
+        outputs = self._stretched(super().run, inputs)
         if self.delay:
             time.sleep(self.delay)
         if self.poison:
