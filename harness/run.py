@@ -22,6 +22,7 @@ from .partition.manifest import load_manifest, manifest_sha256, network_settings
 from .pipeline import PartitionedPipeline
 from .steptimes import summarize
 from .sampler import denoise
+from .spectrum import sampler_velocity
 
 __all__ = ["RunResult", "run_partitioned", "open_partition"]
 
@@ -96,7 +97,7 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
     report.update(status="running", error=None, backend=backend, backend_options=backend_options or {},
                   prompt=prompt, settings=dict(settings), partition=str(partition_dir), model=bundle.cfg.name,
                   lifecycle=str(lifecycle), images=images)
-    strategy = pipeline = None
+    strategy = pipeline = sampler_summary = None
     step_walls: list[float] = []
     start = read_memory()
     try:
@@ -120,8 +121,9 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
             if on_step:
                 on_step(i)
 
+        velocity, sampler_summary = sampler_velocity(pipeline, settings, pipeline.host.timed)
         noise = initial_latents(bundle, [settings["seed"] + k for k in range(images)])
-        result.latent = denoise(pipeline.velocity, noise, settings["steps"], settings["shift"],
+        result.latent = denoise(velocity, noise, settings["steps"], settings["shift"],
                                 settings["cfg_scale"], on_step=step_done)
         # A partition without a decoder (Anima's Wan VAE is not part of it yet) ends at the latent.
         if manifest.decoder:
@@ -140,8 +142,11 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
         if strategy is not None:
             strategy.close()        # nothing stays loaded, whatever failed
             report["lifecycle_counters"] = strategy.stats()
+        if sampler_summary is not None:
+            report["sampler"] = sampler_summary()    # the schedule, and how far a failed run got
         report.update(summarize(result.recorder.as_dicts(), pipeline.host.as_dicts() if pipeline else [],
-                                step_walls, hidden_s=strategy.counters.as_dict()["hidden_s"] if strategy else 0.0))
+                                step_walls, (report.get("sampler") or {}).get("computed_steps"),
+                                hidden_s=strategy.counters.as_dict()["hidden_s"] if strategy else 0.0))
         if guard is not None:
             report["memory"] = {**guard.summary(), **_run_memory(guard, start)}
         if report_path is not None:
