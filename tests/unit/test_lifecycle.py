@@ -180,3 +180,19 @@ def test_stream_batching_serves_every_image_from_one_loaded_context(model, parti
                              {**sample_settings(model, steps=STEPS), "seed": sample_settings(model)["seed"] + 1})
     assert np.abs(run.latent[1:2] - second.latent).max() < 1e-4
     assert np.abs(run.latent[1:2] - run.latent[:1]).max() > 0.1       # two different images
+
+
+def test_prefetch_follows_spectrum_forecast_steps_with_the_same_numbers(model, partition):
+    """Forecast steps run no subgraph: the fixed order still predicts the next one (subgraph 0 of
+    the next computed step), so prefetch keeps hitting and the latent stays bit for bit."""
+    from harness.spectrum import PRESETS, SpectrumParams
+    params = SpectrumParams(**{**PRESETS["13-of-28"].as_dict(), "warmup": 2, "degree": 1})
+    settings = sample_settings(model, steps=5, sampler="spectrum", spectrum=params)
+
+    def run(spec):
+        return run_partitioned(model, partition, "onnxruntime", PROMPT, settings, lifecycle=spec, images=2)
+    od, pf = run("on-demand"), run("prefetch:2")
+    computed = len(od.report["sampler"]["computed_steps"])
+    assert computed < 5 and np.array_equal(od.latent, pf.latent)
+    c = pf.report["lifecycle_counters"]
+    assert (c["hits"], c["misses"]) == (84 * computed - 1, 2) and c["live"] == 0
