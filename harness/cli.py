@@ -92,8 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .partition.commands import add_commands
     from .trend import add_command as add_trend
+    from .calibration import add_command as add_capture
     add_commands(sub)
     add_trend(sub)
+    add_capture(sub)
     return parser
 
 
