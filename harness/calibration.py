@@ -11,7 +11,9 @@ Output directory (written whole or not at all):
     calibration.json          the record: model, partition, manifest hash, generation, and per
                               subgraph every set's step, sigma, stream, input files, shapes, sha256
     NN_blockBB_BRANCH.txt     the toolkit's dataset list for that subgraph: one line per set,
-                              absolute .npy paths separated by spaces, in the model's input order
+                              .npy paths separated by spaces, in the model's input order; relative
+                              to this directory, so it can move (`harness convert` hands the
+                              toolkit an absolute copy: the toolkit resolves from its own cwd)
     NN_blockBB_BRANCH/        the .npy files (float32, the FP32 export's input shapes)
 """
 from __future__ import annotations
@@ -87,10 +89,10 @@ def _npy_bytes(array: np.ndarray) -> bytes:
 
 class CalibrationCapture:
     """Pipeline observer: saves the chosen invocations' inputs, one set per stream, into `staging`
-    (the directory being written); dataset lists name the files under `final` (where it lands)."""
+    (the directory being written, renamed into place at the end)."""
 
-    def __init__(self, staging: Path, final: Path, branches, steps, streams, blocks=None):
-        self.staging, self.final = Path(staging), Path(final).resolve()
+    def __init__(self, staging: Path, branches, steps, streams, blocks=None):
+        self.staging = Path(staging)
         self.branches, self.steps, self.streams = set(branches), set(steps), list(streams)
         self.blocks = None if blocks is None else set(blocks)
         self.subgraphs: dict[int, dict] = {}
@@ -120,9 +122,9 @@ class CalibrationCapture:
             record["sets"].append({"step": inv.step, "sigma": inv.sigma, "stream": stream, "inputs": files})
 
     def write_lists(self) -> None:
-        """One dataset list per subgraph, in the model's input order, absolute final paths."""
+        """One dataset list per subgraph, in the model's input order, paths relative to it."""
         for record in self.subgraphs.values():
-            lines = [" ".join(str(self.final / f["file"]) for f in s["inputs"]) for s in record["sets"]]
+            lines = [" ".join(f["file"] for f in s["inputs"]) for s in record["sets"]]
             atomic_write_text(self.staging / record["dataset"], "\n".join(lines) + "\n")
 
 
@@ -141,7 +143,7 @@ def capture_calibration(bundle, partition, out, prompt: str, settings: dict, bra
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out {out}: already exists and is not empty; choose a new directory")
     with atomic_directory(out) as staging:
-        capture = CalibrationCapture(staging, out, branches, steps, streams, blocks)
+        capture = CalibrationCapture(staging, branches, steps, streams, blocks)
         result = run_partitioned(bundle, partition, backend, prompt, settings, guard=guard,
                                  observers=[capture])
         capture.write_lists()
@@ -221,18 +223,18 @@ def load_calibration(directory, manifest=None) -> CalibrationSet:
                     raise ConfigError(f"{where}: {npy} is missing")
                 if hashlib.sha256(npy.read_bytes()).hexdigest() != f["sha256"]:
                     raise ConfigError(f"{where}: {npy} fails its checksum")
-        _check_list(lst, directory, sub, where)
+        _check_list(lst, sub, where)
         found.lists[sub["index"]] = lst
     return found
 
 
-def _check_list(lst: Path, directory: Path, sub: dict, where: str) -> None:
-    # The list holds absolute paths (the toolkit reads it as is): a moved directory makes it stale.
-    want = [[str((directory / f["file"]).resolve()) for f in s["inputs"]] for s in sub["sets"]]
+def _check_list(lst: Path, sub: dict, where: str) -> None:
+    # The list is what the toolkit reads: it must name exactly the recorded sets, in input order.
+    want = [[f["file"] for f in s["inputs"]] for s in sub["sets"]]
     have = [line.split() for line in lst.read_text(encoding="utf-8").splitlines() if line.strip()]
     if have != want:
-        raise ConfigError(f"{where}: dataset list {lst} does not name this directory's files "
-                          f"(was the directory moved? capture again)")
+        raise ConfigError(f"{where}: dataset list {lst} disagrees with {RECORD_FILE} "
+                          f"(edited by hand? capture again)")
 
 
 # ---------------------------------------------------------------- CLI

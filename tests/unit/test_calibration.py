@@ -58,7 +58,7 @@ def test_ffn_capture_is_the_boards_recipe_with_one_list_per_subgraph(ffn_capture
             (0, "cond"), (0, "uncond"), (STEPS - 1, "cond"), (STEPS - 1, "uncond")}
         for line in lines:
             (path,) = line.split()
-            assert np.load(path).shape == (2, bundle.cfg.tokens, bundle.cfg.width)
+            assert np.load(ffn_capture / path).shape == (2, bundle.cfg.tokens, bundle.cfg.width)
 
 
 def test_captured_inputs_are_what_the_subgraph_received(ffn_capture, embedded_fp32):
@@ -85,7 +85,7 @@ def test_cross_attn_lines_list_x_then_text_embedding(embedded_fp32, tmp_path):
     (line,) = (out / sub["dataset"]).read_text().splitlines()
     x_path, emb_path = line.split()
     assert x_path.endswith("_x.npy")
-    np.testing.assert_array_equal(np.load(emb_path)[0], bundle.context("digit seven"))
+    np.testing.assert_array_equal(np.load(out / emb_path)[0], bundle.context("digit seven"))
 
 
 def test_load_calibration_names_the_missing_set_and_a_tampered_file(ffn_capture, embedded_fp32, tmp_path):
@@ -98,9 +98,12 @@ def test_load_calibration_names_the_missing_set_and_a_tampered_file(ffn_capture,
     import shutil
     copy = tmp_path / "moved"
     shutil.copytree(ffn_capture, copy)
-    with pytest.raises(ConfigError, match="was the directory moved"):
+    assert load_calibration(copy, manifest).lists[2] == copy / "02_block00_ffn.txt"   # relocatable
+    lst = copy / "05_block01_ffn.txt"
+    lst.write_text("\n".join(lst.read_text().splitlines()[:3]) + "\n")
+    with pytest.raises(ConfigError, match="05_block01_ffn.txt disagrees with calibration.json"):
         load_calibration(copy, manifest)
-    victim = copy / "02_block00_ffn" / "s00_cond_x.npy"   # checked before its list
+    victim = copy / "02_block00_ffn" / "s00_cond_x.npy"   # checked before any later list
     victim.write_bytes(victim.read_bytes()[:-8] + b"\0" * 8)
     with pytest.raises(ConfigError, match="s00_cond_x.npy fails its checksum"):
         load_calibration(copy, manifest)
