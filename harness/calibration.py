@@ -33,7 +33,7 @@ from .pipeline import Invocation
 
 __all__ = ["FORMAT", "RECORD_FILE", "parse_steps", "parse_branches", "parse_streams",
            "CalibrationCapture", "capture_calibration", "CalibrationSet", "load_calibration",
-           "fp32_partition", "add_command"]
+           "add_command"]
 
 FORMAT = "anima-calibration/1"
 RECORD_FILE = "calibration.json"
@@ -268,7 +268,7 @@ def add_command(subparsers):
 def _cmd_capture(args) -> int:
     from .generate import sample_settings
     from .model.bundle import load_bundle
-    from .partition.commands import parse_blocks
+    from .partition.commands import exported_partition, parse_blocks
     bundle = load_bundle(args.model_dir)
     if args.sampler_steps is not None and args.sampler_steps < 1:
         raise ConfigError(f"--sampler-steps {args.sampler_steps}: must be positive")
@@ -277,25 +277,12 @@ def _cmd_capture(args) -> int:
     branches = parse_branches(args.branches)
     streams = parse_streams(args.streams, ["cond"] + (["uncond"] if settings["cfg_scale"] != 1.0 else []))
     blocks = parse_blocks(args.blocks, bundle.cfg.blocks) if args.blocks else None
-    partition = args.partition or fp32_partition(bundle)
+    partition = args.partition or exported_partition(bundle, "float32")
     prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
     record = capture_calibration(bundle, partition, args.out, prompt, settings, branches, steps,
                                  streams, blocks)
     _print_summary(record, args.out)
     return 0
-
-
-def fp32_partition(bundle) -> Path:
-    """The FP32 export of these weights in the export command's default directory (made on first use)."""
-    import sys
-    from .partition.commands import default_partition_dir
-    from .partition.manifest import manifest_path
-    from .partition.onnx_export import export_partition
-    partition = default_partition_dir(bundle.cfg, bundle.digest, "float32")
-    if not manifest_path(partition).exists():
-        print(f"exporting the FP32 partition to {partition} (first use)", file=sys.stderr)
-        export_partition(bundle.weights, bundle.cfg, partition, dtype="float32", progress=False)
-    return partition
 
 
 def _print_summary(record: dict, out: Path) -> None:

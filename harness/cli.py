@@ -93,9 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .partition.commands import add_commands
     from .trend import add_command as add_trend
     from .calibration import add_command as add_capture
+    from .accuracy_cli import add_command as add_accuracy
     add_commands(sub)
     add_trend(sub)
     add_capture(sub)
+    add_accuracy(sub)
     return parser
 
 
