@@ -1,4 +1,4 @@
-"""`python -m harness <command>`: generate, export, inspect, trend.
+"""`python -m harness <command>`: generate, export, inspect, convert, compare-toolkits, trend.
 
 Expected failures (HarnessError) print one line naming the culprit and exit non-zero without a
 traceback; anything else is a bug and keeps its traceback.
@@ -92,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .partition.commands import add_commands
     from .trend import add_command as add_trend
+    from .toolkit.commands import add_commands as add_toolkit_commands
     add_commands(sub)
+    add_toolkit_commands(sub)
     add_trend(sub)
     return parser
 

@@ -12,3 +12,16 @@ def fake_rknnlite(monkeypatch):
         yield use_fake_rknnlite(monkeypatch)
     finally:
         forget_rknnlite()
+
+
+@pytest.fixture(scope="session")
+def toolkit_version():
+    """The default rknn-toolkit2 version, or a skip saying how to create its environment."""
+    from harness.errors import ToolkitError
+    from harness.toolkit.envs import default_version, toolkit_python
+    version = default_version()
+    try:
+        toolkit_python(version)
+    except ToolkitError:
+        pytest.skip(f"no rknn-toolkit2 {version} environment: create it with bin/toolkit-env {version}")
+    return version
