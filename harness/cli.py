@@ -1,4 +1,4 @@
-"""`python -m harness <command>`: generate, export, inspect, trend.
+"""`python -m harness <command>`: generate, export, inspect, convert, compare-toolkits, trend.
 
 Expected failures (HarnessError) print one line naming the culprit and exit non-zero without a
 traceback; anything else is a bug and keeps its traceback.
@@ -94,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .trend import add_command as add_trend
     from .calibration import add_command as add_capture
     from .accuracy_cli import add_command as add_accuracy
+    from .toolkit.commands import add_commands as add_toolkit_commands
     add_commands(sub)
+    add_toolkit_commands(sub)
     add_trend(sub)
     add_capture(sub)
     add_accuracy(sub)

@@ -25,3 +25,16 @@ def embedded_fp32(tmp_path_factory):
     out = tmp_path_factory.mktemp("embedded") / "fp32"
     export_partition(bundle.weights, bundle.cfg, out, dtype="float32")
     return bundle, out
+
+
+@pytest.fixture(scope="session")
+def toolkit_version():
+    """The default rknn-toolkit2 version, or a skip saying how to create its environment."""
+    from harness.errors import ToolkitError
+    from harness.toolkit.envs import default_version, toolkit_python
+    version = default_version()
+    try:
+        toolkit_python(version)
+    except ToolkitError:
+        pytest.skip(f"no rknn-toolkit2 {version} environment: create it with bin/toolkit-env {version}")
+    return version

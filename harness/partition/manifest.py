@@ -93,6 +93,9 @@ class Manifest:
     subgraphs: list[SubgraphEntry]
     decoder: SubgraphEntry | None = None
     weights_source: str | None = None
+    # Set by `harness convert` (harness/toolkit/convert.py): toolkit, target, precision, source ONNX
+    # hashes, build seconds and op placement per subgraph. None for an ONNX export.
+    conversion: dict | None = None
 
     @property
     def file(self) -> Path:
@@ -111,7 +114,8 @@ class Manifest:
         return {"format": self.format, "model": self.model, "weights_sha256": self.weights_sha256,
                 "weights_source": self.weights_source, "export": self.export,
                 "subgraphs": [e.to_dict() for e in self.subgraphs],
-                "decoder": self.decoder.to_dict() if self.decoder else None}
+                "decoder": self.decoder.to_dict() if self.decoder else None,
+                **({"conversion": self.conversion} if self.conversion else {})}
 
     def save(self) -> None:
         atomic_write_json(self.file, self.to_dict())
@@ -233,6 +237,15 @@ def _entry(obj, where: str, decoder: bool = False) -> SubgraphEntry:
     return e
 
 
+def _conversion(data: dict, where: str) -> dict | None:
+    conversion = data.get("conversion")
+    if conversion is None:
+        return None
+    for key, kind in (("toolkit_version", str), ("target", str), ("precision", str), ("subgraphs", list)):
+        _get(conversion, key, kind, f"{where}: conversion")
+    return conversion
+
+
 def load_manifest(directory) -> Manifest:
     """Parse and structurally check manifest.json (files are checked by Manifest.verify())."""
     directory = Path(directory)
@@ -254,7 +267,8 @@ def load_manifest(directory) -> Manifest:
                         weights_sha256=_get(data, "weights_sha256", str, where),
                         export=_get(data, "export", dict, where), subgraphs=subgraphs,
                         decoder=_entry(decoder, f"{where}: decoder", decoder=True) if decoder else None,
-                        weights_source=data.get("weights_source"))
+                        weights_source=data.get("weights_source"),
+                        conversion=_conversion(data, where))
     for key in ("dtype", "streams", "opset", "tokens", "context_tokens", "fp32_islands"):
         _get(manifest.export, key, (str, int, dict), f"{where}: export")
     manifest.verify_structure()
