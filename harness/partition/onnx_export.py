@@ -144,7 +144,7 @@ class _Graph:
         if not np.all(np.isfinite(array)):
             raise WeightsError(f"'{source or name}' does not fit in {np.dtype(self.np_dtype).name} "
                                f"(largest magnitude {float(np.max(np.abs(value))):.4g})")
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array) if array.ndim else array, name))
         return name
 
     def ints(self, name: str, values) -> str:

@@ -227,6 +227,8 @@ def main() -> int:
     sys.stdout = sys.stderr
     inp = os.fdopen(os.dup(0), "rb")
     with tempfile.TemporaryDirectory(prefix="anima-rknn-sim-") as scratch:
+        # The toolkit writes check*.onnx debugging files into its working directory: not the checkout.
+        os.chdir(scratch)
         import rknn.api  # noqa: F401  (slow: torch, onnx; loaded before the first request)
         return serve(inp, out, Path(scratch))
 
