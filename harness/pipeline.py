@@ -171,4 +171,6 @@ class PartitionedPipeline:
             image = self.strategy.run(ctx, entry, step, [latent.astype(entry.inputs[0].dtype)])[0]
         finally:
             self.strategy.finish(entry, step)
-        return np.asarray(image, dtype=np.float32)
+        image = np.asarray(image, dtype=np.float32)
+        # The decoder graph emits [1, H, W, 3] (all ops on the NPU that way); the image is [H, W, 3].
+        return image[0] if image.ndim == 4 else image

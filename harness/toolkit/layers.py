@@ -67,8 +67,9 @@ def parse_layer_table(text: str, where: str = "build log") -> list[Layer]:
         cells = line.split()
         if not cells or not cells[0].isdigit():
             break
+        # FullName is "OpType:node"; some fused ops have none, and the row then ends at RW(KB).
         layers.append(Layer(id=int(cells[0]), op_type=cells[1], data_type=cells[2],
-                            target=cells[3].upper(), full_name=cells[-1]))
+                            target=cells[3].upper(), full_name=cells[-1] if ":" in cells[-1] else ""))
     if not layers:
         raise ToolkitError(f"{where}: the layer table lists no ops")
     return layers
