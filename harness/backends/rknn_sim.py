@@ -130,6 +130,8 @@ class SimWorker:
             if stream:
                 stream.close()
         self._log.close()
+        if self.proc.returncode == 0:       # a clean stop: its log holds only the toolkit's chatter
+            self.log_path.unlink(missing_ok=True)
 
 
 _workers: dict[str, SimWorker] = {}
