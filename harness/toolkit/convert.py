@@ -162,7 +162,7 @@ def convert_partition(partition, out, version: str | None = None, precision: str
     source = _source(partition)
     started = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".converting", dir=out.parent))
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".converting", dir=out.parent)).resolve()
     try:
         (work / "samples").mkdir()
         (work / "datasets").mkdir()
@@ -235,7 +235,7 @@ def _recorded(quantization: dict | None) -> dict | None:
 
 def _finish(work: Path, out: Path) -> None:
     """Keep only the deliverables, then swap work/ in for out/ (the old output goes last)."""
-    for scratch in ("logs", "sim", "samples", "datasets", "job.json", "job.stderr", "toolkit-import.log"):
+    for scratch in ("logs", "sim", "samples", "datasets", "scratch", "job.json", "job.stderr", "toolkit-import.log"):
         target = work / scratch
         if target.is_dir():
             shutil.rmtree(target)

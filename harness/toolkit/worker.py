@@ -61,42 +61,56 @@ def build_rknn(onnx_path, config: dict, verbose: bool = True):
     """
     from rknn.api import RKNN
     quant = config.get("quantization")
+    settings = {"target_platform": config["target_platform"],
+                "float_dtype": config.get("float_dtype", "float16"),
+                "optimization_level": config.get("optimization_level", 3)}
+    if quant:
+        settings.update({k: quant[k] for k in ("quantized_dtype", "quantized_algorithm",
+                                               "quantized_method") if k in quant})
+    if quant and quant.get("custom_hybrid"):
+        return _hybrid_build(RKNN, Path(onnx_path), settings, quant, verbose)
     rknn = RKNN(verbose=verbose)
     try:
-        settings = {"target_platform": config["target_platform"],
-                    "float_dtype": config.get("float_dtype", "float16"),
-                    "optimization_level": config.get("optimization_level", 3)}
-        if quant:
-            settings.update({k: quant[k] for k in ("quantized_dtype", "quantized_algorithm",
-                                                   "quantized_method") if k in quant})
         _check("config", rknn.config(**settings))
         _check("load_onnx", rknn.load_onnx(model=str(onnx_path)))
-        if not quant:
-            _check("build", rknn.build(do_quantization=False))
-        elif not quant.get("custom_hybrid"):
+        if quant:
             _check("build", rknn.build(do_quantization=True, dataset=quant["dataset"]))
         else:
-            _hybrid_build(rknn, Path(onnx_path), quant)
+            _check("build", rknn.build(do_quantization=False))
         return rknn
     except BaseException:
         rknn.release()
         raise
 
 
-def _hybrid_build(rknn, onnx_path: Path, quant: dict) -> None:
-    # step1 writes <model>.model, <model>.data and <model>.quantization.cfg into the working
-    # directory, with the custom_hybrid ranges marked float; step2 builds from those three files.
+def _hybrid_build(RKNN, onnx_path: Path, settings: dict, quant: dict, verbose: bool):
+    # step1 (on a model loaded from ONNX) writes <model>.model, <model>.data and
+    # <model>.quantization.cfg into the working directory with the custom_hybrid ranges kept in
+    # float; step2 must run on a fresh RKNN object ("The model already exists" otherwise).
     dataset = str(Path(quant["dataset"]).resolve())
     stem = onnx_path.stem
     with tempfile.TemporaryDirectory(prefix="hybrid-") as work, _chdir(work):
-        _check("hybrid_quantization_step1",
-               rknn.hybrid_quantization_step1(dataset=dataset, proposal=False,
-                                              custom_hybrid=[list(p) for p in quant["custom_hybrid"]]))
+        first = RKNN(verbose=verbose)
+        try:
+            _check("config", first.config(**settings))
+            _check("load_onnx", first.load_onnx(model=str(onnx_path)))
+            _check("hybrid_quantization_step1",
+                   first.hybrid_quantization_step1(dataset=dataset, proposal=False,
+                                                   custom_hybrid=[list(p) for p in quant["custom_hybrid"]]))
+        finally:
+            first.release()
         files = [Path(work) / f"{stem}.{ext}" for ext in ("model", "data", "quantization.cfg")]
         missing = [f.name for f in files if not f.exists()]
         if missing:
             raise BuildFailed("hybrid_quantization_step1", f"wrote no {', '.join(missing)}")
-        _check("hybrid_quantization_step2", rknn.hybrid_quantization_step2(*map(str, files)))
+        rknn = RKNN(verbose=verbose)
+        try:
+            _check("config", rknn.config(**settings))
+            _check("hybrid_quantization_step2", rknn.hybrid_quantization_step2(*map(str, files)))
+        except BaseException:
+            rknn.release()
+            raise
+        return rknn
 
 
 @contextlib.contextmanager
@@ -199,8 +213,11 @@ def _one(item: dict, config: dict, out_dir: Path, emit) -> None:
 
 def run_job(job: dict, emit) -> int:
     """Build every item of the job in order; stop at the first failure (the caller discards all)."""
-    out_dir = Path(job["out_dir"])
+    out_dir = Path(job["out_dir"]).resolve()
     (out_dir / "logs").mkdir(parents=True, exist_ok=True)
+    # The toolkit drops check*.onnx files into its working directory: keep them in the scratch dir.
+    (out_dir / "scratch").mkdir(exist_ok=True)
+    os.chdir(out_dir / "scratch")
     (out_dir / "sim").mkdir(exist_ok=True)
     emit({"event": "start", "toolkit": toolkit_version(), "count": len(job["items"])})
     for item in job["items"]:
