@@ -156,10 +156,10 @@ def convert_partition(partition, out, version: str | None = None, precision: str
     version = version or default_version()
     if precision not in PRECISIONS:
         raise ConfigError(f"--precision '{precision}' is unknown (choose {' or '.join(PRECISIONS)})")
-    toolkit_python(version)                 # an absent environment fails before any work
     out = Path(out)
     _check_out(out)
     source = _source(partition)
+    toolkit_python(version)                 # an absent environment fails before any work
     started = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".converting", dir=out.parent)).resolve()

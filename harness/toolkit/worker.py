@@ -48,6 +48,17 @@ def _check(stage: str, ret) -> None:
         raise BuildFailed(stage, f"returned {ret}")
 
 
+def _call(stage: str, fn, *args, **kwargs) -> None:
+    """One toolkit call: it returns -1 on some errors and raises on others; both name the call."""
+    try:
+        ret = fn(*args, **kwargs)
+    except BuildFailed:
+        raise
+    except Exception as exc:
+        raise BuildFailed(stage, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from exc
+    _check(stage, ret)
+
+
 def build_rknn(onnx_path, config: dict, verbose: bool = True):
     """Build one subgraph from its ONNX file with the recorded config; return the built RKNN object.
 
@@ -71,12 +82,12 @@ def build_rknn(onnx_path, config: dict, verbose: bool = True):
         return _hybrid_build(RKNN, Path(onnx_path), settings, quant, verbose)
     rknn = RKNN(verbose=verbose)
     try:
-        _check("config", rknn.config(**settings))
-        _check("load_onnx", rknn.load_onnx(model=str(onnx_path)))
+        _call("config", rknn.config, **settings)
+        _call("load_onnx", rknn.load_onnx, model=str(onnx_path))
         if quant:
-            _check("build", rknn.build(do_quantization=True, dataset=quant["dataset"]))
+            _call("build", rknn.build, do_quantization=True, dataset=quant["dataset"])
         else:
-            _check("build", rknn.build(do_quantization=False))
+            _call("build", rknn.build, do_quantization=False)
         return rknn
     except BaseException:
         rknn.release()
@@ -92,11 +103,10 @@ def _hybrid_build(RKNN, onnx_path: Path, settings: dict, quant: dict, verbose: b
     with tempfile.TemporaryDirectory(prefix="hybrid-") as work, _chdir(work):
         first = RKNN(verbose=verbose)
         try:
-            _check("config", first.config(**settings))
-            _check("load_onnx", first.load_onnx(model=str(onnx_path)))
-            _check("hybrid_quantization_step1",
-                   first.hybrid_quantization_step1(dataset=dataset, proposal=False,
-                                                   custom_hybrid=[list(p) for p in quant["custom_hybrid"]]))
+            _call("config", first.config, **settings)
+            _call("load_onnx", first.load_onnx, model=str(onnx_path))
+            _call("hybrid_quantization_step1", first.hybrid_quantization_step1, dataset=dataset,
+                  proposal=False, custom_hybrid=[list(p) for p in quant["custom_hybrid"]])
         finally:
             first.release()
         files = [Path(work) / f"{stem}.{ext}" for ext in ("model", "data", "quantization.cfg")]
@@ -105,8 +115,8 @@ def _hybrid_build(RKNN, onnx_path: Path, settings: dict, quant: dict, verbose: b
             raise BuildFailed("hybrid_quantization_step1", f"wrote no {', '.join(missing)}")
         rknn = RKNN(verbose=verbose)
         try:
-            _check("config", rknn.config(**settings))
-            _check("hybrid_quantization_step2", rknn.hybrid_quantization_step2(*map(str, files)))
+            _call("config", rknn.config, **settings)
+            _call("hybrid_quantization_step2", rknn.hybrid_quantization_step2, *map(str, files))
         except BaseException:
             rknn.release()
             raise
@@ -145,7 +155,7 @@ def redirected(log_path):
 
 def _simulate(rknn, samples: list[dict], out_dir: Path, name: str) -> list[str]:
     """Run the PC simulator on saved sample inputs; save outputs as .npy; return their paths."""
-    _check("init_runtime", rknn.init_runtime())
+    _call("init_runtime", rknn.init_runtime)
     written = []
     for k, sample in enumerate(samples):
         inputs = [np.load(p) for p in sample["inputs"]]
@@ -190,7 +200,7 @@ def _one(item: dict, config: dict, out_dir: Path, emit) -> None:
             rknn = build_rknn(item["onnx"], {**config, "quantization": item.get("quantization")})
             built = time.perf_counter() - started
             stage = "export_rknn"
-            _check("export_rknn", rknn.export_rknn(str(out_dir / item["rknn"])))
+            _call("export_rknn", rknn.export_rknn, str(out_dir / item["rknn"]))
             outputs = []
             if item.get("samples"):
                 stage = "simulate"
