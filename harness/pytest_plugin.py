@@ -35,7 +35,7 @@ OPTIONS = {
     "force_goldens": (False, "allow --update-goldens from a non-reference precision (e.g. int8)"),
     "artifacts": ("artifacts", "folder for images, diffs, reports, memory samples"),
     "telemetry_root": ("/", "root of the sysfs/procfs tree read for clocks, thermals and identity"),
-    "core_mask": ("auto", "rknnlite NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2"),
+    "core_mask": ("auto", "rknnlite NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2, all"),
     "bench_rounds": (1, "pedantic rounds per benchmark (a step takes minutes on the board)"),
     "bench_steps": (None, "sampler steps per benchmark round (default: the golden case's)"),
     "history": (".benchmarks/history.jsonl", "benchmark run history (JSONL) for `python -m harness trend`"),
