@@ -241,3 +241,16 @@ def test_convert_replaces_its_previous_output_whole(block0, tmp_path, toolkit_ve
     with pytest.raises(ToolkitError):
         convert_partition(block0, out, target="rk9999", quiet=True)
     assert json.loads(manifest_path(out).read_text()) == first      # failure: the old output stands
+
+
+@pytest.mark.toolkit
+@pytest.mark.slow
+def test_cli_wrong_target_is_one_line_and_non_zero(block0, tmp_path, toolkit_version):
+    done = subprocess.run([sys.executable, "-m", "harness", "convert", str(block0), "--out",
+                           str(tmp_path / "conv"), "--target", "rk9999", "--quiet"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: rknn-toolkit2 2.5.0: subgraph 0")
+    assert "rk9999" in lines[0] and "Traceback" not in done.stderr
+    assert not (tmp_path / "conv").exists()
