@@ -92,10 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .partition.commands import add_commands
     from .trend import add_command as add_trend
+    from .calibration import add_command as add_capture
+    from .accuracy_cli import add_command as add_accuracy
     from .toolkit.commands import add_commands as add_toolkit_commands
     add_commands(sub)
     add_toolkit_commands(sub)
     add_trend(sub)
+    add_capture(sub)
+    add_accuracy(sub)
     return parser
 
 

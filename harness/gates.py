@@ -63,6 +63,9 @@ class GateRunner:
             b.cfg, b.digest, self.s.precision, self.s.fake_quant).name
 
     def _cached_export(self) -> Path:
+        if self.s.backend == "rknn-sim":       # the converted partition, converted on first use
+            from .toolkit.cached import cached_conversion
+            return cached_conversion(self.bundle, self.s.cache_dir, self.s.precision, self.s.calibration)
         if self.s.backend == "rknnlite":
             raise ConfigError("--partition (or the board profile's `partition`) must name the converted "
                               ".rknn subgraphs when the backend is rknnlite")
@@ -79,6 +82,8 @@ class GateRunner:
             path = self.s.partition or self._cache_path()
         except HarnessError as exc:
             return f"model not loadable: {exc}"
+        if self.s.backend == "rknn-sim" and not self.s.partition:
+            return f"converted with rknn-toolkit2 on first use under {self.s.cache_dir} ({self.s.precision})"
         if not manifest_path(path).exists():
             return f"{path} (exported on first use, {self.s.precision})"
         return f"{path}, manifest sha256 {manifest_sha256(path)[:16]}"
@@ -90,7 +95,10 @@ class GateRunner:
     @property
     def precision(self) -> str:
         """The partition's precision as goldens name it: float16, or e.g. float16+ffn-w8a8."""
-        export = load_manifest(self.partition).export
+        manifest = load_manifest(self.partition)
+        if manifest.conversion:      # a converted partition: what the toolkit built
+            return {"fp16": "float16"}.get(manifest.conversion["precision"], manifest.conversion["precision"])
+        export = manifest.export
         quant = export.get("fake_quant")
         return export.get("dtype", "unknown") + (f"+{quant}" if quant else "")
 

@@ -11,6 +11,7 @@ lifecycle stages, host math and the rest (harness bookkeeping).
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import numpy as np
@@ -21,7 +22,21 @@ from .model.bundle import ModelBundle
 from .partition.manifest import check_input
 from .timing import Timed
 
-__all__ = ["PartitionedPipeline", "HostTimes", "check_finite", "batch_of"]
+__all__ = ["PartitionedPipeline", "HostTimes", "Invocation", "check_finite", "batch_of"]
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What an observer sees of one invocation: the subgraph, where in the run it is, the inputs
+    exactly as the backend got them (the subgraph's dtype, all streams along axis 0) and the output
+    cast back to FP32. Observers (calibration capture, accuracy analysis) must not modify them."""
+
+    entry: object
+    step: int
+    sigma: float
+    streams: tuple[str, ...]
+    inputs: tuple[np.ndarray, ...]
+    output: np.ndarray
 
 
 class HostTimes:
@@ -64,7 +79,8 @@ class PartitionedPipeline:
     """Velocity of the partitioned network for one latent and its CFG streams."""
 
     def __init__(self, bundle: ModelBundle, manifest, strategy, contexts: dict[str, np.ndarray],
-                 between_invocations: Iterable[Callable[[], None]] = ()):
+                 between_invocations: Iterable[Callable[[], None]] = (),
+                 observers: Iterable[Callable[[Invocation], None]] = ()):
         self.bundle = bundle
         self.cfg = bundle.cfg
         self.manifest = manifest
@@ -72,6 +88,8 @@ class PartitionedPipeline:
         self.streams = list(contexts)
         self.context = np.concatenate([contexts[s] for s in self.streams]).astype(np.float32)   # [S, L, C]
         self.between = list(between_invocations)
+        self.observers = list(observers)
+        self.sigma = float("nan")
         self.host = HostTimes()
         self.rope = R.make_rope(self.cfg)
         self._checked: set[int] = set()
@@ -80,6 +98,7 @@ class PartitionedPipeline:
     # ------------------------------------------------------------------ one step
     def velocity(self, latent: np.ndarray, sigma: float, step: int) -> dict[str, np.ndarray]:
         w, cfg, host = self.bundle.weights, self.cfg, self.host
+        self.sigma = sigma
         with host.timed(step, "adaln"):
             emb, lora = R.time_embedding(w, cfg, np.array([sigma], np.float32))
             mods = R.modulations(w, cfg, emb, lora)
@@ -125,6 +144,11 @@ class PartitionedPipeline:
             self.strategy.finish(entry, step)
         with self.host.timed(step, "cast"):     # back to the FP32 residual stream
             out = np.asarray(outs[0] if len(outs) == 1 else np.concatenate(outs), dtype=np.float32)
+        if self.observers:
+            # Before the NaN check, so an analysis still sees the invocation that stops the run.
+            seen = Invocation(entry, step, self.sigma, tuple(self.streams), tuple(inputs), out)
+            for observe in self.observers:
+                observe(seen)
         check_finite(out, self.streams, step, entry)
         return out
 

@@ -20,10 +20,13 @@ __all__ = ["SuiteSettings", "resolve_settings", "OPTIONS"]
 
 # option name -> (default, help). Defaults are the host CI's; a board profile overrides them.
 OPTIONS = {
-    "backend": ("auto", "auto (rknnlite on an RK3588, onnxruntime elsewhere), onnxruntime, rknnlite, faults"),
+    "backend": ("auto", "auto (rknnlite on an RK3588, onnxruntime elsewhere), onnxruntime, rknnlite, faults, "
+                        "rknn-sim (rknn-toolkit2's PC simulator on the converted partition)"),
     "model_dir": (str(EMBEDDED_DIR), "model directory (model.toml + weights); default: the embedded model"),
     "partition": (None, "partition directory (manifest.json); default: exported from the weights and cached"),
-    "precision": ("float16", "precision of an exported partition: float16 (the board's) or float32"),
+    "precision": ("float16", "precision of an exported partition: float16 (the board's) or float32; "
+                             "with rknn-sim: float16 or w8a8-ffn (the conversion's)"),
+    "calibration": (None, "rknn-sim w8a8-ffn: calibration directory (default: captured on first use)"),
     "fake_quant": (None, "export the partition with simulated INT8 (ffn-w8a8): a what-if the quality gate judges"),
     "golden_dir": (None, "golden images and cases.toml; default: golden/<model name>"),
     "cases": (None, "comma-separated golden case names to run (default: all)"),
@@ -44,7 +47,8 @@ OPTIONS = {
 }
 _FLAGS = {"require_npu", "update_goldens", "force_goldens"}
 _INTS = {"bench_rounds", "bench_steps"}
-_PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir"}
+_PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir",
+          "calibration"}
 
 
 @dataclass
@@ -55,6 +59,7 @@ class SuiteSettings:
     model_dir: Path
     partition: Path | None
     precision: str
+    calibration: Path | None
     fake_quant: str | None
     golden_dir: Path
     cases: list[str] | None
@@ -144,10 +149,14 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     on_board = detect_rk3588(values["telemetry_root"])
     requested = values["backend"]
     backend = ("rknnlite" if on_board else "onnxruntime") if requested == "auto" else requested
-    if backend not in ("onnxruntime", "rknnlite", "faults"):
-        raise ConfigError(f"--backend {requested}: unknown (choose auto, onnxruntime, rknnlite, faults)")
-    if values["precision"] not in ("float16", "float32"):
-        raise ConfigError(f"--precision {values['precision']}: choose float16 or float32")
+    if backend not in ("onnxruntime", "rknnlite", "faults", "rknn-sim"):
+        raise ConfigError(f"--backend {requested}: unknown (choose auto, onnxruntime, rknnlite, faults, rknn-sim)")
+    precisions = ("float16", "w8a8-ffn") if backend == "rknn-sim" else ("float16", "float32")
+    if values["precision"] not in precisions:
+        raise ConfigError(f"--precision {values['precision']}: choose {' or '.join(precisions)}"
+                          + (" (the toolkit builds these)" if backend == "rknn-sim" else ""))
+    if values["calibration"] and not (backend == "rknn-sim" and values["precision"] == "w8a8-ffn"):
+        raise ConfigError("--calibration goes with --backend rknn-sim --precision w8a8-ffn")
     from .partition.onnx_export import FAKE_QUANT
     if values["fake_quant"] not in (None, *FAKE_QUANT):
         raise ConfigError(f"--fake-quant {values['fake_quant']}: choose {', '.join(FAKE_QUANT)}")
@@ -170,6 +179,7 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     settings = SuiteSettings(
         backend=backend, backend_requested=requested, on_board=on_board,
         model_dir=values["model_dir"], partition=values["partition"], precision=values["precision"],
+        calibration=values["calibration"],
         fake_quant=values["fake_quant"],
         golden_dir=golden_dir,
         cases=cases,

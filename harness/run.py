@@ -79,12 +79,14 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
                     settings: dict, backend_options: dict | None = None, guard=None,
                     report_path: str | Path | None = None,
                     on_step: Callable[[int], None] | None = None, verify: bool = True,
-                    contexts: dict | None = None) -> RunResult:
+                    contexts: dict | None = None, observers=()) -> RunResult:
     """Generate one image through the partition; `settings` as from generate.sample_settings.
 
     verify=False skips re-hashing the subgraph files (for benchmark rounds after a verified first
     open: on the board that is gigabytes of sha256 that do not belong in a step time).
     contexts ({stream: [1, L, C]}) replaces the prompt for models whose text encoder is not here.
+    observers are called with every invocation (pipeline.Invocation): calibration capture and
+    accuracy analysis watch the run itself rather than a second forward.
     """
     result = RunResult(recorder=LifecycleRecorder())
     report = result.report
@@ -100,7 +102,8 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
         strategy = OnDemand(backend, result.recorder, manifest.path_of, **(backend_options or {}))
         pipeline = PartitionedPipeline(bundle, manifest, strategy,
                                        contexts or stream_contexts(bundle, [prompt], settings["cfg_scale"]),
-                                       between_invocations=[guard.check] if guard else [])
+                                       between_invocations=[guard.check] if guard else [],
+                                       observers=observers)
         report["streams"] = pipeline.streams
         mark = [time.perf_counter()]
 

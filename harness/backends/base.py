@@ -25,6 +25,7 @@ BACKENDS = {
     "onnxruntime": "harness.backends.onnxruntime:OnnxRuntimeContext",
     "rknnlite": "harness.backends.rknnlite:RknnLiteContext",
     "faults": "harness.backends.faults:FaultInjectionContext",
+    "rknn-sim": "harness.backends.rknn_sim:RknnSimContext",
 }
 
 _live_lock = threading.Lock()

@@ -8,7 +8,8 @@ from .onnx_export import FAKE_QUANT
 from ..config import EMBEDDED_DIR, ModelConfig, load_model_dir, load_profile
 from ..errors import ConfigError
 
-__all__ = ["add_commands", "parse_blocks", "render_inspection", "cmd_export", "cmd_inspect"]
+__all__ = ["add_commands", "parse_blocks", "render_inspection", "cmd_export", "cmd_inspect",
+           "default_partition_dir", "exported_partition"]
 
 
 def parse_blocks(text: str, blocks: int) -> list[int]:
@@ -89,6 +90,19 @@ def default_partition_dir(cfg: ModelConfig, digest: str, dtype: str, fake_quant:
     if blocks is not None and list(blocks) != list(range(cfg.blocks)):
         name += "-blocks-" + "_".join(str(b) for b in blocks)
     return Path("out/partitions") / name
+
+
+def exported_partition(bundle, dtype: str, fake_quant: str | None = None, quiet: bool = True) -> Path:
+    """The export command's default directory for these weights, exported on first use."""
+    import sys
+    from .manifest import manifest_path
+    from .onnx_export import export_partition
+    partition = default_partition_dir(bundle.cfg, bundle.digest, dtype, fake_quant)
+    if not manifest_path(partition).exists():
+        print(f"exporting the partition to {partition} ({dtype}, first use)", file=sys.stderr)
+        export_partition(bundle.weights, bundle.cfg, partition, dtype=dtype, fake_quant=fake_quant,
+                         progress=not quiet)
+    return partition
 
 
 def cmd_export(args) -> int:

@@ -86,7 +86,8 @@ def quantization_for(entry, precision: str, calibration) -> dict | None:
             "quantized_dtype": spec.get("quantized_dtype", "w8a8"),
             "quantized_algorithm": spec.get("quantized_algorithm", "normal"),
             "quantized_method": spec.get("quantized_method", "channel"),
-            "custom_hybrid": [list(p) for p in spec.get("custom_hybrid", [])]}
+            "custom_hybrid": [list(p) for p in spec.get("custom_hybrid", [])],
+            "hybrid_float": list(spec.get("hybrid_float", []))}
 
 
 def absolute_dataset(dataset: Path, out: Path) -> Path:

@@ -162,7 +162,8 @@ def convert_partition(partition, out, version: str | None = None, precision: str
     toolkit_python(version)                 # an absent environment fails before any work
     started = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".converting", dir=out.parent)).resolve()
+    # Absolute: the worker runs in its own directory (the toolkit litters its cwd with check*.onnx).
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".converting", dir=out.parent.resolve()))
     try:
         (work / "samples").mkdir()
         (work / "datasets").mkdir()

@@ -67,52 +67,57 @@ def build_rknn(onnx_path, config: dict, verbose: bool = True):
       float_dtype      "float16" (the toolkit converts the FP32 export to FP16 itself)
       optimization_level
       quantization     None for FP16, or {"dataset": list file, "custom_hybrid": [[in, out], ...],
-                       "quantized_dtype", "quantized_algorithm", "quantized_method"}: INT8 with the
-                       custom_hybrid ranges kept in float (hybrid_quantization_step1/step2)
+                       "hybrid_float": ["gelu", "output"], "quantized_dtype", "quantized_algorithm",
+                       "quantized_method"}: INT8 with those parts kept in float16
+                       (hybrid_quantization_step1/step2; see _hybrid_build)
     """
     from rknn.api import RKNN
     quant = config.get("quantization")
-    settings = {"target_platform": config["target_platform"],
-                "float_dtype": config.get("float_dtype", "float16"),
-                "optimization_level": config.get("optimization_level", 3)}
-    if quant:
-        settings.update({k: quant[k] for k in ("quantized_dtype", "quantized_algorithm",
-                                               "quantized_method") if k in quant})
-    if quant and quant.get("custom_hybrid"):
-        return _hybrid_build(RKNN, Path(onnx_path), settings, quant, verbose)
+    if quant and (quant.get("custom_hybrid") or quant.get("hybrid_float")):
+        return _hybrid_build(Path(onnx_path), config, quant, verbose)
     rknn = RKNN(verbose=verbose)
     try:
-        _call("config", rknn.config, **settings)
+        _call("config", rknn.config, **_settings(config, quant))
         _call("load_onnx", rknn.load_onnx, model=str(onnx_path))
-        if quant:
-            _call("build", rknn.build, do_quantization=True, dataset=quant["dataset"])
-        else:
+        if not quant:
             _call("build", rknn.build, do_quantization=False)
+        else:
+            _call("build", rknn.build, do_quantization=True, dataset=quant["dataset"])
         return rknn
     except BaseException:
         rknn.release()
         raise
 
 
-def _hybrid_build(RKNN, onnx_path: Path, settings: dict, quant: dict, verbose: bool):
-    # step1 (on a model loaded from ONNX) writes <model>.model, <model>.data and
-    # <model>.quantization.cfg into the working directory with the custom_hybrid ranges kept in
-    # float; step2 must run on a fresh RKNN object ("The model already exists" otherwise).
+def _settings(config: dict, quant: dict | None) -> dict:
+    settings = {"target_platform": config["target_platform"],
+                "float_dtype": config.get("float_dtype", "float16"),
+                "optimization_level": config.get("optimization_level", 3)}
+    if quant:
+        settings.update({k: quant[k] for k in ("quantized_dtype", "quantized_algorithm",
+                                               "quantized_method") if k in quant})
+    return settings
+
+
+def _hybrid_build(onnx_path: Path, config: dict, quant: dict, verbose: bool):
+    """INT8 with float16 islands: hybrid_quantization_step1, then step2 on a fresh RKNN object
+    (step2 refuses an object that has loaded a model). Returns the built RKNN object.
+
+    step1 writes <model>.model, <model>.data and <model>.quantization.cfg into the working directory.
+    `hybrid_float` ranges are found in that .model (the toolkit's graph, with its own tensor names),
+    so step1 runs once to see the graph and once more with those ranges as custom_hybrid.
+    """
+    from rknn.api import RKNN
     dataset = str(Path(quant["dataset"]).resolve())
     stem = onnx_path.stem
+    settings = _settings(config, quant)
     with tempfile.TemporaryDirectory(prefix="hybrid-") as work, _chdir(work):
-        first = RKNN(verbose=verbose)
-        try:
-            _call("config", first.config, **settings)
-            _call("load_onnx", first.load_onnx, model=str(onnx_path))
-            _call("hybrid_quantization_step1", first.hybrid_quantization_step1, dataset=dataset,
-                  proposal=False, custom_hybrid=[list(p) for p in quant["custom_hybrid"]])
-        finally:
-            first.release()
         files = [Path(work) / f"{stem}.{ext}" for ext in ("model", "data", "quantization.cfg")]
-        missing = [f.name for f in files if not f.exists()]
-        if missing:
-            raise BuildFailed("hybrid_quantization_step1", f"wrote no {', '.join(missing)}")
+        ranges = [list(p) for p in quant.get("custom_hybrid", [])]
+        if quant.get("hybrid_float"):
+            _step1(onnx_path, settings, dataset, [], files, verbose)
+            ranges += hybrid_ranges(files[0], quant["hybrid_float"])
+        _step1(onnx_path, settings, dataset, ranges, files, verbose)
         rknn = RKNN(verbose=verbose)
         try:
             _call("config", rknn.config, **settings)
@@ -121,6 +126,52 @@ def _hybrid_build(RKNN, onnx_path: Path, settings: dict, quant: dict, verbose: b
             rknn.release()
             raise
         return rknn
+
+
+def _step1(onnx_path: Path, settings: dict, dataset: str, ranges: list, files: list, verbose: bool) -> None:
+    from rknn.api import RKNN
+    rknn = RKNN(verbose=verbose)
+    try:
+        _call("config", rknn.config, **settings)
+        _call("load_onnx", rknn.load_onnx, model=str(onnx_path))
+        _call("hybrid_quantization_step1", rknn.hybrid_quantization_step1, dataset=dataset,
+              proposal=False, custom_hybrid=ranges or None)
+    finally:
+        rknn.release()
+    missing = [f.name for f in files if not f.exists()]
+    if missing:
+        raise BuildFailed("hybrid_quantization_step1", f"wrote no {', '.join(missing)}")
+
+
+def hybrid_ranges(model_file: Path, parts) -> list[list[str]]:
+    """[first tensor, last tensor] ranges of the toolkit's graph (step1's .model, an ONNX-format
+    graph) that stay in float:
+      "gelu":   each fused GELU op, input to output (the linear before it still runs INT8)
+      "output": from the last convolution's (linear's) output to the tensor the graph output is
+                converted from, so the branch output leaves in float16
+    """
+    import onnx
+    graph = onnx.load(str(model_file)).graph
+    nodes = list(graph.node)
+    ranges = []
+    for part in parts:
+        if part == "gelu":
+            gelus = [n for n in nodes if "gelu" in n.op_type.lower()]
+            if not gelus:
+                raise BuildFailed("hybrid_quantization_step1", "no fused GELU op in the toolkit's graph "
+                                  "(is GELU written so it fuses? architecture.md section 8)")
+            ranges += [[n.input[0], n.output[0]] for n in gelus]
+        elif part == "output":
+            linears = [n for n in nodes if n.op_type in ("Conv", "MatMul", "exMatMul", "Gemm")]
+            outputs = {o.name for o in graph.output}
+            last = next((n for n in reversed(nodes) if set(n.output) & outputs), None)
+            if not linears or last is None:
+                raise BuildFailed("hybrid_quantization_step1", "no linear before the graph output")
+            end = last.input[0] if last.op_type == "exDataConvert" else last.output[0]
+            ranges.append([linears[-1].output[0], end])
+        else:
+            raise BuildFailed("hybrid_quantization_step1", f"unknown hybrid_float part {part!r}")
+    return ranges
 
 
 @contextlib.contextmanager
@@ -249,6 +300,9 @@ def main(argv: list[str]) -> int:
         channel.flush()
 
     Path(job["out_dir"]).mkdir(parents=True, exist_ok=True)
+    # The toolkit drops check*.onnx debugging files into its working directory: not the checkout.
+    job["out_dir"] = str(Path(job["out_dir"]).resolve())
+    os.chdir(job["out_dir"])
     try:
         with redirected(Path(job["out_dir"]) / "toolkit-import.log"):
             import rknn.api  # noqa: F401  (slow: torch, onnx; its warnings belong in a log)

@@ -164,7 +164,7 @@ def test_w8a8_ffn_hybrid_from_fp32_calibration(bundle, block0, tmp_path, toolkit
                                calibration=calibration, samples=1, quiet=True)
     records = {r["file"]: r for r in result.manifest.conversion["subgraphs"]}
     ffn = records["02_block00_ffn.rknn"]
-    assert ffn["quantization"]["custom_hybrid"] and ffn["quantization"]["dataset"].endswith(
+    assert ffn["quantization"]["hybrid_float"] == ["gelu", "output"] and ffn["quantization"]["dataset"].endswith(
         "02_block00_ffn.txt")
     assert records["00_block00_self_attn.rknn"]["quantization"] is None
     assert all(not r["cpu_ops"] for r in records.values())
