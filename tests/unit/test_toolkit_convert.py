@@ -210,7 +210,7 @@ def test_whole_partition_converts_with_every_op_on_the_npu(converted):
 def test_simulator_matches_onnxruntime_fp32(converted):
     root, result = converted
     rows = cosine_rows(result, root / "fp32")
-    assert len(rows) == 85
+    assert len(rows) == 85 and all(r["shapes_match"] for r in rows)
     worst = min(rows, key=lambda r: r["cosine"])
     assert worst["cosine"] >= 0.9999, worst
 
