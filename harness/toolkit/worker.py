@@ -300,9 +300,7 @@ def main(argv: list[str]) -> int:
         channel.flush()
 
     Path(job["out_dir"]).mkdir(parents=True, exist_ok=True)
-    # The toolkit drops check*.onnx debugging files into its working directory: not the checkout.
-    job["out_dir"] = str(Path(job["out_dir"]).resolve())
-    os.chdir(job["out_dir"])
+    job["out_dir"] = str(Path(job["out_dir"]).resolve())      # run_job changes the cwd
     try:
         with redirected(Path(job["out_dir"]) / "toolkit-import.log"):
             import rknn.api  # noqa: F401  (slow: torch, onnx; its warnings belong in a log)
