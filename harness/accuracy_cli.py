@@ -75,11 +75,11 @@ def _backend_options(args) -> dict:
 
 
 def _cmd_accuracy(args) -> int:
-    from .report import console
+    from .terminal import console
     con = console(stderr=False)
     if args.replay is not None:
         return _cmd_replay(args, con)
-    from .generate import sample_settings
+    from .reference_run import sample_settings
     from .model.bundle import load_bundle
     from .partition.commands import exported_partition
     if args.steps is not None and args.steps < 1:

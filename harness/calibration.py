@@ -266,7 +266,7 @@ def add_command(subparsers):
 
 
 def _cmd_capture(args) -> int:
-    from .generate import sample_settings
+    from .reference_run import sample_settings
     from .model.bundle import load_bundle
     from .partition.commands import exported_partition, parse_blocks
     bundle = load_bundle(args.model_dir)
@@ -287,7 +287,7 @@ def _cmd_capture(args) -> int:
 
 def _print_summary(record: dict, out: Path) -> None:
     from rich.table import Table
-    from .report import console
+    from .terminal import console
     r = record["recipe"]
     table = Table(title=f"calibration capture {out}")
     for col in ("branch", "subgraphs", "sets"):

@@ -91,7 +91,6 @@ class PartitionedPipeline:
         self.observers = list(observers)
         self.sigma = float("nan")
         self.host = HostTimes()
-        self.rope = R.make_rope(self.cfg)
         self._checked: set[int] = set()
         self._contexts: dict[str, np.ndarray] = {}
 

@@ -21,7 +21,7 @@ TOOLKIT_PRECISIONS = {"float16": "fp16", "fp16": "fp16", "w8a8-ffn": "w8a8-ffn"}
 
 
 def cached_fp32_export(bundle, cache_dir: Path) -> Path:
-    from ..partition.commands import default_partition_dir
+    from ..partition.manifest import default_partition_dir
     from ..partition.onnx_export import export_partition
     out = Path(cache_dir) / "partitions" / default_partition_dir(bundle.cfg, bundle.digest, "float32").name
     if not manifest_path(out).exists():
@@ -32,7 +32,7 @@ def cached_fp32_export(bundle, cache_dir: Path) -> Path:
 def cached_calibration(bundle, cache_dir: Path, source: Path) -> Path:
     """The board's recipe ({high, low} sigma x {cond, uncond}, FFNs) from the model's default prompt."""
     from ..calibration import RECORD_FILE, capture_calibration
-    from ..generate import sample_settings
+    from ..reference_run import sample_settings
     out = Path(cache_dir) / "calibration" / f"{bundle.cfg.name}-{bundle.digest[:12]}-ffn-high-low"
     if not (out / RECORD_FILE).is_file():
         settings = sample_settings(bundle)

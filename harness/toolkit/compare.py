@@ -26,7 +26,7 @@ __all__ = ["compare_toolkits", "image_rows"]
 
 
 def _default_partition(bundle) -> Path:
-    from ..partition.commands import default_partition_dir
+    from ..partition.manifest import default_partition_dir
     from ..partition.manifest import manifest_path
     from ..partition.onnx_export import export_partition
     path = default_partition_dir(bundle.cfg, bundle.digest, "float32")
@@ -66,11 +66,12 @@ def image_rows(bundle, conversions: dict[str, Path], cases) -> list[dict] | None
     from ..backends.base import BACKENDS
     if "rknn-sim" not in BACKENDS:
         return None
-    from ..generate import sample_settings
+    from ..reference_run import sample_settings
     from ..golden import GoldenStore
     from ..quality import compare
     from ..run import run_partitioned
-    store = GoldenStore(Path("golden") / bundle.cfg.name)
+    from ..golden import golden_dir_for
+    store = GoldenStore(golden_dir_for(bundle.cfg.name))
     rows = []
     for case in cases:
         golden, _ = store.load(case)
@@ -118,7 +119,8 @@ def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolki
     results = {v: _convert(v, partition, out, target, samples, quiet) for v in (old, new)}
     rows = {v: cosine_rows(results[v], partition) for v in (old, new)}
     table = _subgraph_table(results[old], results[new], rows[old], rows[new])
-    cases = load_cases(Path("golden") / bundle.cfg.name / "cases.toml") if images else []
+    from ..golden import golden_dir_for
+    cases = load_cases(golden_dir_for(bundle.cfg.name) / "cases.toml") if images else []
     try:
         ssim = image_rows(bundle, {v: out / v for v in (old, new)}, cases) if images else None
     except HarnessError as exc:

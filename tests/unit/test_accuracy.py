@@ -9,7 +9,7 @@ import pytest
 
 from harness.accuracy import analyze, cosine, max_rel_err, worst_first
 from harness.cli import main
-from harness.generate import sample_settings
+from harness.reference_run import sample_settings
 from harness.partition.onnx_export import export_partition
 
 STEPS = 2

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from harness.calibration import capture_calibration
-from harness.generate import sample_settings
+from harness.reference_run import sample_settings
 from harness.partition.manifest import load_manifest
 from harness.toolkit.layers import parse_layer_table
 

@@ -17,7 +17,7 @@ from harness.errors import ConfigError, ManifestError, ToolkitError
 from harness.model import ops, reference as R
 from harness.model.bundle import load_bundle
 from harness.config import EMBEDDED_DIR
-from harness.generate import initial_latents, stream_contexts
+from harness.reference_run import initial_latents, stream_contexts
 from harness.partition.manifest import load_manifest, manifest_path
 from harness.partition.onnx_export import export_partition
 from harness.run import open_partition
