@@ -78,8 +78,12 @@ def image_rows(bundle, conversions: dict[str, Path], cases) -> list[dict] | None
         settings = sample_settings(bundle, case.steps, case.cfg, case.shift, case.seed)
         row = {"case": case.name, "ssim_min": case.ssim_min}
         for version, path in conversions.items():
-            result = run_partitioned(bundle, path, "rknn-sim", case.prompt, settings)
-            row[version] = compare(result.image, golden).ssim
+            try:        # one build failing on the simulator must not hide the other's result
+                result = run_partitioned(bundle, path, "rknn-sim", case.prompt, settings)
+                row[version] = compare(result.image, golden).ssim
+            except HarnessError as exc:
+                row[version] = None
+                row[f"{version} error"] = str(exc)
         rows.append(row)
     return rows
 
@@ -95,14 +99,20 @@ def _verdict(new, rows_new, images, cosine_min: float) -> list[str]:
     if worst["cosine"] < cosine_min:
         reasons.append(f"{worst['label']}: cosine {worst['cosine']:.7f} < {cosine_min}")
     for row in images or []:
-        if row[new.version] < row["ssim_min"]:
+        if row[new.version] is None:
+            reasons.append(f"case {row['case']}: no image ({row[f'{new.version} error']})")
+        elif row[new.version] < row["ssim_min"]:
             reasons.append(f"case {row['case']}: SSIM {row[new.version]:.6f} < {row['ssim_min']}")
     return reasons
 
 
+def _ssim_cell(row: dict, version: str) -> str:
+    return f"{row[version]:.6f}" if row[version] is not None else "no image (see below)"
+
+
 def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolkits",
                      target: str = "rk3588", samples: int = 1, quiet: bool = False,
-                     images: bool = True) -> str:
+                     images: bool = True, case_names: list[str] | None = None) -> str:
     """Both conversions, the tables and the verdict, as Markdown."""
     from ..config import EMBEDDED_DIR
     from ..golden import load_cases
@@ -121,9 +131,15 @@ def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolki
     table = _subgraph_table(results[old], results[new], rows[old], rows[new])
     from ..golden import golden_dir_for
     cases = load_cases(golden_dir_for(bundle.cfg.name) / "cases.toml") if images else []
+    if case_names:
+        unknown = sorted(set(case_names) - {c.name for c in cases})
+        if unknown:
+            raise ConfigError(f"--cases: unknown case(s) {', '.join(unknown)} "
+                              f"(known: {', '.join(c.name for c in cases)})")
+        cases = [c for c in cases if c.name in case_names]
     try:
         ssim = image_rows(bundle, {v: out / v for v in (old, new)}, cases) if images else None
-    except HarnessError as exc:
+    except HarnessError as exc:     # e.g. a golden missing: the per-subgraph part still stands
         ssim, image_note = None, f"image part failed: {exc}"
     else:
         image_note = None
@@ -138,13 +154,17 @@ def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolki
                                    "(issue 7 item 7), so no image was rendered.")
     else:
         lines.append(markdown_table(["case", f"SSIM {old}", f"SSIM {new}", "threshold"],
-                                    [[r["case"], f"{r[old]:.6f}", f"{r[new]:.6f}", r["ssim_min"]]
+                                    [[r["case"], _ssim_cell(r, old), _ssim_cell(r, new), r["ssim_min"]]
                                      for r in ssim]))
+        lines += [f"\n{r['case']} on {v}: {r[f'{v} error']}" for r in ssim for v in (old, new)
+                  if r[v] is None]
     lines += ["", "### Verdict", ""]
     if reasons:
         lines.append(f"**{new} fails**: " + "; ".join(reasons) + ".")
     else:
-        scope = "" if ssim is not None else " (per-subgraph checks only; the image part is pending)"
+        scope = "" if ssim is not None else (
+            " (per-subgraph checks only; " + ("the image part failed" if image_note else
+                                              "the image part is pending") + ")")
         lines.append(f"**{new} passes**{scope}: every op on the NPU, every subgraph's cosine >= "
                      f"{cosine_min}" + (", every case's SSIM at or above its threshold" if ssim else "")
                      + ".")
