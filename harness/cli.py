@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                      help="subgraph precision when the partition is exported on first use")
     gen.add_argument("--core-mask", default="auto", type=_checked(_core_mask),
-                     help="rknnlite NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2")
+                     help="rknnlite NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2, all")
     gen.add_argument("--mem-floor", default="1.5GiB", type=_checked(_size),
                      help="abort when MemAvailable falls below (default: %(default)s)")
     gen.add_argument("--swap-limit", default="16MiB", type=_checked(_size),

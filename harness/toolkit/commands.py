@@ -50,6 +50,8 @@ def add_commands(subparsers) -> None:
     cmp.add_argument("--target", default=DEFAULT_TARGET, help="target platform (default: %(default)s)")
     cmp.add_argument("--sim-samples", type=_non_negative, default=1,
                      help="random input sets per subgraph for the cosine (default: %(default)s)")
+    cmp.add_argument("--cases", help="comma-separated golden cases for the image part (default: all; "
+                                     "each renders a whole generation per version on the simulator)")
     cmp.add_argument("--quiet", action="store_true", help="no progress lines")
     cmp.set_defaults(func=cmd_compare)
 
@@ -69,6 +71,7 @@ def cmd_convert(args) -> int:
 def cmd_compare(args) -> int:
     from .compare import compare_toolkits
     text = compare_toolkits(args.old, args.new, args.partition, args.out, target=args.target,
-                            samples=args.sim_samples, quiet=args.quiet)
+                            samples=args.sim_samples, quiet=args.quiet,
+                            case_names=[c.strip() for c in args.cases.split(",")] if args.cases else None)
     print(text)
     return 0

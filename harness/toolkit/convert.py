@@ -156,10 +156,10 @@ def convert_partition(partition, out, version: str | None = None, precision: str
     version = version or default_version()
     if precision not in PRECISIONS:
         raise ConfigError(f"--precision '{precision}' is unknown (choose {' or '.join(PRECISIONS)})")
-    toolkit_python(version)                 # an absent environment fails before any work
     out = Path(out)
     _check_out(out)
     source = _source(partition)
+    toolkit_python(version)                 # an absent environment fails before any work
     started = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
     # Absolute: the worker runs in its own directory (the toolkit litters its cwd with check*.onnx).
@@ -236,7 +236,7 @@ def _recorded(quantization: dict | None) -> dict | None:
 
 def _finish(work: Path, out: Path) -> None:
     """Keep only the deliverables, then swap work/ in for out/ (the old output goes last)."""
-    for scratch in ("logs", "sim", "samples", "datasets", "job.json", "job.stderr", "toolkit-import.log"):
+    for scratch in ("logs", "sim", "samples", "datasets", "scratch", "job.json", "job.stderr", "toolkit-import.log"):
         target = work / scratch
         if target.is_dir():
             shutil.rmtree(target)

@@ -39,9 +39,12 @@ def cosine_rows(result, partition) -> list[dict]:
         sim = result.sim_outputs.get(stem) or []
         ref = reference_outputs(source.path_of(entry), result.samples.get(stem, []))
         pairs = list(zip(sim, ref))
-        rows.append({"label": entry.label, "file": f"{stem}.rknn",
-                     "cosine": min((cosine(s, r) for s, r in pairs), default=float("nan")),
-                     "max_abs": max((float(np.max(np.abs(s - r))) for s, r in pairs), default=float("nan"))})
+        # A layout the toolkit changed (an NHWC output for an NCHW graph) is a failure, not a cosine.
+        same = all(np.shape(s) == np.shape(r) for s, r in pairs)
+        rows.append({"label": entry.label, "file": f"{stem}.rknn", "shapes_match": same,
+                     "cosine": min((cosine(s, r) if same else -1.0 for s, r in pairs), default=float("nan")),
+                     "max_abs": max((float(np.max(np.abs(s - r))) if same else float("inf")
+                                     for s, r in pairs), default=float("nan"))})
     return rows
 
 

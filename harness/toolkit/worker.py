@@ -48,6 +48,17 @@ def _check(stage: str, ret) -> None:
         raise BuildFailed(stage, f"returned {ret}")
 
 
+def _call(stage: str, fn, *args, **kwargs) -> None:
+    """One toolkit call: it returns -1 on some errors and raises on others; both name the call."""
+    try:
+        ret = fn(*args, **kwargs)
+    except BuildFailed:
+        raise
+    except Exception as exc:
+        raise BuildFailed(stage, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from exc
+    _check(stage, ret)
+
+
 def build_rknn(onnx_path, config: dict, verbose: bool = True):
     """Build one subgraph from its ONNX file with the recorded config; return the built RKNN object.
 
@@ -66,12 +77,12 @@ def build_rknn(onnx_path, config: dict, verbose: bool = True):
         return _hybrid_build(Path(onnx_path), config, quant, verbose)
     rknn = RKNN(verbose=verbose)
     try:
-        _check("config", rknn.config(**_settings(config, quant)))
-        _check("load_onnx", rknn.load_onnx(model=str(onnx_path)))
+        _call("config", rknn.config, **_settings(config, quant))
+        _call("load_onnx", rknn.load_onnx, model=str(onnx_path))
         if not quant:
-            _check("build", rknn.build(do_quantization=False))
+            _call("build", rknn.build, do_quantization=False)
         else:
-            _check("build", rknn.build(do_quantization=True, dataset=quant["dataset"]))
+            _call("build", rknn.build, do_quantization=True, dataset=quant["dataset"])
         return rknn
     except BaseException:
         rknn.release()
@@ -109,8 +120,8 @@ def _hybrid_build(onnx_path: Path, config: dict, quant: dict, verbose: bool):
         _step1(onnx_path, settings, dataset, ranges, files, verbose)
         rknn = RKNN(verbose=verbose)
         try:
-            _check("config", rknn.config(**settings))
-            _check("hybrid_quantization_step2", rknn.hybrid_quantization_step2(*map(str, files)))
+            _call("config", rknn.config, **settings)
+            _call("hybrid_quantization_step2", rknn.hybrid_quantization_step2, *map(str, files))
         except BaseException:
             rknn.release()
             raise
@@ -121,11 +132,10 @@ def _step1(onnx_path: Path, settings: dict, dataset: str, ranges: list, files: l
     from rknn.api import RKNN
     rknn = RKNN(verbose=verbose)
     try:
-        _check("config", rknn.config(**settings))
-        _check("load_onnx", rknn.load_onnx(model=str(onnx_path)))
-        _check("hybrid_quantization_step1",
-               rknn.hybrid_quantization_step1(dataset=dataset, proposal=False,
-                                              custom_hybrid=ranges or None))
+        _call("config", rknn.config, **settings)
+        _call("load_onnx", rknn.load_onnx, model=str(onnx_path))
+        _call("hybrid_quantization_step1", rknn.hybrid_quantization_step1, dataset=dataset,
+              proposal=False, custom_hybrid=ranges or None)
     finally:
         rknn.release()
     missing = [f.name for f in files if not f.exists()]
@@ -196,7 +206,7 @@ def redirected(log_path):
 
 def _simulate(rknn, samples: list[dict], out_dir: Path, name: str) -> list[str]:
     """Run the PC simulator on saved sample inputs; save outputs as .npy; return their paths."""
-    _check("init_runtime", rknn.init_runtime())
+    _call("init_runtime", rknn.init_runtime)
     written = []
     for k, sample in enumerate(samples):
         inputs = [np.load(p) for p in sample["inputs"]]
@@ -241,7 +251,7 @@ def _one(item: dict, config: dict, out_dir: Path, emit) -> None:
             rknn = build_rknn(item["onnx"], {**config, "quantization": item.get("quantization")})
             built = time.perf_counter() - started
             stage = "export_rknn"
-            _check("export_rknn", rknn.export_rknn(str(out_dir / item["rknn"])))
+            _call("export_rknn", rknn.export_rknn, str(out_dir / item["rknn"]))
             outputs = []
             if item.get("samples"):
                 stage = "simulate"
@@ -264,8 +274,11 @@ def _one(item: dict, config: dict, out_dir: Path, emit) -> None:
 
 def run_job(job: dict, emit) -> int:
     """Build every item of the job in order; stop at the first failure (the caller discards all)."""
-    out_dir = Path(job["out_dir"])
+    out_dir = Path(job["out_dir"]).resolve()
     (out_dir / "logs").mkdir(parents=True, exist_ok=True)
+    # The toolkit drops check*.onnx files into its working directory: keep them in the scratch dir.
+    (out_dir / "scratch").mkdir(exist_ok=True)
+    os.chdir(out_dir / "scratch")
     (out_dir / "sim").mkdir(exist_ok=True)
     emit({"event": "start", "toolkit": toolkit_version(), "count": len(job["items"])})
     for item in job["items"]:
@@ -287,9 +300,7 @@ def main(argv: list[str]) -> int:
         channel.flush()
 
     Path(job["out_dir"]).mkdir(parents=True, exist_ok=True)
-    # The toolkit drops check*.onnx debugging files into its working directory: not the checkout.
-    job["out_dir"] = str(Path(job["out_dir"]).resolve())
-    os.chdir(job["out_dir"])
+    job["out_dir"] = str(Path(job["out_dir"]).resolve())      # run_job changes the cwd
     try:
         with redirected(Path(job["out_dir"]) / "toolkit-import.log"):
             import rknn.api  # noqa: F401  (slow: torch, onnx; its warnings belong in a log)

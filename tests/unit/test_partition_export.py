@@ -142,6 +142,22 @@ def test_graphs_are_valid_and_converter_friendly(partitions):
     assert {"Erf", "MatMul"} <= {n.op_type for n in ffn.graph.node}
 
 
+def test_toolkit_friendly_constants_and_gelu(partitions):
+    # rknn-toolkit2 (architecture.md section 8): Clip bounds must be rank 0, and GELU fuses into one
+    # NPU op only when written constant-second; constant-first leaves Erf on the CPU.
+    manifest = partitions["float32"]
+    decoder = onnx.load(str(manifest.path_of(manifest.decoder)))
+    inits = {i.name: i for i in decoder.graph.initializer}
+    clip = next(n for n in decoder.graph.node if n.op_type == "Clip")
+    assert [list(inits[name].dims) for name in clip.input[1:]] == [[], []]
+    ffn = onnx.load(str(manifest.path_of(manifest.entry(0, "ffn"))))
+    consts = {i.name for i in ffn.graph.initializer}
+    node = {n.name: n for n in ffn.graph.node}
+    for name in ("gelu/one_plus_erf", "gelu/half_x"):
+        first, second = node[name].input
+        assert first not in consts and second in consts, f"{name}: constant must come second"
+
+
 def test_decoder_matches_numpy_decode(partitions, embedded):
     cfg, _ = embedded
     manifest = partitions["float32"]
