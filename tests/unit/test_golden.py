@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from harness.errors import ConfigError
-from harness.golden import (UPDATE_COMMAND, golden_dir_for, GoldenCorrupt, GoldenMissing, GoldenRefused,
+from harness.golden import (UPDATE_COMMAND, golden_dir_for, GoldenCorrupt, GoldenError, GoldenMissing, GoldenRefused,
                             GoldenStale, GoldenStore, load_cases)
 from harness.imageio import load_png
 
@@ -25,11 +25,11 @@ def case():
 
 def test_shipped_cases_load_with_measured_thresholds():
     cases = load_cases(CASES_FILE)
-    assert [c.name for c in cases] == ["seven", "three", "zero"]
+    assert [c.name for c in cases] == ["seven", "three", "zero", "seven-spectrum"]
     seven = cases[0]
     assert (seven.prompt, seven.seed, seven.sampler) == ("a handwritten digit seven", 1, "flow-euler")
-    assert seven.ssim_min == 0.9999 and seven.psnr_min == 50.0
-    assert "embedded-model-notes.md" in CASES_FILE.read_text()
+    # No shipped case may be looser than the measured FP16 default (embedded-model-notes.md).
+    assert all(c.ssim_min >= 0.9999 and c.psnr_min >= 50.0 for c in cases)
 
 
 def test_case_overrides_and_defaults(tmp_path):
@@ -57,6 +57,33 @@ def test_bad_case_names_file_case_and_field(tmp_path, case_text, fragment):
     assert str(path) in message and "[[case]] #1" in message and fragment in message
 
 
+def test_spectrum_case_resolves_over_the_preset():
+    spectrum = load_cases(CASES_FILE)[3]
+    assert spectrum.sampler == "spectrum" and spectrum.steps == 10
+    assert spectrum.spectrum == {"warmup": 3, "window": 2.0, "flex": 0.25, "degree": 2, "ridge": 0.1,
+                                 "blend": 1.0, "tail": 0}
+    assert load_cases(CASES_FILE)[0].spectrum is None
+
+
+@pytest.mark.parametrize("case_text, fragment", [
+    ('sampler = "spectrum"\nspectrum = { degree = 5 }', "spectrum.degree 5: a degree-5 Chebyshev fit needs 6"),
+    ('sampler = "spectrum"\nspectrum = { window = 0 }', "spectrum.window 0: the window must be at least 1"),
+    ('sampler = "spectrum"\nspectrum = { ridge = -1 }', "spectrum.ridge -1: the ridge lambda must be 0 or more"),
+    ('sampler = "spectrum"\nsteps = 4\nspectrum = { tail = 5 }', "spectrum.tail 5: more always-computed tail steps"),
+    ('sampler = "spectrum"\nspectrum = { lamda = 1 }', "unknown Spectrum parameter(s) ['lamda']"),
+    ('spectrum = { degree = 2 }', "a 'spectrum' table needs sampler = \"spectrum\""),
+    ('sampler = "dpm"', "'sampler' must be one of ['flow-euler', 'spectrum']"),
+])
+def test_bad_spectrum_case_is_one_line_naming_file_case_and_parameter(tmp_path, case_text, fragment):
+    path = tmp_path / "cases.toml"
+    path.write_text(CASES_FILE.read_text().split("\n[[case]]")[0] +
+                    '\n[[case]]\nname = "s"\nprompt = "x"\nseed = 1\n' + case_text + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_cases(path)
+    message = str(info.value)
+    assert f"{path} [[case]] #1 's'" in message and fragment in message and "\n" not in message
+
+
 def test_duplicate_case_names_are_refused(tmp_path):
     path = tmp_path / "cases.toml"
     path.write_text(CASES_FILE.read_text() + '\n[[case]]\nname = "seven"\nprompt = "7"\nseed = 9\n')
@@ -69,7 +96,23 @@ def test_missing_golden_names_case_file_and_update_command(tmp_path, case):
         GoldenStore(tmp_path).load(case)
     message = str(info.value)
     assert "'seven'" in message and str(tmp_path / "seven.npy") in message
-    assert UPDATE_COMMAND == "pytest -m quality --update-goldens" and UPDATE_COMMAND in message
+    assert UPDATE_COMMAND in message
+    _is_a_working_command(UPDATE_COMMAND)
+
+
+def _is_a_working_command(command: str) -> None:
+    """The command a missing golden names must select the quality gate and switch on the update:
+    its marker is registered in pytest.ini and its option is one the suite's plugin accepts."""
+    import shlex
+
+    from harness.config import REPO_ROOT
+    from harness.pytest_plugin import OPTIONS
+    words = shlex.split(command)
+    assert words[:2] == ["pytest", "-m"]
+    ini = (REPO_ROOT / "pytest.ini").read_text()
+    assert f"\n    {words[2]}:" in ini, f"marker '{words[2]}' is not registered in pytest.ini"
+    for flag in words[3:]:
+        assert flag.startswith("--") and flag[2:].replace("-", "_") in OPTIONS, f"{flag}: not a suite option"
 
 
 def test_round_trip_keeps_float32_bits_and_provenance(tmp_path, case):
@@ -107,8 +150,10 @@ def test_write_requires_backend_and_manifest_hash(tmp_path, case):
 
 
 def test_write_refuses_out_of_range_image(tmp_path, case):
-    with pytest.raises(Exception, match=r"outside \[0, 1\]"):
-        GoldenStore(tmp_path).write(case, _image() + 1.0, META, "float32")
+    for bad in (_image() + 1.0, np.where(_image() > 0.5, np.nan, _image()).astype(np.float32)):
+        with pytest.raises(GoldenError, match=r"'seven': image has values outside \[0, 1\] or NaN"):
+            GoldenStore(tmp_path).write(case, bad, META, "float32")
+    assert list(tmp_path.iterdir()) == [], "a refused golden left files behind"
 
 
 def test_corrupt_npy_is_an_error(tmp_path, case):
