@@ -130,6 +130,8 @@ class SimWorker:
             if stream:
                 stream.close()
         self._log.close()
+        if self.proc.returncode == 0:       # a clean stop: its log holds only the toolkit's chatter
+            self.log_path.unlink(missing_ok=True)
 
 
 _workers: dict[str, SimWorker] = {}
@@ -241,6 +243,15 @@ def _identity(quant: dict | None) -> dict | None:
 
 class RknnSimContext(Context):
     backend_name = "rknn-sim"
+    # --calibration picks the set a w8a8-ffn conversion is made from (harness/toolkit/cached.py).
+    option_names = ("calibration",)
+    exclusive_options = ("calibration",)
+
+    @classmethod
+    def parse_options(cls, values: dict, cfg) -> dict:
+        if values.get("calibration") is not None and values.get("precision") != "w8a8-ffn":
+            raise ConfigError(f"--calibration {values['calibration']}: goes with --precision w8a8-ffn")
+        return {}           # contexts take none: every build setting comes from the manifest
 
     def __init__(self, label: str, **options):
         if options:

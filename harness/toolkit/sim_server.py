@@ -38,26 +38,29 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from worker import BuildFailed, build_rknn, toolkit_version  # noqa: E402
 
-__all__ = ["serve", "compare_builds", "MAX_DIFF_FRACTION"]
+__all__ = ["serve", "compare_builds", "MAX_DIFF_BYTES", "MAX_DIFF_FRACTION"]
 
-# The toolkit writes uninitialised heap bytes (pointer values) into every .rknn it exports: two builds
-# of one model in one process differed in 0.24-0.67 % of their bytes (765-1301 bytes, measured on the
-# embedded model's subgraphs with 2.5.0), all else identical. A model built from other weights, another
-# precision or another config differs in size or in most of its weight bytes.
-MAX_DIFF_FRACTION = 0.02
+# The toolkit writes uninitialised heap bytes (pointer values) into every .rknn it exports, so two
+# builds of one model never hash alike. Measured with 2.5.0 on the embedded model: 765-2,081 bytes
+# differ between two builds (0.24 % of a 317 KB cross-attention, 2.7 % of the 78 KB decoder), all
+# else identical. A model built from other weights differs in most of its weight bytes (block 1's
+# FFN in place of block 0's: ~40 %), another precision or config in size. So a rebuild stands for
+# the file when sizes match and at most MAX_DIFF_BYTES + MAX_DIFF_FRACTION of the bytes differ.
+MAX_DIFF_BYTES = 8192
+MAX_DIFF_FRACTION = 0.01
 
 
 def compare_builds(rebuilt: bytes, recorded: bytes) -> tuple[bool, str]:
-    """Does the rebuilt .rknn stand for the recorded one: same size, and differing only in a few
-    scattered bytes (see MAX_DIFF_FRACTION)?"""
+    """Does the rebuilt .rknn stand for the recorded one: same size, and differing only in the
+    few scattered bytes the toolkit leaves uninitialised (see MAX_DIFF_BYTES)?"""
     if len(rebuilt) != len(recorded):
         return False, f"rebuilt model is {len(rebuilt)} bytes, the .rknn file {len(recorded)}"
     a = np.frombuffer(rebuilt, np.uint8)
     b = np.frombuffer(recorded, np.uint8)
     differing = int(np.count_nonzero(a != b))
-    fraction = differing / max(len(a), 1)
-    detail = f"{differing} of {len(a)} bytes differ ({100 * fraction:.2f} %)"
-    return fraction <= MAX_DIFF_FRACTION, detail
+    allowed = MAX_DIFF_BYTES + int(MAX_DIFF_FRACTION * len(a))
+    detail = f"{differing} of {len(a)} bytes differ ({100 * differing / max(len(a), 1):.2f} %, allowed {allowed})"
+    return differing <= allowed, detail
 
 
 # ---------------------------------------------------------------- framing

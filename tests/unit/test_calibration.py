@@ -9,7 +9,7 @@ import pytest
 from harness.calibration import RECORD_FILE, capture_calibration, load_calibration, parse_steps
 from harness.cli import main
 from harness.errors import ConfigError, NumericsError
-from harness.generate import sample_settings, stream_contexts
+from harness.reference_run import sample_settings, stream_contexts
 from harness.model import ops, reference as R
 from harness.partition.manifest import load_manifest
 from harness.sampler import flow_sigmas, initial_noise
