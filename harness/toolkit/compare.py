@@ -43,7 +43,7 @@ def _convert(version: str, partition: Path, out: Path, target: str, samples: int
 
 def _subgraph_table(old, new, rows_old, rows_new) -> str:
     head = ["subgraph", f"cosine {old.version}", f"cosine {new.version}", f"CPU ops {old.version}",
-            f"CPU ops {new.version}", f"KB {old.version}", f"KB {new.version}",
+            f"CPU ops {new.version}", f"KiB {old.version}", f"KiB {new.version}",
             f"build s {old.version}", f"build s {new.version}"]
     size = {r.version: {e.file: e.bytes for e in r.manifest.entries()} for r in (old, new)}
     body = []

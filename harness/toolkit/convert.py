@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, ManifestError, ToolkitError
-from ..partition.manifest import MANIFEST_FILE, Manifest, SubgraphEntry, load_manifest, manifest_sha256
+from ..partition.manifest import Manifest, SubgraphEntry, load_manifest, manifest_sha256
 from .calibration import absolute_dataset, precisions, quantization_for
 from .envs import default_version, toolkit_python
-from .layers import cpu_fallbacks, parse_layer_table
+from .layers import check_no_cpu_ops, cpu_fallbacks, parse_layer_table
 from .process import run_worker
 
 __all__ = ["PRECISIONS", "DEFAULT_TARGET", "BUILD_LOG", "ConvertResult", "convert_partition",
@@ -94,12 +94,13 @@ def _items(source: Manifest, work: Path, precision: str, calibration, samples: i
     items, inputs = [], {}
     for entry in source.entries():
         stem = Path(entry.file).stem
-        quant = quantization_for(entry, precision, calibration)
+        recorded = quantization_for(entry, precision, calibration)
+        quant = dict(recorded) if recorded else None
         if quant:   # the toolkit reads list entries from its own cwd: hand it absolute paths
             quant["dataset"] = str(absolute_dataset(Path(quant["dataset"]),
                                                     work / "datasets" / f"{stem}.txt"))
         item = {"name": stem, "onnx": str(source.path_of(entry).resolve()), "rknn": f"{stem}.rknn",
-                "quantization": quant}
+                "quantization": quant, "recorded_quantization": recorded}
         if samples:
             sets = sample_inputs(entry, samples, seed)
             inputs[stem] = sets
@@ -175,7 +176,8 @@ def convert_partition(partition, out, version: str | None = None, precision: str
         if failed:
             raise _fail(source, version, failed[0], out)
         built = {e["name"]: e for e in events if e["event"] == "built"}
-        result = _assemble(source, work, out, version, precision, target, calibration, built,
+        recorded = {item["name"]: item["recorded_quantization"] for item in items}
+        result = _assemble(source, work, out, version, precision, target, calibration, built, recorded,
                            started, allow_cpu_ops)
         result.samples = inputs
         result.sim_outputs = {name: [np.load(p) for p in ev["sim_outputs"]] for name, ev in built.items()}
@@ -186,8 +188,8 @@ def convert_partition(partition, out, version: str | None = None, precision: str
     return result
 
 
-def _assemble(source, work, out, version, precision, target, calibration, built, started,
-              allow_cpu_ops) -> ConvertResult:
+def _assemble(source, work, out, version, precision, target, calibration, built, recorded,
+              started, allow_cpu_ops) -> ConvertResult:
     """Parse every layer table, gate CPU fallbacks, write build.log and manifest.json into work/."""
     entries, records, cpu_ops, logs = [], [], {}, []
     for entry in source.entries():
@@ -204,12 +206,16 @@ def _assemble(source, work, out, version, precision, target, calibration, built,
         records.append({"file": rknn.name, "onnx_file": entry.file, "onnx_sha256": entry.sha256,
                         "build_seconds": event["seconds"], "layers": len(layers),
                         "cpu_ops": cpu_ops[stem],
-                        "quantization": _recorded(quantization_for(entry, precision, calibration))})
-    if not allow_cpu_ops:
-        from .layers import check_no_cpu_ops
-        check_no_cpu_ops({e.label + f" ({e.file})": cpu_ops[Path(e.file).stem] for e in entries})
+                        "quantization": recorded[stem]})
     log_file = work / BUILD_LOG
     log_file.write_text("\n".join(logs))
+    if not allow_cpu_ops:
+        try:
+            check_no_cpu_ops({e.label + f" ({e.file})": cpu_ops[Path(e.file).stem] for e in entries})
+        except ToolkitError as exc:     # keep the layer tables that show it
+            keep = out.parent / f"{out.name}.failed.log"
+            shutil.copyfile(log_file, keep)
+            raise ToolkitError(f"{exc} (build log: {keep})") from None
     seconds = time.perf_counter() - started
     conversion = {"toolkit": "rknn-toolkit2", "toolkit_version": version, "target": target,
                   "precision": precision, "config": {"target_platform": target, **RKNN_CONFIG},
@@ -227,11 +233,6 @@ def _assemble(source, work, out, version, precision, target, calibration, built,
     return ConvertResult(manifest=manifest, version=version, seconds=seconds,
                          build_seconds={r["file"]: r["build_seconds"] for r in records},
                          cpu_ops=cpu_ops)
-
-
-def _recorded(quantization: dict | None) -> dict | None:
-    """The quantization settings as recorded: dataset paths relative to nothing, as given."""
-    return dict(quantization) if quantization else None
 
 
 def _finish(work: Path, out: Path) -> None:
