@@ -2,6 +2,7 @@
 itself, in a fresh pytest process, on the partition converted on first use (kept in the repository's
 .cache like the exported ones, so later runs skip the conversion)."""
 import os
+import re
 import subprocess
 import sys
 
@@ -25,4 +26,5 @@ def _gates(tmp_path, *args):
 def test_fp16_conversion_passes_numerics_and_quality_on_the_simulator(toolkit_version, tmp_path):
     code, out = _gates(tmp_path)
     assert code == 0, out[-3000:]
-    assert "6 passed" in out, out[-3000:]
+    passed = re.search(r"(\d+) passed", out)
+    assert passed and int(passed.group(1)) >= 6 and " failed" not in out, out[-3000:]   # numerics + quality per case
