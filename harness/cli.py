@@ -1,4 +1,4 @@
-"""`python -m harness <command>`: generate, export, inspect, trend.
+"""`python -m harness <command>`: generate, export, inspect, convert, compare-toolkits, trend.
 
 Expected failures (HarnessError) print one line naming the culprit and exit non-zero without a
 traceback; anything else is a bug and keeps its traceback.
@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                      help="subgraph precision when the partition is exported on first use")
     gen.add_argument("--core-mask", default="auto", type=_checked(_core_mask),
-                     help="rknnlite / board-sim NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2")
+                     help="rknnlite / board-sim NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2, all")
     add_board_sim_options(gen)
     gen.add_argument("--lifecycle", default="on-demand", type=_checked(_lifecycle),
                      help="context strategy: on-demand, resident, lru:K, pinned:K, pinned:@I,J,A-B, "
@@ -125,10 +125,16 @@ def build_parser() -> argparse.ArgumentParser:
     from .planner import add_command as add_plan
     from .probe import add_command as add_probe
     from .trend import add_command as add_trend
+    from .calibration import add_command as add_capture
+    from .accuracy_cli import add_command as add_accuracy
+    from .toolkit.commands import add_commands as add_toolkit_commands
     add_commands(sub)
+    add_toolkit_commands(sub)
     add_trend(sub)
     add_probe(sub)
     add_plan(sub)
+    add_capture(sub)
+    add_accuracy(sub)
     return parser
 
 

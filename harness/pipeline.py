@@ -13,6 +13,7 @@ lifecycle stages, host math and the rest (harness bookkeeping).
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import numpy as np
@@ -23,7 +24,21 @@ from .model.bundle import ModelBundle
 from .partition.manifest import check_input
 from .timing import Timed
 
-__all__ = ["PartitionedPipeline", "HostTimes", "check_finite", "batch_of"]
+__all__ = ["PartitionedPipeline", "HostTimes", "Invocation", "check_finite", "batch_of"]
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What an observer sees of one invocation: the subgraph, where in the run it is, the inputs
+    exactly as the backend got them (the subgraph's dtype, all streams along axis 0) and the output
+    cast back to FP32. Observers (calibration capture, accuracy analysis) must not modify them."""
+
+    entry: object
+    step: int
+    sigma: float
+    streams: tuple[str, ...]
+    inputs: tuple[np.ndarray, ...]
+    output: np.ndarray
 
 
 class HostTimes:
@@ -66,7 +81,8 @@ class PartitionedPipeline:
     """Velocity of the partitioned network for one latent and its CFG streams."""
 
     def __init__(self, bundle: ModelBundle, manifest, strategy, contexts: dict[str, np.ndarray],
-                 between_invocations: Iterable[Callable[[], None]] = ()):
+                 between_invocations: Iterable[Callable[[], None]] = (),
+                 observers: Iterable[Callable[[Invocation], None]] = ()):
         self.bundle = bundle
         self.cfg = bundle.cfg
         self.manifest = manifest
@@ -78,6 +94,8 @@ class PartitionedPipeline:
         self.rows = [s if self.images == 1 else f"{s} image {i}" for s in self.streams for i in range(self.images)]
         self.context = np.concatenate([contexts[s] for s in self.streams]).astype(np.float32)   # [S*N, L, C]
         self.between = list(between_invocations)
+        self.observers = list(observers)
+        self.sigma = float("nan")
         self.host = HostTimes()
         self._checked: set[int] = set()
         self._contexts: dict[str, np.ndarray] = {}
@@ -90,6 +108,7 @@ class PartitionedPipeline:
     def hidden_state(self, latent: np.ndarray, sigma: float, step: int) -> dict[str, np.ndarray]:
         """Every subgraph in order: {stream: [images, T, D]} FP32, the input of the final layer."""
         w, cfg, host = self.bundle.weights, self.cfg, self.host
+        self.sigma = sigma
         with host.timed(step, "adaln"):
             emb, lora = self._time_embedding(sigma, step)
             mods = R.modulations(w, cfg, emb, lora)
@@ -152,6 +171,11 @@ class PartitionedPipeline:
             self.strategy.finish(entry, step)
         with self.host.timed(step, "cast"):     # back to the FP32 residual stream
             out = np.asarray(outs[0] if len(outs) == 1 else np.concatenate(outs), dtype=np.float32)
+        if self.observers:
+            # Before the NaN check, so an analysis still sees the invocation that stops the run.
+            seen = Invocation(entry, step, self.sigma, tuple(self.rows), tuple(inputs), out)
+            for observe in self.observers:
+                observe(seen)
         check_finite(out, self.rows, step, entry)
         return out
 
@@ -175,4 +199,6 @@ class PartitionedPipeline:
                                  dtype=np.float32) for one in np.split(latent, latent.shape[0])]
         finally:
             self.strategy.finish(entry, step)
+        # The decoder graph emits [1, H, W, 3] (all ops on the NPU that way); an image is [H, W, 3].
+        images = [image[0] if image.ndim == 4 else image for image in images]
         return images[0] if len(images) == 1 else np.stack(images)

@@ -83,7 +83,7 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
                     report_path: str | Path | None = None,
                     on_step: Callable[[int], None] | None = None, verify: bool = True,
                     contexts: dict | None = None, lifecycle: str = "on-demand",
-                    images: int = 1) -> RunResult:
+                    images: int = 1, observers=()) -> RunResult:
     """Generate one image through the partition; `settings` as from generate.sample_settings.
 
     verify=False skips re-hashing the subgraph files (for benchmark rounds after a verified first
@@ -91,6 +91,8 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
     contexts ({stream: [1, L, C]}) replaces the prompt for models whose text encoder is not here.
     lifecycle: the context strategy (harness.lifecycle.spec). images: how many images are generated
     together (seeds seed, seed+1, ...), every stream of every image served by each loaded context.
+    observers are called with every invocation (pipeline.Invocation): calibration capture and
+    accuracy analysis watch the run itself rather than a second forward.
     """
     result = RunResult(recorder=LifecycleRecorder())
     report = result.report
@@ -110,7 +112,8 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
                    else stream_contexts(bundle, [prompt] * images, settings["cfg_scale"]))
         pipeline = PartitionedPipeline(bundle, manifest, strategy, streams,
                                        between_invocations=([guard.check] if guard else [])
-                                       + backend_class(backend).between_invocations(options))
+                                       + backend_class(backend).between_invocations(options),
+                                       observers=observers)
         report["streams"] = pipeline.streams
         mark = [time.perf_counter()]
 

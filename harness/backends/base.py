@@ -27,6 +27,7 @@ BACKENDS = {
     "rknnlite": "harness.backends.rknnlite:RknnLiteContext",
     "faults": "harness.backends.faults:FaultInjectionContext",
     "board-sim": "harness.backends.board_sim:BoardSimContext",
+    "rknn-sim": "harness.backends.rknn_sim:RknnSimContext",
 }
 
 _live_lock = threading.Lock()

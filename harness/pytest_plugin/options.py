@@ -20,10 +20,14 @@ __all__ = ["SuiteSettings", "resolve_settings", "OPTIONS", "typed_value", "pytes
 
 # option name -> (default, help). Defaults are the host CI's; a board profile overrides them.
 OPTIONS = {
-    "backend": ("auto", "auto (rknnlite on an RK3588, onnxruntime elsewhere), onnxruntime, rknnlite, faults, board-sim"),
+    "backend": ("auto", "auto (rknnlite on an RK3588, onnxruntime elsewhere), onnxruntime, rknnlite, faults, "
+                        "board-sim (the board's timings and memory, simulated), "
+                        "rknn-sim (rknn-toolkit2's PC simulator on the converted partition)"),
     "model_dir": (str(EMBEDDED_DIR), "model directory (model.toml + weights); default: the embedded model"),
     "partition": (None, "partition directory (manifest.json); default: exported from the weights and cached"),
-    "precision": ("float16", "precision of an exported partition: float16 (the board's) or float32"),
+    "precision": ("float16", "precision of an exported partition: float16 (the board's) or float32; "
+                             "with rknn-sim: float16 or w8a8-ffn (the conversion's)"),
+    "calibration": (None, "rknn-sim w8a8-ffn: calibration directory (default: captured on first use)"),
     "fake_quant": (None, "export the partition with simulated INT8 (ffn-w8a8): a what-if the quality gate judges"),
     "golden_dir": (None, "golden images and cases.toml; default: golden/<model name>"),
     "cases": (None, "comma-separated golden case names to run (default: all)"),
@@ -51,7 +55,7 @@ _FLAGS = {"require_npu", "update_goldens", "force_goldens"}
 _INTS = {"bench_rounds", "bench_steps", "images"}
 _SIZES = {"mem_floor", "swap_limit", "pss_budget"}
 _PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir",
-          "board_profile_data"}
+          "board_profile_data", "calibration"}
 
 
 @dataclass
@@ -62,6 +66,7 @@ class SuiteSettings:
     model_dir: Path
     partition: Path | None
     precision: str
+    calibration: Path | None
     fake_quant: str | None
     golden_dir: Path
     cases: list[str] | None
@@ -160,8 +165,10 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         raise ConfigError(f"--backend {requested}: unknown (choose auto, {', '.join(BACKENDS)})")
     from ..lifecycle import parse_lifecycle
     lifecycle = str(parse_lifecycle(values["lifecycle"]))
-    if values["precision"] not in ("float16", "float32"):
-        raise ConfigError(f"--precision {values['precision']}: choose float16 or float32")
+    precisions = ("float16", "w8a8-ffn") if backend == "rknn-sim" else ("float16", "float32")
+    if values["precision"] not in precisions:
+        raise ConfigError(f"--precision {values['precision']}: choose {' or '.join(precisions)}"
+                          + (" (what the toolkit builds)" if backend == "rknn-sim" else ""))
     from ..partition.onnx_export import FAKE_QUANT
     if values["fake_quant"] not in (None, *FAKE_QUANT):
         raise ConfigError(f"--fake-quant {values['fake_quant']}: choose {', '.join(FAKE_QUANT)}")
@@ -177,7 +184,7 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     settings = SuiteSettings(
         backend=backend, backend_requested=requested, on_board=on_board,
         model_dir=values["model_dir"], partition=values["partition"], precision=values["precision"],
-        fake_quant=values["fake_quant"],
+        calibration=values["calibration"], fake_quant=values["fake_quant"],
         golden_dir=golden_dir,
         cases=cases,
         require_npu=values["require_npu"], mem_floor=parse_size(values["mem_floor"]),
