@@ -20,10 +20,14 @@ __all__ = ["SuiteSettings", "resolve_settings", "OPTIONS", "typed_value", "pytes
 
 # option name -> (default, help). Defaults are the host CI's; a board profile overrides them.
 OPTIONS = {
-    "backend": ("auto", "auto (rknnlite on an RK3588, onnxruntime elsewhere), onnxruntime, rknnlite, faults"),
+    "backend": ("auto", "auto (rknnlite on an RK3588, onnxruntime elsewhere), onnxruntime, rknnlite, faults, "
+                        "board-sim (the board's timings and memory, simulated), "
+                        "rknn-sim (rknn-toolkit2's PC simulator on the converted partition)"),
     "model_dir": (str(EMBEDDED_DIR), "model directory (model.toml + weights); default: the embedded model"),
     "partition": (None, "partition directory (manifest.json); default: exported from the weights and cached"),
-    "precision": ("float16", "precision of an exported partition: float16 (the board's) or float32"),
+    "precision": ("float16", "precision of an exported partition: float16 (the board's) or float32; "
+                             "with rknn-sim: float16 or w8a8-ffn (the conversion's)"),
+    "calibration": (None, "rknn-sim w8a8-ffn: calibration directory (default: captured on first use)"),
     "fake_quant": (None, "export the partition with simulated INT8 (ffn-w8a8): a what-if the quality gate judges"),
     "golden_dir": (None, "golden images and cases.toml; default: golden/<model name>"),
     "cases": (None, "comma-separated golden case names to run (default: all)"),
@@ -49,11 +53,16 @@ OPTIONS = {
     "baselines": (".benchmarks/baselines", "baseline store (one folder per board)"),
     "npu_timeout": (None, "seconds before an npu test is stopped (pytest-timeout): a hung NPU call fails its "
                           "test instead of the job"),
+    "lifecycle": ("on-demand", "context strategy: on-demand, resident, lru:K, pinned:K, pinned:@I,J,A-B, prefetch:K"),
+    "images": (1, "images generated together per run: every loaded context serves all their streams"),
+    "board_profile_data": (None, "board-sim: profile data file (default boards/data/rock5c-anima.toml)"),
+    "time_scale": (None, "board-sim: seconds here per board second (default: the data file's)"),
 }
 _FLAGS = {"require_npu", "update_goldens", "force_goldens", "save_baseline"}
-_INTS = {"bench_rounds", "bench_steps", "npu_timeout"}
+_INTS = {"bench_rounds", "bench_steps", "images", "npu_timeout"}
 _SIZES = {"mem_floor", "swap_limit", "pss_budget"}
-_PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir", "baselines"}
+_PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir",
+          "board_profile_data", "calibration", "baselines"}
 
 
 @dataclass
@@ -64,6 +73,7 @@ class SuiteSettings:
     model_dir: Path
     partition: Path | None
     precision: str
+    calibration: Path | None
     fake_quant: str | None
     golden_dir: Path
     cases: list[str] | None
@@ -89,6 +99,8 @@ class SuiteSettings:
     baselines: Path = Path(".benchmarks/baselines")
     npu_timeout: int | None = None
     bench_sampler: str | None = None
+    lifecycle: str = "on-demand"        # the context strategy (harness.lifecycle.spec)
+    images: int = 1                     # images generated together (stream batching)
 
 
 def pytest_addoption(parser):
@@ -163,8 +175,12 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     backend = ("rknnlite" if on_board else "onnxruntime") if requested == "auto" else requested
     if backend not in BACKENDS:
         raise ConfigError(f"--backend {requested}: unknown (choose auto, {', '.join(BACKENDS)})")
-    if values["precision"] not in ("float16", "float32"):
-        raise ConfigError(f"--precision {values['precision']}: choose float16 or float32")
+    from ..lifecycle import parse_lifecycle
+    lifecycle = str(parse_lifecycle(values["lifecycle"]))
+    precisions = ("float16", "w8a8-ffn") if backend == "rknn-sim" else ("float16", "float32")
+    if values["precision"] not in precisions:
+        raise ConfigError(f"--precision {values['precision']}: choose {' or '.join(precisions)}"
+                          + (" (what the toolkit builds)" if backend == "rknn-sim" else ""))
     from ..partition.onnx_export import FAKE_QUANT
     if values["fake_quant"] not in (None, *FAKE_QUANT):
         raise ConfigError(f"--fake-quant {values['fake_quant']}: choose {', '.join(FAKE_QUANT)}")
@@ -180,7 +196,7 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     settings = SuiteSettings(
         backend=backend, backend_requested=requested, on_board=on_board,
         model_dir=values["model_dir"], partition=values["partition"], precision=values["precision"],
-        fake_quant=values["fake_quant"],
+        calibration=values["calibration"], fake_quant=values["fake_quant"],
         golden_dir=golden_dir,
         cases=cases,
         require_npu=values["require_npu"], mem_floor=parse_size(values["mem_floor"]),
@@ -193,7 +209,7 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options,
         save_baseline=values["save_baseline"], baselines=values["baselines"],
         baseline_threshold=parse_threshold(values["baseline_threshold"]), npu_timeout=values["npu_timeout"],
-        bench_sampler=values["bench_sampler"])
+        bench_sampler=values["bench_sampler"], lifecycle=lifecycle, images=values["images"])
     settings.npu_problem = _npu_problem(settings)
     return settings
 
