@@ -122,12 +122,16 @@ def _cmd_generate(args) -> int:
 
 
 def _generate_reference(bundle, prompt, s, quiet):
+    import numpy as np
     from .generate import sample_reference
     from .report import progress_bar
     with progress_bar(s["steps"], "denoising (reference)", disable=quiet) as advance:
         latents = sample_reference(bundle, [prompt], [s["seed"]], s["steps"], s["cfg_scale"],
                                    s["shift"], on_step=lambda i: advance())
-    return bundle.decode(latents[0])
+    from .pipeline import check_image_finite
+    image = bundle.decode(latents[0])
+    check_image_finite(np.asarray(image), f"model {bundle.cfg.name} (reference forward and decoder)")
+    return image
 
 
 def _generate_partitioned(bundle, prompt, s, args):

@@ -18,10 +18,10 @@ import numpy as np
 from .errors import ManifestError, NumericsError
 from .model import ops, reference as R
 from .model.bundle import ModelBundle
-from .partition.manifest import check_input
+from .partition.manifest import check_input, check_outputs
 from .timing import Timed
 
-__all__ = ["PartitionedPipeline", "HostTimes", "check_finite", "batch_of"]
+__all__ = ["PartitionedPipeline", "HostTimes", "check_finite", "check_image_finite", "batch_of"]
 
 
 class HostTimes:
@@ -58,6 +58,16 @@ def check_finite(out: np.ndarray, streams: list[str], step: int, entry) -> None:
             raise NumericsError(
                 f"NaN/Inf at step {step}, block {entry.block}, branch {entry.branch}, stream {stream} "
                 f"(subgraph {entry.index}): {bad} of {out[k].size} values")
+
+
+def check_image_finite(image: np.ndarray, what: str) -> None:
+    """Raise NumericsError naming `what` (the decoder subgraph, or the model) for NaN/Inf in an image:
+    a PNG would clip them into plausible pixels and the image would still be written."""
+    if np.isfinite(np.sum(image, dtype=np.float64)):
+        return
+    bad = int(image.size - np.count_nonzero(np.isfinite(image)))
+    if bad:
+        raise NumericsError(f"NaN/Inf in the image from {what}: {bad} of {image.size} values")
 
 
 class PartitionedPipeline:
@@ -135,7 +145,8 @@ class PartitionedPipeline:
         return self._contexts[dtype]
 
     def _run(self, ctx, entry, step, inputs):
-        return self.strategy.run(ctx, entry, step, inputs)[0]
+        # Shape, dtype and count on every invocation: a wrong shape broadcasts silently otherwise.
+        return check_outputs(entry, self.strategy.run(ctx, entry, step, inputs))
 
     # ------------------------------------------------------------------ decoder
     def decode(self, latent: np.ndarray, step: int) -> np.ndarray:
@@ -144,7 +155,9 @@ class PartitionedPipeline:
             hook()
         ctx = self.strategy.acquire(entry, step)
         try:
-            image = self.strategy.run(ctx, entry, step, [latent.astype(entry.inputs[0].dtype)])[0]
+            image = self._run(ctx, entry, step, [latent.astype(entry.inputs[0].dtype)])
         finally:
             self.strategy.finish(entry, step)
-        return np.asarray(image, dtype=np.float32)
+        image = np.asarray(image, dtype=np.float32)
+        check_image_finite(image, f"{entry.label}, file {entry.file}")
+        return image

@@ -19,7 +19,7 @@ from ..config import BRANCHES, NETWORK_KEYS, ModelConfig
 from ..errors import ManifestError
 
 __all__ = ["manifest_sha256", "FORMAT", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest",
-           "check_input", "manifest_path", "network_settings", "subgraph_index", "inspect_partition"]
+           "check_input", "check_outputs", "manifest_path", "network_settings", "subgraph_index", "inspect_partition"]
 
 FORMAT = "anima-partition/1"
 MANIFEST_FILE = "manifest.json"
@@ -268,6 +268,25 @@ def check_input(entry: SubgraphEntry, name: str, array) -> None:
     if tuple(arr.shape) != spec.shape or arr.dtype.name != spec.dtype:
         raise ManifestError(f"{entry.label}: input '{name}' is {arr.dtype.name} {list(arr.shape)}, "
                             f"manifest expects {spec.dtype} {list(spec.shape)} (file {entry.file})")
+
+
+def check_outputs(entry: SubgraphEntry, outputs) -> np.ndarray:
+    """The first output, after checking every output's count, shape and dtype against the manifest.
+
+    A wrong shape would otherwise broadcast into the residual stream and pass silently. A float16
+    output may come back as float32: RKNNLite's inference() returns float32 unless told otherwise.
+    """
+    if outputs is None or len(outputs) != len(entry.outputs):
+        got = "no" if outputs is None else len(outputs)
+        raise ManifestError(f"{entry.label}: returned {got} outputs, manifest declares "
+                            f"{len(entry.outputs)} (file {entry.file})")
+    for spec, array in zip(entry.outputs, outputs):
+        arr = np.asarray(array)
+        dtype_ok = arr.dtype.name == spec.dtype or (spec.dtype == "float16" and arr.dtype == np.float32)
+        if tuple(arr.shape) != spec.shape or not dtype_ok:
+            raise ManifestError(f"{entry.label}: output '{spec.name}' is {arr.dtype.name} {list(arr.shape)}, "
+                                f"manifest declares {spec.dtype} {list(spec.shape)} (file {entry.file})")
+    return np.asarray(outputs[0])
 
 
 # ---------------------------------------------------------------- inspection
