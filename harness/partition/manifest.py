@@ -120,8 +120,8 @@ class Manifest:
         """Absolute path of an entry's file; refuses any path that leaves the partition directory."""
         rel = PurePosixPath(entry.file)
         if not entry.file or rel.is_absolute() or Path(entry.file).is_absolute() or ".." in rel.parts \
-                or "\\" in entry.file:
-            raise ManifestError(f"{self.file}: {entry.label}: file '{entry.file}' is not a plain path "
+                or "\\" in entry.file or "\x00" in entry.file:
+            raise ManifestError(f"{self.file}: {entry.label}: file {entry.file!r} is not a plain path "
                                 f"inside the partition directory")
         root = self.directory.resolve()
         path = root / rel
