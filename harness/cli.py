@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from .config import EMBEDDED_DIR
-from .errors import ConfigError, HarnessError
+from .errors import ConfigError, HarnessError, RunStopped
 
 __all__ = ["main", "build_parser"]
 
@@ -31,7 +31,7 @@ def _ranged(kind, lo, hi, what: str):
     return parse
 
 
-BACKEND_CHOICES = ("reference", "onnxruntime", "rknnlite")
+BACKEND_CHOICES = ("reference", "onnxruntime", "rknnlite", "faults")
 
 
 def _checked(parse):
@@ -74,7 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--cfg", type=_cfg_scale, dest="cfg_scale", help="CFG scale (default: the model's)")
     gen.add_argument("--backend", default="reference", choices=BACKEND_CHOICES,
                      help="reference (monolithic FP32 numpy), onnxruntime (84 subgraphs on the host "
-                          "CPU) or rknnlite (the board's NPU); default: %(default)s")
+                          "CPU), rknnlite (the board's NPU) or faults (onnxruntime with --fault); "
+                          "default: %(default)s")
+    gen.add_argument("--fault", help="with --backend faults: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS")
+    gen.add_argument("--min-free", default="64MiB", type=_checked(_size),
+                     help="refuse to start with less free space beside --out (default: %(default)s)")
     gen.add_argument("--partition", type=Path,
                      help="partition directory with manifest.json (default for onnxruntime: "
                           "out/partitions/<model>-<dtype>, exported on first use)")
@@ -104,6 +108,13 @@ def _cmd_generate(args) -> int:
     if args.out.suffix.lower() != ".png":
         raise ConfigError(f"--out {args.out}: the image is written as PNG; use a .png path")
     _check_writable_dir(args.out)
+    from .atomic import sweep_temporaries
+    from .memory import parse_size
+    from .outputs import check_free_space
+    check_free_space(args.out.parent, parse_size(args.min_free), "--out")
+    sweep_temporaries(args.out.parent)      # leftovers of a writer killed with SIGKILL
+    if args.fault is not None and args.backend != "faults":
+        raise ConfigError(f"--fault {args.fault}: only --backend faults reads it, this run uses {args.backend}")
     bundle = load_bundle(args.model_dir)
     prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
     s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed)
@@ -140,6 +151,9 @@ def _generate_partitioned(bundle, prompt, s, args):
     from .run import run_partitioned
     partition = args.partition or _default_partition(bundle, args)
     options = {"core_mask": args.core_mask} if args.backend == "rknnlite" else {}
+    if args.backend == "faults":
+        from .backends.faults import FaultInjectionContext
+        options = FaultInjectionContext.parse_options({"fault": args.fault}, bundle.cfg)
     report_path = args.out.with_suffix(".json")
     guard = MemoryGuard(args.mem_floor, args.swap_limit, interval=0.25, max_staleness=0.1,
                         check_reader=read_system_memory)
@@ -147,14 +161,14 @@ def _generate_partitioned(bundle, prompt, s, args):
         try:
             result = run_partitioned(bundle, partition, args.backend, prompt, s, options, guard=guard,
                                      report_path=report_path, on_step=lambda i: advance())
-        except HarnessError as exc:
+        except (HarnessError, RunStopped) as exc:
             raise type(exc)(f"{exc} (partial report: {report_path})") from None
     if not args.quiet:
         print_run_tables(result.report)
         print(f"report: {report_path}")
     if result.image is None:
-        import numpy as np
-        np.save(args.out.with_suffix(".latent.npy"), result.latent)
+        from .atomic import atomic_save_npy
+        atomic_save_npy(args.out.with_suffix(".latent.npy"), result.latent)
     return result.image
 
 
@@ -184,8 +198,13 @@ def _default_partition(bundle, args) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from .signals import StopSignals
     try:
-        return args.func(args)
+        with StopSignals(f"harness {args.command}"):
+            return args.func(args)
+    except RunStopped as exc:       # SIGINT/SIGTERM: the partial report is written and says so
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

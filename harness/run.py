@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 
 from .atomic import atomic_write_json
-from .errors import HarnessError, ManifestError
+from .errors import HarnessError, ManifestError, StorageError
 from .generate import stream_contexts
 from .lifecycle import LifecycleRecorder, OnDemand
 from .memory import read_memory
@@ -21,6 +21,7 @@ from .partition.manifest import load_manifest, manifest_sha256, network_settings
 from .pipeline import PartitionedPipeline
 from .report import summarize
 from .sampler import denoise, initial_noise
+from .signals import stop_status
 
 __all__ = ["RunResult", "run_partitioned", "open_partition"]
 
@@ -33,10 +34,13 @@ def _run_memory(guard, start) -> dict:
 
 
 def _write_report(path, report: dict) -> None:
-    # A report that cannot be written must not hide the run's own error, so only warn.
+    """A run whose report cannot be written has failed (StorageError naming the path); after a run
+    that already failed, only warn: the run's own error is the one to see."""
     try:
         atomic_write_json(path, report)
-    except OSError as exc:
+    except (OSError, StorageError) as exc:
+        if report.get("status") == "ok":
+            raise StorageError(f"cannot write the run report {path}: {getattr(exc, 'strerror', None) or exc}") from None
         print(f"warning: could not write the run report {path}: {exc}", file=sys.stderr)
 
 
@@ -93,6 +97,8 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
     strategy = pipeline = None
     step_walls: list[float] = []
     start = read_memory()
+    if report_path is not None:     # a previous run's report must not stay behind, looking current
+        Path(report_path).unlink(missing_ok=True)
     try:
         manifest = open_partition(bundle, partition_dir, verify)
         report["manifest_sha256"] = manifest_sha256(manifest.directory)
@@ -120,9 +126,8 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
     except HarnessError as exc:
         report.update(status="failed", error=str(exc), error_kind=type(exc).__name__)
         raise
-    except BaseException as exc:    # a bug or Ctrl-C: the report must not claim to be still running
-        report.update(status="interrupted" if isinstance(exc, KeyboardInterrupt) else "crashed",
-                      error=repr(exc), error_kind=type(exc).__name__)
+    except BaseException as exc:    # a bug, Ctrl-C or SIGTERM: the report must not claim to be still running
+        report.update(status=stop_status(exc), error=str(exc) or repr(exc), error_kind=type(exc).__name__)
         raise
     finally:
         if strategy is not None:
