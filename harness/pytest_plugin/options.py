@@ -41,10 +41,12 @@ OPTIONS = {
     "history": (".benchmarks/history.jsonl", "benchmark run history (JSONL) for `python -m harness trend`"),
     "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, slow=SECONDS (backend faults)"),
     "cache_dir": (".cache", "where exported partitions are cached"),
+    "min_free": ("64MiB", "refuse to start when the artifacts or history filesystem has less free space"),
+    "suite_run": (False, "bin/test's run: JUnit XML and benchmark JSON into --artifacts; no test collected fails"),
 }
-_FLAGS = {"require_npu", "update_goldens", "force_goldens"}
+_FLAGS = {"require_npu", "update_goldens", "force_goldens", "suite_run"}
 _INTS = {"bench_rounds", "bench_steps"}
-_SIZES = {"mem_floor", "swap_limit", "pss_budget"}
+_SIZES = {"mem_floor", "swap_limit", "pss_budget", "min_free"}
 _PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir"}
 
 
@@ -74,6 +76,8 @@ class SuiteSettings:
     fault: str | None
     cache_dir: Path
     board_profile: Path | None = None
+    min_free: int = 64 << 20
+    suite_run: bool = False
     backend_options: dict = field(default_factory=dict)
     npu_problem: str | None = None      # why --require-npu cannot be met here (None: it can)
 
@@ -162,6 +166,7 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         raise ConfigError(f"--fake-quant {values['fake_quant']}: choose {', '.join(FAKE_QUANT)}")
     cfg = load_model_dir(values["model_dir"])
     golden_dir = values["golden_dir"] or REPO_ROOT / "golden" / cfg.name
+    _check_golden_dir(golden_dir, explicit=values["golden_dir"] is not None)
     budget = values["pss_budget"] or cfg.raw_gates.get("pss_budget")
     options = backend_options(backend, values, cfg)
     cases = _case_names(values["cases"], golden_dir)
@@ -178,9 +183,22 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         artifacts=values["artifacts"], telemetry_root=values["telemetry_root"],
         core_mask=values["core_mask"], bench_rounds=values["bench_rounds"],
         bench_steps=values["bench_steps"], history=values["history"], fault=values["fault"],
-        cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options)
+        cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options,
+        min_free=parse_size(values["min_free"]), suite_run=values["suite_run"])
     settings.npu_problem = _npu_problem(settings)
     return settings
+
+
+def _check_golden_dir(golden_dir: Path, explicit: bool) -> None:
+    """A named golden folder must hold a valid cases.toml: say so once, before collection, instead
+    of one collection error per gate module."""
+    from ..golden import load_cases
+    if not (golden_dir / "cases.toml").exists() and not explicit:
+        return      # the model has no goldens here: only the gates that need them will say so
+    try:
+        load_cases(golden_dir / "cases.toml")
+    except ConfigError as exc:
+        raise ConfigError(f"--golden-dir={golden_dir}: {exc}") from None
 
 
 def _case_names(spec: str | None, golden_dir: Path) -> list[str] | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..config import REPO_ROOT
 from .state import BOARD, IDENTITY, SETTINGS
 
-__all__ = ["pytest_configure", "pytest_sessionstart", "pytest_benchmark_update_machine_info",
+__all__ = ["pytest_configure", "pytest_sessionstart", "pytest_collection_modifyitems", "atomic_json", "pytest_benchmark_update_machine_info",
            "pytest_benchmark_compare_machine_info", "atomic_save"]
 
 
@@ -18,9 +18,33 @@ def pytest_configure(config):
 
 
 def pytest_sessionstart(session):
-    storage = getattr(getattr(session.config, "_benchmarksession", None), "storage", None)
+    bench = getattr(session.config, "_benchmarksession", None)
+    storage = getattr(bench, "storage", None)
     if storage is not None:
         atomic_save(storage)
+    if bench is not None:
+        atomic_json(bench, session.config.stash[SETTINGS])
+
+
+def atomic_json(bench, settings) -> None:
+    """--benchmark-json written atomically; bin/test's run (--suite-run) puts it in --artifacts."""
+    from pytest_benchmark.utils import safe_dumps
+
+    from ..atomic import atomic_write_bytes
+
+    def save_json(output_json):
+        atomic_write_bytes(bench.json, safe_dumps(output_json, ensure_ascii=True, indent=4).encode())
+        bench.logger.info(f"Wrote benchmark data in: {bench.json}", purple=True)
+
+    bench.save_json = save_json
+
+
+def pytest_collection_modifyitems(session, config, items):
+    # Only a run with benchmarks gets a benchmark.json (pytest-benchmark warns about an empty one).
+    bench = getattr(config, "_benchmarksession", None)
+    if bench is not None and bench.json is None and config.stash[SETTINGS].suite_run \
+            and any("benchmark" in getattr(item, "fixturenames", ()) for item in items):
+        bench.json = config.stash[SETTINGS].artifacts / "benchmark.json"
 
 
 def atomic_save(storage) -> bool:
