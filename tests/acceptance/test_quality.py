@@ -1,6 +1,7 @@
 """Gate: each golden case's image against its golden FP16 image by SSIM and PSNR."""
 import pytest
 
+from harness.errors import HarnessError
 from harness.gates import quality_check
 from harness.golden import GoldenError, GoldenStore
 
@@ -9,7 +10,7 @@ pytestmark = [pytest.mark.npu, pytest.mark.quality]
 
 def test_image_matches_golden(golden_case, gate_runner, npu_guard, suite, artifacts, record_property):
     case = golden_case
-    store = GoldenStore(suite.golden_dir)
+    store = GoldenStore(suite.golden_dir, image_shape=gate_runner.image_shape)
     try:
         if suite.update_goldens:      # refuse a quantised golden before spending a run on it
             store.check_writable(case, gate_runner.precision, suite.force_goldens)
@@ -29,7 +30,10 @@ def test_image_matches_golden(golden_case, gate_runner, npu_guard, suite, artifa
                 "model": gate_runner.bundle.cfg.name, "partition": str(gate_runner.partition)}
         store.write(case, image, meta, precision=gate_runner.precision, force=suite.force_goldens)
         return
-    q, diff = quality_check(case, image, golden, artifacts)
+    try:
+        q, diff = quality_check(case, image, golden, artifacts)
+    except HarnessError as exc:
+        pytest.fail(f"{case.name}: cannot compare with {store.paths(case)['npy']}: {exc}", pytrace=False)
     record_property("ssim", q.ssim)
     record_property("psnr", q.psnr)
     assert diff is None, (f"{case.name}: {q.summary()} fails SSIM >= {case.ssim_min} / PSNR >= "
