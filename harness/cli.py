@@ -115,7 +115,17 @@ def _cmd_generate(args) -> int:
     sweep_temporaries(args.out.parent)      # leftovers of a writer killed with SIGKILL
     if args.fault is not None and args.backend != "faults":
         raise ConfigError(f"--fault {args.fault}: only --backend faults reads it, this run uses {args.backend}")
-    bundle = load_bundle(args.model_dir)
+    from .backends.faults import parse_fault
+    parse_fault(args.fault)
+    # The run starts here and owns its outputs: nothing of a previous run may sit beside its report.
+    for old in (args.out, args.out.with_suffix(".json"), args.out.with_suffix(".latent.npy")):
+        old.unlink(missing_ok=True)
+    try:
+        bundle = load_bundle(args.model_dir)
+    except HarnessError as exc:
+        if args.backend == "reference":
+            raise
+        raise type(exc)(f"{exc} (report: {_refused_report(args, exc)})") from None
     prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
     s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed)
     if args.backend == "reference":
@@ -172,12 +182,24 @@ def _generate_partitioned(bundle, prompt, s, args):
     return result.image
 
 
+def _refused_report(args, exc) -> Path:
+    """The report of a run that failed before it could start denoising (e.g. unreadable weights)."""
+    from .atomic import atomic_write_json
+    path = args.out.with_suffix(".json")
+    atomic_write_json(path, {"status": "failed", "error": str(exc), "error_kind": type(exc).__name__,
+                             "backend": args.backend, "model_dir": str(args.model_dir)})
+    return path
+
+
 def _check_writable_dir(out: Path) -> None:
     """Fail before the run, not after it, when the image cannot be written."""
     parent = out.parent if str(out.parent) else Path(".")
     existing = next((p for p in [parent, *parent.parents] if p.exists()), Path("."))
     if not existing.is_dir() or not os.access(existing, os.W_OK):
         raise ConfigError(f"--out {out}: cannot create files under {existing}")
+    for path in (out, out.with_suffix(".json")):
+        if path.is_dir():
+            raise ConfigError(f"--out {out}: {path} is a folder, so the run's output cannot be written")
 
 
 def _default_partition(bundle, args) -> Path:

@@ -17,7 +17,7 @@ from ..outputs import ArtifactsLock, check_free_space, check_writable
 from ..signals import StopSignals
 from .state import SETTINGS
 
-__all__ = ["start_run", "pytest_sessionstart", "pytest_runtest_logstart", "pytest_runtest_makereport", "pytest_sessionfinish",
+__all__ = ["start_run", "pytest_sessionstart", "pytest_runtest_logstart", "pytest_runtest_setup", "pytest_runtest_makereport", "pytest_sessionfinish",
            "pytest_unconfigure", "SESSION_REPORT", "CALL_FAILED"]
 
 SESSION_REPORT = "session.json"
@@ -61,6 +61,17 @@ def pytest_sessionstart(session):
     for folder in (settings.golden_dir, settings.history.parent):
         sweep_temporaries(folder)
     config.stash[RUN] = _current["run"] = SessionRun(lock, StopSignals("the test session").__enter__())
+    _write_running(config, config.stash[RUN], None)
+
+
+def _write_running(config, run, test: str | None) -> None:
+    settings = config.stash[SETTINGS]
+    try:
+        atomic_write_json(settings.artifacts / SESSION_REPORT,
+                          {"status": "running", "pid": os.getpid(), "test": test, "argv": sys.argv[1:],
+                           "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(run.started))})
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_runtest_logstart(nodeid, location):
@@ -68,6 +79,14 @@ def pytest_runtest_logstart(nodeid, location):
     run = _current.get("run")
     if run is not None:
         run.signals.where = nodeid
+
+
+def pytest_runtest_setup(item):
+    # session.json says "running" and which npu test while one runs: a run killed with SIGKILL
+    # (which nothing can catch) leaves that, not a report claiming to have ended.
+    run = item.config.stash.get(RUN, None)
+    if run is not None and item.get_closest_marker("npu") is not None:
+        _write_running(item.config, run, item.nodeid)
 
 
 @pytest.hookimpl(hookwrapper=True)
