@@ -122,16 +122,17 @@ def _cmd_generate(args) -> int:
         old.unlink(missing_ok=True)
     try:
         bundle = load_bundle(args.model_dir)
-    except HarnessError as exc:
+        prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
+        s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed)
         if args.backend == "reference":
+            image = _generate_reference(bundle, prompt, s, args.quiet)
+        else:
+            image = _generate_partitioned(bundle, prompt, s, args)
+    except (HarnessError, RunStopped) as exc:
+        # Stopped before the pipeline wrote its report (loading the model, arming the guard).
+        if args.backend == "reference" or args.out.with_suffix(".json").exists():
             raise
         raise type(exc)(f"{exc} (report: {_refused_report(args, exc)})") from None
-    prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
-    s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed)
-    if args.backend == "reference":
-        image = _generate_reference(bundle, prompt, s, args.quiet)
-    else:
-        image = _generate_partitioned(bundle, prompt, s, args)
     if image is None:
         raise ConfigError("the partition has no decoder model, so there is no image to write "
                           "(the final latent is saved beside the report)")
@@ -185,8 +186,10 @@ def _generate_partitioned(bundle, prompt, s, args):
 def _refused_report(args, exc) -> Path:
     """The report of a run that failed before it could start denoising (e.g. unreadable weights)."""
     from .atomic import atomic_write_json
+    from .signals import stop_status
     path = args.out.with_suffix(".json")
-    atomic_write_json(path, {"status": "failed", "error": str(exc), "error_kind": type(exc).__name__,
+    status = "failed" if isinstance(exc, HarnessError) else stop_status(exc)
+    atomic_write_json(path, {"status": status, "error": str(exc), "error_kind": type(exc).__name__,
                              "backend": args.backend, "model_dir": str(args.model_dir)})
     return path
 

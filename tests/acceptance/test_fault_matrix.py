@@ -341,3 +341,143 @@ def test_fault(fault, results, world):
 def test_the_matrix_is_at_least_thirty_distinct_faults():
     assert len({f.name for f in FAULTS} | set(SIGNALS)) == len(FAULTS) + len(SIGNALS) >= 30
     assert {f.via for f in FAULTS} == {"cli", "pytest"}
+
+
+# ----------------------------------------------------------------------------- signals
+
+def _wait_for(predicate, what: str, timeout: float = 180.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _json_or_none(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class SignalRun:
+    """One real process stopped by a real signal part-way through its run."""
+
+    def __init__(self, name: str, world, argv: list[str], signum: int):
+        self.name, self.signum = name, signum
+        self.dir = world["root"] / name
+        self.dir.mkdir()
+        self.log = self.dir / "output.txt"
+        self.proc = subprocess.Popen(fill(argv, world, self.dir), cwd=self.dir, stdout=open(self.log, "w"),
+                                     stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "1000"})
+
+    def stop_when(self, predicate, what: str) -> None:
+        _wait_for(lambda: predicate() or self.proc.poll() is not None, what)
+        assert self.proc.poll() is None, f"{self.name} ended before the signal:\n{self.log.read_text()}"
+        self.exe = psutil.Process(self.proc.pid).cmdline()
+        self.proc.send_signal(self.signum)
+
+    def finish(self) -> tuple[int, str]:
+        code = self.proc.wait(timeout=120)
+        return code, self.log.read_text()
+
+
+def _stale_report_removed(path: Path):
+    """Write a previous run's report at `path`; true once the run has removed it (it started)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(STALE))
+    return lambda: not path.exists()
+
+
+SLOW_CLI = (sys.executable, "-m", "harness", *GEN, "--backend=faults", "--fault=slow=0.02", "--steps=4",
+            "--out={dir}/x.png")
+BIN_TEST = (str(REPO_ROOT / "bin" / "test"), *GATE_COMMON, "--backend=faults")
+
+
+@pytest.fixture(scope="module")
+def signal_runs(world):
+    """The four signal faults, side by side: each waits for its run to be under way, then is signalled."""
+    runs = {
+        "cli-sigterm": SignalRun("cli-sigterm", world, list(SLOW_CLI), signal.SIGTERM),
+        "cli-sigint": SignalRun("cli-sigint", world, list(SLOW_CLI), signal.SIGINT),
+        "bin-test-sigterm": SignalRun("bin-test-sigterm", world, [
+            *BIN_TEST, "--fault=slow=0.02", str(REPO_ROOT / "tests/acceptance/test_numerics.py")], signal.SIGTERM),
+        "bin-test-ctrl-c-in-benchmark": SignalRun("bin-test-ctrl-c-in-benchmark", world, [
+            *BIN_TEST, "--fault=slow=0.01", "--bench-steps=20",
+            str(REPO_ROOT / "tests/acceptance/test_benchmark.py")], signal.SIGINT),
+    }
+    for name in ("cli-sigterm", "cli-sigint"):
+        started = _stale_report_removed(runs[name].dir / "x.json")
+        _wait_for(started, f"{name} to start")
+        # The report is removed as the run starts; the model loads in well under a second.
+        time.sleep(1.5)
+        runs[name].stop_when(lambda: True, name)
+    art = runs["bin-test-sigterm"].dir / "artifacts"
+    _wait_for(lambda: "test_numerics" in str((_json_or_none(art / "session.json") or {}).get("test")),
+              "the numerics test to start")
+    started = _stale_report_removed(art / "runs" / "one.json")
+    runs["bin-test-sigterm"].stop_when(started, "the numerics run to start")
+    art = runs["bin-test-ctrl-c-in-benchmark"].dir / "artifacts"
+    runs["bin-test-ctrl-c-in-benchmark"].stop_when(
+        lambda: "test_denoise_time" in str((_json_or_none(art / "session.json") or {}).get("test")),
+        "the benchmark to start")
+    return {name: (run, *run.finish()) for name, run in runs.items()}
+
+
+@pytest.mark.parametrize("name,code,status", [
+    ("cli-sigterm", 143, "terminated"), ("cli-sigint", 130, "interrupted"),
+    ("bin-test-sigterm", 143, "terminated"), ("bin-test-ctrl-c-in-benchmark", 2, "interrupted")])
+def test_signal(signal_runs, world, name, code, status):
+    run, got, out = signal_runs[name]
+    assert got == code, out
+    assert "Traceback" not in out, out
+    via = "cli" if name.startswith("cli") else "pytest"
+    lines = error_lines(via, out)
+    assert len(lines) == 1, f"expected one error line, got {lines}\n{out}"
+    signame = "SIGTERM" if run.signum == signal.SIGTERM else "SIGINT"
+    assert signame in lines[0], lines[0]
+    assert not list(run.dir.rglob("*.tmp"))
+    if via == "cli":
+        report = json.loads((run.dir / "x.json").read_text())
+        assert report["status"] == status and signame in report["error"]
+        assert not (run.dir / "x.png").exists()
+    else:
+        # bin/test execs pytest: the signalled pid was pytest itself, so nothing can be orphaned.
+        assert "pytest" in run.exe, run.exe
+        art = run.dir / "artifacts"
+        assert json.loads((art / "session.json").read_text())["status"] == status
+        assert "testsuite" in (art / "junit.xml").read_text()        # this run's, not a stale one
+        for report in (art / "runs").glob("*.json") if (art / "runs").is_dir() else []:
+            assert json.loads(report.read_text())["status"] == status
+        if name == "bin-test-sigterm":
+            assert json.loads((art / "runs" / "one.json").read_text())["status"] == "terminated"
+            assert "test_numerics" in lines[0]
+        else:
+            assert "test_denoise_time" in lines[0]
+    assert_no_leftover_process(world["root"])
+
+
+def test_a_killed_writers_leftovers_are_removed_by_the_next_run(world, tmp_path):
+    """SIGKILL (which nothing can catch) mid-write leaves a temporary file; the next run removes it
+    and keeps another live writer's file."""
+    out = tmp_path / "out"
+    out.mkdir()
+    child = subprocess.Popen([sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    live_pid = int(child.stdout.readline())
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    killed = out / f".x.png.{dead_pid}.abcd1234.tmp"
+    in_flight = out / f".x.png.{live_pid}.abcd1234.tmp"
+    killed.write_bytes(b"half an image")
+    in_flight.write_bytes(b"another run's image in flight")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "harness", *fill(GEN, world, tmp_path), f"--out={out / 'x.png'}"],
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        child.kill()
+        child.wait()
+    assert proc.returncode == 0, proc.stderr
+    assert not killed.exists() and in_flight.exists()
+    assert json.loads((out / "x.json").read_text())["status"] == "ok"
