@@ -3,6 +3,7 @@ and keep a JSON report on disk whatever happens (a failed run writes its partial
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -108,6 +109,8 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
                                        contexts or stream_contexts(bundle, [prompt], settings["cfg_scale"]),
                                        between_invocations=[guard.check] if guard else [])
         report["streams"] = pipeline.streams
+        if report_path is not None:     # "running" until it ends: what a SIGKILLed run leaves behind
+            atomic_write_json(report_path, {**report, "pid": os.getpid()})
         mark = [time.perf_counter()]
 
         def step_done(i: int) -> None:

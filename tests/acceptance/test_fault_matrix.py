@@ -32,6 +32,7 @@ import pytest
 
 from harness.config import REPO_ROOT
 from harness.model.bundle import load_bundle
+from harness.outputs import ArtifactsLock
 from harness.partition.onnx_export import export_partition
 from tests.helpers import make_random_model_dir
 
@@ -93,6 +94,7 @@ FAULTS = [
     gate("pytest-history-under-a-file", ("--history={file}/h.jsonl",), 4, r"--history=.*is not a folder"),
     gate("pytest-disk-full", ("--min-free=100TiB",), 4, r"--artifacts=.*MiB free.*--min-free"),
     gate("pytest-artifacts-foreign", ("--artifacts={foreign}",), 4, r"--artifacts=.*not a suite run's"),
+    gate("pytest-artifacts-in-use", ("--artifacts={busy}",), 4, r"--artifacts=.*in use by pid \d+.*--artifacts=OTHER"),
     # pytest: the run starts and fails, one FAILED line, report "failed"
     gate("pytest-nan-subgraph", ("--backend=faults", "--fault=nan@37"), 1, r"FAILED .*block 12, branch cross_attn", "failed"),
     gate("pytest-output-shape", ("--backend=faults", "--fault=shape@5"), 1, r"FAILED .*subgraph 5 .*\[1, 64, 64\]", "failed"),
@@ -107,7 +109,7 @@ FAULTS = [
          r"FAILED .*no benchmark: memory guard tripped", "failed", test="tests/acceptance/test_benchmark.py"),
 ]
 SIGNALS = ["cli-sigterm", "cli-sigint", "bin-test-sigterm", "bin-test-ctrl-c-in-benchmark"]
-GATE_COMMON = ("-p", "no:cacheprovider", "-p", "no:faulthandler", "-q", "--model-dir={model}",
+GATE_COMMON = ("-p", "no:cacheprovider", "-p", "no:faulthandler", "-q", "--suite-run", "--model-dir={model}",
                "--partition={partition}", "--golden-dir={golden}", "--artifacts={dir}/artifacts",
                "--history={dir}/history.jsonl", "--cache-dir={dir}/cache")
 
@@ -179,17 +181,20 @@ def world(tmp_path_factory):
     foreign.mkdir()
     (foreign / "notes.txt").write_text("someone's files\n")
     (root / "a-file").write_text("a file, not a folder\n")
+    busy = root / "busy"        # held by this process, as a concurrent bin/test would hold it
+    lock = ArtifactsLock(busy).claim()
     (root / "board.toml").write_text('[suite]\nmem_floor = 1.5\n')
-    return {
+    yield {
         "root": root, "model": model, "partition": partition, "golden": golden, "bad_golden": bad_golden,
         "bad_weights": bad_weights, "other_model": make_random_model_dir(root / "other_model", seed=9),
-        "empty": empty, "foreign": foreign, "file": root / "a-file", "profile": root / "board.toml",
+        "empty": empty, "foreign": foreign, "busy": busy, "file": root / "a-file", "profile": root / "board.toml",
         "nul": _edit_manifest(partition, root / "nul",
                               lambda d, _: d["subgraphs"][2].update(file="02_block00\x00ffn.onnx")),
         "truncated": _edit_manifest(partition, root / "truncated", _truncate),
         "swapped": _edit_manifest(partition, root / "swapped", _swap),
         "garbage": _edit_manifest(partition, root / "garbage", _garbage),
     }
+    lock.release()
 
 
 def fill(args, world, fault_dir: Path) -> list[str]:
@@ -262,17 +267,29 @@ def run_batch(world, faults: list[Fault]) -> dict:
 
 
 @pytest.fixture(scope="module")
-def results(world):
-    """All batch faults, in two interpreters (CLI, pytest) running side by side on the 2 cores."""
+def everything(world):
+    """All faults at once: the batch faults in two interpreters (CLI, pytest) beside the four
+    signal runs, which mostly wait on their slowed backend."""
     import concurrent.futures
     cli_faults = [f for f in FAULTS if f.via == "cli"]
     gate_faults = [f for f in FAULTS if f.via == "pytest"]
     started = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        signals = pool.submit(run_signals, world)
         parts = list(pool.map(lambda fs: run_batch(world, fs), [cli_faults, gate_faults]))
-    print(f"fault matrix: {len(FAULTS)} batch faults in {time.perf_counter() - started:.1f} s")
-    (world["root"] / "results.json").write_text(json.dumps(parts[0] | parts[1], indent=1))
-    return parts[0] | parts[1]
+        signals = signals.result()
+    print(f"fault matrix: {len(FAULTS) + len(signals)} faults in {time.perf_counter() - started:.1f} s")
+    return parts[0] | parts[1], signals
+
+
+@pytest.fixture(scope="module")
+def results(everything):
+    return everything[0]
+
+
+@pytest.fixture(scope="module")
+def signal_runs(everything):
+    return everything[1]
 
 
 # ----------------------------------------------------------------------------- what every fault must show
@@ -332,6 +349,10 @@ def test_fault(fault, results, world):
         if fault.via == "cli":
             assert not (fault_dir / "x.png").exists(), "a failed run wrote an image"
         else:
+            # bin/test's JUnit XML and benchmark JSON follow --artifacts (--suite-run)
+            assert "testsuite" in (fault_dir / "artifacts" / "junit.xml").read_text()
+            if "benchmark" in fault.name:
+                assert json.loads((fault_dir / "artifacts" / "benchmark.json").read_text())["benchmarks"] == []
             runs = fault_dir / "artifacts" / "runs"
             for report in runs.glob("*.json") if runs.is_dir() else []:
                 assert json.loads(report.read_text())["status"] == "failed"
@@ -362,67 +383,79 @@ def _json_or_none(path: Path):
 
 
 class SignalRun:
-    """One real process stopped by a real signal part-way through its run."""
+    """One real process, sent a real signal once `ready()` says its run is under way."""
 
-    def __init__(self, name: str, world, argv: list[str], signum: int):
-        self.name, self.signum = name, signum
+    def __init__(self, name: str, world, argv: list[str], signum: int, ready):
+        self.name, self.signum, self.ready = name, signum, ready
         self.dir = world["root"] / name
         self.dir.mkdir()
         self.log = self.dir / "output.txt"
+        self.exe = None
         self.proc = subprocess.Popen(fill(argv, world, self.dir), cwd=self.dir, stdout=open(self.log, "w"),
                                      stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "1000"})
 
-    def stop_when(self, predicate, what: str) -> None:
-        _wait_for(lambda: predicate() or self.proc.poll() is not None, what)
-        assert self.proc.poll() is None, f"{self.name} ended before the signal:\n{self.log.read_text()}"
+    def poll(self) -> bool:
+        """Signal the process if its run is under way; True once signalled."""
+        if self.exe is not None:
+            return True
+        if self.proc.poll() is not None:
+            raise AssertionError(f"{self.name} ended before the signal:\n{self.log.read_text()}")
+        if not self.ready(self.dir):
+            return False
         self.exe = psutil.Process(self.proc.pid).cmdline()
         self.proc.send_signal(self.signum)
+        return True
 
     def finish(self) -> tuple[int, str]:
         code = self.proc.wait(timeout=120)
         return code, self.log.read_text()
 
 
-def _stale_report_removed(path: Path):
-    """Write a previous run's report at `path`; true once the run has removed it (it started)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(STALE))
-    return lambda: not path.exists()
+def _after(condition, seconds: float = 1.0):
+    """True `seconds` after `condition(dir)` was first seen true."""
+    seen = {}
+
+    def ready(d):
+        if "t" not in seen and condition(d):
+            seen["t"] = time.monotonic()
+        return "t" in seen and time.monotonic() - seen["t"] >= seconds
+    return ready
 
 
-SLOW_CLI = (sys.executable, "-m", "harness", *GEN, "--backend=faults", "--fault=slow=0.02", "--steps=4",
+def _denoising(report: str):
+    """The run's report says "running" (written just before the first step), a second ago."""
+    return _after(lambda d: (_json_or_none(d / report) or {}).get("status") == "running")
+
+
+def _in_test(name: str):
+    """session.json has named test `name` as the one running, a second ago."""
+    return _after(lambda d: name in str((_json_or_none(d / "artifacts" / "session.json") or {}).get("test")))
+
+
+SLOW_CLI = (sys.executable, "-m", "harness", *GEN, "--backend=faults", "--fault=slow=0.02", "--steps=8",
             "--out={dir}/x.png")
 BIN_TEST = (str(REPO_ROOT / "bin" / "test"), *GATE_COMMON, "--backend=faults")
 
 
-@pytest.fixture(scope="module")
-def signal_runs(world):
-    """The four signal faults, side by side: each waits for its run to be under way, then is signalled."""
-    runs = {
-        "cli-sigterm": SignalRun("cli-sigterm", world, list(SLOW_CLI), signal.SIGTERM),
-        "cli-sigint": SignalRun("cli-sigint", world, list(SLOW_CLI), signal.SIGINT),
-        "bin-test-sigterm": SignalRun("bin-test-sigterm", world, [
-            *BIN_TEST, "--fault=slow=0.02", str(REPO_ROOT / "tests/acceptance/test_numerics.py")], signal.SIGTERM),
-        "bin-test-ctrl-c-in-benchmark": SignalRun("bin-test-ctrl-c-in-benchmark", world, [
-            *BIN_TEST, "--fault=slow=0.01", "--bench-steps=20",
-            str(REPO_ROOT / "tests/acceptance/test_benchmark.py")], signal.SIGINT),
-    }
-    for name in ("cli-sigterm", "cli-sigint"):
-        started = _stale_report_removed(runs[name].dir / "x.json")
-        _wait_for(started, f"{name} to start")
-        # The report is removed as the run starts; the model loads in well under a second.
-        time.sleep(1.5)
-        runs[name].stop_when(lambda: True, name)
-    art = runs["bin-test-sigterm"].dir / "artifacts"
-    _wait_for(lambda: "test_numerics" in str((_json_or_none(art / "session.json") or {}).get("test")),
-              "the numerics test to start")
-    started = _stale_report_removed(art / "runs" / "one.json")
-    runs["bin-test-sigterm"].stop_when(started, "the numerics run to start")
-    art = runs["bin-test-ctrl-c-in-benchmark"].dir / "artifacts"
-    runs["bin-test-ctrl-c-in-benchmark"].stop_when(
-        lambda: "test_denoise_time" in str((_json_or_none(art / "session.json") or {}).get("test")),
-        "the benchmark to start")
-    return {name: (run, *run.finish()) for name, run in runs.items()}
+def run_signals(world):
+    """The four signal faults side by side, each signalled once its run is under way."""
+    runs = [
+        SignalRun("cli-sigterm", world, list(SLOW_CLI), signal.SIGTERM, _denoising("x.json")),
+        SignalRun("cli-sigint", world, list(SLOW_CLI), signal.SIGINT, _denoising("x.json")),
+        SignalRun("bin-test-sigterm", world, [*BIN_TEST, "--fault=slow=0.02",
+                  str(REPO_ROOT / "tests/acceptance/test_numerics.py")], signal.SIGTERM,
+                  _denoising("artifacts/runs/one.json")),
+        SignalRun("bin-test-ctrl-c-in-benchmark", world, [*BIN_TEST, "--fault=slow=0.01", "--bench-steps=20",
+                  str(REPO_ROOT / "tests/acceptance/test_benchmark.py")], signal.SIGINT,
+                  _in_test("test_denoise_time")),
+    ]
+    try:
+        _wait_for(lambda: all([run.poll() for run in runs]), "every run to be under way")
+    finally:
+        for run in runs:
+            if run.exe is None:
+                run.proc.kill()
+    return {run.name: (run, *run.finish()) for run in runs}
 
 
 @pytest.mark.parametrize("name,code,status", [
@@ -441,6 +474,7 @@ def test_signal(signal_runs, world, name, code, status):
     if via == "cli":
         report = json.loads((run.dir / "x.json").read_text())
         assert report["status"] == status and signame in report["error"]
+        assert "manifest_sha256" in report, "stopped inside the pipeline, after the partition opened"
         assert not (run.dir / "x.png").exists()
     else:
         # bin/test execs pytest: the signalled pid was pytest itself, so nothing can be orphaned.
@@ -451,7 +485,8 @@ def test_signal(signal_runs, world, name, code, status):
         for report in (art / "runs").glob("*.json") if (art / "runs").is_dir() else []:
             assert json.loads(report.read_text())["status"] == status
         if name == "bin-test-sigterm":
-            assert json.loads((art / "runs" / "one.json").read_text())["status"] == "terminated"
+            report = json.loads((art / "runs" / "one.json").read_text())
+            assert report["status"] == "terminated" and "manifest_sha256" in report
             assert "test_numerics" in lines[0]
         else:
             assert "test_denoise_time" in lines[0]
