@@ -15,6 +15,7 @@ The README's fault table lists the same faults.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -32,7 +33,6 @@ import pytest
 
 from harness.config import REPO_ROOT
 from harness.model.bundle import load_bundle
-from harness.outputs import ArtifactsLock
 from harness.partition.onnx_export import export_partition
 from tests.helpers import make_random_model_dir
 
@@ -181,8 +181,12 @@ def world(tmp_path_factory):
     foreign.mkdir()
     (foreign / "notes.txt").write_text("someone's files\n")
     (root / "a-file").write_text("a file, not a folder\n")
-    busy = root / "busy"        # held by this process, as a concurrent bin/test would hold it
-    lock = ArtifactsLock(busy).claim()
+    busy = root / "busy"        # held by this process, as a concurrent bin/test holds it
+    busy.mkdir()
+    lock = open(busy / ".lock", "w")
+    lock.write(f"pid {os.getpid()} since now")
+    lock.flush()
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     (root / "board.toml").write_text('[suite]\nmem_floor = 1.5\n')
     yield {
         "root": root, "model": model, "partition": partition, "golden": golden, "bad_golden": bad_golden,
@@ -194,7 +198,7 @@ def world(tmp_path_factory):
         "swapped": _edit_manifest(partition, root / "swapped", _swap),
         "garbage": _edit_manifest(partition, root / "garbage", _garbage),
     }
-    lock.release()
+    lock.close()
 
 
 def fill(args, world, fault_dir: Path) -> list[str]:
@@ -395,11 +399,9 @@ class SignalRun:
                                      stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "1000"})
 
     def poll(self) -> bool:
-        """Signal the process if its run is under way; True once signalled."""
-        if self.exe is not None:
+        """Signal the process if its run is under way; True once signalled or ended unsignalled."""
+        if self.exe is not None or self.proc.poll() is not None:
             return True
-        if self.proc.poll() is not None:
-            raise AssertionError(f"{self.name} ended before the signal:\n{self.log.read_text()}")
         if not self.ready(self.dir):
             return False
         self.exe = psutil.Process(self.proc.pid).cmdline()
@@ -450,11 +452,12 @@ def run_signals(world):
                   _in_test("test_denoise_time")),
     ]
     try:
-        _wait_for(lambda: all([run.poll() for run in runs]), "every run to be under way")
-    finally:
-        for run in runs:
-            if run.exe is None:
-                run.proc.kill()
+        _wait_for(lambda: all([run.poll() for run in runs]), "every run to be under way", timeout=240)
+    except AssertionError:
+        pass                        # the test of each run that was never signalled says so
+    for run in runs:
+        if run.exe is None and run.proc.poll() is None:
+            run.proc.kill()
     return {run.name: (run, *run.finish()) for run in runs}
 
 
@@ -463,6 +466,7 @@ def run_signals(world):
     ("bin-test-sigterm", 143, "terminated"), ("bin-test-ctrl-c-in-benchmark", 2, "interrupted")])
 def test_signal(signal_runs, world, name, code, status):
     run, got, out = signal_runs[name]
+    assert run.exe is not None, f"{name} ended or hung before its run was under way:\n{out}"
     assert got == code, out
     assert "Traceback" not in out, out
     via = "cli" if name.startswith("cli") else "pytest"
