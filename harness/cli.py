@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_generate(args) -> int:
     from .model.bundle import load_bundle
-    from .generate import sample_settings
+    from .reference_run import sample_settings
 
     if args.out.suffix.lower() != ".png":
         raise ConfigError(f"--out {args.out}: the image is written as PNG; use a .png path")
@@ -145,8 +145,8 @@ def _cmd_generate(args) -> int:
 
 def _generate_reference(bundle, prompt, s, quiet):
     import numpy as np
-    from .generate import sample_reference
-    from .report import progress_bar
+    from .reference_run import sample_reference
+    from .terminal import progress_bar
     with progress_bar(s["steps"], "denoising (reference)", disable=quiet) as advance:
         latents = sample_reference(bundle, [prompt], [s["seed"]], s["steps"], s["cfg_scale"],
                                    s["shift"], on_step=lambda i: advance())
@@ -158,7 +158,7 @@ def _generate_reference(bundle, prompt, s, quiet):
 
 def _generate_partitioned(bundle, prompt, s, args):
     from .memory import MemoryGuard, read_system_memory
-    from .report import print_run_tables, progress_bar
+    from .terminal import print_run_tables, progress_bar
     from .run import run_partitioned
     partition = args.partition or _default_partition(bundle, args)
     options = {"core_mask": args.core_mask} if args.backend == "rknnlite" else {}
@@ -208,15 +208,14 @@ def _check_writable_dir(out: Path) -> None:
 def _default_partition(bundle, args) -> Path:
     """The export command's default directory for these weights: exported on first use, so new
     weights never run against subgraphs exported from old ones."""
-    from .partition.commands import default_partition_dir
-    from .partition.manifest import manifest_path
+    from .partition.manifest import default_partition_dir, manifest_path
     partition = default_partition_dir(bundle.cfg, bundle.digest, args.dtype)
     if args.backend == "rknnlite":
         raise ConfigError("--backend rknnlite needs --partition DIR with the converted .rknn subgraphs")
     if not manifest_path(partition).exists():
-        from .partition.onnx_export import export_partition
+        from .partition.commands import export_with_progress
         print(f"exporting the partition to {partition} ({args.dtype}, first use)", file=sys.stderr)
-        export_partition(bundle.weights, bundle.cfg, partition, dtype=args.dtype, progress=not args.quiet)
+        export_with_progress(bundle.weights, bundle.cfg, partition, quiet=args.quiet, dtype=args.dtype)
     return partition
 
 

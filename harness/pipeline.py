@@ -83,7 +83,6 @@ class PartitionedPipeline:
         self.context = np.concatenate([contexts[s] for s in self.streams]).astype(np.float32)   # [S, L, C]
         self.between = list(between_invocations)
         self.host = HostTimes()
-        self.rope = R.make_rope(self.cfg)
         self._checked: set[int] = set()
         self._contexts: dict[str, np.ndarray] = {}
 

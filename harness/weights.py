@@ -5,6 +5,8 @@ problem. An optional `net.` prefix (as in full training checkpoints) is accepted
 """
 from __future__ import annotations
 
+import hashlib
+
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,7 @@ import numpy as np
 from .config import ModelConfig
 from .errors import WeightsError
 
-__all__ = ["expected_shapes", "read_safetensors", "load_weights", "validate_weights",
+__all__ = ["weights_digest", "expected_shapes", "read_safetensors", "load_weights", "validate_weights",
            "save_weights", "random_weights", "block_keys"]
 
 _BRANCH_ADALN = {"self_attn": "adaln_modulation_self_attn", "cross_attn": "adaln_modulation_cross_attn",
@@ -125,3 +127,13 @@ def random_weights(cfg: ModelConfig, seed: int = 0, blocks: range | None = None)
         else:
             out[key] = (rng.standard_normal(shape, dtype=np.float32) / np.sqrt(shape[1])).astype(np.float32)
     return out
+
+
+def weights_digest(weights: dict) -> str:
+    """sha256 over the tensors (sorted keys, shape, float32 bytes): independent of the file layout."""
+    digest = hashlib.sha256()
+    for key in sorted(weights):
+        value = np.ascontiguousarray(np.asarray(weights[key], dtype="<f4"))
+        digest.update(f"{key}:{list(value.shape)};".encode())
+        digest.update(memoryview(value).cast("B"))
+    return digest.hexdigest()

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import BackendError, ConfigError
 
-__all__ = ["Context", "create_context", "live_contexts", "backend_options", "BACKENDS"]
+__all__ = ["Context", "create_context", "live_contexts", "backend_options", "backend_class", "BACKENDS"]
 
 # name -> "module:Class"; imported lazily so the board runtime is only imported where it is asked for.
 BACKENDS = {
@@ -83,7 +83,7 @@ class Context(abc.ABC):
 def create_context(backend: str, label: str, **options) -> Context:
     if backend not in BACKENDS:
         raise BackendError(f"unknown backend '{backend}' (known: {', '.join(sorted(BACKENDS))})")
-    return _context_class(backend)(label, **options)
+    return backend_class(backend)(label, **options)
 
 
 def backend_options(backend: str, values: dict, cfg) -> dict:
@@ -94,7 +94,7 @@ def backend_options(backend: str, values: dict, cfg) -> dict:
         raise BackendError(f"unknown backend '{backend}' (known: {', '.join(sorted(BACKENDS))})")
     chosen = {}
     for name in BACKENDS:
-        cls = _context_class(name)
+        cls = backend_class(name)
         parsed = cls.parse_options(values, cfg)
         if name == backend:
             chosen = parsed
@@ -108,6 +108,7 @@ def backend_options(backend: str, values: dict, cfg) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def _context_class(backend: str):
+def backend_class(backend: str) -> type[Context]:
+    """The Context class of a backend, importing its module (and runtime) on first use."""
     module_name, cls_name = BACKENDS[backend].split(":")
     return getattr(importlib.import_module(module_name), cls_name)

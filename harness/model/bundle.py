@@ -36,7 +36,7 @@ class ModelBundle:
     @functools.cached_property
     def digest(self) -> str:
         """sha256 of the DiT weights as a partition manifest records them (weights_sha256)."""
-        from ..partition.onnx_export import weights_digest
+        from ..weights import weights_digest
         return weights_digest(self.weights)
 
     @property

@@ -7,8 +7,9 @@ from pathlib import Path
 from .onnx_export import FAKE_QUANT
 from ..config import EMBEDDED_DIR, ModelConfig, load_model_dir, load_profile
 from ..errors import ConfigError
+from .manifest import default_partition_dir
 
-__all__ = ["add_commands", "parse_blocks", "render_inspection", "cmd_export", "cmd_inspect"]
+__all__ = ["add_commands", "parse_blocks", "render_inspection", "cmd_export", "cmd_inspect", "export_with_progress"]
 
 
 def parse_blocks(text: str, blocks: int) -> list[int]:
@@ -81,26 +82,25 @@ def _load_model(args) -> tuple[ModelConfig, dict, Path]:
     return cfg, load_weights(path, cfg), path
 
 
-def default_partition_dir(cfg: ModelConfig, digest: str, dtype: str, fake_quant: str | None = None,
-                          blocks=None) -> Path:
-    """out/partitions/<model>-<dtype>[-<fake quant>]-<weights digest>[-blocks-...]: one directory per
-    distinct export, so `generate` never runs subgraphs from other weights or a partial export."""
-    name = f"{cfg.name}-{dtype}" + (f"-{fake_quant}" if fake_quant else "") + f"-{digest[:12]}"
-    if blocks is not None and list(blocks) != list(range(cfg.blocks)):
-        name += "-blocks-" + "_".join(str(b) for b in blocks)
-    return Path("out/partitions") / name
+def export_with_progress(weights: dict, cfg: ModelConfig, out, quiet: bool = False, **options):
+    """export_partition with a progress bar on stderr (the exporter itself prints nothing)."""
+    from ..terminal import progress_bar
+    from .onnx_export import export_partition, planned_files
+    total = planned_files(cfg, options.get("blocks"))
+    with progress_bar(total, f"export {cfg.name} {options.get('dtype', 'float32')}", disable=quiet) as advance:
+        return export_partition(weights, cfg, out, on_file=advance, **options)
 
 
 def cmd_export(args) -> int:
-    from .onnx_export import check_opset, export_partition, weights_digest
+    from ..weights import weights_digest
+    from .onnx_export import check_opset
     check_opset(args.opset)          # before loading gigabytes of weights
     cfg, weights, source = _load_model(args)
     blocks = parse_blocks(args.blocks, cfg.blocks) if args.blocks else None
     out = args.out or default_partition_dir(cfg, weights_digest(weights), args.dtype, args.fake_quant, blocks)
-    manifest = export_partition(weights, cfg, out, dtype=args.dtype, streams=args.streams,
-                                fake_quant=args.fake_quant,
-                                opset=args.opset, blocks=blocks, progress=not args.quiet,
-                                weights_source=str(source))
+    manifest = export_with_progress(weights, cfg, out, quiet=args.quiet, dtype=args.dtype,
+                                    streams=args.streams, fake_quant=args.fake_quant, opset=args.opset,
+                                    blocks=blocks, weights_source=str(source))
     size = sum(e.bytes for e in manifest.entries())
     print(f"{manifest.file}  {len(manifest.subgraphs)} subgraphs"
           f"{' + decoder' if manifest.decoder else ''}, {size / 1e6:.1f} MB, {args.dtype}, "
@@ -111,7 +111,7 @@ def cmd_export(args) -> int:
 def render_inspection(report: dict, console=None) -> None:
     """The inspection as rich tables: settings, per-branch counts/sizes, failures, verdict."""
     from rich.table import Table
-    from ..report import console as make_console
+    from ..terminal import console as make_console
     console = console or make_console(stderr=False)
     head = Table(title=f"partition {report['directory']}", show_header=False)
     for key in ("model", "format", "dtype", "streams", "opset", "latent_size", "tokens",

@@ -16,6 +16,7 @@ import functools
 import hashlib
 import math
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -26,12 +27,12 @@ from ..config import BRANCHES, ModelConfig
 from ..errors import ConfigError, WeightsError
 from ..model.embedded import interp_matrix
 from ..model.reference import make_rope
-from ..report import progress_bar
+from ..weights import weights_digest
 from .manifest import (FORMAT, Manifest, SubgraphEntry, TensorSpec, manifest_path, network_settings,
                        subgraph_index)
 
 __all__ = ["export_partition", "build_subgraph", "build_decoder", "fp16_missing_kernels",
-           "subgraph_file", "weights_digest", "check_opset", "DTYPES", "DEFAULT_OPSET",
+           "subgraph_file", "check_opset", "planned_files", "DTYPES", "DEFAULT_OPSET",
            "MIN_OPSET", "MAX_OPSET", "DECODER_FILE"]
 
 DTYPES = {"float32": (np.float32, TensorProto.FLOAT), "float16": (np.float16, TensorProto.FLOAT16)}
@@ -382,16 +383,6 @@ def subgraph_file(block: int, branch: str) -> str:
     return f"{subgraph_index(block, branch):02d}_block{block:02d}_{branch}.onnx"
 
 
-def weights_digest(weights: dict) -> str:
-    """sha256 over the tensors (sorted keys, shape, float32 bytes): independent of the file layout."""
-    digest = hashlib.sha256()
-    for key in sorted(weights):
-        value = np.ascontiguousarray(np.asarray(weights[key], dtype="<f4"))
-        digest.update(f"{key}:{list(value.shape)};".encode())
-        digest.update(memoryview(value).cast("B"))
-    return digest.hexdigest()
-
-
 def _specs(model: onnx.ModelProto, which) -> list[TensorSpec]:
     out = []
     for vi in which(model.graph):
@@ -419,12 +410,23 @@ def _select_blocks(cfg: ModelConfig, blocks) -> list[int]:
     return chosen
 
 
+def _has_decoder(cfg: ModelConfig) -> bool:
+    return cfg.latent_channels == 1 and bool(cfg.decoder)
+
+
+def planned_files(cfg: ModelConfig, blocks=None) -> int:
+    """How many ONNX files an export of `blocks` writes (for a caller's progress display)."""
+    return len(_select_blocks(cfg, blocks)) * len(BRANCHES) + int(_has_decoder(cfg))
+
+
 def export_partition(weights: dict, cfg: ModelConfig, out_dir, dtype: str = "float32", streams: int = 2,
-                     opset: int = DEFAULT_OPSET, blocks=None, progress: bool | None = None,
+                     opset: int = DEFAULT_OPSET, blocks=None, on_file: Callable[[], None] | None = None,
                      weights_source: str | None = None, fake_quant: str | None = None) -> Manifest:
     """Write one ONNX file per subgraph (+ decoder.onnx when the model has one) and manifest.json.
 
     fake_quant="ffn-w8a8" simulates INT8 FFN linears (weights and activations) in the graph dtype.
+    on_file() is called after each file is written (the CLI draws its progress bar with it; the
+    exporter itself prints nothing).
     """
     _check_dtype(dtype)
     _check_fake_quant(fake_quant)
@@ -435,22 +437,20 @@ def export_partition(weights: dict, cfg: ModelConfig, out_dir, dtype: str = "flo
     out_dir.mkdir(parents=True, exist_ok=True)
     # An interrupted export must not leave an old manifest vouching for half-replaced files.
     manifest_path(out_dir).unlink(missing_ok=True)
-    has_decoder = cfg.latent_channels == 1 and bool(cfg.decoder)
+    advance = on_file or (lambda: None)
     entries, islands = [], {}
-    total = len(chosen) * len(BRANCHES) + int(has_decoder)
-    with progress_bar(total, f"export {cfg.name} {dtype}", disable=not progress) as advance:
-        for block in chosen:
-            for branch in BRANCHES:
-                model, wrapped = _build(weights, cfg, block, branch, dtype, streams, opset, fake_quant)
-                islands[branch] = wrapped
-                entries.append(_write(model, out_dir, subgraph_file(block, branch),
-                                      subgraph_index(block, branch), block, branch))
-                del model
-                advance()
-        decoder = None
-        if has_decoder:
-            decoder = _write(build_decoder(cfg, opset), out_dir, DECODER_FILE, cfg.subgraphs, None, "decoder")
+    for block in chosen:
+        for branch in BRANCHES:
+            model, wrapped = _build(weights, cfg, block, branch, dtype, streams, opset, fake_quant)
+            islands[branch] = wrapped
+            entries.append(_write(model, out_dir, subgraph_file(block, branch),
+                                  subgraph_index(block, branch), block, branch))
+            del model
             advance()
+    decoder = None
+    if _has_decoder(cfg):
+        decoder = _write(build_decoder(cfg, opset), out_dir, DECODER_FILE, cfg.subgraphs, None, "decoder")
+        advance()
     export = {"dtype": dtype, "streams": streams, "opset": opset, "latent_size": list(cfg.latent_size),
               "tokens": cfg.tokens, "context_tokens": cfg.context_tokens, "blocks": chosen,
               "fp32_islands": {b: islands[b] for b in BRANCHES if islands.get(b)}}

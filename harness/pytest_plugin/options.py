@@ -7,7 +7,6 @@ Backend-specific options (core mask, fault) are parsed by the backend that owns 
 from __future__ import annotations
 
 import argparse
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 
 from ..config import EMBEDDED_DIR, REPO_ROOT, load_model_dir
 from ..errors import ConfigError, HarnessError
+from ..schema import read_toml
 
 __all__ = ["SuiteSettings", "resolve_settings", "OPTIONS", "typed_value", "pytest_addoption"]
 
@@ -96,13 +96,7 @@ def pytest_addoption(parser):
 def _profile_values(path: Path | None) -> dict:
     if path is None:
         return {}
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"--board-profile {path}: no such file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"--board-profile {path}: not valid TOML ({exc})") from None
+    data = read_toml(path, "board profile (--board-profile)")
     suite = data.get("suite", {})
     unknown = sorted(set(suite) - set(OPTIONS))
     if unknown:
@@ -165,7 +159,8 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     if values["fake_quant"] not in (None, *FAKE_QUANT):
         raise ConfigError(f"--fake-quant {values['fake_quant']}: choose {', '.join(FAKE_QUANT)}")
     cfg = load_model_dir(values["model_dir"])
-    golden_dir = values["golden_dir"] or REPO_ROOT / "golden" / cfg.name
+    from ..golden import golden_dir_for
+    golden_dir = values["golden_dir"] or golden_dir_for(cfg.name)
     _check_golden_dir(golden_dir, explicit=values["golden_dir"] is not None)
     budget = values["pss_budget"] or cfg.raw_gates.get("pss_budget")
     options = backend_options(backend, values, cfg)

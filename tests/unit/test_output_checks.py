@@ -8,7 +8,7 @@ import pytest
 
 from harness.backends import live_contexts
 from harness.errors import ManifestError, NumericsError
-from harness.generate import sample_settings
+from harness.reference_run import sample_settings
 from harness.model.bundle import load_bundle
 from harness.partition.manifest import SubgraphEntry, TensorSpec
 from harness.partition.onnx_export import export_partition
