@@ -99,7 +99,10 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
     step_walls: list[float] = []
     start = read_memory()
     if report_path is not None:     # a previous run's report must not stay behind, looking current
-        Path(report_path).unlink(missing_ok=True)
+        try:
+            Path(report_path).unlink(missing_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot write the run report {report_path}: {exc.strerror or exc}") from None
     try:
         manifest = open_partition(bundle, partition_dir, verify)
         report["manifest_sha256"] = manifest_sha256(manifest.directory)
