@@ -32,6 +32,7 @@ import psutil
 import pytest
 
 from harness.config import REPO_ROOT
+from harness.golden import GoldenStore, load_cases
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
 from tests.helpers import make_random_model_dir
@@ -83,6 +84,8 @@ FAULTS = [
     cli("cli-output-shape", (*GEN, "--backend=faults", "--fault=shape@5"), 2, r"subgraph 5 .*output 'y' is float32 \[1, 64, 64\]", "failed"),
     cli("cli-nan-decoder", (*GEN, "--backend=faults", "--fault=nan@84"), 3, r"NaN/Inf in the image from subgraph 84 \(decoder\)", "failed"),
     cli("cli-guard-trip", (*GEN, "--mem-floor=1000TiB"), 4, r"memory guard tripped: MemAvailable", "failed"),
+    cli("cli-trend-history-torn", ("trend", "--history={torn_history}", "--out={dir}/trend.png"), 2,
+        r"torn\.jsonl line 1: not valid JSON"),
     # pytest: refused at configure time, one "ERROR:" line
     gate("pytest-mem-floor-abc", ("--mem-floor=abc",), 4, r"--mem-floor: memory size 'abc'"),
     gate("pytest-profile-mem-floor-float", ("--board-profile={profile}",), 4, r"board\.toml \[suite\]: --mem-floor: memory size 1\.5"),
@@ -103,7 +106,7 @@ FAULTS = [
     gate("pytest-subgraph-truncated", ("--partition={truncated}",), 1, r"FAILED .*subgraph 4 .*truncated", "failed"),
     gate("pytest-weights-truncated", ("--model-dir={bad_weights}", "--partition={partition}"), 1,
          r"FAILED .*dit\.safetensors", "failed"),
-    gate("pytest-golden-wrong-shape", ("--golden-dir={bad_golden}",), 1, r"FAILED .*one\.npy has shape", "failed",
+    gate("pytest-golden-wrong-shape", ("--golden-dir={bad_golden}",), 1, r"FAILED .*one\.npy has shape \(32, 32, 3\), the model makes \(64, 64, 3\)", "failed",
          test="tests/acceptance/test_quality.py"),
     gate("pytest-benchmark-guard-trip", ("--mem-floor=1000TiB", "--bench-steps=1"), 1,
          r"FAILED .*no benchmark: memory guard tripped", "failed", test="tests/acceptance/test_benchmark.py"),
@@ -169,8 +172,13 @@ def world(tmp_path_factory):
     (golden / "cases.toml").write_text(CASES)
     bad_golden = root / "bad_golden"
     shutil.copytree(golden, bad_golden)
-    np.save(bad_golden / "one.npy", np.zeros((8, 8, 3), np.float32))
-    (bad_golden / "one.json").write_text("{}")
+    # A consistent golden (its metadata vouches for its array) of another model's image size: it
+    # used to pass every check on load and escape as a traceback after a full run.
+    case = load_cases(bad_golden / "cases.toml")[0]
+    GoldenStore(bad_golden).write(case, np.full((32, 32, 3), 0.5, np.float32),
+                                  {"backend": "onnxruntime", "manifest_hash": "0" * 64}, precision="float32")
+    torn_history = root / "torn.jsonl"
+    torn_history.write_text('{"time": "2026-11-')       # a record cut short
     bad_weights = root / "bad_weights"
     shutil.copytree(model, bad_weights)
     weights = bad_weights / "dit.safetensors"
@@ -190,7 +198,7 @@ def world(tmp_path_factory):
     (root / "board.toml").write_text('[suite]\nmem_floor = 1.5\n')
     yield {
         "root": root, "model": model, "partition": partition, "golden": golden, "bad_golden": bad_golden,
-        "bad_weights": bad_weights, "other_model": make_random_model_dir(root / "other_model", seed=9),
+        "bad_weights": bad_weights, "torn_history": torn_history, "other_model": make_random_model_dir(root / "other_model", seed=9),
         "empty": empty, "foreign": foreign, "busy": busy, "file": root / "a-file", "profile": root / "board.toml",
         "nul": _edit_manifest(partition, root / "nul",
                               lambda d, _: d["subgraphs"][2].update(file="02_block00\x00ffn.onnx")),
