@@ -23,7 +23,7 @@ __all__ = ["start_run", "pytest_sessionstart", "pytest_runtest_logstart", "pytes
 
 SESSION_REPORT = "session.json"
 RUN = pytest.StashKey["SessionRun"]()
-CALL_FAILED = pytest.StashKey[bool]()       # on an item: its test body already failed
+CALL_FAILED = pytest.StashKey[str]()        # on an item: how its test body failed
 _current: dict = {}                         # the session's run, for hooks that get no config
 
 
@@ -93,8 +93,9 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
-    if call.when == "call" and outcome.get_result().failed:
-        item.stash[CALL_FAILED] = True
+    report = outcome.get_result()
+    if call.when == "call" and report.failed:
+        item.stash[CALL_FAILED] = str(report.longrepr)
 
 
 def _drop_unfinished_benchmarks(config) -> None:
