@@ -105,18 +105,7 @@ def _cmd_generate(args) -> int:
     from .model.bundle import load_bundle
     from .reference_run import sample_settings
 
-    if args.out.suffix.lower() != ".png":
-        raise ConfigError(f"--out {args.out}: the image is written as PNG; use a .png path")
-    _check_writable_dir(args.out)
-    from .atomic import sweep_temporaries
-    from .memory import parse_size
-    from .outputs import check_free_space
-    check_free_space(args.out.parent, parse_size(args.min_free), "--out")
-    sweep_temporaries(args.out.parent)      # leftovers of a writer killed with SIGKILL
-    if args.fault is not None and args.backend != "faults":
-        raise ConfigError(f"--fault {args.fault}: only --backend faults reads it, this run uses {args.backend}")
-    from .backends.faults import parse_fault
-    parse_fault(args.fault)
+    _preflight(args)
     # The run starts here and owns its outputs: nothing of a previous run may sit beside its report.
     for old in (args.out, args.out.with_suffix(".json"), args.out.with_suffix(".latent.npy")):
         old.unlink(missing_ok=True)
@@ -141,6 +130,22 @@ def _cmd_generate(args) -> int:
     print(f"{args.out}  prompt='{prompt}' seed={s['seed']} steps={s['steps']} cfg={s['cfg_scale']} "
           f"backend={args.backend}")
     return 0
+
+
+def _preflight(args) -> None:
+    """Everything that can be refused before the run spends time or touches a file."""
+    from .atomic import sweep_temporaries
+    from .backends.faults import parse_fault
+    from .memory import parse_size
+    from .outputs import check_free_space
+    if args.out.suffix.lower() != ".png":
+        raise ConfigError(f"--out {args.out}: the image is written as PNG; use a .png path")
+    _check_writable_dir(args.out)
+    check_free_space(args.out.parent, parse_size(args.min_free), "--out")
+    if args.fault is not None and args.backend != "faults":
+        raise ConfigError(f"--fault {args.fault}: only --backend faults reads it, this run uses {args.backend}")
+    parse_fault(args.fault)
+    sweep_temporaries(args.out.parent)      # leftovers of a writer killed with SIGKILL
 
 
 def _generate_reference(bundle, prompt, s, quiet):
