@@ -66,11 +66,12 @@ class FaultInjectionContext(OnnxRuntimeContext):
     @classmethod
     def parse_options(cls, values: dict, cfg) -> dict:
         options = parse_fault(values.get("fault"))
-        last = cfg.subgraphs if cfg.decoder and cfg.latent_channels == 1 else cfg.subgraphs - 1
+        decoder = bool(cfg.decoder) and cfg.latent_channels == 1
+        last = cfg.subgraphs if decoder else cfg.subgraphs - 1
         for kind in ("nan", "shape"):
             if options.get(f"{kind}_subgraph", 0) > last:
                 raise ConfigError(f"--fault {kind}@{options[kind + '_subgraph']}: {cfg.name} has subgraphs "
-                                  f"0..{last}")
+                                  f"0..{cfg.subgraphs - 1}" + (f" and its decoder {last}" if decoder else ""))
         return options
 
     def __init__(self, label: str, nan_subgraph: int | None = None, nan_count: int = 7,

@@ -40,8 +40,22 @@ def start_run(config, settings) -> None:
     for option, folder in (("--artifacts", settings.artifacts), ("--history", settings.history.parent)):
         check_writable(folder, option)
         check_free_space(folder, settings.min_free, option)
+    _check_golden_dir(settings.golden_dir, explicit=settings.golden_dir_given)
     if settings.suite_run and not getattr(config.option, "xmlpath", None):
         config.option.xmlpath = str(settings.artifacts / "junit.xml")
+
+
+def _check_golden_dir(golden_dir, explicit: bool) -> None:
+    """A named golden folder must hold a valid cases.toml: say so once, before collection, instead
+    of one collection error per gate module."""
+    from ..errors import ConfigError
+    from ..golden import load_cases
+    if not (golden_dir / "cases.toml").exists() and not explicit:
+        return      # the model has no goldens here: only the gates that need them will say so
+    try:
+        load_cases(golden_dir / "cases.toml")
+    except ConfigError as exc:
+        raise ConfigError(f"--golden-dir={golden_dir}: {exc}") from None
 
 
 @pytest.hookimpl(tryfirst=True)
