@@ -170,6 +170,10 @@ def world(tmp_path_factory):
     golden = root / "golden"
     golden.mkdir()
     (golden / "cases.toml").write_text(CASES)
+    # What `kill -9` during a golden update leaves (pid 999999999 never exists), and a write in
+    # flight by a live process (this one): the next suite run removes the first, keeps the second.
+    (golden / ".one.npy.999999999.abcd1234.tmp").write_bytes(b"half a golden")
+    (golden / f".one.png.{os.getpid()}.abcd1234.tmp").write_bytes(b"a golden being written")
     bad_golden = root / "bad_golden"
     shutil.copytree(golden, bad_golden)
     # A consistent golden (its metadata vouches for its array) of another model's image size: it
@@ -370,6 +374,11 @@ def test_fault(fault, results, world):
             for report in runs.glob("*.json") if runs.is_dir() else []:
                 assert json.loads(report.read_text())["status"] == "failed"
     assert_no_leftover_process(world["root"])
+
+
+def test_a_killed_golden_updates_leftovers_are_swept_by_the_next_suite_run(results, world):
+    names = sorted(p.name for p in world["golden"].glob(".*.tmp"))
+    assert names == [f".one.png.{os.getpid()}.abcd1234.tmp"], names
 
 
 def test_the_matrix_is_at_least_thirty_distinct_faults():
