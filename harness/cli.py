@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="abort when MemAvailable falls below (default: %(default)s)")
     gen.add_argument("--swap-limit", default="16MiB", type=_checked(_size),
                      help="abort when swap grows more than (default: %(default)s)")
+    _add_sampler_options(gen)
     gen.add_argument("--out", type=Path, default=Path("out/generate.png"), help="PNG path (default: %(default)s)")
     gen.add_argument("--quiet", action="store_true", help="no progress bar or tables")
     gen.set_defaults(func=_cmd_generate)
@@ -99,6 +100,40 @@ def build_parser() -> argparse.ArgumentParser:
     add_commands(sub)
     add_trend(sub)
     return parser
+
+
+def _add_sampler_options(gen) -> None:
+    from .spectrum import DEFAULT_PRESET, PRESETS, SAMPLERS
+    gen.add_argument("--sampler", choices=SAMPLERS, default="flow-euler",
+                     help="flow-euler (every step runs the 84 subgraphs) or spectrum (some steps forecast the "
+                          "last hidden state and run only the final layer); default: %(default)s")
+    group = gen.add_argument_group("Spectrum (with --sampler spectrum; the preset fills what is not given)")
+    group.add_argument("--spectrum-preset", choices=list(PRESETS), default=None,
+                       help=f"parameter preset (default: {DEFAULT_PRESET}, 13 computed of 28 steps)")
+    number = _ranged(float, float("-inf"), float("inf"), "a number")
+    whole = _ranged(int, -2 ** 31, 2 ** 31, "a whole number")
+    for name, kind, text in (("warmup", whole, "first steps that always compute"),
+                             ("window", number, "a step computes every floor(window) steps"),
+                             ("flex", number, "window growth per computed step"),
+                             ("degree", whole, "Chebyshev degree M"),
+                             ("ridge", number, "ridge lambda of the Chebyshev fit"),
+                             ("blend", number, "weight w of the Chebyshev forecast against the Taylor step (1: Chebyshev only)"),
+                             ("tail", whole, "last steps that always compute")):
+        group.add_argument(f"--spectrum-{name}", type=kind, default=None, help=text)
+
+
+def _spectrum_params(args):
+    """The Spectrum parameters from the command line, or None; options without the sampler are an error."""
+    from .spectrum import params_from
+    names = ("warmup", "window", "flex", "degree", "ridge", "blend", "tail")
+    given = {n: getattr(args, f"spectrum_{n}") for n in names if getattr(args, f"spectrum_{n}") is not None}
+    if args.spectrum_preset is not None:
+        given["preset"] = args.spectrum_preset
+    if args.sampler != "spectrum":
+        if given:
+            raise ConfigError(f"--spectrum-{next(iter(given))} needs --sampler spectrum")
+        return None
+    return params_from(given, "command line")
 
 
 def _cmd_generate(args) -> int:
@@ -112,7 +147,8 @@ def _cmd_generate(args) -> int:
     try:
         bundle = load_bundle(args.model_dir)
         prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
-        s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed)
+        s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed, args.sampler,
+                            _spectrum_params(args))
         if args.backend == "reference":
             image = _generate_reference(bundle, prompt, s, args.quiet)
         else:
@@ -128,7 +164,12 @@ def _cmd_generate(args) -> int:
     from .imageio import save_png
     save_png(image, args.out)
     print(f"{args.out}  prompt='{prompt}' seed={s['seed']} steps={s['steps']} cfg={s['cfg_scale']} "
-          f"backend={args.backend}")
+          f"backend={args.backend} sampler={s['sampler']}")
+    if s["sampler"] == "spectrum":
+        from .spectrum import SpectrumParams, schedule, schedule_text
+        plan = schedule(s["steps"], SpectrumParams(**s["spectrum"]))
+        print(f"Spectrum schedule, {sum(plan)} computed of {len(plan)} steps (C computed, F forecast): "
+              f"{schedule_text(plan)}")
     return 0
 
 
@@ -154,7 +195,7 @@ def _generate_reference(bundle, prompt, s, quiet):
     from .terminal import progress_bar
     with progress_bar(s["steps"], "denoising (reference)", disable=quiet) as advance:
         latents = sample_reference(bundle, [prompt], [s["seed"]], s["steps"], s["cfg_scale"],
-                                   s["shift"], on_step=lambda i: advance())
+                                   s["shift"], on_step=lambda i: advance(), settings=s)
     from .pipeline import check_image_finite
     image = bundle.decode(latents[0])
     check_image_finite(np.asarray(image), f"model {bundle.cfg.name} (reference forward and decoder)")

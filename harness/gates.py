@@ -105,7 +105,11 @@ class GateRunner:
 
     # -------------------------------------------------------------- runs
     def settings_for(self, case: GoldenCase, steps: int | None = None) -> dict:
-        return {"steps": steps or case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed}
+        settings = {"steps": steps or case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed,
+                    "sampler": case.sampler}
+        if case.spectrum is not None:
+            settings["spectrum"] = case.spectrum
+        return settings
 
     def prepare(self) -> None:
         """Everything a run needs before it is measured: weights, the verified partition and the
@@ -212,6 +216,13 @@ def benchmark_info(report: dict) -> dict:
         "step_split_s": t["step_split"],
         "invocations": report["invocations"],
         "stage_records": report["stage_records"],
+        # Spectrum: computed and forecast steps counted apart; a pass happens on computed steps only.
+        "sampler": (report.get("sampler") or {}).get("name", "flow-euler"),
+        "computed_steps": report["steps"]["computed"],
+        "forecast_steps": report["steps"]["forecast"],
+        "computed_step_s": t["per_image"]["per_computed_step"],
+        "forecast_step_s": t["per_image"]["per_forecast_step"],
+        "image_s": t["per_image"]["denoise"],
     }
 
 

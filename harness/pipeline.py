@@ -3,6 +3,8 @@
 Host (FP32): timestep embedding and every block's modulation once per step, patch embed, then for
 each subgraph in manifest order LayerNorm + modulation -> cast to the subgraph dtype -> the backend
 runs the branch body for the CFG streams -> gate + FP32 residual on the host. Then the final layer.
+The two halves are separate (`hidden_state`, `final_velocity`) so that Spectrum can forecast the
+last hidden state on a step where no subgraph runs.
 Every output is checked for NaN/Inf as it arrives; the first bad one stops the run naming where.
 
 Host math is timed by category (`HostTimes`) beside the lifecycle records, so a step splits into
@@ -25,7 +27,7 @@ __all__ = ["PartitionedPipeline", "HostTimes", "check_finite", "check_image_fini
 
 
 class HostTimes:
-    """Seconds of host math per (step, category): adaln, embed, cast, residual, final."""
+    """Seconds of host math per (step, category): adaln, embed, cast, residual, final, forecast."""
 
     def __init__(self):
         self.seconds: dict[tuple[int, str], float] = defaultdict(float)
@@ -85,12 +87,17 @@ class PartitionedPipeline:
         self.host = HostTimes()
         self._checked: set[int] = set()
         self._contexts: dict[str, np.ndarray] = {}
+        self._emb: tuple | None = None
 
     # ------------------------------------------------------------------ one step
     def velocity(self, latent: np.ndarray, sigma: float, step: int) -> dict[str, np.ndarray]:
+        return self.final_velocity(self.hidden_state(latent, sigma, step), sigma, step, latent.shape[-2:])
+
+    def hidden_state(self, latent: np.ndarray, sigma: float, step: int) -> dict[str, np.ndarray]:
+        """Every subgraph in order: {stream: [1, N, D]} FP32, the input of the final layer."""
         w, cfg, host = self.bundle.weights, self.cfg, self.host
         with host.timed(step, "adaln"):
-            emb, lora = R.time_embedding(w, cfg, np.array([sigma], np.float32))
+            emb, lora = self._time_embedding(sigma, step)
             mods = R.modulations(w, cfg, emb, lora)
         with host.timed(step, "embed"):
             tokens = ops.linear(R.patchify(latent, cfg), w["x_embedder.proj.1.weight"])
@@ -102,10 +109,24 @@ class PartitionedPipeline:
             out = self._invoke(entry, step, h)
             with host.timed(step, "residual"):
                 x = x + gate[:, None, :] * out
-        with host.timed(step, "final"):
-            v = R.final_layer(w, cfg, x, np.repeat(emb, len(self.streams), 0),
-                              np.repeat(lora, len(self.streams), 0), latent.shape[-2:])
+        return {s: x[k:k + 1] for k, s in enumerate(self.streams)}
+
+    def final_velocity(self, hidden: dict[str, np.ndarray], sigma: float, step: int,
+                       latent_hw: tuple[int, int]) -> dict[str, np.ndarray]:
+        """The final layer on given hidden states (computed or forecast) with this step's embedding."""
+        with self.host.timed(step, "final"):
+            emb, lora = self._time_embedding(sigma, step)
+            x = np.concatenate([hidden[s] for s in self.streams])
+            v = R.final_layer(self.bundle.weights, self.cfg, x, np.repeat(emb, len(self.streams), 0),
+                              np.repeat(lora, len(self.streams), 0), latent_hw)
         return {s: v[k:k + 1] for k, s in enumerate(self.streams)}
+
+    def _time_embedding(self, sigma: float, step: int):
+        # Once per step: the final layer of a computed step reuses the blocks' embedding, a forecast
+        # step (no block ran) computes its own.
+        if self._emb is None or self._emb[0] != step:
+            self._emb = (step, *R.time_embedding(self.bundle.weights, self.cfg, np.array([sigma], np.float32)))
+        return self._emb[1:]
 
     def _invoke(self, entry, step: int, h: np.ndarray) -> np.ndarray:
         for hook in self.between:       # memory guard: abort between invocations, never inside one

@@ -23,6 +23,7 @@ from .pipeline import PartitionedPipeline
 from .steptimes import summarize
 from .sampler import denoise, initial_noise
 from .signals import stop_status
+from .spectrum import sampler_velocity
 
 __all__ = ["RunResult", "run_partitioned", "open_partition"]
 
@@ -95,7 +96,7 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
     report = result.report
     report.update(status="running", error=None, backend=backend, backend_options=backend_options or {},
                   prompt=prompt, settings=dict(settings), partition=str(partition_dir), model=bundle.cfg.name)
-    strategy = pipeline = None
+    strategy = pipeline = sampler_summary = None
     step_walls: list[float] = []
     start = read_memory()
     if report_path is not None:     # a previous run's report must not stay behind, looking current
@@ -123,8 +124,9 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
             if on_step:
                 on_step(i)
 
+        velocity, sampler_summary = sampler_velocity(pipeline, settings, pipeline.host.timed)
         noise = initial_noise((1, *bundle.latent_shape), settings["seed"])
-        result.latent = denoise(pipeline.velocity, noise, settings["steps"], settings["shift"],
+        result.latent = denoise(velocity, noise, settings["steps"], settings["shift"],
                                 settings["cfg_scale"], on_step=step_done)
         # A partition without a decoder (Anima's Wan VAE is not part of it yet) ends at the latent.
         result.image = pipeline.decode(result.latent, settings["steps"]) if manifest.decoder else None
@@ -138,8 +140,10 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
     finally:
         if strategy is not None:
             strategy.close()        # nothing stays loaded, whatever failed
+        if sampler_summary is not None:
+            report["sampler"] = sampler_summary()    # the schedule, and how far a failed run got
         report.update(summarize(result.recorder.as_dicts(), pipeline.host.as_dicts() if pipeline else [],
-                                step_walls))
+                                step_walls, (report.get("sampler") or {}).get("computed_steps")))
         if guard is not None:
             report["memory"] = {**guard.summary(), **_run_memory(guard, start)}
         if report_path is not None:

@@ -12,3 +12,17 @@ def fake_rknnlite(monkeypatch):
         yield use_fake_rknnlite(monkeypatch)
     finally:
         forget_rknnlite()
+
+
+@pytest.fixture(scope="session")
+def anima_block(tmp_path_factory):
+    """(config, weights, manifest): one random full-width anima-2b block (D 2048, FFN 8192) and its
+    FP32 single-stream export, made once for the full-width tests (~4 s of CPU each time otherwise)."""
+    from harness.config import load_profile
+    from harness.partition import export_partition
+    from harness.weights import random_weights
+    cfg = load_profile("anima-2b")
+    weights = random_weights(cfg, seed=2, blocks=range(1))
+    manifest = export_partition(weights, cfg, tmp_path_factory.mktemp("anima-block"), dtype="float32",
+                                streams=1, blocks=[0])
+    return cfg, weights, manifest

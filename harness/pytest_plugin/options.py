@@ -38,6 +38,7 @@ OPTIONS = {
     "core_mask": ("auto", "rknnlite NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2"),
     "bench_rounds": (1, "pedantic rounds per benchmark (a step takes minutes on the board)"),
     "bench_steps": (None, "sampler steps per benchmark round (default: the golden case's)"),
+    "bench_sampler": (None, "sampler of the benchmark rounds: flow-euler or spectrum (13-of-28 preset; default: the case's)"),
     "history": (".benchmarks/history.jsonl", "benchmark run history (JSONL) for `python -m harness trend`"),
     "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS, "
                     "slow=xFACTOR (backend faults)"),
@@ -82,6 +83,7 @@ class SuiteSettings:
     suite_run: bool = False
     backend_options: dict = field(default_factory=dict)
     npu_problem: str | None = None      # why --require-npu cannot be met here (None: it can)
+    bench_sampler: str | None = None
 
 
 def pytest_addoption(parser):
@@ -165,6 +167,9 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     golden_dir = values["golden_dir"] or golden_dir_for(cfg.name)
     budget = values["pss_budget"] or cfg.raw_gates.get("pss_budget")
     options = backend_options(backend, values, cfg)
+    from ..spectrum import SAMPLERS
+    if values["bench_sampler"] not in (None, *SAMPLERS):
+        raise ConfigError(f"--bench-sampler {values['bench_sampler']}: choose {', '.join(SAMPLERS)}")
     cases = _case_names(values["cases"], golden_dir)
     settings = SuiteSettings(
         backend=backend, backend_requested=requested, on_board=on_board,
@@ -181,7 +186,7 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         bench_steps=values["bench_steps"], history=values["history"], fault=values["fault"],
         cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options,
         min_free=parse_size(values["min_free"]), suite_run=values["suite_run"],
-        golden_dir_given=values["golden_dir"] is not None)
+        golden_dir_given=values["golden_dir"] is not None, bench_sampler=values["bench_sampler"])
     settings.npu_problem = _npu_problem(settings)
     return settings
 

@@ -1,7 +1,6 @@
 """ONNX export of the subgraph bodies and decoder, run in real onnxruntime against the numpy reference."""
 from __future__ import annotations
 
-import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -231,19 +230,16 @@ def test_fp16_kernel_probe_covers_every_op_the_export_uses(embedded):
 
 
 @pytest.mark.slow
-def test_full_width_anima_block_matches_reference():
+def test_full_width_anima_block_matches_reference(anima_block):
     """One real-size anima-2b block (D 2048, 1024 tokens, FFN 8192), each branch vs the reference."""
-    cfg = load_profile("anima-2b")
-    w = random_weights(cfg, blocks=range(1))
+    cfg, w, manifest = anima_block
     x, context = branch_inputs(cfg, streams=1)
     rope = reference.make_rope(cfg)
-    with tempfile.TemporaryDirectory() as tmp:
-        manifest = export_partition(w, cfg, tmp, streams=1, blocks=[0])
-        assert manifest.decoder is None and manifest.export["tokens"] == 1024
-        for entry in manifest.subgraphs:
-            out = run_branch(session(manifest.path_of(entry)), entry.branch, x, context)
-            ref = reference.branch_body(w, cfg, 0, entry.branch, x, context, rope)
-            assert rel_err(out, ref) <= 1e-5, entry.label
+    assert manifest.decoder is None and manifest.export["tokens"] == 1024
+    for entry in manifest.subgraphs:
+        out = run_branch(session(manifest.path_of(entry)), entry.branch, x, context)
+        ref = reference.branch_body(w, cfg, 0, entry.branch, x, context, rope)
+        assert rel_err(out, ref) <= 1e-5, entry.label
 
 
 def test_ffn_w8a8_fake_quant_matches_an_independent_simulation():
