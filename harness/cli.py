@@ -141,20 +141,20 @@ def _cmd_generate(args) -> int:
     from .reference_run import sample_settings
 
     _preflight(args)
+    bundle = load_bundle(args.model_dir)
+    prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
+    s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed, args.sampler,
+                        _spectrum_params(args))
     # The run starts here and owns its outputs: nothing of a previous run may sit beside its report.
     for old in (args.out, args.out.with_suffix(".json"), args.out.with_suffix(".latent.npy")):
         old.unlink(missing_ok=True)
     try:
-        bundle = load_bundle(args.model_dir)
-        prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
-        s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed, args.sampler,
-                            _spectrum_params(args))
         if args.backend == "reference":
             image = _generate_reference(bundle, prompt, s, args.quiet)
         else:
             image = _generate_partitioned(bundle, prompt, s, args)
     except (HarnessError, RunStopped) as exc:
-        # Stopped before the pipeline wrote its report (loading the model, arming the guard).
+        # Stopped before the pipeline wrote its report (exporting the partition, arming the guard).
         if args.backend == "reference" or args.out.with_suffix(".json").exists():
             raise
         raise type(exc)(f"{exc} (report: {_refused_report(args, exc)})") from None
@@ -230,7 +230,7 @@ def _generate_partitioned(bundle, prompt, s, args):
 
 
 def _refused_report(args, exc) -> Path:
-    """The report of a run that failed before it could start denoising (e.g. unreadable weights)."""
+    """The report of a run stopped or failed before the pipeline wrote its own."""
     from .atomic import atomic_write_json
     from .signals import stop_status
     path = args.out.with_suffix(".json")

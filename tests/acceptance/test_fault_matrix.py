@@ -72,8 +72,8 @@ FAULTS = [
     cli("cli-fault-unknown", (*GEN, "--backend=faults", "--fault=bogus"), 2, r"--fault 'bogus'"),
     cli("cli-fault-wrong-backend", (*GEN, "--fault=nan@3"), 2, r"--fault nan@3: only --backend faults"),
     cli("cli-core-mask-bad", (*GEN, "--core-mask=9"), 2, r"--core-mask"),
-    # the run starts and fails: one line, report "failed"
-    cli("cli-weights-truncated", (*GEN, "--model-dir={bad_weights}"), 2, r"dit\.safetensors", "failed"),
+    # the run starts (model loaded, settings valid) and fails: one line, report "failed"
+    cli("cli-weights-truncated", (*GEN, "--model-dir={bad_weights}"), 2, r"dit\.safetensors"),
     cli("cli-no-manifest", (*GEN, "--partition={empty}"), 2, r"manifest\.json.*no manifest", "failed"),
     cli("cli-manifest-nul-name", (*GEN, "--partition={nul}"), 2, r"subgraph 2 \(block 0 ffn\).*not a plain path", "failed"),
     cli("cli-subgraph-truncated", (*GEN, "--partition={truncated}"), 2, r"subgraph 4 .*truncated", "failed"),
