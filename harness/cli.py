@@ -1,4 +1,4 @@
-"""`python -m harness <command>`: generate, export, inspect, trend.
+"""`python -m harness <command>`: generate, export, inspect, convert, compare-toolkits, trend.
 
 Expected failures (HarnessError) print one line naming the culprit and exit non-zero without a
 traceback; anything else is a bug and keeps its traceback.
@@ -31,7 +31,7 @@ def _ranged(kind, lo, hi, what: str):
     return parse
 
 
-BACKEND_CHOICES = ("reference", "onnxruntime", "rknnlite", "faults")
+BACKEND_CHOICES = ("reference", "onnxruntime", "rknnlite", "board-sim", "faults")
 
 
 def _checked(parse):
@@ -53,6 +53,29 @@ def _size(text: str) -> str:
 def _core_mask(text: str) -> str:
     from .backends.rknnlite import parse_core_mask
     return parse_core_mask(text)
+
+
+def _lifecycle(text: str) -> str:
+    from .lifecycle import parse_lifecycle
+    return str(parse_lifecycle(text))
+
+
+def add_board_sim_options(parser) -> None:
+    """--board-profile-data / --time-scale: the simulated board's own options."""
+    parser.add_argument("--board-profile-data", type=Path,
+                        help="board-sim: profile data file (default: boards/data/rock5c-anima.toml)")
+    parser.add_argument("--time-scale", type=_ranged(float, 1e-9, 1.0, "a number"),
+                        help="board-sim: seconds here per board second (default: the data file's)")
+
+
+def board_sim_options(args) -> dict:
+    from .backends.board_sim import normalize_options
+    raw = {"core_mask": args.core_mask}
+    if args.board_profile_data is not None:
+        raw["profile_data"] = str(args.board_profile_data)
+    if args.time_scale is not None:
+        raw["time_scale"] = args.time_scale
+    return normalize_options(raw)
 
 
 _positive_int = _ranged(int, 1, float("inf"), "a whole number")
@@ -85,7 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                      help="subgraph precision when the partition is exported on first use")
     gen.add_argument("--core-mask", default="auto", type=_checked(_core_mask),
-                     help="rknnlite NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2")
+                     help="rknnlite / board-sim NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2, all")
+    add_board_sim_options(gen)
+    gen.add_argument("--lifecycle", default="on-demand", type=_checked(_lifecycle),
+                     help="context strategy: on-demand, resident, lru:K, pinned:K, pinned:@I,J,A-B, "
+                          "prefetch:K (default: %(default)s)")
+    gen.add_argument("--images", type=_positive_int, default=1,
+                     help="images generated together (seeds seed, seed+1, ...); every loaded context "
+                          "serves all their streams (default: %(default)s)")
     gen.add_argument("--mem-floor", default="1.5GiB", type=_checked(_size),
                      help="abort when MemAvailable falls below (default: %(default)s)")
     gen.add_argument("--swap-limit", default="16MiB", type=_checked(_size),
@@ -96,9 +126,19 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(func=_cmd_generate)
 
     from .partition.commands import add_commands
+    from .planner import add_command as add_plan
+    from .probe import add_command as add_probe
     from .trend import add_command as add_trend
+    from .calibration import add_command as add_capture
+    from .accuracy_cli import add_command as add_accuracy
+    from .toolkit.commands import add_commands as add_toolkit_commands
     add_commands(sub)
+    add_toolkit_commands(sub)
     add_trend(sub)
+    add_probe(sub)
+    add_plan(sub)
+    add_capture(sub)
+    add_accuracy(sub)
     return parser
 
 
@@ -145,6 +185,9 @@ def _cmd_generate(args) -> int:
     prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
     s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed, args.sampler,
                         _spectrum_params(args))
+    if args.backend == "reference" and (args.images != 1 or args.lifecycle != "on-demand"):
+        raise ConfigError("--images and --lifecycle need a partitioned backend (onnxruntime, "
+                          "rknnlite, board-sim), not the monolithic reference")
     # The run starts here and owns its outputs: nothing of a previous run may sit beside its report.
     for old in (args.out, args.out.with_suffix(".json"), args.out.with_suffix(".latent.npy")):
         old.unlink(missing_ok=True)
@@ -162,7 +205,11 @@ def _cmd_generate(args) -> int:
         raise ConfigError("the partition has no decoder model, so there is no image to write "
                           "(the final latent is saved beside the report)")
     from .imageio import save_png
-    save_png(image, args.out)
+    if image.ndim == 4:         # --images N: out.png, out-1.png, ...
+        for k, one in enumerate(image):
+            save_png(one, args.out if k == 0 else args.out.with_name(f"{args.out.stem}-{k}.png"))
+    else:
+        save_png(image, args.out)
     print(f"{args.out}  prompt='{prompt}' seed={s['seed']} steps={s['steps']} cfg={s['cfg_scale']} "
           f"backend={args.backend} sampler={s['sampler']}")
     if s["sampler"] == "spectrum":
@@ -207,7 +254,8 @@ def _generate_partitioned(bundle, prompt, s, args):
     from .terminal import print_run_tables, progress_bar
     from .run import run_partitioned
     partition = args.partition or _default_partition(bundle, args)
-    options = {"core_mask": args.core_mask} if args.backend == "rknnlite" else {}
+    options = ({"core_mask": args.core_mask} if args.backend == "rknnlite"
+               else board_sim_options(args) if args.backend == "board-sim" else {})
     if args.backend == "faults":
         from .backends.faults import FaultInjectionContext
         options = FaultInjectionContext.parse_options({"fault": args.fault}, bundle.cfg)
@@ -217,7 +265,8 @@ def _generate_partitioned(bundle, prompt, s, args):
     with guard, progress_bar(s["steps"], f"denoising ({args.backend})", disable=args.quiet) as advance:
         try:
             result = run_partitioned(bundle, partition, args.backend, prompt, s, options, guard=guard,
-                                     report_path=report_path, on_step=lambda i: advance())
+                                     report_path=report_path, on_step=lambda i: advance(),
+                                     lifecycle=args.lifecycle, images=args.images)
         except (HarnessError, RunStopped) as exc:
             raise type(exc)(f"{exc} (partial report: {report_path})") from None
     if not args.quiet:
@@ -226,7 +275,7 @@ def _generate_partitioned(bundle, prompt, s, args):
     if result.image is None:
         from .atomic import atomic_save_npy
         atomic_save_npy(args.out.with_suffix(".latent.npy"), result.latent)
-    return result.image
+    return result.images if args.images > 1 else result.image
 
 
 def _refused_report(args, exc) -> Path:
@@ -273,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         with StopSignals(f"harness {args.command}"):
             return args.func(args)
     except RunStopped as exc:       # SIGINT/SIGTERM: the partial report is written and says so
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc.status}: {exc}", file=sys.stderr)
         return exc.exit_code
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -282,5 +331,5 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("error: interrupted", file=sys.stderr)
         return 130

@@ -5,8 +5,8 @@ traceback.
 """
 
 __all__ = ["HarnessError", "ConfigError", "WeightsError", "ManifestError", "BackendError",
-           "NumericsError", "MemoryGuardTripped", "StorageError", "RunStopped", "Interrupted",
-           "Terminated", "one_line"]
+           "NumericsError", "MemoryGuardTripped", "ToolkitError", "StorageError", "RunStopped",
+           "Interrupted", "Terminated", "one_line"]
 
 
 def one_line(text: str) -> str:
@@ -49,6 +49,10 @@ class MemoryGuardTripped(HarnessError):
     """MemAvailable fell below the floor or swap grew over the limit."""
 
     exit_code = 4
+
+
+class ToolkitError(HarnessError):
+    """rknn-toolkit2 is absent, rejected a model or option, or placed an op off the NPU."""
 
 
 class StorageError(HarnessError):

@@ -13,6 +13,7 @@ lifecycle stages, host math and the rest (harness bookkeeping).
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import numpy as np
@@ -23,7 +24,21 @@ from .model.bundle import ModelBundle
 from .partition.manifest import check_input, check_outputs
 from .timing import Timed
 
-__all__ = ["PartitionedPipeline", "HostTimes", "check_finite", "check_image_finite", "batch_of"]
+__all__ = ["PartitionedPipeline", "HostTimes", "Invocation", "check_finite", "check_image_finite", "batch_of"]
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What an observer sees of one invocation: the subgraph, where in the run it is, the inputs
+    exactly as the backend got them (the subgraph's dtype, all streams along axis 0) and the output
+    cast back to FP32. Observers (calibration capture, accuracy analysis) must not modify them."""
+
+    entry: object
+    step: int
+    sigma: float
+    streams: tuple[str, ...]
+    inputs: tuple[np.ndarray, ...]
+    output: np.ndarray
 
 
 class HostTimes:
@@ -76,14 +91,21 @@ class PartitionedPipeline:
     """Velocity of the partitioned network for one latent and its CFG streams."""
 
     def __init__(self, bundle: ModelBundle, manifest, strategy, contexts: dict[str, np.ndarray],
-                 between_invocations: Iterable[Callable[[], None]] = ()):
+                 between_invocations: Iterable[Callable[[], None]] = (),
+                 observers: Iterable[Callable[[Invocation], None]] = ()):
         self.bundle = bundle
         self.cfg = bundle.cfg
         self.manifest = manifest
         self.strategy = strategy
         self.streams = list(contexts)
-        self.context = np.concatenate([contexts[s] for s in self.streams]).astype(np.float32)   # [S, L, C]
+        # Stream batching: every stream of every image in flight shares each loaded context. Rows
+        # are stream-major: [cond image 0..N-1, uncond image 0..N-1].
+        self.images = contexts[self.streams[0]].shape[0]
+        self.rows = [s if self.images == 1 else f"{s} image {i}" for s in self.streams for i in range(self.images)]
+        self.context = np.concatenate([contexts[s] for s in self.streams]).astype(np.float32)   # [S*N, L, C]
         self.between = list(between_invocations)
+        self.observers = list(observers)
+        self.sigma = float("nan")
         self.host = HostTimes()
         self._checked: set[int] = set()
         self._contexts: dict[str, np.ndarray] = {}
@@ -94,14 +116,15 @@ class PartitionedPipeline:
         return self.final_velocity(self.hidden_state(latent, sigma, step), sigma, step, latent.shape[-2:])
 
     def hidden_state(self, latent: np.ndarray, sigma: float, step: int) -> dict[str, np.ndarray]:
-        """Every subgraph in order: {stream: [1, N, D]} FP32, the input of the final layer."""
+        """Every subgraph in order: {stream: [images, T, D]} FP32, the input of the final layer."""
         w, cfg, host = self.bundle.weights, self.cfg, self.host
+        self.sigma = sigma
         with host.timed(step, "adaln"):
             emb, lora = self._time_embedding(sigma, step)
             mods = R.modulations(w, cfg, emb, lora)
         with host.timed(step, "embed"):
             tokens = ops.linear(R.patchify(latent, cfg), w["x_embedder.proj.1.weight"])
-            x = np.repeat(tokens, len(self.streams), axis=0)                    # [S, N, D] FP32
+            x = np.concatenate([tokens] * len(self.streams))                    # [S*N, T, D] FP32
         for entry in self.manifest.subgraphs:
             shift, scale, gate = mods[(entry.block, entry.branch)]
             with host.timed(step, "adaln"):
@@ -109,17 +132,19 @@ class PartitionedPipeline:
             out = self._invoke(entry, step, h)
             with host.timed(step, "residual"):
                 x = x + gate[:, None, :] * out
-        return {s: x[k:k + 1] for k, s in enumerate(self.streams)}
+        n = self.images
+        return {s: x[k * n:(k + 1) * n] for k, s in enumerate(self.streams)}
 
     def final_velocity(self, hidden: dict[str, np.ndarray], sigma: float, step: int,
                        latent_hw: tuple[int, int]) -> dict[str, np.ndarray]:
         """The final layer on given hidden states (computed or forecast) with this step's embedding."""
         with self.host.timed(step, "final"):
             emb, lora = self._time_embedding(sigma, step)
-            x = np.concatenate([hidden[s] for s in self.streams])
-            v = R.final_layer(self.bundle.weights, self.cfg, x, np.repeat(emb, len(self.streams), 0),
-                              np.repeat(lora, len(self.streams), 0), latent_hw)
-        return {s: v[k:k + 1] for k, s in enumerate(self.streams)}
+            x = np.concatenate([hidden[s] for s in self.streams])          # [S*N, T, D], stream-major
+            v = R.final_layer(self.bundle.weights, self.cfg, x, np.repeat(emb, len(x), 0),
+                              np.repeat(lora, len(x), 0), latent_hw)
+        n = len(x) // len(self.streams)
+        return {s: v[k * n:(k + 1) * n] for k, s in enumerate(self.streams)}
 
     def _time_embedding(self, sigma: float, step: int):
         # Once per step: the final layer of a computed step reuses the blocks' embedding, a forecast
@@ -139,23 +164,29 @@ class PartitionedPipeline:
             # Shapes are static for the whole run: check each subgraph's inputs against the manifest
             # on its first invocation (step 0), not on every one of the run's thousands of calls.
             for spec, array in zip(entry.inputs, inputs):
-                check_input(entry, spec.name, array[:1] if batch == 1 else array)
+                check_input(entry, spec.name, array[:batch])
             self._checked.add(entry.index)
+        rows = len(self.rows)
+        if rows % batch:
+            raise ManifestError(f"{entry.label}: batch axis {batch} does not divide the {rows} "
+                                f"stream rows in flight ({len(self.streams)} streams x {self.images} images)")
         ctx = self.strategy.acquire(entry, step)
         try:
-            if batch == len(self.streams):
+            if batch == rows:
                 outs = [self._run(ctx, entry, step, inputs)]
-            elif batch == 1:            # one call per stream while the context stays loaded
-                outs = [self._run(ctx, entry, step, [a[k:k + 1] for a in inputs])
-                        for k in range(len(self.streams))]
-            else:
-                raise ManifestError(f"{entry.label}: batch axis {batch} serves neither 1 nor "
-                                    f"{len(self.streams)} streams")
+            else:                       # several calls while the context stays loaded
+                outs = [self._run(ctx, entry, step, [a[k:k + batch] for a in inputs])
+                        for k in range(0, rows, batch)]
         finally:
             self.strategy.finish(entry, step)
         with self.host.timed(step, "cast"):     # back to the FP32 residual stream
             out = np.asarray(outs[0] if len(outs) == 1 else np.concatenate(outs), dtype=np.float32)
-        check_finite(out, self.streams, step, entry)
+        if self.observers:
+            # Before the NaN check, so an analysis still sees the invocation that stops the run.
+            seen = Invocation(entry, step, self.sigma, tuple(self.rows), tuple(inputs), out)
+            for observe in self.observers:
+                observe(seen)
+        check_finite(out, self.rows, step, entry)
         return out
 
     def _context_as(self, dtype: str) -> np.ndarray:
@@ -174,10 +205,13 @@ class PartitionedPipeline:
         for hook in self.between:
             hook()
         ctx = self.strategy.acquire(entry, step)
-        try:
-            image = self._run(ctx, entry, step, [latent.astype(entry.inputs[0].dtype)])
+        try:           # one decoder context serves every image in flight, one call each
+            images = [np.asarray(self._run(ctx, entry, step, [one.astype(entry.inputs[0].dtype)]),
+                                 dtype=np.float32) for one in np.split(latent, latent.shape[0])]
         finally:
             self.strategy.finish(entry, step)
-        image = np.asarray(image, dtype=np.float32)
-        check_image_finite(image, f"{entry.label}, file {entry.file}")
-        return image
+        # The decoder graph emits [1, H, W, 3] (all ops on the NPU that way); an image is [H, W, 3].
+        images = [image[0] if image.ndim == 4 else image for image in images]
+        for image in images:        # a PNG would clip NaN into plausible pixels
+            check_image_finite(image, f"{entry.label}, file {entry.file}")
+        return images[0] if len(images) == 1 else np.stack(images)

@@ -21,7 +21,7 @@ def _mean(values: list[float]) -> float:
 
 
 def summarize(records: list[dict], host: list[dict], step_walls: list[float],
-              computed_steps: list[int] | None = None) -> dict:
+              computed_steps: list[int] | None = None, hidden_s: float = 0.0) -> dict:
     """Per-step tables from raw records, in the board profile's terms.
 
     A pass over the subgraphs happens on a computed step only (every step but Spectrum's forecast
@@ -30,6 +30,8 @@ def summarize(records: list[dict], host: list[dict], step_walls: list[float],
     by branch, as [denoise_20_steps]; step_split, where a computed step's wall time went (lifecycle,
     host math, the rest). forecast_step splits a forecast step the same way; per_image holds the
     whole denoise, as the profile's [spectrum_28].
+    hidden_s: lifecycle seconds a background strategy (prefetch) ran behind inference: they are in
+    the stage tables but not in the steps' wall time, so the split leaves them out.
     """
     steps = len(step_walls)
     computed = sorted(set(range(steps) if computed_steps is None else computed_steps) & set(range(steps)))
@@ -48,7 +50,7 @@ def summarize(records: list[dict], host: list[dict], step_walls: list[float],
                      for c in HOST_CATEGORIES}
     wall = _mean([step_walls[i] for i in computed])
     fwall = _mean([step_walls[i] for i in forecast])
-    lifecycle = sum(stage.values())
+    lifecycle = sum(stage.values()) - hidden_s / per
     host_total = sum(host_per.values())
     invocations = sum(1 for r in body if r["stage"] == "run")
     return {

@@ -9,7 +9,8 @@ from ..config import EMBEDDED_DIR, ModelConfig, load_model_dir, load_profile
 from ..errors import ConfigError
 from .manifest import default_partition_dir
 
-__all__ = ["add_commands", "parse_blocks", "render_inspection", "cmd_export", "cmd_inspect", "export_with_progress"]
+__all__ = ["add_commands", "parse_blocks", "render_inspection", "cmd_export", "cmd_inspect",
+           "default_partition_dir", "exported_partition", "export_with_progress"]
 
 
 def parse_blocks(text: str, blocks: int) -> list[int]:
@@ -91,6 +92,18 @@ def export_with_progress(weights: dict, cfg: ModelConfig, out, quiet: bool = Fal
         return export_partition(weights, cfg, out, on_file=advance, **options)
 
 
+def exported_partition(bundle, dtype: str, fake_quant: str | None = None, quiet: bool = True) -> Path:
+    """The export command's default directory for these weights, exported on first use."""
+    import sys
+    from .manifest import manifest_path
+    partition = default_partition_dir(bundle.cfg, bundle.digest, dtype, fake_quant)
+    if not manifest_path(partition).exists():
+        print(f"exporting the partition to {partition} ({dtype}, first use)", file=sys.stderr)
+        export_with_progress(bundle.weights, bundle.cfg, partition, quiet=quiet, dtype=dtype,
+                             fake_quant=fake_quant)
+    return partition
+
+
 def cmd_export(args) -> int:
     from ..weights import weights_digest
     from .onnx_export import check_opset
@@ -115,7 +128,8 @@ def render_inspection(report: dict, console=None) -> None:
     console = console or make_console(stderr=False)
     head = Table(title=f"partition {report['directory']}", show_header=False)
     for key in ("model", "format", "dtype", "streams", "opset", "latent_size", "tokens",
-                "context_tokens", "subgraphs", "total_bytes", "weights_sha256", "fp32_islands"):
+                "context_tokens", "subgraphs", "total_bytes", "weights_sha256", "fp32_islands",
+                "toolkit", "target", "precision", "build_seconds", "cpu_ops"):
         if key in report:
             head.add_row(key, str(report[key]))
     console.print(head)
@@ -128,7 +142,7 @@ def render_inspection(report: dict, console=None) -> None:
                           f"{row['verified']}/{row['count']}")
         console.print(table)
     if report.get("unlisted_files"):
-        console.print(f"note: {len(report['unlisted_files'])} .onnx file(s) not in the manifest: "
+        console.print(f"note: {len(report['unlisted_files'])} model file(s) not in the manifest: "
                       f"{', '.join(report['unlisted_files'][:5])}")
     for reason in report["reasons"]:
         console.print(f"[red]FAIL[/red] {reason}", highlight=False)
