@@ -447,9 +447,12 @@ def _denoising(report: str):
     return _after(lambda d: (_json_or_none(d / report) or {}).get("status") == "running")
 
 
-def _in_test(name: str):
-    """session.json has named test `name` as the one running, a second ago."""
-    return _after(lambda d: name in str((_json_or_none(d / "artifacts" / "session.json") or {}).get("test")))
+def _in_test(name: str, seconds: float = 5.0):
+    """session.json has named test `name` as the one running, `seconds` ago: past the imports and
+    the partition check of the test's set-up (a signal inside a C extension's import is reported by
+    Python as that import failing), well inside a 20-step benchmark round (~20 s)."""
+    return _after(lambda d: name in str((_json_or_none(d / "artifacts" / "session.json") or {}).get("test")),
+                  seconds)
 
 
 SLOW_CLI = (sys.executable, "-m", "harness", *GEN, "--backend=faults", "--fault=slow=0.02", "--steps=8",
