@@ -173,7 +173,7 @@ def _default_partition(bundle, args) -> Path:
     if not manifest_path(partition).exists():
         from .partition.onnx_export import export_partition
         print(f"exporting the partition to {partition} ({args.dtype}, first use)", file=sys.stderr)
-        export_partition(bundle.weights, bundle.cfg, partition, dtype=args.dtype, progress=not args.quiet)
+        export_partition(bundle.weights_source, bundle.cfg, partition, dtype=args.dtype, progress=not args.quiet)
     return partition
 
 

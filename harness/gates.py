@@ -69,7 +69,7 @@ class GateRunner:
         from .partition.onnx_export import export_partition
         out = self._cache_path()
         if not manifest_path(out).exists():
-            export_partition(self.bundle.weights, self.bundle.cfg, out, dtype=self.s.precision,
+            export_partition(self.bundle.weights_source, self.bundle.cfg, out, dtype=self.s.precision,
                              fake_quant=self.s.fake_quant)
         return out
 

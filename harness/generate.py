@@ -48,9 +48,10 @@ def sample_reference(bundle: ModelBundle, prompts: Sequence[str], seeds: Sequenc
     streams = list(contexts)
     ctx = np.concatenate([contexts[s] for s in streams])
     n = len(prompts)
+    weights = bundle.all_weights()
 
     def velocity(x, sigma, step):
-        v = reference.forward(bundle.weights, bundle.cfg, np.concatenate([x] * len(streams)), sigma, ctx)
+        v = reference.forward(weights, bundle.cfg, np.concatenate([x] * len(streams)), sigma, ctx)
         return {s: v[k * n:(k + 1) * n] for k, s in enumerate(streams)}
 
     return denoise(velocity, initial_latents(bundle, seeds), steps, shift, cfg_scale, on_step)

@@ -1,7 +1,7 @@
 """Weights in the public Cosmos-Predict2 key layout (safetensors), validated against a ModelConfig.
 
 Loading checks every expected key, its shape and that the values are finite, and names the first
-problem. An optional `net.` prefix (as in full training checkpoints) is accepted and stripped.
+problem. Files are read through harness.checkpoint (prefix detection, BF16, extra tensors ignored).
 """
 from __future__ import annotations
 
@@ -98,7 +98,14 @@ def validate_weights(tensors: dict[str, np.ndarray], cfg: ModelConfig, source: s
 
 
 def load_weights(path: str | Path, cfg: ModelConfig) -> dict[str, np.ndarray]:
-    return validate_weights(read_safetensors(path), cfg, str(path))
+    """Every DiT tensor of a checkpoint as float32 (BF16, F16 or F32 on disk; a key prefix is
+    detected, other tensors ignored). The board's path reads less: see harness.checkpoint."""
+    from .checkpoint import Checkpoint
+    checkpoint = Checkpoint(path, cfg)
+    try:
+        return checkpoint.read(checkpoint.keys())
+    finally:
+        checkpoint.close()
 
 
 def save_weights(tensors: dict[str, np.ndarray], path: str | Path, metadata: dict | None = None) -> None:

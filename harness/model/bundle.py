@@ -1,4 +1,9 @@
-"""A model directory loaded for running: config, validated DiT weights, prompt encoder, decoder."""
+"""A model directory loaded for running: config, the host's DiT tensors, prompt encoder, decoder.
+
+Only the tensors the host computes with are read (checkpoint.is_host_key): the NPU subgraphs bring
+their own weights. The monolithic reference forward needs every tensor and asks for them explicitly
+(`all_weights`), so nothing on the board's path pays for the whole DiT.
+"""
 from __future__ import annotations
 
 import functools
@@ -7,35 +12,66 @@ from pathlib import Path
 
 import numpy as np
 
+from ..checkpoint import Checkpoint
 from ..config import ModelConfig, load_model_dir
 from ..errors import ConfigError
-from ..weights import load_weights
 from .embedded import PromptEncoder, decode
 
-__all__ = ["ModelBundle", "load_bundle"]
+__all__ = ["ModelBundle", "load_bundle", "check_text_emb"]
+
+
+def check_text_emb(array, cfg: ModelConfig, where: str) -> np.ndarray:
+    """A text embedding [context_tokens, context_dim] (or [1, L, C]) as float32 [1, L, C]."""
+    array = np.asarray(array)
+    want = (cfg.context_tokens, cfg.context_dim)
+    shape = tuple(array.shape[1:]) if array.ndim == 3 and array.shape[0] == 1 else tuple(array.shape)
+    if shape != want or not np.issubdtype(array.dtype, np.floating):
+        raise ConfigError(f"{where}: text embedding is {array.dtype} {list(array.shape)}; {cfg.name} takes "
+                          f"float [{want[0]}, {want[1]}] (context_tokens, context_dim)")
+    bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+    if bad:
+        raise ConfigError(f"{where}: text embedding has {bad} NaN/Inf values")
+    return array.reshape(1, *want).astype(np.float32)
 
 
 @dataclass
 class ModelBundle:
     cfg: ModelConfig
-    weights: dict
+    weights: dict               # the host's tensors only, float32
     encoder: PromptEncoder | None
     model_dir: Path
+    checkpoint: Checkpoint | None = None
 
     def context(self, prompt: str) -> np.ndarray:
+        """The prompt encoder's text embedding [context_tokens, context_dim], shape-checked."""
         if self.encoder is None:
             raise ConfigError(f"model {self.cfg.name} has no prompt encoder here ({self.model_dir}); "
-                              "give its golden cases a text-context file instead of a prompt")
-        return self.encoder.encode(prompt)
+                              "give text-embedding files instead of a prompt (generate --text-emb, "
+                              "or golden cases with 'context')")
+        return check_text_emb(self.encoder.encode(prompt), self.cfg, f"prompt encoder of {self.cfg.name}")[0]
 
     def decode(self, latent: np.ndarray) -> np.ndarray:
         d = self.cfg.decoder
         return decode(latent, int(d.get("scale", 4)), d.get("background", [0, 0, 0]),
                       d.get("foreground", [1, 1, 1]))
 
+    @property
+    def weights_source(self):
+        """What an export reads its block tensors from: the checkpoint, one block at a time."""
+        return self.checkpoint if self.checkpoint is not None else self.weights
+
+    def all_weights(self) -> dict:
+        """Every DiT tensor (the monolithic reference forward only; gigabytes on anima-2b)."""
+        if self.checkpoint is None:
+            return self.weights
+        return self.checkpoint.read(self.checkpoint.keys())
+
     @functools.cached_property
     def digest(self) -> str:
-        """sha256 of the DiT weights as a partition manifest records them (weights_sha256)."""
+        """sha256 of the DiT weights as a partition manifest records them (weights_sha256),
+        streamed over the checkpoint one tensor at a time."""
+        if self.checkpoint is not None:
+            return self.checkpoint.digest()
         from ..partition.onnx_export import weights_digest
         return weights_digest(self.weights)
 
@@ -49,9 +85,11 @@ def load_bundle(model_dir: str | Path) -> ModelBundle:
     cfg = load_model_dir(model_dir)
     if "weights" not in cfg.files:
         raise ConfigError(f"{cfg.source}: missing 'weights' (file name of the DiT weights)")
-    weights = load_weights(model_dir / cfg.files["weights"], cfg)
+    checkpoint = Checkpoint(model_dir / cfg.files["weights"], cfg)
+    weights = checkpoint.host_tensors()
+    checkpoint.close()          # the map reopens on demand (export, digest); no pages stay mapped
     # Anima's text encoder (Qwen3 + adapter) does not run here: without `prompt_encoder` the model
-    # takes precomputed contexts (golden cases with `context` files).
+    # takes precomputed text embeddings (generate --text-emb, golden cases with `context` files).
     encoder = (PromptEncoder.from_file(model_dir / cfg.files["prompt_encoder"], cfg.prompt.get("vocab", []))
                if "prompt_encoder" in cfg.files else None)
-    return ModelBundle(cfg, weights, encoder, model_dir)
+    return ModelBundle(cfg, weights, encoder, model_dir, checkpoint)

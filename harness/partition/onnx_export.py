@@ -22,6 +22,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..atomic import atomic_write_bytes
+from ..checkpoint import as_source, combine_digests, tensor_digest
 from ..config import BRANCHES, ModelConfig
 from ..errors import ConfigError, WeightsError
 from ..model.embedded import interp_matrix
@@ -383,13 +384,9 @@ def subgraph_file(block: int, branch: str) -> str:
 
 
 def weights_digest(weights: dict) -> str:
-    """sha256 over the tensors (sorted keys, shape, float32 bytes): independent of the file layout."""
-    digest = hashlib.sha256()
-    for key in sorted(weights):
-        value = np.ascontiguousarray(np.asarray(weights[key], dtype="<f4"))
-        digest.update(f"{key}:{list(value.shape)};".encode())
-        digest.update(memoryview(value).cast("B"))
-    return digest.hexdigest()
+    """sha256 over the tensors (per-tensor float32 digests in sorted key order): independent of the
+    file layout and stored dtype, and computable one tensor at a time (checkpoint.combine_digests)."""
+    return combine_digests({key: tensor_digest(key, value) for key, value in weights.items()})
 
 
 def _specs(model: onnx.ModelProto, which) -> list[TensorSpec]:
@@ -419,11 +416,15 @@ def _select_blocks(cfg: ModelConfig, blocks) -> list[int]:
     return chosen
 
 
-def export_partition(weights: dict, cfg: ModelConfig, out_dir, dtype: str = "float32", streams: int = 2,
+def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32", streams: int = 2,
                      opset: int = DEFAULT_OPSET, blocks=None, progress: bool | None = None,
                      weights_source: str | None = None, fake_quant: str | None = None) -> Manifest:
     """Write one ONNX file per subgraph (+ decoder.onnx when the model has one) and manifest.json.
 
+    `weights` is a Checkpoint (or its path) or a dict of tensors. Tensors are read one block at a time
+    and dropped when the block's three subgraphs are written, so peak memory is one block's tensors
+    and one subgraph's graph, not the model. The weights digest is hashed tensor by tensor on the way
+    (the blocks not exported are read for it too, one tensor at a time).
     fake_quant="ffn-w8a8" simulates INT8 FFN linears (weights and activations) in the graph dtype.
     """
     _check_dtype(dtype)
@@ -431,34 +432,57 @@ def export_partition(weights: dict, cfg: ModelConfig, out_dir, dtype: str = "flo
     _check_streams(streams)
     check_opset(opset)
     chosen = _select_blocks(cfg, blocks)
+    source = as_source(weights, cfg)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     # An interrupted export must not leave an old manifest vouching for half-replaced files.
     manifest_path(out_dir).unlink(missing_ok=True)
-    has_decoder = cfg.latent_channels == 1 and bool(cfg.decoder)
-    entries, islands = [], {}
+    decoder_file = _decoder_source(cfg)
+    has_decoder = decoder_file is not None or (cfg.latent_channels == 1 and bool(cfg.decoder))
+    entries, islands, hashes = [], {}, {}
     total = len(chosen) * len(BRANCHES) + int(has_decoder)
     with progress_bar(total, f"export {cfg.name} {dtype}", disable=not progress) as advance:
         for block in chosen:
+            w = source.block_tensors(block)
+            hashes.update((k, tensor_digest(k, v)) for k, v in w.items())
             for branch in BRANCHES:
-                model, wrapped = _build(weights, cfg, block, branch, dtype, streams, opset, fake_quant)
+                model, wrapped = _build(w, cfg, block, branch, dtype, streams, opset, fake_quant)
                 islands[branch] = wrapped
                 entries.append(_write(model, out_dir, subgraph_file(block, branch),
                                       subgraph_index(block, branch), block, branch))
                 del model
                 advance()
+            del w
         decoder = None
         if has_decoder:
-            decoder = _write(build_decoder(cfg, opset), out_dir, DECODER_FILE, cfg.subgraphs, None, "decoder")
+            model = onnx.load(decoder_file) if decoder_file else build_decoder(cfg, opset)
+            decoder = _write(model, out_dir, DECODER_FILE, cfg.subgraphs, None, "decoder")
             advance()
+    for key in source.keys():          # the rest of the digest: host tensors, blocks not exported
+        if key not in hashes:
+            hashes[key] = tensor_digest(key, source.read([key])[key])
     export = {"dtype": dtype, "streams": streams, "opset": opset, "latent_size": list(cfg.latent_size),
               "tokens": cfg.tokens, "context_tokens": cfg.context_tokens, "blocks": chosen,
               "fp32_islands": {b: islands[b] for b in BRANCHES if islands.get(b)}}
     if fake_quant:
         export["fake_quant"] = fake_quant
+    if decoder_file:
+        export["decoder_source"] = str(decoder_file)
     manifest = Manifest(directory=out_dir, format=FORMAT,
                         model={"name": cfg.name, "network": network_settings(cfg)},
-                        weights_sha256=weights_digest(weights), weights_source=weights_source,
+                        weights_sha256=combine_digests(hashes),
+                        weights_source=weights_source or getattr(source, "source", None),
                         export=export, subgraphs=entries, decoder=decoder)
     manifest.save()
     return manifest
+
+
+def _decoder_source(cfg: ModelConfig) -> Path | None:
+    """The user's decoder ONNX named in model.toml ([decoder] onnx), checked to exist and load."""
+    name = cfg.decoder.get("onnx")
+    if not name:
+        return None
+    path = Path(cfg.source).parent / name
+    if not path.is_file():
+        raise ConfigError(f"{cfg.source}: [decoder] onnx = '{name}' but {path} does not exist")
+    return path
