@@ -69,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--model-dir", type=Path, default=EMBEDDED_DIR,
                      help="model directory with model.toml (default: models/embedded)")
     gen.add_argument("--prompt", help="text prompt (default: the model's default prompt)")
+    gen.add_argument("--text-emb", "--context", dest="text_emb", type=Path, metavar="COND.npy",
+                     help="text embedding [context_tokens, context_dim] instead of --prompt (a model "
+                          "without a prompt encoder here, e.g. Anima's Qwen3 + adapter output)")
+    gen.add_argument("--uncond-text-emb", "--uncond-context", dest="uncond_text_emb", type=Path,
+                     metavar="UNCOND.npy", help="text embedding of the empty prompt, for CFG != 1")
     gen.add_argument("--seed", type=_seed, help="initial-noise seed (default: the model's)")
     gen.add_argument("--steps", type=_positive_int, help="sampler steps (default: the model's)")
     gen.add_argument("--cfg", type=_cfg_scale, dest="cfg_scale", help="CFG scale (default: the model's)")
@@ -104,16 +109,33 @@ def _cmd_generate(args) -> int:
     if args.out.suffix.lower() != ".png":
         raise ConfigError(f"--out {args.out}: the image is written as PNG; use a .png path")
     _check_writable_dir(args.out)
+    if args.text_emb is not None and args.prompt is not None:
+        raise ConfigError("--prompt and --text-emb both given: the text embedding replaces the prompt")
+    if args.uncond_text_emb is not None and args.text_emb is None:
+        raise ConfigError("--uncond-text-emb goes with --text-emb (the cond stream's text embedding)")
     bundle = load_bundle(args.model_dir)
-    prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
+    if not args.quiet:
+        print(bundle.checkpoint.summary_line(), file=sys.stderr)
     s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed)
-    if args.backend == "reference":
-        image = _generate_reference(bundle, prompt, s, args.quiet)
+    contexts = None
+    if args.text_emb is not None:
+        from .generate import text_emb_streams
+        contexts = text_emb_streams(bundle, args.text_emb, args.uncond_text_emb, s["cfg_scale"])
+        prompt = f"<text embedding {args.text_emb.name}>"
     else:
-        image = _generate_partitioned(bundle, prompt, s, args)
+        prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
+        bundle.context(prompt)      # no prompt encoder: say so before any export or run
+    if args.backend == "reference":
+        latent, image = _generate_reference(bundle, prompt, s, args.quiet, contexts)
+    else:
+        latent, image = _generate_partitioned(bundle, prompt, s, args, contexts)
     if image is None:
-        raise ConfigError("the partition has no decoder model, so there is no image to write "
-                          "(the final latent is saved beside the report)")
+        import numpy as np
+        latent_path = args.out.with_suffix(".latent.npy")
+        np.save(latent_path, latent)
+        print(f"{latent_path}  (no decoder: the final latent {list(latent.shape)}) seed={s['seed']} "
+              f"steps={s['steps']} cfg={s['cfg_scale']} backend={args.backend}")
+        return 0
     from .imageio import save_png
     save_png(image, args.out)
     print(f"{args.out}  prompt='{prompt}' seed={s['seed']} steps={s['steps']} cfg={s['cfg_scale']} "
@@ -121,16 +143,17 @@ def _cmd_generate(args) -> int:
     return 0
 
 
-def _generate_reference(bundle, prompt, s, quiet):
+def _generate_reference(bundle, prompt, s, quiet, contexts):
     from .generate import sample_reference
     from .report import progress_bar
     with progress_bar(s["steps"], "denoising (reference)", disable=quiet) as advance:
         latents = sample_reference(bundle, [prompt], [s["seed"]], s["steps"], s["cfg_scale"],
-                                   s["shift"], on_step=lambda i: advance())
-    return bundle.decode(latents[0])
+                                   s["shift"], on_step=lambda i: advance(), contexts=contexts)
+    has_decoder = bundle.cfg.decoder.get("onnx") or bundle.cfg.latent_channels == 1 and bundle.cfg.decoder
+    return latents[0], bundle.decode(latents[0]) if has_decoder else None
 
 
-def _generate_partitioned(bundle, prompt, s, args):
+def _generate_partitioned(bundle, prompt, s, args, contexts):
     from .memory import MemoryGuard, read_system_memory
     from .report import print_run_tables, progress_bar
     from .run import run_partitioned
@@ -142,16 +165,14 @@ def _generate_partitioned(bundle, prompt, s, args):
     with guard, progress_bar(s["steps"], f"denoising ({args.backend})", disable=args.quiet) as advance:
         try:
             result = run_partitioned(bundle, partition, args.backend, prompt, s, options, guard=guard,
-                                     report_path=report_path, on_step=lambda i: advance())
+                                     report_path=report_path, on_step=lambda i: advance(),
+                                     contexts=contexts)
         except HarnessError as exc:
             raise type(exc)(f"{exc} (partial report: {report_path})") from None
     if not args.quiet:
         print_run_tables(result.report)
         print(f"report: {report_path}")
-    if result.image is None:
-        import numpy as np
-        np.save(args.out.with_suffix(".latent.npy"), result.latent)
-    return result.image
+    return result.latent[0], result.image
 
 
 def _check_writable_dir(out: Path) -> None:

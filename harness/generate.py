@@ -13,7 +13,7 @@ from .model import reference
 from .model.bundle import ModelBundle
 from .sampler import denoise, initial_noise
 
-__all__ = ["sample_settings", "stream_contexts", "initial_latents", "sample_reference"]
+__all__ = ["sample_settings", "stream_contexts", "initial_latents", "sample_reference", "text_emb_streams"]
 
 
 def sample_settings(bundle: ModelBundle, steps=None, cfg_scale=None, shift=None, seed=None) -> dict:
@@ -36,18 +36,50 @@ def stream_contexts(bundle: ModelBundle, prompts: Sequence[str], cfg_scale: floa
     return {"cond": cond, "uncond": uncond}
 
 
+def text_emb_streams(bundle: ModelBundle, cond_path, uncond_path, cfg_scale: float) -> dict:
+    """{stream: [1, L, C]} from text-embedding .npy files (a model without a prompt encoder here).
+
+    CFG 1 runs the cond stream alone. Otherwise the uncond stream comes from its file, or from the
+    prompt encoder's empty prompt when the model has one.
+    """
+    from .errors import ConfigError
+    from .model.bundle import check_text_emb
+    streams = {"cond": _load_text_emb(bundle, cond_path, "--text-emb")}
+    if cfg_scale == 1.0:
+        return streams
+    if uncond_path is not None:
+        streams["uncond"] = _load_text_emb(bundle, uncond_path, "--uncond-text-emb")
+    elif bundle.encoder is not None:
+        streams["uncond"] = check_text_emb(bundle.context(""), bundle.cfg, "prompt encoder")
+    else:
+        raise ConfigError(f"--cfg {cfg_scale:g} mixes an unconditional stream: give --uncond-text-emb FILE "
+                          f"(the text embedding of the empty prompt), or run one stream with --cfg 1")
+    return streams
+
+
+def _load_text_emb(bundle: ModelBundle, path, option: str) -> np.ndarray:
+    from .errors import ConfigError
+    from .model.bundle import check_text_emb
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise ConfigError(f"{option} {path}: not a readable .npy array file ({type(exc).__name__})") from None
+    return check_text_emb(array, bundle.cfg, f"{option} {path}")
+
+
 def initial_latents(bundle: ModelBundle, seeds: Sequence[int]) -> np.ndarray:
     return np.concatenate([initial_noise((1, *bundle.latent_shape), s) for s in seeds])
 
 
 def sample_reference(bundle: ModelBundle, prompts: Sequence[str], seeds: Sequence[int], steps: int,
                      cfg_scale: float, shift: float,
-                     on_step: Callable[[int], None] | None = None) -> np.ndarray:
-    """Final latents [B, C, H, W] from the monolithic reference forward."""
-    contexts = stream_contexts(bundle, prompts, cfg_scale)
+                     on_step: Callable[[int], None] | None = None, contexts: dict | None = None) -> np.ndarray:
+    """Final latents [B, C, H, W] from the monolithic reference forward; `contexts`
+    ({stream: [B, L, C]} text embeddings) replaces the prompts for a model without a prompt encoder."""
+    contexts = contexts or stream_contexts(bundle, prompts, cfg_scale)
     streams = list(contexts)
     ctx = np.concatenate([contexts[s] for s in streams])
-    n = len(prompts)
+    n = len(seeds)
     weights = bundle.all_weights()
 
     def velocity(x, sigma, step):

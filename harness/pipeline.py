@@ -21,7 +21,7 @@ from .model.bundle import ModelBundle
 from .partition.manifest import check_input
 from .timing import Timed
 
-__all__ = ["PartitionedPipeline", "HostTimes", "check_finite", "batch_of"]
+__all__ = ["PartitionedPipeline", "HostTimes", "check_finite", "batch_of", "pad_batch", "as_rgb"]
 
 
 class HostTimes:
@@ -43,6 +43,13 @@ class HostTimes:
 def batch_of(entry) -> int:
     """The subgraph's batch axis: 1 (one call per stream) or the number of streams (one call)."""
     return entry.inputs[0].shape[0]
+
+
+def pad_batch(array: np.ndarray, batch: int) -> np.ndarray:
+    """Fill a subgraph's batch axis by repeating the last stream: one stream (CFG 1) on a partition
+    exported for two still runs, at the cost of the unused half (the report says so)."""
+    extra = np.repeat(array[-1:], batch - array.shape[0], axis=0)
+    return np.concatenate([array, extra])
 
 
 def check_finite(out: np.ndarray, streams: list[str], step: int, entry) -> None:
@@ -76,6 +83,7 @@ class PartitionedPipeline:
         self.rope = R.make_rope(self.cfg)
         self._checked: set[int] = set()
         self._contexts: dict[str, np.ndarray] = {}
+        self.padded_to: int | None = None       # set when a subgraph's batch was padded past the streams
 
     # ------------------------------------------------------------------ one step
     def velocity(self, latent: np.ndarray, sigma: float, step: int) -> dict[str, np.ndarray]:
@@ -109,7 +117,8 @@ class PartitionedPipeline:
             # Shapes are static for the whole run: check each subgraph's inputs against the manifest
             # on its first invocation (step 0), not on every one of the run's thousands of calls.
             for spec, array in zip(entry.inputs, inputs):
-                check_input(entry, spec.name, array[:1] if batch == 1 else array)
+                as_run = array[:1] if batch == 1 else pad_batch(array, batch) if batch > len(array) else array
+                check_input(entry, spec.name, as_run)
             self._checked.add(entry.index)
         ctx = self.strategy.acquire(entry, step)
         try:
@@ -118,9 +127,12 @@ class PartitionedPipeline:
             elif batch == 1:            # one call per stream while the context stays loaded
                 outs = [self._run(ctx, entry, step, [a[k:k + 1] for a in inputs])
                         for k in range(len(self.streams))]
+            elif batch > len(self.streams):
+                outs = [self._run(ctx, entry, step, [pad_batch(a, batch) for a in inputs])[:len(self.streams)]]
+                self.padded_to = batch
             else:
-                raise ManifestError(f"{entry.label}: batch axis {batch} serves neither 1 nor "
-                                    f"{len(self.streams)} streams")
+                raise ManifestError(f"{entry.label}: batch axis {batch} cannot serve {len(self.streams)} "
+                                    f"streams; export with --streams {len(self.streams)} (or 1)")
         finally:
             self.strategy.finish(entry, step)
         with self.host.timed(step, "cast"):     # back to the FP32 residual stream
@@ -139,12 +151,36 @@ class PartitionedPipeline:
 
     # ------------------------------------------------------------------ decoder
     def decode(self, latent: np.ndarray, step: int) -> np.ndarray:
+        """The decoder subgraph as one more managed model: its output is NaN/Inf-checked like every
+        subgraph's, then laid out as an RGB image [H, W, 3] in [0, 1]."""
         entry = self.manifest.decoder
+        spec = entry.inputs[0]
+        if int(np.prod(spec.shape)) != latent.size:
+            raise ManifestError(f"{entry.label} ({entry.file}) takes {spec.name} {list(spec.shape)}; the "
+                                f"final latent is {list(latent.shape)}")
         for hook in self.between:
             hook()
         ctx = self.strategy.acquire(entry, step)
         try:
-            image = self.strategy.run(ctx, entry, step, [latent.astype(entry.inputs[0].dtype)])[0]
+            out = self.strategy.run(ctx, entry, step, [latent.reshape(spec.shape).astype(spec.dtype)])[0]
         finally:
             self.strategy.finish(entry, step)
-        return np.asarray(image, dtype=np.float32)
+        out = np.asarray(out, dtype=np.float32)
+        bad = int(out.size - np.count_nonzero(np.isfinite(out)))
+        if bad:
+            raise NumericsError(f"NaN/Inf in the decoder output ({entry.label}, {entry.file}): "
+                                f"{bad} of {out.size} values")
+        return as_rgb(out, self.cfg.decoder.get("output_range", [0.0, 1.0]), entry)
+
+
+def as_rgb(out: np.ndarray, value_range, entry) -> np.ndarray:
+    """[H, W, 3], [3, H, W] or either with leading/inner unit axes ([1, 3, 1, H, W] from a video VAE)
+    -> [H, W, 3] in [0, 1], mapping `value_range` (model.toml [decoder] output_range) onto [0, 1]."""
+    image = np.squeeze(out)
+    if image.ndim == 3 and image.shape[0] == 3 and image.shape[-1] != 3:
+        image = image.transpose(1, 2, 0)
+    if image.ndim != 3 or image.shape[-1] != 3:
+        raise ManifestError(f"{entry.label} ({entry.file}) returned {list(out.shape)}; expected an RGB image "
+                            "[H, W, 3] or [3, H, W] (unit axes allowed)")
+    lo, hi = (float(v) for v in value_range)
+    return np.clip((image - lo) / (hi - lo), 0.0, 1.0).astype(np.float32)

@@ -116,6 +116,8 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
                                 settings["cfg_scale"], on_step=step_done)
         # A partition without a decoder (Anima's Wan VAE is not part of it yet) ends at the latent.
         result.image = pipeline.decode(result.latent, settings["steps"]) if manifest.decoder else None
+        if pipeline.padded_to:
+            report["streams_padded_to"] = pipeline.padded_to
         report["status"] = "ok"
     except HarnessError as exc:
         report.update(status="failed", error=str(exc), error_kind=type(exc).__name__)

@@ -51,7 +51,11 @@ class ModelBundle:
         return check_text_emb(self.encoder.encode(prompt), self.cfg, f"prompt encoder of {self.cfg.name}")[0]
 
     def decode(self, latent: np.ndarray) -> np.ndarray:
+        """The reference backend's decode: the model's decoder ONNX when model.toml names one
+        ([decoder] onnx), else the embedded model's fixed decoder."""
         d = self.cfg.decoder
+        if d.get("onnx"):
+            return _run_decoder_onnx(self.model_dir / d["onnx"], latent, d.get("output_range", [0.0, 1.0]))
         return decode(latent, int(d.get("scale", 4)), d.get("background", [0, 0, 0]),
                       d.get("foreground", [1, 1, 1]))
 
@@ -93,3 +97,15 @@ def load_bundle(model_dir: str | Path) -> ModelBundle:
     encoder = (PromptEncoder.from_file(model_dir / cfg.files["prompt_encoder"], cfg.prompt.get("vocab", []))
                if "prompt_encoder" in cfg.files else None)
     return ModelBundle(cfg, weights, encoder, model_dir, checkpoint)
+
+
+def _run_decoder_onnx(path: Path, latent: np.ndarray, value_range) -> np.ndarray:
+    import onnxruntime as ort
+    from ..pipeline import as_rgb
+    if not path.is_file():
+        raise ConfigError(f"decoder {path} does not exist ([decoder] onnx in model.toml)")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    spec = session.get_inputs()[0]
+    out = session.run(None, {spec.name: latent.reshape([int(d) for d in spec.shape]).astype(np.float32)})[0]
+    entry = type("Decoder", (), {"label": "decoder", "file": path.name})
+    return as_rgb(np.asarray(out, dtype=np.float32), value_range, entry)

@@ -1,0 +1,181 @@
+"""Full-size benchmark of the board's path with random anima-2b weights (run by hand, not in CI).
+
+Phases, each in its own process so each peak is its own:
+  1. checkpoint  tools/make_checkpoint.py: random BF16 anima-2b, `net.` prefix, `llm_adapter.*` group
+  2. export      `harness export` of all 84 FP16 subgraphs (streamed: one block's tensors at a time);
+                 wall time and peak RSS (the child's ru_maxrss from wait4)
+  3. step        one 512x512 denoise step (1,024 tokens, CFG 4: two streams) on the on-demand path
+                 through onnxruntime: per-branch core time, lifecycle per stage, host-side PSS
+Then prints the figures beside the board's (shared/reference/board-profile-rock5c-anima.toml,
+copied into BOARD below) as ratios here/board. Host-side PSS is read between invocations, when no
+context is loaded: the host's weights and buffers (on the board the NPU contexts sit outside it);
+the process peak with one onnxruntime context loaded is printed too.
+
+    nice -n 10 .venv/bin/python tools/bench_full_size.py --work .cache/full-size
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# board-profile-rock5c-anima.toml: [denoise_20_steps.fp16], [lifecycle_pass], seconds.
+BOARD = {
+    "step": 120.40,
+    "core": {"ffn": 44.76, "self_attn": 24.00, "cross_attn": 7.45},
+    "lifecycle": {"load": 13.96, "init": 12.90, "release": 4.84, "stage_sum": 31.71},
+}
+GiB = 2 ** 30
+
+
+def _child(cmd: list[str], log: Path) -> tuple[float, int, int]:
+    """Run a child; (wall seconds, its peak RSS in bytes, exit code)."""
+    start = time.perf_counter()
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - start, usage.ru_maxrss * 1024, proc.returncode
+
+
+def _model_dir(work: Path, checkpoint: Path, profile: str) -> Path:
+    """The profile as a model directory naming the random checkpoint (no prompt encoder)."""
+    from harness.config import load_profile
+    model = work / "model"
+    model.mkdir(parents=True, exist_ok=True)
+    text = Path(load_profile(profile).source).read_text()
+    (model / "model.toml").write_text(f'weights = "{checkpoint.resolve()}"\n' + text)
+    return model
+
+
+def phase_step(work: Path, partition: Path, out: Path) -> None:
+    """In this process: load host tensors, run one step, write the figures as JSON."""
+    import numpy as np
+    from harness.memory import MemoryGuard, read_memory
+    from harness.model.bundle import load_bundle
+    from harness.run import run_partitioned
+
+    bundle = load_bundle(work / "model")
+    loaded = read_memory().pss
+    digest_start = time.perf_counter()
+    bundle.digest                       # streamed over the checkpoint; not part of the step
+    digest_s = time.perf_counter() - digest_start
+    rng = np.random.default_rng(0)
+    cfg = bundle.cfg
+    contexts = {s: rng.standard_normal((1, cfg.context_tokens, cfg.context_dim), dtype=np.float32)
+                for s in ("cond", "uncond")}
+    between: list[int] = []
+
+    class HostPss:
+        """A guard-shaped hook: PSS before each invocation, when no context is loaded."""
+        def check(self):
+            between.append(read_memory().pss)
+
+    settings = {"steps": 1, "cfg_scale": 4.0, "shift": 3.0, "seed": 20260812}
+    with MemoryGuard(GiB, 2 ** 40, interval=0.25) as guard:
+        hook = HostPss()
+        guard_check = guard.check
+
+        class Both:
+            def check(self):
+                guard_check()
+                hook.check()
+
+            def __getattr__(self, name):
+                return getattr(guard, name)
+
+        result = run_partitioned(bundle, partition, "onnxruntime", "", settings, guard=Both(),
+                                 report_path=out.with_suffix(".report.json"), verify=False,
+                                 contexts=contexts)
+    report = result.report
+    figures = {
+        "host_tensors_bytes": sum(v.nbytes for v in bundle.weights.values()),
+        "pss_after_load_bytes": loaded,
+        "host_pss_peak_between_invocations_bytes": max(between),
+        "process_pss_peak_bytes": report["memory"]["baseline_pss_bytes"] + report["memory"]["peak_pss_added_bytes"],
+        "digest_seconds": digest_s,
+        "step_seconds": report["step_seconds"][0],
+        "tables": report["tables"],
+        "invocations": report["invocations"],
+        "latent_finite": bool(np.isfinite(result.latent).all()),
+    }
+    out.write_text(json.dumps(figures, indent=1))
+
+
+def _ratio_table(figures: dict, export: dict) -> str:
+    t = figures["tables"]
+    rows = ["| what | here | board | here / board |", "|---|---|---|---|"]
+    rows.append(f"| export, 84 FP16 subgraphs | {export['seconds']:.0f} s | - | - |")
+    rows.append(f"| export peak RSS | {export['peak_rss'] / GiB:.2f} GiB | - | - |")
+    rows.append(f"| host tensors (FP32) | {figures['host_tensors_bytes'] / GiB:.2f} GiB | - | - |")
+    rows.append(f"| host-side peak PSS (between invocations) | "
+                f"{figures['host_pss_peak_between_invocations_bytes'] / GiB:.2f} GiB | goal <= 1.0 GiB | - |")
+    rows.append(f"| process peak PSS (one onnxruntime context loaded) | "
+                f"{figures['process_pss_peak_bytes'] / GiB:.2f} GiB | - | - |")
+    step = t["step_split"]["step"]
+    rows.append(f"| one step (1,024 tokens, 2 streams) | {step:.1f} s | {BOARD['step']:.1f} s | "
+                f"{step / BOARD['step']:.2f} |")
+    for branch, board in BOARD["core"].items():
+        here = t["core_per_step"].get(branch, 0.0)
+        rows.append(f"| core {branch} | {here:.1f} s | {board:.2f} s | {here / board:.2f} |")
+    for stage, board in BOARD["lifecycle"].items():
+        here = t["lifecycle_pass"].get(stage, 0.0)
+        label = {"load": "load (load_rknn)", "init": "init (init_runtime)"}.get(stage, stage)
+        rows.append(f"| lifecycle {label} | {here:.1f} s | {board:.2f} s | {here / board:.2f} |")
+    split = t["step_split"]
+    rows.append(f"| step split: lifecycle / host math / rest | {split['lifecycle']:.1f} / {split['host']:.1f} / "
+                f"{split['rest']:.1f} s | - | - |")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=ROOT / ".cache" / "full-size")
+    parser.add_argument("--profile", default="anima-2b", help="profile (default: %(default)s; others for a smoke run)")
+    parser.add_argument("--phase", choices=("all", "step"), default="all", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    checkpoint = work / f"{args.profile}-random-bf16.safetensors"
+    partition = work / "partition-fp16"
+    if args.phase == "step":
+        phase_step(work, partition, work / "step.json")
+        return 0
+    py = sys.executable
+    if not checkpoint.exists():
+        secs, rss, rc = _child([py, "tools/make_checkpoint.py", "--profile", args.profile, "--out", str(checkpoint),
+                                "--prefix", "net.", "--llm-adapter"], work / "checkpoint.log")
+        print(f"checkpoint: {secs:.0f} s, peak RSS {rss / GiB:.2f} GiB, rc {rc}", flush=True)
+        if rc:
+            return rc
+    secs, rss, rc = _child([py, "-m", "harness", "export", "--profile", args.profile, "--weights", str(checkpoint),
+                            "--dtype", "float16", "--out", str(partition), "--quiet"], work / "export.log")
+    export = {"seconds": secs, "peak_rss": rss}
+    print(f"export: {secs:.0f} s, peak RSS {rss / GiB:.2f} GiB, rc {rc}", flush=True)
+    if rc:
+        return rc
+    _model_dir(work, checkpoint, args.profile)
+    secs, rss, rc = _child([py, "tools/bench_full_size.py", "--work", str(work), "--phase", "step"],
+                           work / "step.log")
+    print(f"step phase: {secs:.0f} s wall (load, digest, one step), peak RSS {rss / GiB:.2f} GiB, rc {rc}",
+          flush=True)
+    if rc:
+        return rc
+    figures = json.loads((work / "step.json").read_text())
+    figures["step_phase_peak_rss"] = rss
+    (work / "summary.json").write_text(json.dumps({"export": export, "step": figures}, indent=1))
+    print(_ratio_table(figures, export))
+    print(f"digest of the checkpoint (streamed): {figures['digest_seconds']:.0f} s; latent finite: "
+          f"{figures['latent_finite']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
