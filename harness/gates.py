@@ -21,10 +21,11 @@ from .imageio import save_png
 from .model.bundle import ModelBundle, load_bundle
 from .partition.commands import default_partition_dir
 from .partition.manifest import load_manifest, manifest_path, manifest_sha256
-from .quality import QualityResult, compare, diff_figure
+from .golden import latent_preview
+from .quality import QualityResult, compare, compare_latents, diff_figure
 from .run import RunResult, run_partitioned
 
-__all__ = ["GateRunner", "CaseRun", "quality_check", "history_record", "benchmark_info"]
+__all__ = ["GateRunner", "CaseRun", "quality_check", "quality_line", "history_record", "benchmark_info"]
 
 
 @dataclass
@@ -86,6 +87,11 @@ class GateRunner:
     @property
     def manifest_hash(self) -> str:
         return manifest_sha256(self.partition)
+
+    @property
+    def golden_kind(self) -> str:
+        """What the quality gate compares: the image when the partition has a decoder, else the latent."""
+        return "image" if load_manifest(self.partition).decoder is not None else "latent"
 
     @property
     def precision(self) -> str:
@@ -166,16 +172,31 @@ class GateRunner:
         return self._runs[case.name]
 
 
-def quality_check(case: GoldenCase, obtained: np.ndarray, golden: np.ndarray, artifacts: Path) -> tuple[QualityResult, Path | None]:
-    """SSIM/PSNR against the golden; on failure write obtained, golden and a diff heat map."""
-    q = compare(obtained, golden)
-    if q.passes(case.ssim_min, case.psnr_min):
+def quality_check(case: GoldenCase, obtained: np.ndarray, golden: np.ndarray, artifacts: Path,
+                  kind: str = "image") -> tuple[QualityResult, Path | None]:
+    """SSIM/PSNR (and cosine for latents) against the golden; on failure write obtained, golden and a
+    diff heat map (latents: their channels tiled, scaled by the golden's range)."""
+    q = compare(obtained, golden) if kind == "image" else compare_latents(obtained, golden)
+    if q.passes(case.ssim_min, case.psnr_min, case.cosine_min):
         return q, None
+    if kind == "latent":
+        obtained, golden = latent_preview(np.asarray(obtained).reshape(golden.shape), golden), latent_preview(golden)
     figure = diff_figure(obtained, golden, artifacts / "quality" / f"{case.name}-diff.png",
-                         f"{case.name}: obtained vs golden", result=q)
+                         f"{case.name}: obtained vs golden {kind}", result=q)
     save_png(obtained, artifacts / "quality" / f"{case.name}-obtained.png")
     save_png(golden, artifacts / "quality" / f"{case.name}-golden.png")
     return q, figure
+
+
+def quality_line(case: GoldenCase, q: QualityResult) -> str:
+    """One line per judged case: the metrics, thresholds and margins (measured minus threshold)."""
+    m = q.margins(case.ssim_min, case.psnr_min, case.cosine_min)
+    parts = [f"SSIM {q.ssim:.7f} (min {case.ssim_min}, margin {m['ssim']:+.2e})",
+             f"PSNR {q.psnr:.2f} dB (min {case.psnr_min}, margin {m['psnr_db']:+.2f})"]
+    if "cosine" in m:
+        parts.append(f"cosine {q.cosine:.8f} (min {case.cosine_min}, margin {m['cosine']:+.2e})")
+    verdict = "pass" if q.passes(case.ssim_min, case.psnr_min, case.cosine_min) else "FAIL"
+    return f"{case.name} [{q.kind}] {verdict}: " + ", ".join(parts)
 
 
 def benchmark_info(report: dict) -> dict:

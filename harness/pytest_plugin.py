@@ -307,6 +307,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             f"{k[5:]} {v:.4f} s" for k, v in sp.items() if k.startswith("host_")))
         terminalreporter.write_line("  core per branch per step: " + ", ".join(
             f"{k} {v:.4f} s" for k, v in info["core_s_per_step"].items()))
+    quality = getattr(config, "_anima_quality", [])
+    if quality:
+        terminalreporter.write_sep("-", "quality gate: measured, threshold, margin")
+        for line in quality:
+            terminalreporter.write_line(line)
     invalid = getattr(config, "_anima_invalid", [])
     for name, reasons in invalid:
         terminalreporter.write_line(f"INVALID benchmark {name}: " + "; ".join(reasons), red=True)
