@@ -132,6 +132,7 @@ def _cmd_generate(args) -> int:
     if image is None:
         import numpy as np
         latent_path = args.out.with_suffix(".latent.npy")
+        latent_path.parent.mkdir(parents=True, exist_ok=True)
         np.save(latent_path, latent)
         print(f"{latent_path}  (no decoder: the final latent {list(latent.shape)}) seed={s['seed']} "
               f"steps={s['steps']} cfg={s['cfg_scale']} backend={args.backend}")
