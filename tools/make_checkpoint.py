@@ -39,7 +39,7 @@ def random_tensor(key: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
     return values * np.float32(1.0 / np.sqrt(shape[1]))
 
 
-def adapter_shapes(cfg: ModelConfig, layers: int = 2) -> dict[str, tuple[int, ...]]:
+def adapter_shapes(cfg: ModelConfig, layers: int = 1) -> dict[str, tuple[int, ...]]:
     """A stand-in `llm_adapter.*` group at the text side's width (made-up shapes)."""
     c = cfg.context_dim
     shapes = {"llm_adapter.embed.weight": (c, c)}
