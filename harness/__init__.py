@@ -2,6 +2,7 @@
 
 The public API; everything else is internal to its module.
 """
+from .checkpoint import Checkpoint
 from .config import BRANCHES, ModelConfig, load_model_dir, load_profile
 from .errors import (BackendError, ConfigError, HarnessError, ManifestError, MemoryGuardTripped,
                      NumericsError, WeightsError)
@@ -19,5 +20,5 @@ __all__ = [
     "MemoryGuardTripped",
     "sample_reference", "sample_settings", "MemoryGuard", "ModelBundle", "load_bundle",
     "Manifest", "load_manifest", "inspect_partition", "export_partition", "RunResult", "run_partitioned",
-    "expected_shapes", "load_weights",
+    "expected_shapes", "load_weights", "Checkpoint",
 ]

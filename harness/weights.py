@@ -12,7 +12,7 @@ import numpy as np
 from .config import ModelConfig
 from .errors import WeightsError
 
-__all__ = ["expected_shapes", "read_safetensors", "load_weights", "validate_weights",
+__all__ = ["expected_shapes", "read_safetensors", "load_weights",
            "save_weights", "random_weights", "block_keys"]
 
 _BRANCH_ADALN = {"self_attn": "adaln_modulation_self_attn", "cross_attn": "adaln_modulation_cross_attn",
@@ -68,33 +68,6 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
         return load_file(str(path))
     except (SafetensorError, ValueError, OSError) as exc:
         raise WeightsError(f"{path}: not a readable safetensors file ({exc})") from None
-
-
-def validate_weights(tensors: dict[str, np.ndarray], cfg: ModelConfig, source: str) -> dict[str, np.ndarray]:
-    """Check keys, shapes and finiteness; return float32 tensors without the `net.` prefix."""
-    if tensors and all(k.startswith("net.") for k in tensors):
-        tensors = {k[4:]: v for k, v in tensors.items()}
-    expected = expected_shapes(cfg)
-    out = {}
-    for key, shape in expected.items():
-        if key not in tensors:
-            raise WeightsError(f"{source}: missing key '{key}' (profile {cfg.name})")
-        value = tensors[key]
-        if tuple(value.shape) != shape:
-            raise WeightsError(f"{source}: '{key}' has shape {list(value.shape)}, "
-                               f"profile {cfg.name} expects {list(shape)}")
-        if not np.issubdtype(value.dtype, np.floating):
-            raise WeightsError(f"{source}: '{key}' has dtype {value.dtype}, expected a float type")
-        value = value.astype(np.float32)
-        bad = int(np.size(value) - np.count_nonzero(np.isfinite(value)))
-        if bad:
-            raise WeightsError(f"{source}: '{key}' has {bad} non-finite values")
-        out[key] = value
-    extra = sorted(set(tensors) - set(expected))
-    if extra:
-        raise WeightsError(f"{source}: unexpected key '{extra[0]}' for profile {cfg.name} "
-                           f"({len(extra)} unexpected in all)")
-    return out
 
 
 def load_weights(path: str | Path, cfg: ModelConfig) -> dict[str, np.ndarray]:
