@@ -4,7 +4,8 @@ For each golden case of a model: the final latent of FP32, FP16 and FP16 + FFN W
 onnxruntime. FP16 vs FP32 stands in for the board's FP16 run against an FP16 golden made elsewhere
 (rounding-level differences the gate must pass); W8A8 vs FP16 is the variant the gate must fail.
 Prints SSIM (channels as images, data range from the reference), PSNR and cosine for both, the
-same way the image thresholds were measured.
+same way the image thresholds were measured, and each pair's verdict and margins under the latent
+thresholds of golden/anima-shaped/cases.toml (or --thresholds).
 
     .venv/bin/python tools/measure_latent_gate.py --model-dir models/embedded
     .venv/bin/python tools/measure_latent_gate.py --model-dir models/anima-shaped
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +47,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-dir", type=Path, required=True)
     parser.add_argument("--golden-dir", type=Path)
+    parser.add_argument("--thresholds", type=Path, default=ROOT / "golden" / "anima-shaped" / "cases.toml",
+                        help="cases.toml whose [defaults] thresholds each pair is judged by (default: %(default)s)")
     args = parser.parse_args(argv)
+    limits = tomllib.loads(args.thresholds.read_text())["defaults"]
+    mins = (limits["ssim_min"], limits["psnr_min"], limits.get("cosine_min", 0.0))
     bundle = load_bundle(args.model_dir)
     golden_dir = args.golden_dir or ROOT / "golden" / bundle.cfg.name
     cases = load_cases(golden_dir / "cases.toml")
@@ -63,8 +69,12 @@ def main(argv=None) -> int:
             for label, a, b in (("fp16 vs fp32", "fp16", "fp32"), ("w8a8 vs fp16", "w8a8", "fp16")):
                 q = compare_latents(latents[a], latents[b])
                 rows.append((case.name, label, q))
+                verdict = "pass" if q.passes(*mins) else "FAIL"
+                m = q.margins(*mins)
                 print(f"{bundle.cfg.name} {case.name:8s} {label}: 1-SSIM {1 - q.ssim:.3e}  PSNR {q.psnr:.2f} dB  "
-                      f"1-cosine {1 - q.cosine:.3e}  (data range {q.data_range:.3f})", flush=True)
+                      f"1-cosine {1 - q.cosine:.3e}  (data range {q.data_range:.3f})  -> {verdict} "
+                      f"(margins SSIM {m['ssim']:+.2e}, PSNR {m['psnr_db']:+.2f} dB, cosine {m['cosine']:+.2e})",
+                      flush=True)
     for label in ("fp16 vs fp32", "w8a8 vs fp16"):
         sel = [q for _, lab, q in rows if lab == label]
         print(f"{label}: SSIM {min(q.ssim for q in sel):.6f}..{max(q.ssim for q in sel):.6f}, "
