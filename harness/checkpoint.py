@@ -88,6 +88,10 @@ class TensorSource:
         prefix = f"blocks.{block}."
         return self.read([k for k in self.keys() if k.startswith(prefix)])
 
+    def known_digest(self) -> str | None:
+        """The digest if it was already computed (an export then skips hashing)."""
+        return getattr(self, "_digest", None)
+
     def digest(self) -> str:
         """weights_digest of every expected tensor, read one at a time."""
         if getattr(self, "_digest", None) is None:

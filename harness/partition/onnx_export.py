@@ -440,11 +440,13 @@ def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32",
     decoder_file = _decoder_source(cfg)
     has_decoder = decoder_file is not None or (cfg.latent_channels == 1 and bool(cfg.decoder))
     entries, islands, hashes = [], {}, {}
+    known = source.known_digest()       # e.g. computed for the default directory name
     total = len(chosen) * len(BRANCHES) + int(has_decoder)
     with progress_bar(total, f"export {cfg.name} {dtype}", disable=not progress) as advance:
         for block in chosen:
             w = source.block_tensors(block)
-            hashes.update((k, tensor_digest(k, v)) for k, v in w.items())
+            if known is None:
+                hashes.update((k, tensor_digest(k, v)) for k, v in w.items())
             for branch in BRANCHES:
                 model, wrapped = _build(w, cfg, block, branch, dtype, streams, opset, fake_quant)
                 islands[branch] = wrapped
@@ -458,7 +460,7 @@ def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32",
             model = onnx.load(decoder_file) if decoder_file else build_decoder(cfg, opset)
             decoder = _write(model, out_dir, DECODER_FILE, cfg.subgraphs, None, "decoder")
             advance()
-    for key in source.keys():          # the rest of the digest: host tensors, blocks not exported
+    for key in source.keys() if known is None else ():   # the rest: host tensors, blocks not exported
         if key not in hashes:
             hashes[key] = tensor_digest(key, source.read([key])[key])
     export = {"dtype": dtype, "streams": streams, "opset": opset, "latent_size": list(cfg.latent_size),
@@ -470,7 +472,7 @@ def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32",
         export["decoder_source"] = str(decoder_file)
     manifest = Manifest(directory=out_dir, format=FORMAT,
                         model={"name": cfg.name, "network": network_settings(cfg)},
-                        weights_sha256=combine_digests(hashes),
+                        weights_sha256=known or combine_digests(hashes),
                         weights_source=weights_source or getattr(source, "source", None),
                         export=export, subgraphs=entries, decoder=decoder)
     manifest.save()
