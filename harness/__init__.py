@@ -6,7 +6,7 @@ from .checkpoint import Checkpoint
 from .config import BRANCHES, ModelConfig, load_model_dir, load_profile
 from .errors import (BackendError, ConfigError, HarnessError, ManifestError, MemoryGuardTripped,
                      NumericsError, WeightsError)
-from .generate import sample_reference, sample_settings
+from .reference_run import sample_reference, sample_settings
 from .memory import MemoryGuard
 from .model.bundle import ModelBundle, load_bundle
 from .partition.manifest import Manifest, inspect_partition, load_manifest

@@ -13,7 +13,6 @@ ignored. Every problem is one line naming the file and the tensor.
 """
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from pathlib import Path
 
@@ -22,9 +21,9 @@ import numpy as np
 from .config import ModelConfig
 from .errors import WeightsError
 from .safetensors_io import FLOAT_DTYPES, SafetensorsFile
+from .weights import combine_digests, expected_shapes, tensor_digest
 
-__all__ = ["Checkpoint", "TensorSource", "DictSource", "as_source", "group_of", "role_of",
-           "is_host_key", "tensor_digest", "combine_digests"]
+__all__ = ["Checkpoint", "TensorSource", "DictSource", "as_source", "group_of", "role_of", "is_host_key"]
 
 _NPU_MODULES = ("self_attn", "cross_attn", "mlp")
 # Top-level modules of the DiT itself: a tensor there that the profile does not expect means the
@@ -50,23 +49,6 @@ def role_of(group: str, known: bool) -> str:
     if not known:
         return "ignored"
     return "NPU" if group.startswith("blocks.") and group.split(".")[1] in _NPU_MODULES else "host"
-
-
-def tensor_digest(key: str, value: np.ndarray) -> bytes:
-    """sha256 of one tensor as float32 little-endian, with its key and shape."""
-    value = np.ascontiguousarray(np.asarray(value, dtype="<f4"))
-    h = hashlib.sha256(f"{key}:{list(value.shape)};".encode())
-    h.update(memoryview(value).cast("B"))
-    return h.digest()
-
-
-def combine_digests(per_tensor: dict[str, bytes]) -> str:
-    """The weights digest: per-tensor digests in sorted key order. Per tensor, so a streamed export can
-    hash each tensor as it reads it, in any order, and still match a digest of the whole dict."""
-    h = hashlib.sha256()
-    for key in sorted(per_tensor):
-        h.update(per_tensor[key])
-    return h.hexdigest()
 
 
 class TensorSource:
@@ -112,7 +94,6 @@ class DictSource(TensorSource):
     """Tensors already in memory (random test weights, the embedded model's small dict)."""
 
     def __init__(self, tensors: dict, cfg: ModelConfig, source: str = "weights"):
-        from .weights import expected_shapes
         self.cfg, self.source, self.tensors = cfg, source, tensors
         self.shapes = expected_shapes(cfg)
         self._digest = None
@@ -134,7 +115,6 @@ class Checkpoint(TensorSource):
     """A safetensors checkpoint checked against a profile; tensors read on demand as float32."""
 
     def __init__(self, path: str | Path, cfg: ModelConfig):
-        from .weights import expected_shapes
         self.cfg = cfg
         self.file = SafetensorsFile(path)
         self.source = str(self.file.path)

@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_generate(args) -> int:
     from .model.bundle import load_bundle
-    from .generate import sample_settings
+    from .reference_run import sample_settings
 
     if args.out.suffix.lower() != ".png":
         raise ConfigError(f"--out {args.out}: the image is written as PNG; use a .png path")
@@ -119,7 +119,7 @@ def _cmd_generate(args) -> int:
     s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed)
     contexts = None
     if args.text_emb is not None:
-        from .generate import text_emb_streams
+        from .reference_run import text_emb_streams
         contexts = text_emb_streams(bundle, args.text_emb, args.uncond_text_emb, s["cfg_scale"])
         prompt = f"<text embedding {args.text_emb.name}>"
     else:
@@ -145,8 +145,8 @@ def _cmd_generate(args) -> int:
 
 
 def _generate_reference(bundle, prompt, s, quiet, contexts):
-    from .generate import sample_reference
-    from .report import progress_bar
+    from .reference_run import sample_reference
+    from .terminal import progress_bar
     with progress_bar(s["steps"], "denoising (reference)", disable=quiet) as advance:
         latents = sample_reference(bundle, [prompt], [s["seed"]], s["steps"], s["cfg_scale"],
                                    s["shift"], on_step=lambda i: advance(), contexts=contexts)
@@ -156,7 +156,7 @@ def _generate_reference(bundle, prompt, s, quiet, contexts):
 
 def _generate_partitioned(bundle, prompt, s, args, contexts):
     from .memory import MemoryGuard, read_system_memory
-    from .report import print_run_tables, progress_bar
+    from .terminal import print_run_tables, progress_bar
     from .run import run_partitioned
     partition = args.partition or _default_partition(bundle, args)
     options = {"core_mask": args.core_mask} if args.backend == "rknnlite" else {}
@@ -187,15 +187,14 @@ def _check_writable_dir(out: Path) -> None:
 def _default_partition(bundle, args) -> Path:
     """The export command's default directory for these weights: exported on first use, so new
     weights never run against subgraphs exported from old ones."""
-    from .partition.commands import default_partition_dir
-    from .partition.manifest import manifest_path
+    from .partition.manifest import default_partition_dir, manifest_path
     partition = default_partition_dir(bundle.cfg, bundle.digest, args.dtype)
     if args.backend == "rknnlite":
         raise ConfigError("--backend rknnlite needs --partition DIR with the converted .rknn subgraphs")
     if not manifest_path(partition).exists():
-        from .partition.onnx_export import export_partition
+        from .partition.commands import export_with_progress
         print(f"exporting the partition to {partition} ({args.dtype}, first use)", file=sys.stderr)
-        export_partition(bundle.weights_source, bundle.cfg, partition, dtype=args.dtype, progress=not args.quiet)
+        export_with_progress(bundle.weights_source, bundle.cfg, partition, quiet=args.quiet, dtype=args.dtype)
     return partition
 
 

@@ -6,11 +6,11 @@ computed here once so the math modules never re-derive it differently.
 """
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError
+from .schema import Field, check_table, is_number, positive_int, read_toml
 
 __all__ = ["ModelConfig", "load_profile", "load_model_dir", "PROFILES_DIR", "EMBEDDED_DIR",
            "REPO_ROOT", "BRANCHES", "NETWORK_KEYS"]
@@ -28,6 +28,12 @@ NETWORK_KEYS = {
     "adaln_lora_rank": int, "rope_ratio_h": float, "rope_ratio_w": float, "rope_ratio_t": float,
     "timestep_multiplier": float, "norm_eps": float,
 }
+
+_POSITIVE = {"blocks", "width", "heads", "ffn_ratio", "latent_channels", "patch_spatial", "patch_temporal",
+             "context_dim", "adaln_lora_rank"}
+_NETWORK = {key: Field(positive_int, "a positive whole number") if key in _POSITIVE
+            else Field(lambda v: isinstance(v, bool), "true or false") if kind is bool
+            else Field(is_number, "a number") for key, kind in NETWORK_KEYS.items()}
 
 
 @dataclass(frozen=True)
@@ -97,20 +103,8 @@ def _parse(data: dict, source: str) -> ModelConfig:
     net = data.get("network")
     if not isinstance(net, dict):
         raise ConfigError(f"{source}: missing [network] table")
-    values = {}
-    for key, kind in NETWORK_KEYS.items():
-        if key not in net:
-            raise ConfigError(f"{source}: [network] is missing '{key}'")
-        value = net[key]
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ConfigError(f"{source}: [network] '{key}' must be {kind.__name__}, got {value!r}")
-        values[key] = value
-    for key in ("blocks", "width", "heads", "ffn_ratio", "latent_channels", "patch_spatial",
-                "patch_temporal", "context_dim", "adaln_lora_rank"):
-        if values[key] <= 0:
-            raise ConfigError(f"{source}: [network] '{key}' must be positive, got {values[key]}")
+    check_table(net, _NETWORK, f"{source} [network]", extra=True)
+    values = {key: (float(net[key]) if kind is float else net[key]) for key, kind in NETWORK_KEYS.items()}
     if values["width"] % values["heads"]:
         raise ConfigError(f"{source}: width {values['width']} is not divisible by heads {values['heads']}")
     if (values["width"] // values["heads"]) % 2:
@@ -134,16 +128,6 @@ def _parse(data: dict, source: str) -> ModelConfig:
     )
 
 
-def _read_toml(path: Path) -> dict:
-    try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such profile file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-
-
 def load_profile(name_or_path: str | Path) -> ModelConfig:
     """Load a profile by name (models/profiles/NAME.toml) or by path to a TOML file."""
     path = Path(name_or_path)
@@ -152,7 +136,7 @@ def load_profile(name_or_path: str | Path) -> ModelConfig:
         if not path.exists():
             known = sorted(p.stem for p in PROFILES_DIR.glob("*.toml"))
             raise ConfigError(f"unknown profile '{name_or_path}' (known: {', '.join(known)})")
-    return _parse(_read_toml(path), str(path))
+    return _parse(read_toml(path, "profile file"), str(path))
 
 
 def load_model_dir(model_dir: str | Path) -> ModelConfig:

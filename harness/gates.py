@@ -14,14 +14,13 @@ import numpy as np
 
 from .config import BRANCHES
 from .errors import ConfigError, HarnessError
-from .history import LIFECYCLE_STAGES
+from .steptimes import STAGE_NAMES
 from .golden import GoldenCase
 from .history import utc_now
 from .imageio import save_png
 from .model.bundle import ModelBundle, load_bundle
-from .partition.commands import default_partition_dir
-from .partition.manifest import load_manifest, manifest_path, manifest_sha256
 from .golden import latent_preview
+from .partition.manifest import default_partition_dir, load_manifest, manifest_path, manifest_sha256
 from .quality import QualityResult, compare, compare_latents, diff_figure
 from .run import RunResult, run_partitioned
 
@@ -107,11 +106,11 @@ class GateRunner:
     def prepare(self) -> None:
         """Everything a run needs before it is measured: weights, the verified partition and the
         backend's module, so neither a memory baseline nor a benchmark round pays for loading."""
-        from .backends.base import _context_class
+        from .backends.base import backend_class
         from .run import open_partition
         if not self._prepared:
             open_partition(self.bundle, self.partition, verify=True)
-            _context_class(self.s.backend)
+            backend_class(self.s.backend)       # import the runtime now, not inside a measured run
             self._prepared = True
 
     def run(self, case: GoldenCase, guard, steps: int | None = None, tag: str = "",
@@ -208,7 +207,7 @@ def benchmark_info(report: dict) -> dict:
         "mean_step_s": report["denoise_seconds"] / steps,
         "steps": steps,
         "core_s_per_step": t["core_per_step"],
-        "lifecycle_s_per_step": {k: t["lifecycle_pass"][k] for k in LIFECYCLE_STAGES},
+        "lifecycle_s_per_step": {k: t["lifecycle_pass"][k] for k in STAGE_NAMES},
         "step_split_s": t["step_split"],
         "invocations": report["invocations"],
         "stage_records": report["stage_records"],

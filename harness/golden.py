@@ -16,11 +16,9 @@ from __future__ import annotations
 import getpass
 import hashlib
 import json
-import math
 import os
 import re
 import socket
-import tomllib
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,13 +29,18 @@ from .atomic import atomic_path, atomic_write_json
 from .config import REPO_ROOT
 from .errors import ConfigError, HarnessError
 from .imageio import save_png
+from .schema import Field, check_table, is_int, is_number, positive_int, read_toml
 
 __all__ = ["GoldenCase", "GoldenStore", "GoldenError", "GoldenMissing", "GoldenCorrupt", "GoldenStale",
-           "GoldenRefused", "load_cases", "runtime_versions", "CASES_FILE", "GOLDEN_DIR",
+           "GoldenRefused", "load_cases", "runtime_versions", "golden_dir_for", "GOLDEN_DIR",
            "REFERENCE_PRECISIONS", "UPDATE_COMMAND", "SAMPLERS", "KINDS", "latent_preview"]
 
 GOLDEN_DIR = REPO_ROOT / "golden"
-CASES_FILE = GOLDEN_DIR / "embedded-digits" / "cases.toml"   # the embedded model's cases
+
+
+def golden_dir_for(model_name: str) -> Path:
+    """golden/<model name>: where a model's cases.toml and goldens live unless --golden-dir says."""
+    return GOLDEN_DIR / model_name
 UPDATE_COMMAND = "pytest -m quality --update-goldens"
 REFERENCE_PRECISIONS = ("float16", "float32")
 _PRECISION_ALIASES = {"fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
@@ -98,19 +101,8 @@ class GoldenCase:
 
 # ----------------------------------------------------------------------------- cases.toml
 
-def _field(table: dict, key: str, where: str, check, expect: str):
-    value = table[key]
-    if not check(value):
-        raise ConfigError(f"{where}: field '{key}' must be {expect}, got {value!r}")
-    return value
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v) -> bool:
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
+def _fields(keys: set[str], required: set[str]) -> dict[str, Field]:
+    return {k: Field(*_CHECKS[k], required=k in required) for k in sorted(keys)}
 
 
 _CHECKS = {
@@ -119,43 +111,26 @@ _CHECKS = {
     "prompt": (lambda v: isinstance(v, str), "a string"),
     "context": (lambda v: isinstance(v, str) and bool(_NPY.match(v)), "a .npy file name beside cases.toml"),
     "uncond_context": (lambda v: isinstance(v, str) and bool(_NPY.match(v)), "a .npy file name beside cases.toml"),
-    "seed": (lambda v: _is_int(v) and 0 <= v < 2 ** 63, "a whole number in 0..2^63-1"),
-    "steps": (lambda v: _is_int(v) and v > 0, "a positive whole number"),
-    "cfg": (lambda v: _is_num(v) and 0.0 <= v <= 30.0, "a number in 0..30"),
+    "seed": (lambda v: is_int(v) and 0 <= v < 2 ** 63, "a whole number in 0..2^63-1"),
+    "steps": (positive_int, "a positive whole number"),
+    "cfg": (lambda v: is_number(v) and 0.0 <= v <= 30.0, "a number in 0..30"),
     "sampler": (lambda v: v in SAMPLERS, f"one of {list(SAMPLERS)}"),
-    "shift": (lambda v: _is_num(v) and v > 0, "a positive number"),
-    "ssim_min": (lambda v: _is_num(v) and 0.0 < v <= 1.0, "a number in (0, 1]"),
-    "psnr_min": (lambda v: _is_num(v) and v > 0, "a positive number of dB"),
-    "cosine_min": (lambda v: _is_num(v) and -1.0 <= v <= 1.0, "a number in -1..1"),
+    "shift": (lambda v: is_number(v) and v > 0, "a positive number"),
+    "ssim_min": (lambda v: is_number(v) and 0.0 < v <= 1.0, "a number in (0, 1]"),
+    "psnr_min": (lambda v: is_number(v) and v > 0, "a positive number of dB"),
+    "cosine_min": (lambda v: is_number(v) and -1.0 <= v <= 1.0, "a number in -1..1"),
 }
 
 
-def _checked(table, where: str, allowed: set[str], required: set[str]) -> dict:
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where}: expected a table, got {table!r}")
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise ConfigError(f"{where}: unknown field(s) {unknown}; allowed: {sorted(allowed)}")
-    missing = sorted(required - set(table))
-    if missing:
-        raise ConfigError(f"{where}: missing field(s) {missing}")
-    return {key: _field(table, key, where, *_CHECKS[key]) for key in table}
-
-
-def load_cases(path: str | Path = CASES_FILE) -> list[GoldenCase]:
+def load_cases(path: str | Path) -> list[GoldenCase]:
     """Parse and validate the golden cases; every problem names the file, the case and the field."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"golden cases file {path} does not exist") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    data = read_toml(path, "golden cases file")
     unknown = sorted(set(data) - {"defaults", "case"})
     if unknown:
         raise ConfigError(f"{path}: unknown table(s) {unknown}; expected [defaults] and [[case]]")
-    defaults = _checked(data.get("defaults", {}), f"{path} [defaults]", _DEFAULT_KEYS | _OPTIONAL_DEFAULT_KEYS,
-                        _DEFAULT_KEYS)
+    defaults = check_table(data.get("defaults", {}),
+                           _fields(_DEFAULT_KEYS | _OPTIONAL_DEFAULT_KEYS, _DEFAULT_KEYS), f"{path} [defaults]")
     entries = data.get("case", [])
     if not isinstance(entries, list) or not entries:
         raise ConfigError(f"{path}: no [[case]] entries")
@@ -163,7 +138,7 @@ def load_cases(path: str | Path = CASES_FILE) -> list[GoldenCase]:
     for index, entry in enumerate(entries, start=1):
         label = entry.get("name", "?") if isinstance(entry, dict) else "?"
         where = f"{path} [[case]] #{index} '{label}'"
-        fields = _checked(entry, where, _CASE_KEYS, {"name", "seed"})
+        fields = dict(check_table(entry, _fields(_CASE_KEYS, {"name", "seed"}), where))
         if ("prompt" in fields) == ("context" in fields):
             raise ConfigError(f"{where}: give either 'prompt' or 'context' (a .npy text context), not "
                               f"{'both' if 'prompt' in fields else 'neither'}")

@@ -19,21 +19,19 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import math
 from datetime import datetime, timezone
 from pathlib import Path
 
 from .atomic import atomic_write_bytes
 from .config import BRANCHES
 from .errors import HarnessError
+from .schema import Field, check_table, is_iso_time, is_seconds, non_empty_str
+from .steptimes import STAGE_NAMES
 
 __all__ = ["HistoryError", "append_run", "load_history", "check_record", "utc_now",
-           "DEFAULT_HISTORY", "LIFECYCLE_STAGES", "REQUIRED_FIELDS"]
+           "DEFAULT_HISTORY", "REQUIRED_FIELDS"]
 
 DEFAULT_HISTORY = Path(".benchmarks/history.jsonl")
-LIFECYCLE_STAGES = ("load", "init", "run", "release")
-REQUIRED_FIELDS = ("time", "board_id", "backend", "model", "manifest_hash", "valid", "mean_step_s",
-                   "total_denoise_s", "branch_s_per_step", "lifecycle_s_per_step")
 _STRINGS = ("board_id", "backend", "model", "manifest_hash")
 _SECONDS = ("mean_step_s", "total_denoise_s")
 
@@ -46,48 +44,27 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _seconds(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value) and value >= 0
+def _breakdown(parts: tuple[str, ...]):
+    return lambda table: isinstance(table, dict) and all(is_seconds(table.get(p)) for p in parts)
 
 
-def _check_time(value, where: str) -> None:
-    try:
-        parsed = datetime.fromisoformat(value)
-    except (TypeError, ValueError):
-        raise HistoryError(f"{where}: 'time' must be an ISO 8601 timestamp, got {value!r}") from None
-    if parsed.utcoffset() is None:
-        raise HistoryError(f"{where}: 'time' {value!r} has no UTC offset; use utc_now()")
+# Extra keys are kept (records grow over time); these are the ones the trend and compare read.
+_RECORD = {
+    "time": Field(is_iso_time, "an ISO 8601 timestamp with a UTC offset (see utc_now())"),
+    **{key: Field(non_empty_str, "a non-empty string") for key in _STRINGS},
+    "valid": Field(lambda v: isinstance(v, bool), "true or false"),
+    **{key: Field(is_seconds, "seconds >= 0") for key in _SECONDS},
+    "branch_s_per_step": Field(_breakdown(BRANCHES), f"seconds >= 0 for each of {list(BRANCHES)}"),
+    "lifecycle_s_per_step": Field(_breakdown(STAGE_NAMES), f"seconds >= 0 for each of {list(STAGE_NAMES)}"),
+}
 
 
-def _check_breakdown(record: dict, key: str, parts: tuple[str, ...], where: str) -> None:
-    table = record[key]
-    if not isinstance(table, dict) or set(parts) - set(table):
-        raise HistoryError(f"{where}: '{key}' must map each of {list(parts)} to seconds, got {table!r}")
-    for part in parts:
-        if not _seconds(table[part]):
-            raise HistoryError(f"{where}: '{key}.{part}' must be seconds >= 0, got {table[part]!r}")
+REQUIRED_FIELDS = tuple(_RECORD)
 
 
 def check_record(record, where: str = "record") -> dict:
     """Raise HistoryError naming `where` and the field when `record` is not a complete run record."""
-    if not isinstance(record, dict):
-        raise HistoryError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    missing = [key for key in REQUIRED_FIELDS if key not in record]
-    if missing:
-        raise HistoryError(f"{where}: missing field(s) {missing}")
-    _check_time(record["time"], where)
-    for key in _STRINGS:
-        if not isinstance(record[key], str) or not record[key]:
-            raise HistoryError(f"{where}: '{key}' must be a non-empty string, got {record[key]!r}")
-    if not isinstance(record["valid"], bool):
-        raise HistoryError(f"{where}: 'valid' must be true or false, got {record['valid']!r}")
-    for key in _SECONDS:
-        if not _seconds(record[key]):
-            raise HistoryError(f"{where}: '{key}' must be seconds >= 0, got {record[key]!r}")
-    _check_breakdown(record, "branch_s_per_step", BRANCHES, where)
-    _check_breakdown(record, "lifecycle_s_per_step", LIFECYCLE_STAGES, where)
-    return record
+    return check_table(record, _RECORD, where, error=HistoryError, extra=True)
 
 
 @contextlib.contextmanager

@@ -14,12 +14,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .backends.base import Context, create_context
+from .steptimes import BOARD_CALLS
 from .timing import Timed
 
 __all__ = ["StageRecord", "LifecycleRecorder", "OnDemand", "STAGES"]
 
-# Our stage names and the board runtime's calls they time.
-STAGES = {"load": "load_rknn", "init": "init_runtime", "run": "inference", "release": "release"}
+STAGES = BOARD_CALLS      # stage name -> the board call it times; defined once in steptimes.py
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,6 @@ class PartitionedPipeline:
         self.context = np.concatenate([contexts[s] for s in self.streams]).astype(np.float32)   # [S, L, C]
         self.between = list(between_invocations)
         self.host = HostTimes()
-        self.rope = R.make_rope(self.cfg)
         self._checked: set[int] = set()
         self._contexts: dict[str, np.ndarray] = {}
         self.padded_to: int | None = None       # set when a subgraph's batch was padded past the streams

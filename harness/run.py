@@ -13,13 +13,13 @@ import numpy as np
 
 from .atomic import atomic_write_json
 from .errors import HarnessError, ManifestError
-from .generate import stream_contexts
+from .reference_run import stream_contexts
 from .lifecycle import LifecycleRecorder, OnDemand
 from .memory import read_memory
 from .model.bundle import ModelBundle
 from .partition.manifest import load_manifest, manifest_sha256, network_settings
 from .pipeline import PartitionedPipeline
-from .report import summarize
+from .steptimes import summarize
 from .sampler import denoise, initial_noise
 
 __all__ = ["RunResult", "run_partitioned", "open_partition"]

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from .atomic import atomic_path
 from .errors import ConfigError
-from .history import DEFAULT_HISTORY, LIFECYCLE_STAGES, HistoryError, check_record, load_history
+from .history import DEFAULT_HISTORY, HistoryError, check_record, load_history
+from .steptimes import STAGE_NAMES
 
 __all__ = ["trend", "trend_rows", "render_table", "add_command", "DEFAULT_TREND_PNG"]
 
@@ -42,7 +43,7 @@ def trend_rows(history: list[dict], board: str | None = None) -> list[dict]:
         "valid": record["valid"],
         "step_s": float(record["mean_step_s"]),
         "denoise_s": float(record["total_denoise_s"]),
-        **{stage: float(record["lifecycle_s_per_step"][stage]) for stage in LIFECYCLE_STAGES},
+        **{stage: float(record["lifecycle_s_per_step"][stage]) for stage in STAGE_NAMES},
     } for index, record in enumerate(runs)]
 
 
@@ -75,7 +76,7 @@ def _plot_step_time(ax, rows: list[dict]) -> None:
 
 def _plot_lifecycle(ax, rows: list[dict]) -> None:
     bottom = [0.0] * len(rows)
-    for stage in LIFECYCLE_STAGES:
+    for stage in STAGE_NAMES:
         heights = [r[stage] for r in rows]
         colour = _STAGE_COLOURS[stage]
         bars = ax.bar([r["index"] for r in rows], heights, bottom=bottom, width=0.7, color=colour,
@@ -117,20 +118,20 @@ def render_table(rows: list[dict], console=None) -> None:
     """Print the rows as a rich table (stdout unless a console is given)."""
     from rich.table import Table
 
-    from .report import console as make_console
+    from .terminal import console as make_console
 
     models = ", ".join(sorted({r["model"] for r in rows}))
     title = f"benchmark history: {models} (seconds; lifecycle stages per step)"
     table = Table(title=title, box=None, padding=(0, 1, 0, 0), pad_edge=False)
     for header in ("#", "UTC time", "board", "backend", "valid"):
         table.add_column(header, no_wrap=header == "UTC time")
-    for header in ("step s", "total s", *LIFECYCLE_STAGES):
+    for header in ("step s", "total s", *STAGE_NAMES):
         table.add_column(header, justify="right")
     for r in rows:
         # Month-day like the plot's tick labels; keeps the table inside an 80-column log.
         table.add_row(str(r["index"]), _date_label(r["time"]), r["board"], r["backend"],
                       "yes" if r["valid"] else "[bold red]NO[/bold red]", f"{r['step_s']:.3f}",
-                      f"{r['denoise_s']:.2f}", *(f"{r[s]:.3f}" for s in LIFECYCLE_STAGES))
+                      f"{r['denoise_s']:.2f}", *(f"{r[s]:.3f}" for s in STAGE_NAMES))
     (console or make_console(stderr=False)).print(table)
 
 

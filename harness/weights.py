@@ -5,6 +5,8 @@ problem. Files are read through harness.checkpoint (prefix detection, BF16, extr
 """
 from __future__ import annotations
 
+import hashlib
+
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,7 @@ import numpy as np
 from .config import ModelConfig
 from .errors import WeightsError
 
-__all__ = ["expected_shapes", "read_safetensors", "load_weights",
+__all__ = ["weights_digest", "tensor_digest", "combine_digests", "expected_shapes", "read_safetensors", "load_weights",
            "save_weights", "random_weights", "block_keys"]
 
 _BRANCH_ADALN = {"self_attn": "adaln_modulation_self_attn", "cross_attn": "adaln_modulation_cross_attn",
@@ -105,3 +107,26 @@ def random_weights(cfg: ModelConfig, seed: int = 0, blocks: range | None = None)
         else:
             out[key] = (rng.standard_normal(shape, dtype=np.float32) / np.sqrt(shape[1])).astype(np.float32)
     return out
+
+
+def tensor_digest(key: str, value: np.ndarray) -> bytes:
+    """sha256 of one tensor as float32 little-endian, with its key and shape."""
+    value = np.ascontiguousarray(np.asarray(value, dtype="<f4"))
+    h = hashlib.sha256(f"{key}:{list(value.shape)};".encode())
+    h.update(memoryview(value).cast("B"))
+    return h.digest()
+
+
+def combine_digests(per_tensor: dict[str, bytes]) -> str:
+    """The weights digest: per-tensor digests in sorted key order. Per tensor, so a streamed export can
+    hash each tensor as it reads it, in any order, and still match a digest of the whole dict."""
+    h = hashlib.sha256()
+    for key in sorted(per_tensor):
+        h.update(per_tensor[key])
+    return h.hexdigest()
+
+
+def weights_digest(weights: dict) -> str:
+    """sha256 over the tensors (per-tensor float32 digests in sorted key order): independent of the
+    file layout and the stored dtype, and computable one tensor at a time."""
+    return combine_digests({key: tensor_digest(key, value) for key, value in weights.items()})

@@ -1,5 +1,5 @@
 """Fixtures shared by the test modules (the suite's own options and gate fixtures live in
-harness/pytest_plugin.py)."""
+harness/pytest_plugin/)."""
 import pytest
 
 from tests.fakes import forget_rknnlite, use_fake_rknnlite

@@ -23,7 +23,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.generate import stream_contexts  # noqa: E402
+from harness.reference_run import stream_contexts  # noqa: E402
 from harness.golden import load_cases  # noqa: E402
 from harness.model.bundle import check_text_emb, load_bundle  # noqa: E402
 from harness.partition.onnx_export import export_partition  # noqa: E402

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BackendError
+from ..errors import BackendError, ConfigError
 
-__all__ = ["Context", "create_context", "live_contexts", "BACKENDS"]
+__all__ = ["Context", "create_context", "live_contexts", "backend_options", "backend_class", "BACKENDS"]
 
 # name -> "module:Class"; imported lazily so the board runtime is only imported where it is asked for.
 BACKENDS = {
@@ -41,6 +41,15 @@ class Context(abc.ABC):
     """One subgraph's runtime context. `label` names it in every error ("subgraph 4 (block 1 cross_attn)")."""
 
     backend_name = "abstract"
+    # Suite options (command line or board profile) this backend reads; parse_options turns their
+    # values into the keyword options every context of the run is created with.
+    option_names: tuple[str, ...] = ()
+    exclusive_options: tuple[str, ...] = ()    # refused when another backend runs
+
+    @classmethod
+    def parse_options(cls, values: dict, cfg) -> dict:
+        """Validate this backend's suite options (raise ConfigError naming the option)."""
+        return {}
 
     def __init__(self, label: str, **options):
         self.label = label
@@ -74,10 +83,32 @@ class Context(abc.ABC):
 def create_context(backend: str, label: str, **options) -> Context:
     if backend not in BACKENDS:
         raise BackendError(f"unknown backend '{backend}' (known: {', '.join(sorted(BACKENDS))})")
-    return _context_class(backend)(label, **options)
+    return backend_class(backend)(label, **options)
+
+
+def backend_options(backend: str, values: dict, cfg) -> dict:
+    """The context options for `backend` from the suite's option values (command line or board
+    profile). Every backend validates the options it owns, so a bad value fails whichever backend
+    runs; an exclusive option (such as --fault) given to another backend is refused, not ignored."""
+    if backend not in BACKENDS:
+        raise BackendError(f"unknown backend '{backend}' (known: {', '.join(sorted(BACKENDS))})")
+    chosen = {}
+    for name in BACKENDS:
+        cls = backend_class(name)
+        parsed = cls.parse_options(values, cfg)
+        if name == backend:
+            chosen = parsed
+            continue
+        for option in cls.exclusive_options:
+            if values.get(option) is not None:
+                flag = "--" + option.replace("_", "-")
+                raise ConfigError(f"{flag} {values[option]}: only --backend {name} reads it, "
+                                  f"this run uses {backend}")
+    return chosen
 
 
 @functools.lru_cache(maxsize=None)
-def _context_class(backend: str):
+def backend_class(backend: str) -> type[Context]:
+    """The Context class of a backend, importing its module (and runtime) on first use."""
     module_name, cls_name = BACKENDS[backend].split(":")
     return getattr(importlib.import_module(module_name), cls_name)

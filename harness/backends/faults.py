@@ -44,6 +44,16 @@ def parse_fault(spec: str | None) -> dict:
 
 class FaultInjectionContext(OnnxRuntimeContext):
     backend_name = "faults"
+    option_names = ("fault",)
+    exclusive_options = ("fault",)
+
+    @classmethod
+    def parse_options(cls, values: dict, cfg) -> dict:
+        options = parse_fault(values.get("fault"))
+        if options.get("nan_subgraph", 0) >= cfg.subgraphs:
+            raise ConfigError(f"--fault nan@{options['nan_subgraph']}: {cfg.name} has subgraphs "
+                              f"0..{cfg.subgraphs - 1}")
+        return options
 
     def __init__(self, label: str, nan_subgraph: int | None = None, nan_count: int = 7,
                  delay: float = 0.0, **options):

@@ -59,6 +59,11 @@ def load_runtime():
 
 class RknnLiteContext(Context):
     backend_name = "rknnlite"
+    option_names = ("core_mask",)
+
+    @classmethod
+    def parse_options(cls, values: dict, cfg) -> dict:
+        return {"core_mask": parse_core_mask(values.get("core_mask") or "auto")}
 
     def __init__(self, label: str, **options):
         super().__init__(label, **options)

@@ -76,7 +76,7 @@ class ModelBundle:
         streamed over the checkpoint one tensor at a time."""
         if self.checkpoint is not None:
             return self.checkpoint.digest()
-        from ..partition.onnx_export import weights_digest
+        from ..weights import weights_digest
         return weights_digest(self.weights)
 
     @property

@@ -8,9 +8,10 @@ from pathlib import Path
 from .onnx_export import FAKE_QUANT
 from ..config import EMBEDDED_DIR, ModelConfig, load_model_dir, load_profile
 from ..errors import ConfigError
+from .manifest import default_partition_dir
 
 __all__ = ["add_commands", "parse_blocks", "render_inspection", "cmd_export", "cmd_inspect",
-           "cmd_inspect_checkpoint"]
+           "cmd_inspect_checkpoint", "export_with_progress"]
 
 
 def parse_blocks(text: str, blocks: int) -> list[int]:
@@ -91,27 +92,25 @@ def _load_model(args):
     return cfg, Checkpoint(path, cfg), path
 
 
-def default_partition_dir(cfg: ModelConfig, digest: str, dtype: str, fake_quant: str | None = None,
-                          blocks=None) -> Path:
-    """out/partitions/<model>-<dtype>[-<fake quant>]-<weights digest>[-blocks-...]: one directory per
-    distinct export, so `generate` never runs subgraphs from other weights or a partial export."""
-    name = f"{cfg.name}-{dtype}" + (f"-{fake_quant}" if fake_quant else "") + f"-{digest[:12]}"
-    if blocks is not None and list(blocks) != list(range(cfg.blocks)):
-        name += "-blocks-" + "_".join(str(b) for b in blocks)
-    return Path("out/partitions") / name
+def export_with_progress(weights: dict, cfg: ModelConfig, out, quiet: bool = False, **options):
+    """export_partition with a progress bar on stderr (the exporter itself prints nothing)."""
+    from ..terminal import progress_bar
+    from .onnx_export import export_partition, planned_files
+    total = planned_files(cfg, options.get("blocks"))
+    with progress_bar(total, f"export {cfg.name} {options.get('dtype', 'float32')}", disable=quiet) as advance:
+        return export_partition(weights, cfg, out, on_file=advance, **options)
 
 
 def cmd_export(args) -> int:
-    from .onnx_export import check_opset, export_partition
+    from .onnx_export import check_opset
     check_opset(args.opset)          # before reading gigabytes of weights
     cfg, checkpoint, source = _load_model(args)
     print(checkpoint.summary_line(), file=sys.stderr)
     blocks = parse_blocks(args.blocks, cfg.blocks) if args.blocks else None
     out = args.out or default_partition_dir(cfg, checkpoint.digest(), args.dtype, args.fake_quant, blocks)
-    manifest = export_partition(checkpoint, cfg, out, dtype=args.dtype, streams=args.streams,
-                                fake_quant=args.fake_quant,
-                                opset=args.opset, blocks=blocks, progress=not args.quiet,
-                                weights_source=str(source))
+    manifest = export_with_progress(checkpoint, cfg, out, quiet=args.quiet, dtype=args.dtype,
+                                    streams=args.streams, fake_quant=args.fake_quant, opset=args.opset,
+                                    blocks=blocks, weights_source=str(source))
     size = sum(e.bytes for e in manifest.entries())
     print(f"{manifest.file}  {len(manifest.subgraphs)} subgraphs"
           f"{' + decoder' if manifest.decoder else ''}, {size / 1e6:.1f} MB, {args.dtype}, "
@@ -122,7 +121,7 @@ def cmd_export(args) -> int:
 def render_inspection(report: dict, console=None) -> None:
     """The inspection as rich tables: settings, per-branch counts/sizes, failures, verdict."""
     from rich.table import Table
-    from ..report import console as make_console
+    from ..terminal import console as make_console
     console = console or make_console(stderr=False)
     head = Table(title=f"partition {report['directory']}", show_header=False)
     for key in ("model", "format", "dtype", "streams", "opset", "latent_size", "tokens",
@@ -158,7 +157,7 @@ def cmd_inspect_checkpoint(args) -> int:
     """Header only: nothing but the JSON header is read, so a 4 GB file answers at once."""
     from rich.table import Table
     from ..checkpoint import Checkpoint
-    from ..report import console as make_console
+    from ..terminal import console as make_console
     cfg = load_profile(args.profile)
     checkpoint = Checkpoint(args.path, cfg)
     console = make_console(stderr=False)

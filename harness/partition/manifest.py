@@ -17,8 +17,9 @@ import numpy as np
 from ..atomic import atomic_write_json
 from ..config import BRANCHES, NETWORK_KEYS, ModelConfig
 from ..errors import ManifestError
+from ..schema import Field, check_table, is_int, list_of, non_empty_str, one_of, positive_int
 
-__all__ = ["manifest_sha256", "FORMAT", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest",
+__all__ = ["manifest_sha256", "default_partition_dir", "FORMAT", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest",
            "check_input", "manifest_path", "network_settings", "subgraph_index", "inspect_partition"]
 
 FORMAT = "anima-partition/1"
@@ -26,6 +27,16 @@ MANIFEST_FILE = "manifest.json"
 DECODER_BRANCH = "decoder"
 def manifest_path(directory) -> Path:
     return Path(directory) / MANIFEST_FILE
+
+
+def default_partition_dir(cfg: ModelConfig, digest: str, dtype: str, fake_quant: str | None = None,
+                          blocks=None) -> Path:
+    """out/partitions/<model>-<dtype>[-<fake quant>]-<weights digest>[-blocks-...]: one directory per
+    distinct export, so `generate` never runs subgraphs from other weights or a partial export."""
+    name = f"{cfg.name}-{dtype}" + (f"-{fake_quant}" if fake_quant else "") + f"-{digest[:12]}"
+    if blocks is not None and list(blocks) != list(range(cfg.blocks)):
+        name += "-blocks-" + "_".join(str(b) for b in blocks)
+    return Path("out/partitions") / name
 
 
 def manifest_sha256(directory) -> str:
@@ -199,37 +210,39 @@ class Manifest:
 
 # ---------------------------------------------------------------- loading
 
-def _get(obj, key: str, kinds, where: str):
-    if not isinstance(obj, dict) or key not in obj:
-        raise ManifestError(f"{where}: missing field '{key}'")
-    value = obj[key]
-    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+def _is(*kinds):
     # JSON true/false are ints to isinstance; a boolean is never a valid index, size or shape.
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise ManifestError(f"{where}: field '{key}' has the wrong type ({type(value).__name__})")
-    return value
+    return lambda v: isinstance(v, kinds) and not isinstance(v, bool)
+
+
+_TENSOR = {"name": Field(non_empty_str, "a non-empty string"),
+           "shape": Field(list_of(positive_int), "a list of positive whole numbers"),
+           "dtype": Field(one_of("float32", "float16"), "float32 or float16")}
+_ENTRY = {"index": Field(is_int, "a whole number"), "block": Field(is_int, "a whole number"),
+          "branch": Field(non_empty_str, "a branch name"), "file": Field(non_empty_str, "a file name"),
+          "sha256": Field(non_empty_str, "a sha256 hex digest"), "bytes": Field(is_int, "a size in bytes"),
+          "inputs": Field(_is(list), "a list of tensors"), "outputs": Field(_is(list), "a list of tensors")}
+_DECODER = {**_ENTRY, "block": Field(lambda v: v is None or is_int(v), "null", required=False)}
+_MANIFEST = {"format": Field(non_empty_str, "a format name"), "model": Field(_is(dict), "a table"),
+             "weights_sha256": Field(non_empty_str, "a sha256 hex digest"),
+             "export": Field(_is(dict), "a table"), "subgraphs": Field(_is(list), "a list of subgraphs")}
+_MODEL = {"name": Field(non_empty_str, "a model name"), "network": Field(_is(dict), "a table")}
+_EXPORT = {key: Field(_is(str, int, dict), "a string, number or table")
+           for key in ("dtype", "streams", "opset", "tokens", "context_tokens", "fp32_islands")}
 
 
 def _tensor(obj, where: str) -> TensorSpec:
-    shape = _get(obj, "shape", list, where)
-    if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
-        raise ManifestError(f"{where}: shape {shape} must be positive whole numbers")
-    dtype = _get(obj, "dtype", str, where)
-    if dtype not in ("float32", "float16"):
-        raise ManifestError(f"{where}: dtype '{dtype}' is not float32 or float16")
-    return TensorSpec(_get(obj, "name", str, where), tuple(shape), dtype)
+    check_table(obj, _TENSOR, where, error=ManifestError, extra=True)
+    return TensorSpec(obj["name"], tuple(obj["shape"]), obj["dtype"])
 
 
 def _entry(obj, where: str, decoder: bool = False) -> SubgraphEntry:
-    block = obj.get("block") if isinstance(obj, dict) else None
-    if not decoder:
-        block = _get(obj, "block", int, where)
-    e = SubgraphEntry(index=_get(obj, "index", int, where), block=block,
-                      branch=_get(obj, "branch", str, where), file=_get(obj, "file", str, where),
-                      sha256=_get(obj, "sha256", str, where), bytes=_get(obj, "bytes", int, where))
+    check_table(obj, _DECODER if decoder else _ENTRY, where, error=ManifestError, extra=True)
+    e = SubgraphEntry(index=obj["index"], block=obj.get("block"), branch=obj["branch"], file=obj["file"],
+                      sha256=obj["sha256"], bytes=obj["bytes"])
     where = f"{where} ({e.label}, file {e.file})"
-    e.inputs = [_tensor(t, f"{where} input {k}") for k, t in enumerate(_get(obj, "inputs", list, where))]
-    e.outputs = [_tensor(t, f"{where} output {k}") for k, t in enumerate(_get(obj, "outputs", list, where))]
+    e.inputs = [_tensor(t, f"{where} input {k}") for k, t in enumerate(obj["inputs"])]
+    e.outputs = [_tensor(t, f"{where} output {k}") for k, t in enumerate(obj["outputs"])]
     return e
 
 
@@ -244,19 +257,15 @@ def load_manifest(directory) -> Manifest:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ManifestError(f"{path}: not valid JSON ({exc})") from None
     where = str(path)
-    subgraphs = [_entry(e, f"{where}: subgraphs[{k}]") for k, e in
-                 enumerate(_get(data, "subgraphs", list, where))]
-    decoder = data.get("decoder") if isinstance(data, dict) else None
-    model = _get(data, "model", dict, where)
-    _get(model, "name", str, f"{where}: model")
-    _get(model, "network", dict, f"{where}: model")
-    manifest = Manifest(directory=directory, format=_get(data, "format", str, where), model=model,
-                        weights_sha256=_get(data, "weights_sha256", str, where),
-                        export=_get(data, "export", dict, where), subgraphs=subgraphs,
+    check_table(data, _MANIFEST, where, error=ManifestError, extra=True)
+    check_table(data["model"], _MODEL, f"{where}: model", error=ManifestError, extra=True)
+    check_table(data["export"], _EXPORT, f"{where}: export", error=ManifestError, extra=True)
+    subgraphs = [_entry(e, f"{where}: subgraphs[{k}]") for k, e in enumerate(data["subgraphs"])]
+    decoder = data.get("decoder")
+    manifest = Manifest(directory=directory, format=data["format"], model=data["model"],
+                        weights_sha256=data["weights_sha256"], export=data["export"], subgraphs=subgraphs,
                         decoder=_entry(decoder, f"{where}: decoder", decoder=True) if decoder else None,
                         weights_source=data.get("weights_source"))
-    for key in ("dtype", "streams", "opset", "tokens", "context_tokens", "fp32_islands"):
-        _get(manifest.export, key, (str, int, dict), f"{where}: export")
     manifest.verify_structure()
     return manifest
 

@@ -16,23 +16,24 @@ import functools
 import hashlib
 import math
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..atomic import atomic_write_bytes
-from ..checkpoint import as_source, combine_digests, tensor_digest
+from ..checkpoint import as_source
 from ..config import BRANCHES, ModelConfig
 from ..errors import ConfigError, WeightsError
 from ..model.embedded import interp_matrix
 from ..model.reference import make_rope
-from ..report import progress_bar
+from ..weights import combine_digests, tensor_digest, weights_digest
 from .manifest import (FORMAT, Manifest, SubgraphEntry, TensorSpec, manifest_path, network_settings,
                        subgraph_index)
 
 __all__ = ["export_partition", "build_subgraph", "build_decoder", "fp16_missing_kernels",
-           "subgraph_file", "weights_digest", "check_opset", "DTYPES", "DEFAULT_OPSET",
+           "subgraph_file", "check_opset", "planned_files", "DTYPES", "DEFAULT_OPSET",
            "MIN_OPSET", "MAX_OPSET", "DECODER_FILE"]
 
 DTYPES = {"float32": (np.float32, TensorProto.FLOAT), "float16": (np.float16, TensorProto.FLOAT16)}
@@ -383,12 +384,6 @@ def subgraph_file(block: int, branch: str) -> str:
     return f"{subgraph_index(block, branch):02d}_block{block:02d}_{branch}.onnx"
 
 
-def weights_digest(weights: dict) -> str:
-    """sha256 over the tensors (per-tensor float32 digests in sorted key order): independent of the
-    file layout and stored dtype, and computable one tensor at a time (checkpoint.combine_digests)."""
-    return combine_digests({key: tensor_digest(key, value) for key, value in weights.items()})
-
-
 def _specs(model: onnx.ModelProto, which) -> list[TensorSpec]:
     out = []
     for vi in which(model.graph):
@@ -416,8 +411,17 @@ def _select_blocks(cfg: ModelConfig, blocks) -> list[int]:
     return chosen
 
 
+def _has_decoder(cfg: ModelConfig) -> bool:
+    return _decoder_source(cfg) is not None or (cfg.latent_channels == 1 and bool(cfg.decoder))
+
+
+def planned_files(cfg: ModelConfig, blocks=None) -> int:
+    """How many ONNX files an export of `blocks` writes (for a caller's progress display)."""
+    return len(_select_blocks(cfg, blocks)) * len(BRANCHES) + int(_has_decoder(cfg))
+
+
 def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32", streams: int = 2,
-                     opset: int = DEFAULT_OPSET, blocks=None, progress: bool | None = None,
+                     opset: int = DEFAULT_OPSET, blocks=None, on_file: Callable[[], None] | None = None,
                      weights_source: str | None = None, fake_quant: str | None = None) -> Manifest:
     """Write one ONNX file per subgraph (+ decoder.onnx when the model has one) and manifest.json.
 
@@ -426,6 +430,8 @@ def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32",
     and one subgraph's graph, not the model. The weights digest is hashed tensor by tensor on the way
     (the blocks not exported are read for it too, one tensor at a time).
     fake_quant="ffn-w8a8" simulates INT8 FFN linears (weights and activations) in the graph dtype.
+    on_file() is called after each file is written (the CLI draws its progress bar with it; the
+    exporter itself prints nothing).
     """
     _check_dtype(dtype)
     _check_fake_quant(fake_quant)
@@ -438,28 +444,26 @@ def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32",
     # An interrupted export must not leave an old manifest vouching for half-replaced files.
     manifest_path(out_dir).unlink(missing_ok=True)
     decoder_file = _decoder_source(cfg)
-    has_decoder = decoder_file is not None or (cfg.latent_channels == 1 and bool(cfg.decoder))
+    advance = on_file or (lambda: None)
     entries, islands, hashes = [], {}, {}
     known = source.known_digest()       # e.g. computed for the default directory name
-    total = len(chosen) * len(BRANCHES) + int(has_decoder)
-    with progress_bar(total, f"export {cfg.name} {dtype}", disable=not progress) as advance:
-        for block in chosen:
-            w = source.block_tensors(block)
-            if known is None:
-                hashes.update((k, tensor_digest(k, v)) for k, v in w.items())
-            for branch in BRANCHES:
-                model, wrapped = _build(w, cfg, block, branch, dtype, streams, opset, fake_quant)
-                islands[branch] = wrapped
-                entries.append(_write(model, out_dir, subgraph_file(block, branch),
-                                      subgraph_index(block, branch), block, branch))
-                del model
-                advance()
-            del w
-        decoder = None
-        if has_decoder:
-            model = onnx.load(decoder_file) if decoder_file else build_decoder(cfg, opset)
-            decoder = _write(model, out_dir, DECODER_FILE, cfg.subgraphs, None, "decoder")
+    for block in chosen:
+        w = source.block_tensors(block)
+        if known is None:
+            hashes.update((k, tensor_digest(k, v)) for k, v in w.items())
+        for branch in BRANCHES:
+            model, wrapped = _build(w, cfg, block, branch, dtype, streams, opset, fake_quant)
+            islands[branch] = wrapped
+            entries.append(_write(model, out_dir, subgraph_file(block, branch),
+                                  subgraph_index(block, branch), block, branch))
+            del model
             advance()
+        del w
+    decoder = None
+    if _has_decoder(cfg):
+        model = onnx.load(decoder_file) if decoder_file else build_decoder(cfg, opset)
+        decoder = _write(model, out_dir, DECODER_FILE, cfg.subgraphs, None, "decoder")
+        advance()
     for key in source.keys() if known is None else ():   # the rest: host tensors, blocks not exported
         if key not in hashes:
             hashes[key] = tensor_digest(key, source.read([key])[key])

@@ -9,6 +9,7 @@ import pytest
 
 from harness.gates import benchmark_info, history_record
 from harness.history import append_run
+from harness.pytest_plugin.state import BOARD, IDENTITY, INVALID_RUNS, STEP_SPLITS, append_to
 from harness.telemetry import TelemetryWindow
 
 pytestmark = [pytest.mark.npu, pytest.mark.benchmark]
@@ -25,11 +26,10 @@ def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, re
     verdict = window.verdict()
     info = benchmark_info(results[-1].report)
     benchmark.extra_info.update(info, valid=verdict["valid"], invalid_reasons=verdict["reasons"],
-                                board_id=request.config._anima_board)
+                                board_id=request.config.stash[BOARD])
     if not verdict["valid"]:
-        request.config._anima_invalid = [*getattr(request.config, "_anima_invalid", []),
-                                         (request.node.name, verdict["reasons"])]
-    request.config._anima_splits = [*getattr(request.config, "_anima_splits", []), (request.node.name, info)]
-    append_run(suite.history, history_record(info, request.config._anima_identity, request.config._anima_board,
+        append_to(request.config, INVALID_RUNS, (request.node.name, verdict["reasons"]))
+    append_to(request.config, STEP_SPLITS, (request.node.name, info))
+    append_run(suite.history, history_record(info, request.config.stash[IDENTITY], request.config.stash[BOARD],
                                              suite.backend, gate_runner.bundle.cfg.name,
                                              gate_runner.manifest_hash, verdict))

@@ -7,7 +7,7 @@ import pytest
 from harness.backends import live_contexts
 from harness.config import load_profile
 from harness.errors import MemoryGuardTripped
-from harness.generate import sample_settings
+from harness.reference_run import sample_settings
 from harness.memory import MemoryGuard, MemoryReading, read_memory
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition

@@ -5,6 +5,7 @@ import pytest
 
 from harness.gates import quality_check, quality_line
 from harness.golden import GoldenError, GoldenStore
+from harness.pytest_plugin.state import QUALITY_LINES, append_to
 
 pytestmark = [pytest.mark.npu, pytest.mark.quality]
 
@@ -31,7 +32,7 @@ def test_matches_golden(golden_case, gate_runner, npu_guard, suite, artifacts, r
         return
     q, diff = quality_check(case, obtained, golden, artifacts, kind)
     line = quality_line(case, q)
-    request.config._anima_quality = [*getattr(request.config, "_anima_quality", []), line]
+    append_to(request.config, QUALITY_LINES, line)
     record_property("quality_on", kind)
     record_property("ssim", q.ssim)
     record_property("psnr", q.psnr)

@@ -69,7 +69,7 @@ def test_bad_weights_file_exits_without_traceback(model_dir, tmp_path):
 
 
 def test_batched_reference_equals_single_runs(model_dir):
-    from harness.generate import sample_reference
+    from harness.reference_run import sample_reference
     from harness.model.bundle import load_bundle
     bundle = load_bundle(model_dir)
     batch = sample_reference(bundle, ["digit one", "the number 7"], [5, 6], 3, 4.0, 3.0)

@@ -5,11 +5,13 @@ import numpy as np
 import pytest
 
 from harness.errors import ConfigError
-from harness.golden import (CASES_FILE, UPDATE_COMMAND, GoldenCorrupt, GoldenMissing, GoldenRefused,
+from harness.golden import (UPDATE_COMMAND, golden_dir_for, GoldenCorrupt, GoldenMissing, GoldenRefused,
                             GoldenStale, GoldenStore, load_cases)
 from harness.imageio import load_png
 
 META = {"backend": "onnxruntime", "manifest_hash": "sha256:abc123"}
+
+CASES_FILE = golden_dir_for("embedded-digits") / "cases.toml"
 
 
 def _image(seed: int = 0) -> np.ndarray:
@@ -18,7 +20,7 @@ def _image(seed: int = 0) -> np.ndarray:
 
 @pytest.fixture
 def case():
-    return load_cases()[0]
+    return load_cases(CASES_FILE)[0]
 
 
 def test_shipped_cases_load_with_measured_thresholds():

@@ -47,14 +47,14 @@ def test_incomplete_record_in_file_names_line_and_field(tmp_path):
     bad = _record(2, 1.5)
     del bad["lifecycle_s_per_step"]["release"]
     path.write_text(path.read_text() + json.dumps(bad) + "\n")
-    with pytest.raises(HistoryError, match=r"line 2: 'lifecycle_s_per_step' must map"):
+    with pytest.raises(HistoryError, match=r"line 2: field 'lifecycle_s_per_step' must be seconds >= 0 for each of"):
         load_history(path)
 
 
 @pytest.mark.parametrize("field, value, fragment", [
     ("valid", "yes", "'valid' must be true or false"),
     ("mean_step_s", float("nan"), "'mean_step_s' must be seconds"),
-    ("time", "2026-08-01T09:30:00", "no UTC offset"),
+    ("time", "2026-08-01T09:30:00", "with a UTC offset"),
 ])
 def test_bad_record_is_refused_and_file_untouched(tmp_path, field, value, fragment):
     path = tmp_path / "history.jsonl"

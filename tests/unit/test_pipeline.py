@@ -8,7 +8,7 @@ import pytest
 
 from harness.backends import live_contexts
 from harness.cli import main
-from harness.generate import sample_reference, sample_settings
+from harness.reference_run import sample_reference, sample_settings
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
 from harness.run import run_partitioned

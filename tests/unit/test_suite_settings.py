@@ -55,14 +55,14 @@ def test_shipped_board_profiles_hold_valid_values():
 
     from harness.backends.rknnlite import parse_core_mask
     from harness.memory import parse_size
-    from harness.pytest_plugin import _typed
+    from harness.pytest_plugin.options import typed_value
     profiles = sorted((REPO_ROOT / "boards").glob("*.toml"))
     assert profiles
     for profile in profiles:
         suite = tomllib.loads(profile.read_text())["suite"]
         assert set(suite) <= set(OPTIONS), profile
         for name, value in suite.items():
-            _typed(name, value, str(profile))
+            typed_value(name, value, str(profile))
         for name in ("mem_floor", "swap_limit"):
             if name in suite:
                 assert parse_size(suite[name]) > 0

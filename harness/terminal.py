@@ -1,12 +1,13 @@
-"""Terminal output (rich): progress bars and tables. Kept apart from the math and the I/O."""
+"""Terminal output (rich): progress bars and tables. Kept apart from the math and the I/O; the
+figures it prints come from steptimes.py, the JSON run report from run.py."""
 from __future__ import annotations
 
 import contextlib
 import sys
 
-from .history import LIFECYCLE_STAGES   # one list of stage names for every table
+from .steptimes import BOARD_CALLS, STAGE_NAMES
 
-__all__ = ["progress_bar", "console"]
+__all__ = ["progress_bar", "console", "print_run_tables"]
 
 
 def console(stderr: bool = True):
@@ -29,46 +30,6 @@ def progress_bar(total: int, label: str, disable: bool = False):
         yield lambda n=1: progress.advance(task, n)
 
 
-# ---------------------------------------------------------------- run summaries
-
-HOST_CATEGORIES = ("adaln", "embed", "cast", "residual", "final")
-
-
-def summarize(records: list[dict], host: list[dict], step_walls: list[float]) -> dict:
-    """Per-step tables from raw records, in the board profile's terms.
-
-    lifecycle_pass: mean seconds per pass over the subgraphs (one pass = one step) by stage, as the
-    profile's [lifecycle_pass]; core_per_step: mean inference seconds per step by branch, as
-    [denoise_20_steps]; step_split: where a step's wall time went (lifecycle, host math, the rest).
-    """
-    steps = len(step_walls)
-    body = [r for r in records if r["branch"] != "decoder" and r["step"] < max(steps, 1)]
-    per = max(steps, 1)
-    stage = {s: sum(r["seconds"] for r in body if r["stage"] == s) / per for s in LIFECYCLE_STAGES}
-    branches = sorted({r["branch"] for r in body})
-    core = {b: sum(r["seconds"] for r in body if r["stage"] == "run" and r["branch"] == b) / per
-            for b in branches}
-    host_per = {c: sum(h["seconds"] for h in host if h["category"] == c and h["step"] < per) / per
-                for c in HOST_CATEGORIES}
-    wall = sum(step_walls) / per if steps else 0.0
-    lifecycle = sum(stage.values())
-    host_total = sum(host_per.values())
-    return {
-        "invocations": sum(1 for r in body if r["stage"] == "run"),
-        "stage_records": len(body),
-        "lifecycle_records": records,
-        "host_times": host,
-        "step_seconds": step_walls,
-        "tables": {
-            "lifecycle_pass": {**stage, "stage_sum": stage["load"] + stage["init"] + stage["release"]},
-            "core_per_step": core,
-            "step_split": {"step": wall, "lifecycle": lifecycle, "host": host_total, **{f"host_{k}": v for k, v in host_per.items()},
-                           "rest": wall - lifecycle - host_total},
-        },
-        "denoise_seconds": sum(step_walls),
-    }
-
-
 def print_run_tables(report: dict, out=None) -> None:
     """The one-pass lifecycle table and core time per branch per step, like the board profile."""
     from rich.table import Table
@@ -79,9 +40,8 @@ def print_run_tables(report: dict, out=None) -> None:
     t.add_column("stage")
     t.add_column("board call")
     t.add_column("seconds", justify="right")
-    from .lifecycle import STAGES as names
-    for s in LIFECYCLE_STAGES:
-        t.add_row(s, names[s], f"{lp.get(s, 0.0):.4f}")
+    for s in STAGE_NAMES:
+        t.add_row(s, BOARD_CALLS[s], f"{lp.get(s, 0.0):.4f}")
     t.add_row("stage_sum", "load+init+release", f"{lp.get('stage_sum', 0.0):.4f}")
     con.print(t)
     c = Table(title="core time per branch per step")

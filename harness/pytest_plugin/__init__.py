@@ -1,0 +1,19 @@
+"""The suite's pytest plugin (`-p harness.pytest_plugin` in pytest.ini), in the parts pytest-benchmark
+keeps apart:
+
+    options.py   the options table, board-profile settings and their validation (pytest_addoption)
+    hooks.py     configure, report header, test generation, the --require-npu check, summaries
+    fixtures.py  what the gate modules ask for: suite, gate_runner, golden_cases, artifacts, npu_guard
+    storage.py   pytest-benchmark integration: per-board baseline storage, atomic saves, machine info
+    state.py     the keys under which the session's state lives in `config.stash`
+
+The gate modules under tests/acceptance stay thin: fixtures arrange, the test asserts one gate.
+"""
+from .options import OPTIONS, SuiteSettings, resolve_settings
+from .state import settings_of
+
+__all__ = ["OPTIONS", "SuiteSettings", "resolve_settings", "settings_of"]
+
+# Each part registers its own hooks and fixtures as a plugin of its own.
+pytest_plugins = ["harness.pytest_plugin.options", "harness.pytest_plugin.hooks",
+                  "harness.pytest_plugin.fixtures", "harness.pytest_plugin.storage"]

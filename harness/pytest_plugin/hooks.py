@@ -1,0 +1,90 @@
+"""The suite's pytest hooks: settings at configure time, the report header, one gate test per golden
+case, the --require-npu check at call time and the step-split summary at the end."""
+from __future__ import annotations
+
+import pytest
+
+from ..errors import HarnessError
+from .options import OPTIONS, resolve_settings
+from .state import BOARD, IDENTITY, INVALID_RUNS, QUALITY_LINES, SETTINGS, STEP_SPLITS
+from .fixtures import runner_of, selected_cases
+
+__all__ = ["pytest_configure", "pytest_report_header", "pytest_pyfunc_call", "pytest_generate_tests",
+           "pytest_terminal_summary"]
+
+
+@pytest.hookimpl(tryfirst=True)     # before storage.py's configure, which keys baselines by board
+def pytest_configure(config):
+    from ..telemetry import board_id, board_identity
+    cli = {name: config.getoption(name) for name in OPTIONS}
+    try:
+        settings = resolve_settings(cli, config.getoption("board_profile"))
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[SETTINGS] = settings
+    identity = board_identity(settings.telemetry_root)
+    config.stash[IDENTITY] = identity
+    config.stash[BOARD] = board_id(identity)
+
+
+def pytest_report_header(config):
+    s = config.stash[SETTINGS]
+    i = config.stash[IDENTITY]
+    lines = [
+        f"anima: backend {s.backend} (asked: {s.backend_requested}), board {config.stash[BOARD]} "
+        f"({i.get('model') or 'no board model'}), on RK3588: {s.on_board}",
+        f"anima: kernel {i.get('kernel')}, NPU driver {i.get('npu_driver')}, librknnrt {i.get('runtime_lib')}, "
+        f"rknn-toolkit-lite2 {i.get('toolkit_lite')}, onnxruntime {i.get('onnxruntime')}",
+        f"anima: model {s.model_dir}, goldens {s.golden_dir}",
+        f"anima: partition {runner_of(config).describe_partition()}",
+        f"anima: memory guard floor {s.mem_floor / 2**30:.2f} GiB, swap limit {s.swap_limit / 2**20:.0f} MiB"
+        + (f", require-npu ({'met' if not s.npu_problem else 'NOT met: ' + s.npu_problem})" if s.require_npu else ""),
+    ]
+    if s.board_profile:
+        lines.append(f"anima: board profile {s.board_profile}")
+    return lines
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    # --require-npu off the board: the npu test itself fails (not skipped, not run on a fallback).
+    # Checked at call time so that it counts as a failed test; the gate fixtures are lazy, so
+    # nothing ran on the CPU before this.
+    suite = pyfuncitem.config.stash[SETTINGS]
+    if suite.require_npu and suite.npu_problem and pyfuncitem.get_closest_marker("npu"):
+        pytest.fail(f"--require-npu: {suite.npu_problem}. npu gates never fall back to a CPU backend.",
+                    pytrace=False)
+
+
+def pytest_generate_tests(metafunc):
+    # Golden cases are data (golden/<model>/cases.toml): one gate test per case.
+    if "golden_case" in metafunc.fixturenames:
+        cases = selected_cases(metafunc.config.stash[SETTINGS])
+        metafunc.parametrize("golden_case", cases, ids=[c.name for c in cases])
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    for name, info in config.stash.get(STEP_SPLITS, []):
+        _write_step_split(terminalreporter, name, info)
+    quality = config.stash.get(QUALITY_LINES, [])
+    if quality:
+        terminalreporter.write_sep("-", "quality gate: measured, threshold, margin")
+        for line in quality:
+            terminalreporter.write_line(line)
+    for name, reasons in config.stash.get(INVALID_RUNS, []):
+        terminalreporter.write_line(f"INVALID benchmark {name}: " + "; ".join(reasons), red=True)
+
+
+def _write_step_split(tr, name: str, info: dict) -> None:
+    sp = info["step_split_s"]
+    tr.write_sep("-", f"step split: {name}")
+    tr.write_line(
+        f"mean step {sp['step']:.4f} s = lifecycle {sp['lifecycle']:.4f} s ({100 * sp['lifecycle'] / sp['step']:.1f} %)"
+        f" + host math {sp['host']:.4f} s ({100 * sp['host'] / sp['step']:.1f} %)"
+        f" + rest {sp['rest']:.4f} s ({100 * sp['rest'] / sp['step']:.1f} %)")
+    life = info["lifecycle_s_per_step"]
+    tr.write_line("  lifecycle per step: " + ", ".join(f"{k} {v:.4f} s" for k, v in life.items()))
+    tr.write_line("  host math per step: " + ", ".join(
+        f"{k[5:]} {v:.4f} s" for k, v in sp.items() if k.startswith("host_")))
+    tr.write_line("  core per branch per step: " + ", ".join(
+        f"{k} {v:.4f} s" for k, v in info["core_s_per_step"].items()))

@@ -1,0 +1,59 @@
+"""pytest-benchmark integration: baselines stored per board, saved atomically, and the board
+identity in every saved run's machine info."""
+from __future__ import annotations
+
+from ..config import REPO_ROOT
+from .state import BOARD, IDENTITY, SETTINGS
+
+__all__ = ["pytest_configure", "pytest_sessionstart", "pytest_benchmark_update_machine_info",
+           "pytest_benchmark_compare_machine_info", "atomic_save"]
+
+
+def pytest_configure(config):
+    # pytest-benchmark files baselines under a machine id that is the same for every board of a kind
+    # (OS-Python-bits): give each board its own storage so --benchmark-compare compares like with like.
+    if getattr(config.option, "benchmark_storage", None) in (None, "file://./.benchmarks"):
+        if hasattr(config.option, "benchmark_storage"):
+            config.option.benchmark_storage = f"file://{REPO_ROOT / '.benchmarks' / config.stash[BOARD]}"
+
+
+def pytest_sessionstart(session):
+    storage = getattr(getattr(session.config, "_benchmarksession", None), "storage", None)
+    if storage is not None:
+        atomic_save(storage)
+
+
+def atomic_save(storage) -> bool:
+    """Route a pytest-benchmark file storage's `save` through the atomic writer.
+
+    pytest-benchmark writes a saved run (the next baseline) with a plain open/write: a runner killed
+    mid-save would leave a torn baseline that breaks every later --benchmark-compare. Returns False
+    for a storage that is not a file storage (e.g. elasticsearch), which is left as it is.
+    """
+    from pytest_benchmark.storage.file import FileStorage
+    if not isinstance(storage, FileStorage):
+        return False
+    from pytest_benchmark.utils import safe_dumps
+
+    from ..atomic import atomic_write_bytes
+
+    def save(output_json, save):
+        path = storage.get(f"{storage._next_num}_{save}.json")
+        atomic_write_bytes(path, safe_dumps(output_json, ensure_ascii=True, indent=4).encode())
+        storage.logger.info(f"Saved benchmark data in: {path}")
+
+    storage.save = save
+    return True
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    machine_info["board_id"] = config.stash[BOARD]
+    machine_info["board"] = config.stash[IDENTITY]
+    machine_info["backend"] = config.stash[SETTINGS].backend
+
+
+def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark):
+    saved = compared_benchmark.get("machine_info", {}).get("board_id")
+    if saved and saved != machine_info.get("board_id"):
+        benchmarksession.logger.warning(
+            f"comparing against a baseline from board {saved}, this is {machine_info.get('board_id')}")
