@@ -16,6 +16,7 @@ from __future__ import annotations
 import getpass
 import hashlib
 import json
+import math
 import os
 import re
 import socket
