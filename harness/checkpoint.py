@@ -2,8 +2,9 @@
 
 The host runs the timestep embedder, every block's AdaLN modulation layers, the patch embedder and
 the final layer (architecture.md section 6); the NPU subgraphs hold everything else. On anima-2b the
-host's share is 0.195 B of 1.96 B parameters (0.73 GiB as FP32), so reading only it keeps the host within the board
-write-up's 0.8-1.0 GiB for host weights and buffers, where loading the whole DiT would take 4-8 GB.
+host's share is 0.195 B of 1.96 B parameters (0.73 GiB as FP32), so reading only it keeps the host
+within the board write-up's 0.8-1.0 GiB for host weights and buffers, where loading the whole DiT
+would take 4-8 GB.
 
 Opening checks the header against the model profile before any data is read: every expected key
 present with its shape and a float dtype, the file long enough for each tensor. A key prefix (full
