@@ -132,3 +132,17 @@ def test_decoder_emitting_nan_is_caught_and_everything_released(tmp_path):
                                             r"768 of 768 values"):
         run_partitioned(bundle, tmp_path / "p", "onnxruntime", "", s, contexts={"cond": np.load(COND)[None]})
     assert live_contexts() == 0
+
+
+def test_text_emb_of_a_prompt_renders_what_the_prompt_renders_on_the_embedded_model(tmp_path):
+    from harness.config import EMBEDDED_DIR
+    from harness.imageio import load_png
+    bundle = load_bundle(EMBEDDED_DIR)
+    np.save(tmp_path / "seven.npy", bundle.context("a handwritten digit seven"))
+    np.save(tmp_path / "empty.npy", bundle.context(""))
+    by_prompt = main(["generate", "--quiet", "--steps", "2", "--prompt", "a handwritten digit seven",
+                      "--out", str(tmp_path / "p.png")])
+    by_emb = main(["generate", "--quiet", "--steps", "2", "--context", str(tmp_path / "seven.npy"),
+                   "--uncond-context", str(tmp_path / "empty.npy"), "--out", str(tmp_path / "e.png")])
+    assert by_prompt == by_emb == 0
+    np.testing.assert_array_equal(load_png(tmp_path / "p.png"), load_png(tmp_path / "e.png"))
