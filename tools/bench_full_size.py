@@ -96,7 +96,9 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
                                  contexts=contexts)
     report = result.report
     figures = {
-        "host_tensors_bytes": sum(v.nbytes for v in bundle.weights.values()),
+        "host_resident_bytes": bundle.weights.resident_bytes,
+        "host_streamed_bytes": sum(4 * bundle.checkpoint.file.tensors[bundle.checkpoint.prefix + k].params
+                                   for k in bundle.weights.streamed),
         "pss_after_load_bytes": loaded,
         "host_pss_peak_between_invocations_bytes": max(between),
         "process_pss_peak_bytes": report["memory"]["baseline_pss_bytes"] + report["memory"]["peak_pss_added_bytes"],
@@ -114,7 +116,8 @@ def _ratio_table(figures: dict, export: dict) -> str:
     rows = ["| what | here | board | here / board |", "|---|---|---|---|"]
     rows.append(f"| export, 84 FP16 subgraphs | {export['seconds']:.0f} s | - | - |")
     rows.append(f"| export peak RSS | {export['peak_rss'] / GiB:.2f} GiB | - | - |")
-    rows.append(f"| host tensors (FP32) | {figures['host_tensors_bytes'] / GiB:.2f} GiB | - | - |")
+    rows.append(f"| host tensors resident (FP32) | {figures['host_resident_bytes'] / GiB:.3f} GiB | - | - |")
+    rows.append(f"| AdaLN layers read per step (FP32) | {figures['host_streamed_bytes'] / GiB:.2f} GiB | - | - |")
     rows.append(f"| host-side peak PSS (between invocations) | "
                 f"{figures['host_pss_peak_between_invocations_bytes'] / GiB:.2f} GiB | goal <= 1.0 GiB | - |")
     rows.append(f"| process peak PSS (one onnxruntime context loaded) | "

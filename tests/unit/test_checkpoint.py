@@ -73,6 +73,15 @@ def test_host_loads_only_the_host_tensors():
     assert not any(".mlp." in k or ".self_attn." in k or ".cross_attn." in k for k in bundle.weights)
     # the digest still covers every tensor, streamed: the same as hashing the whole model at once
     assert bundle.digest == weights_digest(bundle.all_weights())
+    # the AdaLN layers stay in the mapped file; a step's modulations read them and match the full dict
+    assert bundle.weights.streamed and not any("adaln_modulation_" in k and k.startswith("blocks.")
+                                               for k in bundle.weights.resident)
+    from harness.model import reference as R
+    full = bundle.all_weights()
+    emb, lora = R.time_embedding(full, bundle.cfg, np.array([0.7], np.float32))
+    streamed = R.modulations(bundle.weights, bundle.cfg, emb, lora)
+    for key, value in R.modulations(full, bundle.cfg, emb, lora).items():
+        np.testing.assert_array_equal(streamed[key][2], value[2])
 
 
 def _header(path):
