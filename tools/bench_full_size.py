@@ -72,13 +72,22 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
     contexts = {s: rng.standard_normal((1, cfg.context_tokens, cfg.context_dim), dtype=np.float32)
                 for s in ("cond", "uncond")}
     between: list[int] = []
+    progress = out.with_suffix(".progress.jsonl")
+    progress.write_text("")
+    started = time.perf_counter()
 
     class HostPss:
-        """A guard-shaped hook: PSS before each invocation, when no context is loaded."""
+        """A guard-shaped hook: PSS before each invocation, when no context is loaded; each reading
+        also goes to a progress file, so an interrupted run keeps its figures."""
         def check(self):
             between.append(read_memory().pss)
+            with open(progress, "a") as fh:
+                fh.write(json.dumps({"t": time.perf_counter() - started, "invocation": len(between),
+                                     "pss": between[-1]}) + "\n")
 
     settings = {"steps": 1, "cfg_scale": 4.0, "shift": 3.0, "seed": 20260812}
+    report_path = out.with_suffix(".report.json")
+    complete = True
     with MemoryGuard(GiB, 2 ** 40, interval=0.25) as guard:
         hook = HostPss()
         guard_check = guard.check
@@ -91,11 +100,16 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
             def __getattr__(self, name):
                 return getattr(guard, name)
 
-        result = run_partitioned(bundle, partition, "onnxruntime", "", settings, guard=Both(),
-                                 report_path=out.with_suffix(".report.json"), verify=False,
-                                 contexts=contexts)
-    report = result.report
+        try:
+            result = run_partitioned(bundle, partition, "onnxruntime", "", settings, guard=Both(),
+                                     report_path=report_path, verify=False, contexts=contexts)
+            report, latent_ok = result.report, bool(np.isfinite(result.latent).all())
+        except KeyboardInterrupt:       # stopped by hand: keep what the partial report measured
+            complete, latent_ok = False, None
+            report = json.loads(report_path.read_text())
     figures = {
+        "complete": complete,
+        "blocks": cfg.blocks,
         "host_resident_bytes": bundle.weights.resident_bytes,
         "host_streamed_bytes": sum(4 * bundle.checkpoint.file.tensors[bundle.checkpoint.prefix + k].params
                                    for k in bundle.weights.streamed),
@@ -103,38 +117,54 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
         "host_pss_peak_between_invocations_bytes": max(between),
         "process_pss_peak_bytes": report["memory"]["baseline_pss_bytes"] + report["memory"]["peak_pss_added_bytes"],
         "digest_seconds": digest_s,
-        "step_seconds": report["step_seconds"][0],
-        "tables": report["tables"],
-        "invocations": report["invocations"],
-        "latent_finite": bool(np.isfinite(result.latent).all()),
+        "per_branch": _per_branch(report["lifecycle_records"]),
+        "invocations": sum(1 for r in report["lifecycle_records"] if r["stage"] == "run"),
+        "wall_seconds": time.perf_counter() - started,
+        "latent_finite": latent_ok,
     }
     out.write_text(json.dumps(figures, indent=1))
 
 
+def _per_branch(records: list[dict]) -> dict:
+    """{branch: {stage: mean seconds per invocation, "n": invocations}} over the records present."""
+    out: dict = {}
+    for r in records:
+        if r["branch"] == "decoder":
+            continue
+        row = out.setdefault(r["branch"], {"n": 0})
+        row[r["stage"]] = row.get(r["stage"], 0.0) + r["seconds"]
+        row["n"] += r["stage"] == "run"
+    return {b: {**{k: v / max(row["n"], 1) for k, v in row.items() if k != "n"}, "n": row["n"]}
+            for b, row in out.items()}
+
+
 def _ratio_table(figures: dict, export: dict) -> str:
-    t = figures["tables"]
+    """Here beside the board. Per-step figures are per-invocation means x 28 blocks (measured over
+    every invocation of the step, or over those done when the run was stopped: `complete`)."""
+    pb, blocks = figures["per_branch"], figures["blocks"]
     rows = ["| what | here | board | here / board |", "|---|---|---|---|"]
-    rows.append(f"| export, 84 FP16 subgraphs | {export['seconds']:.0f} s | - | - |")
-    rows.append(f"| export peak RSS | {export['peak_rss'] / GiB:.2f} GiB | - | - |")
+    if export:
+        rows.append(f"| export, 84 FP16 subgraphs | {export['seconds']:.0f} s | - | - |")
+        rows.append(f"| export peak RSS | {export['peak_rss'] / GiB:.2f} GiB | - | - |")
     rows.append(f"| host tensors resident (FP32) | {figures['host_resident_bytes'] / GiB:.3f} GiB | - | - |")
     rows.append(f"| AdaLN layers read per step (FP32) | {figures['host_streamed_bytes'] / GiB:.2f} GiB | - | - |")
     rows.append(f"| host-side peak PSS (between invocations) | "
                 f"{figures['host_pss_peak_between_invocations_bytes'] / GiB:.2f} GiB | goal <= 1.0 GiB | - |")
     rows.append(f"| process peak PSS (one onnxruntime context loaded) | "
                 f"{figures['process_pss_peak_bytes'] / GiB:.2f} GiB | - | - |")
-    step = t["step_split"]["step"]
-    rows.append(f"| one step (1,024 tokens, 2 streams) | {step:.1f} s | {BOARD['step']:.1f} s | "
-                f"{step / BOARD['step']:.2f} |")
+    names = {"ffn": "ffn", "self_attn": "self_attn", "cross_attn": "cross_attn"}
     for branch, board in BOARD["core"].items():
-        here = t["core_per_step"].get(branch, 0.0)
-        rows.append(f"| core {branch} | {here:.1f} s | {board:.2f} s | {here / board:.2f} |")
+        row = pb.get(names[branch])
+        if row:
+            here = row.get("run", 0.0) * blocks
+            rows.append(f"| core {branch} per step (n={row['n']}) | {here:.1f} s | {board:.2f} s | {here / board:.2f} |")
     for stage, board in BOARD["lifecycle"].items():
-        here = t["lifecycle_pass"].get(stage, 0.0)
+        keys = ("load", "init", "release") if stage == "stage_sum" else (stage,)
+        here = sum(row.get(k, 0.0) for row in pb.values() for k in keys) * blocks
         label = {"load": "load (load_rknn)", "init": "init (init_runtime)"}.get(stage, stage)
-        rows.append(f"| lifecycle {label} | {here:.1f} s | {board:.2f} s | {here / board:.2f} |")
-    split = t["step_split"]
-    rows.append(f"| step split: lifecycle / host math / rest | {split['lifecycle']:.1f} / {split['host']:.1f} / "
-                f"{split['rest']:.1f} s | - | - |")
+        rows.append(f"| lifecycle {label} per step | {here:.1f} s | {board:.2f} s | {here / board:.2f} |")
+    step = sum(v for row in pb.values() for k, v in row.items() if k != "n") * blocks
+    rows.append(f"| step (subgraph stages only) | {step:.1f} s | {BOARD['step']:.1f} s | {step / BOARD['step']:.2f} |")
     return "\n".join(rows)
 
 
@@ -142,7 +172,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=ROOT / ".cache" / "full-size")
     parser.add_argument("--profile", default="anima-2b", help="profile (default: %(default)s; others for a smoke run)")
-    parser.add_argument("--phase", choices=("all", "step"), default="all", help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=("all", "step", "table"), default="all",
+                        help="all; step: only the step (partition exported); table: print from the saved figures")
     args = parser.parse_args(argv)
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -150,6 +181,11 @@ def main(argv=None) -> int:
     partition = work / "partition-fp16"
     if args.phase == "step":
         phase_step(work, partition, work / "step.json")
+        return 0
+    if args.phase == "table":
+        summary = work / "summary.json"
+        export = json.loads(summary.read_text())["export"] if summary.exists() else {}
+        print(_ratio_table(json.loads((work / "step.json").read_text()), export))
         return 0
     py = sys.executable
     if not checkpoint.exists():
@@ -172,7 +208,6 @@ def main(argv=None) -> int:
     if rc:
         return rc
     figures = json.loads((work / "step.json").read_text())
-    figures["step_phase_peak_rss"] = rss
     (work / "summary.json").write_text(json.dumps({"export": export, "step": figures}, indent=1))
     print(_ratio_table(figures, export))
     print(f"digest of the checkpoint (streamed): {figures['digest_seconds']:.0f} s; latent finite: "
