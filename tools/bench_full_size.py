@@ -139,7 +139,7 @@ def _per_branch(records: list[dict]) -> dict:
 
 
 def _ratio_table(figures: dict, export: dict) -> str:
-    """Here beside the board. Per-step figures are per-invocation means x 28 blocks (measured over
+    """Here beside the board. Per-step figures are per-invocation means x the profile's blocks (measured over
     every invocation of the step, or over those done when the run was stopped: `complete`)."""
     pb, blocks = figures["per_branch"], figures["blocks"]
     rows = ["| what | here | board | here / board |", "|---|---|---|---|"]
