@@ -160,6 +160,18 @@ class GateRunner:
                               f"{cfg.name} takes finite [{cfg.context_tokens}, {cfg.context_dim}]")
         return array.astype(np.float32)[None]
 
+    def share(self, case: GoldenCase, result: RunResult, steps: int | None) -> bool:
+        """Offer a finished full-length run of `case` (a benchmark round) as the case's shared run,
+        so numerics, quality and memory judge it instead of rendering the same image again. Only a
+        run of the case's own steps qualifies, and only before the case has run; its report is kept
+        in the artifacts as the case's."""
+        if case.name in self._runs or (steps or case.steps) != case.steps:
+            return False
+        report = self.s.artifacts / "runs" / f"{case.name}.json"
+        self.keep(result, case.name)
+        self._runs[case.name] = CaseRun(case, result, None, report)
+        return True
+
     def case_run(self, case: GoldenCase, guard) -> CaseRun:
         """The one shared run of a golden case (numerics and quality both look at it)."""
         if case.name not in self._runs:

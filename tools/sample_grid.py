@@ -23,13 +23,24 @@ from harness.model.bundle import load_bundle  # noqa: E402
 from harness.model.embedded import DIGIT_WORDS, digit_classifier, latents_to_digits_features  # noqa: E402
 
 
-def prompt_accuracy(bundle, per_digit: int, cfg_scale: float, steps: int = 20):
+def prompted_latents(bundle, per_digit: int, cfg_scale: float, steps: int = 20):
+    """(latents [10 * per_digit, C, H, W], prompted digit of each): the grid's samples, row by row."""
     prompts = [f"a handwritten digit {DIGIT_WORDS[d]}" for d in range(10) for _ in range(per_digit)]
     seeds = [s for _ in range(10) for s in range(per_digit)]
-    labels = np.repeat(np.arange(10), per_digit)
     latents = sample_reference(bundle, prompts, seeds, steps, cfg_scale, 3.0)
+    return latents, np.repeat(np.arange(10), per_digit)
+
+
+def grade(latents, labels):
+    """(share of samples the classifier reads as the prompted digit, its reading of each)."""
     predicted = digit_classifier().predict(latents_to_digits_features(latents))
-    return latents, float((predicted == labels).mean()), predicted
+    return float((predicted == labels).mean()), predicted
+
+
+def prompt_accuracy(bundle, per_digit: int, cfg_scale: float, steps: int = 20):
+    latents, labels = prompted_latents(bundle, per_digit, cfg_scale, steps)
+    accuracy, predicted = grade(latents, labels)
+    return latents, accuracy, predicted
 
 
 def main() -> int:

@@ -5,6 +5,9 @@ Options (the suite's `--fault` sets them):
                   overflow does on the board; `nan_count` values are poisoned (default 7).
     delay:        seconds slept inside every run(): a deliberately slowed backend for the benchmark
                   compare gate.
+    slowdown:     factor by which every load, init and run is stretched (it sleeps factor - 1 times
+                  the stage's own time). Unlike a fixed delay, it scales with the machine's load,
+                  so a slowed run stays that many times slower when a shared CI box is busy.
 The subgraph index is read from the context label ("subgraph N (...)"), which the manifest defines.
 """
 from __future__ import annotations
@@ -23,13 +26,18 @@ _LABEL = re.compile(r"^subgraph (\d+) ")
 
 
 def parse_fault(spec: str | None) -> dict:
-    """'nan@37' -> {'nan_subgraph': 37}; 'slow=0.01' -> {'delay': 0.01}; comma-separated."""
+    """'nan@37' -> {'nan_subgraph': 37}; 'slow=0.01' -> {'delay': 0.01}; 'slow=x3' -> {'slowdown': 3.0};
+    comma-separated."""
     options: dict = {}
     for part in filter(None, (p.strip() for p in (spec or "").split(","))):
         try:
             if part.startswith("nan@"):
                 options["nan_subgraph"] = int(part[4:])
                 if options["nan_subgraph"] < 0:
+                    raise ValueError
+            elif part.startswith("slow=x"):
+                options["slowdown"] = float(part[6:])
+                if not 1 <= options["slowdown"] <= 100:     # also refuses nan and inf
                     raise ValueError
             elif part.startswith("slow="):
                 options["delay"] = float(part[5:])
@@ -38,7 +46,7 @@ def parse_fault(spec: str | None) -> dict:
             else:
                 raise ValueError
         except ValueError:
-            raise ConfigError(f"--fault '{part}': expected nan@SUBGRAPH or slow=SECONDS") from None
+            raise ConfigError(f"--fault '{part}': expected nan@SUBGRAPH, slow=SECONDS or slow=xFACTOR") from None
     return options
 
 
@@ -56,16 +64,30 @@ class FaultInjectionContext(OnnxRuntimeContext):
         return options
 
     def __init__(self, label: str, nan_subgraph: int | None = None, nan_count: int = 7,
-                 delay: float = 0.0, **options):
+                 delay: float = 0.0, slowdown: float = 1.0, **options):
         super().__init__(label, **options)
         match = _LABEL.match(label)
         self.index = int(match.group(1)) if match else None
         self.poison = nan_subgraph is not None and self.index == nan_subgraph
         self.nan_count = nan_count
         self.delay = delay
+        self.slowdown = slowdown
+
+    def _stretched(self, stage, *args):
+        started = time.perf_counter()
+        result = stage(*args)
+        if self.slowdown > 1:
+            time.sleep((self.slowdown - 1) * (time.perf_counter() - started))
+        return result
+
+    def load(self, path) -> None:
+        self._stretched(super().load, path)
+
+    def init(self) -> None:
+        self._stretched(super().init)
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        outputs = super().run(inputs)
+        outputs = self._stretched(super().run, inputs)
         if self.delay:
             time.sleep(self.delay)
         if self.poison:

@@ -10,7 +10,7 @@ from .options import SuiteSettings
 from .state import RUNNER, SETTINGS
 
 __all__ = ["suite", "gate_runner", "golden_cases", "artifacts", "npu_guard", "runner_of",
-           "selected_cases"]
+           "selected_cases", "npu_memory_guard"]
 
 
 def runner_of(config):
@@ -28,6 +28,15 @@ def selected_cases(suite: SuiteSettings):
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
     return [c for c in cases if suite.cases is None or c.name in suite.cases]
+
+
+def npu_memory_guard(suite: SuiteSettings):
+    """The memory guard every npu test runs under (a function, so tests can build the same one)."""
+    from ..memory import MemoryGuard, read_system_memory
+    # The sampler (PSS included) every 0.25 s; the pipeline's checks between invocations read only
+    # MemAvailable and swap, at most every 0.1 s: the guard must not cost the step it watches.
+    return MemoryGuard(suite.mem_floor, suite.swap_limit, interval=0.25, max_staleness=0.1,
+                       check_reader=read_system_memory)
 
 
 @pytest.fixture(scope="session")
@@ -63,11 +72,7 @@ def npu_guard(request, suite):
     if request.node.get_closest_marker("npu") is None:
         yield None
         return
-    from ..memory import MemoryGuard, read_system_memory
-    # The sampler (PSS included) every 0.25 s; the pipeline's checks between invocations read only
-    # MemAvailable and swap, at most every 0.1 s: the guard must not cost the step it watches.
-    guard = MemoryGuard(suite.mem_floor, suite.swap_limit, interval=0.25, max_staleness=0.1,
-                        check_reader=read_system_memory)
+    guard = npu_memory_guard(suite)
     with guard:
         yield guard
     out = suite.artifacts / "memory" / f"{request.node.name}.json"

@@ -2,6 +2,8 @@
 identity in every saved run's machine info."""
 from __future__ import annotations
 
+import pytest
+
 from ..config import REPO_ROOT
 from .state import BOARD, IDENTITY, SETTINGS
 
@@ -18,9 +20,19 @@ def pytest_configure(config):
 
 
 def pytest_sessionstart(session):
-    storage = getattr(getattr(session.config, "_benchmarksession", None), "storage", None)
-    if storage is not None:
-        atomic_save(storage)
+    bench = getattr(session.config, "_benchmarksession", None)
+    if bench is None:
+        return          # pytest-benchmark not active (-p no:benchmark): nothing is saved
+    if not hasattr(bench, "storage"):
+        raise pytest.UsageError(_UNSUPPORTED.format("its session has no 'storage'"))
+    atomic_save(bench.storage)
+
+
+# What atomic_save needs from pytest-benchmark's FileStorage (4.x/5.x): a changed release must stop
+# the run with this message, not quietly save baselines the tearable way again.
+_UNSUPPORTED = ("anima: this pytest-benchmark cannot have its baselines saved atomically ({}); "
+                "pin a supported pytest-benchmark or adapt harness/pytest_plugin/storage.py")
+_NEEDED = ("get", "_next_num", "logger", "save")
 
 
 def atomic_save(storage) -> bool:
@@ -28,14 +40,23 @@ def atomic_save(storage) -> bool:
 
     pytest-benchmark writes a saved run (the next baseline) with a plain open/write: a runner killed
     mid-save would leave a torn baseline that breaks every later --benchmark-compare. Returns False
-    for a storage that is not a file storage (e.g. elasticsearch), which is left as it is.
+    for a storage that is not a file storage (e.g. elasticsearch), which is left as it is; raises
+    pytest.UsageError when a file storage lacks what the replacement relies on.
     """
+    import inspect
+
     from pytest_benchmark.storage.file import FileStorage
     if not isinstance(storage, FileStorage):
         return False
     from pytest_benchmark.utils import safe_dumps
 
     from ..atomic import atomic_write_bytes
+    missing = [name for name in _NEEDED if not hasattr(storage, name)]
+    if missing:
+        raise pytest.UsageError(_UNSUPPORTED.format(f"FileStorage lacks {', '.join(missing)}"))
+    params = list(inspect.signature(storage.save).parameters)
+    if params != ["output_json", "save"]:
+        raise pytest.UsageError(_UNSUPPORTED.format(f"FileStorage.save takes {params}"))
 
     def save(output_json, save):
         path = storage.get(f"{storage._next_num}_{save}.json")

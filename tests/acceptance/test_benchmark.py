@@ -4,11 +4,16 @@ extra_info holds the board profile's tables for the run: mean step time, core ti
 step, lifecycle time per stage per step, and the step split (lifecycle / host math / rest). A run during
 which a clock moved or a thermal zone reached a trip point is flagged INVALID, not silently compared.
 Only the denoise is timed: the partition is verified and the report written outside the rounds.
+
+The regression comparison itself is pytest-benchmark's (`--benchmark-compare-fail`); this module
+asserts what makes the figures it hands over trustworthy: every invocation of every step was
+recorded, the step split adds up without double counting, and the run reached the history.
 """
 import pytest
 
 from harness.gates import benchmark_info, history_record
 from harness.history import append_run
+from harness.steptimes import STAGE_NAMES
 from harness.pytest_plugin.state import BOARD, IDENTITY, INVALID_RUNS, STEP_SPLITS, append_to
 from harness.telemetry import TelemetryWindow
 
@@ -23,6 +28,8 @@ def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, re
         benchmark.pedantic(lambda: results.append(gate_runner.run(case, npu_guard, suite.bench_steps, keep=False)),
                            rounds=suite.bench_rounds, iterations=1, warmup_rounds=0)
     gate_runner.keep(results[-1], f"{case.name}-bench")
+    # The round rendered the case in full with the guard armed: numerics, quality and memory judge it.
+    gate_runner.share(case, results[-1], suite.bench_steps)
     verdict = window.verdict()
     info = benchmark_info(results[-1].report)
     benchmark.extra_info.update(info, valid=verdict["valid"], invalid_reasons=verdict["reasons"],
@@ -30,6 +37,29 @@ def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, re
     if not verdict["valid"]:
         append_to(request.config, INVALID_RUNS, (request.node.name, verdict["reasons"]))
     append_to(request.config, STEP_SPLITS, (request.node.name, info))
+    runs_before = _history_lines(suite.history)
     append_run(suite.history, history_record(info, request.config.stash[IDENTITY], request.config.stash[BOARD],
                                              suite.backend, gate_runner.bundle.cfg.name,
                                              gate_runner.manifest_hash, verdict))
+    assert _history_lines(suite.history) == runs_before + 1, f"{suite.history}: the run was not appended"
+    _assert_figures_add_up(info, suite.bench_steps or case.steps, gate_runner.bundle.cfg.subgraphs)
+
+
+def _history_lines(path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _assert_figures_add_up(info: dict, steps: int, subgraphs: int) -> None:
+    assert info["steps"] == steps
+    assert info["invocations"] == subgraphs * steps, "invocations missing from the lifecycle records"
+    assert info["stage_records"] == len(STAGE_NAMES) * subgraphs * steps, "stages missing"
+    split, life = info["step_split_s"], info["lifecycle_s_per_step"]
+    assert split["step"] == pytest.approx(info["mean_step_s"], rel=1e-9)
+    assert split["lifecycle"] == pytest.approx(sum(life[s] for s in STAGE_NAMES), rel=1e-9)
+    assert split["host"] == pytest.approx(sum(v for k, v in split.items() if k.startswith("host_")), rel=1e-9)
+    # core time per branch is the run stage, split by branch: nothing counted twice or dropped
+    assert sum(info["core_s_per_step"].values()) == pytest.approx(life["run"], rel=1e-9)
+    # lifecycle and host math are timed inside the step: together they cannot exceed it
+    assert min(life.values()) >= 0 and split["host"] >= 0
+    assert split["rest"] >= 0, (f"lifecycle {split['lifecycle']:.4f} s + host math {split['host']:.4f} s "
+                                f"exceed the step's {split['step']:.4f} s: a stage is timed twice")

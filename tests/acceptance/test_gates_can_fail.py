@@ -4,9 +4,6 @@ deliberate defect: a subgraph emitting NaN, the FFN fake-quantised to INT8 (W8A8
 Each runs against the committed embedded model and its goldens.
 """
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -15,63 +12,97 @@ from harness.config import REPO_ROOT
 pytestmark = pytest.mark.slow
 
 
-def suite(tmp_path, *args):
-    """Run the suite's gates in a fresh pytest process; returns (exit code, combined output)."""
-    # Run from tmp_path: pytest-benchmark shows stored runs relative to the working directory.
-    args = [str(REPO_ROOT / a) if a.startswith("tests/") else a for a in args]
-    cmd = [sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}",
-           "-p", "no:cacheprovider", "-q", f"--artifacts={tmp_path / 'artifacts'}",
-           f"--history={tmp_path / 'history.jsonl'}", f"--cache-dir={tmp_path / 'cache'}",
-           "--benchmark-storage=file://./bench", *args]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "COLUMNS": "200"})
-    return proc.returncode, proc.stdout + proc.stderr
+@pytest.fixture
+def run_suite(pytester, suite, monkeypatch):
+    """Run the suite's gates in a fresh pytest process (pytester); returns its RunResult.
+
+    The partitions come from this session's cache (--cache-dir): the FP16 one the gates above already
+    exported, and the fake-quant one exported once and then kept, as they are keyed by the weights'
+    digest, precision and fake quantisation.
+    """
+    tmp_path = pytester.path
+    monkeypatch.setenv("COLUMNS", "400")     # failure lines unwrapped for fnmatch_lines
+
+    def run(*args):
+        # Run from tmp_path: pytest-benchmark shows stored runs relative to the working directory.
+        args = [str(REPO_ROOT / a) if a.startswith("tests/") else a for a in args]
+        return pytester.runpytest_subprocess(
+            "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}", "-p", "no:cacheprovider", "-q",
+            f"--artifacts={tmp_path / 'artifacts'}", f"--history={tmp_path / 'history.jsonl'}",
+            f"--cache-dir={suite.cache_dir}", "--benchmark-storage=file://./bench", *args, timeout=300)
+    return run
 
 
-def test_numerics_gate_names_the_subgraph_that_emits_nan(tmp_path):
+def test_numerics_gate_names_the_subgraph_that_emits_nan(run_suite):
     # subgraph 37 = block 12 cross_attn (index = 3 * block + branch)
-    code, out = suite(tmp_path, "tests/acceptance/test_numerics.py", "--cases=seven",
-                      "--backend=faults", "--fault=nan@37")
-    assert code == 1, out
-    assert "step 0, block 12, branch cross_attn, stream cond (subgraph 37): 7 of 4096 values" in out
+    result = run_suite("tests/acceptance/test_numerics.py", "--cases=seven", "--backend=faults", "--fault=nan@37")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*step 0, block 12, branch cross_attn, stream cond (subgraph 37): 7 of 4096 values*"])
 
 
-def test_quality_gate_fails_on_int8_ffn_with_a_diff_artifact(tmp_path):
+def test_quality_gate_fails_on_int8_ffn_with_a_diff_artifact(run_suite, pytester):
     # The board's FFN W8A8 what-if (INT8 FFN weights and activations, simulated in the FP16 graph)
     # against the committed FP16 goldens: it must fail SSIM and leave the diff heat map behind.
-    code, out = suite(tmp_path, "tests/acceptance/test_quality.py", "--cases=seven", "--fake-quant=ffn-w8a8")
-    assert code == 1, out
-    assert "fails SSIM >= 0.9999" in out
-    diffs = list((tmp_path / "artifacts").rglob("seven-diff.png"))
+    result = run_suite("tests/acceptance/test_quality.py", "--cases=seven", "--fake-quant=ffn-w8a8")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*fails SSIM >= 0.9999*"])
+    diffs = list((pytester.path / "artifacts").rglob("seven-diff.png"))
     assert diffs and diffs[0].stat().st_size > 1000
 
 
-def test_goldens_are_not_written_from_int8_unless_forced(tmp_path):
-    golden = tmp_path / "golden"
+def _golden_dir(pytester, steps: int | None = None):
+    """An empty golden directory with the shipped cases; `steps` shortens case 'seven'."""
+    golden = pytester.path / "golden"
     golden.mkdir()
-    (golden / "cases.toml").write_text((REPO_ROOT / "golden" / "embedded-digits" / "cases.toml").read_text())
-    code, out = suite(tmp_path, "tests/acceptance/test_quality.py", "--cases=seven", "--fake-quant=ffn-w8a8",
-                      f"--golden-dir={golden}", "--update-goldens")
-    assert code == 1 and "refusing to write a golden from a 'float16+ffn-w8a8' run" in out, out
+    cases = (REPO_ROOT / "golden" / "embedded-digits" / "cases.toml").read_text()
+    if steps is not None:
+        cases = cases.replace('name = "seven"\n', f'name = "seven"\nsteps = {steps}\n')
+    (golden / "cases.toml").write_text(cases)
+    return golden
+
+
+def test_goldens_are_not_written_from_int8_unless_forced(run_suite, pytester):
+    golden = _golden_dir(pytester)
+    result = run_suite("tests/acceptance/test_quality.py", "--cases=seven", "--fake-quant=ffn-w8a8",
+                       f"--golden-dir={golden}", "--update-goldens")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*refusing to write a golden from a 'float16+ffn-w8a8' run*"])
     assert not (golden / "seven.npy").exists()
 
 
-def test_benchmark_compare_fails_a_slowed_backend(tmp_path):
-    common = ("tests/acceptance/test_benchmark.py", "--bench-steps=2")
-    code, out = suite(tmp_path, *common, "--benchmark-autosave")
-    assert code == 0, out
-    saved = list((tmp_path / "bench").rglob("0001_*.json"))      # the baseline, written atomically
-    assert len(saved) == 1 and json.loads(saved[0].read_text())["benchmarks"][0]["extra_info"]["steps"] == 2
-    assert not list((tmp_path / "bench").rglob(".*.tmp"))
-    code, out = suite(tmp_path, *common, "--backend=faults", "--fault=slow=0.004",
-                      "--benchmark-compare", "--benchmark-compare-fail=mean:25%")
-    assert code == 1, out
-    assert "Performance has regressed" in out
-    assert len((tmp_path / "history.jsonl").read_text().splitlines()) == 2
+def test_an_update_run_writes_goldens_and_does_not_pass_the_gate(run_suite, pytester):
+    # An update judges nothing: the quality test is skipped with what it wrote, never passed.
+    # (Two steps: what is written does not matter here, only how the run reports it.)
+    golden = _golden_dir(pytester, steps=2)
+    result = run_suite("tests/acceptance/test_quality.py", "--cases=seven", f"--golden-dir={golden}",
+                       "--update-goldens")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines([f"SKIPPED*goldens written, not compared: {golden / 'seven.npy'}"])
+    assert {p.name for p in golden.iterdir()} >= {"seven.npy", "seven.png", "seven.json"}
+    assert json.loads((golden / "seven.json").read_text())["case"]["steps"] == 2
 
 
-def test_require_npu_fails_every_npu_test_off_board(tmp_path):
-    code, out = suite(tmp_path, "tests/acceptance", "-m", "npu", "--require-npu", "--cases=seven")
-    assert code == 1, out
-    assert "--require-npu: not an RK3588 board" in out
-    assert " passed" not in out.splitlines()[-1]
+def test_benchmark_compare_fails_a_slowed_backend(run_suite, pytester):
+    # Every load, init and run stretched to 4x its own time: the slowed round is ~+300 % against the
+    # 25 % threshold at any load, and still over it unless the baseline round ran 3.2x slower (load)
+    # than the slowed one's own work. A fixed sleep could not hold that: slow=0.004 s per run was
+    # +24.7 % on a quiet box, and 30 ms per run gave only +13 % when a loaded box made a step 12 s.
+    common = ("tests/acceptance/test_benchmark.py", "--bench-steps=1")
+    result = run_suite(*common, "--benchmark-autosave")
+    result.assert_outcomes(passed=1)
+    saved = list((pytester.path / "bench").rglob("0001_*.json"))
+    assert len(saved) == 1 and json.loads(saved[0].read_text())["benchmarks"][0]["extra_info"]["steps"] == 1
+    result = run_suite(*common, "--backend=faults", "--fault=slow=x4",
+                       "--benchmark-compare", "--benchmark-compare-fail=mean:25%")
+    assert result.ret == 1, str(result.stdout)
+    result.stderr.fnmatch_lines(["Performance has regressed:"])   # pytest-benchmark writes it to stderr
+    assert len((pytester.path / "history.jsonl").read_text().splitlines()) == 2
+
+
+def test_require_npu_fails_every_npu_test_off_board(run_suite):
+    result = run_suite("tests/acceptance", "-m", "npu", "--require-npu", "--cases=seven")
+    outcomes = result.parseoutcomes()
+    # numerics, quality (one case each), benchmark, memory at least: every npu test fails, none passes
+    assert outcomes.get("failed", 0) >= 4, outcomes
+    assert not {"passed", "skipped", "errors", "xfailed", "xpassed"} & set(outcomes), outcomes
+    result.stdout.fnmatch_lines(["*--require-npu: not an RK3588 board*"])

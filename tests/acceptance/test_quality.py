@@ -1,6 +1,9 @@
 """Gate: each golden case against its golden FP16 result: the decoded image by SSIM and PSNR, or, for
 a partition without a decoder (Anima's VAE is not in it), the final latent by SSIM over its channels,
-PSNR and cosine. The line with every metric, threshold and margin goes to the terminal summary."""
+PSNR and cosine. The line with every metric, threshold and margin goes to the terminal summary.
+
+With --update-goldens the case's golden is written instead and the test is reported as skipped
+("goldens written"): an update run judged nothing, so it must not read as a passed gate."""
 import pytest
 
 from harness.gates import quality_check, quality_line
@@ -29,7 +32,9 @@ def test_matches_golden(golden_case, gate_runner, npu_guard, suite, artifacts, r
         meta = {"backend": suite.backend, "manifest_hash": gate_runner.manifest_hash,
                 "model": gate_runner.bundle.cfg.name, "partition": str(gate_runner.partition)}
         store.write(case, obtained, meta, precision=gate_runner.precision, force=suite.force_goldens)
-        return
+        # Nothing was compared: an update run must not count as a passed quality gate. A skip keeps
+        # the update command's exit code 0 and says in the summary (and the JUnit XML) what it did.
+        pytest.skip(f"goldens written, not compared: {store.paths(case)['npy']}")
     q, diff = quality_check(case, obtained, golden, artifacts, kind)
     line = quality_line(case, q)
     append_to(request.config, QUALITY_LINES, line)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from harness.errors import ConfigError
-from harness.golden import (UPDATE_COMMAND, golden_dir_for, GoldenCorrupt, GoldenMissing, GoldenRefused,
+from harness.golden import (UPDATE_COMMAND, golden_dir_for, GoldenCorrupt, GoldenError, GoldenMissing, GoldenRefused,
                             GoldenStale, GoldenStore, load_cases)
 from harness.imageio import load_png
 
@@ -28,8 +28,8 @@ def test_shipped_cases_load_with_measured_thresholds():
     assert [c.name for c in cases] == ["seven", "three", "zero"]
     seven = cases[0]
     assert (seven.prompt, seven.seed, seven.sampler) == ("a handwritten digit seven", 1, "flow-euler")
-    assert seven.ssim_min == 0.9999 and seven.psnr_min == 50.0
-    assert "embedded-model-notes.md" in CASES_FILE.read_text()
+    # No shipped case may be looser than the measured FP16 default (embedded-model-notes.md).
+    assert all(c.ssim_min >= 0.9999 and c.psnr_min >= 50.0 for c in cases)
 
 
 def test_case_overrides_and_defaults(tmp_path):
@@ -69,7 +69,23 @@ def test_missing_golden_names_case_file_and_update_command(tmp_path, case):
         GoldenStore(tmp_path).load(case)
     message = str(info.value)
     assert "'seven'" in message and str(tmp_path / "seven.npy") in message
-    assert UPDATE_COMMAND == "pytest -m quality --update-goldens" and UPDATE_COMMAND in message
+    assert UPDATE_COMMAND in message
+    _is_a_working_command(UPDATE_COMMAND)
+
+
+def _is_a_working_command(command: str) -> None:
+    """The command a missing golden names must select the quality gate and switch on the update:
+    its marker is registered in pytest.ini and its option is one the suite's plugin accepts."""
+    import shlex
+
+    from harness.config import REPO_ROOT
+    from harness.pytest_plugin import OPTIONS
+    words = shlex.split(command)
+    assert words[:2] == ["pytest", "-m"]
+    ini = (REPO_ROOT / "pytest.ini").read_text()
+    assert f"\n    {words[2]}:" in ini, f"marker '{words[2]}' is not registered in pytest.ini"
+    for flag in words[3:]:
+        assert flag.startswith("--") and flag[2:].replace("-", "_") in OPTIONS, f"{flag}: not a suite option"
 
 
 def test_round_trip_keeps_float32_bits_and_provenance(tmp_path, case):
@@ -107,8 +123,10 @@ def test_write_requires_backend_and_manifest_hash(tmp_path, case):
 
 
 def test_write_refuses_out_of_range_image(tmp_path, case):
-    with pytest.raises(Exception, match=r"outside \[0, 1\]"):
-        GoldenStore(tmp_path).write(case, _image() + 1.0, META, "float32")
+    for bad in (_image() + 1.0, np.where(_image() > 0.5, np.nan, _image()).astype(np.float32)):
+        with pytest.raises(GoldenError, match=r"'seven': image has values outside \[0, 1\] or NaN"):
+            GoldenStore(tmp_path).write(case, bad, META, "float32")
+    assert list(tmp_path.iterdir()) == [], "a refused golden left files behind"
 
 
 def test_corrupt_npy_is_an_error(tmp_path, case):

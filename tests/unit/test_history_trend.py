@@ -106,3 +106,32 @@ def test_trend_command_end_to_end(tmp_path, capsys):
     missing = parser.parse_args(["trend", "--history", str(tmp_path / "none.jsonl")])
     with pytest.raises(HistoryError, match="none.jsonl"):
         missing.func(missing)
+
+
+APPENDER = r"""
+import sys, time
+from pathlib import Path
+from harness.history import append_run
+from tests.unit.test_history_trend import _record
+
+path, who, count, go = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+while not go.exists():          # both processes start appending at the same moment
+    time.sleep(0.001)
+for i in range(count):
+    append_run(path, {**_record(1, 1.0 + i / 1000), "board_id": f"{who}-{i}"})
+"""
+
+
+def test_two_runs_appending_at_once_lose_no_record(tmp_path):
+    """Two processes append to one history at the same time: every record of both is there once."""
+    import subprocess
+    import sys
+
+    from harness.config import REPO_ROOT
+    path, go, count = tmp_path / "history.jsonl", tmp_path / "go", 40
+    children = [subprocess.Popen([sys.executable, "-c", APPENDER, str(path), who, str(count), str(go)],
+                                 cwd=REPO_ROOT) for who in ("a", "b")]
+    go.touch()
+    assert [c.wait(timeout=120) for c in children] == [0, 0]
+    boards = [r["board_id"] for r in load_history(path)]
+    assert sorted(boards) == sorted(f"{who}-{i}" for who in ("a", "b") for i in range(count))

@@ -262,3 +262,24 @@ def test_cli_export_missing_weights_file(tmp_path):
     with pytest.raises(HarnessError, match="dit.safetensors"):
         run_cli(["export", "--model-dir", str(model_dir), "--out", str(tmp_path / "o")])
 
+
+
+def test_one_file_for_two_subgraphs_is_refused(part):
+    edit_manifest(part, lambda d: d["subgraphs"][1].update(file=d["subgraphs"][0]["file"]))
+    with pytest.raises(ManifestError, match="file '00_block00_self_attn.onnx' is listed for more than one"):
+        load_manifest(part).verify()
+
+
+def test_decoder_file_shared_with_a_subgraph_is_refused(part):
+    edit_manifest(part, lambda d: d["decoder"].update(file=d["subgraphs"][2]["file"]))
+    with pytest.raises(ManifestError, match="file '02_block00_ffn.onnx' is listed for more than one"):
+        load_manifest(part).verify()
+
+
+@pytest.mark.parametrize("index", [3, 83, 85])
+def test_decoder_out_of_place_is_refused(part, index):
+    # The decoder runs after all 28 x 3 subgraphs: its index is 84 whatever blocks were exported.
+    edit_manifest(part, lambda d: d["decoder"].update(index=index))
+    with pytest.raises(ManifestError, match=rf"decoder entry must have branch 'decoder' and index 84 "
+                                            rf"\(file decoder.onnx\)"):
+        load_manifest(part).verify()

@@ -52,7 +52,7 @@ from harness.errors import MemoryGuardTripped
 from harness.memory import MemoryGuard, mib, read_memory
 
 CHUNK = 64 << 20
-out = sys.argv[1]
+out, mode = sys.argv[1], sys.argv[2]
 
 def anon():
     # Resident anonymous memory (RSS less file-backed and shmem pages): what our chunks add,
@@ -64,7 +64,12 @@ start = read_memory()
 anon_start = anon()
 floor = start.mem_available - 300 * (1 << 20)
 chunks, message = [], None
-guard = MemoryGuard(floor, "16MiB", interval=0.02)
+if mode == "production":      # the npu_guard fixture's guard: slow sampler, cheap stale-tolerant checks
+    from types import SimpleNamespace
+    from harness.pytest_plugin.fixtures import npu_memory_guard
+    guard = npu_memory_guard(SimpleNamespace(mem_floor=floor, swap_limit=16 << 20))
+else:
+    guard = MemoryGuard(floor, "16MiB", interval=0.02)
 with guard:
     try:
         for _ in range(12):  # 768 MiB at most: bounded on a shared machine
@@ -86,9 +91,12 @@ print(json.dumps({"pss_source": start.pss_source, "floor_mib": f"{mib(floor):.1f
 """
 
 
-def test_real_allocation_trips_floor_and_keeps_record(tmp_path):
+@pytest.mark.parametrize("mode", ["fast-sampler", "production"])
+def test_real_allocation_trips_floor_and_keeps_record(tmp_path, mode):
+    """A 20 ms sampler, and the guard exactly as the npu_guard fixture builds it (0.25 s sampler,
+    checks reading MemAvailable only, reusing a sample up to 0.1 s old)."""
     record_path = tmp_path / "memory.json"
-    proc = subprocess.run([sys.executable, "-c", _ALLOCATE, str(record_path)],
+    proc = subprocess.run([sys.executable, "-c", _ALLOCATE, str(record_path), mode],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -99,17 +107,43 @@ def test_real_allocation_trips_floor_and_keeps_record(tmp_path):
     assert 3 <= result["allocated"] <= 12
     assert "MemAvailable" in result["message"]
     assert f"floor {result['floor_mib']} MiB" in result["message"]
-    assert result["peak_pss_added"] > 200 * MiB
+    if mode == "fast-sampler":      # the 0.25 s production sampler may not tick during a 0.3 s loop
+        assert result["peak_pss_added"] > 200 * MiB
     assert result["anon_held"] - result["anon_start"] >= result["allocated"] * CHUNK * 0.95
 
     record = json.loads(record_path.read_text())
     assert record["summary"]["trip_reason"] == result["trip_reason"]
     assert record["summary"]["min_mem_available_bytes"] < record["summary"]["floor_bytes"]
     assert record["summary"]["sample_count"] == len(record["samples"]) >= result["allocated"] + 1
-    assert record["samples"][0]["pss_source"] == "pss"
+    # production checks read no PSS: each of their samples carries the last measured one
+    assert {s["pss_source"] for s in record["samples"]} == {"pss"}
 
     # numpy returns large buffers to the OS on free: the chunks' memory is gone again.
     assert result["anon_after"] - result["anon_start"] < CHUNK
+
+
+def test_production_guard_checks_are_cheap_and_keep_pss():
+    """npu_guard's guard, on real memory: between invocations a check reuses a sample younger than
+    0.1 s instead of reading (thousands of checks per run), and every sample keeps a real PSS."""
+    from types import SimpleNamespace
+
+    from harness.pytest_plugin.fixtures import npu_memory_guard
+    guard = npu_memory_guard(SimpleNamespace(mem_floor=64 * MiB, swap_limit=16 * MiB))
+    bursts, checks = 3, 100
+    with guard:
+        started = time.monotonic()
+        for _ in range(bursts):
+            time.sleep(0.12)            # older than max_staleness: the burst's first check reads
+            for _ in range(checks):
+                guard.check()
+        elapsed = time.monotonic() - started
+    samples = guard.samples
+    assert not guard.tripped
+    # baseline + at least one new sample per gap (a check's read, or a sampler tick that made it fresh)
+    assert len(samples) >= 1 + bursts
+    # ... and no more than a read or two per burst plus the sampler's ticks: not one per check
+    assert len(samples) <= 1 + 2 * bursts + elapsed / 0.25 + 1, (len(samples), elapsed)
+    assert {s.pss_source for s in samples} == {"pss"} and min(s.pss for s in samples) > 0
 
 
 def test_no_trip_under_real_memory_with_low_floor():
@@ -246,3 +280,38 @@ def test_guard_rejects_bad_settings():
     with pytest.raises(ConfigError, match="interval"):
         MemoryGuard("1GiB", "16MiB", interval=0)
     assert mib(3 * MiB) == 3.0
+
+
+# -- 5. the npu_guard fixture in a real pytest session --------------------------------------------
+NPU_TESTS = """
+import pytest
+
+pytestmark = pytest.mark.npu
+
+
+def test_trip_seen_only_by_the_fixture(npu_guard):
+    pass
+
+
+def test_trip_seen_by_the_run(npu_guard):
+    npu_guard.check()          # what the pipeline does between invocations
+"""
+
+
+def test_npu_guard_fixture_fails_the_test_on_a_trip(pytester):
+    """A floor above any real MemAvailable: the guard trips on its first reading. The fixture must
+    fail an npu test even when the test itself never checked, and keep the samples on disk."""
+    from harness.config import REPO_ROOT
+    pytester.makepyfile(test_guarded=NPU_TESTS)
+    pytester.makepyfile(test_unguarded="def test_unguarded_without_npu_marker(npu_guard):\n"
+                                       "    assert npu_guard is None\n")
+    artifacts = pytester.path / "artifacts"
+    result = pytester.runpytest_subprocess(
+        "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={pytester.path}", "-p", "no:cacheprovider",
+        "--mem-floor=4096GiB", f"--artifacts={artifacts}", f"--telemetry-root={pytester.path}",
+        str(pytester.path / "test_guarded.py"), str(pytester.path / "test_unguarded.py"))
+    # unchecked: body passes, the fixture's teardown fails it; checked: the body fails too
+    result.assert_outcomes(passed=2, failed=1, errors=2)
+    result.stdout.fnmatch_lines(["*memory guard tripped: MemAvailable * below floor 4194304.0 MiB*"])
+    written = sorted(p.name for p in (artifacts / "memory").iterdir())
+    assert written == ["test_trip_seen_by_the_run.json", "test_trip_seen_only_by_the_fixture.json"]

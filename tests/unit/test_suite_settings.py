@@ -1,7 +1,4 @@
 """Suite settings: command line > board profile > defaults; backend auto-detection; the header."""
-import subprocess
-import sys
-
 import pytest
 
 from harness.config import REPO_ROOT
@@ -50,33 +47,68 @@ def test_bad_profile_values_are_named(tmp_path, text, fragment):
         resolve_settings(cli(telemetry_root=str(tmp_path)), str(profile))
 
 
-def test_shipped_board_profiles_hold_valid_values():
+@pytest.mark.parametrize("profile", sorted((REPO_ROOT / "boards").glob("*.toml")), ids=lambda p: p.name)
+def test_shipped_board_profiles_resolve_and_take_effect(profile, tmp_path):
+    """Each shipped profile through the suite's own validation (resolve_settings), and every value it
+    sets that is not a default reaches the settings. Paths that exist only on the runner are given on
+    the command line, which wins over the profile."""
     import tomllib
+    runner_only = {"model_dir", "golden_dir", "history"}
+    here = cli(telemetry_root=str(tmp_path), model_dir=str(REPO_ROOT / "models" / "embedded"),
+               golden_dir=str(tmp_path / "golden"), history=str(tmp_path / "history.jsonl"))
+    with_profile = resolve_settings(here, str(profile))
+    without = resolve_settings(here, None)
+    assert with_profile.board_profile == profile
+    suite = tomllib.loads(profile.read_text())["suite"]
+    defaults = {name: OPTIONS[name][0] for name in OPTIONS}
+    changed = [name for name, value in suite.items()
+               if name not in runner_only and str(value) != str(defaults[name])]
+    assert changed, f"{profile.name} sets nothing but defaults and runner paths"
+    for name in changed:
+        attribute = "backend_requested" if name == "backend" else name
+        assert getattr(with_profile, attribute) != getattr(without, attribute), \
+            f"{profile.name}: '{name}' had no effect"
 
-    from harness.backends.rknnlite import parse_core_mask
-    from harness.memory import parse_size
-    from harness.pytest_plugin.options import typed_value
-    profiles = sorted((REPO_ROOT / "boards").glob("*.toml"))
-    assert profiles
-    for profile in profiles:
-        suite = tomllib.loads(profile.read_text())["suite"]
-        assert set(suite) <= set(OPTIONS), profile
-        for name, value in suite.items():
-            typed_value(name, value, str(profile))
-        for name in ("mem_floor", "swap_limit"):
-            if name in suite:
-                assert parse_size(suite[name]) > 0
-        parse_core_mask(suite.get("core_mask", "auto"))
-        assert suite.get("backend", "auto") in ("auto", "onnxruntime", "rknnlite")
 
-
-def test_report_header_names_board_runtime_and_backend():
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), "-p",
-                           "no:cacheprovider", "--collect-only", "-m", "npu",
-                           f"--telemetry-root={BOARD_TREE}", "--backend=onnxruntime"],
-                          cwd=REPO_ROOT, capture_output=True, text=True)
-    header = proc.stdout
+def test_report_header_names_board_runtime_and_backend(pytester):
+    result = pytester.runpytest_subprocess("-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}",
+                                           "-p", "no:cacheprovider", "--collect-only", "-m", "npu",
+                                           f"--telemetry-root={BOARD_TREE}", "--backend=onnxruntime",
+                                           str(REPO_ROOT / "tests" / "acceptance"))
+    assert result.ret == pytest.ExitCode.OK, str(result.stderr)
+    header = str(result.stdout)
     assert "anima: backend onnxruntime (asked: onnxruntime)" in header
     assert "on RK3588: True" in header and "ROCK 5C" in header
     assert "librknnrt" in header and "NPU driver" in header
     assert "anima: partition " in header and ("manifest sha256" in header or "exported on first use" in header)
+
+
+@pytest.mark.parametrize("given, fragment", [
+    ({"backend": "faults", "fault": "bogus"}, "--fault 'bogus': expected nan@SUBGRAPH, slow=SECONDS or slow=xFACTOR"),
+    ({"backend": "faults", "fault": "nan@-1"}, "--fault 'nan@-1'"),
+    ({"backend": "faults", "fault": "nan@84"}, "--fault nan@84: embedded-digits has subgraphs 0..83"),
+    ({"backend": "faults", "fault": "slow=inf"}, "--fault 'slow=inf'"),
+    ({"backend": "faults", "fault": "slow=x0.5"}, "--fault 'slow=x0.5'"),
+    ({"backend": "onnxruntime", "fault": "nan@3"}, "--fault nan@3: only --backend faults reads it, this run uses onnxruntime"),
+    ({"cases": "seven,nine"}, "--cases: no golden case 'nine' in .*cases.toml \\(cases: seven, three, zero\\)"),
+    ({"cases": " , "}, "--cases ' , ': name at least one golden case"),
+])
+def test_bad_fault_and_cases_are_named(tmp_path, given, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        resolve_settings(cli(telemetry_root=str(tmp_path), **given), None)
+
+
+def test_good_fault_and_cases_reach_the_settings(tmp_path):
+    s = resolve_settings(cli(telemetry_root=str(tmp_path), backend="faults", fault="nan@37,slow=x4",
+                             cases="zero,seven"), None)
+    assert s.backend_options == {"nan_subgraph": 37, "slowdown": 4.0} and s.cases == ["zero", "seven"]
+
+
+def test_bad_option_is_one_line_and_a_usage_error(pytester):
+    """On the command line: exit code 4 (usage error), the message, no traceback."""
+    result = pytester.runpytest_subprocess("-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}",
+                                           "-p", "no:cacheprovider", "--backend=faults", "--fault=nan@x",
+                                           str(REPO_ROOT / "tests" / "acceptance" / "test_numerics.py"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --fault 'nan@x': expected nan@SUBGRAPH, slow=SECONDS or slow=xFACTOR"])
+    assert "Traceback" not in str(result.stderr) + str(result.stdout)
