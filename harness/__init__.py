@@ -1,24 +1,28 @@
 """Anima NPU acceptance harness: the partitioned DiT, its backends, lifecycle records and gates.
 
-The public API; everything else is internal to its module.
+The public API; everything else is internal to its module. Names are imported on first use
+(PEP 562), so a process that needs one backend (a prefetch worker) does not pay for the rest.
 """
-from .checkpoint import Checkpoint
-from .config import BRANCHES, ModelConfig, load_model_dir, load_profile
-from .errors import (BackendError, ConfigError, HarnessError, ManifestError, MemoryGuardTripped,
-                     NumericsError, WeightsError)
-from .reference_run import sample_reference, sample_settings
-from .memory import MemoryGuard
-from .model.bundle import ModelBundle, load_bundle
-from .partition.manifest import Manifest, inspect_partition, load_manifest
-from .partition.onnx_export import export_partition
-from .run import RunResult, run_partitioned
-from .weights import expected_shapes, load_weights
+import importlib
 
-__all__ = [
-    "BRANCHES", "ModelConfig", "load_model_dir", "load_profile",
-    "HarnessError", "ConfigError", "WeightsError", "ManifestError", "BackendError", "NumericsError",
-    "MemoryGuardTripped",
-    "sample_reference", "sample_settings", "MemoryGuard", "ModelBundle", "load_bundle",
-    "Manifest", "load_manifest", "inspect_partition", "export_partition", "RunResult", "run_partitioned",
-    "expected_shapes", "load_weights", "Checkpoint",
-]
+_WHERE = {
+    "BRANCHES": "config", "ModelConfig": "config", "load_model_dir": "config", "load_profile": "config",
+    "HarnessError": "errors", "ConfigError": "errors", "WeightsError": "errors", "ManifestError": "errors",
+    "BackendError": "errors", "NumericsError": "errors", "MemoryGuardTripped": "errors",
+    "sample_reference": "reference_run", "sample_settings": "reference_run", "MemoryGuard": "memory",
+    "ModelBundle": "model.bundle", "load_bundle": "model.bundle",
+    "Manifest": "partition.manifest", "load_manifest": "partition.manifest",
+    "inspect_partition": "partition.manifest", "export_partition": "partition.onnx_export",
+    "RunResult": "run", "run_partitioned": "run",
+    "expected_shapes": "weights", "load_weights": "weights", "Checkpoint": "checkpoint",
+}
+
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'harness' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    globals()[name] = value
+    return value

@@ -2,4 +2,6 @@ import sys
 
 from .cli import main
 
-sys.exit(main())
+# Guarded: prefetch worker processes are spawned, and spawn imports the parent's __main__ again.
+if __name__ == "__main__":
+    sys.exit(main())

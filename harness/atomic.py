@@ -11,7 +11,8 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_write_json"]
+__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_write_json",
+           "atomic_directory"]
 
 _UMASK = os.umask(0)        # read once, at import (single-threaded), and put back at once
 os.umask(_UMASK)
@@ -45,6 +46,31 @@ def _fsync_dir(directory: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | Path):
+    """Yield a hidden staging directory beside `path`; on success rename it to `path`.
+
+    A command that fails or is killed part-way leaves no half-written output directory under the
+    name a later step would trust (only a `.NAME.partial-*` folder, removed on any Python-level
+    failure). `path` must not exist yet, or be an empty directory.
+    """
+    import shutil
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise FileExistsError(f"{path} already exists and is not an empty directory")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+    os.chmod(staging, 0o777 & ~_UMASK)
+    try:
+        yield staging
+        if path.exists():
+            path.rmdir()
+        os.replace(staging, path)
+        _fsync_dir(path.parent)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

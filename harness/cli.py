@@ -1,4 +1,4 @@
-"""`python -m harness <command>`: generate, export, inspect, trend.
+"""`python -m harness <command>`: generate, export, inspect, convert, compare-toolkits, trend.
 
 Expected failures (HarnessError) print one line naming the culprit and exit non-zero without a
 traceback; anything else is a bug and keeps its traceback.
@@ -31,7 +31,7 @@ def _ranged(kind, lo, hi, what: str):
     return parse
 
 
-BACKEND_CHOICES = ("reference", "onnxruntime", "rknnlite")
+BACKEND_CHOICES = ("reference", "onnxruntime", "rknnlite", "board-sim")
 
 
 def _checked(parse):
@@ -53,6 +53,29 @@ def _size(text: str) -> str:
 def _core_mask(text: str) -> str:
     from .backends.rknnlite import parse_core_mask
     return parse_core_mask(text)
+
+
+def _lifecycle(text: str) -> str:
+    from .lifecycle import parse_lifecycle
+    return str(parse_lifecycle(text))
+
+
+def add_board_sim_options(parser) -> None:
+    """--board-profile-data / --time-scale: the simulated board's own options."""
+    parser.add_argument("--board-profile-data", type=Path,
+                        help="board-sim: profile data file (default: boards/data/rock5c-anima.toml)")
+    parser.add_argument("--time-scale", type=_ranged(float, 1e-9, 1.0, "a number"),
+                        help="board-sim: seconds here per board second (default: the data file's)")
+
+
+def board_sim_options(args) -> dict:
+    from .backends.board_sim import normalize_options
+    raw = {"core_mask": args.core_mask}
+    if args.board_profile_data is not None:
+        raw["profile_data"] = str(args.board_profile_data)
+    if args.time_scale is not None:
+        raw["time_scale"] = args.time_scale
+    return normalize_options(raw)
 
 
 _positive_int = _ranged(int, 1, float("inf"), "a whole number")
@@ -86,20 +109,72 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                      help="subgraph precision when the partition is exported on first use")
     gen.add_argument("--core-mask", default="auto", type=_checked(_core_mask),
-                     help="rknnlite NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2")
+                     help="rknnlite / board-sim NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2, all")
+    add_board_sim_options(gen)
+    gen.add_argument("--lifecycle", default="on-demand", type=_checked(_lifecycle),
+                     help="context strategy: on-demand, resident, lru:K, pinned:K, pinned:@I,J,A-B, "
+                          "prefetch:K (default: %(default)s)")
+    gen.add_argument("--images", type=_positive_int, default=1,
+                     help="images generated together (seeds seed, seed+1, ...); every loaded context "
+                          "serves all their streams (default: %(default)s)")
     gen.add_argument("--mem-floor", default="1.5GiB", type=_checked(_size),
                      help="abort when MemAvailable falls below (default: %(default)s)")
     gen.add_argument("--swap-limit", default="16MiB", type=_checked(_size),
                      help="abort when swap grows more than (default: %(default)s)")
+    _add_sampler_options(gen)
     gen.add_argument("--out", type=Path, default=Path("out/generate.png"), help="PNG path (default: %(default)s)")
     gen.add_argument("--quiet", action="store_true", help="no progress bar or tables")
     gen.set_defaults(func=_cmd_generate)
 
     from .partition.commands import add_commands
+    from .planner import add_command as add_plan
+    from .probe import add_command as add_probe
     from .trend import add_command as add_trend
+    from .calibration import add_command as add_capture
+    from .accuracy_cli import add_command as add_accuracy
+    from .toolkit.commands import add_commands as add_toolkit_commands
     add_commands(sub)
+    add_toolkit_commands(sub)
     add_trend(sub)
+    add_probe(sub)
+    add_plan(sub)
+    add_capture(sub)
+    add_accuracy(sub)
     return parser
+
+
+def _add_sampler_options(gen) -> None:
+    from .spectrum import DEFAULT_PRESET, PRESETS, SAMPLERS
+    gen.add_argument("--sampler", choices=SAMPLERS, default="flow-euler",
+                     help="flow-euler (every step runs the 84 subgraphs) or spectrum (some steps forecast the "
+                          "last hidden state and run only the final layer); default: %(default)s")
+    group = gen.add_argument_group("Spectrum (with --sampler spectrum; the preset fills what is not given)")
+    group.add_argument("--spectrum-preset", choices=list(PRESETS), default=None,
+                       help=f"parameter preset (default: {DEFAULT_PRESET}, 13 computed of 28 steps)")
+    number = _ranged(float, float("-inf"), float("inf"), "a number")
+    whole = _ranged(int, -2 ** 31, 2 ** 31, "a whole number")
+    for name, kind, text in (("warmup", whole, "first steps that always compute"),
+                             ("window", number, "a step computes every floor(window) steps"),
+                             ("flex", number, "window growth per computed step"),
+                             ("degree", whole, "Chebyshev degree M"),
+                             ("ridge", number, "ridge lambda of the Chebyshev fit"),
+                             ("blend", number, "weight w of the Chebyshev forecast against the Taylor step (1: Chebyshev only)"),
+                             ("tail", whole, "last steps that always compute")):
+        group.add_argument(f"--spectrum-{name}", type=kind, default=None, help=text)
+
+
+def _spectrum_params(args):
+    """The Spectrum parameters from the command line, or None; options without the sampler are an error."""
+    from .spectrum import params_from
+    names = ("warmup", "window", "flex", "degree", "ridge", "blend", "tail")
+    given = {n: getattr(args, f"spectrum_{n}") for n in names if getattr(args, f"spectrum_{n}") is not None}
+    if args.spectrum_preset is not None:
+        given["preset"] = args.spectrum_preset
+    if args.sampler != "spectrum":
+        if given:
+            raise ConfigError(f"--spectrum-{next(iter(given))} needs --sampler spectrum")
+        return None
+    return params_from(given, "command line")
 
 
 def _cmd_generate(args) -> int:
@@ -116,7 +191,10 @@ def _cmd_generate(args) -> int:
     bundle = load_bundle(args.model_dir)
     if not args.quiet:
         print(bundle.checkpoint.summary_line(), file=sys.stderr)
-    s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed)
+    s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed, args.sampler, _spectrum_params(args))
+    if args.backend == "reference" and (args.images != 1 or args.lifecycle != "on-demand"):
+        raise ConfigError("--images and --lifecycle need a partitioned backend (onnxruntime, "
+                          "rknnlite, board-sim), not the monolithic reference")
     contexts = None
     if args.text_emb is not None:
         from .reference_run import text_emb_streams
@@ -138,9 +216,18 @@ def _cmd_generate(args) -> int:
               f"steps={s['steps']} cfg={s['cfg_scale']} backend={args.backend}")
         return 0
     from .imageio import save_png
-    save_png(image, args.out)
+    if image.ndim == 4:         # --images N: out.png, out-1.png, ...
+        for k, one in enumerate(image):
+            save_png(one, args.out if k == 0 else args.out.with_name(f"{args.out.stem}-{k}.png"))
+    else:
+        save_png(image, args.out)
     print(f"{args.out}  prompt='{prompt}' seed={s['seed']} steps={s['steps']} cfg={s['cfg_scale']} "
-          f"backend={args.backend}")
+          f"backend={args.backend} sampler={s['sampler']}")
+    if s["sampler"] == "spectrum":
+        from .spectrum import SpectrumParams, schedule, schedule_text
+        plan = schedule(s["steps"], SpectrumParams(**s["spectrum"]))
+        print(f"Spectrum schedule, {sum(plan)} computed of {len(plan)} steps (C computed, F forecast): "
+              f"{schedule_text(plan)}")
     return 0
 
 
@@ -149,7 +236,7 @@ def _generate_reference(bundle, prompt, s, quiet, contexts):
     from .terminal import progress_bar
     with progress_bar(s["steps"], "denoising (reference)", disable=quiet) as advance:
         latents = sample_reference(bundle, [prompt], [s["seed"]], s["steps"], s["cfg_scale"],
-                                   s["shift"], on_step=lambda i: advance(), contexts=contexts)
+                                   s["shift"], on_step=lambda i: advance(), settings=s, contexts=contexts)
     has_decoder = bundle.cfg.decoder.get("onnx") or bundle.cfg.latent_channels == 1 and bundle.cfg.decoder
     return latents[0], bundle.decode(latents[0]) if has_decoder else None
 
@@ -159,7 +246,8 @@ def _generate_partitioned(bundle, prompt, s, args, contexts):
     from .terminal import print_run_tables, progress_bar
     from .run import run_partitioned
     partition = args.partition or _default_partition(bundle, args)
-    options = {"core_mask": args.core_mask} if args.backend == "rknnlite" else {}
+    options = ({"core_mask": args.core_mask} if args.backend == "rknnlite"
+               else board_sim_options(args) if args.backend == "board-sim" else {})
     report_path = args.out.with_suffix(".json")
     guard = MemoryGuard(args.mem_floor, args.swap_limit, interval=0.25, max_staleness=0.1,
                         check_reader=read_system_memory)
@@ -167,13 +255,13 @@ def _generate_partitioned(bundle, prompt, s, args, contexts):
         try:
             result = run_partitioned(bundle, partition, args.backend, prompt, s, options, guard=guard,
                                      report_path=report_path, on_step=lambda i: advance(),
-                                     contexts=contexts)
+                                     contexts=contexts, lifecycle=args.lifecycle, images=args.images)
         except HarnessError as exc:
             raise type(exc)(f"{exc} (partial report: {report_path})") from None
     if not args.quiet:
         print_run_tables(result.report)
         print(f"report: {report_path}")
-    return result.latent[0], result.image
+    return result.latent[0], (result.images if args.images > 1 else result.image)
 
 
 def _check_writable_dir(out: Path) -> None:
@@ -198,11 +286,25 @@ def _default_partition(bundle, args) -> Path:
     return partition
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the run is, so it unwinds like Ctrl-C: contexts released, workers
+    stopped, the partial report written."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated("SIGTERM")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    import signal
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return args.func(args)
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -212,3 +314,5 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)

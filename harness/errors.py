@@ -5,7 +5,7 @@ traceback.
 """
 
 __all__ = ["HarnessError", "ConfigError", "WeightsError", "ManifestError", "BackendError",
-           "NumericsError", "MemoryGuardTripped"]
+           "NumericsError", "MemoryGuardTripped", "ToolkitError"]
 
 
 class HarnessError(Exception):
@@ -40,3 +40,7 @@ class MemoryGuardTripped(HarnessError):
     """MemAvailable fell below the floor or swap grew over the limit."""
 
     exit_code = 4
+
+
+class ToolkitError(HarnessError):
+    """rknn-toolkit2 is absent, rejected a model or option, or placed an op off the NPU."""

@@ -63,6 +63,9 @@ class GateRunner:
             b.cfg, b.digest, self.s.precision, self.s.fake_quant).name
 
     def _cached_export(self) -> Path:
+        if self.s.backend == "rknn-sim":       # the converted partition, converted on first use
+            from .toolkit.cached import cached_conversion
+            return cached_conversion(self.bundle, self.s.cache_dir, self.s.precision, self.s.calibration)
         if self.s.backend == "rknnlite":
             raise ConfigError("--partition (or the board profile's `partition`) must name the converted "
                               ".rknn subgraphs when the backend is rknnlite")
@@ -79,6 +82,8 @@ class GateRunner:
             path = self.s.partition or self._cache_path()
         except HarnessError as exc:
             return f"model not loadable: {exc}"
+        if self.s.backend == "rknn-sim" and not self.s.partition:
+            return f"converted with rknn-toolkit2 on first use under {self.s.cache_dir} ({self.s.precision})"
         if not manifest_path(path).exists():
             return f"{path} (exported on first use, {self.s.precision})"
         return f"{path}, manifest sha256 {manifest_sha256(path)[:16]}"
@@ -95,13 +100,20 @@ class GateRunner:
     @property
     def precision(self) -> str:
         """The partition's precision as goldens name it: float16, or e.g. float16+ffn-w8a8."""
-        export = load_manifest(self.partition).export
+        manifest = load_manifest(self.partition)
+        if manifest.conversion:      # a converted partition: what the toolkit built
+            return {"fp16": "float16"}.get(manifest.conversion["precision"], manifest.conversion["precision"])
+        export = manifest.export
         quant = export.get("fake_quant")
         return export.get("dtype", "unknown") + (f"+{quant}" if quant else "")
 
     # -------------------------------------------------------------- runs
     def settings_for(self, case: GoldenCase, steps: int | None = None) -> dict:
-        return {"steps": steps or case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed}
+        settings = {"steps": steps or case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed,
+                    "sampler": case.sampler}
+        if case.spectrum is not None:
+            settings["spectrum"] = case.spectrum
+        return settings
 
     def prepare(self) -> None:
         """Everything a run needs before it is measured: weights, the verified partition and the
@@ -109,9 +121,23 @@ class GateRunner:
         from .backends.base import backend_class
         from .run import open_partition
         if not self._prepared:
-            open_partition(self.bundle, self.partition, verify=True)
+            manifest = open_partition(self.bundle, self.partition, verify=True)
             backend_class(self.s.backend)       # import the runtime now, not inside a measured run
+            if self.s.backend == "rknn-sim":
+                self._build_in_simulator(manifest)
             self._prepared = True
+
+    def _build_in_simulator(self, manifest) -> None:
+        """rknn-sim builds each model in its worker on first load (seconds each, 85 of them): do that
+        here, once, so no measured step or memory baseline includes building."""
+        from .backends.base import create_context
+        for entry in manifest.entries():
+            ctx = create_context(self.s.backend, entry.label, **self.s.backend_options)
+            try:
+                ctx.load(manifest.path_of(entry))
+                ctx.init()
+            finally:
+                ctx.release()
 
     def run(self, case: GoldenCase, guard, steps: int | None = None, tag: str = "",
             keep: bool = True) -> RunResult:
@@ -121,7 +147,8 @@ class GateRunner:
         report = self.s.artifacts / "runs" / f"{case.name}{tag}.json" if keep else None
         result = run_partitioned(self.bundle, self.partition, self.s.backend, case.prompt,
                                  self.settings_for(case, steps), self.s.backend_options, guard=guard,
-                                 report_path=report, verify=False, contexts=self.case_contexts(case))
+                                 report_path=report, verify=False, contexts=self.case_contexts(case),
+                                 lifecycle=self.s.lifecycle, images=self.s.images)
         if keep:
             self._save_outputs(result, f"{case.name}{tag}")
         return result
@@ -223,6 +250,14 @@ def benchmark_info(report: dict) -> dict:
         "step_split_s": t["step_split"],
         "invocations": report["invocations"],
         "stage_records": report["stage_records"],
+        "lifecycle": report.get("lifecycle_counters", {}),     # strategy, hits, peak live, overlap
+        # Spectrum: computed and forecast steps counted apart; a pass happens on computed steps only.
+        "sampler": (report.get("sampler") or {}).get("name", "flow-euler"),
+        "computed_steps": report["steps"]["computed"],
+        "forecast_steps": report["steps"]["forecast"],
+        "computed_step_s": t["per_image"]["per_computed_step"],
+        "forecast_step_s": t["per_image"]["per_forecast_step"],
+        "image_s": t["per_image"]["denoise"],
     }
 
 

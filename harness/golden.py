@@ -20,7 +20,7 @@ import math
 import os
 import re
 import socket
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from .config import REPO_ROOT
 from .errors import ConfigError, HarnessError
 from .imageio import save_png
 from .schema import Field, check_table, is_int, is_number, positive_int, read_toml
+from .spectrum import SAMPLERS, check_params, params_from   # sampler names live with the sampler
 
 __all__ = ["GoldenCase", "GoldenStore", "GoldenError", "GoldenMissing", "GoldenCorrupt", "GoldenStale",
            "GoldenRefused", "load_cases", "runtime_versions", "golden_dir_for", "GOLDEN_DIR",
@@ -45,16 +46,15 @@ def golden_dir_for(model_name: str) -> Path:
 UPDATE_COMMAND = "pytest -m quality --update-goldens"
 REFERENCE_PRECISIONS = ("float16", "float32")
 _PRECISION_ALIASES = {"fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
-SAMPLERS = ("flow-euler",)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")   # becomes a file name: no paths, no dots
 _NPY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.npy$")  # a file beside cases.toml, never a path
 _DEFAULT_KEYS = {"ssim_min", "psnr_min", "steps", "cfg", "sampler", "shift"}
 _OPTIONAL_DEFAULT_KEYS = {"cosine_min"}
 _CASE_KEYS = {"name", "prompt", "context", "uncond_context", "seed", "steps", "cfg", "ssim_min", "psnr_min",
-              "cosine_min"}
+              "sampler", "spectrum", "cosine_min"}
 KINDS = ("image", "latent")     # what a golden holds: a decoded image, or the final latent (no decoder)
 # Settings that decide the image; thresholds only decide the verdict and may change freely.
-_IMAGE_SETTINGS = ("prompt", "context", "uncond_context", "seed", "steps", "cfg", "sampler", "shift")
+_IMAGE_SETTINGS = ("prompt", "context", "uncond_context", "seed", "steps", "cfg", "sampler", "shift", "spectrum")
 
 
 class GoldenError(HarnessError):
@@ -94,6 +94,8 @@ class GoldenCase:
     uncond_context: str | None = None
     # Latent goldens also gate the cosine of obtained and golden latents (0: not gated).
     cosine_min: float = 0.0
+    # sampler "spectrum": its parameters, resolved from the case's `spectrum` table over the preset.
+    spectrum: dict | None = field(default=None, hash=False)
 
     def settings(self) -> dict:
         """The settings that decide the rendered image."""
@@ -117,6 +119,7 @@ _CHECKS = {
     "cfg": (lambda v: is_number(v) and 0.0 <= v <= 30.0, "a number in 0..30"),
     "sampler": (lambda v: v in SAMPLERS, f"one of {list(SAMPLERS)}"),
     "shift": (lambda v: is_number(v) and v > 0, "a positive number"),
+    "spectrum": (lambda v: isinstance(v, dict), "a table of Spectrum parameters (preset, warmup, window, ...)"),
     "ssim_min": (lambda v: is_number(v) and 0.0 < v <= 1.0, "a number in (0, 1]"),
     "psnr_min": (lambda v: is_number(v) and v > 0, "a positive number of dB"),
     "cosine_min": (lambda v: is_number(v) and -1.0 <= v <= 1.0, "a number in -1..1"),
@@ -151,8 +154,20 @@ def load_cases(path: str | Path) -> list[GoldenCase]:
         merged["cfg"], merged["shift"] = float(merged["cfg"]), float(merged["shift"])
         merged["ssim_min"], merged["psnr_min"] = float(merged["ssim_min"]), float(merged["psnr_min"])
         merged["cosine_min"] = float(merged.get("cosine_min", 0.0))
+        merged["spectrum"] = _spectrum_of(merged, where)
         cases.append(GoldenCase(**merged))
     return cases
+
+
+def _spectrum_of(case: dict, where: str) -> dict | None:
+    """The resolved Spectrum parameters of a spectrum case (checked against its steps), else None."""
+    if case["sampler"] != "spectrum":
+        if "spectrum" in case:
+            raise ConfigError(f"{where}: a 'spectrum' table needs sampler = \"spectrum\" (sampler is {case['sampler']!r})")
+        return None
+    params = params_from(case.get("spectrum"), where)
+    check_params(params, case["steps"], name=lambda f: f"{where}: spectrum.{f}")
+    return params.as_dict()
 
 
 # ----------------------------------------------------------------------------- metadata

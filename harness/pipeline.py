@@ -3,6 +3,8 @@
 Host (FP32): timestep embedding and every block's modulation once per step, patch embed, then for
 each subgraph in manifest order LayerNorm + modulation -> cast to the subgraph dtype -> the backend
 runs the branch body for the CFG streams -> gate + FP32 residual on the host. Then the final layer.
+The two halves are separate (`hidden_state`, `final_velocity`) so that Spectrum can forecast the
+last hidden state on a step where no subgraph runs.
 Every output is checked for NaN/Inf as it arrives; the first bad one stops the run naming where.
 
 Host math is timed by category (`HostTimes`) beside the lifecycle records, so a step splits into
@@ -11,6 +13,7 @@ lifecycle stages, host math and the rest (harness bookkeeping).
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import numpy as np
@@ -21,11 +24,26 @@ from .model.bundle import ModelBundle
 from .partition.manifest import check_input
 from .timing import Timed
 
-__all__ = ["PartitionedPipeline", "HostTimes", "check_finite", "batch_of", "pad_batch", "as_rgb"]
+__all__ = ["PartitionedPipeline", "HostTimes", "Invocation", "check_finite", "batch_of", "pad_batch",
+           "as_rgb"]
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What an observer sees of one invocation: the subgraph, where in the run it is, the inputs
+    exactly as the backend got them (the subgraph's dtype, all streams along axis 0) and the output
+    cast back to FP32. Observers (calibration capture, accuracy analysis) must not modify them."""
+
+    entry: object
+    step: int
+    sigma: float
+    streams: tuple[str, ...]
+    inputs: tuple[np.ndarray, ...]
+    output: np.ndarray
 
 
 class HostTimes:
-    """Seconds of host math per (step, category): adaln, embed, cast, residual, final."""
+    """Seconds of host math per (step, category): adaln, embed, cast, residual, final, forecast."""
 
     def __init__(self):
         self.seconds: dict[tuple[int, str], float] = defaultdict(float)
@@ -71,28 +89,41 @@ class PartitionedPipeline:
     """Velocity of the partitioned network for one latent and its CFG streams."""
 
     def __init__(self, bundle: ModelBundle, manifest, strategy, contexts: dict[str, np.ndarray],
-                 between_invocations: Iterable[Callable[[], None]] = ()):
+                 between_invocations: Iterable[Callable[[], None]] = (),
+                 observers: Iterable[Callable[[Invocation], None]] = ()):
         self.bundle = bundle
         self.cfg = bundle.cfg
         self.manifest = manifest
         self.strategy = strategy
         self.streams = list(contexts)
-        self.context = np.concatenate([contexts[s] for s in self.streams]).astype(np.float32)   # [S, L, C]
+        # Stream batching: every stream of every image in flight shares each loaded context. Rows
+        # are stream-major: [cond image 0..N-1, uncond image 0..N-1].
+        self.images = contexts[self.streams[0]].shape[0]
+        self.rows = [s if self.images == 1 else f"{s} image {i}" for s in self.streams for i in range(self.images)]
+        self.context = np.concatenate([contexts[s] for s in self.streams]).astype(np.float32)   # [S*N, L, C]
         self.between = list(between_invocations)
+        self.observers = list(observers)
+        self.sigma = float("nan")
         self.host = HostTimes()
         self._checked: set[int] = set()
         self._contexts: dict[str, np.ndarray] = {}
+        self._emb: tuple | None = None
         self.padded_to: int | None = None       # set when a subgraph's batch was padded past the streams
 
     # ------------------------------------------------------------------ one step
     def velocity(self, latent: np.ndarray, sigma: float, step: int) -> dict[str, np.ndarray]:
+        return self.final_velocity(self.hidden_state(latent, sigma, step), sigma, step, latent.shape[-2:])
+
+    def hidden_state(self, latent: np.ndarray, sigma: float, step: int) -> dict[str, np.ndarray]:
+        """Every subgraph in order: {stream: [images, T, D]} FP32, the input of the final layer."""
         w, cfg, host = self.bundle.weights, self.cfg, self.host
+        self.sigma = sigma
         with host.timed(step, "adaln"):
-            emb, lora = R.time_embedding(w, cfg, np.array([sigma], np.float32))
+            emb, lora = self._time_embedding(sigma, step)
             mods = R.modulations(w, cfg, emb, lora)
         with host.timed(step, "embed"):
             tokens = ops.linear(R.patchify(latent, cfg), w["x_embedder.proj.1.weight"])
-            x = np.repeat(tokens, len(self.streams), axis=0)                    # [S, N, D] FP32
+            x = np.concatenate([tokens] * len(self.streams))                    # [S*N, T, D] FP32
         for entry in self.manifest.subgraphs:
             shift, scale, gate = mods[(entry.block, entry.branch)]
             with host.timed(step, "adaln"):
@@ -100,10 +131,26 @@ class PartitionedPipeline:
             out = self._invoke(entry, step, h)
             with host.timed(step, "residual"):
                 x = x + gate[:, None, :] * out
-        with host.timed(step, "final"):
-            v = R.final_layer(w, cfg, x, np.repeat(emb, len(self.streams), 0),
-                              np.repeat(lora, len(self.streams), 0), latent.shape[-2:])
-        return {s: v[k:k + 1] for k, s in enumerate(self.streams)}
+        n = self.images
+        return {s: x[k * n:(k + 1) * n] for k, s in enumerate(self.streams)}
+
+    def final_velocity(self, hidden: dict[str, np.ndarray], sigma: float, step: int,
+                       latent_hw: tuple[int, int]) -> dict[str, np.ndarray]:
+        """The final layer on given hidden states (computed or forecast) with this step's embedding."""
+        with self.host.timed(step, "final"):
+            emb, lora = self._time_embedding(sigma, step)
+            x = np.concatenate([hidden[s] for s in self.streams])          # [S*N, T, D], stream-major
+            v = R.final_layer(self.bundle.weights, self.cfg, x, np.repeat(emb, len(x), 0),
+                              np.repeat(lora, len(x), 0), latent_hw)
+        n = len(x) // len(self.streams)
+        return {s: v[k * n:(k + 1) * n] for k, s in enumerate(self.streams)}
+
+    def _time_embedding(self, sigma: float, step: int):
+        # Once per step: the final layer of a computed step reuses the blocks' embedding, a forecast
+        # step (no block ran) computes its own.
+        if self._emb is None or self._emb[0] != step:
+            self._emb = (step, *R.time_embedding(self.bundle.weights, self.cfg, np.array([sigma], np.float32)))
+        return self._emb[1:]
 
     def _invoke(self, entry, step: int, h: np.ndarray) -> np.ndarray:
         for hook in self.between:       # memory guard: abort between invocations, never inside one
@@ -116,27 +163,32 @@ class PartitionedPipeline:
             # Shapes are static for the whole run: check each subgraph's inputs against the manifest
             # on its first invocation (step 0), not on every one of the run's thousands of calls.
             for spec, array in zip(entry.inputs, inputs):
-                as_run = array[:1] if batch == 1 else pad_batch(array, batch) if batch > len(array) else array
-                check_input(entry, spec.name, as_run)
+                check_input(entry, spec.name, pad_batch(array, batch) if batch > len(array) else array[:batch])
             self._checked.add(entry.index)
+        rows = len(self.rows)
+        if rows % batch and batch < rows:
+            raise ManifestError(f"{entry.label}: batch axis {batch} does not divide the {rows} "
+                                f"stream rows in flight ({len(self.streams)} streams x {self.images} images)")
         ctx = self.strategy.acquire(entry, step)
         try:
-            if batch == len(self.streams):
+            if batch == rows:
                 outs = [self._run(ctx, entry, step, inputs)]
-            elif batch == 1:            # one call per stream while the context stays loaded
-                outs = [self._run(ctx, entry, step, [a[k:k + 1] for a in inputs])
-                        for k in range(len(self.streams))]
-            elif batch > len(self.streams):
-                outs = [self._run(ctx, entry, step, [pad_batch(a, batch) for a in inputs])[:len(self.streams)]]
+            elif batch > rows:          # one stream (CFG 1) on a partition exported for two
+                outs = [self._run(ctx, entry, step, [pad_batch(a, batch) for a in inputs])[:rows]]
                 self.padded_to = batch
-            else:
-                raise ManifestError(f"{entry.label}: batch axis {batch} cannot serve {len(self.streams)} "
-                                    f"streams; export with --streams {len(self.streams)} (or 1)")
+            else:                       # several calls while the context stays loaded
+                outs = [self._run(ctx, entry, step, [a[k:k + batch] for a in inputs])
+                        for k in range(0, rows, batch)]
         finally:
             self.strategy.finish(entry, step)
         with self.host.timed(step, "cast"):     # back to the FP32 residual stream
             out = np.asarray(outs[0] if len(outs) == 1 else np.concatenate(outs), dtype=np.float32)
-        check_finite(out, self.streams, step, entry)
+        if self.observers:
+            # Before the NaN check, so an analysis still sees the invocation that stops the run.
+            seen = Invocation(entry, step, self.sigma, tuple(self.rows), tuple(inputs), out)
+            for observe in self.observers:
+                observe(seen)
+        check_finite(out, self.rows, step, entry)
         return out
 
     def _context_as(self, dtype: str) -> np.ndarray:
@@ -154,27 +206,32 @@ class PartitionedPipeline:
         subgraph's, then laid out as an RGB image [H, W, 3] in [0, 1]."""
         entry = self.manifest.decoder
         spec = entry.inputs[0]
-        if int(np.prod(spec.shape)) != latent.size:
+        if int(np.prod(spec.shape)) != latent[:1].size:
             raise ManifestError(f"{entry.label} ({entry.file}) takes {spec.name} {list(spec.shape)}; the "
-                                f"final latent is {list(latent.shape)}")
+                                f"final latent is {list(latent.shape[1:])} per image")
         for hook in self.between:
             hook()
         ctx = self.strategy.acquire(entry, step)
-        try:
-            out = self.strategy.run(ctx, entry, step, [latent.reshape(spec.shape).astype(spec.dtype)])[0]
+        try:           # one decoder context serves every image in flight, one call each
+            outs = [np.asarray(self.strategy.run(ctx, entry, step, [one.reshape(spec.shape).astype(spec.dtype)])[0],
+                               dtype=np.float32)
+                    for one in np.split(latent, latent.shape[0])]
         finally:
             self.strategy.finish(entry, step)
-        out = np.asarray(out, dtype=np.float32)
-        bad = int(out.size - np.count_nonzero(np.isfinite(out)))
-        if bad:
-            raise NumericsError(f"NaN/Inf in the decoder output ({entry.label}, {entry.file}): "
-                                f"{bad} of {out.size} values")
-        return as_rgb(out, self.cfg.decoder.get("output_range", [0.0, 1.0]), entry)
+        for out in outs:
+            bad = int(out.size - np.count_nonzero(np.isfinite(out)))
+            if bad:
+                raise NumericsError(f"NaN/Inf in the decoder output ({entry.label}, {entry.file}): "
+                                    f"{bad} of {out.size} values")
+        value_range = self.cfg.decoder.get("output_range", [0.0, 1.0])
+        images = [as_rgb(out, value_range, entry) for out in outs]
+        return images[0] if len(images) == 1 else np.stack(images)
 
 
 def as_rgb(out: np.ndarray, value_range, entry) -> np.ndarray:
-    """[H, W, 3], [3, H, W] or either with leading/inner unit axes ([1, 3, 1, H, W] from a video VAE)
-    -> [H, W, 3] in [0, 1], mapping `value_range` (model.toml [decoder] output_range) onto [0, 1]."""
+    """[H, W, 3], [3, H, W] or either with unit axes ([1, H, W, 3] from the exported decoder,
+    [1, 3, 1, H, W] from a video VAE) -> [H, W, 3] in [0, 1], mapping `value_range` (model.toml
+    [decoder] output_range) onto [0, 1]."""
     image = np.squeeze(out)
     if image.ndim == 3 and image.shape[0] == 3 and image.shape[-1] != 3:
         image = image.transpose(1, 2, 0)

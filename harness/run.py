@@ -12,15 +12,17 @@ from typing import Callable
 import numpy as np
 
 from .atomic import atomic_write_json
+from .backends.base import backend_class, run_options
 from .errors import HarnessError, ManifestError
-from .reference_run import stream_contexts
-from .lifecycle import LifecycleRecorder, OnDemand
+from .reference_run import initial_latents, stream_contexts
+from .lifecycle import LifecycleRecorder, make_strategy
 from .memory import read_memory
 from .model.bundle import ModelBundle
 from .partition.manifest import load_manifest, manifest_sha256, network_settings
 from .pipeline import PartitionedPipeline
 from .steptimes import summarize
-from .sampler import denoise, initial_noise
+from .sampler import denoise
+from .spectrum import sampler_velocity
 
 __all__ = ["RunResult", "run_partitioned", "open_partition"]
 
@@ -44,6 +46,7 @@ def _write_report(path, report: dict) -> None:
 class RunResult:
     latent: np.ndarray | None = None
     image: np.ndarray | None = None
+    images: np.ndarray | None = None        # [N, H, W, 3] with --images N (image is images[0])
     report: dict = field(default_factory=dict)
     recorder: LifecycleRecorder | None = None
 
@@ -79,28 +82,38 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
                     settings: dict, backend_options: dict | None = None, guard=None,
                     report_path: str | Path | None = None,
                     on_step: Callable[[int], None] | None = None, verify: bool = True,
-                    contexts: dict | None = None) -> RunResult:
+                    contexts: dict | None = None, lifecycle: str = "on-demand",
+                    images: int = 1, observers=()) -> RunResult:
     """Generate one image through the partition; `settings` as from generate.sample_settings.
 
     verify=False skips re-hashing the subgraph files (for benchmark rounds after a verified first
     open: on the board that is gigabytes of sha256 that do not belong in a step time).
     contexts ({stream: [1, L, C]}) replaces the prompt for models whose text encoder is not here.
+    lifecycle: the context strategy (harness.lifecycle.spec). images: how many images are generated
+    together (seeds seed, seed+1, ...), every stream of every image served by each loaded context.
+    observers are called with every invocation (pipeline.Invocation): calibration capture and
+    accuracy analysis watch the run itself rather than a second forward.
     """
     result = RunResult(recorder=LifecycleRecorder())
     report = result.report
     report.update(status="running", error=None, backend=backend, backend_options=backend_options or {},
-                  prompt=prompt, settings=dict(settings), partition=str(partition_dir), model=bundle.cfg.name)
-    strategy = pipeline = None
+                  prompt=prompt, settings=dict(settings), partition=str(partition_dir), model=bundle.cfg.name,
+                  lifecycle=str(lifecycle), images=images)
+    strategy = pipeline = sampler_summary = None
     step_walls: list[float] = []
     start = read_memory()
     try:
         manifest = open_partition(bundle, partition_dir, verify)
         report["manifest_sha256"] = manifest_sha256(manifest.directory)
         report["export"] = manifest.export
-        strategy = OnDemand(backend, result.recorder, manifest.path_of, **(backend_options or {}))
-        pipeline = PartitionedPipeline(bundle, manifest, strategy,
-                                       contexts or stream_contexts(bundle, [prompt], settings["cfg_scale"]),
-                                       between_invocations=[guard.check] if guard else [])
+        options = run_options(backend, backend_options)
+        strategy = make_strategy(lifecycle, backend, result.recorder, manifest, options)
+        streams = ({s: np.repeat(c, images, axis=0) for s, c in contexts.items()} if contexts
+                   else stream_contexts(bundle, [prompt] * images, settings["cfg_scale"]))
+        pipeline = PartitionedPipeline(bundle, manifest, strategy, streams,
+                                       between_invocations=([guard.check] if guard else [])
+                                       + backend_class(backend).between_invocations(options),
+                                       observers=observers)
         report["streams"] = pipeline.streams
         mark = [time.perf_counter()]
 
@@ -111,11 +124,15 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
             if on_step:
                 on_step(i)
 
-        noise = initial_noise((1, *bundle.latent_shape), settings["seed"])
-        result.latent = denoise(pipeline.velocity, noise, settings["steps"], settings["shift"],
+        velocity, sampler_summary = sampler_velocity(pipeline, settings, pipeline.host.timed)
+        noise = initial_latents(bundle, [settings["seed"] + k for k in range(images)])
+        result.latent = denoise(velocity, noise, settings["steps"], settings["shift"],
                                 settings["cfg_scale"], on_step=step_done)
         # A partition without a decoder (Anima's Wan VAE is not part of it yet) ends at the latent.
-        result.image = pipeline.decode(result.latent, settings["steps"]) if manifest.decoder else None
+        if manifest.decoder:
+            decoded = pipeline.decode(result.latent, settings["steps"])
+            result.images = decoded if images > 1 else decoded[None]
+            result.image = result.images[0]     # the case's own seed: what gates compare
         if pipeline.padded_to:
             report["streams_padded_to"] = pipeline.padded_to
         report["status"] = "ok"
@@ -129,8 +146,12 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
     finally:
         if strategy is not None:
             strategy.close()        # nothing stays loaded, whatever failed
+            report["lifecycle_counters"] = strategy.stats()
+        if sampler_summary is not None:
+            report["sampler"] = sampler_summary()    # the schedule, and how far a failed run got
         report.update(summarize(result.recorder.as_dicts(), pipeline.host.as_dicts() if pipeline else [],
-                                step_walls))
+                                step_walls, (report.get("sampler") or {}).get("computed_steps"),
+                                hidden_s=strategy.counters.as_dict()["hidden_s"] if strategy else 0.0))
         if guard is not None:
             report["memory"] = {**guard.summary(), **_run_memory(guard, start)}
         if report_path is not None:

@@ -36,7 +36,7 @@ def print_run_tables(report: dict, out=None) -> None:
     con = out or console(stderr=False)
     tables = report.get("tables", {})
     lp = tables.get("lifecycle_pass", {})
-    t = Table(title="lifecycle, one pass over the subgraphs (mean per step)")
+    t = Table(title="lifecycle, one pass over the subgraphs (mean per computed step)")
     t.add_column("stage")
     t.add_column("board call")
     t.add_column("seconds", justify="right")
@@ -44,7 +44,7 @@ def print_run_tables(report: dict, out=None) -> None:
         t.add_row(s, BOARD_CALLS[s], f"{lp.get(s, 0.0):.4f}")
     t.add_row("stage_sum", "load+init+release", f"{lp.get('stage_sum', 0.0):.4f}")
     con.print(t)
-    c = Table(title="core time per branch per step")
+    c = Table(title="core time per branch per computed step")
     c.add_column("branch")
     c.add_column("seconds", justify="right")
     for b, v in tables.get("core_per_step", {}).items():
@@ -52,13 +52,20 @@ def print_run_tables(report: dict, out=None) -> None:
     con.print(c)
     sp = tables.get("step_split", {})
     if sp.get("step"):
-        s = Table(title=f"step split (mean step {sp['step']:.4f} s)")
+        s = Table(title=f"step split (mean computed step {sp['step']:.4f} s)")
         s.add_column("part")
         s.add_column("seconds", justify="right")
         s.add_column("share", justify="right")
         for k in ("lifecycle", "host", "rest"):
             s.add_row(k, f"{sp[k]:.4f}", f"{100 * sp[k] / sp['step']:.1f} %")
         con.print(s)
+    image = tables.get("per_image", {})
+    if image.get("forecast_steps"):
+        fs = tables["forecast_step"]
+        con.print(f"per image: {image['denoise']:.3f} s = {image['computed_steps']} computed steps x "
+                  f"{image['per_computed_step']:.4f} s + {image['forecast_steps']} forecast steps x "
+                  f"{image['per_forecast_step']:.4f} s (forecast {fs.get('host_forecast', 0.0):.4f} s, "
+                  f"final layer {fs.get('host_final', 0.0):.4f} s); {image['invocations']} invocations")
     mem = report.get("memory")
     if mem:
         con.print(f"peak PSS added: {mem.get('peak_pss_added_bytes', 0) / 2**20:.1f} MiB, "

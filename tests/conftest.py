@@ -2,6 +2,7 @@
 harness/pytest_plugin/)."""
 import pytest
 
+from harness.config import EMBEDDED_DIR
 from tests.fakes import forget_rknnlite, use_fake_rknnlite
 
 
@@ -12,3 +13,42 @@ def fake_rknnlite(monkeypatch):
         yield use_fake_rknnlite(monkeypatch)
     finally:
         forget_rknnlite()
+
+
+@pytest.fixture(scope="session")
+def embedded_fp32(tmp_path_factory):
+    """The embedded model and its FP32 partition, exported once per session (what calibration
+    capture and accuracy analysis run through)."""
+    from harness.model.bundle import load_bundle
+    from harness.partition.onnx_export import export_partition
+    bundle = load_bundle(EMBEDDED_DIR)
+    out = tmp_path_factory.mktemp("embedded") / "fp32"
+    export_partition(bundle.weights, bundle.cfg, out, dtype="float32")
+    return bundle, out
+
+
+@pytest.fixture(scope="session")
+def toolkit_version():
+    """The default rknn-toolkit2 version, or a skip saying how to create its environment."""
+    from harness.errors import ToolkitError
+    from harness.toolkit.envs import default_version, toolkit_python
+    version = default_version()
+    try:
+        toolkit_python(version)
+    except ToolkitError:
+        pytest.skip(f"no rknn-toolkit2 {version} environment: create it with bin/toolkit-env {version}")
+    return version
+
+
+@pytest.fixture(scope="session")
+def anima_block(tmp_path_factory):
+    """(config, weights, manifest): one random full-width anima-2b block (D 2048, FFN 8192) and its
+    FP32 single-stream export, made once for the full-width tests (~4 s of CPU each time otherwise)."""
+    from harness.config import load_profile
+    from harness.partition import export_partition
+    from harness.weights import random_weights
+    cfg = load_profile("anima-2b")
+    weights = random_weights(cfg, seed=2, blocks=range(1))
+    manifest = export_partition(weights, cfg, tmp_path_factory.mktemp("anima-block"), dtype="float32",
+                                streams=1, blocks=[0])
+    return cfg, weights, manifest

@@ -18,13 +18,16 @@ import numpy as np
 
 from ..errors import BackendError, ConfigError
 
-__all__ = ["Context", "create_context", "live_contexts", "backend_options", "backend_class", "BACKENDS"]
+__all__ = ["Context", "create_context", "live_contexts", "backend_options", "backend_class", "BACKENDS",
+           "run_options"]
 
 # name -> "module:Class"; imported lazily so the board runtime is only imported where it is asked for.
 BACKENDS = {
     "onnxruntime": "harness.backends.onnxruntime:OnnxRuntimeContext",
     "rknnlite": "harness.backends.rknnlite:RknnLiteContext",
     "faults": "harness.backends.faults:FaultInjectionContext",
+    "board-sim": "harness.backends.board_sim:BoardSimContext",
+    "rknn-sim": "harness.backends.rknn_sim:RknnSimContext",
 }
 
 _live_lock = threading.Lock()
@@ -50,6 +53,16 @@ class Context(abc.ABC):
     def parse_options(cls, values: dict, cfg) -> dict:
         """Validate this backend's suite options (raise ConfigError naming the option)."""
         return {}
+
+    @classmethod
+    def run_options(cls, options: dict) -> dict:
+        """Complete the context options once per run (before contexts are made, in any process)."""
+        return options
+
+    @classmethod
+    def between_invocations(cls, options: dict) -> list:
+        """Callables the pipeline calls before every invocation (a simulated board's host time)."""
+        return []
 
     def __init__(self, label: str, **options):
         self.label = label
@@ -112,3 +125,11 @@ def backend_class(backend: str) -> type[Context]:
     """The Context class of a backend, importing its module (and runtime) on first use."""
     module_name, cls_name = BACKENDS[backend].split(":")
     return getattr(importlib.import_module(module_name), cls_name)
+
+
+def run_options(backend: str, options: dict | None) -> dict:
+    """The context options of one run, completed once by the backend (Context.run_options), so
+    every context of the run, also in prefetch workers, shares what it decides."""
+    if backend not in BACKENDS:
+        raise BackendError(f"unknown backend '{backend}' (known: {', '.join(sorted(BACKENDS))})")
+    return backend_class(backend).run_options(dict(options or {}))

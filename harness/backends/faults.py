@@ -8,11 +8,16 @@ Options (the suite's `--fault` sets them):
     slowdown:     factor by which every load, init and run is stretched (it sleeps factor - 1 times
                   the stage's own time). Unlike a fixed delay, it scales with the machine's load,
                   so a slowed run stays that many times slower when a shared CI box is busy.
+    crash_subgraph: index of the subgraph whose run() kills its own process with SIGKILL, as a
+                  crashing NPU runtime would. Only for runs whose contexts live in worker processes
+                  (--lifecycle prefetch:K): anywhere else it kills the caller.
 The subgraph index is read from the context label ("subgraph N (...)"), which the manifest defines.
 """
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 
 import numpy as np
@@ -35,6 +40,10 @@ def parse_fault(spec: str | None) -> dict:
                 options["nan_subgraph"] = int(part[4:])
                 if options["nan_subgraph"] < 0:
                     raise ValueError
+            elif part.startswith("crash@"):
+                options["crash_subgraph"] = int(part[6:])
+                if options["crash_subgraph"] < 0:
+                    raise ValueError
             elif part.startswith("slow=x"):
                 options["slowdown"] = float(part[6:])
                 if not 1 <= options["slowdown"] <= 100:     # also refuses nan and inf
@@ -46,6 +55,7 @@ def parse_fault(spec: str | None) -> dict:
             else:
                 raise ValueError
         except ValueError:
+            # crash@SUBGRAPH is left out of the hint: it is for prefetch workers only (docstring).
             raise ConfigError(f"--fault '{part}': expected nan@SUBGRAPH, slow=SECONDS or slow=xFACTOR") from None
     return options
 
@@ -64,7 +74,7 @@ class FaultInjectionContext(OnnxRuntimeContext):
         return options
 
     def __init__(self, label: str, nan_subgraph: int | None = None, nan_count: int = 7,
-                 delay: float = 0.0, slowdown: float = 1.0, **options):
+                 delay: float = 0.0, slowdown: float = 1.0, crash_subgraph: int | None = None, **options):
         super().__init__(label, **options)
         match = _LABEL.match(label)
         self.index = int(match.group(1)) if match else None
@@ -72,6 +82,7 @@ class FaultInjectionContext(OnnxRuntimeContext):
         self.nan_count = nan_count
         self.delay = delay
         self.slowdown = slowdown
+        self.crash = crash_subgraph is not None and self.index == crash_subgraph
 
     def _stretched(self, stage, *args):
         started = time.perf_counter()
@@ -87,6 +98,8 @@ class FaultInjectionContext(OnnxRuntimeContext):
         self._stretched(super().init)
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        if self.crash:
+            os.kill(os.getpid(), signal.SIGKILL)
         outputs = self._stretched(super().run, inputs)
         if self.delay:
             time.sleep(self.delay)

@@ -6,7 +6,8 @@ and the stage, so a failure in subgraph 57 of 84 says so instead of surfacing la
 
 Options:
     core_mask: which NPU cores to run on. A name - "auto", "0", "1", "2", "0_1", "0_1_2" (cores by
-               index) - or an int raw bitmask equal to one of RKNNLite.NPU_CORE_* (0 auto, 1, 2, 4, 3, 7).
+               index), "all" - or an int raw bitmask equal to one of RKNNLite.NPU_CORE_* (0 auto,
+               1, 2, 4, 3, 7, 0xffff all).
                Default "auto". Multi-core masks are reported to crash on some kernels, hence the option.
 
 Off the board the runtime is absent; creating a context then fails loudly: the suite must never quietly
@@ -25,7 +26,7 @@ __all__ = ["RknnLiteContext", "CORE_MASKS", "parse_core_mask", "load_runtime"]
 
 # option name -> suffix of the RKNNLite.NPU_CORE_* constant, and that constant's documented value
 CORE_MASKS = {"auto": ("AUTO", 0), "0": ("0", 1), "1": ("1", 2), "2": ("2", 4),
-              "0_1": ("0_1", 3), "0_1_2": ("0_1_2", 7)}
+              "0_1": ("0_1", 3), "0_1_2": ("0_1_2", 7), "all": ("ALL", 0xFFFF)}
 _BY_VALUE = {value: name for name, (_, value) in CORE_MASKS.items()}
 
 NOT_ON_BOARD = ("the rknnlite runtime (rknn-toolkit-lite2) is not installed: this is not an RK3588 board "
@@ -100,7 +101,12 @@ class RknnLiteContext(Context):
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         if not self._initialised:
             raise self.error("run", "context not initialised (call load and init first)")
-        outputs = self._call("run", lambda: self._rknn.inference(inputs=list(inputs)))
+        # Both explicit: data_type's documented default is uint8 (the runtime checks only the buffer
+        # size), and a 4-D input without data_format is read as NHWC; ours are NCHW (the decoder's
+        # latent). data_format is ignored for inputs of other ranks.
+        data_type = np.asarray(inputs[0]).dtype.name if inputs else "float32"
+        outputs = self._call("run", lambda: self._rknn.inference(inputs=list(inputs), data_type=data_type,
+                                                                 data_format="nchw"))
         if outputs is None:
             raise self.error("run", f"inference() returned None for {len(inputs)} inputs "
                                     "(the runtime's log above names the cause)")

@@ -11,7 +11,7 @@ from ..errors import ConfigError
 from .manifest import default_partition_dir
 
 __all__ = ["add_commands", "parse_blocks", "render_inspection", "cmd_export", "cmd_inspect",
-           "cmd_inspect_checkpoint", "export_with_progress"]
+           "cmd_inspect_checkpoint", "default_partition_dir", "exported_partition", "export_with_progress"]
 
 
 def parse_blocks(text: str, blocks: int) -> list[int]:
@@ -101,6 +101,18 @@ def export_with_progress(weights: dict, cfg: ModelConfig, out, quiet: bool = Fal
         return export_partition(weights, cfg, out, on_file=advance, **options)
 
 
+def exported_partition(bundle, dtype: str, fake_quant: str | None = None, quiet: bool = True) -> Path:
+    """The export command's default directory for these weights, exported on first use."""
+    import sys
+    from .manifest import manifest_path
+    partition = default_partition_dir(bundle.cfg, bundle.digest, dtype, fake_quant)
+    if not manifest_path(partition).exists():
+        print(f"exporting the partition to {partition} ({dtype}, first use)", file=sys.stderr)
+        export_with_progress(bundle.weights_source, bundle.cfg, partition, quiet=quiet, dtype=dtype,
+                             fake_quant=fake_quant)
+    return partition
+
+
 def cmd_export(args) -> int:
     from .onnx_export import check_opset
     check_opset(args.opset)          # before reading gigabytes of weights
@@ -125,7 +137,8 @@ def render_inspection(report: dict, console=None) -> None:
     console = console or make_console(stderr=False)
     head = Table(title=f"partition {report['directory']}", show_header=False)
     for key in ("model", "format", "dtype", "streams", "opset", "latent_size", "tokens",
-                "context_tokens", "subgraphs", "total_bytes", "weights_sha256", "fp32_islands"):
+                "context_tokens", "subgraphs", "total_bytes", "weights_sha256", "fp32_islands",
+                "toolkit", "target", "precision", "build_seconds", "cpu_ops"):
         if key in report:
             head.add_row(key, str(report[key]))
     console.print(head)
@@ -138,7 +151,7 @@ def render_inspection(report: dict, console=None) -> None:
                           f"{row['verified']}/{row['count']}")
         console.print(table)
     if report.get("unlisted_files"):
-        console.print(f"note: {len(report['unlisted_files'])} .onnx file(s) not in the manifest: "
+        console.print(f"note: {len(report['unlisted_files'])} model file(s) not in the manifest: "
                       f"{', '.join(report['unlisted_files'][:5])}")
     for reason in report["reasons"]:
         console.print(f"[red]FAIL[/red] {reason}", highlight=False)

@@ -104,6 +104,9 @@ class Manifest:
     subgraphs: list[SubgraphEntry]
     decoder: SubgraphEntry | None = None
     weights_source: str | None = None
+    # Set by `harness convert` (harness/toolkit/convert.py): toolkit, target, precision, source ONNX
+    # hashes, build seconds and op placement per subgraph. None for an ONNX export.
+    conversion: dict | None = None
 
     @property
     def file(self) -> Path:
@@ -122,7 +125,8 @@ class Manifest:
         return {"format": self.format, "model": self.model, "weights_sha256": self.weights_sha256,
                 "weights_source": self.weights_source, "export": self.export,
                 "subgraphs": [e.to_dict() for e in self.subgraphs],
-                "decoder": self.decoder.to_dict() if self.decoder else None}
+                "decoder": self.decoder.to_dict() if self.decoder else None,
+                **({"conversion": self.conversion} if self.conversion else {})}
 
     def save(self) -> None:
         atomic_write_json(self.file, self.to_dict())
@@ -227,6 +231,10 @@ _MANIFEST = {"format": Field(non_empty_str, "a format name"), "model": Field(_is
              "weights_sha256": Field(non_empty_str, "a sha256 hex digest"),
              "export": Field(_is(dict), "a table"), "subgraphs": Field(_is(list), "a list of subgraphs")}
 _MODEL = {"name": Field(non_empty_str, "a model name"), "network": Field(_is(dict), "a table")}
+# Written by `harness convert` (harness/toolkit/convert.py); an ONNX export has none.
+_CONVERSION = {"toolkit_version": Field(non_empty_str, "a version"), "target": Field(non_empty_str, "a platform"),
+               "precision": Field(non_empty_str, "a precision"),
+               "subgraphs": Field(_is(list), "a list of per-subgraph build records")}
 _EXPORT = {key: Field(_is(str, int, dict), "a string, number or table")
            for key in ("dtype", "streams", "opset", "tokens", "context_tokens", "fp32_islands")}
 
@@ -244,6 +252,13 @@ def _entry(obj, where: str, decoder: bool = False) -> SubgraphEntry:
     e.inputs = [_tensor(t, f"{where} input {k}") for k, t in enumerate(obj["inputs"])]
     e.outputs = [_tensor(t, f"{where} output {k}") for k, t in enumerate(obj["outputs"])]
     return e
+
+
+def _conversion(data: dict, where: str) -> dict | None:
+    conversion = data.get("conversion")
+    if conversion is None:
+        return None
+    return check_table(conversion, _CONVERSION, f"{where}: conversion", error=ManifestError, extra=True)
 
 
 def load_manifest(directory) -> Manifest:
@@ -265,7 +280,8 @@ def load_manifest(directory) -> Manifest:
     manifest = Manifest(directory=directory, format=data["format"], model=data["model"],
                         weights_sha256=data["weights_sha256"], export=data["export"], subgraphs=subgraphs,
                         decoder=_entry(decoder, f"{where}: decoder", decoder=True) if decoder else None,
-                        weights_source=data.get("weights_source"))
+                        weights_source=data.get("weights_source"),
+                        conversion=_conversion(data, where))
     manifest.verify_structure()
     return manifest
 
@@ -310,7 +326,28 @@ def inspect_partition(directory) -> dict:
             ok, reason = False, str(exc)
             report["reasons"].append(reason)
         report["checks"].append({"label": entry.label, "file": entry.file, "ok": ok, "reason": reason})
+    if manifest.conversion:
+        _inspect_conversion(manifest, report)
     listed = {e.file for e in manifest.entries()}
-    report["unlisted_files"] = sorted(p.name for p in directory.glob("*.onnx") if p.name not in listed)
+    report["unlisted_files"] = sorted(p.name for pattern in ("*.onnx", "*.rknn")
+                                      for p in directory.glob(pattern) if p.name not in listed)
     report["verdict"] = "failed" if report["reasons"] else "ok"
     return report
+
+
+def _inspect_conversion(manifest: Manifest, report: dict) -> None:
+    """A converted partition: toolkit, target, precision, build time, ops on the CPU, build log hash."""
+    conv = manifest.conversion
+    records = conv.get("subgraphs", [])
+    report.update(toolkit=f"{conv.get('toolkit', 'rknn-toolkit2')} {conv['toolkit_version']}",
+                  target=conv["target"], precision=conv["precision"],
+                  build_seconds=round(sum(r.get("build_seconds", 0) for r in records), 1),
+                  cpu_ops=sum(len(r.get("cpu_ops", [])) for r in records))
+    log = conv.get("build_log") or {}
+    path = manifest.directory / str(log.get("file", ""))
+    ok = bool(log.get("file")) and path.is_file() and \
+        hashlib.sha256(path.read_bytes()).hexdigest() == log.get("sha256")
+    reason = "" if ok else f"{manifest.file}: build log '{log.get('file')}' is missing or fails its checksum"
+    report["checks"].append({"label": "build log", "file": log.get("file"), "ok": ok, "reason": reason})
+    if not ok:
+        report["reasons"].append(reason)

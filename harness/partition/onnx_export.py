@@ -146,7 +146,9 @@ class _Graph:
         if not np.all(np.isfinite(array)):
             raise WeightsError(f"'{source or name}' does not fit in {np.dtype(self.np_dtype).name} "
                                f"(largest magnitude {float(np.max(np.abs(value))):.4g})")
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        # A scalar stays rank 0 (np.ascontiguousarray would make it [1]): rknn-toolkit2's constant
+        # folding refuses Clip bounds that are not rank-0 ("min should be a scalar").
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array) if array.ndim else array, name))
         return name
 
     def ints(self, name: str, values) -> str:
@@ -298,10 +300,12 @@ def _ffn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int, fake_quant:
         w = _int8_weights(w, (p + "layer1.weight", p + "layer2.weight"))
         x = _int8_activation(g, x, "quant_in")
     h = _linear(g, x, w, p + "layer1.weight", "layer1")
-    # ops.gelu, exact erf form: (0.5 * x) * (1 + erf(x / sqrt(2)))
+    # ops.gelu, exact erf form: (x * 0.5) * (erf(x / sqrt(2)) + 1). Constants second: written so,
+    # rknn-toolkit2 fuses the five ops into one NPU GELU; constant-first leaves Erf on the CPU
+    # (architecture.md section 8). IEEE + and * commute exactly, so the values equal ops.gelu's.
     erf = g.op("Erf", [g.op("Div", [h, g.const("gelu/sqrt2", math.sqrt(2.0))], "gelu/scaled")], "gelu/erf")
-    gate = g.op("Add", [g.const("gelu/one", 1.0), erf], "gelu/one_plus_erf")
-    act = g.op("Mul", [g.op("Mul", [g.const("gelu/half", 0.5), h], "gelu/half_x"), gate], "gelu")
+    gate = g.op("Add", [erf, g.const("gelu/one", 1.0)], "gelu/one_plus_erf")
+    act = g.op("Mul", [g.op("Mul", [h, g.const("gelu/half", 0.5)], "gelu/half_x"), gate], "gelu")
     if fake_quant == "ffn-w8a8":
         act = _int8_activation(g, act, "quant_hidden")
     g.op("MatMul", [act, g.weight_t("layer2.weight_t", w, p + "layer2.weight")], "y")
@@ -353,7 +357,7 @@ def build_subgraph(weights: dict, cfg: ModelConfig, block: int, branch: str, dty
 
 
 def build_decoder(cfg: ModelConfig, opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
-    """embedded.decode as a graph: latent [1, 1, H, W] -> image [H*s, W*s, 3] float32."""
+    """embedded.decode as a graph: latent [1, 1, H, W] -> image [1, H*s, W*s, 3] float32."""
     check_opset(opset)
     if cfg.latent_channels != 1 or not cfg.decoder:
         raise ConfigError(f"{cfg.name}: no exportable decoder (needs a [decoder] table and a "
@@ -369,11 +373,14 @@ def build_decoder(cfg: ModelConfig, opset: int = DEFAULT_OPSET) -> onnx.ModelPro
     # (up + 1) * 0.5 clipped to [0, 1], then bg + level * (fg - bg)
     level = g.op("Mul", [g.op("Add", [up, g.const("one", 1.0)], "shift"), g.const("half", 0.5)], "level_raw")
     level = g.op("Clip", [level, g.const("zero_f", 0.0), g.const("one_f", 1.0)], "level_clip")
-    level = g.op("Reshape", [level, g.ints("level/shape", [h * scale, w * scale, 1])], "level")
+    # NHWC with a batch axis of 1: the toolkit keeps every op of this layout on the NPU, while a
+    # final reshape to the rank-3 [H, W, 3] runs on the CPU (its layer table shows it). The host drops
+    # the batch axis (PartitionedPipeline.decode).
+    level = g.op("Reshape", [level, g.ints("level/shape", [1, h * scale, w * scale, 1])], "level")
     mixed = g.op("Mul", [level, g.const("fg_minus_bg", fg - bg)], "tint")
     g.op("Add", [g.const("background", bg), mixed], "image")
     inputs = [helper.make_tensor_value_info("latent", TensorProto.FLOAT, [1, 1, h, w])]
-    outputs = [helper.make_tensor_value_info("image", TensorProto.FLOAT, [h * scale, w * scale, 3])]
+    outputs = [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, h * scale, w * scale, 3])]
     return g.model("decoder", inputs, outputs, f"{cfg.name} decoder: bilinear x{scale}, two colours",
                    {"model": cfg.name, "branch": "decoder"})
 

@@ -6,7 +6,7 @@ import pytest
 
 from ..errors import HarnessError
 from .options import OPTIONS, resolve_settings
-from .state import BOARD, IDENTITY, INVALID_RUNS, QUALITY_LINES, SETTINGS, STEP_SPLITS
+from .state import BOARD, IDENTITY, INVALID_RUNS, QUALITY_LINES, SETTINGS, SPECTRUM_LINES, STEP_SPLITS
 from .fixtures import runner_of, selected_cases
 
 __all__ = ["pytest_configure", "pytest_report_header", "pytest_pyfunc_call", "pytest_generate_tests",
@@ -71,6 +71,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_sep("-", "quality gate: measured, threshold, margin")
         for line in quality:
             terminalreporter.write_line(line)
+    for line in config.stash.get(SPECTRUM_LINES, []):         # tests/acceptance/test_spectrum_benchmark.py
+        terminalreporter.write_sep("-", "Spectrum vs full")
+        terminalreporter.write_line(line)
     for name, reasons in config.stash.get(INVALID_RUNS, []):
         terminalreporter.write_line(f"INVALID benchmark {name}: " + "; ".join(reasons), red=True)
 
@@ -79,7 +82,7 @@ def _write_step_split(tr, name: str, info: dict) -> None:
     sp = info["step_split_s"]
     tr.write_sep("-", f"step split: {name}")
     tr.write_line(
-        f"mean step {sp['step']:.4f} s = lifecycle {sp['lifecycle']:.4f} s ({100 * sp['lifecycle'] / sp['step']:.1f} %)"
+        f"mean computed step {sp['step']:.4f} s = lifecycle {sp['lifecycle']:.4f} s ({100 * sp['lifecycle'] / sp['step']:.1f} %)"
         f" + host math {sp['host']:.4f} s ({100 * sp['host'] / sp['step']:.1f} %)"
         f" + rest {sp['rest']:.4f} s ({100 * sp['rest'] / sp['step']:.1f} %)")
     life = info["lifecycle_s_per_step"]
@@ -88,3 +91,6 @@ def _write_step_split(tr, name: str, info: dict) -> None:
         f"{k[5:]} {v:.4f} s" for k, v in sp.items() if k.startswith("host_")))
     tr.write_line("  core per branch per step: " + ", ".join(
         f"{k} {v:.4f} s" for k, v in info["core_s_per_step"].items()))
+    if info.get("forecast_steps"):
+        tr.write_line(f"  per image: {info['computed_steps']} computed steps x {info['computed_step_s']:.4f} s + "
+                      f"{info['forecast_steps']} forecast steps x {info['forecast_step_s']:.4f} s = {info['image_s']:.3f} s")

@@ -20,10 +20,14 @@ __all__ = ["SuiteSettings", "resolve_settings", "OPTIONS", "typed_value", "pytes
 
 # option name -> (default, help). Defaults are the host CI's; a board profile overrides them.
 OPTIONS = {
-    "backend": ("auto", "auto (rknnlite on an RK3588, onnxruntime elsewhere), onnxruntime, rknnlite, faults"),
+    "backend": ("auto", "auto (rknnlite on an RK3588, onnxruntime elsewhere), onnxruntime, rknnlite, faults, "
+                        "board-sim (the board's timings and memory, simulated), "
+                        "rknn-sim (rknn-toolkit2's PC simulator on the converted partition)"),
     "model_dir": (str(EMBEDDED_DIR), "model directory (model.toml + weights); default: the embedded model"),
     "partition": (None, "partition directory (manifest.json); default: exported from the weights and cached"),
-    "precision": ("float16", "precision of an exported partition: float16 (the board's) or float32"),
+    "precision": ("float16", "precision of an exported partition: float16 (the board's) or float32; "
+                             "with rknn-sim: float16 or w8a8-ffn (the conversion's)"),
+    "calibration": (None, "rknn-sim w8a8-ffn: calibration directory (default: captured on first use)"),
     "fake_quant": (None, "export the partition with simulated INT8 (ffn-w8a8): a what-if the quality gate judges"),
     "golden_dir": (None, "golden images and cases.toml; default: golden/<model name>"),
     "cases": (None, "comma-separated golden case names to run (default: all)"),
@@ -38,14 +42,20 @@ OPTIONS = {
     "core_mask": ("auto", "rknnlite NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2"),
     "bench_rounds": (1, "pedantic rounds per benchmark (a step takes minutes on the board)"),
     "bench_steps": (None, "sampler steps per benchmark round (default: the golden case's)"),
+    "bench_sampler": (None, "sampler of the benchmark rounds: flow-euler or spectrum (13-of-28 preset; default: the case's)"),
     "history": (".benchmarks/history.jsonl", "benchmark run history (JSONL) for `python -m harness trend`"),
     "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, slow=SECONDS, slow=xFACTOR (backend faults)"),
     "cache_dir": (".cache", "where exported partitions are cached"),
+    "lifecycle": ("on-demand", "context strategy: on-demand, resident, lru:K, pinned:K, pinned:@I,J,A-B, prefetch:K"),
+    "images": (1, "images generated together per run: every loaded context serves all their streams"),
+    "board_profile_data": (None, "board-sim: profile data file (default boards/data/rock5c-anima.toml)"),
+    "time_scale": (None, "board-sim: seconds here per board second (default: the data file's)"),
 }
 _FLAGS = {"require_npu", "update_goldens", "force_goldens"}
-_INTS = {"bench_rounds", "bench_steps"}
+_INTS = {"bench_rounds", "bench_steps", "images"}
 _SIZES = {"mem_floor", "swap_limit", "pss_budget"}
-_PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir"}
+_PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir",
+          "board_profile_data", "calibration"}
 
 
 @dataclass
@@ -56,6 +66,7 @@ class SuiteSettings:
     model_dir: Path
     partition: Path | None
     precision: str
+    calibration: Path | None
     fake_quant: str | None
     golden_dir: Path
     cases: list[str] | None
@@ -76,6 +87,9 @@ class SuiteSettings:
     board_profile: Path | None = None
     backend_options: dict = field(default_factory=dict)
     npu_problem: str | None = None      # why --require-npu cannot be met here (None: it can)
+    bench_sampler: str | None = None
+    lifecycle: str = "on-demand"        # the context strategy (harness.lifecycle.spec)
+    images: int = 1                     # images generated together (stream batching)
 
 
 def pytest_addoption(parser):
@@ -149,8 +163,12 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     backend = ("rknnlite" if on_board else "onnxruntime") if requested == "auto" else requested
     if backend not in BACKENDS:
         raise ConfigError(f"--backend {requested}: unknown (choose auto, {', '.join(BACKENDS)})")
-    if values["precision"] not in ("float16", "float32"):
-        raise ConfigError(f"--precision {values['precision']}: choose float16 or float32")
+    from ..lifecycle import parse_lifecycle
+    lifecycle = str(parse_lifecycle(values["lifecycle"]))
+    precisions = ("float16", "w8a8-ffn") if backend == "rknn-sim" else ("float16", "float32")
+    if values["precision"] not in precisions:
+        raise ConfigError(f"--precision {values['precision']}: choose {' or '.join(precisions)}"
+                          + (" (what the toolkit builds)" if backend == "rknn-sim" else ""))
     from ..partition.onnx_export import FAKE_QUANT
     if values["fake_quant"] not in (None, *FAKE_QUANT):
         raise ConfigError(f"--fake-quant {values['fake_quant']}: choose {', '.join(FAKE_QUANT)}")
@@ -159,11 +177,14 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     golden_dir = values["golden_dir"] or golden_dir_for(cfg.name)
     budget = values["pss_budget"] or cfg.raw_gates.get("pss_budget")
     options = backend_options(backend, values, cfg)
+    from ..spectrum import SAMPLERS
+    if values["bench_sampler"] not in (None, *SAMPLERS):
+        raise ConfigError(f"--bench-sampler {values['bench_sampler']}: choose {', '.join(SAMPLERS)}")
     cases = _case_names(values["cases"], golden_dir)
     settings = SuiteSettings(
         backend=backend, backend_requested=requested, on_board=on_board,
         model_dir=values["model_dir"], partition=values["partition"], precision=values["precision"],
-        fake_quant=values["fake_quant"],
+        calibration=values["calibration"], fake_quant=values["fake_quant"],
         golden_dir=golden_dir,
         cases=cases,
         require_npu=values["require_npu"], mem_floor=parse_size(values["mem_floor"]),
@@ -173,7 +194,8 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         artifacts=values["artifacts"], telemetry_root=values["telemetry_root"],
         core_mask=values["core_mask"], bench_rounds=values["bench_rounds"],
         bench_steps=values["bench_steps"], history=values["history"], fault=values["fault"],
-        cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options)
+        cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options,
+        bench_sampler=values["bench_sampler"], lifecycle=lifecycle, images=values["images"])
     settings.npu_problem = _npu_problem(settings)
     return settings
 

@@ -4,17 +4,22 @@ extra_info holds the board profile's tables for the run: mean step time, core ti
 step, lifecycle time per stage per step, and the step split (lifecycle / host math / rest). A run during
 which a clock moved or a thermal zone reached a trip point is flagged INVALID, not silently compared.
 Only the denoise is timed: the partition is verified and the report written outside the rounds.
+With `--bench-sampler spectrum` the rounds run the 13-of-28 Spectrum preset; extra_info then counts
+computed and forecast steps apart (time per computed step and per image).
 
 The regression comparison itself is pytest-benchmark's (`--benchmark-compare-fail`); this module
-asserts what makes the figures it hands over trustworthy: every invocation of every step was
-recorded, the step split adds up without double counting, and the run reached the history.
+asserts what makes the figures it hands over trustworthy: every invocation of every computed step
+was recorded, the step split adds up without double counting, and the run reached the history.
 """
+from dataclasses import replace
+
 import pytest
 
 from harness.gates import benchmark_info, history_record
 from harness.history import append_run
-from harness.steptimes import STAGE_NAMES
 from harness.pytest_plugin.state import BOARD, IDENTITY, INVALID_RUNS, STEP_SPLITS, append_to
+from harness.spectrum import DEFAULT_PRESET, PRESETS
+from harness.steptimes import STAGE_NAMES
 from harness.telemetry import TelemetryWindow
 
 pytestmark = [pytest.mark.npu, pytest.mark.benchmark]
@@ -22,6 +27,11 @@ pytestmark = [pytest.mark.npu, pytest.mark.benchmark]
 
 def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, request):
     case = golden_cases[0]
+    if suite.bench_sampler and suite.bench_sampler != case.sampler:     # --bench-sampler spectrum
+        spectrum = PRESETS[DEFAULT_PRESET].as_dict() if suite.bench_sampler == "spectrum" else None
+        # another name: this render is not the golden case's, so it must not be shared as its run
+        case = replace(case, name=f"{case.name}-{suite.bench_sampler}", sampler=suite.bench_sampler,
+                       spectrum=spectrum)
     gate_runner.prepare()
     results = []
     with TelemetryWindow(suite.telemetry_root) as window:
@@ -50,11 +60,14 @@ def _history_lines(path) -> int:
 
 
 def _assert_figures_add_up(info: dict, steps: int, subgraphs: int) -> None:
-    assert info["steps"] == steps
-    assert info["invocations"] == subgraphs * steps, "invocations missing from the lifecycle records"
-    assert info["stage_records"] == len(STAGE_NAMES) * subgraphs * steps, "stages missing"
+    assert info["steps"] == steps == info["computed_steps"] + info["forecast_steps"]
+    computed = info["computed_steps"]       # all steps but Spectrum's forecast steps run the subgraphs
+    assert info["invocations"] == subgraphs * computed, "invocations missing from the lifecycle records"
+    assert info["stage_records"] == len(STAGE_NAMES) * subgraphs * computed, "stages missing"
     split, life = info["step_split_s"], info["lifecycle_s_per_step"]
-    assert split["step"] == pytest.approx(info["mean_step_s"], rel=1e-9)
+    assert split["step"] == pytest.approx(info["computed_step_s"], rel=1e-9)
+    assert info["image_s"] == pytest.approx(computed * info["computed_step_s"]
+                                            + info["forecast_steps"] * info["forecast_step_s"], rel=1e-9)
     assert split["lifecycle"] == pytest.approx(sum(life[s] for s in STAGE_NAMES), rel=1e-9)
     assert split["host"] == pytest.approx(sum(v for k, v in split.items() if k.startswith("host_")), rel=1e-9)
     # core time per branch is the run stage, split by branch: nothing counted twice or dropped

@@ -5,7 +5,6 @@ import json
 import pytest
 
 from harness.backends import live_contexts
-from harness.config import load_profile
 from harness.errors import MemoryGuardTripped
 from harness.reference_run import sample_settings
 from harness.memory import MemoryGuard, MemoryReading, read_memory
@@ -13,7 +12,6 @@ from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
 from harness.residency import residency_probe
 from harness.run import run_partitioned
-from harness.weights import random_weights
 from tests.helpers import make_random_model_dir
 
 pytestmark = pytest.mark.memory
@@ -21,12 +19,10 @@ MiB = 2 ** 20
 
 
 @pytest.mark.slow
-def test_guard_trips_on_real_contexts_and_releases_them_all(tmp_path):
+def test_guard_trips_on_real_contexts_and_releases_them_all(tmp_path, anima_block):
     """Full-width anima-2b subgraphs (FFN 128 MiB of FP32 weights each) held until MemAvailable
     falls 400 MiB below where it started."""
-    cfg = load_profile("anima-2b")
-    manifest = export_partition(random_weights(cfg, seed=2, blocks=range(1)), cfg, tmp_path / "p",
-                                dtype="float32", streams=1, blocks=[0])
+    _, _, manifest = anima_block
     floor = read_memory().mem_available - 400 * MiB
     with MemoryGuard(floor, 16 * MiB, interval=0.02) as guard:
         probe = residency_probe("onnxruntime", manifest, guard, limit=24)

@@ -3,6 +3,7 @@ and the rknnlite adapter in this real environment (no board runtime: a clear err
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import numpy as np
 import onnx
@@ -274,3 +275,32 @@ def test_rknnlite_off_board_says_so():
     assert LABEL in message
     assert "rknnlite runtime" in message and "not installed" in message
     assert "not an RK3588 board" in message and "--backend onnxruntime" in message
+
+
+def test_rknn_sim_without_its_toolkit_environment_says_how_to_make_it(tmp_path, monkeypatch):
+    """No toolkit needed: an absent environment fails the load naming bin/toolkit-env."""
+    import shutil as _shutil
+    from harness.backends import create_context as _create
+    from harness.partition.onnx_export import export_partition
+    from tests.helpers import make_random_model_dir
+    from harness.model.bundle import load_bundle
+    bundle = load_bundle(make_random_model_dir(tmp_path / "model"))
+    export_partition(bundle.weights, bundle.cfg, tmp_path / "fp32", dtype="float32", blocks=[0])
+    part = tmp_path / "conv"
+    _shutil.copytree(tmp_path / "fp32", part)
+    manifest = json.loads((part / "manifest.json").read_text())
+    entry = manifest["subgraphs"][0]
+    manifest["conversion"] = {"toolkit_version": "2.5.0", "target": "rk3588", "precision": "fp16",
+                              "config": {"target_platform": "rk3588"},
+                              "source": {"directory": str(tmp_path / "fp32")},
+                              "subgraphs": [{"file": entry["file"], "onnx_file": entry["file"],
+                                             "onnx_sha256": entry["sha256"], "quantization": None}]}
+    (part / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setenv("ANIMA_TOOLKIT_HOME", str(tmp_path / "no-toolkits"))
+    from harness.backends.rknn_sim import shutdown_workers
+    shutdown_workers()          # a worker started earlier in this session would still serve
+    ctx = _create("rknn-sim", "subgraph 0 (block 0 self_attn)")
+    with pytest.raises(BackendError, match=r"subgraph 0 \(block 0 self_attn\): load failed: toolkit "
+                                           r"environment 2.5.0 is absent .* bin/toolkit-env 2.5.0"):
+        ctx.load(part / entry["file"])
+    assert live_contexts() == 0

@@ -25,7 +25,7 @@ def case():
 
 def test_shipped_cases_load_with_measured_thresholds():
     cases = load_cases(CASES_FILE)
-    assert [c.name for c in cases] == ["seven", "three", "zero"]
+    assert [c.name for c in cases] == ["seven", "three", "zero", "seven-spectrum"]
     seven = cases[0]
     assert (seven.prompt, seven.seed, seven.sampler) == ("a handwritten digit seven", 1, "flow-euler")
     # No shipped case may be looser than the measured FP16 default (embedded-model-notes.md).
@@ -55,6 +55,33 @@ def test_bad_case_names_file_case_and_field(tmp_path, case_text, fragment):
         load_cases(path)
     message = str(info.value)
     assert str(path) in message and "[[case]] #1" in message and fragment in message
+
+
+def test_spectrum_case_resolves_over_the_preset():
+    spectrum = load_cases(CASES_FILE)[3]
+    assert spectrum.sampler == "spectrum" and spectrum.steps == 10
+    assert spectrum.spectrum == {"warmup": 3, "window": 2.0, "flex": 0.25, "degree": 2, "ridge": 0.1,
+                                 "blend": 1.0, "tail": 0}
+    assert load_cases(CASES_FILE)[0].spectrum is None
+
+
+@pytest.mark.parametrize("case_text, fragment", [
+    ('sampler = "spectrum"\nspectrum = { degree = 5 }', "spectrum.degree 5: a degree-5 Chebyshev fit needs 6"),
+    ('sampler = "spectrum"\nspectrum = { window = 0 }', "spectrum.window 0: the window must be at least 1"),
+    ('sampler = "spectrum"\nspectrum = { ridge = -1 }', "spectrum.ridge -1: the ridge lambda must be 0 or more"),
+    ('sampler = "spectrum"\nsteps = 4\nspectrum = { tail = 5 }', "spectrum.tail 5: more always-computed tail steps"),
+    ('sampler = "spectrum"\nspectrum = { lamda = 1 }', "unknown Spectrum parameter(s) ['lamda']"),
+    ('spectrum = { degree = 2 }', "a 'spectrum' table needs sampler = \"spectrum\""),
+    ('sampler = "dpm"', "'sampler' must be one of ['flow-euler', 'spectrum']"),
+])
+def test_bad_spectrum_case_is_one_line_naming_file_case_and_parameter(tmp_path, case_text, fragment):
+    path = tmp_path / "cases.toml"
+    path.write_text(CASES_FILE.read_text().split("\n[[case]]")[0] +
+                    '\n[[case]]\nname = "s"\nprompt = "x"\nseed = 1\n' + case_text + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_cases(path)
+    message = str(info.value)
+    assert f"{path} [[case]] #1 's'" in message and fragment in message and "\n" not in message
 
 
 def test_duplicate_case_names_are_refused(tmp_path):

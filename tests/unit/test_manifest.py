@@ -58,7 +58,7 @@ def test_round_trip(part, exported):
         [("x", (2, 64, 64), "float32"), ("context", (2, 8, 32), "float32")]
     assert [(s.name, s.shape) for s in cross.outputs] == [("y", (2, 64, 64))]
     assert manifest.decoder.branch == "decoder" and manifest.decoder.index == 84
-    assert manifest.decoder.outputs[0].shape == (64, 64, 3)
+    assert manifest.decoder.outputs[0].shape == (1, 64, 64, 3)
     assert len(manifest.weights_sha256) == 64
     assert manifest.path_of(cross) == (part / cross.file).resolve()
     assert manifest.path_of(cross).is_absolute()

@@ -178,9 +178,9 @@ def test_rknnlite_failing_mid_run_names_subgraph_and_releases_everything(model, 
     real = fake.inference
     calls = {"n": 0}
 
-    def flaky(self, inputs=None, data_format=None):
+    def flaky(self, inputs=None, **kwargs):
         calls["n"] += 1
-        return None if calls["n"] == 41 else real(self, inputs=inputs, data_format=data_format)
+        return None if calls["n"] == 41 else real(self, inputs=inputs, **kwargs)
 
     monkeypatch.setattr(fake, "inference", flaky)
     report = tmp_path / "r.json"

@@ -103,10 +103,9 @@ def test_patchify_feature_layout_matches_the_documented_index():
 
 
 @pytest.mark.slow
-def test_full_width_anima_block_runs_and_matches_float64_spot_checks():
+def test_full_width_anima_block_runs_and_matches_float64_spot_checks(anima_block):
     """One anima-2b block at full width (2048, 16 heads, FFN 8192, 1024 tokens) in CI time."""
-    cfg = load_profile("anima-2b")
-    w = random_weights(cfg, seed=11, blocks=range(1))
+    cfg, w, _ = anima_block
     rng = np.random.default_rng(5)
     x = rng.standard_normal((1, cfg.tokens, cfg.width)).astype(np.float32)
     ctx = rng.standard_normal((1, 16, cfg.context_dim)).astype(np.float32)

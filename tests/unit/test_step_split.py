@@ -67,3 +67,26 @@ def test_no_step_finished():
     report = summarize([], [], [])
     assert report["tables"]["step_split"]["step"] == 0.0 and report["invocations"] == 0
     assert report["tables"]["lifecycle_pass"]["run"] == pytest.approx(0.0)
+
+
+def test_spectrum_forecast_steps_are_counted_apart():
+    # Steps 0 and 1 computed (the records above), steps 2 and 3 forecast: no lifecycle record, only
+    # host math (the forecast and the final layer). The pass tables stay per computed step; the
+    # forecast steps have their own split, and per_image holds the whole denoise.
+    host = HOST + [{"step": s, "category": c, "seconds": t} for s in (2, 3)
+                   for c, t in (("forecast", 1 / 512), ("final", 1 / 1024))]
+    walls = WALLS + [1 / 128, 1 / 64]
+    report = summarize(_records(), host, walls, computed_steps=[0, 1])
+    tables = report["tables"]
+    assert tables["lifecycle_pass"] == summarize(_records(), HOST, WALLS)["tables"]["lifecycle_pass"]
+    assert tables["step_split"]["step"] == 2.25 and tables["step_split"]["host_forecast"] == 0.0
+    assert report["steps"] == {"total": 4, "computed": 2, "forecast": 2}
+    fs = tables["forecast_step"]
+    assert fs["step"] == (1 / 128 + 1 / 64) / 2
+    assert (fs["host_forecast"], fs["host_final"]) == (1 / 512, 1 / 1024)
+    assert fs["rest"] == fs["step"] - 1 / 512 - 1 / 1024
+    image = tables["per_image"]
+    assert (image["computed_steps"], image["forecast_steps"], image["invocations"]) == (2, 2, STEPS * BLOCKS * 3)
+    assert image["computed_seconds"] == 4.5 and image["forecast_seconds"] == 1 / 128 + 1 / 64
+    assert image["denoise"] == report["denoise_seconds"] == 4.5 + 1 / 128 + 1 / 64
+    assert image["per_computed_step"] == 2.25

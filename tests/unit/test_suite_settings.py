@@ -90,12 +90,18 @@ def test_report_header_names_board_runtime_and_backend(pytester):
     ({"backend": "faults", "fault": "slow=inf"}, "--fault 'slow=inf'"),
     ({"backend": "faults", "fault": "slow=x0.5"}, "--fault 'slow=x0.5'"),
     ({"backend": "onnxruntime", "fault": "nan@3"}, "--fault nan@3: only --backend faults reads it, this run uses onnxruntime"),
-    ({"cases": "seven,nine"}, "--cases: no golden case 'nine' in .*cases.toml \\(cases: seven, three, zero\\)"),
+    ({"cases": "seven,nine"}, "--cases: no golden case 'nine' in .*cases.toml \\(cases: seven, seven-spectrum, three, zero\\)"),
     ({"cases": " , "}, "--cases ' , ': name at least one golden case"),
+    ({"bench_sampler": "dpm"}, "--bench-sampler dpm: choose flow-euler, spectrum"),
 ])
 def test_bad_fault_and_cases_are_named(tmp_path, given, fragment):
     with pytest.raises(ConfigError, match=fragment):
         resolve_settings(cli(telemetry_root=str(tmp_path), **given), None)
+
+
+def test_bench_sampler_is_taken(tmp_path):
+    assert resolve_settings(cli(telemetry_root=str(tmp_path), bench_sampler="spectrum"), None).bench_sampler == "spectrum"
+    assert resolve_settings(cli(telemetry_root=str(tmp_path)), None).bench_sampler is None
 
 
 def test_good_fault_and_cases_reach_the_settings(tmp_path):

@@ -1,0 +1,258 @@
+"""The simulated board: onnxruntime computes every output (so the numbers stay true) while each
+stage takes the board's time and each live context holds the board's memory, both scaled.
+
+From a board profile data file (boards/data/rock5c-anima.toml: measured figures + a [sim] table of
+assumptions), a context of branch b
+    load     takes  lifecycle_per_model[b] x load share of the pass   x time_scale, and allocates
+             and touches context_mib x memory_scale of real memory (PSS and MemAvailable move);
+    init     takes  the same with the init share (and builds the real onnxruntime session);
+    run      takes  core_per_step[b] / blocks x rows / 2 x time_scale, holding an NPU core:
+             contexts on different cores run concurrently, on the same core they queue;
+    release  takes  the release share, and frees the memory;
+and before every invocation the pipeline pauses for the board's host CPU time (0.123 s, derived
+from the measured step, x time_scale; `between_invocations`), so a simulated step is the board's.
+A stage never takes less than the real work under it. Cores are file locks under `lock_dir`, so
+contexts in different processes (prefetch workers) share the three cores like on the board.
+
+This machine's own session creation (5-20 ms per subgraph here, under load more than a scaled
+board init_runtime) would otherwise set the pace, so with `reuse_sessions` (default on) each
+process builds one onnxruntime session per subgraph file and reuses it: the profile's init time,
+not this machine's, is what the stage takes. Those cached sessions are a fixed cost of the process,
+paid once; what moves with the live contexts is the scaled board memory each one holds.
+
+Context options (`normalize_options` checks and completes them; the suite's --board-profile-data,
+--time-scale and --core-mask become them in `BoardSimContext.parse_options`):
+    profile_data  path of the data file (default boards/data/rock5c-anima.toml)
+    time_scale    seconds here per board second (default: the file's [sim] time_scale)
+    memory_scale  bytes here per board byte (default: the file's [sim] memory_scale)
+    core_mask     auto, 0, 1, 2, 0_1, 0_1_2 (as rknnlite); default auto
+    lock_dir      directory of the per-core lock files (default: a fresh one per parsing process)
+    reuse_sessions  build each subgraph's onnxruntime session once per process (default true)
+"""
+from __future__ import annotations
+
+import atexit
+import fcntl
+import math
+import mmap
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..board_profile import load_board_profile
+from ..errors import ConfigError
+from .onnxruntime import OnnxRuntimeContext
+from .rknnlite import parse_core_mask
+
+__all__ = ["BoardSimContext", "normalize_options", "CORES_OF_MASK"]
+
+CORES_OF_MASK = {"auto": (), "0": (0,), "1": (1,), "2": (2,), "0_1": (0, 1), "0_1_2": (0, 1, 2)}
+_BRANCH = re.compile(r"\((?:block \d+ )?([a-z_]+)\)")
+
+
+def _scale(options: dict, key: str, default: float) -> float:
+    value = options.get(key, default)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= 1):
+        raise ConfigError(f"board-sim option '{key}' is {options.get(key)!r}: expected a number in (0, 1]")
+    return value
+
+
+def _fresh_lock_dir() -> str:
+    path = tempfile.mkdtemp(prefix="board-sim-npu-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def normalize_options(options: dict, lock_dir: bool = True) -> dict:
+    """Checked, complete options (idempotent: the parent completes them, workers get the result).
+    lock_dir=False only checks: no lock directory is made for a run that may not use this backend."""
+    known = {"profile_data", "time_scale", "memory_scale", "core_mask", "lock_dir", "threads", "reuse_sessions"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(f"board-sim: unknown option '{unknown[0]}' (known: {', '.join(sorted(known))})")
+    profile = load_board_profile(options.get("profile_data"))
+    cores = profile.sim("npu_cores", int)
+    mask = parse_core_mask(options.get("core_mask", "auto"))
+    if any(c >= cores for c in CORES_OF_MASK[mask]):
+        raise ConfigError(f"board-sim option 'core_mask' {mask}: {profile.path} has {cores} NPU cores")
+    return {**options, "profile_data": str(profile.path), "core_mask": mask,
+            "time_scale": _scale(options, "time_scale", profile.sim("time_scale")),
+            "memory_scale": _scale(options, "memory_scale", profile.sim("memory_scale")),
+            **({"lock_dir": str(options.get("lock_dir") or _fresh_lock_dir())} if lock_dir or options.get("lock_dir") else {}),
+            "reuse_sessions": _flag(options, "reuse_sessions", True)}
+
+
+def _flag(options: dict, key: str, default: bool) -> bool:
+    value = options.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"board-sim option '{key}' is {value!r}: expected true or false")
+    return value
+
+
+# (model path, size, mtime, threads) -> (session, input names), per process
+_SESSIONS: dict[tuple, tuple] = {}
+
+
+class BoardSimContext(OnnxRuntimeContext):
+    backend_name = "board-sim"
+    option_names = ("board_profile_data", "time_scale", "core_mask")
+    exclusive_options = ("board_profile_data", "time_scale")
+
+    @classmethod
+    def parse_options(cls, values: dict, cfg) -> dict:
+        raw = {"core_mask": values.get("core_mask") or "auto"}
+        if values.get("board_profile_data") is not None:
+            raw["profile_data"] = str(values["board_profile_data"])
+        if values.get("time_scale") is not None:
+            raw["time_scale"] = values["time_scale"]
+        return normalize_options(raw, lock_dir=False)
+
+    @classmethod
+    def run_options(cls, options: dict) -> dict:
+        return normalize_options(options)
+
+    @classmethod
+    def between_invocations(cls, options: dict) -> list:
+        """The board's host CPU time before each invocation ([sim] simulate_host), scaled: the
+        board's step is inference + lifecycle + this, so strategy ratios come out in its terms."""
+        opts = normalize_options(options)
+        profile = load_board_profile(opts["profile_data"])
+        if not profile.sim("simulate_host", bool):
+            return []
+        seconds = profile.host_per_invocation() * opts["time_scale"]
+        return [lambda: _pad(time.perf_counter(), seconds, "path")]
+
+    def __init__(self, label: str, **options):
+        opts = normalize_options(options)
+        super().__init__(label, **({"threads": options["threads"]} if "threads" in options else {}))
+        self.options = opts
+        profile = load_board_profile(opts["profile_data"])
+        match = _BRANCH.search(label)
+        self.branch = match.group(1) if match else "decoder"
+        scale = opts["time_scale"]
+        self.stage_s = {s: v * scale for s, v in profile.stage_seconds(self.branch).items()}
+        self.run_s_per_row = profile.core_per_invocation(self.branch) * scale / profile.sim("streams_measured", int)
+        self.context_bytes = int(profile.sim("context_mib") * 2**20 * opts["memory_scale"])
+        self.cores = CORES_OF_MASK[opts["core_mask"]]
+        self.npu_cores = profile.sim("npu_cores", int)
+        self.lock_dir = Path(opts["lock_dir"])
+        self._memory: mmap.mmap | None = None
+        self.last_queue_s = 0.0
+
+    def load(self, path: Path) -> None:
+        start = time.perf_counter()
+        super().load(path)
+        self._memory = _hold(self.context_bytes)
+        _pad(start, self.stage_s["load"])
+
+    def init(self) -> None:
+        start = time.perf_counter()
+        if not self.options["reuse_sessions"] or self._model is None:
+            super().init()
+        else:
+            st = self._path.stat()
+            key = (str(self._path), st.st_size, st.st_mtime_ns, self.threads)
+            if key not in _SESSIONS:
+                super().init()
+                _SESSIONS[key] = (self._session, self._input_names)
+            self._session, self._input_names = _SESSIONS[key]
+        _pad(start, self.stage_s["init"])
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        rows = int(inputs[0].shape[0]) if inputs and np.ndim(inputs[0]) else 1
+        queued = time.perf_counter()
+        fds = self._take_cores()
+        try:
+            start = time.perf_counter()
+            self.last_queue_s = start - queued
+            outputs = super().run(inputs)
+            _pad(start, self.run_s_per_row * rows, "path")
+        finally:
+            for fd in fds:
+                os.close(fd)          # closing drops the lock
+        return outputs
+
+    def release(self) -> None:
+        start = time.perf_counter()
+        try:
+            super().release()
+            _free(self._memory)
+            _pad(start, self.stage_s["release"])
+        finally:
+            self._memory = None
+
+    # -- the NPU cores ------------------------------------------------------------------------
+    def _lock(self, core: int, blocking: bool) -> int | None:
+        self.lock_dir.mkdir(parents=True, exist_ok=True)
+        # One open file per call: flock conflicts between open files, also within one process.
+        fd = os.open(self.lock_dir / f"core{core}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+    def _take_cores(self) -> list[int]:
+        if self.cores:                       # a fixed mask: wait for each of its cores, in order
+            return [self._lock(c, blocking=True) for c in self.cores]
+        for core in range(self.npu_cores):   # auto: the first idle core, else queue on core 0
+            fd = self._lock(core, blocking=False)
+            if fd is not None:
+                return [fd]
+        return [self._lock(0, blocking=True)]
+
+
+def _hold(size: int) -> mmap.mmap | None:
+    """Fresh anonymous pages, every one written, so PSS, MemAvailable and the memory guard see the
+    context. mmap, not a numpy array: malloc may hand back pages an earlier context already
+    touched, and then nothing would move."""
+    if size <= 0:
+        return None
+    block = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    np.frombuffer(block, dtype=np.uint8)[::mmap.PAGESIZE] = 1
+    return block
+
+
+def _free(block: mmap.mmap | None) -> None:
+    if block is not None:
+        block.close()
+
+
+class _Clock:
+    """Keeps simulated stages on the board's time despite late wake-ups.
+
+    A sleep of a millisecond can end several milliseconds late on a loaded machine; over the 336
+    stages of a step that would add seconds the board never spends. Each overshoot is carried as a
+    debt and taken off the next pauses of the same kind (never below the real work), so the sums
+    stay the board's. Two kinds: "path" (inference and the host pause, what a pipeline waits for)
+    and "lifecycle" (load, init, release); in a prefetch worker the debt of a background load must
+    not shorten an inference the pipeline waits for, which would flatter prefetch.
+    """
+
+    def __init__(self):
+        self.debt = {"path": 0.0, "lifecycle": 0.0}
+
+    def pad(self, start: float, target: float, kind: str = "lifecycle") -> None:
+        """Sleep until `target` seconds after `start`, less this kind's debt (a stage never takes
+        less than its real work)."""
+        left = target - (time.perf_counter() - start) - self.debt[kind]
+        if left > 0:
+            time.sleep(left)
+        self.debt[kind] = max(0.0, self.debt[kind] + (time.perf_counter() - start) - target)
+
+
+_CLOCK = _Clock()       # per process: the stages of one process run one after another
+
+
+def _pad(start: float, target: float, kind: str = "lifecycle") -> None:
+    _CLOCK.pad(start, target, kind)

@@ -1,0 +1,261 @@
+"""`harness convert`: an exported FP32 partition -> one .rknn per subgraph + manifest.json.
+
+All subgraphs are built by one toolkit process (worker.py). The output is assembled in a temporary
+directory beside --out and renamed into place only when every subgraph built and passed the
+CPU-fallback gate, so a failure never leaves a half-written partition (a previous one at --out stays
+as it was). The manifest keeps the partition format the board run already reads and verifies (each
+.rknn file's name, size and sha256), plus a `conversion` table: toolkit version, target, precision,
+the source ONNX hashes, per-subgraph build seconds and op placement, and the build log's hash.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError, ManifestError, ToolkitError
+from ..partition.manifest import Manifest, SubgraphEntry, load_manifest, manifest_sha256
+from .calibration import absolute_dataset, precisions, quantization_for
+from .envs import default_version, toolkit_python
+from .layers import check_no_cpu_ops, cpu_fallbacks, parse_layer_table
+from .process import run_worker
+
+__all__ = ["PRECISIONS", "DEFAULT_TARGET", "BUILD_LOG", "ConvertResult", "convert_partition",
+           "sample_inputs"]
+
+PRECISIONS = precisions()
+DEFAULT_TARGET = "rk3588"
+BUILD_LOG = "build.log"
+RKNN_CONFIG = {"float_dtype": "float16", "optimization_level": 3}
+
+
+@dataclass
+class ConvertResult:
+    manifest: Manifest
+    version: str
+    seconds: float
+    build_seconds: dict[str, float]
+    cpu_ops: dict[str, list[dict]]
+    sim_outputs: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    samples: dict[str, list[list[np.ndarray]]] = field(default_factory=dict)
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _source(partition) -> Manifest:
+    manifest = load_manifest(partition)
+    manifest.verify()
+    if manifest.conversion:
+        raise ConfigError(f"{manifest.file}: already a converted partition; convert the exported "
+                          f"ONNX partition it came from")
+    dtype = manifest.export.get("dtype")
+    if dtype != "float32" or manifest.export.get("fake_quant"):
+        raise ConfigError(f"{manifest.file}: exported as {dtype}"
+                          f"{' with fake quantisation' if manifest.export.get('fake_quant') else ''}; "
+                          f"convert the plain FP32 export (bin/harness export --dtype float32): "
+                          f"the toolkit builds FP16 and INT8 itself")
+    return manifest
+
+
+def _check_out(out: Path) -> None:
+    """--out may be new, empty, or a previous conversion (replaced as a whole); nothing else."""
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not _is_conversion(out))):
+        raise ConfigError(f"--out {out} exists and is not a converted partition: choose another "
+                          f"directory (convert replaces only its own output)")
+
+
+def _is_conversion(directory: Path) -> bool:
+    try:
+        return bool(load_manifest(directory).conversion)
+    except ManifestError:
+        return False
+
+
+def sample_inputs(entry: SubgraphEntry, count: int, seed: int) -> list[list[np.ndarray]]:
+    """Unit-scale random inputs of the entry's shapes: the branch inputs are LayerNorm-ed activations
+    and the text embedding, both of order one; the decoder's latent is a unit normal too."""
+    rng = np.random.default_rng(seed + entry.index)
+    return [[rng.standard_normal(spec.shape).astype(spec.dtype) for spec in entry.inputs]
+            for _ in range(count)]
+
+
+def _items(source: Manifest, work: Path, precision: str, calibration, samples: int, seed: int):
+    items, inputs = [], {}
+    for entry in source.entries():
+        stem = Path(entry.file).stem
+        recorded = quantization_for(entry, precision, calibration)
+        quant = dict(recorded) if recorded else None
+        if quant:   # the toolkit reads list entries from its own cwd: hand it absolute paths
+            quant["dataset"] = str(absolute_dataset(Path(quant["dataset"]),
+                                                    work / "datasets" / f"{stem}.txt"))
+        item = {"name": stem, "onnx": str(source.path_of(entry).resolve()), "rknn": f"{stem}.rknn",
+                "quantization": quant, "recorded_quantization": recorded}
+        if samples:
+            sets = sample_inputs(entry, samples, seed)
+            inputs[stem] = sets
+            item["samples"] = []
+            for k, arrays in enumerate(sets):
+                paths = []
+                for j, array in enumerate(arrays):
+                    path = work / "samples" / f"{stem}.sample{k}.in{j}.npy"
+                    np.save(path, array)
+                    paths.append(str(path))
+                item["samples"].append({"inputs": paths})
+        items.append(item)
+    return items, inputs
+
+
+def _progress(total: int, quiet: bool):
+    done = [0]
+
+    def show(event: dict) -> None:
+        if quiet:
+            return
+        if event["event"] == "start":
+            print(f"[convert] rknn-toolkit2 {event['toolkit']}: building {event['count']} subgraphs",
+                  file=sys.stderr, flush=True)
+        elif event["event"] == "built":
+            done[0] += 1
+            print(f"[convert] {done[0]:3d}/{total} {event['name']}  {event['seconds']:.2f} s",
+                  file=sys.stderr, flush=True)
+    return show
+
+
+def _fail(source: Manifest, version: str, event: dict, out: Path) -> ToolkitError:
+    by_stem = {Path(e.file).stem: e for e in source.entries()}
+    entry = by_stem.get(event.get("name"))
+    where = f"{entry.label} ({entry.file})" if entry else "toolkit start-up"
+    kept = ""
+    if event.get("log") and Path(event["log"]).exists():
+        keep = out.parent / f"{out.name}.failed.log"
+        shutil.copyfile(event["log"], keep)
+        kept = f" (toolkit log: {keep})"
+    return ToolkitError(f"rknn-toolkit2 {version}: {where}: {event['stage']} failed: "
+                        f"{event.get('detail') or 'no reason given'}{kept}")
+
+
+def convert_partition(partition, out, version: str | None = None, precision: str = "fp16",
+                      calibration=None, target: str = DEFAULT_TARGET, allow_cpu_ops: bool = False,
+                      samples: int = 0, seed: int = 0, quiet: bool = False) -> ConvertResult:
+    """Convert every subgraph (and the decoder) of an FP32 export; see the module docstring.
+
+    samples > 0 also runs the toolkit's PC simulator on that many random input sets per subgraph
+    right after its build (the simulator only runs models built in the same process); the outputs
+    come back in ConvertResult.sim_outputs for a comparison against onnxruntime.
+    """
+    version = version or default_version()
+    if precision not in PRECISIONS:
+        raise ConfigError(f"--precision '{precision}' is unknown (choose {' or '.join(PRECISIONS)})")
+    out = Path(out)
+    _check_out(out)
+    source = _source(partition)
+    toolkit_python(version)                 # an absent environment fails before any work
+    started = time.perf_counter()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Absolute: the worker runs in its own directory (the toolkit litters its cwd with check*.onnx).
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".converting", dir=out.parent.resolve()))
+    try:
+        (work / "samples").mkdir()
+        (work / "datasets").mkdir()
+        items, inputs = _items(source, work, precision, calibration, samples, seed)
+        job = {"out_dir": str(work), "items": items,
+               "config": {"target_platform": target, **RKNN_CONFIG}}
+        events = run_worker(version, job, work / "job.json", _progress(len(items), quiet))
+        failed = [e for e in events if e["event"] == "failed"]
+        if failed:
+            raise _fail(source, version, failed[0], out)
+        built = {e["name"]: e for e in events if e["event"] == "built"}
+        recorded = {item["name"]: item["recorded_quantization"] for item in items}
+        result = _assemble(source, work, out, version, precision, target, calibration, built, recorded,
+                           started, allow_cpu_ops)
+        result.samples = inputs
+        result.sim_outputs = {name: [np.load(p) for p in ev["sim_outputs"]] for name, ev in built.items()}
+        _finish(work, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result.manifest = load_manifest(out)
+    return result
+
+
+def _assemble(source, work, out, version, precision, target, calibration, built, recorded,
+              started, allow_cpu_ops) -> ConvertResult:
+    """Parse every layer table, gate CPU fallbacks, write build.log and manifest.json into work/."""
+    entries, records, cpu_ops, logs = [], [], {}, []
+    for entry in source.entries():
+        stem = Path(entry.file).stem
+        event = built[stem]
+        log_text = Path(event["log"]).read_text(errors="replace")
+        logs.append(f"===== {entry.label}: {entry.file} -> {stem}.rknn =====\n{log_text}")
+        layers = parse_layer_table(log_text, where=f"{entry.label} ({stem}.rknn)")
+        cpu_ops[stem] = cpu_fallbacks(layers)
+        rknn = work / f"{stem}.rknn"
+        entries.append(SubgraphEntry(index=entry.index, block=entry.block, branch=entry.branch,
+                                     file=rknn.name, sha256=_sha256(rknn), bytes=rknn.stat().st_size,
+                                     inputs=entry.inputs, outputs=entry.outputs))
+        records.append({"file": rknn.name, "onnx_file": entry.file, "onnx_sha256": entry.sha256,
+                        "build_seconds": event["seconds"], "layers": len(layers),
+                        "cpu_ops": cpu_ops[stem],
+                        "quantization": recorded[stem]})
+    log_file = work / BUILD_LOG
+    log_file.write_text("\n".join(logs))
+    if not allow_cpu_ops:
+        try:
+            check_no_cpu_ops({e.label + f" ({e.file})": cpu_ops[Path(e.file).stem] for e in entries})
+        except ToolkitError as exc:     # keep the layer tables that show it
+            keep = out.parent / f"{out.name}.failed.log"
+            shutil.copyfile(log_file, keep)
+            raise ToolkitError(f"{exc} (build log: {keep})") from None
+    seconds = time.perf_counter() - started
+    conversion = {"toolkit": "rknn-toolkit2", "toolkit_version": version, "target": target,
+                  "precision": precision, "config": {"target_platform": target, **RKNN_CONFIG},
+                  "source": {"directory": str(source.directory.resolve()),
+                             "manifest_sha256": manifest_sha256(source.directory)},
+                  "calibration": str(Path(calibration).resolve()) if calibration else None,
+                  "build_log": {"file": BUILD_LOG, "sha256": _sha256(log_file)},
+                  "seconds": round(seconds, 3), "subgraphs": records}
+    decoder = entries[-1] if source.decoder else None
+    manifest = Manifest(directory=work, format=source.format, model=source.model,
+                        weights_sha256=source.weights_sha256, weights_source=source.weights_source,
+                        export=source.export, subgraphs=entries[:len(source.subgraphs)],
+                        decoder=decoder, conversion=conversion)
+    manifest.save()
+    return ConvertResult(manifest=manifest, version=version, seconds=seconds,
+                         build_seconds={r["file"]: r["build_seconds"] for r in records},
+                         cpu_ops=cpu_ops)
+
+
+def _finish(work: Path, out: Path) -> None:
+    """Keep only the deliverables, then swap work/ in for out/ (the old output goes last)."""
+    for scratch in ("logs", "sim", "samples", "datasets", "scratch", "job.json", "job.stderr", "toolkit-import.log"):
+        target = work / scratch
+        if target.is_dir():
+            shutil.rmtree(target)
+        else:
+            target.unlink(missing_ok=True)
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+    os.replace(work, out)
+    (out.parent / f"{out.name}.failed.log").unlink(missing_ok=True)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        os.chmod(out, 0o755 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

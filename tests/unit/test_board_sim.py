@@ -1,0 +1,193 @@
+"""The simulated board: the profile's stage times (scaled), real touched memory per live context,
+three NPU cores that queue, onnxruntime's own outputs, and one clear error per bad option."""
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.backends import create_context, live_contexts
+from harness.backends.board_sim import normalize_options
+from harness.board_profile import DEFAULT_BOARD_DATA, load_board_profile
+from harness.errors import ConfigError
+from harness.memory import read_memory
+from harness.model.bundle import load_bundle
+from harness.partition.manifest import load_manifest
+from harness.partition.onnx_export import export_partition
+from tests.helpers import make_random_model_dir
+
+MiB = 2 ** 20
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return load_bundle(make_random_model_dir(tmp_path_factory.mktemp("model"), seed=7))
+
+
+@pytest.fixture(scope="module")
+def manifest(model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("partition") / "fp32"
+    export_partition(model.weights, model.cfg, out, dtype="float32")
+    return load_manifest(out)
+
+
+@pytest.fixture(autouse=True)
+def fresh_clock(monkeypatch):
+    """No overshoot debt carried in from another test: each stage here takes its full time."""
+    from harness.backends import board_sim
+    monkeypatch.setattr(board_sim, "_CLOCK", board_sim._Clock())
+
+
+def _ffn(manifest):
+    return next(e for e in manifest.subgraphs if e.branch == "ffn")
+
+
+def _ctx(manifest, entry, **options):
+    ctx = create_context("board-sim", entry.label, **normalize_options(options))
+    ctx.load(manifest.path_of(entry))
+    ctx.init()
+    return ctx
+
+
+def _inputs(entry):
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(s.shape).astype(s.dtype) for s in entry.inputs]
+
+
+def test_stages_take_the_profiles_time_at_scale_and_outputs_are_onnxruntimes(manifest):
+    import time
+    from harness.backends import board_sim
+    entry = _ffn(manifest)
+    profile = load_board_profile()
+    scale = 0.01
+    ctx = _ctx(manifest, entry, time_scale=scale)
+    ort = create_context("onnxruntime", entry.label)
+    try:
+        assert ctx.stage_s["load"] == pytest.approx(0.510 * 13.96 / 31.70 * scale)
+        assert ctx.run_s_per_row == pytest.approx(44.76 / 28 / 2 * scale)
+        ort.load(manifest.path_of(entry))
+        ort.init()
+        inputs = _inputs(entry)
+        start = time.perf_counter()
+        got = ctx.run(inputs)
+        took = time.perf_counter() - start
+        assert np.array_equal(got[0], ort.run(inputs)[0])         # the numbers stay true
+        assert took >= ctx.run_s_per_row * inputs[0].shape[0]    # never faster than the board
+    finally:
+        ctx.release()
+        ort.release()
+    assert profile.core_per_invocation("ffn") == pytest.approx(44.76 / 28)
+    assert live_contexts() == 0
+
+
+def test_a_live_context_holds_real_scaled_memory_until_released(manifest):
+    entry = _ffn(manifest)
+    expected = 138.25 * MiB / 64                                  # [sim] context_mib x memory_scale
+    before = read_memory().pss
+    ctxs = [_ctx(manifest, entry, time_scale=1e-4) for _ in range(4)]
+    held = read_memory().pss - before
+    for c in ctxs:
+        c.release()
+    after = read_memory().pss - before
+    assert held >= 4 * 0.9 * expected, f"4 contexts added only {held / MiB:.1f} MiB"
+    assert after < held - 3 * expected                            # released memory is returned
+
+
+def test_contexts_on_one_core_queue_and_on_different_cores_run_together(manifest):
+    entry = _ffn(manifest)
+    lock_dir = normalize_options({})["lock_dir"]
+    scale = 0.1                                                    # one FFN call: 0.16 s for 2 rows
+
+    def race(masks):
+        ctxs = [_ctx(manifest, entry, time_scale=scale, core_mask=m, lock_dir=lock_dir) for m in masks]
+        inputs = _inputs(entry)
+        threads = [threading.Thread(target=c.run, args=(inputs,)) for c in ctxs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        queued = sorted(c.last_queue_s for c in ctxs)
+        for c in ctxs:
+            c.release()
+        return queued, ctxs[0].run_s_per_row * inputs[0].shape[0]
+
+    queued, run_s = race(["0", "0"])
+    assert queued[1] >= 0.8 * run_s           # the second waited for the first's whole inference
+    queued, run_s = race(["0", "1"])
+    assert queued[1] < 0.5 * run_s            # separate cores: no waiting for each other
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"time_scale": 0}, "time_scale"),
+    ({"time_scale": "fast"}, "time_scale"),
+    ({"core_mask": "7"}, "core_mask"),
+    ({"wobble": 1}, "unknown option 'wobble'"),
+    ({"profile_data": "/nonexistent/board.toml"}, "/nonexistent/board.toml: no such file"),
+])
+def test_bad_options_are_one_error_naming_the_option_or_file(options, words):
+    with pytest.raises(ConfigError, match=words):
+        normalize_options(options)
+
+
+def test_a_profile_missing_a_figure_names_the_file_and_key(tmp_path):
+    text = Path(DEFAULT_BOARD_DATA).read_text().replace("ffn = 0.510", "")
+    bad = tmp_path / "board.toml"
+    bad.write_text(text)
+    with pytest.raises(ConfigError, match=r"board.toml: missing 'lifecycle_per_model.ffn'"):
+        load_board_profile(bad)
+
+
+def test_the_profile_says_which_figures_are_measured_and_which_assumed():
+    text = Path(DEFAULT_BOARD_DATA).read_text()
+    profile = load_board_profile()
+    assert "MEASURED" in text and "ASSUMPTIONS" in text
+    assert {"lifecycle_pass", "residency_probe"} <= set(profile.sim("measured", list))
+    for key in ("stage_split", "lifecycle_holds_core", "context_mib", "streams_measured"):
+        assert key in profile.data["sim"]
+
+
+def test_the_boards_host_time_falls_before_every_invocation(tmp_path):
+    from harness.backends.board_sim import BoardSimContext
+    import time
+    opts = normalize_options({"time_scale": 0.01})
+    pauses = BoardSimContext.between_invocations(opts)
+    host = load_board_profile().host_per_invocation()
+    assert host == pytest.approx((120.40 - (44.76 + 24.00 + 7.45) - 33.84) / 84)
+    start = time.perf_counter()
+    for pause in pauses:
+        pause()
+    assert time.perf_counter() - start >= host * 0.01
+    text = Path(DEFAULT_BOARD_DATA).read_text().replace("simulate_host = true", "simulate_host = false")
+    off = tmp_path / "board.toml"
+    off.write_text(text)
+    assert BoardSimContext.between_invocations(normalize_options({"profile_data": str(off)})) == []
+
+
+def test_strategies_on_the_simulated_board_give_onnxruntimes_latent(model, manifest):
+    from harness.reference_run import sample_settings
+    from harness.run import run_partitioned
+    settings = sample_settings(model, steps=1)
+
+    def latent(backend, lifecycle, options):
+        return run_partitioned(model, manifest.directory, backend, "the number 3", settings, options,
+                               lifecycle=lifecycle).latent
+    ort = latent("onnxruntime", "on-demand", {})
+    for spec in ("on-demand", "prefetch:2"):
+        assert np.array_equal(latent("board-sim", spec, {"time_scale": 1e-4}), ort), spec
+    assert live_contexts() == 0
+
+
+def test_late_wake_ups_are_taken_off_the_next_pauses_of_their_kind():
+    from harness.backends.board_sim import _Clock
+    import time
+    clock = _Clock()
+    start = time.perf_counter()
+    time.sleep(0.05)                      # a load whose real work overran its 10 ms by 40 ms
+    clock.pad(start, 0.01)
+    assert clock.debt["lifecycle"] >= 0.035
+    start = time.perf_counter()
+    clock.pad(start, 0.03, "path")        # an inference does not pay a load's debt
+    assert time.perf_counter() - start >= 0.03
+    start = time.perf_counter()
+    clock.pad(start, 0.03)                # the next 30 ms load is paid from the debt: no sleep
+    assert time.perf_counter() - start < 0.02 and clock.debt["lifecycle"] >= 0.005

@@ -1,0 +1,80 @@
+"""The planner reproduces the board write-up's arithmetic from the board profile data, plans from a
+measured run report too, and picks the fastest strategy that fits the memory budget."""
+import json
+
+import pytest
+
+from harness.cli import main
+from harness.planner import inputs_from_profile, lru_hits, memory_mib, plan
+from harness.residency import extrapolate
+
+
+@pytest.fixture(scope="module")
+def board_plan():
+    return plan(inputs_from_profile(), pools=(1, 4, 16, 83, 84), pins=(16,), prefetch=(1, 2))
+
+
+def _choice(result, name):
+    return next(c for c in result["choices"] if c["strategy"] == name)
+
+
+def test_no_lru_pool_under_84_ever_hits_in_1092_invocations():
+    assert all(lru_hits(84, 13, pool) == 0 for pool in range(1, 84))
+    assert lru_hits(84, 13, 84) == 84 * 12                  # only a pool of all 84 keeps anything
+
+
+def test_lru_rows_say_zero_hits(board_plan):
+    assert board_plan["invocations"] == 1092
+    for pool in (1, 4, 16, 83):
+        assert "0 hits / 1092" in _choice(board_plan, f"lru:{pool}")["note"]
+        assert _choice(board_plan, f"lru:{pool}")["seconds"] == pytest.approx(1713.78)
+
+
+def test_full_residency_saves_380_50_s(board_plan):
+    resident = _choice(board_plan, "resident")
+    assert round(1713.78 - resident["seconds"], 2) == 380.50
+    assert round(resident["seconds"], 2) == 1333.28
+
+
+def test_16_pinned_save_72_4_s_with_the_pass_mean_and_say_so(board_plan):
+    pinned = _choice(board_plan, "pinned:16")
+    assert board_plan["mean_lifecycle_s"] == 0.377           # 31.708 / 84 at the profile's precision
+    assert round(1713.78 - pinned["seconds"], 1) == 72.4
+    assert "pass mean" in pinned["note"] and "per-branch means: 97.9 s" in pinned["note"]
+
+
+def test_84_resident_contexts_extrapolate_to_11_3_gib(board_plan):
+    assert round(board_plan["full_residency_added_gib"], 1) == 11.3
+    # the growth is the marginal slope of the probe's last two rows (16 -> 18 contexts)
+    assert extrapolate([16, 18], [2144.4, 2420.9], 84) == pytest.approx(2420.9 + 66 * 138.25)
+    assert memory_mib(inputs_from_profile(), 16) == pytest.approx(2144.4)      # measured rows as they are
+
+
+def test_hide_everything_bound_is_1274_to_1302_s_below_full_residency(board_plan):
+    bound = board_plan["bound"]
+    assert (round(bound["low"]), round(bound["high"])) == (1274, 1302)
+    assert bound["high"] < _choice(board_plan, "resident")["seconds"]
+    assert bound["added_mib"] == pytest.approx(154.9)          # on-demand memory: one context
+    assert _choice(board_plan, "on-demand")["reach"] == 0.0
+    assert 0.9 < _choice(board_plan, "resident")["reach"] < 1.0
+
+
+def test_best_choice_fits_the_budget(board_plan):
+    best = board_plan["best"]
+    assert best["fits"] and best["added_mib"] <= board_plan["budget_mib"]
+    assert not _choice(board_plan, "resident")["fits"]
+    fitting = [c["seconds"] for c in board_plan["choices"] if c["fits"]]
+    assert best["seconds"] == min(fitting)
+    tight = plan(inputs_from_profile(budget_mib=200), pools=(), pins=(), prefetch=(2,))
+    assert tight["best"]["strategy"] == "on-demand"            # 2 contexts do not fit 200 MiB
+
+
+def test_plan_command_from_profile_and_from_a_run_report(tmp_path, capsys):
+    assert main(["plan", "--json", str(tmp_path / "plan.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "1333.28" in printed and "11.3 GiB" in printed and "1274-1302" in printed
+    assert json.loads((tmp_path / "plan.json").read_text())["best"]["fits"]
+    bad = tmp_path / "report.json"
+    bad.write_text("{}")
+    assert main(["plan", "--report", str(bad)]) == 2
+    assert "--report" in capsys.readouterr().err
