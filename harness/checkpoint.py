@@ -213,6 +213,8 @@ def as_source(weights, cfg: ModelConfig, source: str = "weights") -> TensorSourc
     """A TensorSource for a Checkpoint, a path to one, or an in-memory dict of tensors."""
     if isinstance(weights, TensorSource):
         return weights
+    if isinstance(getattr(weights, "checkpoint", None), TensorSource):
+        return weights.checkpoint       # a bundle's host weights: export reads the blocks from the file
     if isinstance(weights, (str, Path)):
         return Checkpoint(weights, cfg)
     return DictSource(weights, cfg, source)
