@@ -4,12 +4,12 @@ Only the tensors the host computes with are read (checkpoint.is_host_key): the N
 their own weights. The monolithic reference forward needs every tensor and asks for them explicitly
 (`all_weights`), so nothing on the board's path pays for the whole DiT.
 
-Of the host's tensors, the per-block AdaLN modulation layers are 96 % (0.70 of 0.73 GiB as FP32 on
+Of the host's tensors, the per-block AdaLN modulation layers are 90 % (0.66 of 0.73 GiB as FP32 on
 anima-2b) and are used once per step, to compute that step's modulations. They stay in the
 memory-mapped file and are read (converted to FP32) when a step computes its modulations, then
 dropped: the file pages are the kernel's reclaimable page cache, not the process's memory. That
 keeps the run's own memory inside the board write-up's 0.8-1.0 GiB host budget beside a loaded
-context; the cost is reading 0.35 GB of BF16 per step (~120 s per step on the board).
+context; the cost is reading 0.33 GiB of BF16 per step (~120 s per step on the board).
 """
 from __future__ import annotations
 
