@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .atomic import atomic_save_npy
 from .config import BRANCHES
 from .errors import ConfigError, HarnessError
 from .steptimes import STAGE_NAMES
@@ -89,6 +90,15 @@ class GateRunner:
         return f"{path}, manifest sha256 {manifest_sha256(path)[:16]}"
 
     @property
+    def image_shape(self) -> tuple[int, int, int] | None:
+        """The decoder's image [H, W, 3], so a golden of another shape is refused before the run."""
+        cfg = self.bundle.cfg
+        if not cfg.decoder or cfg.latent_channels != 1:
+            return None
+        scale = int(cfg.decoder.get("scale", 4))
+        return (cfg.latent_size[0] * scale, cfg.latent_size[1] * scale, 3)
+
+    @property
     def manifest_hash(self) -> str:
         return manifest_sha256(self.partition)
 
@@ -154,7 +164,7 @@ class GateRunner:
         return result
 
     def _save_outputs(self, result: RunResult, name: str) -> None:
-        np.save(self.s.artifacts / "runs" / f"{name}-latent.npy", result.latent)
+        atomic_save_npy(self.s.artifacts / "runs" / f"{name}-latent.npy", result.latent)
         if result.image is not None:
             save_png(result.image, self.s.artifacts / "runs" / f"{name}.png")
 

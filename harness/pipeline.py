@@ -21,11 +21,11 @@ import numpy as np
 from .errors import ManifestError, NumericsError
 from .model import ops, reference as R
 from .model.bundle import ModelBundle
-from .partition.manifest import check_input
+from .partition.manifest import check_input, check_outputs
 from .timing import Timed
 
-__all__ = ["PartitionedPipeline", "HostTimes", "Invocation", "check_finite", "batch_of", "pad_batch",
-           "as_rgb"]
+__all__ = ["PartitionedPipeline", "HostTimes", "Invocation", "check_finite", "check_image_finite", "batch_of",
+           "pad_batch", "as_rgb"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,16 @@ def check_finite(out: np.ndarray, streams: list[str], step: int, entry) -> None:
             raise NumericsError(
                 f"NaN/Inf at step {step}, block {entry.block}, branch {entry.branch}, stream {stream} "
                 f"(subgraph {entry.index}): {bad} of {out[k].size} values")
+
+
+def check_image_finite(image: np.ndarray, what: str) -> None:
+    """Raise NumericsError naming `what` (the decoder subgraph, or the model) for NaN/Inf in an image:
+    a PNG would clip them into plausible pixels and the image would still be written."""
+    if np.isfinite(np.sum(image, dtype=np.float64)):
+        return
+    bad = int(image.size - np.count_nonzero(np.isfinite(image)))
+    if bad:
+        raise NumericsError(f"NaN/Inf in the image from {what}: {bad} of {image.size} values")
 
 
 class PartitionedPipeline:
@@ -198,7 +208,8 @@ class PartitionedPipeline:
         return self._contexts[dtype]
 
     def _run(self, ctx, entry, step, inputs):
-        return self.strategy.run(ctx, entry, step, inputs)[0]
+        # Shape, dtype and count on every invocation: a wrong shape broadcasts silently otherwise.
+        return check_outputs(entry, self.strategy.run(ctx, entry, step, inputs))
 
     # ------------------------------------------------------------------ decoder
     def decode(self, latent: np.ndarray, step: int) -> np.ndarray:
@@ -213,16 +224,13 @@ class PartitionedPipeline:
             hook()
         ctx = self.strategy.acquire(entry, step)
         try:           # one decoder context serves every image in flight, one call each
-            outs = [np.asarray(self.strategy.run(ctx, entry, step, [one.reshape(spec.shape).astype(spec.dtype)])[0],
+            outs = [np.asarray(self._run(ctx, entry, step, [one.reshape(spec.shape).astype(spec.dtype)]),
                                dtype=np.float32)
                     for one in np.split(latent, latent.shape[0])]
         finally:
             self.strategy.finish(entry, step)
-        for out in outs:
-            bad = int(out.size - np.count_nonzero(np.isfinite(out)))
-            if bad:
-                raise NumericsError(f"NaN/Inf in the decoder output ({entry.label}, {entry.file}): "
-                                    f"{bad} of {out.size} values")
+        for out in outs:            # a PNG would clip NaN into plausible pixels
+            check_image_finite(out, f"{entry.label}, file {entry.file}")
         value_range = self.cfg.decoder.get("output_range", [0.0, 1.0])
         images = [as_rgb(out, value_range, entry) for out in outs]
         return images[0] if len(images) == 1 else np.stack(images)

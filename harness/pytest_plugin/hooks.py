@@ -8,6 +8,7 @@ from ..errors import HarnessError
 from .options import OPTIONS, resolve_settings
 from .state import BOARD, IDENTITY, INVALID_RUNS, QUALITY_LINES, SETTINGS, SPECTRUM_LINES, STEP_SPLITS
 from .fixtures import runner_of, selected_cases
+from .session import start_run
 
 __all__ = ["pytest_configure", "pytest_report_header", "pytest_pyfunc_call", "pytest_generate_tests",
            "pytest_terminal_summary"]
@@ -22,6 +23,10 @@ def pytest_configure(config):
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[SETTINGS] = settings
+    try:
+        start_run(config, settings)
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
     identity = board_identity(settings.telemetry_root)
     config.stash[IDENTITY] = identity
     config.stash[BOARD] = board_id(identity)

@@ -44,16 +44,19 @@ OPTIONS = {
     "bench_steps": (None, "sampler steps per benchmark round (default: the golden case's)"),
     "bench_sampler": (None, "sampler of the benchmark rounds: flow-euler or spectrum (13-of-28 preset; default: the case's)"),
     "history": (".benchmarks/history.jsonl", "benchmark run history (JSONL) for `python -m harness trend`"),
-    "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, slow=SECONDS, slow=xFACTOR (backend faults)"),
+    "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS, "
+                    "slow=xFACTOR (backend faults)"),
     "cache_dir": (".cache", "where exported partitions are cached"),
     "lifecycle": ("on-demand", "context strategy: on-demand, resident, lru:K, pinned:K, pinned:@I,J,A-B, prefetch:K"),
     "images": (1, "images generated together per run: every loaded context serves all their streams"),
     "board_profile_data": (None, "board-sim: profile data file (default boards/data/rock5c-anima.toml)"),
     "time_scale": (None, "board-sim: seconds here per board second (default: the data file's)"),
+    "min_free": ("64MiB", "refuse to start when the artifacts or history filesystem has less free space"),
+    "suite_run": (False, "bin/test's run: JUnit XML and benchmark JSON into --artifacts; no test collected fails"),
 }
-_FLAGS = {"require_npu", "update_goldens", "force_goldens"}
+_FLAGS = {"require_npu", "update_goldens", "force_goldens", "suite_run"}
 _INTS = {"bench_rounds", "bench_steps", "images"}
-_SIZES = {"mem_floor", "swap_limit", "pss_budget"}
+_SIZES = {"mem_floor", "swap_limit", "pss_budget", "min_free"}
 _PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir",
           "board_profile_data", "calibration"}
 
@@ -85,6 +88,9 @@ class SuiteSettings:
     fault: str | None
     cache_dir: Path
     board_profile: Path | None = None
+    golden_dir_given: bool = False     # named on the command line or in the profile
+    min_free: int = 64 << 20
+    suite_run: bool = False
     backend_options: dict = field(default_factory=dict)
     npu_problem: str | None = None      # why --require-npu cannot be met here (None: it can)
     bench_sampler: str | None = None
@@ -195,7 +201,9 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         core_mask=values["core_mask"], bench_rounds=values["bench_rounds"],
         bench_steps=values["bench_steps"], history=values["history"], fault=values["fault"],
         cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options,
-        bench_sampler=values["bench_sampler"], lifecycle=lifecycle, images=values["images"])
+        bench_sampler=values["bench_sampler"], lifecycle=lifecycle, images=values["images"],
+        min_free=parse_size(values["min_free"]), suite_run=values["suite_run"],
+        golden_dir_given=values["golden_dir"] is not None)
     settings.npu_problem = _npu_problem(settings)
     return settings
 

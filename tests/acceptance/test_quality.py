@@ -6,6 +6,7 @@ With --update-goldens the case's golden is written instead and the test is repor
 ("goldens written"): an update run judged nothing, so it must not read as a passed gate."""
 import pytest
 
+from harness.errors import HarnessError
 from harness.gates import quality_check, quality_line
 from harness.golden import GoldenError, GoldenStore
 from harness.pytest_plugin.state import QUALITY_LINES, append_to
@@ -17,7 +18,8 @@ def test_matches_golden(golden_case, gate_runner, npu_guard, suite, artifacts, r
     case = golden_case
     try:
         kind = gate_runner.golden_kind
-        store = GoldenStore(suite.golden_dir, kind=kind)
+        store = GoldenStore(suite.golden_dir, image_shape=gate_runner.image_shape if kind == "image" else None,
+                            kind=kind)
         if suite.update_goldens:      # refuse a quantised golden before spending a run on it
             store.check_writable(case, gate_runner.precision, suite.force_goldens)
         else:
@@ -35,7 +37,10 @@ def test_matches_golden(golden_case, gate_runner, npu_guard, suite, artifacts, r
         # Nothing was compared: an update run must not count as a passed quality gate. A skip keeps
         # the update command's exit code 0 and says in the summary (and the JUnit XML) what it did.
         pytest.skip(f"goldens written, not compared: {store.paths(case)['npy']}")
-    q, diff = quality_check(case, obtained, golden, artifacts, kind)
+    try:
+        q, diff = quality_check(case, obtained, golden, artifacts, kind)
+    except HarnessError as exc:
+        pytest.fail(f"{case.name}: cannot compare with {store.paths(case)['npy']}: {exc}", pytrace=False)
     line = quality_line(case, q)
     append_to(request.config, QUALITY_LINES, line)
     record_property("quality_on", kind)

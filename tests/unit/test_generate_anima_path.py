@@ -128,7 +128,7 @@ def test_decoder_emitting_nan_is_caught_and_everything_released(tmp_path):
     bundle = load_bundle(model)
     export_partition(bundle.weights_source, bundle.cfg, tmp_path / "p", dtype="float32")
     s = sample_settings(bundle, steps=1, cfg_scale=1.0)
-    with pytest.raises(NumericsError, match=r"NaN/Inf in the decoder output \(subgraph 12 \(decoder\), decoder.onnx\): "
+    with pytest.raises(NumericsError, match=r"NaN/Inf in the image from subgraph 12 \(decoder\), file decoder.onnx: "
                                             r"768 of 768 values"):
         run_partitioned(bundle, tmp_path / "p", "onnxruntime", "", s, contexts={"cond": np.load(COND)[None]})
     assert live_contexts() == 0
