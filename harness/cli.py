@@ -92,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--model-dir", type=Path, default=EMBEDDED_DIR,
                      help="model directory with model.toml (default: models/embedded)")
     gen.add_argument("--prompt", help="text prompt (default: the model's default prompt)")
+    gen.add_argument("--text-emb", "--context", dest="text_emb", type=Path, metavar="COND.npy",
+                     help="text embedding [context_tokens, context_dim] instead of --prompt (a model "
+                          "without a prompt encoder here, e.g. Anima's Qwen3 + adapter output)")
+    gen.add_argument("--uncond-text-emb", "--uncond-context", dest="uncond_text_emb", type=Path,
+                     metavar="UNCOND.npy", help="text embedding of the empty prompt, for CFG != 1")
     gen.add_argument("--seed", type=_seed, help="initial-noise seed (default: the model's)")
     gen.add_argument("--steps", type=_positive_int, help="sampler steps (default: the model's)")
     gen.add_argument("--cfg", type=_cfg_scale, dest="cfg_scale", help="CFG scale (default: the model's)")
@@ -181,29 +186,47 @@ def _cmd_generate(args) -> int:
     from .reference_run import sample_settings
 
     _preflight(args)
+    if args.text_emb is not None and args.prompt is not None:
+        raise ConfigError("--prompt and --text-emb both given: the text embedding replaces the prompt")
+    if args.uncond_text_emb is not None and args.text_emb is None:
+        raise ConfigError("--uncond-text-emb goes with --text-emb (the cond stream's text embedding)")
     bundle = load_bundle(args.model_dir)
-    prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
+    if not args.quiet:
+        print(bundle.checkpoint.summary_line(), file=sys.stderr)
     s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed, args.sampler,
                         _spectrum_params(args))
     if args.backend == "reference" and (args.images != 1 or args.lifecycle != "on-demand"):
         raise ConfigError("--images and --lifecycle need a partitioned backend (onnxruntime, "
                           "rknnlite, board-sim), not the monolithic reference")
+    contexts = None
+    if args.text_emb is not None:
+        from .reference_run import text_emb_streams
+        contexts = text_emb_streams(bundle, args.text_emb, args.uncond_text_emb, s["cfg_scale"])
+        prompt = f"<text embedding {args.text_emb.name}>"
+    else:
+        prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
+        bundle.context(prompt)      # no prompt encoder: say so before any export or run
     # The run starts here and owns its outputs: nothing of a previous run may sit beside its report.
     for old in (args.out, args.out.with_suffix(".json"), args.out.with_suffix(".latent.npy")):
         old.unlink(missing_ok=True)
     try:
         if args.backend == "reference":
-            image = _generate_reference(bundle, prompt, s, args.quiet)
+            latent, image = _generate_reference(bundle, prompt, s, args.quiet, contexts)
         else:
-            image = _generate_partitioned(bundle, prompt, s, args)
+            latent, image = _generate_partitioned(bundle, prompt, s, args, contexts)
     except (HarnessError, RunStopped) as exc:
         # Stopped before the pipeline wrote its report (exporting the partition, arming the guard).
         if args.backend == "reference" or args.out.with_suffix(".json").exists():
             raise
         raise type(exc)(f"{exc} (report: {_refused_report(args, exc)})") from None
     if image is None:
-        raise ConfigError("the partition has no decoder model, so there is no image to write "
-                          "(the final latent is saved beside the report)")
+        from .atomic import atomic_save_npy
+        latent_path = args.out.with_suffix(".latent.npy")
+        latent_path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_save_npy(latent_path, latent)
+        print(f"{latent_path}  (no decoder: the final latent {list(latent.shape)}) seed={s['seed']} "
+              f"steps={s['steps']} cfg={s['cfg_scale']} backend={args.backend}")
+        return 0
     from .imageio import save_png
     if image.ndim == 4:         # --images N: out.png, out-1.png, ...
         for k, one in enumerate(image):
@@ -236,20 +259,23 @@ def _preflight(args) -> None:
     sweep_temporaries(args.out.parent)      # leftovers of a writer killed with SIGKILL
 
 
-def _generate_reference(bundle, prompt, s, quiet):
+def _generate_reference(bundle, prompt, s, quiet, contexts):
     import numpy as np
     from .reference_run import sample_reference
     from .terminal import progress_bar
     with progress_bar(s["steps"], "denoising (reference)", disable=quiet) as advance:
         latents = sample_reference(bundle, [prompt], [s["seed"]], s["steps"], s["cfg_scale"],
-                                   s["shift"], on_step=lambda i: advance(), settings=s)
+                                   s["shift"], on_step=lambda i: advance(), settings=s, contexts=contexts)
+    has_decoder = bundle.cfg.decoder.get("onnx") or bundle.cfg.latent_channels == 1 and bundle.cfg.decoder
+    if not has_decoder:
+        return latents[0], None
     from .pipeline import check_image_finite
     image = bundle.decode(latents[0])
     check_image_finite(np.asarray(image), f"model {bundle.cfg.name} (reference forward and decoder)")
-    return image
+    return latents[0], image
 
 
-def _generate_partitioned(bundle, prompt, s, args):
+def _generate_partitioned(bundle, prompt, s, args, contexts):
     from .memory import MemoryGuard, read_system_memory
     from .terminal import print_run_tables, progress_bar
     from .run import run_partitioned
@@ -266,16 +292,13 @@ def _generate_partitioned(bundle, prompt, s, args):
         try:
             result = run_partitioned(bundle, partition, args.backend, prompt, s, options, guard=guard,
                                      report_path=report_path, on_step=lambda i: advance(),
-                                     lifecycle=args.lifecycle, images=args.images)
+                                     contexts=contexts, lifecycle=args.lifecycle, images=args.images)
         except (HarnessError, RunStopped) as exc:
             raise type(exc)(f"{exc} (partial report: {report_path})") from None
     if not args.quiet:
         print_run_tables(result.report)
         print(f"report: {report_path}")
-    if result.image is None:
-        from .atomic import atomic_save_npy
-        atomic_save_npy(args.out.with_suffix(".latent.npy"), result.latent)
-    return result.images if args.images > 1 else result.image
+    return result.latent[0], (result.images if args.images > 1 else result.image)
 
 
 def _refused_report(args, exc) -> Path:
@@ -310,7 +333,7 @@ def _default_partition(bundle, args) -> Path:
     if not manifest_path(partition).exists():
         from .partition.commands import export_with_progress
         print(f"exporting the partition to {partition} ({args.dtype}, first use)", file=sys.stderr)
-        export_with_progress(bundle.weights, bundle.cfg, partition, quiet=args.quiet, dtype=args.dtype)
+        export_with_progress(bundle.weights_source, bundle.cfg, partition, quiet=args.quiet, dtype=args.dtype)
     return partition
 
 

@@ -145,6 +145,8 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
             decoded = pipeline.decode(result.latent, settings["steps"])
             result.images = decoded if images > 1 else decoded[None]
             result.image = result.images[0]     # the case's own seed: what gates compare
+        if pipeline.padded_to:
+            report["streams_padded_to"] = pipeline.padded_to
         report["status"] = "ok"
     except HarnessError as exc:
         report.update(status="failed", error=str(exc), error_kind=type(exc).__name__)

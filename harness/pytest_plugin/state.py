@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-__all__ = ["SETTINGS", "IDENTITY", "BOARD", "RUNNER", "STEP_SPLITS", "INVALID_RUNS", "SPECTRUM_LINES", "settings_of",
-           "append_to"]
+__all__ = ["SETTINGS", "IDENTITY", "BOARD", "RUNNER", "STEP_SPLITS", "INVALID_RUNS", "SPECTRUM_LINES",
+           "QUALITY_LINES", "settings_of", "append_to"]
 
 SETTINGS = pytest.StashKey["SuiteSettings"]()       # resolved options (options.py)
 IDENTITY = pytest.StashKey[dict]()                  # board identity read from telemetry
@@ -13,6 +13,7 @@ RUNNER = pytest.StashKey["GateRunner"]()            # one GateRunner per session
 STEP_SPLITS = pytest.StashKey[list]()               # (test name, benchmark info) for the summary
 INVALID_RUNS = pytest.StashKey[list]()              # (test name, reasons) of INVALID benchmarks
 SPECTRUM_LINES = pytest.StashKey[list]()            # Spectrum vs full: wall-time ratio lines
+QUALITY_LINES = pytest.StashKey[list]()             # quality gate: metrics, thresholds, margins per case
 
 
 def settings_of(config):
