@@ -14,7 +14,7 @@ _WHERE = {
     "Manifest": "partition.manifest", "load_manifest": "partition.manifest",
     "inspect_partition": "partition.manifest", "export_partition": "partition.onnx_export",
     "RunResult": "run", "run_partitioned": "run",
-    "expected_shapes": "weights", "load_weights": "weights",
+    "expected_shapes": "weights", "load_weights": "weights", "Checkpoint": "checkpoint",
 }
 
 __all__ = list(_WHERE)

@@ -1,18 +1,29 @@
 """Atomic file writes: temporary file in the same directory, flushed and fsynced, then renamed.
 
 A run killed at any instant leaves either the old file or the new one, never a torn one: rename()
-within one filesystem is atomic, and the data is on disk before the name points at it.
+within one filesystem is atomic, and the data is on disk before the name points at it. A writer
+killed with SIGKILL leaves its temporary file (".NAME.PID.XXXXXXXX.tmp"); `sweep_temporaries`
+removes those whose writer is gone, on the next run.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import tempfile
+import time
 from pathlib import Path
 
-__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_write_json",
-           "atomic_directory"]
+from .errors import StorageError
+
+__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_save_npy",
+           "atomic_directory", "sweep_temporaries"]
+
+# The writer's pid in the name tells a dead writer's leftover from a live writer's file in flight.
+_TEMP = re.compile(r"^\..+\.(?P<pid>\d+)\.[A-Za-z0-9_]{8}\.tmp$")
+_OLD_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")     # before pids were in the name
+_OLD_TEMP_AGE = 3600.0
 
 _UMASK = os.umask(0)        # read once, at import (single-threaded), and put back at once
 os.umask(_UMASK)
@@ -22,20 +33,55 @@ os.umask(_UMASK)
 def atomic_path(path: str | Path):
     """Yield a temporary path beside `path`; on success fsync it and rename it over `path`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    # mkstemp makes 0600; goldens, reports and a shared history must get the usual permissions.
-    os.fchmod(fd, 0o666 & ~_UMASK)
-    os.close(fd)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+        # mkstemp makes 0600; goldens, reports and a shared history must get the usual permissions.
+        os.fchmod(fd, 0o666 & ~_UMASK)
+        os.close(fd)
         yield Path(tmp)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
         _fsync_dir(path.parent)
+    except OSError as exc:
+        # Name the user's path, not the temporary file the OS error names.
+        raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from None
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def sweep_temporaries(directory: str | Path) -> list[Path]:
+    """Remove temporary files a killed writer left in `directory`; returns what was removed.
+
+    A temporary file whose writer process is still alive is another run's write in flight and
+    stays. Never raises: a directory that cannot be listed has nothing this run can clean.
+    """
+    import psutil
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        match = _TEMP.match(name)
+        path = Path(directory) / name
+        try:
+            if match:
+                stale = not psutil.pid_exists(int(match["pid"]))
+            elif _OLD_TEMP.match(name):
+                stale = time.time() - path.stat().st_mtime > _OLD_TEMP_AGE
+            else:
+                continue
+            if stale:
+                path.unlink()
+                removed.append(path)
+        except OSError:
+            continue
+    return removed
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -78,6 +124,14 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
+
+
+def atomic_save_npy(path: str | Path, array) -> None:
+    """np.save through the atomic writer (a file object: np.save on a path would append '.npy')."""
+    import numpy as np
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            np.save(fh, np.asarray(array), allow_pickle=False)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

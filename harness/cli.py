@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from .config import EMBEDDED_DIR
-from .errors import ConfigError, HarnessError
+from .errors import ConfigError, HarnessError, RunStopped
 
 __all__ = ["main", "build_parser"]
 
@@ -32,7 +32,7 @@ def _ranged(kind, lo, hi, what: str):
     return parse
 
 
-BACKEND_CHOICES = ("reference", "onnxruntime", "rknnlite", "board-sim")
+BACKEND_CHOICES = ("reference", "onnxruntime", "rknnlite", "board-sim", "faults")
 
 
 def _checked(parse):
@@ -93,12 +93,21 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--model-dir", type=Path, default=EMBEDDED_DIR,
                      help="model directory with model.toml (default: models/embedded)")
     gen.add_argument("--prompt", help="text prompt (default: the model's default prompt)")
+    gen.add_argument("--text-emb", "--context", dest="text_emb", type=Path, metavar="COND.npy",
+                     help="text embedding [context_tokens, context_dim] instead of --prompt (a model "
+                          "without a prompt encoder here, e.g. Anima's Qwen3 + adapter output)")
+    gen.add_argument("--uncond-text-emb", "--uncond-context", dest="uncond_text_emb", type=Path,
+                     metavar="UNCOND.npy", help="text embedding of the empty prompt, for CFG != 1")
     gen.add_argument("--seed", type=_seed, help="initial-noise seed (default: the model's)")
     gen.add_argument("--steps", type=_positive_int, help="sampler steps (default: the model's)")
     gen.add_argument("--cfg", type=_cfg_scale, dest="cfg_scale", help="CFG scale (default: the model's)")
     gen.add_argument("--backend", default="reference", choices=BACKEND_CHOICES,
                      help="reference (monolithic FP32 numpy), onnxruntime (84 subgraphs on the host "
-                          "CPU) or rknnlite (the board's NPU); default: %(default)s")
+                          "CPU), rknnlite (the board's NPU) or faults (onnxruntime with --fault); "
+                          "default: %(default)s")
+    gen.add_argument("--fault", help="with --backend faults: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS")
+    gen.add_argument("--min-free", default="64MiB", type=_checked(_size),
+                     help="refuse to start with less free space beside --out (default: %(default)s)")
     gen.add_argument("--partition", type=Path,
                      help="partition directory with manifest.json (default for onnxruntime: "
                           "out/partitions/<model>-<dtype>, exported on first use)")
@@ -181,22 +190,48 @@ def _cmd_generate(args) -> int:
     from .model.bundle import load_bundle
     from .reference_run import sample_settings
 
-    if args.out.suffix.lower() != ".png":
-        raise ConfigError(f"--out {args.out}: the image is written as PNG; use a .png path")
-    _check_writable_dir(args.out)
+    _preflight(args)
+    if args.text_emb is not None and args.prompt is not None:
+        raise ConfigError("--prompt and --text-emb both given: the text embedding replaces the prompt")
+    if args.uncond_text_emb is not None and args.text_emb is None:
+        raise ConfigError("--uncond-text-emb goes with --text-emb (the cond stream's text embedding)")
     bundle = load_bundle(args.model_dir)
-    prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
-    s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed, args.sampler, _spectrum_params(args))
-    if args.backend == "reference":
-        if args.images != 1 or args.lifecycle != "on-demand":
-            raise ConfigError("--images and --lifecycle need a partitioned backend (onnxruntime, "
-                              "rknnlite, board-sim), not the monolithic reference")
-        image = _generate_reference(bundle, prompt, s, args.quiet)
+    if not args.quiet:
+        print(bundle.checkpoint.summary_line(), file=sys.stderr)
+    s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed, args.sampler,
+                        _spectrum_params(args))
+    if args.backend == "reference" and (args.images != 1 or args.lifecycle != "on-demand"):
+        raise ConfigError("--images and --lifecycle need a partitioned backend (onnxruntime, "
+                          "rknnlite, board-sim), not the monolithic reference")
+    contexts = None
+    if args.text_emb is not None:
+        from .reference_run import text_emb_streams
+        contexts = text_emb_streams(bundle, args.text_emb, args.uncond_text_emb, s["cfg_scale"])
+        prompt = f"<text embedding {args.text_emb.name}>"
     else:
-        image = _generate_partitioned(bundle, prompt, s, args)
+        prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
+        bundle.context(prompt)      # no prompt encoder: say so before any export or run
+    # The run starts here and owns its outputs: nothing of a previous run may sit beside its report.
+    for old in (args.out, args.out.with_suffix(".json"), args.out.with_suffix(".latent.npy")):
+        old.unlink(missing_ok=True)
+    try:
+        if args.backend == "reference":
+            latent, image = _generate_reference(bundle, prompt, s, args.quiet, contexts)
+        else:
+            latent, image = _generate_partitioned(bundle, prompt, s, args, contexts)
+    except (HarnessError, RunStopped) as exc:
+        # Stopped before the pipeline wrote its report (exporting the partition, arming the guard).
+        if args.backend == "reference" or args.out.with_suffix(".json").exists():
+            raise
+        raise type(exc)(f"{exc} (report: {_refused_report(args, exc)})") from None
     if image is None:
-        raise ConfigError("the partition has no decoder model, so there is no image to write "
-                          "(the final latent is saved beside the report)")
+        from .atomic import atomic_save_npy
+        latent_path = args.out.with_suffix(".latent.npy")
+        latent_path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_save_npy(latent_path, latent)
+        print(f"{latent_path}  (no decoder: the final latent {list(latent.shape)}) seed={s['seed']} "
+              f"steps={s['steps']} cfg={s['cfg_scale']} backend={args.backend}")
+        return 0
     from .imageio import save_png
     if image.ndim == 4:         # --images N: out.png, out-1.png, ...
         for k, one in enumerate(image):
@@ -213,22 +248,48 @@ def _cmd_generate(args) -> int:
     return 0
 
 
-def _generate_reference(bundle, prompt, s, quiet):
+def _preflight(args) -> None:
+    """Everything that can be refused before the run spends time or touches a file."""
+    from .atomic import sweep_temporaries
+    from .backends.faults import parse_fault
+    from .memory import parse_size
+    from .outputs import check_free_space
+    if args.out.suffix.lower() != ".png":
+        raise ConfigError(f"--out {args.out}: the image is written as PNG; use a .png path")
+    _check_writable_dir(args.out)
+    check_free_space(args.out.parent, parse_size(args.min_free), "--out")
+    if args.fault is not None and args.backend != "faults":
+        raise ConfigError(f"--fault {args.fault}: only --backend faults reads it, this run uses {args.backend}")
+    parse_fault(args.fault)
+    sweep_temporaries(args.out.parent)      # leftovers of a writer killed with SIGKILL
+
+
+def _generate_reference(bundle, prompt, s, quiet, contexts):
+    import numpy as np
     from .reference_run import sample_reference
     from .terminal import progress_bar
     with progress_bar(s["steps"], "denoising (reference)", disable=quiet) as advance:
         latents = sample_reference(bundle, [prompt], [s["seed"]], s["steps"], s["cfg_scale"],
-                                   s["shift"], on_step=lambda i: advance(), settings=s)
-    return bundle.decode(latents[0])
+                                   s["shift"], on_step=lambda i: advance(), settings=s, contexts=contexts)
+    has_decoder = bundle.cfg.decoder.get("onnx") or bundle.cfg.latent_channels == 1 and bundle.cfg.decoder
+    if not has_decoder:
+        return latents[0], None
+    from .pipeline import check_image_finite
+    image = bundle.decode(latents[0])
+    check_image_finite(np.asarray(image), f"model {bundle.cfg.name} (reference forward and decoder)")
+    return latents[0], image
 
 
-def _generate_partitioned(bundle, prompt, s, args):
+def _generate_partitioned(bundle, prompt, s, args, contexts):
     from .memory import MemoryGuard, read_system_memory
     from .terminal import print_run_tables, progress_bar
     from .run import run_partitioned
     partition = args.partition or _default_partition(bundle, args)
     options = ({"core_mask": args.core_mask} if args.backend == "rknnlite"
                else board_sim_options(args) if args.backend == "board-sim" else {})
+    if args.backend == "faults":
+        from .backends.faults import FaultInjectionContext
+        options = FaultInjectionContext.parse_options({"fault": args.fault}, bundle.cfg)
     report_path = args.out.with_suffix(".json")
     guard = MemoryGuard(args.mem_floor, args.swap_limit, interval=0.25, max_staleness=0.1,
                         check_reader=read_system_memory)
@@ -236,16 +297,24 @@ def _generate_partitioned(bundle, prompt, s, args):
         try:
             result = run_partitioned(bundle, partition, args.backend, prompt, s, options, guard=guard,
                                      report_path=report_path, on_step=lambda i: advance(),
-                                     lifecycle=args.lifecycle, images=args.images)
-        except HarnessError as exc:
+                                     contexts=contexts, lifecycle=args.lifecycle, images=args.images)
+        except (HarnessError, RunStopped) as exc:
             raise type(exc)(f"{exc} (partial report: {report_path})") from None
     if not args.quiet:
         print_run_tables(result.report)
         print(f"report: {report_path}")
-    if result.image is None:
-        import numpy as np
-        np.save(args.out.with_suffix(".latent.npy"), result.latent)
-    return result.images if args.images > 1 else result.image
+    return result.latent[0], (result.images if args.images > 1 else result.image)
+
+
+def _refused_report(args, exc) -> Path:
+    """The report of a run stopped or failed before the pipeline wrote its own."""
+    from .atomic import atomic_write_json
+    from .signals import stop_status
+    path = args.out.with_suffix(".json")
+    status = "failed" if isinstance(exc, HarnessError) else stop_status(exc)
+    atomic_write_json(path, {"status": status, "error": str(exc), "error_kind": type(exc).__name__,
+                             "backend": args.backend, "model_dir": str(args.model_dir)})
+    return path
 
 
 def _check_writable_dir(out: Path) -> None:
@@ -254,6 +323,9 @@ def _check_writable_dir(out: Path) -> None:
     existing = next((p for p in [parent, *parent.parents] if p.exists()), Path("."))
     if not existing.is_dir() or not os.access(existing, os.W_OK):
         raise ConfigError(f"--out {out}: cannot create files under {existing}")
+    for path in (out, out.with_suffix(".json")):
+        if path.is_dir():
+            raise ConfigError(f"--out {out}: {path} is a folder, so the run's output cannot be written")
 
 
 def _default_partition(bundle, args) -> Path:
@@ -266,29 +338,20 @@ def _default_partition(bundle, args) -> Path:
     if not manifest_path(partition).exists():
         from .partition.commands import export_with_progress
         print(f"exporting the partition to {partition} ({args.dtype}, first use)", file=sys.stderr)
-        export_with_progress(bundle.weights, bundle.cfg, partition, quiet=args.quiet, dtype=args.dtype)
+        export_with_progress(bundle.weights_source, bundle.cfg, partition, quiet=args.quiet, dtype=args.dtype)
     return partition
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the run is, so it unwinds like Ctrl-C: contexts released, workers
-    stopped, the partial report written."""
-
-
-def _raise_terminated(signum, frame):
-    raise Terminated("SIGTERM")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    import signal
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    from .signals import StopSignals
     try:
-        return args.func(args)
-    except Terminated:
-        print("terminated", file=sys.stderr)
-        return 143
+        with StopSignals(f"harness {args.command}"):
+            return args.func(args)
+    except RunStopped as exc:       # SIGINT/SIGTERM: the partial report is written and says so
+        print(f"error: {exc.status}: {exc}", file=sys.stderr)
+        return exc.exit_code
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -296,7 +359,5 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("error: interrupted", file=sys.stderr)
         return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)

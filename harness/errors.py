@@ -5,13 +5,22 @@ traceback.
 """
 
 __all__ = ["HarnessError", "ConfigError", "WeightsError", "ManifestError", "BackendError",
-           "NumericsError", "MemoryGuardTripped", "ToolkitError"]
+           "NumericsError", "MemoryGuardTripped", "ToolkitError", "StorageError", "RunStopped",
+           "Interrupted", "Terminated", "one_line"]
+
+
+def one_line(text: str) -> str:
+    """A message on one line: a runtime's multi-line error (onnxruntime's are) joined with ' | '."""
+    return " | ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
 class HarnessError(Exception):
-    """Base of every expected, user-facing failure."""
+    """Base of every expected, user-facing failure. Its message is always one line."""
 
     exit_code = 2
+
+    def __init__(self, message: str = ""):
+        super().__init__(one_line(message))
 
 
 class ConfigError(HarnessError):
@@ -44,3 +53,26 @@ class MemoryGuardTripped(HarnessError):
 
 class ToolkitError(HarnessError):
     """rknn-toolkit2 is absent, rejected a model or option, or placed an op off the NPU."""
+
+
+class StorageError(HarnessError):
+    """An output (report, image, artifact, history) cannot be written: names the user's path."""
+
+
+class RunStopped(KeyboardInterrupt):
+    """A run stopped by a signal. A KeyboardInterrupt, so pytest and every `finally` treat it as
+    Ctrl-C: contexts are released and the partial report is written, marked with `status`."""
+
+    status = "interrupted"
+    exit_code = 130
+
+
+class Interrupted(RunStopped):
+    """SIGINT (Ctrl-C)."""
+
+
+class Terminated(RunStopped):
+    """SIGTERM (a CI runner's cancel, `kill`, a container stop)."""
+
+    status = "terminated"
+    exit_code = 143

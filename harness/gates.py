@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .compare import slowest_subgraphs
+from .atomic import atomic_save_npy
 from .config import BRANCHES
 from .errors import ConfigError, HarnessError
 from .steptimes import STAGE_NAMES
@@ -20,11 +21,12 @@ from .golden import GoldenCase
 from .history import utc_now
 from .imageio import save_png
 from .model.bundle import ModelBundle, load_bundle
+from .golden import latent_preview
 from .partition.manifest import default_partition_dir, load_manifest, manifest_path, manifest_sha256
-from .quality import QualityResult, compare, diff_figure
+from .quality import QualityResult, compare, compare_latents, diff_figure
 from .run import RunResult, run_partitioned
 
-__all__ = ["GateRunner", "CaseRun", "quality_check", "history_record", "benchmark_info"]
+__all__ = ["GateRunner", "CaseRun", "quality_check", "quality_line", "history_record", "benchmark_info"]
 
 
 @dataclass
@@ -75,7 +77,7 @@ class GateRunner:
         from .partition.onnx_export import export_partition
         out = self._cache_path()
         if not manifest_path(out).exists():
-            export_partition(self.bundle.weights, self.bundle.cfg, out, dtype=self.s.precision,
+            export_partition(self.bundle.weights_source, self.bundle.cfg, out, dtype=self.s.precision,
                              fake_quant=self.s.fake_quant)
         return out
 
@@ -92,8 +94,22 @@ class GateRunner:
         return f"{path}, manifest sha256 {manifest_sha256(path)[:16]}"
 
     @property
+    def image_shape(self) -> tuple[int, int, int] | None:
+        """The decoder's image [H, W, 3], so a golden of another shape is refused before the run."""
+        cfg = self.bundle.cfg
+        if not cfg.decoder or cfg.latent_channels != 1:
+            return None
+        scale = int(cfg.decoder.get("scale", 4))
+        return (cfg.latent_size[0] * scale, cfg.latent_size[1] * scale, 3)
+
+    @property
     def manifest_hash(self) -> str:
         return manifest_sha256(self.partition)
+
+    @property
+    def golden_kind(self) -> str:
+        """What the quality gate compares: the image when the partition has a decoder, else the latent."""
+        return "image" if load_manifest(self.partition).decoder is not None else "latent"
 
     @property
     def precision(self) -> str:
@@ -154,10 +170,10 @@ class GateRunner:
         return result
 
     def _save_outputs(self, result: RunResult, name: str) -> None:
-        np.save(self.s.artifacts / "runs" / f"{name}-latent.npy", result.latent)
+        atomic_save_npy(self.s.artifacts / "runs" / f"{name}-latent.npy", result.latent)
         if result.image is not None:
             # The obtained float32 image: `harness accept-golden` promotes it without a rerun.
-            np.save(self.s.artifacts / "runs" / f"{name}-image.npy", result.image.astype(np.float32))
+            atomic_save_npy(self.s.artifacts / "runs" / f"{name}-image.npy", result.image.astype(np.float32))
             save_png(result.image, self.s.artifacts / "runs" / f"{name}.png")
 
     def keep(self, result: RunResult, name: str) -> None:
@@ -220,16 +236,31 @@ class GateRunner:
         return self._runs[case.name]
 
 
-def quality_check(case: GoldenCase, obtained: np.ndarray, golden: np.ndarray, artifacts: Path) -> tuple[QualityResult, Path | None]:
-    """SSIM/PSNR against the golden; on failure write obtained, golden and a diff heat map."""
-    q = compare(obtained, golden)
-    if q.passes(case.ssim_min, case.psnr_min):
+def quality_check(case: GoldenCase, obtained: np.ndarray, golden: np.ndarray, artifacts: Path,
+                  kind: str = "image") -> tuple[QualityResult, Path | None]:
+    """SSIM/PSNR (and cosine for latents) against the golden; on failure write obtained, golden and a
+    diff heat map (latents: their channels tiled, scaled by the golden's range)."""
+    q = compare(obtained, golden) if kind == "image" else compare_latents(obtained, golden)
+    if q.passes(case.ssim_min, case.psnr_min, case.cosine_min):
         return q, None
+    if kind == "latent":
+        obtained, golden = latent_preview(np.asarray(obtained).reshape(golden.shape), golden), latent_preview(golden)
     figure = diff_figure(obtained, golden, artifacts / "quality" / f"{case.name}-diff.png",
-                         f"{case.name}: obtained vs golden", result=q)
+                         f"{case.name}: obtained vs golden {kind}", result=q)
     save_png(obtained, artifacts / "quality" / f"{case.name}-obtained.png")
     save_png(golden, artifacts / "quality" / f"{case.name}-golden.png")
     return q, figure
+
+
+def quality_line(case: GoldenCase, q: QualityResult) -> str:
+    """One line per judged case: the metrics, thresholds and margins (measured minus threshold)."""
+    m = q.margins(case.ssim_min, case.psnr_min, case.cosine_min)
+    parts = [f"SSIM {q.ssim:.7f} (min {case.ssim_min}, margin {m['ssim']:+.2e})",
+             f"PSNR {q.psnr:.2f} dB (min {case.psnr_min}, margin {m['psnr_db']:+.2f})"]
+    if "cosine" in m:
+        parts.append(f"cosine {q.cosine:.8f} (min {case.cosine_min}, margin {m['cosine']:+.2e})")
+    verdict = "pass" if q.passes(case.ssim_min, case.psnr_min, case.cosine_min) else "FAIL"
+    return f"{case.name} [{q.kind}] {verdict}: " + ", ".join(parts)
 
 
 def benchmark_info(report: dict) -> dict:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import getpass
 import hashlib
 import json
+import math
 import os
 import re
 import socket
@@ -34,7 +35,7 @@ from .spectrum import SAMPLERS, check_params, params_from   # sampler names live
 
 __all__ = ["relative_to_repo", "GoldenCase", "GoldenStore", "GoldenError", "GoldenMissing", "GoldenCorrupt", "GoldenStale",
            "GoldenRefused", "load_cases", "runtime_versions", "golden_dir_for", "GOLDEN_DIR",
-           "REFERENCE_PRECISIONS", "UPDATE_COMMAND", "SAMPLERS"]
+           "REFERENCE_PRECISIONS", "UPDATE_COMMAND", "SAMPLERS", "KINDS", "latent_preview"]
 
 GOLDEN_DIR = REPO_ROOT / "golden"
 
@@ -50,8 +51,10 @@ _PRECISION_ALIASES = {"fp16": "float16", "half": "float16", "fp32": "float32", "
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")   # becomes a file name: no paths, no dots
 _NPY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.npy$")  # a file beside cases.toml, never a path
 _DEFAULT_KEYS = {"ssim_min", "psnr_min", "steps", "cfg", "sampler", "shift"}
+_OPTIONAL_DEFAULT_KEYS = {"cosine_min"}
 _CASE_KEYS = {"name", "prompt", "context", "uncond_context", "seed", "steps", "cfg", "ssim_min", "psnr_min",
-              "sampler", "spectrum"}
+              "sampler", "spectrum", "cosine_min"}
+KINDS = ("image", "latent")     # what a golden holds: a decoded image, or the final latent (no decoder)
 # Settings that decide the image; thresholds only decide the verdict and may change freely.
 _IMAGE_SETTINGS = ("prompt", "context", "uncond_context", "seed", "steps", "cfg", "sampler", "shift", "spectrum")
 
@@ -91,6 +94,8 @@ class GoldenCase:
     # its text context from .npy files [context_tokens, context_dim] beside cases.toml.
     context: str | None = None
     uncond_context: str | None = None
+    # Latent goldens also gate the cosine of obtained and golden latents (0: not gated).
+    cosine_min: float = 0.0
     # sampler "spectrum": its parameters, resolved from the case's `spectrum` table over the preset.
     spectrum: dict | None = field(default=None, hash=False)
 
@@ -119,6 +124,7 @@ _CHECKS = {
     "spectrum": (lambda v: isinstance(v, dict), "a table of Spectrum parameters (preset, warmup, window, ...)"),
     "ssim_min": (lambda v: is_number(v) and 0.0 < v <= 1.0, "a number in (0, 1]"),
     "psnr_min": (lambda v: is_number(v) and v > 0, "a positive number of dB"),
+    "cosine_min": (lambda v: is_number(v) and -1.0 <= v <= 1.0, "a number in -1..1"),
 }
 
 
@@ -129,7 +135,8 @@ def load_cases(path: str | Path) -> list[GoldenCase]:
     unknown = sorted(set(data) - {"defaults", "case"})
     if unknown:
         raise ConfigError(f"{path}: unknown table(s) {unknown}; expected [defaults] and [[case]]")
-    defaults = check_table(data.get("defaults", {}), _fields(_DEFAULT_KEYS, _DEFAULT_KEYS), f"{path} [defaults]")
+    defaults = check_table(data.get("defaults", {}),
+                           _fields(_DEFAULT_KEYS | _OPTIONAL_DEFAULT_KEYS, _DEFAULT_KEYS), f"{path} [defaults]")
     entries = data.get("case", [])
     if not isinstance(entries, list) or not entries:
         raise ConfigError(f"{path}: no [[case]] entries")
@@ -148,6 +155,7 @@ def load_cases(path: str | Path) -> list[GoldenCase]:
         merged = {**defaults, **fields}
         merged["cfg"], merged["shift"] = float(merged["cfg"]), float(merged["shift"])
         merged["ssim_min"], merged["psnr_min"] = float(merged["ssim_min"]), float(merged["psnr_min"])
+        merged["cosine_min"] = float(merged.get("cosine_min", 0.0))
         merged["spectrum"] = _spectrum_of(merged, where)
         cases.append(GoldenCase(**merged))
     return cases
@@ -206,11 +214,15 @@ def _canonical_precision(precision: str) -> str:
 # ----------------------------------------------------------------------------- the store
 
 class GoldenStore:
-    """Golden images of one model in one directory; `image_shape` (optional) is checked on load."""
+    """Golden images (or, for a partition without a decoder, final latents [C, H, W]) of one model in
+    one directory; `image_shape` (optional) is checked on load. The .json records the kind."""
 
-    def __init__(self, directory: str | Path, image_shape: tuple[int, ...] | None = None):
+    def __init__(self, directory: str | Path, image_shape: tuple[int, ...] | None = None, kind: str = "image"):
+        if kind not in KINDS:
+            raise ConfigError(f"golden kind '{kind}' is unknown (known: {', '.join(KINDS)})")
         self.directory = Path(directory)
         self.image_shape = tuple(image_shape) if image_shape is not None else None
+        self.kind = kind
 
     def paths(self, case: GoldenCase) -> dict[str, Path]:
         return {ext: self.directory / f"{case.name}.{ext}" for ext in ("npy", "png", "json")}
@@ -234,9 +246,11 @@ class GoldenStore:
         except (OSError, ValueError, EOFError) as exc:
             raise GoldenCorrupt(f"golden case '{case.name}': {path} is not a readable .npy file "
                                 f"({exc}); regenerate it: {UPDATE_COMMAND}") from None
-        if image.dtype != np.float32 or image.ndim != 3 or image.shape[-1] != 3:
+        layout_ok = image.ndim == 3 and (self.kind == "latent" or image.shape[-1] == 3)
+        if image.dtype != np.float32 or not layout_ok:
             raise GoldenCorrupt(f"golden case '{case.name}': {path} holds {image.dtype} {image.shape}; "
-                                f"expected float32 [H, W, 3]. Regenerate it: {UPDATE_COMMAND}")
+                                f"expected float32 {'[C, H, W]' if self.kind == 'latent' else '[H, W, 3]'}. "
+                                f"Regenerate it: {UPDATE_COMMAND}")
         if self.image_shape is not None and image.shape != self.image_shape:
             raise GoldenCorrupt(f"golden case '{case.name}': {path} has shape {image.shape}, the model "
                                 f"makes {self.image_shape}. Regenerate it: {UPDATE_COMMAND}")
@@ -254,6 +268,11 @@ class GoldenStore:
                 or not isinstance(meta.get("case"), dict):
             raise GoldenCorrupt(f"golden case '{case.name}': {path} lacks the 'image' and 'case' "
                                 f"sections; regenerate it: {UPDATE_COMMAND}")
+        kind = meta.get("kind", "image")        # goldens from before kinds were recorded are images
+        if kind != self.kind:
+            raise GoldenStale(f"golden case '{case.name}': {path} holds a{'n' if kind == 'image' else ''} "
+                              f"{kind} golden, but this partition {'has no' if self.kind == 'latent' else 'has a'} "
+                              f"decoder, so the gate compares {self.kind}s; update it: {UPDATE_COMMAND}")
         return meta
 
     def _check_consistent(self, case: GoldenCase, image: np.ndarray, meta: dict, paths: dict) -> None:
@@ -298,7 +317,7 @@ class GoldenStore:
         with atomic_path(paths["npy"]) as tmp:
             with open(tmp, "wb") as fh:   # a file object: np.save on a path would append '.npy'
                 np.save(fh, image, allow_pickle=False)
-        save_png(image, paths["png"])
+        save_png(image if self.kind == "image" else latent_preview(image), paths["png"])
         atomic_write_json(paths["json"], full)   # last: its hash vouches for the .npy
         return full
 
@@ -313,6 +332,9 @@ class GoldenStore:
         except GoldenError as exc:
             reason = f"written ({type(exc).__name__}: the stored golden could not be used)"
         else:
+            if self.kind != "image":    # latent goldens: the image tolerance does not apply, always write
+                self.write(case, image, meta, precision, force)
+                return list(self.paths(case).values()), "written (latent golden)"
             q = compare(np.asarray(image, dtype=np.float32), golden)
             if q.passes(case.ssim_min, case.psnr_min):
                 return [], f"left alone: within tolerance of the stored golden ({q.summary()})"
@@ -322,6 +344,11 @@ class GoldenStore:
 
     def _checked_image(self, case: GoldenCase, image) -> np.ndarray:
         array = np.asarray(image)
+        if self.kind == "latent":
+            if array.ndim != 3 or not np.issubdtype(array.dtype, np.floating) or not np.all(np.isfinite(array)):
+                raise GoldenError(f"golden case '{case.name}': latent is {array.dtype} {array.shape}; "
+                                  "expected finite float [C, H, W]")
+            return np.ascontiguousarray(array, dtype=np.float32)
         if array.ndim != 3 or array.shape[-1] != 3 or not np.issubdtype(array.dtype, np.floating):
             raise GoldenError(f"golden case '{case.name}': image is {array.dtype} {array.shape}; "
                               "expected float [H, W, 3]")
@@ -336,6 +363,7 @@ class GoldenStore:
     def _provenance(self, case: GoldenCase, image: np.ndarray, precision: str, force: bool) -> dict:
         return {
             "case": asdict(case),
+            "kind": self.kind,
             "precision": precision,
             "forced": bool(force and precision not in REFERENCE_PRECISIONS),
             "image": {"shape": list(image.shape), "dtype": "float32", "sha256": _image_sha256(image)},
@@ -344,3 +372,19 @@ class GoldenStore:
             "host": socket.gethostname(),
             "versions": runtime_versions(),
         }
+
+
+def latent_preview(latent: np.ndarray, reference: np.ndarray | None = None) -> np.ndarray:
+    """A latent [C, H, W] for people: channels tiled in a near-square grid, grey levels scaled by the
+    reference's (default: its own) min..max, as an RGB image [rows*H, cols*W, 3] in [0, 1]."""
+    latent = np.asarray(latent, dtype=np.float32)
+    ref = latent if reference is None else np.asarray(reference, dtype=np.float32)
+    lo, hi = float(ref.min()), float(ref.max())
+    c, h, w = latent.shape
+    cols = int(math.ceil(math.sqrt(c)))
+    rows = int(math.ceil(c / cols))
+    grid = np.zeros((rows * h, cols * w), dtype=np.float32)
+    for k in range(c):
+        r, q = divmod(k, cols)
+        grid[r * h:(r + 1) * h, q * w:(q + 1) * w] = (latent[k] - lo) / max(hi - lo, 1e-12)
+    return np.repeat(np.clip(grid, 0.0, 1.0)[..., None], 3, axis=-1)

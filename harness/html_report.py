@@ -117,6 +117,8 @@ def _html_table(headers: list[str], rows: list[list]) -> str:
 def _quality_pictures(quality: list[dict]) -> str:
     parts = []
     for q in quality:
+        if q.get("kind", "image") != "image":
+            continue        # a latent gate (no decoder): no picture to show
         try:
             golden = np.load(q["golden_npy"], allow_pickle=False)
             obtained = np.load(q["obtained_npy"], allow_pickle=False)

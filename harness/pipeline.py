@@ -21,10 +21,11 @@ import numpy as np
 from .errors import ManifestError, NumericsError
 from .model import ops, reference as R
 from .model.bundle import ModelBundle
-from .partition.manifest import check_input
+from .partition.manifest import check_input, check_outputs
 from .timing import Timed
 
-__all__ = ["PartitionedPipeline", "HostTimes", "Invocation", "check_finite", "batch_of"]
+__all__ = ["PartitionedPipeline", "HostTimes", "Invocation", "check_finite", "check_image_finite", "batch_of",
+           "pad_batch", "as_rgb"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,13 @@ def batch_of(entry) -> int:
     return entry.inputs[0].shape[0]
 
 
+def pad_batch(array: np.ndarray, batch: int) -> np.ndarray:
+    """Fill a subgraph's batch axis by repeating the last stream: one stream (CFG 1) on a partition
+    exported for two still runs, at the cost of the unused half (the report says so)."""
+    extra = np.repeat(array[-1:], batch - array.shape[0], axis=0)
+    return np.concatenate([array, extra])
+
+
 def check_finite(out: np.ndarray, streams: list[str], step: int, entry) -> None:
     """Raise NumericsError naming (step, block, branch, stream, count) for the first bad stream."""
     # NaN and Inf survive a sum, so a finite sum clears the whole output in one reduction with no
@@ -75,6 +83,16 @@ def check_finite(out: np.ndarray, streams: list[str], step: int, entry) -> None:
             raise NumericsError(
                 f"NaN/Inf at step {step}, block {entry.block}, branch {entry.branch}, stream {stream} "
                 f"(subgraph {entry.index}): {bad} of {out[k].size} values")
+
+
+def check_image_finite(image: np.ndarray, what: str) -> None:
+    """Raise NumericsError naming `what` (the decoder subgraph, or the model) for NaN/Inf in an image:
+    a PNG would clip them into plausible pixels and the image would still be written."""
+    if np.isfinite(np.sum(image, dtype=np.float64)):
+        return
+    bad = int(image.size - np.count_nonzero(np.isfinite(image)))
+    if bad:
+        raise NumericsError(f"NaN/Inf in the image from {what}: {bad} of {image.size} values")
 
 
 class PartitionedPipeline:
@@ -100,6 +118,7 @@ class PartitionedPipeline:
         self._checked: set[int] = set()
         self._contexts: dict[str, np.ndarray] = {}
         self._emb: tuple | None = None
+        self.padded_to: int | None = None       # set when a subgraph's batch was padded past the streams
 
     # ------------------------------------------------------------------ one step
     def velocity(self, latent: np.ndarray, sigma: float, step: int) -> dict[str, np.ndarray]:
@@ -154,16 +173,19 @@ class PartitionedPipeline:
             # Shapes are static for the whole run: check each subgraph's inputs against the manifest
             # on its first invocation (step 0), not on every one of the run's thousands of calls.
             for spec, array in zip(entry.inputs, inputs):
-                check_input(entry, spec.name, array[:batch])
+                check_input(entry, spec.name, pad_batch(array, batch) if batch > len(array) else array[:batch])
             self._checked.add(entry.index)
         rows = len(self.rows)
-        if rows % batch:
+        if rows % batch and batch < rows:
             raise ManifestError(f"{entry.label}: batch axis {batch} does not divide the {rows} "
                                 f"stream rows in flight ({len(self.streams)} streams x {self.images} images)")
         ctx = self.strategy.acquire(entry, step)
         try:
             if batch == rows:
                 outs = [self._run(ctx, entry, step, inputs)]
+            elif batch > rows:          # one stream (CFG 1) on a partition exported for two
+                outs = [self._run(ctx, entry, step, [pad_batch(a, batch) for a in inputs])[:rows]]
+                self.padded_to = batch
             else:                       # several calls while the context stays loaded
                 outs = [self._run(ctx, entry, step, [a[k:k + batch] for a in inputs])
                         for k in range(0, rows, batch)]
@@ -186,19 +208,43 @@ class PartitionedPipeline:
         return self._contexts[dtype]
 
     def _run(self, ctx, entry, step, inputs):
-        return self.strategy.run(ctx, entry, step, inputs)[0]
+        # Shape, dtype and count on every invocation: a wrong shape broadcasts silently otherwise.
+        return check_outputs(entry, self.strategy.run(ctx, entry, step, inputs))
 
     # ------------------------------------------------------------------ decoder
     def decode(self, latent: np.ndarray, step: int) -> np.ndarray:
+        """The decoder subgraph as one more managed model: its output is NaN/Inf-checked like every
+        subgraph's, then laid out as an RGB image [H, W, 3] in [0, 1]."""
         entry = self.manifest.decoder
+        spec = entry.inputs[0]
+        if int(np.prod(spec.shape)) != latent[:1].size:
+            raise ManifestError(f"{entry.label} ({entry.file}) takes {spec.name} {list(spec.shape)}; the "
+                                f"final latent is {list(latent.shape[1:])} per image")
         for hook in self.between:
             hook()
         ctx = self.strategy.acquire(entry, step)
         try:           # one decoder context serves every image in flight, one call each
-            images = [np.asarray(self.strategy.run(ctx, entry, step, [one.astype(entry.inputs[0].dtype)])[0],
-                                 dtype=np.float32) for one in np.split(latent, latent.shape[0])]
+            outs = [np.asarray(self._run(ctx, entry, step, [one.reshape(spec.shape).astype(spec.dtype)]),
+                               dtype=np.float32)
+                    for one in np.split(latent, latent.shape[0])]
         finally:
             self.strategy.finish(entry, step)
-        # The decoder graph emits [1, H, W, 3] (all ops on the NPU that way); an image is [H, W, 3].
-        images = [image[0] if image.ndim == 4 else image for image in images]
+        for out in outs:            # a PNG would clip NaN into plausible pixels
+            check_image_finite(out, f"{entry.label}, file {entry.file}")
+        value_range = self.cfg.decoder.get("output_range", [0.0, 1.0])
+        images = [as_rgb(out, value_range, entry) for out in outs]
         return images[0] if len(images) == 1 else np.stack(images)
+
+
+def as_rgb(out: np.ndarray, value_range, entry) -> np.ndarray:
+    """[H, W, 3], [3, H, W] or either with unit axes ([1, H, W, 3] from the exported decoder,
+    [1, 3, 1, H, W] from a video VAE) -> [H, W, 3] in [0, 1], mapping `value_range` (model.toml
+    [decoder] output_range) onto [0, 1]."""
+    image = np.squeeze(out)
+    if image.ndim == 3 and image.shape[0] == 3 and image.shape[-1] != 3:
+        image = image.transpose(1, 2, 0)
+    if image.ndim != 3 or image.shape[-1] != 3:
+        raise ManifestError(f"{entry.label} ({entry.file}) returned {list(out.shape)}; expected an RGB image "
+                            "[H, W, 3] or [3, H, W] (unit axes allowed)")
+    lo, hi = (float(v) for v in value_range)
+    return np.clip((image - lo) / (hi - lo), 0.0, 1.0).astype(np.float32)

@@ -16,7 +16,8 @@ import numpy as np
 from .atomic import atomic_path
 from .errors import HarnessError
 
-__all__ = ["QualityResult", "ImageMismatch", "compare", "diff_map", "diff_figure", "DATA_RANGE"]
+__all__ = ["QualityResult", "ImageMismatch", "compare", "compare_latents", "diff_map", "diff_figure",
+           "DATA_RANGE"]
 
 DATA_RANGE = 1.0
 # skimage's default SSIM window is 7x7; a smaller image cannot be compared with it.
@@ -32,20 +33,39 @@ class QualityResult:
     ssim: float
     psnr: float          # dB; float('inf') for identical images
     max_abs_diff: float
+    kind: str = "image"  # or "latent": the gate ran on final latents (no decoder)
+    cosine: float | None = None     # latents only
+    data_range: float = DATA_RANGE
 
-    def passes(self, ssim_min: float, psnr_min: float) -> bool:
-        return self.ssim >= ssim_min and self.psnr >= psnr_min
+    def passes(self, ssim_min: float, psnr_min: float, cosine_min: float = 0.0) -> bool:
+        cosine_ok = self.cosine is None or self.cosine >= cosine_min
+        return self.ssim >= ssim_min and self.psnr >= psnr_min and cosine_ok
+
+    def margins(self, ssim_min: float, psnr_min: float, cosine_min: float = 0.0) -> dict:
+        """Measured minus threshold per metric (negative: that metric fails)."""
+        out = {"ssim": self.ssim - ssim_min, "psnr_db": self.psnr - psnr_min}
+        if self.cosine is not None:
+            out["cosine"] = self.cosine - cosine_min
+        return out
 
     def summary(self) -> str:
         psnr = "inf" if math.isinf(self.psnr) else f"{self.psnr:.2f}"
-        return f"SSIM {self.ssim:.6f}  PSNR {psnr} dB  max|diff| {self.max_abs_diff:.3g}"
+        text = f"{self.kind}: SSIM {self.ssim:.6f}  PSNR {psnr} dB"
+        if self.cosine is not None:
+            text += f"  cosine {self.cosine:.7f}"
+        return text + f"  max|diff| {self.max_abs_diff:.3g}"
 
     def to_json(self) -> dict:
-        return {"ssim": self.ssim, "psnr_db": _json_float(self.psnr), "max_abs_diff": self.max_abs_diff}
+        out = {"kind": self.kind, "ssim": self.ssim, "psnr_db": _json_float(self.psnr),
+               "max_abs_diff": self.max_abs_diff, "data_range": self.data_range}
+        if self.cosine is not None:
+            out["cosine"] = self.cosine
+        return out
 
     @classmethod
     def from_json(cls, data: dict) -> "QualityResult":
-        return cls(float(data["ssim"]), float(data["psnr_db"]), float(data["max_abs_diff"]))
+        return cls(float(data["ssim"]), float(data["psnr_db"]), float(data["max_abs_diff"]),
+                   data.get("kind", "image"), data.get("cosine"), float(data.get("data_range", DATA_RANGE)))
 
 
 def _json_float(value: float):
@@ -88,6 +108,38 @@ def compare(obtained, golden) -> QualityResult:
     else:
         psnr = float(peak_signal_noise_ratio(g, o, data_range=DATA_RANGE))
     return QualityResult(ssim=ssim, psnr=psnr, max_abs_diff=float(np.max(np.abs(o - g))))
+
+
+def _check_latent(latent, role: str) -> np.ndarray:
+    array = np.asarray(latent)
+    if array.ndim == 4 and array.shape[0] == 1:
+        array = array[0]
+    if array.ndim != 3 or min(array.shape[1:]) < _MIN_SIDE or not np.issubdtype(array.dtype, np.floating):
+        raise ImageMismatch(f"{role} latent is {array.dtype} {list(array.shape)}; expected float [C, H, W] "
+                            f"with H, W >= {_MIN_SIDE}")
+    bad = int(np.count_nonzero(~np.isfinite(array)))
+    if bad:
+        raise ImageMismatch(f"{role} latent has {bad} NaN/Inf values")
+    return array.astype(np.float64, copy=False)
+
+
+def compare_latents(obtained, golden) -> QualityResult:
+    """Final latents [C, H, W] (or [1, C, H, W]) compared as C-channel images: SSIM over the channels
+    and PSNR with the data range taken from the golden (max - min: latents have no fixed range),
+    plus the cosine of the two flattened latents."""
+    from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
+    o, g = _check_latent(obtained, "obtained"), _check_latent(golden, "golden")
+    if o.shape != g.shape:
+        raise ImageMismatch(f"obtained latent shape {list(o.shape)} differs from golden {list(g.shape)}: "
+                            "the golden was made for another model")
+    data_range = float(g.max() - g.min()) or 1.0
+    oc, gc = np.moveaxis(o, 0, -1), np.moveaxis(g, 0, -1)
+    ssim = float(structural_similarity(oc, gc, data_range=data_range, channel_axis=-1))
+    psnr = float("inf") if np.array_equal(o, g) else float(peak_signal_noise_ratio(gc, oc, data_range=data_range))
+    cosine = float(np.dot(o.ravel(), g.ravel()) / max(np.linalg.norm(o) * np.linalg.norm(g), 1e-30))
+    return QualityResult(ssim=ssim, psnr=psnr, max_abs_diff=float(np.max(np.abs(o - g))), kind="latent",
+                         cosine=cosine, data_range=data_range)
 
 
 def diff_map(obtained, golden) -> np.ndarray:

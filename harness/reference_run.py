@@ -14,7 +14,8 @@ from .model.bundle import ModelBundle
 from .sampler import denoise, initial_noise
 from .spectrum import DEFAULT_PRESET, PRESETS, SpectrumParams, check_params, sampler_velocity
 
-__all__ = ["sample_settings", "stream_contexts", "initial_latents", "sample_reference", "ReferenceModel"]
+__all__ = ["sample_settings", "stream_contexts", "initial_latents", "sample_reference", "ReferenceModel",
+           "text_emb_streams"]
 
 
 def sample_settings(bundle: ModelBundle, steps=None, cfg_scale=None, shift=None, seed=None,
@@ -45,6 +46,37 @@ def stream_contexts(bundle: ModelBundle, prompts: Sequence[str], cfg_scale: floa
     return {"cond": cond, "uncond": uncond}
 
 
+def text_emb_streams(bundle: ModelBundle, cond_path, uncond_path, cfg_scale: float) -> dict:
+    """{stream: [1, L, C]} from text-embedding .npy files (a model without a prompt encoder here).
+
+    CFG 1 runs the cond stream alone. Otherwise the uncond stream comes from its file, or from the
+    prompt encoder's empty prompt when the model has one.
+    """
+    from .errors import ConfigError
+    from .model.bundle import check_text_emb
+    streams = {"cond": _load_text_emb(bundle, cond_path, "--text-emb")}
+    if cfg_scale == 1.0:
+        return streams
+    if uncond_path is not None:
+        streams["uncond"] = _load_text_emb(bundle, uncond_path, "--uncond-text-emb")
+    elif bundle.encoder is not None:
+        streams["uncond"] = check_text_emb(bundle.context(""), bundle.cfg, "prompt encoder")
+    else:
+        raise ConfigError(f"--cfg {cfg_scale:g} mixes an unconditional stream: give --uncond-text-emb FILE "
+                          f"(the text embedding of the empty prompt), or run one stream with --cfg 1")
+    return streams
+
+
+def _load_text_emb(bundle: ModelBundle, path, option: str) -> np.ndarray:
+    from .errors import ConfigError
+    from .model.bundle import check_text_emb
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise ConfigError(f"{option} {path}: not a readable .npy array file ({type(exc).__name__})") from None
+    return check_text_emb(array, bundle.cfg, f"{option} {path}")
+
+
 def initial_latents(bundle: ModelBundle, seeds: Sequence[int]) -> np.ndarray:
     return np.concatenate([initial_noise((1, *bundle.latent_shape), s) for s in seeds])
 
@@ -58,14 +90,15 @@ class ReferenceModel:
         self.streams = list(contexts)
         self.context = np.concatenate([contexts[s] for s in self.streams])
         self.n = batch
+        self.weights = bundle.all_weights()     # the monolithic forward needs every tensor
 
     def hidden_state(self, x, sigma, step) -> dict:
-        h, _, _ = reference.forward_features(self.bundle.weights, self.bundle.cfg,
+        h, _, _ = reference.forward_features(self.weights, self.bundle.cfg,
                                              np.concatenate([x] * len(self.streams)), sigma, self.context)
         return {s: h[k * self.n:(k + 1) * self.n] for k, s in enumerate(self.streams)}
 
     def final_velocity(self, hidden: dict, sigma, step, latent_hw) -> dict:
-        w, cfg = self.bundle.weights, self.bundle.cfg
+        w, cfg = self.weights, self.bundle.cfg
         x = np.concatenate([hidden[s] for s in self.streams])
         emb, lora = reference.time_embedding(w, cfg, np.full(x.shape[0], sigma, np.float32))
         v = reference.final_layer(w, cfg, x, emb, lora, latent_hw)
@@ -77,9 +110,11 @@ class ReferenceModel:
 
 def sample_reference(bundle: ModelBundle, prompts: Sequence[str], seeds: Sequence[int], steps: int,
                      cfg_scale: float, shift: float,
-                     on_step: Callable[[int], None] | None = None, settings: dict | None = None) -> np.ndarray:
+                     on_step: Callable[[int], None] | None = None, settings: dict | None = None,
+                     contexts: dict | None = None) -> np.ndarray:
     """Final latents [B, C, H, W] from the monolithic reference forward; `settings` (from
-    sample_settings) choose the sampler, flow-euler when not given."""
-    model = ReferenceModel(bundle, stream_contexts(bundle, prompts, cfg_scale), len(prompts))
+    sample_settings) choose the sampler, flow-euler when not given; `contexts` ({stream: [B, L, C]}
+    text embeddings) replace the prompts for a model without a prompt encoder."""
+    model = ReferenceModel(bundle, contexts or stream_contexts(bundle, prompts, cfg_scale), len(seeds))
     velocity, _ = sampler_velocity(model, {**(settings or {}), "steps": steps})
     return denoise(velocity, initial_latents(bundle, seeds), steps, shift, cfg_scale, on_step)

@@ -3,6 +3,7 @@ and keep a JSON report on disk whatever happens (a failed run writes its partial
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ import numpy as np
 
 from .atomic import atomic_write_json
 from .backends.base import backend_class, run_options
-from .errors import HarnessError, ManifestError
+from .errors import HarnessError, ManifestError, StorageError
 from .reference_run import initial_latents, stream_contexts
 from .lifecycle import LifecycleRecorder, make_strategy
 from .memory import read_memory
@@ -22,6 +23,7 @@ from .partition.manifest import load_manifest, manifest_sha256, network_settings
 from .pipeline import PartitionedPipeline
 from .steptimes import summarize
 from .sampler import denoise
+from .signals import stop_status
 from .spectrum import sampler_velocity
 
 __all__ = ["RunResult", "run_partitioned", "open_partition"]
@@ -35,10 +37,13 @@ def _run_memory(guard, start) -> dict:
 
 
 def _write_report(path, report: dict) -> None:
-    # A report that cannot be written must not hide the run's own error, so only warn.
+    """A run whose report cannot be written has failed (StorageError naming the path); after a run
+    that already failed, only warn: the run's own error is the one to see."""
     try:
         atomic_write_json(path, report)
-    except OSError as exc:
+    except (OSError, StorageError) as exc:
+        if report.get("status") == "ok":
+            raise StorageError(f"cannot write the run report {path}: {getattr(exc, 'strerror', None) or exc}") from None
         print(f"warning: could not write the run report {path}: {exc}", file=sys.stderr)
 
 
@@ -102,6 +107,11 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
     strategy = pipeline = sampler_summary = None
     step_walls: list[float] = []
     start = read_memory()
+    if report_path is not None:     # a previous run's report must not stay behind, looking current
+        try:
+            Path(report_path).unlink(missing_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot write the run report {report_path}: {exc.strerror or exc}") from None
     try:
         manifest = open_partition(bundle, partition_dir, verify)
         report["manifest_sha256"] = manifest_sha256(manifest.directory)
@@ -115,6 +125,8 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
                                        + backend_class(backend).between_invocations(options),
                                        observers=observers)
         report["streams"] = pipeline.streams
+        if report_path is not None:     # "running" until it ends: what a SIGKILLed run leaves behind
+            atomic_write_json(report_path, {**report, "pid": os.getpid()})
         mark = [time.perf_counter()]
 
         def step_done(i: int) -> None:
@@ -133,13 +145,14 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
             decoded = pipeline.decode(result.latent, settings["steps"])
             result.images = decoded if images > 1 else decoded[None]
             result.image = result.images[0]     # the case's own seed: what gates compare
+        if pipeline.padded_to:
+            report["streams_padded_to"] = pipeline.padded_to
         report["status"] = "ok"
     except HarnessError as exc:
         report.update(status="failed", error=str(exc), error_kind=type(exc).__name__)
         raise
-    except BaseException as exc:    # a bug or Ctrl-C: the report must not claim to be still running
-        report.update(status="interrupted" if isinstance(exc, KeyboardInterrupt) else "crashed",
-                      error=repr(exc), error_kind=type(exc).__name__)
+    except BaseException as exc:    # a bug, Ctrl-C or SIGTERM: the report must not claim to be still running
+        report.update(status=stop_status(exc), error=str(exc) or repr(exc), error_kind=type(exc).__name__)
         raise
     finally:
         if strategy is not None:

@@ -1,7 +1,7 @@
 """Weights in the public Cosmos-Predict2 key layout (safetensors), validated against a ModelConfig.
 
 Loading checks every expected key, its shape and that the values are finite, and names the first
-problem. An optional `net.` prefix (as in full training checkpoints) is accepted and stripped.
+problem. Files are read through harness.checkpoint (prefix detection, BF16, extra tensors ignored).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 from .config import ModelConfig
 from .errors import WeightsError
 
-__all__ = ["weights_digest", "expected_shapes", "read_safetensors", "load_weights", "validate_weights",
+__all__ = ["weights_digest", "tensor_digest", "combine_digests", "expected_shapes", "read_safetensors", "load_weights",
            "save_weights", "random_weights", "block_keys"]
 
 _BRANCH_ADALN = {"self_attn": "adaln_modulation_self_attn", "cross_attn": "adaln_modulation_cross_attn",
@@ -72,35 +72,15 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
         raise WeightsError(f"{path}: not a readable safetensors file ({exc})") from None
 
 
-def validate_weights(tensors: dict[str, np.ndarray], cfg: ModelConfig, source: str) -> dict[str, np.ndarray]:
-    """Check keys, shapes and finiteness; return float32 tensors without the `net.` prefix."""
-    if tensors and all(k.startswith("net.") for k in tensors):
-        tensors = {k[4:]: v for k, v in tensors.items()}
-    expected = expected_shapes(cfg)
-    out = {}
-    for key, shape in expected.items():
-        if key not in tensors:
-            raise WeightsError(f"{source}: missing key '{key}' (profile {cfg.name})")
-        value = tensors[key]
-        if tuple(value.shape) != shape:
-            raise WeightsError(f"{source}: '{key}' has shape {list(value.shape)}, "
-                               f"profile {cfg.name} expects {list(shape)}")
-        if not np.issubdtype(value.dtype, np.floating):
-            raise WeightsError(f"{source}: '{key}' has dtype {value.dtype}, expected a float type")
-        value = value.astype(np.float32)
-        bad = int(np.size(value) - np.count_nonzero(np.isfinite(value)))
-        if bad:
-            raise WeightsError(f"{source}: '{key}' has {bad} non-finite values")
-        out[key] = value
-    extra = sorted(set(tensors) - set(expected))
-    if extra:
-        raise WeightsError(f"{source}: unexpected key '{extra[0]}' for profile {cfg.name} "
-                           f"({len(extra)} unexpected in all)")
-    return out
-
-
 def load_weights(path: str | Path, cfg: ModelConfig) -> dict[str, np.ndarray]:
-    return validate_weights(read_safetensors(path), cfg, str(path))
+    """Every DiT tensor of a checkpoint as float32 (BF16, F16 or F32 on disk; a key prefix is
+    detected, other tensors ignored). The board's path reads less: see harness.checkpoint."""
+    from .checkpoint import Checkpoint
+    checkpoint = Checkpoint(path, cfg)
+    try:
+        return checkpoint.read(checkpoint.keys())
+    finally:
+        checkpoint.close()
 
 
 def save_weights(tensors: dict[str, np.ndarray], path: str | Path, metadata: dict | None = None) -> None:
@@ -129,11 +109,24 @@ def random_weights(cfg: ModelConfig, seed: int = 0, blocks: range | None = None)
     return out
 
 
+def tensor_digest(key: str, value: np.ndarray) -> bytes:
+    """sha256 of one tensor as float32 little-endian, with its key and shape."""
+    value = np.ascontiguousarray(np.asarray(value, dtype="<f4"))
+    h = hashlib.sha256(f"{key}:{list(value.shape)};".encode())
+    h.update(memoryview(value).cast("B"))
+    return h.digest()
+
+
+def combine_digests(per_tensor: dict[str, bytes]) -> str:
+    """The weights digest: per-tensor digests in sorted key order. Per tensor, so a streamed export can
+    hash each tensor as it reads it, in any order, and still match a digest of the whole dict."""
+    h = hashlib.sha256()
+    for key in sorted(per_tensor):
+        h.update(per_tensor[key])
+    return h.hexdigest()
+
+
 def weights_digest(weights: dict) -> str:
-    """sha256 over the tensors (sorted keys, shape, float32 bytes): independent of the file layout."""
-    digest = hashlib.sha256()
-    for key in sorted(weights):
-        value = np.ascontiguousarray(np.asarray(weights[key], dtype="<f4"))
-        digest.update(f"{key}:{list(value.shape)};".encode())
-        digest.update(memoryview(value).cast("B"))
-    return digest.hexdigest()
+    """sha256 over the tensors (per-tensor float32 digests in sorted key order): independent of the
+    file layout and the stored dtype, and computable one tensor at a time."""
+    return combine_digests({key: tensor_digest(key, value) for key, value in weights.items()})

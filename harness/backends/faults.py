@@ -2,7 +2,10 @@
 
 Options (the suite's `--fault` sets them):
     nan_subgraph: index of the subgraph whose output gets NaN in the first stream (cond), as FP16
-                  overflow does on the board; `nan_count` values are poisoned (default 7).
+                  overflow does on the board; `nan_count` values are poisoned (default 7). The
+                  decoder's index (one past the last block subgraph) poisons the image.
+    shape_subgraph: index of the subgraph whose output loses its last stream ([1, N, D] where
+                  [2, N, D] is declared): a wrong-shape output that numpy would broadcast.
     delay:        seconds slept inside every run(): a deliberately slowed backend for the benchmark
                   compare gate.
     slowdown:     factor by which every load, init and run is stretched (it sleeps factor - 1 times
@@ -31,14 +34,18 @@ _LABEL = re.compile(r"^subgraph (\d+) ")
 
 
 def parse_fault(spec: str | None) -> dict:
-    """'nan@37' -> {'nan_subgraph': 37}; 'slow=0.01' -> {'delay': 0.01}; 'slow=x3' -> {'slowdown': 3.0};
-    comma-separated."""
+    """'nan@37' -> {'nan_subgraph': 37}; 'shape@5' -> {'shape_subgraph': 5}; 'slow=0.01' ->
+    {'delay': 0.01}; 'slow=x3' -> {'slowdown': 3.0}; comma-separated."""
     options: dict = {}
     for part in filter(None, (p.strip() for p in (spec or "").split(","))):
         try:
             if part.startswith("nan@"):
                 options["nan_subgraph"] = int(part[4:])
                 if options["nan_subgraph"] < 0:
+                    raise ValueError
+            elif part.startswith("shape@"):
+                options["shape_subgraph"] = int(part[6:])
+                if options["shape_subgraph"] < 0:
                     raise ValueError
             elif part.startswith("crash@"):
                 options["crash_subgraph"] = int(part[6:])
@@ -56,7 +63,8 @@ def parse_fault(spec: str | None) -> dict:
                 raise ValueError
         except ValueError:
             # crash@SUBGRAPH is left out of the hint: it is for prefetch workers only (docstring).
-            raise ConfigError(f"--fault '{part}': expected nan@SUBGRAPH, slow=SECONDS or slow=xFACTOR") from None
+            raise ConfigError(f"--fault '{part}': expected nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS or "
+                              f"slow=xFACTOR") from None
     return options
 
 
@@ -68,17 +76,22 @@ class FaultInjectionContext(OnnxRuntimeContext):
     @classmethod
     def parse_options(cls, values: dict, cfg) -> dict:
         options = parse_fault(values.get("fault"))
-        if options.get("nan_subgraph", 0) >= cfg.subgraphs:
-            raise ConfigError(f"--fault nan@{options['nan_subgraph']}: {cfg.name} has subgraphs "
-                              f"0..{cfg.subgraphs - 1}")
+        decoder = bool(cfg.decoder) and cfg.latent_channels == 1
+        last = cfg.subgraphs if decoder else cfg.subgraphs - 1
+        for kind in ("nan", "shape"):
+            if options.get(f"{kind}_subgraph", 0) > last:
+                raise ConfigError(f"--fault {kind}@{options[kind + '_subgraph']}: {cfg.name} has subgraphs "
+                                  f"0..{cfg.subgraphs - 1}" + (f" and its decoder {last}" if decoder else ""))
         return options
 
     def __init__(self, label: str, nan_subgraph: int | None = None, nan_count: int = 7,
-                 delay: float = 0.0, slowdown: float = 1.0, crash_subgraph: int | None = None, **options):
+                 delay: float = 0.0, shape_subgraph: int | None = None, slowdown: float = 1.0,
+                 crash_subgraph: int | None = None, **options):
         super().__init__(label, **options)
         match = _LABEL.match(label)
         self.index = int(match.group(1)) if match else None
         self.poison = nan_subgraph is not None and self.index == nan_subgraph
+        self.truncate = shape_subgraph is not None and self.index == shape_subgraph
         self.nan_count = nan_count
         self.delay = delay
         self.slowdown = slowdown
@@ -107,4 +120,6 @@ class FaultInjectionContext(OnnxRuntimeContext):
             first = np.array(outputs[0], copy=True)
             first[0].reshape(-1)[: self.nan_count] = np.nan
             outputs = [first, *outputs[1:]]
+        if self.truncate:
+            outputs = [outputs[0][:-1] if outputs[0].shape[0] > 1 else outputs[0][..., :-1], *outputs[1:]]
         return outputs

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from .onnx_export import FAKE_QUANT
@@ -10,7 +11,7 @@ from ..errors import ConfigError
 from .manifest import default_partition_dir
 
 __all__ = ["add_commands", "parse_blocks", "render_inspection", "cmd_export", "cmd_inspect",
-           "default_partition_dir", "exported_partition", "export_with_progress"]
+           "cmd_inspect_checkpoint", "default_partition_dir", "exported_partition", "export_with_progress"]
 
 
 def parse_blocks(text: str, blocks: int) -> list[int]:
@@ -66,21 +67,29 @@ def add_commands(subparsers) -> None:
     ins.add_argument("dir", type=Path, help="partition directory (holds manifest.json)")
     ins.set_defaults(func=cmd_inspect)
 
+    ck = subparsers.add_parser("inspect-checkpoint",
+                               help="what a DiT checkpoint holds: dtypes, parameters per group, host or NPU")
+    ck.add_argument("path", type=Path, help="safetensors checkpoint")
+    ck.add_argument("--profile", default="anima-2b",
+                    help="profile name or .toml the checkpoint must match (default: %(default)s)")
+    ck.set_defaults(func=cmd_inspect_checkpoint)
 
-def _load_model(args) -> tuple[ModelConfig, dict, Path]:
-    from ..weights import load_weights
+
+def _load_model(args):
+    """(cfg, the checkpoint opened for streamed reads, its path): nothing is read yet."""
+    from ..checkpoint import Checkpoint
     if args.profile:
         if args.weights is None:
             raise ConfigError("--profile needs --weights FILE (the checkpoint to export)")
         cfg = load_profile(args.profile)
-        return cfg, load_weights(args.weights, cfg), args.weights
+        return cfg, Checkpoint(args.weights, cfg), args.weights
     if args.weights is not None:
         raise ConfigError("--weights goes with --profile; a --model-dir names its own weights file")
     cfg = load_model_dir(args.model_dir)
     if "weights" not in cfg.files:
         raise ConfigError(f"{cfg.source}: missing 'weights' (file name of the weights)")
     path = args.model_dir / cfg.files["weights"]
-    return cfg, load_weights(path, cfg), path
+    return cfg, Checkpoint(path, cfg), path
 
 
 def export_with_progress(weights: dict, cfg: ModelConfig, out, quiet: bool = False, **options):
@@ -99,19 +108,19 @@ def exported_partition(bundle, dtype: str, fake_quant: str | None = None, quiet:
     partition = default_partition_dir(bundle.cfg, bundle.digest, dtype, fake_quant)
     if not manifest_path(partition).exists():
         print(f"exporting the partition to {partition} ({dtype}, first use)", file=sys.stderr)
-        export_with_progress(bundle.weights, bundle.cfg, partition, quiet=quiet, dtype=dtype,
+        export_with_progress(bundle.weights_source, bundle.cfg, partition, quiet=quiet, dtype=dtype,
                              fake_quant=fake_quant)
     return partition
 
 
 def cmd_export(args) -> int:
-    from ..weights import weights_digest
     from .onnx_export import check_opset
-    check_opset(args.opset)          # before loading gigabytes of weights
-    cfg, weights, source = _load_model(args)
+    check_opset(args.opset)          # before reading gigabytes of weights
+    cfg, checkpoint, source = _load_model(args)
+    print(checkpoint.summary_line(), file=sys.stderr)
     blocks = parse_blocks(args.blocks, cfg.blocks) if args.blocks else None
-    out = args.out or default_partition_dir(cfg, weights_digest(weights), args.dtype, args.fake_quant, blocks)
-    manifest = export_with_progress(weights, cfg, out, quiet=args.quiet, dtype=args.dtype,
+    out = args.out or default_partition_dir(cfg, checkpoint.digest(), args.dtype, args.fake_quant, blocks)
+    manifest = export_with_progress(checkpoint, cfg, out, quiet=args.quiet, dtype=args.dtype,
                                     streams=args.streams, fake_quant=args.fake_quant, opset=args.opset,
                                     blocks=blocks, weights_source=str(source))
     size = sum(e.bytes for e in manifest.entries())
@@ -155,3 +164,30 @@ def cmd_inspect(args) -> int:
     report = inspect_partition(args.dir)
     render_inspection(report)
     return 0 if report["verdict"] == "ok" else 1
+
+
+def cmd_inspect_checkpoint(args) -> int:
+    """Header only: nothing but the JSON header is read, so a 4 GB file answers at once."""
+    from rich.table import Table
+    from ..checkpoint import Checkpoint
+    from ..terminal import console as make_console
+    cfg = load_profile(args.profile)
+    checkpoint = Checkpoint(args.path, cfg)
+    console = make_console(stderr=False)
+    table = Table(title=f"{args.path} (profile {cfg.name})")
+    for col in ("group", "needed by", "tensors", "parameters", "MB", "dtype"):
+        table.add_column(col, justify="left" if col in ("group", "needed by", "dtype") else "right")
+    totals: dict[str, list[int]] = {}
+    for row in checkpoint.groups():
+        table.add_row(row["group"], row["role"], str(row["tensors"]), f"{row['params']:,}",
+                      f"{row['bytes'] / 1e6:.1f}", ",".join(row["dtypes"]))
+        total = totals.setdefault(row["role"], [0, 0])
+        total[0] += row["params"]
+        total[1] += row["bytes"]
+    console.print(table)
+    for role, (params, size) in totals.items():
+        console.print(f"{role}: {params:,} parameters, {size / 2**20:.1f} MiB stored"
+                      + (f", {params * 4 / 2**20:.1f} MiB as float32 on the host" if role == "host" else ""),
+                      highlight=False)
+    console.print(checkpoint.summary_line(), highlight=False)
+    return 0

@@ -20,7 +20,7 @@ from ..errors import ManifestError
 from ..schema import Field, check_table, is_int, list_of, non_empty_str, one_of, positive_int
 
 __all__ = ["manifest_sha256", "default_partition_dir", "FORMAT", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest",
-           "check_input", "manifest_path", "network_settings", "subgraph_index", "inspect_partition"]
+           "check_input", "check_outputs", "manifest_path", "network_settings", "subgraph_index", "inspect_partition"]
 
 FORMAT = "anima-partition/1"
 MANIFEST_FILE = "manifest.json"
@@ -135,8 +135,8 @@ class Manifest:
         """Absolute path of an entry's file; refuses any path that leaves the partition directory."""
         rel = PurePosixPath(entry.file)
         if not entry.file or rel.is_absolute() or Path(entry.file).is_absolute() or ".." in rel.parts \
-                or "\\" in entry.file:
-            raise ManifestError(f"{self.file}: {entry.label}: file '{entry.file}' is not a plain path "
+                or "\\" in entry.file or "\x00" in entry.file:
+            raise ManifestError(f"{self.file}: {entry.label}: file {entry.file!r} is not a plain path "
                                 f"inside the partition directory")
         root = self.directory.resolve()
         path = root / rel
@@ -293,6 +293,25 @@ def check_input(entry: SubgraphEntry, name: str, array) -> None:
     if tuple(arr.shape) != spec.shape or arr.dtype.name != spec.dtype:
         raise ManifestError(f"{entry.label}: input '{name}' is {arr.dtype.name} {list(arr.shape)}, "
                             f"manifest expects {spec.dtype} {list(spec.shape)} (file {entry.file})")
+
+
+def check_outputs(entry: SubgraphEntry, outputs) -> np.ndarray:
+    """The first output, after checking every output's count, shape and dtype against the manifest.
+
+    A wrong shape would otherwise broadcast into the residual stream and pass silently. A float16
+    output may come back as float32: RKNNLite's inference() returns float32 unless told otherwise.
+    """
+    if outputs is None or len(outputs) != len(entry.outputs):
+        got = "no" if outputs is None else len(outputs)
+        raise ManifestError(f"{entry.label}: returned {got} outputs, manifest declares "
+                            f"{len(entry.outputs)} (file {entry.file})")
+    for spec, array in zip(entry.outputs, outputs):
+        arr = np.asarray(array)
+        dtype_ok = arr.dtype.name == spec.dtype or (spec.dtype == "float16" and arr.dtype == np.float32)
+        if tuple(arr.shape) != spec.shape or not dtype_ok:
+            raise ManifestError(f"{entry.label}: output '{spec.name}' is {arr.dtype.name} {list(arr.shape)}, "
+                                f"manifest declares {spec.dtype} {list(spec.shape)} (file {entry.file})")
+    return np.asarray(outputs[0])
 
 
 # ---------------------------------------------------------------- inspection

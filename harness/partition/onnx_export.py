@@ -23,11 +23,12 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..atomic import atomic_write_bytes
+from ..checkpoint import as_source
 from ..config import BRANCHES, ModelConfig
 from ..errors import ConfigError, WeightsError
 from ..model.embedded import interp_matrix
 from ..model.reference import make_rope
-from ..weights import weights_digest
+from ..weights import combine_digests, tensor_digest, weights_digest
 from .manifest import (FORMAT, Manifest, SubgraphEntry, TensorSpec, manifest_path, network_settings,
                        subgraph_index)
 
@@ -418,7 +419,7 @@ def _select_blocks(cfg: ModelConfig, blocks) -> list[int]:
 
 
 def _has_decoder(cfg: ModelConfig) -> bool:
-    return cfg.latent_channels == 1 and bool(cfg.decoder)
+    return _decoder_source(cfg) is not None or (cfg.latent_channels == 1 and bool(cfg.decoder))
 
 
 def planned_files(cfg: ModelConfig, blocks=None) -> int:
@@ -426,11 +427,15 @@ def planned_files(cfg: ModelConfig, blocks=None) -> int:
     return len(_select_blocks(cfg, blocks)) * len(BRANCHES) + int(_has_decoder(cfg))
 
 
-def export_partition(weights: dict, cfg: ModelConfig, out_dir, dtype: str = "float32", streams: int = 2,
+def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32", streams: int = 2,
                      opset: int = DEFAULT_OPSET, blocks=None, on_file: Callable[[], None] | None = None,
                      weights_source: str | None = None, fake_quant: str | None = None) -> Manifest:
     """Write one ONNX file per subgraph (+ decoder.onnx when the model has one) and manifest.json.
 
+    `weights` is a Checkpoint (or its path) or a dict of tensors. Tensors are read one block at a time
+    and dropped when the block's three subgraphs are written, so peak memory is one block's tensors
+    and one subgraph's graph, not the model. The weights digest is hashed tensor by tensor on the way
+    (the blocks not exported are read for it too, one tensor at a time).
     fake_quant="ffn-w8a8" simulates INT8 FFN linears (weights and activations) in the graph dtype.
     on_file() is called after each file is written (the CLI draws its progress bar with it; the
     exporter itself prints nothing).
@@ -440,32 +445,57 @@ def export_partition(weights: dict, cfg: ModelConfig, out_dir, dtype: str = "flo
     _check_streams(streams)
     check_opset(opset)
     chosen = _select_blocks(cfg, blocks)
+    source = as_source(weights, cfg)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     # An interrupted export must not leave an old manifest vouching for half-replaced files.
     manifest_path(out_dir).unlink(missing_ok=True)
+    decoder_file = _decoder_source(cfg)
     advance = on_file or (lambda: None)
-    entries, islands = [], {}
+    entries, islands, hashes = [], {}, {}
+    known = source.known_digest()       # e.g. computed for the default directory name
     for block in chosen:
+        w = source.block_tensors(block)
+        if known is None:
+            hashes.update((k, tensor_digest(k, v)) for k, v in w.items())
         for branch in BRANCHES:
-            model, wrapped = _build(weights, cfg, block, branch, dtype, streams, opset, fake_quant)
+            model, wrapped = _build(w, cfg, block, branch, dtype, streams, opset, fake_quant)
             islands[branch] = wrapped
             entries.append(_write(model, out_dir, subgraph_file(block, branch),
                                   subgraph_index(block, branch), block, branch))
             del model
             advance()
+        del w
     decoder = None
     if _has_decoder(cfg):
-        decoder = _write(build_decoder(cfg, opset), out_dir, DECODER_FILE, cfg.subgraphs, None, "decoder")
+        model = onnx.load(decoder_file) if decoder_file else build_decoder(cfg, opset)
+        decoder = _write(model, out_dir, DECODER_FILE, cfg.subgraphs, None, "decoder")
         advance()
+    for key in source.keys() if known is None else ():   # the rest: host tensors, blocks not exported
+        if key not in hashes:
+            hashes[key] = tensor_digest(key, source.read([key])[key])
     export = {"dtype": dtype, "streams": streams, "opset": opset, "latent_size": list(cfg.latent_size),
               "tokens": cfg.tokens, "context_tokens": cfg.context_tokens, "blocks": chosen,
               "fp32_islands": {b: islands[b] for b in BRANCHES if islands.get(b)}}
     if fake_quant:
         export["fake_quant"] = fake_quant
+    if decoder_file:
+        export["decoder_source"] = str(decoder_file)
     manifest = Manifest(directory=out_dir, format=FORMAT,
                         model={"name": cfg.name, "network": network_settings(cfg)},
-                        weights_sha256=weights_digest(weights), weights_source=weights_source,
+                        weights_sha256=known or combine_digests(hashes),
+                        weights_source=weights_source or getattr(source, "source", None),
                         export=export, subgraphs=entries, decoder=decoder)
     manifest.save()
     return manifest
+
+
+def _decoder_source(cfg: ModelConfig) -> Path | None:
+    """The user's decoder ONNX named in model.toml ([decoder] onnx), checked to exist and load."""
+    name = cfg.decoder.get("onnx")
+    if not name:
+        return None
+    path = Path(cfg.source).parent / name
+    if not path.is_file():
+        raise ConfigError(f"{cfg.source}: [decoder] onnx = '{name}' but {path} does not exist")
+    return path

@@ -5,6 +5,7 @@ keeps apart:
     hooks.py     configure, report header, test generation, the --require-npu check, summaries
     fixtures.py  what the gate modules ask for: suite, gate_runner, golden_cases, artifacts, npu_guard
     storage.py   pytest-benchmark integration: per-board baseline storage, atomic saves, machine info
+    session.py   one run end to end: outputs checked first, artifacts locked, signals, session.json
     state.py     the keys under which the session's state lives in `config.stash`
     baselines.py the benchmark baselines' rules: refused autosave, comparison by key, saving at the end
     reporting.py step progress in logs, the markdown summary and the HTML report of each run
@@ -19,4 +20,5 @@ __all__ = ["OPTIONS", "SuiteSettings", "resolve_settings", "settings_of"]
 # Each part registers its own hooks and fixtures as a plugin of its own.
 pytest_plugins = ["harness.pytest_plugin.options", "harness.pytest_plugin.hooks",
                   "harness.pytest_plugin.fixtures", "harness.pytest_plugin.storage",
-                  "harness.pytest_plugin.baselines", "harness.pytest_plugin.reporting"]
+                  "harness.pytest_plugin.session", "harness.pytest_plugin.baselines",
+                  "harness.pytest_plugin.reporting"]

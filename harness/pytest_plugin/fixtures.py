@@ -7,6 +7,7 @@ import pytest
 
 from ..errors import HarnessError
 from .options import SuiteSettings
+from .session import CALL_FAILED
 from .state import MEMORY_SAMPLES, RUNNER, SETTINGS, append_to
 
 __all__ = ["suite", "gate_runner", "golden_cases", "artifacts", "npu_guard", "runner_of",
@@ -78,5 +79,6 @@ def npu_guard(request, suite):
     out = suite.artifacts / "memory" / f"{request.node.name}.json"
     guard.write_samples(out)
     append_to(request.config, MEMORY_SAMPLES, (request.node.name, out))
-    if guard.tripped:
+    # A test that failed on the trip already said so: a second report would count it twice.
+    if guard.tripped and "memory guard tripped" not in request.node.stash.get(CALL_FAILED, ""):
         pytest.fail(f"memory guard tripped: {guard.trip_reason} (samples: {out})", pytrace=False)

@@ -6,8 +6,9 @@ import pytest
 
 from ..errors import HarnessError
 from .options import OPTIONS, resolve_settings
-from .state import BOARD, IDENTITY, INVALID_RUNS, SETTINGS, SPECTRUM_LINES, STEP_SPLITS
+from .state import BOARD, IDENTITY, INVALID_RUNS, QUALITY_LINES, SETTINGS, SPECTRUM_LINES, STEP_SPLITS
 from .fixtures import runner_of, selected_cases
+from .session import start_run
 
 __all__ = ["pytest_configure", "pytest_report_header", "pytest_pyfunc_call", "pytest_generate_tests",
            "pytest_terminal_summary"]
@@ -22,6 +23,10 @@ def pytest_configure(config):
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[SETTINGS] = settings
+    try:
+        start_run(config, settings)
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
     identity = board_identity(settings.telemetry_root)
     config.stash[IDENTITY] = identity
     config.stash[BOARD] = board_id(identity)
@@ -66,6 +71,11 @@ def pytest_generate_tests(metafunc):
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for name, info in config.stash.get(STEP_SPLITS, []):
         _write_step_split(terminalreporter, name, info)
+    quality = config.stash.get(QUALITY_LINES, [])
+    if quality:
+        terminalreporter.write_sep("-", "quality gate: measured, threshold, margin")
+        for line in quality:
+            terminalreporter.write_line(line)
     for line in config.stash.get(SPECTRUM_LINES, []):         # tests/acceptance/test_spectrum_benchmark.py
         terminalreporter.write_sep("-", "Spectrum vs full")
         terminalreporter.write_line(line)

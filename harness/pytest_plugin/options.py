@@ -44,7 +44,8 @@ OPTIONS = {
     "bench_steps": (None, "sampler steps per benchmark round (default: the golden case's)"),
     "bench_sampler": (None, "sampler of the benchmark rounds: flow-euler or spectrum (13-of-28 preset; default: the case's)"),
     "history": (".benchmarks/history.jsonl", "benchmark run history (JSONL) for `python -m harness trend`"),
-    "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, slow=SECONDS, slow=xFACTOR (backend faults)"),
+    "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS, "
+                    "slow=xFACTOR (backend faults)"),
     "cache_dir": (".cache", "where exported partitions are cached"),
     # Baselines with rules (harness/baseline.py): saved only when asked, from valid passing runs.
     "save_baseline": (False, "save this run's benchmark timings as the baselines (CI: main branch only); "
@@ -57,10 +58,12 @@ OPTIONS = {
     "images": (1, "images generated together per run: every loaded context serves all their streams"),
     "board_profile_data": (None, "board-sim: profile data file (default boards/data/rock5c-anima.toml)"),
     "time_scale": (None, "board-sim: seconds here per board second (default: the data file's)"),
+    "min_free": ("64MiB", "refuse to start when the artifacts or history filesystem has less free space"),
+    "suite_run": (False, "bin/test's run: JUnit XML and benchmark JSON into --artifacts; no test collected fails"),
 }
-_FLAGS = {"require_npu", "update_goldens", "force_goldens", "save_baseline"}
+_FLAGS = {"require_npu", "update_goldens", "force_goldens", "suite_run", "save_baseline"}
 _INTS = {"bench_rounds", "bench_steps", "images", "npu_timeout"}
-_SIZES = {"mem_floor", "swap_limit", "pss_budget"}
+_SIZES = {"mem_floor", "swap_limit", "pss_budget", "min_free"}
 _PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir",
           "board_profile_data", "calibration", "baselines"}
 
@@ -92,6 +95,9 @@ class SuiteSettings:
     fault: str | None
     cache_dir: Path
     board_profile: Path | None = None
+    golden_dir_given: bool = False     # named on the command line or in the profile
+    min_free: int = 64 << 20
+    suite_run: bool = False
     backend_options: dict = field(default_factory=dict)
     npu_problem: str | None = None      # why --require-npu cannot be met here (None: it can)
     save_baseline: bool = False
@@ -209,7 +215,9 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options,
         save_baseline=values["save_baseline"], baselines=values["baselines"],
         baseline_threshold=parse_threshold(values["baseline_threshold"]), npu_timeout=values["npu_timeout"],
-        bench_sampler=values["bench_sampler"], lifecycle=lifecycle, images=values["images"])
+        bench_sampler=values["bench_sampler"], lifecycle=lifecycle, images=values["images"],
+        min_free=parse_size(values["min_free"]), suite_run=values["suite_run"],
+        golden_dir_given=values["golden_dir"] is not None)
     settings.npu_problem = _npu_problem(settings)
     return settings
 

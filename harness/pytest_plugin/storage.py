@@ -7,7 +7,7 @@ import pytest
 from ..config import REPO_ROOT
 from .state import BOARD, IDENTITY, SETTINGS
 
-__all__ = ["pytest_configure", "pytest_sessionstart", "pytest_benchmark_update_machine_info",
+__all__ = ["pytest_configure", "pytest_sessionstart", "pytest_collection_modifyitems", "atomic_json", "pytest_benchmark_update_machine_info",
            "pytest_benchmark_compare_machine_info", "atomic_save"]
 
 
@@ -26,6 +26,7 @@ def pytest_sessionstart(session):
     if not hasattr(bench, "storage"):
         raise pytest.UsageError(_UNSUPPORTED.format("its session has no 'storage'"))
     atomic_save(bench.storage)
+    atomic_json(bench)
 
 
 # What atomic_save needs from pytest-benchmark's FileStorage (4.x/5.x): a changed release must stop
@@ -33,6 +34,28 @@ def pytest_sessionstart(session):
 _UNSUPPORTED = ("anima: this pytest-benchmark cannot have its baselines saved atomically ({}); "
                 "pin a supported pytest-benchmark or adapt harness/pytest_plugin/storage.py")
 _NEEDED = ("get", "_next_num", "logger", "save")
+
+
+def atomic_json(bench) -> None:
+    """--benchmark-json written atomically (pytest-benchmark writes it with a plain open/write)."""
+    from pytest_benchmark.utils import safe_dumps
+
+    from ..atomic import atomic_write_bytes
+
+    def save_json(output_json):
+        atomic_write_bytes(bench.json, safe_dumps(output_json, ensure_ascii=True, indent=4).encode())
+        bench.logger.info(f"Wrote benchmark data in: {bench.json}", purple=True)
+
+    bench.save_json = save_json
+
+
+def pytest_collection_modifyitems(session, config, items):
+    # bin/test's run (--suite-run) puts benchmark.json in --artifacts; only a run with benchmarks
+    # gets one (pytest-benchmark warns about an empty one).
+    bench = getattr(config, "_benchmarksession", None)
+    if bench is not None and bench.json is None and config.stash[SETTINGS].suite_run \
+            and any("benchmark" in getattr(item, "fixturenames", ()) for item in items):
+        bench.json = config.stash[SETTINGS].artifacts / "benchmark.json"
 
 
 def atomic_save(storage) -> bool:

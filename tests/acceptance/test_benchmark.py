@@ -16,6 +16,7 @@ from dataclasses import replace
 import pytest
 
 from harness.baseline import KEY_MISMATCH, REGRESSED
+from harness.errors import HarnessError
 from harness.gates import benchmark_info, history_record
 from harness.history import append_run
 from harness.pytest_plugin.state import (BENCH_RESULTS, BOARD, IDENTITY, INVALID_RUNS, STEP_SPLITS,
@@ -35,16 +36,28 @@ def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, ba
         # another name: this render is not the golden case's, so it must not be shared as its run
         case = replace(case, name=f"{case.name}-{suite.bench_sampler}", sampler=suite.bench_sampler,
                        spectrum=spectrum)
-    gate_runner.prepare()
     results = []
-    with TelemetryWindow(suite.telemetry_root) as window:
-        benchmark.pedantic(lambda: results.append(gate_runner.run(case, npu_guard, suite.bench_steps, keep=False)),
-                           rounds=suite.bench_rounds, iterations=1, warmup_rounds=0)
-    gate_runner.keep(results[-1], f"{case.name}-bench")
-    # The round rendered the case in full with the guard armed: numerics, quality and memory judge it.
-    gate_runner.share(case, results[-1], suite.bench_steps)
+    try:        # the suite's own errors (weights, manifest, a guard trip) are one line, not a traceback
+        gate_runner.prepare()
+        with TelemetryWindow(suite.telemetry_root) as window:
+            benchmark.pedantic(lambda: results.append(gate_runner.run(case, npu_guard, suite.bench_steps, keep=False)),
+                               rounds=suite.bench_rounds, iterations=1, warmup_rounds=0)
+        gate_runner.keep(results[-1], f"{case.name}-bench")
+        # The round rendered the case in full with the guard armed: numerics, quality and memory judge it.
+        gate_runner.share(case, results[-1], suite.bench_steps)
+    except HarnessError as exc:
+        benchmark.has_error = True      # no timings to save or compare
+        pytest.fail(f"{case.name}: no benchmark: {exc}", pytrace=False)
+    try:
+        record_run(benchmark, case, gate_runner, window, results[-1], suite, request, baseline_gate,
+                   record_property)
+    except (HarnessError, OSError) as exc:
+        pytest.fail(f"{case.name}: benchmark ran but was not recorded: {exc}", pytrace=False)
+
+
+def record_run(benchmark, case, gate_runner, window, result, suite, request, baseline_gate, record_property):
     verdict = window.verdict()
-    info = benchmark_info(results[-1].report)
+    info = benchmark_info(result.report)
     config = request.config
     key = baseline_gate.key(case.name, info["steps"], gate_runner.precision, gate_runner.manifest_hash)
     check = baseline_gate.compare(key, benchmark.stats.stats.mean)
@@ -57,7 +70,7 @@ def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, ba
     append_to(config, STEP_SPLITS, (request.node.name, info))
     append_to(config, BENCH_RESULTS, {"test": request.node.nodeid, "case": case.name, "info": info,
                                       "valid": verdict["valid"], "reasons": verdict["reasons"],
-                                      "memory": results[-1].report.get("memory"),
+                                      "memory": result.report.get("memory"),
                                       "comparison": check.as_dict(), "key": key.as_dict()})
     runs_before = _history_lines(suite.history)
     append_run(suite.history, history_record(info, config.stash[IDENTITY], config.stash[BOARD], suite.backend,

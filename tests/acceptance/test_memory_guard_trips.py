@@ -52,7 +52,7 @@ class SwapAfter:
 
 def test_swap_growth_stops_the_pipeline_between_invocations(tmp_path):
     bundle = load_bundle(make_random_model_dir(tmp_path / "model"))
-    export_partition(bundle.weights, bundle.cfg, tmp_path / "p", dtype="float32")
+    export_partition(bundle.weights_source, bundle.cfg, tmp_path / "p", dtype="float32")
     report = tmp_path / "report.json"
     guard = MemoryGuard("1MiB", "16MiB", interval=60, reader=SwapAfter(40))
     with guard, pytest.raises(MemoryGuardTripped, match=r"swap growth 20.0 MiB over limit 16.0 MiB"):

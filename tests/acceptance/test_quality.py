@@ -1,20 +1,25 @@
-"""Gate: each golden case's image against its golden FP16 image by SSIM and PSNR.
+"""Gate: each golden case against its golden FP16 result: the decoded image by SSIM and PSNR, or, for
+a partition without a decoder (Anima's VAE is not in it), the final latent by SSIM over its channels,
+PSNR and cosine. The line with every metric, threshold and margin goes to the terminal summary.
 
 With --update-goldens the case's golden is written instead and the test is reported as skipped
 ("goldens written"): an update run judged nothing, so it must not read as a passed gate."""
 import pytest
 
-from harness.gates import quality_check
+from harness.errors import HarnessError
+from harness.gates import quality_check, quality_line
 from harness.golden import GoldenError, GoldenStore, relative_to_repo
-from harness.pytest_plugin.state import GOLDEN_UPDATES, QUALITY_RESULTS, append_to
+from harness.pytest_plugin.state import GOLDEN_UPDATES, QUALITY_LINES, QUALITY_RESULTS, append_to
 
 pytestmark = [pytest.mark.npu, pytest.mark.quality]
 
 
-def test_image_matches_golden(golden_case, gate_runner, npu_guard, suite, artifacts, record_property, request):
+def test_matches_golden(golden_case, gate_runner, npu_guard, suite, artifacts, record_property, request):
     case = golden_case
-    store = GoldenStore(suite.golden_dir)
     try:
+        kind = gate_runner.golden_kind
+        store = GoldenStore(suite.golden_dir, image_shape=gate_runner.image_shape if kind == "image" else None,
+                            kind=kind)
         if suite.update_goldens:      # refuse a quantised golden before spending a run on it
             store.check_writable(case, gate_runner.precision, suite.force_goldens)
         else:
@@ -23,27 +28,34 @@ def test_image_matches_golden(golden_case, gate_runner, npu_guard, suite, artifa
         pytest.fail(str(exc), pytrace=False)
     run = gate_runner.case_run(case, npu_guard)
     if run.error is not None:
-        pytest.fail(f"{case.name}: no image to judge: {run.error}", pytrace=False)
-    image = run.result.image
-    if image is None:
-        pytest.fail(f"{case.name}: the partition has no decoder model, so there is no image to compare",
-                    pytrace=False)
+        pytest.fail(f"{case.name}: no result to judge: {run.error}", pytrace=False)
+    obtained = run.result.image if kind == "image" else run.result.latent[0]
     if suite.update_goldens:
         meta = {"backend": suite.backend, "manifest_hash": gate_runner.manifest_hash,
                 "model": gate_runner.bundle.cfg.name, "partition": relative_to_repo(gate_runner.partition)}
-        written, why = store.update(case, image, meta, precision=gate_runner.precision, force=suite.force_goldens)
+        written, why = store.update(case, obtained, meta, precision=gate_runner.precision, force=suite.force_goldens)
         append_to(request.config, GOLDEN_UPDATES, (case.name, written, why))
         # Nothing was compared: an update run must not count as a passed quality gate. A skip keeps
         # the update command's exit code 0 and says in the summary (and the JUnit XML) what it did.
         if written:
             pytest.skip(f"goldens written, not compared: {store.paths(case)['npy']}")
         pytest.skip(f"golden {why}")
-    q, diff = quality_check(case, image, golden, artifacts)
+    try:
+        q, diff = quality_check(case, obtained, golden, artifacts, kind)
+    except HarnessError as exc:
+        pytest.fail(f"{case.name}: cannot compare with {store.paths(case)['npy']}: {exc}", pytrace=False)
+    line = quality_line(case, q)
+    append_to(request.config, QUALITY_LINES, line)
+    record_property("quality_on", kind)
     record_property("ssim", q.ssim)
     record_property("psnr", q.psnr)
+    if q.cosine is not None:
+        record_property("cosine", q.cosine)
     append_to(request.config, QUALITY_RESULTS, {
-        "case": case.name, "ssim": q.ssim, "psnr": q.psnr, "ssim_min": case.ssim_min,
+        "case": case.name, "kind": kind, "ssim": q.ssim, "psnr": q.psnr, "ssim_min": case.ssim_min,
         "psnr_min": case.psnr_min, "passed": diff is None, "golden_npy": str(store.paths(case)["npy"]),
-        "obtained_npy": str(suite.artifacts / "runs" / f"{case.name}-image.npy")})
-    assert diff is None, (f"{case.name}: {q.summary()} fails SSIM >= {case.ssim_min} / PSNR >= "
-                          f"{case.psnr_min} dB; obtained, golden and diff heat map: {diff}")
+        "obtained_npy": str(suite.artifacts / "runs" / f"{case.name}-{'image' if kind == 'image' else 'latent'}.npy")})
+    assert diff is None, (f"{case.name}: the gate ran on the {kind}: {q.summary()} fails SSIM >= "
+                          f"{case.ssim_min} / PSNR >= {case.psnr_min} dB"
+                          + (f" / cosine >= {case.cosine_min}" if kind == "latent" else "")
+                          + f"; obtained, golden and diff heat map: {diff}. {line}")

@@ -43,7 +43,7 @@ def ran(w8a8_run, pytester, monkeypatch):
 
 def junit_ssim(tmp) -> float:
     root = ET.parse(tmp / "junit.xml").getroot()
-    return float(root.find(".//testcase[@name='test_image_matches_golden[seven]']//property[@name='ssim']").get("value"))
+    return float(root.find(".//testcase[@name='test_matches_golden[seven]']//property[@name='ssim']").get("value"))
 
 
 def test_markdown_summary_in_artifacts_and_the_github_step_summary(ran):

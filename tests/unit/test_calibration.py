@@ -30,7 +30,7 @@ def _reference_branch_inputs(bundle, prompt, settings, block):
     """Block `block`'s branch inputs at step 0 from the monolithic reference: [S, N, D] per branch."""
     contexts = stream_contexts(bundle, [prompt], settings["cfg_scale"])
     ctx = np.concatenate([contexts["cond"], contexts["uncond"]])
-    w, cfg = bundle.weights, bundle.cfg
+    w, cfg = bundle.all_weights(), bundle.cfg
     latent = initial_noise((1, *bundle.latent_shape), settings["seed"])
     emb, lora = R.time_embedding(w, cfg, np.array([1.0, 1.0], np.float32))
     mods = R.modulations(w, cfg, emb, lora)
@@ -113,14 +113,14 @@ def test_load_calibration_names_the_missing_set_and_a_tampered_file(ffn_capture,
 
 def test_a_run_failing_part_way_leaves_no_output_directory(embedded_fp32, tmp_path):
     bundle, partition = embedded_fp32
-    bad = dict(bundle.weights)
+    bad = dict(bundle.all_weights())
     bad["blocks.5.mlp.layer2.weight"] = np.full_like(bad["blocks.5.mlp.layer2.weight"], 1e38)
     poisoned = tmp_path / "poisoned"
     from harness.partition.onnx_export import export_partition
     export_partition(bad, bundle.cfg, poisoned, dtype="float32", blocks=None)
     out = tmp_path / "cal"
     with pytest.raises(NumericsError, match="block 5, branch ffn"):
-        capture_calibration(dataclasses.replace(bundle, weights=bad), poisoned, out, "digit one",
+        capture_calibration(dataclasses.replace(bundle, weights=bad, checkpoint=None), poisoned, out, "digit one",
                             sample_settings(bundle, 2), ["ffn"], [0, 1], ["cond", "uncond"])
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["poisoned"]

@@ -128,5 +128,6 @@ def test_backend_passes_data_type_and_format(fake, tmp_path, dtype):
         want = ref.run([x])
     finally:
         ref.release()
-    assert out[0].dtype == np.float32
-    assert np.array_equal(out[0], np.asarray(want[0], np.float32))
+    assert out[0].dtype == np.float32 and out[0].shape == want[0].shape
+    # Same model, same inputs; the two onnxruntime sessions may pick different FP16 kernels.
+    assert np.allclose(out[0], np.asarray(want[0], np.float32), rtol=1e-3, atol=1e-3)

@@ -25,7 +25,7 @@ def model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def partition(model, tmp_path_factory):
     out = tmp_path_factory.mktemp("partition") / "fp32"
-    export_partition(model.weights, model.cfg, out, dtype="float32")
+    export_partition(model.weights_source, model.cfg, out, dtype="float32")
     return out
 
 
@@ -56,7 +56,7 @@ def test_report_holds_every_lifecycle_stage_of_every_invocation(fp32_run, model)
 def test_fp16_partition_image_is_close_to_fp32(model, fp32_run, tmp_path):
     from harness.quality import compare
     fp16 = tmp_path / "fp16"
-    export_partition(model.weights, model.cfg, fp16, dtype="float16")
+    export_partition(model.weights_source, model.cfg, fp16, dtype="float16")
     run = run_partitioned(model, fp16, "onnxruntime", "the number 3", sample_settings(model, steps=STEPS))
     q = compare(run.image, fp32_run.image)
     print(f"FP16 vs FP32 subgraphs, random-weight model, {STEPS} steps: SSIM {q.ssim:.6f}, PSNR {q.psnr:.1f} dB")
@@ -67,13 +67,13 @@ def test_nan_stops_the_run_naming_step_block_branch_stream(model, partition, tmp
     from harness.errors import NumericsError
     # The board's reported field failure: FP16 activations overflowing to inf. Weights that fit in
     # FP16 (6e4 < 65504) make block 5's FFN output overflow at run time, in the subgraph itself.
-    bad = dict(model.weights)
+    bad = dict(model.all_weights())
     bad["blocks.5.mlp.layer2.weight"] = np.full_like(bad["blocks.5.mlp.layer2.weight"], 6e4)
     poisoned = tmp_path / "poisoned"
     export_partition(bad, model.cfg, poisoned, dtype="float16")
     report = tmp_path / "r.json"
     with pytest.raises(NumericsError, match=r"step 0, block 5, branch ffn, stream cond .*: \d+ of 4096 values"):
-        run_partitioned(dataclasses.replace(model, weights=bad), poisoned, "onnxruntime", "digit one", sample_settings(model, steps=2),
+        run_partitioned(dataclasses.replace(model, weights=bad, checkpoint=None), poisoned, "onnxruntime", "digit one", sample_settings(model, steps=2),
                         report_path=report)
     assert live_contexts() == 0
     assert json.loads(report.read_text())["status"] == "failed"
@@ -158,12 +158,12 @@ def test_cli_prints_tables_and_writes_report(model, partition, tmp_path, capsys)
 
 def test_partition_from_other_weights_or_partial_is_refused(model, tmp_path):
     from harness.errors import ManifestError
-    other = dict(model.weights)
+    other = dict(model.all_weights())
     other["blocks.3.mlp.layer1.weight"] = other["blocks.3.mlp.layer1.weight"] * 1.01
     export_partition(other, model.cfg, tmp_path / "stale", dtype="float32")
     with pytest.raises(ManifestError, match="exported from other weights"):
         run_partitioned(model, tmp_path / "stale", "onnxruntime", "digit one", sample_settings(model, steps=1))
-    export_partition(model.weights, model.cfg, tmp_path / "partial", dtype="float32", blocks=[0, 1])
+    export_partition(model.weights_source, model.cfg, tmp_path / "partial", dtype="float32", blocks=[0, 1])
     with pytest.raises(ManifestError, match="partial partition .2 of 28 blocks; block 2 missing"):
         run_partitioned(model, tmp_path / "partial", "onnxruntime", "digit one", sample_settings(model, steps=1))
     assert live_contexts() == 0

@@ -75,9 +75,10 @@ def test_signal_during_prefetch_leaves_no_worker_and_keeps_the_partial_report(mo
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == code, err
-    assert err.strip().splitlines()[-1] == word and "Traceback" not in err
+    # one line, naming how the run ended and where its partial report is (issue 12)
+    assert err.strip().splitlines()[-1].startswith(f"error: {word}: ") and "Traceback" not in err
     assert not [w.pid for w in workers if _alive(w)]
     report = json.loads(out.with_suffix(".json").read_text())
-    assert report["status"] == "interrupted" and report["lifecycle"] == "prefetch:2"
+    assert report["status"] == word and report["lifecycle"] == "prefetch:2"
     assert report["lifecycle_counters"]["live"] == 0
     assert 0 < report["invocations"] < 20 * 84          # partial: it stopped mid-run

@@ -84,9 +84,9 @@ def test_report_header_names_board_runtime_and_backend(pytester):
 
 
 @pytest.mark.parametrize("given, fragment", [
-    ({"backend": "faults", "fault": "bogus"}, "--fault 'bogus': expected nan@SUBGRAPH, slow=SECONDS or slow=xFACTOR"),
+    ({"backend": "faults", "fault": "bogus"}, "--fault 'bogus': expected nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS or slow=xFACTOR"),
     ({"backend": "faults", "fault": "nan@-1"}, "--fault 'nan@-1'"),
-    ({"backend": "faults", "fault": "nan@84"}, "--fault nan@84: embedded-digits has subgraphs 0..83"),
+    ({"backend": "faults", "fault": "nan@85"}, "--fault nan@85: embedded-digits has subgraphs 0..83 and its decoder 84"),
     ({"backend": "faults", "fault": "slow=inf"}, "--fault 'slow=inf'"),
     ({"backend": "faults", "fault": "slow=x0.5"}, "--fault 'slow=x0.5'"),
     ({"backend": "onnxruntime", "fault": "nan@3"}, "--fault nan@3: only --backend faults reads it, this run uses onnxruntime"),
@@ -116,5 +116,5 @@ def test_bad_option_is_one_line_and_a_usage_error(pytester):
                                            "-p", "no:cacheprovider", "--backend=faults", "--fault=nan@x",
                                            str(REPO_ROOT / "tests" / "acceptance" / "test_numerics.py"))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: --fault 'nan@x': expected nan@SUBGRAPH, slow=SECONDS or slow=xFACTOR"])
+    result.stderr.fnmatch_lines(["ERROR: --fault 'nan@x': expected nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS or slow=xFACTOR"])
     assert "Traceback" not in str(result.stderr) + str(result.stdout)

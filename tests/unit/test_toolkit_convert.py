@@ -48,7 +48,7 @@ def _leftovers(parent: Path, name: str) -> list[str]:
 def _ffn_calibration(bundle, block0: Path, out: Path) -> Path:
     """The block-0 FFN's inputs from real FP32 forwards: high and low sigma, cond+uncond streams
     (the export serves both streams in one call), from two seeds: 4 samples."""
-    cfg, w = bundle.cfg, bundle.weights
+    cfg, w = bundle.cfg, bundle.all_weights()
     contexts = stream_contexts(bundle, [cfg.prompt.get("default", "")], 4.0)
     context = np.concatenate([contexts[s] for s in contexts])
     samples = []

@@ -1,0 +1,173 @@
+"""One suite run from start to end: its outputs checked before any test spends time, its artifacts
+folder held and cleared, SIGINT/SIGTERM turned into an orderly stop, and `session.json` in the
+artifacts saying how the run ended (ok, failed, interrupted, terminated) whatever happened."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from ..atomic import atomic_write_json, sweep_temporaries
+from ..config import REPO_ROOT
+from ..errors import HarnessError, Terminated
+from ..outputs import ArtifactsLock, check_free_space, check_writable
+from ..signals import StopSignals
+from .state import SETTINGS
+
+__all__ = ["start_run", "pytest_sessionstart", "pytest_runtest_logstart", "pytest_runtest_setup",
+           "pytest_runtest_makereport", "pytest_sessionfinish", "pytest_unconfigure", "SESSION_REPORT",
+           "CALL_FAILED"]
+
+SESSION_REPORT = "session.json"
+RUN = pytest.StashKey["SessionRun"]()
+CALL_FAILED = pytest.StashKey[str]()        # on an item: how its test body failed
+_current: dict = {}                         # the session's run, for hooks that get no config
+
+
+@dataclass
+class SessionRun:
+    lock: ArtifactsLock
+    signals: StopSignals
+    started: float = field(default_factory=time.time)
+
+
+def start_run(config, settings) -> None:
+    """At configure time, before collection: outputs writable with room to spare, and JUnit XML
+    into the artifacts for bin/test. Raises HarnessError naming the option and the path."""
+    for option, folder in (("--artifacts", settings.artifacts), ("--history", settings.history.parent)):
+        check_writable(folder, option)
+        check_free_space(folder, settings.min_free, option)
+    _check_golden_dir(settings.golden_dir, explicit=settings.golden_dir_given)
+    if settings.suite_run and not getattr(config.option, "xmlpath", None):
+        config.option.xmlpath = str(settings.artifacts / "junit.xml")
+
+
+def _check_golden_dir(golden_dir, explicit: bool) -> None:
+    """A named golden folder must hold a valid cases.toml: say so once, before collection, instead
+    of one collection error per gate module."""
+    from ..errors import ConfigError
+    from ..golden import load_cases
+    if not (golden_dir / "cases.toml").exists() and not explicit:
+        return      # the model has no goldens here: only the gates that need them will say so
+    try:
+        load_cases(golden_dir / "cases.toml")
+    except ConfigError as exc:
+        raise ConfigError(f"--golden-dir={golden_dir}: {exc}") from None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """The artifacts folder ours and empty, leftovers of killed writers swept, signals armed. Not at
+    configure time: `pytest --help` must not clear a folder."""
+    config = session.config
+    settings = config.stash[SETTINGS]
+    try:
+        lock = ArtifactsLock(settings.artifacts, default=REPO_ROOT / "artifacts").claim()
+        try:
+            lock.clear_previous()
+        except HarnessError:
+            lock.release()
+            raise
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    for folder in (settings.golden_dir, settings.history.parent):
+        sweep_temporaries(folder)
+    config.stash[RUN] = _current["run"] = SessionRun(lock, StopSignals("the test session").__enter__())
+    _write_running(config, config.stash[RUN], None)
+
+
+def _write_running(config, run, test: str | None) -> None:
+    settings = config.stash[SETTINGS]
+    try:
+        atomic_write_json(settings.artifacts / SESSION_REPORT,
+                          {"status": "running", "pid": os.getpid(), "test": test, "argv": sys.argv[1:],
+                           "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(run.started))})
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_runtest_logstart(nodeid, location):
+    # A stop names the test it stopped ("SIGTERM received during tests/...::test_x").
+    run = _current.get("run")
+    if run is not None:
+        run.signals.where = nodeid
+
+
+def pytest_runtest_setup(item):
+    # session.json says "running" and which npu test while one runs: a run killed with SIGKILL
+    # (which nothing can catch) leaves that, not a report claiming to have ended.
+    run = item.config.stash.get(RUN, None)
+    if run is not None and item.get_closest_marker("npu") is not None:
+        try:
+            _write_running(item.config, run, item.nodeid)
+        except pytest.UsageError:
+            pass        # the final session.json write says so, and fails the run
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.when == "call" and report.failed:
+        item.stash[CALL_FAILED] = str(report.longrepr)
+
+
+def _drop_unfinished_benchmarks(config) -> None:
+    """A benchmark stopped mid-round has no timings: pytest-benchmark would crash summarising it."""
+    bench = getattr(config, "_benchmarksession", None)
+    for metadata in getattr(bench, "benchmarks", []):
+        if not metadata:            # Metadata is false while its Stats hold no round
+            metadata.fixture.has_error = True
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)      # around pytest-benchmark's own sessionfinish
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    run = config.stash.get(RUN, None)
+    if run is not None:
+        _drop_unfinished_benchmarks(config)
+    yield
+    if run is None:
+        return
+    settings = config.stash[SETTINGS]
+    stopped = run.signals.exception
+    if stopped is None and session.exitstatus == pytest.ExitCode.INTERRUPTED:
+        stopped = KeyboardInterrupt        # pytest.exit() or a Ctrl-C before the handlers were armed
+    if stopped is Terminated:
+        session.exitstatus = Terminated.exit_code
+    if settings.suite_run and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        print("error: no tests were collected: a run that tested nothing must not pass", file=sys.stderr)
+        session.exitstatus = 1
+    status = "interrupted" if stopped is KeyboardInterrupt else getattr(stopped, "status", None)
+    status = status or ("ok" if session.exitstatus == 0 else "failed")
+    try:
+        _write_session_report(config, settings, run, status, int(session.exitstatus))
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        session.exitstatus = session.exitstatus or 1
+
+
+def _write_session_report(config, settings, run, status: str, exit_code: int) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    stats = getattr(reporter, "stats", {}) if reporter else {}
+    counts = {k: len(v) for k, v in stats.items() if k in ("passed", "failed", "error", "skipped")}
+    runs = settings.artifacts / "runs"
+    report = {
+        "status": status, "exit_code": exit_code, "pid": os.getpid(), "argv": sys.argv[1:],
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(run.started)),
+        "seconds": round(time.time() - run.started, 3), "tests": counts,
+        "run_reports": sorted(p.name for p in runs.glob("*.json")) if runs.is_dir() else [],
+        "failed": [r.nodeid for r in stats.get("failed", []) + stats.get("error", []) if hasattr(r, "nodeid")],
+    }
+    atomic_write_json(settings.artifacts / SESSION_REPORT, report)
+
+
+def pytest_unconfigure(config):
+    run = config.stash.get(RUN, None)
+    if run is not None:
+        run.signals.restore()
+        run.lock.release()
+        _current.pop("run", None)

@@ -1,0 +1,219 @@
+"""Full-size benchmark of the board's path with random anima-2b weights (run by hand, not in CI).
+
+Phases, each in its own process so each peak is its own:
+  1. checkpoint  tools/make_checkpoint.py: random BF16 anima-2b, `net.` prefix, `llm_adapter.*` group
+  2. export      `harness export` of all 84 FP16 subgraphs (streamed: one block's tensors at a time);
+                 wall time and peak RSS (the child's ru_maxrss from wait4)
+  3. step        one 512x512 denoise step (1,024 tokens, CFG 4: two streams) on the on-demand path
+                 through onnxruntime: per-branch core time, lifecycle per stage, host-side PSS
+Then prints the figures beside the board's (shared/reference/board-profile-rock5c-anima.toml,
+copied into BOARD below) as ratios here/board. Host-side PSS is read between invocations, when no
+context is loaded: the host's weights and buffers (on the board the NPU contexts sit outside it);
+the process peak with one onnxruntime context loaded is printed too.
+
+    nice -n 10 .venv/bin/python tools/bench_full_size.py --work .cache/full-size
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# board-profile-rock5c-anima.toml: [denoise_20_steps.fp16], [lifecycle_pass], seconds.
+BOARD = {
+    "step": 120.40,
+    "core": {"ffn": 44.76, "self_attn": 24.00, "cross_attn": 7.45},
+    "lifecycle": {"load": 13.96, "init": 12.90, "release": 4.84, "stage_sum": 31.71},
+}
+GiB = 2 ** 30
+
+
+def _child(cmd: list[str], log: Path) -> tuple[float, int, int]:
+    """Run a child; (wall seconds, its peak RSS in bytes, exit code)."""
+    start = time.perf_counter()
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - start, usage.ru_maxrss * 1024, proc.returncode
+
+
+def _model_dir(work: Path, checkpoint: Path, profile: str) -> Path:
+    """The profile as a model directory naming the random checkpoint (no prompt encoder)."""
+    from harness.config import load_profile
+    model = work / "model"
+    model.mkdir(parents=True, exist_ok=True)
+    text = Path(load_profile(profile).source).read_text()
+    (model / "model.toml").write_text(f'weights = "{checkpoint.resolve()}"\n' + text)
+    return model
+
+
+def phase_step(work: Path, partition: Path, out: Path) -> None:
+    """In this process: load host tensors, run one step, write the figures as JSON."""
+    import numpy as np
+    from harness.memory import MemoryGuard, read_memory
+    from harness.model.bundle import load_bundle
+    from harness.run import run_partitioned
+
+    bundle = load_bundle(work / "model")
+    loaded = read_memory().pss
+    digest_start = time.perf_counter()
+    bundle.digest                       # streamed over the checkpoint; not part of the step
+    digest_s = time.perf_counter() - digest_start
+    rng = np.random.default_rng(0)
+    cfg = bundle.cfg
+    contexts = {s: rng.standard_normal((1, cfg.context_tokens, cfg.context_dim), dtype=np.float32)
+                for s in ("cond", "uncond")}
+    between: list[int] = []
+    progress = out.with_suffix(".progress.jsonl")
+    progress.write_text("")
+    started = time.perf_counter()
+
+    class HostPss:
+        """A guard-shaped hook: PSS before each invocation, when no context is loaded; each reading
+        also goes to a progress file, so an interrupted run keeps its figures."""
+        def check(self):
+            between.append(read_memory().pss)
+            with open(progress, "a") as fh:
+                fh.write(json.dumps({"t": time.perf_counter() - started, "invocation": len(between),
+                                     "pss": between[-1]}) + "\n")
+
+    settings = {"steps": 1, "cfg_scale": 4.0, "shift": 3.0, "seed": 20260812}
+    report_path = out.with_suffix(".report.json")
+    complete = True
+    with MemoryGuard(GiB, 2 ** 40, interval=0.25) as guard:
+        hook = HostPss()
+        guard_check = guard.check
+
+        class Both:
+            def check(self):
+                guard_check()
+                hook.check()
+
+            def __getattr__(self, name):
+                return getattr(guard, name)
+
+        try:
+            result = run_partitioned(bundle, partition, "onnxruntime", "", settings, guard=Both(),
+                                     report_path=report_path, verify=False, contexts=contexts)
+            report, latent_ok = result.report, bool(np.isfinite(result.latent).all())
+        except KeyboardInterrupt:       # stopped by hand: keep what the partial report measured
+            complete, latent_ok = False, None
+            report = json.loads(report_path.read_text())
+    figures = {
+        "complete": complete,
+        "blocks": cfg.blocks,
+        "host_resident_bytes": bundle.weights.resident_bytes,
+        "host_streamed_bytes": sum(4 * bundle.checkpoint.file.tensors[bundle.checkpoint.prefix + k].params
+                                   for k in bundle.weights.streamed),
+        "pss_after_load_bytes": loaded,
+        "host_pss_peak_between_invocations_bytes": max(between),
+        "process_pss_peak_bytes": report["memory"]["baseline_pss_bytes"] + report["memory"]["peak_pss_added_bytes"],
+        "digest_seconds": digest_s,
+        "per_branch": _per_branch(report["lifecycle_records"]),
+        "invocations": sum(1 for r in report["lifecycle_records"] if r["stage"] == "run"),
+        "wall_seconds": time.perf_counter() - started,
+        "latent_finite": latent_ok,
+    }
+    out.write_text(json.dumps(figures, indent=1))
+
+
+def _per_branch(records: list[dict]) -> dict:
+    """{branch: {stage: mean seconds per invocation, "n": invocations}} over the records present."""
+    out: dict = {}
+    for r in records:
+        if r["branch"] == "decoder":
+            continue
+        row = out.setdefault(r["branch"], {"n": 0})
+        row[r["stage"]] = row.get(r["stage"], 0.0) + r["seconds"]
+        row["n"] += r["stage"] == "run"
+    return {b: {**{k: v / max(row["n"], 1) for k, v in row.items() if k != "n"}, "n": row["n"]}
+            for b, row in out.items()}
+
+
+def _ratio_table(figures: dict, export: dict) -> str:
+    """Here beside the board. Per-step figures are per-invocation means x the profile's blocks (measured over
+    every invocation of the step, or over those done when the run was stopped: `complete`)."""
+    pb, blocks = figures["per_branch"], figures["blocks"]
+    rows = ["| what | here | board | here / board |", "|---|---|---|---|"]
+    if export:
+        rows.append(f"| export, 84 FP16 subgraphs | {export['seconds']:.0f} s | - | - |")
+        rows.append(f"| export peak RSS | {export['peak_rss'] / GiB:.2f} GiB | - | - |")
+    rows.append(f"| host tensors resident (FP32) | {figures['host_resident_bytes'] / GiB:.3f} GiB | - | - |")
+    rows.append(f"| AdaLN layers read per step (FP32) | {figures['host_streamed_bytes'] / GiB:.2f} GiB | - | - |")
+    rows.append(f"| host-side peak PSS (between invocations) | "
+                f"{figures['host_pss_peak_between_invocations_bytes'] / GiB:.2f} GiB | goal <= 1.0 GiB | - |")
+    rows.append(f"| process peak PSS (one onnxruntime context loaded) | "
+                f"{figures['process_pss_peak_bytes'] / GiB:.2f} GiB | - | - |")
+    names = {"ffn": "ffn", "self_attn": "self_attn", "cross_attn": "cross_attn"}
+    for branch, board in BOARD["core"].items():
+        row = pb.get(names[branch])
+        if row:
+            here = row.get("run", 0.0) * blocks
+            rows.append(f"| core {branch} per step (n={row['n']}) | {here:.1f} s | {board:.2f} s | {here / board:.2f} |")
+    for stage, board in BOARD["lifecycle"].items():
+        keys = ("load", "init", "release") if stage == "stage_sum" else (stage,)
+        here = sum(row.get(k, 0.0) for row in pb.values() for k in keys) * blocks
+        label = {"load": "load (load_rknn)", "init": "init (init_runtime)"}.get(stage, stage)
+        rows.append(f"| lifecycle {label} per step | {here:.1f} s | {board:.2f} s | {here / board:.2f} |")
+    step = sum(v for row in pb.values() for k, v in row.items() if k != "n") * blocks
+    rows.append(f"| step (subgraph stages only) | {step:.1f} s | {BOARD['step']:.1f} s | {step / BOARD['step']:.2f} |")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=ROOT / ".cache" / "full-size")
+    parser.add_argument("--profile", default="anima-2b", help="profile (default: %(default)s; others for a smoke run)")
+    parser.add_argument("--phase", choices=("all", "step", "table"), default="all",
+                        help="all; step: only the step (partition exported); table: print from the saved figures")
+    args = parser.parse_args(argv)
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    checkpoint = work / f"{args.profile}-random-bf16.safetensors"
+    partition = work / "partition-fp16"
+    if args.phase == "step":
+        phase_step(work, partition, work / "step.json")
+        return 0
+    if args.phase == "table":
+        summary = work / "summary.json"
+        export = json.loads(summary.read_text())["export"] if summary.exists() else {}
+        print(_ratio_table(json.loads((work / "step.json").read_text()), export))
+        return 0
+    py = sys.executable
+    if not checkpoint.exists():
+        secs, rss, rc = _child([py, "tools/make_checkpoint.py", "--profile", args.profile, "--out", str(checkpoint),
+                                "--prefix", "net.", "--llm-adapter"], work / "checkpoint.log")
+        print(f"checkpoint: {secs:.0f} s, peak RSS {rss / GiB:.2f} GiB, rc {rc}", flush=True)
+        if rc:
+            return rc
+    secs, rss, rc = _child([py, "-m", "harness", "export", "--profile", args.profile, "--weights", str(checkpoint),
+                            "--dtype", "float16", "--out", str(partition), "--quiet"], work / "export.log")
+    export = {"seconds": secs, "peak_rss": rss}
+    print(f"export: {secs:.0f} s, peak RSS {rss / GiB:.2f} GiB, rc {rc}", flush=True)
+    if rc:
+        return rc
+    _model_dir(work, checkpoint, args.profile)
+    secs, rss, rc = _child([py, "tools/bench_full_size.py", "--work", str(work), "--phase", "step"],
+                           work / "step.log")
+    print(f"step phase: {secs:.0f} s wall (load, digest, one step), peak RSS {rss / GiB:.2f} GiB, rc {rc}",
+          flush=True)
+    if rc:
+        return rc
+    figures = json.loads((work / "step.json").read_text())
+    (work / "summary.json").write_text(json.dumps({"export": export, "step": figures}, indent=1))
+    print(_ratio_table(figures, export))
+    print(f"digest of the checkpoint (streamed): {figures['digest_seconds']:.0f} s; latent finite: "
+          f"{figures['latent_finite']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
