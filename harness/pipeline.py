@@ -134,13 +134,9 @@ class PartitionedPipeline:
         with host.timed(step, "embed"):
             tokens = ops.linear(R.patchify(latent, cfg), w["x_embedder.proj.1.weight"])
             x = np.concatenate([tokens] * len(self.streams))                    # [S*N, T, D] FP32
-        for entry in self.manifest.subgraphs:
-            shift, scale, gate = mods[(entry.block, entry.branch)]
-            with host.timed(step, "adaln"):
-                h = R.branch_input(x, shift, scale, cfg.norm_eps)
-            out = self._invoke(entry, step, h)
-            with host.timed(step, "residual"):
-                x = x + gate[:, None, :] * out
+        x = R.residual_stream(x, mods, cfg.norm_eps, ((e.block, e.branch, e) for e in self.manifest.subgraphs),
+                              lambda entry, h: self._invoke(entry, step, h),
+                              timed=lambda category: host.timed(step, category))
         n = self.images
         return {s: x[k * n:(k + 1) * n] for k, s in enumerate(self.streams)}
 

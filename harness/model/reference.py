@@ -10,7 +10,9 @@ context [B, L, context_dim].
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -19,7 +21,7 @@ from . import ops
 
 __all__ = ["Rope", "make_rope", "time_embedding", "modulations", "final_modulation", "patchify",
            "unpatchify", "branch_input", "self_attn_body", "cross_attn_body", "ffn_body",
-           "branch_body", "block_forward", "block_branches", "forward", "forward_features",
+           "branch_body", "residual_stream", "block_forward", "block_branches", "forward", "forward_features",
            "final_layer", "ADALN_NAMES"]
 
 # Checkpoint module name of each branch's AdaLN MLP.
@@ -56,7 +58,7 @@ def time_embedding(w: dict, cfg: ModelConfig, sigma: np.ndarray) -> tuple[np.nda
 
 def modulations(w: dict, cfg: ModelConfig, emb: np.ndarray, lora: np.ndarray,
                 blocks: range | None = None) -> dict[tuple[int, str], tuple[np.ndarray, ...]]:
-    """{(block, branch): (shift, scale, gate)}, each [B, D]. Depends on t only: once per step."""
+    """{(block, branch): (shift, scale, adaln_gate)}, each [B, D]. Depends on t only: once per step."""
     act = ops.silu(emb)
     out = {}
     for i in blocks if blocks is not None else range(cfg.blocks):
@@ -147,6 +149,28 @@ def branch_body(w: dict, cfg: ModelConfig, i: int, branch: str, h: np.ndarray,
 
 # ---------------------------------------------------------------- blocks and the whole network
 
+def _untimed(category: str):
+    return contextlib.nullcontext()
+
+
+def residual_stream(x: np.ndarray, mods: dict, eps: float, branches: Iterable[tuple[int, str, Any]],
+                    body: Callable[[Any, np.ndarray], np.ndarray], timed=_untimed) -> np.ndarray:
+    """The FP32 residual stream through `branches` ((block, branch, item) in execution order): AdaLN
+    in, `body(item, h)`, then the AdaLN gate and the residual add.
+
+    The one loop both paths share: the reference passes numpy branch bodies, the partitioned pipeline
+    invocations of the subgraphs (and a timer for its host math).
+    """
+    for block, branch, item in branches:
+        shift, scale, adaln_gate = mods[(block, branch)]
+        with timed("adaln"):
+            h = branch_input(x, shift, scale, eps)
+        out = body(item, h)
+        with timed("residual"):
+            x = x + adaln_gate[:, None, :] * out
+    return x
+
+
 def block_branches(w: dict, cfg: ModelConfig, i: int, x: np.ndarray, mods: dict,
                    context: np.ndarray, rope: Rope) -> tuple[np.ndarray, dict]:
     """One block with every branch's input and output kept: {branch: (input, output)}.
@@ -154,12 +178,12 @@ def block_branches(w: dict, cfg: ModelConfig, i: int, x: np.ndarray, mods: dict,
     The partitioned pipeline is checked against these, branch by branch.
     """
     record = {}
-    for branch in BRANCHES:
-        shift, scale, gate = mods[(i, branch)]
-        h = branch_input(x, shift, scale, cfg.norm_eps)
-        out = branch_body(w, cfg, i, branch, h, context, rope)
-        record[branch] = (h, out)
-        x = x + gate[:, None, :] * out
+
+    def body(branch: str, h: np.ndarray) -> np.ndarray:
+        record[branch] = (h, branch_body(w, cfg, i, branch, h, context, rope))
+        return record[branch][1]
+
+    x = residual_stream(x, mods, cfg.norm_eps, [(i, b, b) for b in BRANCHES], body)
     return x, record
 
 
