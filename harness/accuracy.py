@@ -190,7 +190,7 @@ def _clear_old_repros(folder: Path) -> None:
 
 
 def analyze(bundle, partition, backend: str, backend_options: dict, reference_dir, prompt: str,
-            settings: dict, threshold: float, out_dir, contexts: dict | None = None):
+            settings: dict, threshold: float, out_dir, text_embs: dict | None = None):
     """Generate through `partition` on `backend`, comparing every invocation with the FP32 reference.
 
     Returns (analysis, error): a run stopped by NaN/Inf (NumericsError) still returns its rows up to
@@ -210,7 +210,7 @@ def analyze(bundle, partition, backend: str, backend_options: dict, reference_di
     error = None
     try:
         result = run_partitioned(bundle, partition, backend, prompt, settings, backend_options,
-                                 report_path=out_dir / "run.json", observers=[analysis], contexts=contexts)
+                                 report_path=out_dir / "run.json", observers=[analysis], text_embs=text_embs)
         report = result.report
     except NumericsError as exc:
         error = exc

@@ -203,22 +203,22 @@ def _cmd_generate(args) -> int:
     if args.backend == "reference" and (args.images != 1 or args.lifecycle != "on-demand"):
         raise ConfigError("--images and --lifecycle need a partitioned backend (onnxruntime, "
                           "rknnlite, board-sim), not the monolithic reference")
-    contexts = None
+    text_embs = None
     if args.text_emb is not None:
         from .reference_run import text_emb_streams
-        contexts = text_emb_streams(bundle, args.text_emb, args.uncond_text_emb, s["cfg_scale"])
+        text_embs = text_emb_streams(bundle, args.text_emb, args.uncond_text_emb, s["cfg_scale"])
         prompt = f"<text embedding {args.text_emb.name}>"
     else:
         prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
-        bundle.context(prompt)      # no prompt encoder: say so before any export or run
+        bundle.text_emb(prompt)      # no prompt encoder: say so before any export or run
     # The run starts here and owns its outputs: nothing of a previous run may sit beside its report.
     for old in (args.out, args.out.with_suffix(".json"), args.out.with_suffix(".latent.npy")):
         old.unlink(missing_ok=True)
     try:
         if args.backend == "reference":
-            latent, image = _generate_reference(bundle, prompt, s, args.quiet, contexts)
+            latent, image = _generate_reference(bundle, prompt, s, args.quiet, text_embs)
         else:
-            latent, image = _generate_partitioned(bundle, prompt, s, args, contexts)
+            latent, image = _generate_partitioned(bundle, prompt, s, args, text_embs)
     except (HarnessError, RunStopped) as exc:
         # Stopped before the pipeline wrote its report (exporting the partition, arming the guard).
         if args.backend == "reference" or args.out.with_suffix(".json").exists():
@@ -264,13 +264,13 @@ def _preflight(args) -> None:
     sweep_temporaries(args.out.parent)      # leftovers of a writer killed with SIGKILL
 
 
-def _generate_reference(bundle, prompt, s, quiet, contexts):
+def _generate_reference(bundle, prompt, s, quiet, text_embs):
     import numpy as np
     from .reference_run import sample_reference
     from .terminal import progress_bar
     with progress_bar(s["steps"], "denoising (reference)", disable=quiet) as advance:
         latents = sample_reference(bundle, [prompt], [s["seed"]], s["steps"], s["cfg_scale"],
-                                   s["shift"], on_step=lambda i: advance(), settings=s, contexts=contexts)
+                                   s["shift"], on_step=lambda i: advance(), settings=s, text_embs=text_embs)
     has_decoder = bundle.cfg.decoder.get("onnx") or bundle.cfg.latent_channels == 1 and bundle.cfg.decoder
     if not has_decoder:
         return latents[0], None
@@ -280,7 +280,7 @@ def _generate_reference(bundle, prompt, s, quiet, contexts):
     return latents[0], image
 
 
-def _generate_partitioned(bundle, prompt, s, args, contexts):
+def _generate_partitioned(bundle, prompt, s, args, text_embs):
     from .memory import MemoryGuard, read_system_memory
     from .terminal import print_run_tables, progress_bar
     from .run import run_partitioned
@@ -297,7 +297,7 @@ def _generate_partitioned(bundle, prompt, s, args, contexts):
         try:
             result = run_partitioned(bundle, partition, args.backend, prompt, s, options, guard=guard,
                                      report_path=report_path, on_step=lambda i: advance(),
-                                     contexts=contexts, lifecycle=args.lifecycle, images=args.images)
+                                     text_embs=text_embs, lifecycle=args.lifecycle, images=args.images)
         except (HarnessError, RunStopped) as exc:
             raise type(exc)(f"{exc} (partial report: {report_path})") from None
     if not args.quiet:

@@ -163,7 +163,7 @@ class GateRunner:
         on_step = self.progress(f"{case.name}{tag}", settings["steps"]) if self.progress else None
         result = run_partitioned(self.bundle, self.partition, self.s.backend, case.prompt,
                                  settings, self.s.backend_options, guard=guard, on_step=on_step,
-                                 report_path=report, verify=False, contexts=self.case_contexts(case),
+                                 report_path=report, verify=False, text_embs=self.case_text_embs(case),
                                  lifecycle=self.s.lifecycle, images=self.s.images)
         if keep:
             self._save_outputs(result, f"{case.name}{tag}")
@@ -181,17 +181,17 @@ class GateRunner:
         atomic_write_json(self.s.artifacts / "runs" / f"{name}.json", result.report)
         self._save_outputs(result, name)
 
-    def case_contexts(self, case: GoldenCase) -> dict | None:
+    def case_text_embs(self, case: GoldenCase) -> dict | None:
         """{stream: [1, L, C]} from the case's .npy context files, or None to encode its prompt."""
         if case.context is None:
             return None
-        contexts = {"cond": self._context_file(case, case.context)}
+        text_embs = {"cond": self._context_file(case, case.context)}
         if case.cfg != 1.0:
             if case.uncond_context is None:
                 raise ConfigError(f"golden case '{case.name}': CFG {case.cfg} needs 'uncond_context' "
                                   "(the encoded empty prompt) beside 'context'")
-            contexts["uncond"] = self._context_file(case, case.uncond_context)
-        return contexts
+            text_embs["uncond"] = self._context_file(case, case.uncond_context)
+        return text_embs
 
     def _context_file(self, case: GoldenCase, name: str) -> np.ndarray:
         path = self.s.golden_dir / name

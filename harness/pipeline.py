@@ -98,25 +98,25 @@ def check_image_finite(image: np.ndarray, what: str) -> None:
 class PartitionedPipeline:
     """Velocity of the partitioned network for one latent and its CFG streams."""
 
-    def __init__(self, bundle: ModelBundle, manifest, strategy, contexts: dict[str, np.ndarray],
+    def __init__(self, bundle: ModelBundle, manifest, strategy, text_embs: dict[str, np.ndarray],
                  between_invocations: Iterable[Callable[[], None]] = (),
                  observers: Iterable[Callable[[Invocation], None]] = ()):
         self.bundle = bundle
         self.cfg = bundle.cfg
         self.manifest = manifest
         self.strategy = strategy
-        self.streams = list(contexts)
+        self.streams = list(text_embs)
         # Stream batching: every stream of every image in flight shares each loaded context. Rows
         # are stream-major: [cond image 0..N-1, uncond image 0..N-1].
-        self.images = contexts[self.streams[0]].shape[0]
+        self.images = text_embs[self.streams[0]].shape[0]
         self.rows = [s if self.images == 1 else f"{s} image {i}" for s in self.streams for i in range(self.images)]
-        self.context = np.concatenate([contexts[s] for s in self.streams]).astype(np.float32)   # [S*N, L, C]
+        self.text_emb = np.concatenate([text_embs[s] for s in self.streams]).astype(np.float32)   # [S*N, L, C]
         self.between = list(between_invocations)
         self.observers = list(observers)
         self.sigma = float("nan")
         self.host = HostTimes()
         self._checked: set[int] = set()
-        self._contexts: dict[str, np.ndarray] = {}
+        self._text_embs: dict[str, np.ndarray] = {}
         self._emb: tuple | None = None
         self.padded_to: int | None = None       # set when a subgraph's batch was padded past the streams
 
@@ -162,7 +162,7 @@ class PartitionedPipeline:
         for hook in self.between:       # memory guard: abort between invocations, never inside one
             hook()
         with self.host.timed(step, "cast"):     # host FP32 -> the subgraph's dtype
-            inputs = [h.astype(spec.dtype, copy=False) if spec.name == "x" else self._context_as(spec.dtype)
+            inputs = [h.astype(spec.dtype, copy=False) if spec.name == "x" else self._text_emb_as(spec.dtype)
                       for spec in entry.inputs]
         batch = batch_of(entry)
         if entry.index not in self._checked:
@@ -197,11 +197,11 @@ class PartitionedPipeline:
         check_finite(out, self.rows, step, entry)
         return out
 
-    def _context_as(self, dtype: str) -> np.ndarray:
-        # The text context is the same for the whole run: cast it once per dtype, not per subgraph.
-        if dtype not in self._contexts:
-            self._contexts[dtype] = self.context.astype(dtype)
-        return self._contexts[dtype]
+    def _text_emb_as(self, dtype: str) -> np.ndarray:
+        # The text embedding is the same for the whole run: cast it once per dtype, not per subgraph.
+        if dtype not in self._text_embs:
+            self._text_embs[dtype] = self.text_emb.astype(dtype)
+        return self._text_embs[dtype]
 
     def _run(self, ctx, entry, step, inputs):
         # Shape, dtype and count on every invocation: a wrong shape broadcasts silently otherwise.

@@ -14,7 +14,7 @@ from .model.bundle import ModelBundle
 from .sampler import denoise, initial_noise
 from .spectrum import DEFAULT_PRESET, PRESETS, SpectrumParams, check_params, sampler_velocity
 
-__all__ = ["sample_settings", "stream_contexts", "initial_latents", "sample_reference", "ReferenceModel",
+__all__ = ["sample_settings", "stream_text_embs", "initial_latents", "sample_reference", "ReferenceModel",
            "text_emb_streams"]
 
 
@@ -37,12 +37,12 @@ def sample_settings(bundle: ModelBundle, steps=None, cfg_scale=None, shift=None,
     return settings
 
 
-def stream_contexts(bundle: ModelBundle, prompts: Sequence[str], cfg_scale: float) -> dict:
+def stream_text_embs(bundle: ModelBundle, prompts: Sequence[str], cfg_scale: float) -> dict:
     """{stream: [B, L, C]}; the uncond stream (empty prompt) only when CFG actually mixes it."""
-    cond = np.stack([bundle.context(p) for p in prompts])
+    cond = np.stack([bundle.text_emb(p) for p in prompts])
     if cfg_scale == 1.0:
         return {"cond": cond}
-    uncond = np.broadcast_to(bundle.context(""), cond.shape).copy()
+    uncond = np.broadcast_to(bundle.text_emb(""), cond.shape).copy()
     return {"cond": cond, "uncond": uncond}
 
 
@@ -60,7 +60,7 @@ def text_emb_streams(bundle: ModelBundle, cond_path, uncond_path, cfg_scale: flo
     if uncond_path is not None:
         streams["uncond"] = _load_text_emb(bundle, uncond_path, "--uncond-text-emb")
     elif bundle.encoder is not None:
-        streams["uncond"] = check_text_emb(bundle.context(""), bundle.cfg, "prompt encoder")
+        streams["uncond"] = check_text_emb(bundle.text_emb(""), bundle.cfg, "prompt encoder")
     else:
         raise ConfigError(f"--cfg {cfg_scale:g} mixes an unconditional stream: give --uncond-text-emb FILE "
                           f"(the text embedding of the empty prompt), or run one stream with --cfg 1")
@@ -85,16 +85,16 @@ class ReferenceModel:
     """The monolithic forward, split where Spectrum needs it: all blocks -> last hidden state per
     stream, and the final layer on a given hidden state. Streams are batched along axis 0."""
 
-    def __init__(self, bundle: ModelBundle, contexts: dict, batch: int):
+    def __init__(self, bundle: ModelBundle, text_embs: dict, batch: int):
         self.bundle = bundle
-        self.streams = list(contexts)
-        self.context = np.concatenate([contexts[s] for s in self.streams])
+        self.streams = list(text_embs)
+        self.text_emb = np.concatenate([text_embs[s] for s in self.streams])
         self.n = batch
         self.weights = bundle.all_weights()     # the monolithic forward needs every tensor
 
     def hidden_state(self, x, sigma, step) -> dict:
         h, _, _ = reference.forward_features(self.weights, self.bundle.cfg,
-                                             np.concatenate([x] * len(self.streams)), sigma, self.context)
+                                             np.concatenate([x] * len(self.streams)), sigma, self.text_emb)
         return {s: h[k * self.n:(k + 1) * self.n] for k, s in enumerate(self.streams)}
 
     def final_velocity(self, hidden: dict, sigma, step, latent_hw) -> dict:
@@ -111,10 +111,10 @@ class ReferenceModel:
 def sample_reference(bundle: ModelBundle, prompts: Sequence[str], seeds: Sequence[int], steps: int,
                      cfg_scale: float, shift: float,
                      on_step: Callable[[int], None] | None = None, settings: dict | None = None,
-                     contexts: dict | None = None) -> np.ndarray:
+                     text_embs: dict | None = None) -> np.ndarray:
     """Final latents [B, C, H, W] from the monolithic reference forward; `settings` (from
-    sample_settings) choose the sampler, flow-euler when not given; `contexts` ({stream: [B, L, C]}
+    sample_settings) choose the sampler, flow-euler when not given; `text_embs` ({stream: [B, L, C]}
     text embeddings) replace the prompts for a model without a prompt encoder."""
-    model = ReferenceModel(bundle, contexts or stream_contexts(bundle, prompts, cfg_scale), len(seeds))
+    model = ReferenceModel(bundle, text_embs or stream_text_embs(bundle, prompts, cfg_scale), len(seeds))
     velocity, _ = sampler_velocity(model, {**(settings or {}), "steps": steps})
     return denoise(velocity, initial_latents(bundle, seeds), steps, shift, cfg_scale, on_step)

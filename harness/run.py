@@ -15,7 +15,7 @@ import numpy as np
 from .atomic import atomic_write_json
 from .backends.base import backend_class, run_options
 from .errors import HarnessError, ManifestError, StorageError
-from .reference_run import initial_latents, stream_contexts
+from .reference_run import initial_latents, stream_text_embs
 from .lifecycle import LifecycleRecorder, make_strategy
 from .memory import read_memory
 from .model.bundle import ModelBundle
@@ -87,13 +87,13 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
                     settings: dict, backend_options: dict | None = None, guard=None,
                     report_path: str | Path | None = None,
                     on_step: Callable[[int], None] | None = None, verify: bool = True,
-                    contexts: dict | None = None, lifecycle: str = "on-demand",
+                    text_embs: dict | None = None, lifecycle: str = "on-demand",
                     images: int = 1, observers=()) -> RunResult:
     """Generate one image through the partition; `settings` as from generate.sample_settings.
 
     verify=False skips re-hashing the subgraph files (for benchmark rounds after a verified first
     open: on the board that is gigabytes of sha256 that do not belong in a step time).
-    contexts ({stream: [1, L, C]}) replaces the prompt for models whose text encoder is not here.
+    text_embs ({stream: [1, L, C]}) replaces the prompt for models whose text encoder is not here.
     lifecycle: the context strategy (harness.lifecycle.spec). images: how many images are generated
     together (seeds seed, seed+1, ...), every stream of every image served by each loaded context.
     observers are called with every invocation (pipeline.Invocation): calibration capture and
@@ -118,8 +118,8 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
         report["export"] = manifest.export
         options = run_options(backend, backend_options)
         strategy = make_strategy(lifecycle, backend, result.recorder, manifest, options)
-        streams = ({s: np.repeat(c, images, axis=0) for s, c in contexts.items()} if contexts
-                   else stream_contexts(bundle, [prompt] * images, settings["cfg_scale"]))
+        streams = ({s: np.repeat(c, images, axis=0) for s, c in text_embs.items()} if text_embs
+                   else stream_text_embs(bundle, [prompt] * images, settings["cfg_scale"]))
         pipeline = PartitionedPipeline(bundle, manifest, strategy, streams,
                                        between_invocations=([guard.check] if guard else [])
                                        + backend_class(backend).between_invocations(options),

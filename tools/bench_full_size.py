@@ -102,7 +102,7 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
 
         try:
             result = run_partitioned(bundle, partition, "onnxruntime", "", settings, guard=Both(),
-                                     report_path=report_path, verify=False, contexts=contexts)
+                                     report_path=report_path, verify=False, text_embs=contexts)
             report, latent_ok = result.report, bool(np.isfinite(result.latent).all())
         except KeyboardInterrupt:       # stopped by hand: keep what the partial report measured
             complete, latent_ok = False, None

@@ -14,7 +14,6 @@ machine hits every strategy alike. Nothing here is asserted: timings on a shared
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path

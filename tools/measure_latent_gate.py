@@ -23,7 +23,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.reference_run import stream_contexts  # noqa: E402
+from harness.reference_run import stream_text_embs  # noqa: E402
 from harness.golden import load_cases  # noqa: E402
 from harness.model.bundle import check_text_emb, load_bundle  # noqa: E402
 from harness.partition.onnx_export import export_partition  # noqa: E402
@@ -35,7 +35,7 @@ VARIANTS = (("fp32", "float32", None), ("fp16", "float16", None), ("w8a8", "floa
 
 def case_streams(bundle, case, golden_dir: Path) -> dict:
     if case.context is None:
-        return stream_contexts(bundle, [case.prompt], case.cfg)
+        return stream_text_embs(bundle, [case.prompt], case.cfg)
     streams = {"cond": check_text_emb(np.load(golden_dir / case.context), bundle.cfg, case.context)}
     if case.cfg != 1.0:
         streams["uncond"] = check_text_emb(np.load(golden_dir / case.uncond_context), bundle.cfg,
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
         for case in cases:
             settings = {"steps": case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed}
             latents = {name: run_partitioned(bundle, parts[name], "onnxruntime", case.prompt, settings,
-                                             contexts=case_streams(bundle, case, golden_dir)).latent
+                                             text_embs=case_streams(bundle, case, golden_dir)).latent
                        for name, _, _ in VARIANTS}
             for label, a, b in (("fp16 vs fp32", "fp16", "fp32"), ("w8a8 vs fp16", "w8a8", "fp16")):
                 q = compare_latents(latents[a], latents[b])

@@ -24,7 +24,6 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
-import os
 import struct
 import subprocess
 import tempfile

@@ -83,7 +83,7 @@ class ModelBundle:
     model_dir: Path
     checkpoint: Checkpoint | None = None
 
-    def context(self, prompt: str) -> np.ndarray:
+    def text_emb(self, prompt: str) -> np.ndarray:
         """The prompt encoder's text embedding [context_tokens, context_dim], shape-checked."""
         if self.encoder is None:
             raise ConfigError(f"model {self.cfg.name} has no prompt encoder here ({self.model_dir}); "

@@ -28,7 +28,7 @@ from ..config import BRANCHES, ModelConfig
 from ..errors import ConfigError, WeightsError
 from ..model.embedded import interp_matrix
 from ..model.reference import make_rope
-from ..weights import combine_digests, tensor_digest, weights_digest
+from ..weights import combine_digests, tensor_digest
 from .manifest import (FORMAT, Manifest, SubgraphEntry, TensorSpec, manifest_path, network_settings,
                        subgraph_index)
 

@@ -10,9 +10,7 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
-from ..config import EMBEDDED_DIR, REPO_ROOT, load_model_dir
+from ..config import EMBEDDED_DIR, load_model_dir
 from ..errors import ConfigError, HarnessError
 from ..schema import read_toml
 

@@ -9,7 +9,7 @@ import pytest
 from harness.calibration import RECORD_FILE, capture_calibration, load_calibration, parse_steps
 from harness.cli import main
 from harness.errors import ConfigError, NumericsError
-from harness.reference_run import sample_settings, stream_contexts
+from harness.reference_run import sample_settings, stream_text_embs
 from harness.model import ops, reference as R
 from harness.partition.manifest import load_manifest
 from harness.sampler import flow_sigmas, initial_noise
@@ -28,7 +28,7 @@ def ffn_capture(embedded_fp32, tmp_path_factory):
 
 def _reference_branch_inputs(bundle, prompt, settings, block):
     """Block `block`'s branch inputs at step 0 from the monolithic reference: [S, N, D] per branch."""
-    contexts = stream_contexts(bundle, [prompt], settings["cfg_scale"])
+    contexts = stream_text_embs(bundle, [prompt], settings["cfg_scale"])
     ctx = np.concatenate([contexts["cond"], contexts["uncond"]])
     w, cfg = bundle.all_weights(), bundle.cfg
     latent = initial_noise((1, *bundle.latent_shape), settings["seed"])
@@ -85,7 +85,7 @@ def test_cross_attn_lines_list_x_then_text_embedding(embedded_fp32, tmp_path):
     (line,) = (out / sub["dataset"]).read_text().splitlines()
     x_path, emb_path = line.split()
     assert x_path.endswith("_x.npy")
-    np.testing.assert_array_equal(np.load(out / emb_path)[0], bundle.context("digit seven"))
+    np.testing.assert_array_equal(np.load(out / emb_path)[0], bundle.text_emb("digit seven"))
 
 
 def test_load_calibration_names_the_missing_set_and_a_tampered_file(ffn_capture, embedded_fp32, tmp_path):

@@ -51,8 +51,8 @@ def test_cfg_1_runs_one_stream_on_a_two_stream_partition(anima, tmp_path):
     export_partition(bundle.weights_source, bundle.cfg, one, dtype="float32", streams=1)
     streams = {"cond": np.load(COND)[None]}
     s = sample_settings(bundle, steps=2, cfg_scale=1.0)
-    padded = run_partitioned(bundle, partition, "onnxruntime", "", s, contexts=streams)
-    single = run_partitioned(bundle, one, "onnxruntime", "", s, contexts=streams)
+    padded = run_partitioned(bundle, partition, "onnxruntime", "", s, text_embs=streams)
+    single = run_partitioned(bundle, one, "onnxruntime", "", s, text_embs=streams)
     assert padded.report["streams"] == ["cond"] and padded.report["streams_padded_to"] == 2
     np.testing.assert_allclose(padded.latent, single.latent, atol=1e-5)
     code, _ = _gen(tmp_path, "--model-dir", str(MODEL_DIR), "--backend", "onnxruntime", "--partition",
@@ -130,7 +130,7 @@ def test_decoder_emitting_nan_is_caught_and_everything_released(tmp_path):
     s = sample_settings(bundle, steps=1, cfg_scale=1.0)
     with pytest.raises(NumericsError, match=r"NaN/Inf in the image from subgraph 12 \(decoder\), file decoder.onnx: "
                                             r"768 of 768 values"):
-        run_partitioned(bundle, tmp_path / "p", "onnxruntime", "", s, contexts={"cond": np.load(COND)[None]})
+        run_partitioned(bundle, tmp_path / "p", "onnxruntime", "", s, text_embs={"cond": np.load(COND)[None]})
     assert live_contexts() == 0
 
 
@@ -138,8 +138,8 @@ def test_text_emb_of_a_prompt_renders_what_the_prompt_renders_on_the_embedded_mo
     from harness.config import EMBEDDED_DIR
     from harness.imageio import load_png
     bundle = load_bundle(EMBEDDED_DIR)
-    np.save(tmp_path / "seven.npy", bundle.context("a handwritten digit seven"))
-    np.save(tmp_path / "empty.npy", bundle.context(""))
+    np.save(tmp_path / "seven.npy", bundle.text_emb("a handwritten digit seven"))
+    np.save(tmp_path / "empty.npy", bundle.text_emb(""))
     by_prompt = main(["generate", "--quiet", "--steps", "2", "--prompt", "a handwritten digit seven",
                       "--out", str(tmp_path / "p.png")])
     by_emb = main(["generate", "--quiet", "--steps", "2", "--context", str(tmp_path / "seven.npy"),

@@ -39,8 +39,8 @@ def runner(tmp_path):
     golden.mkdir()
     (golden / "cases.toml").write_text(CASES)
     bundle = load_bundle(model)
-    np.save(golden / "one.npy", bundle.context("digit one"))
-    np.save(golden / "empty.npy", bundle.context(""))
+    np.save(golden / "one.npy", bundle.text_emb("digit one"))
+    np.save(golden / "empty.npy", bundle.text_emb(""))
     cli = {name: None for name in OPTIONS}
     cli.update(model_dir=str(model), golden_dir=str(golden), cache_dir=str(tmp_path / "cache"),
                artifacts=str(tmp_path / "artifacts"), precision="float32", telemetry_root=str(tmp_path))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from harness.errors import ConfigError, MemoryGuardTripped
-from harness.memory import MemoryGuard, MemoryReading, mib, parse_size, read_memory
+from harness.memory import MemoryGuard, MemoryReading, mib, parse_size
 
 pytestmark = pytest.mark.memory
 

@@ -207,7 +207,7 @@ def test_anima_shaped_partition_without_decoder_or_prompt_encoder(tmp_path):
     io = np.load(DATA / "tiny_io.npz")
     contexts = {"cond": io["context"], "uncond": np.zeros_like(io["context"])}
     settings = {"steps": 3, "cfg_scale": 4.0, "shift": 3.0, "seed": 7}
-    run = run_partitioned(bundle, tmp_path / "p", "onnxruntime", "", settings, contexts=contexts)
+    run = run_partitioned(bundle, tmp_path / "p", "onnxruntime", "", settings, text_embs=contexts)
     assert run.image is None and run.report["status"] == "ok"
 
     from harness.model import reference as R

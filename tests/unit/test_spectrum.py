@@ -7,7 +7,7 @@ import pytest
 from numpy.polynomial import chebyshev
 
 from harness.errors import ConfigError, NumericsError
-from harness.spectrum import (PRESETS, Forecaster, SpectrumParams, SpectrumVelocity, chebyshev_basis,
+from harness.spectrum import (PRESETS, Forecaster, SpectrumVelocity, chebyshev_basis,
                               check_params, params_from, schedule, schedule_text, step_tau)
 
 PRESET = PRESETS["13-of-28"]

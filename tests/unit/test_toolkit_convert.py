@@ -17,7 +17,7 @@ from harness.errors import ConfigError, ManifestError, ToolkitError
 from harness.model import ops, reference as R
 from harness.model.bundle import load_bundle
 from harness.config import EMBEDDED_DIR
-from harness.reference_run import initial_latents, stream_contexts
+from harness.reference_run import initial_latents, stream_text_embs
 from harness.partition.manifest import load_manifest, manifest_path
 from harness.partition.onnx_export import export_partition
 from harness.run import open_partition
@@ -49,7 +49,7 @@ def _ffn_calibration(bundle, block0: Path, out: Path) -> Path:
     """The block-0 FFN's inputs from real FP32 forwards: high and low sigma, cond+uncond streams
     (the export serves both streams in one call), from two seeds: 4 samples."""
     cfg, w = bundle.cfg, bundle.all_weights()
-    contexts = stream_contexts(bundle, [cfg.prompt.get("default", "")], 4.0)
+    contexts = stream_text_embs(bundle, [cfg.prompt.get("default", "")], 4.0)
     context = np.concatenate([contexts[s] for s in contexts])
     samples = []
     for seed in (0, 1):
