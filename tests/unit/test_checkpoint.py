@@ -14,7 +14,8 @@ from harness.cli import main
 from harness.config import load_profile
 from harness.errors import WeightsError
 from harness.model.bundle import load_bundle
-from harness.partition.onnx_export import export_partition, weights_digest
+from harness.partition.onnx_export import export_partition
+from harness.weights import weights_digest
 from harness.safetensors_io import bf16_bits_to_f32, f32_to_bf16_bits
 from harness.weights import expected_shapes
 from tools.make_checkpoint import random_tensor, write_random_checkpoint
