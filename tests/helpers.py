@@ -10,7 +10,7 @@ from harness.config import EMBEDDED_DIR, load_model_dir
 from harness.model.embedded import PROMPT_KEYS
 from harness.weights import random_weights, save_weights
 
-__all__ = ["make_random_model_dir"]
+__all__ = ["make_random_model_dir", "random_bundle", "export_fp32"]
 
 
 def make_random_model_dir(target: Path, seed: int = 0) -> Path:
@@ -27,3 +27,17 @@ def make_random_model_dir(target: Path, seed: int = 0) -> Path:
     }, target / cfg.files["prompt_encoder"])
     return target
 
+
+
+def random_bundle(tmp_path_factory, seed: int):
+    """A loaded random-weight model in a fresh temporary directory (one per test module)."""
+    from harness.model.bundle import load_bundle
+    return load_bundle(make_random_model_dir(tmp_path_factory.mktemp("model"), seed=seed))
+
+
+def export_fp32(bundle, tmp_path_factory) -> Path:
+    """The bundle's partition exported in FP32 to a fresh temporary directory."""
+    from harness.partition.onnx_export import export_partition
+    out = tmp_path_factory.mktemp("partition") / "fp32"
+    export_partition(bundle.weights, bundle.cfg, out, dtype="float32")
+    return out

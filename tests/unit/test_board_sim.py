@@ -11,24 +11,20 @@ from harness.backends.board_sim import normalize_options
 from harness.board_profile import DEFAULT_BOARD_DATA, load_board_profile
 from harness.errors import ConfigError
 from harness.memory import read_memory
-from harness.model.bundle import load_bundle
 from harness.partition.manifest import load_manifest
-from harness.partition.onnx_export import export_partition
-from tests.helpers import make_random_model_dir
+from tests.helpers import export_fp32, random_bundle
 
 MiB = 2 ** 20
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    return load_bundle(make_random_model_dir(tmp_path_factory.mktemp("model"), seed=7))
+    return random_bundle(tmp_path_factory, seed=7)
 
 
 @pytest.fixture(scope="module")
 def manifest(model, tmp_path_factory):
-    out = tmp_path_factory.mktemp("partition") / "fp32"
-    export_partition(model.weights, model.cfg, out, dtype="float32")
-    return load_manifest(out)
+    return load_manifest(export_fp32(model, tmp_path_factory))
 
 
 @pytest.fixture(autouse=True)

@@ -10,11 +10,9 @@ from harness.errors import BackendError, ConfigError, MemoryGuardTripped, Numeri
 from harness.reference_run import sample_settings
 from harness.lifecycle import parse_lifecycle, pinned_subset
 from harness.memory import MemoryGuard, MemoryReading, read_memory
-from harness.model.bundle import load_bundle
 from harness.partition.manifest import load_manifest
-from harness.partition.onnx_export import export_partition
 from harness.run import run_partitioned
-from tests.helpers import make_random_model_dir
+from tests.helpers import export_fp32, random_bundle
 
 STEPS = 2
 PROMPT = "the number 3"
@@ -23,15 +21,13 @@ MiB = 2 ** 20
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    return load_bundle(make_random_model_dir(tmp_path_factory.mktemp("model"), seed=5))
+    return random_bundle(tmp_path_factory, seed=5)
 
 
 @pytest.fixture(scope="module")
 def partition(model, tmp_path_factory):
     # FP32: stream batching is compared with single runs to float noise, which FP16 would amplify.
-    out = tmp_path_factory.mktemp("partition") / "fp32"
-    export_partition(model.weights, model.cfg, out, dtype="float32")
-    return out
+    return export_fp32(model, tmp_path_factory)
 
 
 def _run(model, partition, lifecycle, backend="onnxruntime", options=None, **kw):

@@ -9,24 +9,21 @@ import pytest
 from harness.backends import live_contexts
 from harness.cli import main
 from harness.reference_run import sample_reference, sample_settings
-from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
 from harness.run import run_partitioned
-from tests.helpers import make_random_model_dir
+from tests.helpers import export_fp32, random_bundle
 
 STEPS = 3
 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    return load_bundle(make_random_model_dir(tmp_path_factory.mktemp("model"), seed=4))
+    return random_bundle(tmp_path_factory, seed=4)
 
 
 @pytest.fixture(scope="module")
 def partition(model, tmp_path_factory):
-    out = tmp_path_factory.mktemp("partition") / "fp32"
-    export_partition(model.weights_source, model.cfg, out, dtype="float32")
-    return out
+    return export_fp32(model, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

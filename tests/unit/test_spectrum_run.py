@@ -6,6 +6,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from tests.helpers import export_fp32, random_bundle
+
 from harness.backends import live_contexts
 from harness.cli import main
 from harness.reference_run import sample_reference, sample_settings
@@ -19,17 +21,12 @@ PROMPT = "the number 3"
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    from harness.model.bundle import load_bundle
-    from tests.helpers import make_random_model_dir
-    return load_bundle(make_random_model_dir(tmp_path_factory.mktemp("model"), seed=4))
+    return random_bundle(tmp_path_factory, seed=4)
 
 
 @pytest.fixture(scope="module")
 def partition(model, tmp_path_factory):
-    from harness.partition.onnx_export import export_partition
-    out = tmp_path_factory.mktemp("partition") / "fp32"
-    export_partition(model.weights, model.cfg, out, dtype="float32")
-    return out
+    return export_fp32(model, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
