@@ -24,7 +24,6 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
-import struct
 import subprocess
 import tempfile
 import threading
@@ -33,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BackendError, ConfigError, ToolkitError
+from ..toolkit.framing import read_frame, write_frame
 from .base import Context
 
 __all__ = ["RknnSimContext", "SimWorker", "worker_for", "shutdown_workers", "conversion_record"]
@@ -41,20 +41,6 @@ SERVER = Path(__file__).resolve().parent.parent / "toolkit" / "sim_server.py"
 
 
 # ---------------------------------------------------------------- the worker process
-
-def _frame(header: dict, arrays=()) -> bytes:
-    import io
-    blobs = []
-    for array in arrays:
-        buf = io.BytesIO()
-        np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
-        blobs.append(buf.getvalue())
-    body = json.dumps({**header, "arrays": len(blobs)}).encode()
-    parts = [struct.pack(">I", len(body)), body]
-    for blob in blobs:
-        parts += [struct.pack(">Q", len(blob)), blob]
-    return b"".join(parts)
-
 
 class SimWorker:
     """One sim_server.py process of one toolkit version; requests are serialised by a lock."""
@@ -79,30 +65,10 @@ class SimWorker:
             if self.proc.poll() is not None:
                 raise self._died()
             try:
-                self.proc.stdin.write(_frame(header, arrays))
-                self.proc.stdin.flush()
-                return self._read()
+                write_frame(self.proc.stdin, header, arrays)
+                return read_frame(self.proc.stdout)
             except (BrokenPipeError, EOFError):
                 raise self._died() from None
-
-    def _read(self) -> tuple[dict, list[np.ndarray]]:
-        import io
-        (size,) = struct.unpack(">I", self._exact(4))
-        header = json.loads(self._exact(size))
-        arrays = []
-        for _ in range(header.get("arrays", 0)):
-            (n,) = struct.unpack(">Q", self._exact(8))
-            arrays.append(np.load(io.BytesIO(self._exact(n)), allow_pickle=False))
-        return header, arrays
-
-    def _exact(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.proc.stdout.read(n - len(data))
-            if not chunk:
-                raise EOFError
-            data += chunk
-        return data
 
     def _died(self) -> BackendError:
         code = self.proc.wait()

@@ -25,9 +25,7 @@ Everything the toolkit prints (Python and native) goes to stderr, which the suit
 """
 from __future__ import annotations
 
-import json
 import os
-import struct
 import sys
 import tempfile
 import time
@@ -36,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from framing import read_frame, write_frame  # noqa: E402
 from worker import BuildFailed, build_rknn, toolkit_version  # noqa: E402
 
 __all__ = ["serve", "compare_builds", "MAX_DIFF_BYTES", "MAX_DIFF_FRACTION"]
@@ -63,42 +62,7 @@ def compare_builds(rebuilt: bytes, recorded: bytes) -> tuple[bool, str]:
     return differing <= allowed, detail
 
 
-# ---------------------------------------------------------------- framing
-
-def _read_exact(stream, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = stream.read(n - len(data))
-        if not chunk:
-            raise EOFError
-        data += chunk
-    return data
-
-
-def read_frame(stream) -> tuple[dict, list[np.ndarray]]:
-    import io
-    (size,) = struct.unpack(">I", _read_exact(stream, 4))
-    header = json.loads(_read_exact(stream, size))
-    arrays = []
-    for _ in range(header.get("arrays", 0)):
-        (n,) = struct.unpack(">Q", _read_exact(stream, 8))
-        arrays.append(np.load(io.BytesIO(_read_exact(stream, n)), allow_pickle=False))
-    return header, arrays
-
-
-def write_frame(stream, header: dict, arrays=()) -> None:
-    import io
-    blobs = []
-    for array in arrays:
-        buf = io.BytesIO()
-        np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
-        blobs.append(buf.getvalue())
-    body = json.dumps({**header, "arrays": len(blobs)}).encode()
-    parts = [struct.pack(">I", len(body)), body]
-    for blob in blobs:
-        parts += [struct.pack(">Q", len(blob)), blob]
-    stream.write(b"".join(parts))
-    stream.flush()
+# The framing (read_frame / write_frame) is framing.py, shared with the suite side.
 
 
 # ---------------------------------------------------------------- the cache of built models
