@@ -103,11 +103,10 @@ def test_real_allocation_trips_floor_and_keeps_record(tmp_path, mode):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["pss_source"] == "pss", "this kernel gives PSS; the fallback must not kick in here"
 
-    # 300 MiB below the start needs ~5 chunks; others' allocations may shift it a little.
     # ~5 chunks cross a floor 300 MiB down; on a shared machine others free and take memory meanwhile
-    # (a full-suite run at load 17 never tripped within 12 chunks): up to 24 chunks are allowed.
+    # (a full-suite run at load 17 never tripped within 12 chunks): up to 24 chunks are allowed. How
+    # many it took is not asserted (the loop bounds it); that the chunks were really held is, below.
     assert result["message"] is not None, "24 chunks (1.5 GiB) never tripped a floor 300 MiB down"
-    assert 1 <= result["allocated"] <= 24
     assert "MemAvailable" in result["message"]
     assert f"floor {result['floor_mib']} MiB" in result["message"]
     if mode == "fast-sampler":      # the 0.25 s production sampler may not tick during a 0.3 s loop
