@@ -130,8 +130,10 @@ def create_env(version: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     try:
-        version = args[0] if args else default_version()
-        print(create_env(version))
+        # --all: every version in versions.toml (bin/test builds them all, so no toolkit test skips).
+        versions = known_versions() if args == ["--all"] else [args[0] if args else default_version()]
+        for version in versions:
+            print(create_env(version))
     except (ConfigError, ToolkitError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
