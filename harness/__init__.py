@@ -6,15 +6,15 @@ The public API; everything else is internal to its module. Names are imported on
 import importlib
 
 _WHERE = {
-    "BRANCHES": "config", "ModelConfig": "config", "load_model_dir": "config", "load_profile": "config",
-    "HarnessError": "errors", "ConfigError": "errors", "WeightsError": "errors", "ManifestError": "errors",
-    "BackendError": "errors", "NumericsError": "errors", "MemoryGuardTripped": "errors",
-    "sample_reference": "reference_run", "sample_settings": "reference_run", "MemoryGuard": "memory",
+    "BRANCHES": "model.config", "ModelConfig": "model.config", "load_model_dir": "model.config", "load_profile": "model.config",
+    "HarnessError": "core.errors", "ConfigError": "core.errors", "WeightsError": "core.errors", "ManifestError": "core.errors",
+    "BackendError": "core.errors", "NumericsError": "core.errors", "MemoryGuardTripped": "core.errors",
+    "sample_reference": "sampling.reference_run", "sample_settings": "sampling.reference_run", "MemoryGuard": "memory.guard",
     "ModelBundle": "model.bundle", "load_bundle": "model.bundle",
     "Manifest": "partition.manifest", "load_manifest": "partition.manifest",
     "inspect_partition": "partition.manifest", "export_partition": "partition.onnx_export",
-    "RunResult": "run", "run_partitioned": "run",
-    "expected_shapes": "weights", "load_weights": "weights", "Checkpoint": "checkpoint",
+    "RunResult": "runtime.run", "run_partitioned": "runtime.run",
+    "expected_shapes": "model.weights", "load_weights": "model.weights", "Checkpoint": "model.checkpoint",
 }
 
 __all__ = list(_WHERE)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.config import EMBEDDED_DIR, load_model_dir
+from harness.model.config import EMBEDDED_DIR, load_model_dir
 from harness.model.embedded import PROMPT_KEYS
-from harness.weights import random_weights, save_weights
+from harness.model.weights import random_weights, save_weights
 
 __all__ = ["make_random_model_dir", "random_bundle", "export_fp32"]
 

@@ -47,7 +47,7 @@ def _child(cmd: list[str], log: Path) -> tuple[float, int, int]:
 
 def _model_dir(work: Path, checkpoint: Path, profile: str) -> Path:
     """The profile as a model directory naming the random checkpoint (no prompt encoder)."""
-    from harness.config import load_profile
+    from harness.model.config import load_profile
     model = work / "model"
     model.mkdir(parents=True, exist_ok=True)
     text = Path(load_profile(profile).source).read_text()
@@ -58,9 +58,9 @@ def _model_dir(work: Path, checkpoint: Path, profile: str) -> Path:
 def phase_step(work: Path, partition: Path, out: Path) -> None:
     """In this process: load host tensors, run one step, write the figures as JSON."""
     import numpy as np
-    from harness.memory import MemoryGuard, read_memory
+    from harness.memory.guard import MemoryGuard, read_memory
     from harness.model.bundle import load_bundle
-    from harness.run import run_partitioned
+    from harness.runtime.run import run_partitioned
 
     bundle = load_bundle(work / "model")
     loaded = read_memory().pss

@@ -18,7 +18,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.config import ModelConfig, load_model_dir  # noqa: E402
+from harness.model.config import ModelConfig, load_model_dir  # noqa: E402
 from tools.make_checkpoint import write_random_checkpoint  # noqa: E402
 
 __all__ = ["write_decoder_onnx", "write_text_embs", "MODEL_DIR", "GOLDEN_DIR", "TEXT_EMBS"]

@@ -21,9 +21,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.config import ModelConfig, load_profile  # noqa: E402
-from harness.safetensors_io import f32_to_bf16_bits, write_streamed  # noqa: E402
-from harness.weights import expected_shapes  # noqa: E402
+from harness.model.config import ModelConfig, load_profile  # noqa: E402
+from harness.model.safetensors_io import f32_to_bf16_bits, write_streamed  # noqa: E402
+from harness.model.weights import expected_shapes  # noqa: E402
 
 __all__ = ["write_random_checkpoint", "random_tensor", "adapter_shapes", "DTYPE_TAGS"]
 

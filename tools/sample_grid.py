@@ -17,8 +17,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.config import EMBEDDED_DIR  # noqa: E402
-from harness.reference_run import sample_reference  # noqa: E402
+from harness.model.config import EMBEDDED_DIR  # noqa: E402
+from harness.sampling.reference_run import sample_reference  # noqa: E402
 from harness.model.bundle import load_bundle  # noqa: E402
 from harness.model.embedded import DIGIT_WORDS, digit_classifier, latents_to_digits_features  # noqa: E402
 

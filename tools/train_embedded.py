@@ -26,9 +26,9 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.config import ModelConfig, load_model_dir, load_profile  # noqa: E402
+from harness.model.config import ModelConfig, load_model_dir, load_profile  # noqa: E402
 from harness.model.embedded import DIGIT_WORDS, PROMPT_KEYS, digits_latents, tokenize  # noqa: E402
-from harness.weights import expected_shapes, save_weights  # noqa: E402
+from harness.model.weights import expected_shapes, save_weights  # noqa: E402
 
 REFERENCE = ROOT / "tests" / "data" / "cosmos-reference"   # tensors from the public Cosmos-Predict2 code
 CHECK_TOLERANCE = 1e-4

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BackendError, ConfigError
+from ..core.errors import BackendError, ConfigError
 
 __all__ = ["Context", "create_context", "live_contexts", "backend_options", "backend_class", "BACKENDS",
            "run_options"]

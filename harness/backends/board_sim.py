@@ -44,8 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..board_profile import load_board_profile
-from ..errors import ConfigError
+from .board_profile import load_board_profile
+from ..core.errors import ConfigError
 from .onnxruntime import OnnxRuntimeContext
 from .rknnlite import parse_core_mask
 

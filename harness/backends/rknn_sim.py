@@ -2,7 +2,7 @@
 run off the board by rknn-toolkit2 itself.
 
 The simulator only runs models built in the same process (architecture.md section 8), so a `.rknn`
-file cannot simply be loaded. One long-lived worker per toolkit version (harness/toolkit/sim_server.py,
+file cannot simply be loaded. One long-lived worker per toolkit version (harness/toolkit/remote/sim_server.py,
 run by that toolkit environment's python) builds each subgraph from its source ONNX with the settings
 `harness convert` recorded in the partition's manifest (`conversion.config` and the subgraph's
 `quantization`), checks the rebuilt model against the `.rknn` file it stands for, and keeps it
@@ -31,13 +31,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BackendError, ConfigError, ToolkitError
-from ..toolkit.framing import read_frame, write_frame
+from ..core.errors import BackendError, ConfigError, ToolkitError
+from ..toolkit.remote.framing import read_frame, write_frame
 from .base import Context
 
 __all__ = ["RknnSimContext", "SimWorker", "worker_for", "shutdown_workers", "conversion_record"]
 
-SERVER = Path(__file__).resolve().parent.parent / "toolkit" / "sim_server.py"
+SERVER = Path(__file__).resolve().parent.parent / "toolkit" / "remote" / "sim_server.py"
 
 
 # ---------------------------------------------------------------- the worker process
@@ -191,7 +191,7 @@ def _quantization(quant: dict | None, rknn_path: Path) -> dict | None:
     if not dataset.is_file():
         raise ConfigError(f"rknn-sim: {rknn_path.name} was calibrated from {dataset}, which is gone: "
                           f"the simulator rebuilds INT8 subgraphs from their calibration set")
-    from ..toolkit.calibration import absolute_dataset
+    from ..toolkit.precisions import absolute_dataset
     if str(dataset) not in _datasets:
         scratch = Path(tempfile.mkdtemp(prefix="anima-rknn-sim-datasets-"))
         atexit.register(lambda: __import__("shutil").rmtree(scratch, ignore_errors=True))
@@ -208,7 +208,7 @@ def _identity(quant: dict | None) -> dict | None:
 
 class RknnSimContext(Context):
     backend_name = "rknn-sim"
-    # --calibration picks the set a w8a8-ffn conversion is made from (harness/toolkit/cached.py).
+    # --calibration picks the set a w8a8-ffn conversion is made from (harness/runtime/converted.py).
     option_names = ("calibration",)
     exclusive_options = ("calibration",)
 

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from ..backends.base import Context, create_context
-from ..timing import Timed
+from ..core.timing import Timed
 from .records import Counters, LifecycleRecorder
 
 __all__ = ["LocalStrategy", "OnDemand", "Resident", "Lru", "Pinned"]

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BackendError
+from ..core.errors import BackendError
 from .records import Counters, LifecycleRecorder
 from .worker import read_arrays, worker_main, write_arrays
 

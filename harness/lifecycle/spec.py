@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..backends.base import run_options
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .local import Lru, OnDemand, Pinned, Resident
 from .prefetch import Prefetch
 

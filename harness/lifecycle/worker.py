@@ -76,7 +76,7 @@ def worker_main(fd: int) -> None:
     conn = Connection(fd)
     _, backend, options, in_name, out_name = conn.recv()
     from ..backends.base import backend_class, create_context
-    from ..errors import HarnessError
+    from ..core.errors import HarnessError
     backend_class(backend)                           # import the runtime before saying hello
     shm_in, shm_out = _attach(in_name), _attach(out_name)
     ctx = None

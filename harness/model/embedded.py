@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, WeightsError
+from ..core.errors import ConfigError, WeightsError
 
 __all__ = ["PromptEncoder", "tokenize", "interp_matrix", "decode", "digits_latents",
            "DIGIT_WORDS", "PROMPT_KEYS", "digit_classifier",
@@ -52,7 +52,7 @@ class PromptEncoder:
 
     @classmethod
     def from_file(cls, path: str | Path, vocab: list[str]) -> "PromptEncoder":
-        from ..weights import read_safetensors
+        from .weights import read_safetensors
         tensors = read_safetensors(path)
         missing = [k for k in PROMPT_KEYS if k not in tensors]
         if missing:

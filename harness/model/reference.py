@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from ..config import BRANCHES, ModelConfig
+from .config import BRANCHES, ModelConfig
 from . import ops
 
 __all__ = ["Rope", "make_rope", "time_embedding", "modulations", "final_modulation", "patchify",

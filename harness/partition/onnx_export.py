@@ -22,13 +22,13 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..atomic import atomic_write_bytes
-from ..checkpoint import as_source
-from ..config import BRANCHES, ModelConfig
-from ..errors import ConfigError, WeightsError
+from ..core.atomic import atomic_write_bytes
+from ..model.checkpoint import as_source
+from ..model.config import BRANCHES, ModelConfig
+from ..core.errors import ConfigError, WeightsError
 from ..model.embedded import interp_matrix
 from ..model.reference import make_rope
-from ..weights import combine_digests, tensor_digest
+from ..model.weights import combine_digests, tensor_digest
 from .manifest import (FORMAT, Manifest, SubgraphEntry, TensorSpec, manifest_path, network_settings,
                        subgraph_index)
 

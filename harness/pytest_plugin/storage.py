@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..config import REPO_ROOT
+from ..model.config import REPO_ROOT
 from .state import BOARD, IDENTITY, SETTINGS
 
 __all__ = ["pytest_configure", "pytest_sessionstart", "pytest_collection_modifyitems", "atomic_json", "pytest_benchmark_update_machine_info",
@@ -40,7 +40,7 @@ def atomic_json(bench) -> None:
     """--benchmark-json written atomically (pytest-benchmark writes it with a plain open/write)."""
     from pytest_benchmark.utils import safe_dumps
 
-    from ..atomic import atomic_write_bytes
+    from ..core.atomic import atomic_write_bytes
 
     def save_json(output_json):
         atomic_write_bytes(bench.json, safe_dumps(output_json, ensure_ascii=True, indent=4).encode())
@@ -73,7 +73,7 @@ def atomic_save(storage) -> bool:
         return False
     from pytest_benchmark.utils import safe_dumps
 
-    from ..atomic import atomic_write_bytes
+    from ..core.atomic import atomic_write_bytes
     missing = [name for name in _NEEDED if not hasattr(storage, name)]
     if missing:
         raise pytest.UsageError(_UNSUPPORTED.format(f"FileStorage lacks {', '.join(missing)}"))

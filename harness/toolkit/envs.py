@@ -1,7 +1,7 @@
 """One cached virtualenv per rknn-toolkit2 version, outside the checkout.
 
 The toolkit pins numpy<=1.26.4 and onnx<=1.18 and imports torch, so it cannot share the suite's
-environment: it runs in its own interpreter (harness/toolkit/worker.py). The environments live under
+environment: it runs in its own interpreter (harness/toolkit/remote/worker.py). The environments live under
 ${ANIMA_TOOLKIT_HOME:-~/.cache/anima-npu/toolkit}/<version>, so every worktree and CI run on one machine
 shares them. A stamp holding the digest of the version's pins (toolkit/versions.toml) marks a finished
 environment; a missing or different stamp means "create again".
@@ -18,7 +18,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from ..errors import ConfigError, ToolkitError
+from ..core.errors import ConfigError, ToolkitError
 
 __all__ = ["VERSIONS_FILE", "default_version", "known_versions", "toolkit_home", "env_dir",
            "pins_digest", "toolkit_python", "create_env", "main"]

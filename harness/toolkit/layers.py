@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import ToolkitError
+from ..core.errors import ToolkitError
 
 __all__ = ["Layer", "parse_layer_table", "cpu_fallbacks", "check_no_cpu_ops", "BOUNDARY_OPS"]
 

@@ -12,14 +12,14 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..errors import ToolkitError
+from ..core.errors import ToolkitError
 from .envs import toolkit_python
 
 __all__ = ["WORKER", "run_worker"]
 
 # The toolkit side, run by path: the rknn-sim backend imports build_rknn from it the same way
 # (sys.path.insert(0, str(WORKER.parent)); from worker import build_rknn).
-WORKER = Path(__file__).with_name("worker.py")
+WORKER = Path(__file__).parent / "remote" / "worker.py"
 
 
 def run_worker(version: str, job: dict, job_file: Path, on_event: Callable[[dict], None]) -> list[dict]:

@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from harness.config import REPO_ROOT
+from harness.model.config import REPO_ROOT
 
 pytestmark = pytest.mark.slow       # ~10 s per gate session on the 2-core CI machine
 

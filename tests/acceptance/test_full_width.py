@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from harness.cli import main
-from harness.config import PROFILES_DIR, load_model_dir
+from harness.cli.main import main
+from harness.model.config import PROFILES_DIR, load_model_dir
 from tools.make_checkpoint import write_random_checkpoint
 
 pytestmark = pytest.mark.slow

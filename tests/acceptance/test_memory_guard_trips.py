@@ -5,13 +5,13 @@ import json
 import pytest
 
 from harness.backends import live_contexts
-from harness.errors import MemoryGuardTripped
-from harness.reference_run import sample_settings
-from harness.memory import MemoryGuard, MemoryReading, read_memory
+from harness.core.errors import MemoryGuardTripped
+from harness.sampling.reference_run import sample_settings
+from harness.memory.guard import MemoryGuard, MemoryReading, read_memory
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
-from harness.residency import residency_probe
-from harness.run import run_partitioned
+from harness.memory.residency import residency_probe
+from harness.runtime.run import run_partitioned
 from tests.helpers import make_random_model_dir
 
 pytestmark = pytest.mark.memory

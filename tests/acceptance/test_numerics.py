@@ -2,7 +2,7 @@
 Spectrum's forecast steps every forecast hidden state (a forecast can blow up where no subgraph did)."""
 import pytest
 
-from harness.errors import NumericsError
+from harness.core.errors import NumericsError
 
 pytestmark = pytest.mark.npu
 

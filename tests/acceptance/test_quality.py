@@ -6,9 +6,9 @@ With --update-goldens the case's golden is written instead and the test is repor
 ("goldens written"): an update run judged nothing, so it must not read as a passed gate."""
 import pytest
 
-from harness.errors import HarnessError
-from harness.gates import quality_check, quality_line
-from harness.golden import GoldenError, GoldenStore, relative_to_repo
+from harness.core.errors import HarnessError
+from harness.gates.runner import quality_check, quality_line
+from harness.gates.golden import GoldenError, GoldenStore, relative_to_repo
 from harness.pytest_plugin.state import GOLDEN_UPDATES, QUALITY_LINES, QUALITY_RESULTS, append_to
 
 pytestmark = [pytest.mark.npu, pytest.mark.quality]

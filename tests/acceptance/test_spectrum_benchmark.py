@@ -11,10 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from harness.gates import benchmark_info
+from harness.gates.runner import benchmark_info
 from harness.pytest_plugin.state import SPECTRUM_LINES, append_to
-from harness.quality import compare, compare_latents
-from harness.spectrum import DEFAULT_PRESET, PRESETS
+from harness.gates.quality import compare, compare_latents
+from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
 
 pytestmark = [pytest.mark.npu, pytest.mark.benchmark, pytest.mark.slow]
 

@@ -7,9 +7,9 @@ import sys
 import numpy as np
 import pytest
 
-from harness.accuracy import analyze, cosine, max_rel_err, worst_first
-from harness.cli import main
-from harness.reference_run import sample_settings
+from harness.gates.accuracy import analyze, cosine, max_rel_err, worst_first
+from harness.cli.main import main
+from harness.sampling.reference_run import sample_settings
 from harness.partition.onnx_export import export_partition
 
 STEPS = 2

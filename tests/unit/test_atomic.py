@@ -1,4 +1,4 @@
-"""harness/atomic.py under a real SIGKILL: the file is always exactly the old or the new content.
+"""harness/core/atomic.py under a real SIGKILL: the file is always exactly the old or the new content.
 
 A child process rewrites a ~2 MB file over and over with two alternating contents A and B (each
 self-consistent: one repeated byte plus its sha256 as a trailer); the parent SIGKILLs it at random
@@ -17,8 +17,8 @@ import sys
 
 import pytest
 
-from harness.atomic import atomic_path, atomic_write_bytes
-from harness.config import REPO_ROOT
+from harness.core.atomic import atomic_path, atomic_write_bytes
+from harness.model.config import REPO_ROOT
 
 SIZE = 2 * 1024 * 1024
 KILLS = 5
@@ -26,7 +26,7 @@ KILLS = 5
 CHILD = r"""
 import hashlib, sys
 from pathlib import Path
-from harness.atomic import atomic_write_bytes
+from harness.core.atomic import atomic_write_bytes
 
 path, mode, size = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 

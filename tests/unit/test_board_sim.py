@@ -8,9 +8,9 @@ import pytest
 
 from harness.backends import create_context, live_contexts
 from harness.backends.board_sim import normalize_options
-from harness.board_profile import DEFAULT_BOARD_DATA, load_board_profile
-from harness.errors import ConfigError
-from harness.memory import read_memory
+from harness.backends.board_profile import DEFAULT_BOARD_DATA, load_board_profile
+from harness.core.errors import ConfigError
+from harness.memory.guard import read_memory
 from harness.partition.manifest import load_manifest
 from tests.helpers import export_fp32, random_bundle
 
@@ -160,8 +160,8 @@ def test_the_boards_host_time_falls_before_every_invocation(tmp_path):
 
 
 def test_strategies_on_the_simulated_board_give_onnxruntimes_latent(model, manifest):
-    from harness.reference_run import sample_settings
-    from harness.run import run_partitioned
+    from harness.sampling.reference_run import sample_settings
+    from harness.runtime.run import run_partitioned
     settings = sample_settings(model, steps=1)
 
     def latent(backend, lifecycle, options):

@@ -5,8 +5,8 @@ import sys
 import numpy as np
 import pytest
 
-from harness.cli import main
-from harness.imageio import load_png
+from harness.cli.main import main
+from harness.core.imageio import load_png
 from tests.helpers import make_random_model_dir
 
 
@@ -70,7 +70,7 @@ def test_bad_weights_file_exits_without_traceback(model_dir, tmp_path):
 
 
 def test_batched_reference_equals_single_runs(model_dir):
-    from harness.reference_run import sample_reference
+    from harness.sampling.reference_run import sample_reference
     from harness.model.bundle import load_bundle
     bundle = load_bundle(model_dir)
     # Two steps: the second sees the first's update, which is where rows could mix.
@@ -91,7 +91,7 @@ def test_progress_in_a_log_is_one_plain_line_per_step(model_dir, tmp_path):
 
 
 def test_step_lines_estimate_the_remaining_time():
-    from harness.progress import StepLines
+    from harness.report.progress import StepLines
     now = [100.0]
     written = []
     lines = StepLines(4, "seven", written.append, clock=lambda: now[0])

@@ -5,16 +5,16 @@ import json
 import numpy as np
 import pytest
 
-from harness.accept import accept_golden
-from harness.cli import main
-from harness.compare import compare_rows, load_view, slowest_subgraphs
-from harness.errors import ConfigError
-from harness.reference_run import sample_settings
-from harness.golden import GoldenRefused, GoldenStale, GoldenStore, load_cases
-from harness.memory import MemoryGuard
+from harness.cli.accept import accept_golden
+from harness.cli.main import main
+from harness.results.compare import compare_rows, load_view, slowest_subgraphs
+from harness.core.errors import ConfigError
+from harness.sampling.reference_run import sample_settings
+from harness.gates.golden import GoldenRefused, GoldenStale, GoldenStore, load_cases
+from harness.memory.guard import MemoryGuard
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
-from harness.run import run_partitioned
+from harness.runtime.run import run_partitioned
 
 STEPS = 1
 
@@ -23,7 +23,7 @@ STEPS = 1
 def embedded(tmp_path_factory):
     """The embedded model and its FP16 partition, from the suite's partition cache (keyed by the
     weights' digest, as the gates use it; exported on first use)."""
-    from harness.config import EMBEDDED_DIR, REPO_ROOT
+    from harness.model.config import EMBEDDED_DIR, REPO_ROOT
     from harness.partition.manifest import default_partition_dir
     from harness.partition.manifest import manifest_path
     model = load_bundle(EMBEDDED_DIR)
@@ -72,7 +72,7 @@ def test_compare_two_run_reports_per_stage_branch_subgraph_and_memory(reports, c
 
 def test_compare_history_records_by_index(tmp_path, capsys):
     from tests.unit.test_history_trend import _record
-    from harness.history import append_run
+    from harness.results.history import append_run
     history = tmp_path / "history.jsonl"
     append_run(history, _record(1, 1.0))
     append_run(history, {**_record(2, 1.25), "lifecycle_s_per_step": {"load": 0.5, "init": 0.6, "run": 0.6,

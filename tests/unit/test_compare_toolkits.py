@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import EMBEDDED_DIR
-from harness.errors import ToolkitError
+from harness.model.config import EMBEDDED_DIR
+from harness.core.errors import ToolkitError
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
-from harness.toolkit.compare import compare_toolkits
+from harness.gates.compare_toolkits import compare_toolkits
 from harness.toolkit.envs import toolkit_python
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,16 +16,16 @@ import json
 import numpy as np
 import pytest
 
-from harness.atomic import atomic_write_bytes
-from harness.config import EMBEDDED_DIR, REPO_ROOT
+from harness.core.atomic import atomic_write_bytes
+from harness.model.config import EMBEDDED_DIR, REPO_ROOT
 from harness.model.bundle import load_bundle
 from harness.model.embedded import digit_classifier, digits_latents, latents_to_digits_features
 
 SETTINGS = {"per_digit": 10, "cfg_scale": 4.0, "steps": 6}
 # Everything the samples depend on besides the model files: the reference forward, the sampler,
 # the prompt encoder, the weights loader and the grid tool that lays out prompts and seeds.
-RENDER_CODE = ("harness/model", "harness/sampler.py", "harness/reference_run.py", "harness/weights.py",
-               "harness/config.py", "tools/sample_grid.py")
+RENDER_CODE = ("harness/model", "harness/sampling/flow.py", "harness/sampling/reference_run.py", "harness/model/weights.py",
+               "harness/model/config.py", "tools/sample_grid.py")
 
 
 def test_classifier_reads_the_real_digits_through_the_same_features():

@@ -3,9 +3,9 @@ like Anima's Qwen3): the same run as the prompt they encode, and a clear error f
 import numpy as np
 import pytest
 
-from harness.errors import ConfigError
-from harness.gates import GateRunner
-from harness.golden import load_cases
+from harness.core.errors import ConfigError
+from harness.gates.runner import GateRunner
+from harness.gates.golden import load_cases
 from harness.model.bundle import load_bundle
 from harness.pytest_plugin import OPTIONS, resolve_settings
 from tests.helpers import make_random_model_dir

@@ -6,9 +6,9 @@ import json
 import pytest
 from rich.console import Console
 
-from harness.history import HistoryError, append_run, load_history
-from harness.imageio import load_png
-from harness.trend import add_command, render_table, trend
+from harness.results.history import HistoryError, append_run, load_history
+from harness.core.imageio import load_png
+from harness.results.trend import add_command, render_table, trend
 
 
 def _record(day: int, step_s: float, valid: bool = True, board: str = "rock5c-01") -> dict:
@@ -127,7 +127,7 @@ def test_new_records_must_carry_versions_revision_run_id_steps_and_precision(tmp
 def test_trend_draws_one_line_per_board_backend_model_precision_and_marks_version_changes(tmp_path):
     from matplotlib.figure import Figure
 
-    from harness.trend import _plot_step_time, trend_rows, version_changes
+    from harness.results.trend import _plot_step_time, trend_rows, version_changes
     history = [_record(1, 1.5), _record(2, 1.6), {**_record(3, 4.0), "backend": "faults"},
                {**_record(4, 1.0), "precision": "float32"},
                {**_record(5, 1.2), "versions": {**_record(5, 1.2)["versions"], "npu_driver": "0.9.9"}}]
@@ -152,7 +152,7 @@ def test_trend_draws_one_line_per_board_backend_model_precision_and_marks_versio
 APPENDER = r"""
 import sys, time
 from pathlib import Path
-from harness.history import append_run
+from harness.results.history import append_run
 from tests.unit.test_history_trend import _record
 
 path, who, count, go = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
@@ -168,7 +168,7 @@ def test_two_runs_appending_at_once_lose_no_record(tmp_path):
     import subprocess
     import sys
 
-    from harness.config import REPO_ROOT
+    from harness.model.config import REPO_ROOT
     path, go, count = tmp_path / "history.jsonl", tmp_path / "go", 40
     children = [subprocess.Popen([sys.executable, "-c", APPENDER, str(path), who, str(count), str(go)],
                                  cwd=REPO_ROOT) for who in ("a", "b")]

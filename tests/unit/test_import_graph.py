@@ -54,7 +54,7 @@ def import_graph(root: Path = ROOT) -> nx.DiGraph:
 
 
 def subpackage_graph(graph: nx.DiGraph) -> nx.DiGraph:
-    """The same imports between the top-level parts of the package (`harness.toolkit`, `harness.gates`...)."""
+    """The same imports between the top-level parts of the package (`harness.toolkit`, `harness.gates.runner`...)."""
     def part(name: str) -> str:
         return ".".join(name.split(".")[:2])
     collapsed = nx.DiGraph()

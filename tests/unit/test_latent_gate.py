@@ -3,12 +3,12 @@ the FP32 partition's latent passes against the committed FP16 golden of the Anim
 import numpy as np
 import pytest
 
-from harness.gates import quality_line
-from harness.golden import GoldenStale, GoldenStore, load_cases
+from harness.gates.runner import quality_line
+from harness.gates.golden import GoldenStale, GoldenStore, load_cases
 from harness.model.bundle import check_text_emb, load_bundle
 from harness.partition.onnx_export import export_partition
-from harness.quality import ImageMismatch, compare_latents
-from harness.run import run_partitioned
+from harness.gates.quality import ImageMismatch, compare_latents
+from harness.runtime.run import run_partitioned
 from tools.make_anima_shaped import GOLDEN_DIR, MODEL_DIR
 
 

@@ -5,13 +5,13 @@ import psutil
 import pytest
 
 from harness.backends import live_contexts
-from harness.cli import main
-from harness.errors import BackendError, ConfigError, MemoryGuardTripped, NumericsError
-from harness.reference_run import sample_settings
+from harness.cli.main import main
+from harness.core.errors import BackendError, ConfigError, MemoryGuardTripped, NumericsError
+from harness.sampling.reference_run import sample_settings
 from harness.lifecycle import parse_lifecycle, pinned_subset
-from harness.memory import MemoryGuard, MemoryReading, read_memory
+from harness.memory.guard import MemoryGuard, MemoryReading, read_memory
 from harness.partition.manifest import load_manifest
-from harness.run import run_partitioned
+from harness.runtime.run import run_partitioned
 from tests.helpers import export_fp32, random_bundle
 
 STEPS = 2
@@ -181,7 +181,7 @@ def test_stream_batching_serves_every_image_from_one_loaded_context(model, parti
 def test_prefetch_follows_spectrum_forecast_steps_with_the_same_numbers(model, partition):
     """Forecast steps run no subgraph: the fixed order still predicts the next one (subgraph 0 of
     the next computed step), so prefetch keeps hitting and the latent stays bit for bit."""
-    from harness.spectrum import PRESETS, SpectrumParams
+    from harness.sampling.spectrum import PRESETS, SpectrumParams
     params = SpectrumParams(**{**PRESETS["13-of-28"].as_dict(), "warmup": 2, "degree": 1})
     settings = sample_settings(model, steps=5, sampler="spectrum", spectrum=params)
 

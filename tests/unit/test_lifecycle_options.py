@@ -2,7 +2,7 @@
 from the command line or a board profile's [suite] table."""
 import pytest
 
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 from harness.pytest_plugin import OPTIONS, resolve_settings
 
 

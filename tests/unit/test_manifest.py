@@ -8,12 +8,12 @@ import shutil
 import numpy as np
 import pytest
 
-from harness.config import EMBEDDED_DIR, load_model_dir
-from harness.errors import HarnessError, ManifestError
+from harness.model.config import EMBEDDED_DIR, load_model_dir
+from harness.core.errors import HarnessError, ManifestError
 from harness.partition import (add_commands, check_input, export_partition, inspect_partition,
                                load_manifest)
 from harness.partition.manifest import FORMAT, MANIFEST_FILE
-from harness.weights import random_weights, save_weights
+from harness.model.weights import random_weights, save_weights
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from harness.errors import ConfigError, MemoryGuardTripped
-from harness.memory import MemoryGuard, MemoryReading, mib, parse_size
+from harness.core.errors import ConfigError, MemoryGuardTripped
+from harness.memory.guard import MemoryGuard, MemoryReading, mib, parse_size
 
 pytestmark = pytest.mark.memory
 
@@ -48,8 +48,8 @@ _ALLOCATE = r"""
 import json, sys
 import numpy as np
 import psutil
-from harness.errors import MemoryGuardTripped
-from harness.memory import MemoryGuard, mib, read_memory
+from harness.core.errors import MemoryGuardTripped
+from harness.memory.guard import MemoryGuard, mib, read_memory
 
 CHUNK = 64 << 20
 MAX_CHUNKS = 24
@@ -305,7 +305,7 @@ def test_trip_seen_by_the_run(npu_guard):
 def test_npu_guard_fixture_fails_the_test_on_a_trip(pytester):
     """A floor above any real MemAvailable: the guard trips on its first reading. The fixture must
     fail an npu test even when the test itself never checked, and keep the samples on disk."""
-    from harness.config import REPO_ROOT
+    from harness.model.config import REPO_ROOT
     pytester.makepyfile(test_guarded=NPU_TESTS)
     pytester.makepyfile(test_unguarded="def test_unguarded_without_npu_marker(npu_guard):\n"
                                        "    assert npu_guard is None\n")

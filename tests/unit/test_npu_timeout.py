@@ -2,7 +2,7 @@
 call fails its own test, and the session goes on to the next one and to its summary."""
 import pytest
 
-from harness.config import REPO_ROOT
+from harness.model.config import REPO_ROOT
 
 HUNG = """
 import time

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from harness.backends import live_contexts
-from harness.errors import ManifestError, NumericsError
-from harness.reference_run import sample_settings
+from harness.core.errors import ManifestError, NumericsError
+from harness.sampling.reference_run import sample_settings
 from harness.partition.manifest import SubgraphEntry, TensorSpec
-from harness.run import run_partitioned
+from harness.runtime.run import run_partitioned
 from tests.helpers import export_fp32, random_bundle
 
 

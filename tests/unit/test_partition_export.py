@@ -9,13 +9,13 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from harness.config import BRANCHES, EMBEDDED_DIR, load_model_dir, load_profile
-from harness.errors import ConfigError, WeightsError
+from harness.model.config import BRANCHES, EMBEDDED_DIR, load_model_dir, load_profile
+from harness.core.errors import ConfigError, WeightsError
 from harness.model import reference
 from harness.model.embedded import decode
 from harness.partition import (build_decoder, build_subgraph, export_partition, fp16_missing_kernels,
                                load_manifest)
-from harness.weights import random_weights
+from harness.model.weights import random_weights
 
 EXPORTED_BLOCKS = (0, 1)
 

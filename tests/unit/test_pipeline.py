@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from harness.backends import live_contexts
-from harness.cli import main
-from harness.reference_run import sample_reference, sample_settings
+from harness.cli.main import main
+from harness.sampling.reference_run import sample_reference, sample_settings
 from harness.partition.onnx_export import export_partition
-from harness.run import run_partitioned
+from harness.runtime.run import run_partitioned
 from tests.helpers import export_fp32, random_bundle
 
 STEPS = 3
@@ -51,7 +51,7 @@ def test_report_holds_every_lifecycle_stage_of_every_invocation(fp32_run, model)
 
 
 def test_fp16_partition_image_is_close_to_fp32(model, fp32_run, tmp_path):
-    from harness.quality import compare
+    from harness.gates.quality import compare
     fp16 = tmp_path / "fp16"
     export_partition(model.weights_source, model.cfg, fp16, dtype="float16")
     run = run_partitioned(model, fp16, "onnxruntime", "the number 3", sample_settings(model, steps=STEPS))
@@ -61,7 +61,7 @@ def test_fp16_partition_image_is_close_to_fp32(model, fp32_run, tmp_path):
 
 
 def test_nan_stops_the_run_naming_step_block_branch_stream(model, partition, tmp_path):
-    from harness.errors import NumericsError
+    from harness.core.errors import NumericsError
     # The board's reported field failure: FP16 activations overflowing to inf. Weights that fit in
     # FP16 (6e4 < 65504) make block 5's FFN output overflow at run time, in the subgraph itself.
     bad = dict(model.all_weights())
@@ -154,7 +154,7 @@ def test_cli_prints_tables_and_writes_report(model, partition, tmp_path, capsys)
 
 
 def test_partition_from_other_weights_or_partial_is_refused(model, tmp_path):
-    from harness.errors import ManifestError
+    from harness.core.errors import ManifestError
     other = dict(model.all_weights())
     other["blocks.3.mlp.layer1.weight"] = other["blocks.3.mlp.layer1.weight"] * 1.01
     export_partition(other, model.cfg, tmp_path / "stale", dtype="float32")
@@ -170,7 +170,7 @@ def test_rknnlite_failing_mid_run_names_subgraph_and_releases_everything(model, 
                                                                        fake_rknnlite):
     """The board adapter through the whole pipeline, against the fake RKNNLite: inference returns
     None (its documented failure) at subgraph 40; the run stops there with everything released."""
-    from harness.errors import BackendError
+    from harness.core.errors import BackendError
     fake = fake_rknnlite
     real = fake.inference
     calls = {"n": 0}
@@ -192,10 +192,10 @@ def test_anima_shaped_partition_without_decoder_or_prompt_encoder(tmp_path):
     """The Cosmos reference model (16 -> here 4 latent channels, no decoder, no prompt encoder: the
     shape of an Anima deployment) through the partition, fed precomputed contexts: the final latent
     matches the monolithic reference and no image is claimed."""
-    from harness.config import load_profile
+    from harness.model.config import load_profile
     from harness.model.bundle import ModelBundle
-    from harness.sampler import initial_noise
-    from harness.weights import load_weights
+    from harness.sampling.flow import initial_noise
+    from harness.model.weights import load_weights
     from tests.unit.test_reference import DATA
     cfg = load_profile("cosmos-tiny")
     bundle = ModelBundle(cfg, load_weights(DATA / "tiny.safetensors", cfg), None, tmp_path)
@@ -208,7 +208,7 @@ def test_anima_shaped_partition_without_decoder_or_prompt_encoder(tmp_path):
     assert run.image is None and run.report["status"] == "ok"
 
     from harness.model import reference as R
-    from harness.sampler import denoise
+    from harness.sampling.flow import denoise
     ctx = np.concatenate([contexts["cond"], contexts["uncond"]])
 
     def velocity(x, sigma, step):

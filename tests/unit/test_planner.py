@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from harness.cli import main
-from harness.planner import inputs_from_profile, lru_hits, memory_mib, plan
-from harness.residency import extrapolate
+from harness.cli.main import main
+from harness.memory.planner import inputs_from_profile, lru_hits, memory_mib, plan
+from harness.memory.residency import extrapolate
 
 
 @pytest.fixture(scope="module")

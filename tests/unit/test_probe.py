@@ -4,7 +4,7 @@ import csv
 import json
 
 from harness.backends import live_contexts
-from harness.cli import main
+from harness.cli.main import main
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
 from tests.helpers import make_random_model_dir

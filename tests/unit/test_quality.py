@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from harness.imageio import load_png
-from harness.quality import ImageMismatch, QualityResult, compare, diff_figure, diff_map
+from harness.core.imageio import load_png
+from harness.gates.quality import ImageMismatch, QualityResult, compare, diff_figure, diff_map
 
 
 def _image(seed: int = 0, shape=(64, 64, 3)) -> np.ndarray:

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.config import load_profile
+from harness.model.config import load_profile
 from harness.model import ops, reference as R
-from harness.weights import load_weights, random_weights
+from harness.model.weights import load_weights, random_weights
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "cosmos-reference"
 

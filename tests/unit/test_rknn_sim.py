@@ -6,9 +6,9 @@ import shutil
 import numpy as np
 import pytest
 
-from harness.accuracy import cosine
+from harness.gates.accuracy import cosine
 from harness.backends import create_context, live_contexts
-from harness.errors import BackendError
+from harness.core.errors import BackendError
 from harness.partition.manifest import load_manifest
 
 pytestmark = pytest.mark.toolkit

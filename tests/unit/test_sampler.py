@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from harness.sampler import cfg_mix, denoise, flow_sigmas, initial_noise
+from harness.sampling.flow import cfg_mix, denoise, flow_sigmas, initial_noise
 
 
 def test_schedule_hits_one_and_zero_and_decreases():

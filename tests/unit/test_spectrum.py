@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from numpy.polynomial import chebyshev
 
-from harness.errors import ConfigError, NumericsError
-from harness.spectrum import (PRESETS, Forecaster, SpectrumVelocity, chebyshev_basis,
+from harness.core.errors import ConfigError, NumericsError
+from harness.sampling.spectrum import (PRESETS, Forecaster, SpectrumVelocity, chebyshev_basis,
                               check_params, params_from, schedule, schedule_text, step_tau)
 
 PRESET = PRESETS["13-of-28"]

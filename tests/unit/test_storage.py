@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-from harness.atomic import atomic_write_json, sweep_temporaries
-from harness.errors import BackendError, ConfigError, StorageError
+from harness.core.atomic import atomic_write_json, sweep_temporaries
+from harness.core.errors import BackendError, ConfigError, StorageError
 from harness.model.bundle import load_bundle
-from harness.outputs import MARKER, ArtifactsLock
+from harness.core.outputs import MARKER, ArtifactsLock
 from harness.partition.onnx_export import export_partition
-from harness.reference_run import sample_settings
-from harness.run import run_partitioned
+from harness.sampling.reference_run import sample_settings
+from harness.runtime.run import run_partitioned
 from tests.helpers import make_random_model_dir
 
 

@@ -1,8 +1,8 @@
 """Suite settings: command line > board profile > defaults; backend auto-detection; the header."""
 import pytest
 
-from harness.config import REPO_ROOT
-from harness.errors import ConfigError
+from harness.model.config import REPO_ROOT
+from harness.core.errors import ConfigError
 from harness.pytest_plugin import OPTIONS, resolve_settings
 
 BOARD_TREE = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import ToolkitError
+from harness.core.errors import ToolkitError
 from harness.toolkit.layers import check_no_cpu_ops, cpu_fallbacks, parse_layer_table
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "toolkit"

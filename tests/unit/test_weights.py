@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from harness.config import load_profile
-from harness.errors import WeightsError
-from harness.weights import expected_shapes, load_weights, random_weights
+from harness.model.config import load_profile
+from harness.core.errors import WeightsError
+from harness.model.weights import expected_shapes, load_weights, random_weights
 
 
 @pytest.fixture

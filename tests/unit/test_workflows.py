@@ -12,7 +12,7 @@ import sys
 import pytest
 from ruamel.yaml import YAML
 
-from harness.config import REPO_ROOT
+from harness.model.config import REPO_ROOT
 from harness.pytest_plugin.options import OPTIONS
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "npu-acceptance.yml"
@@ -176,7 +176,7 @@ def _job_env(job: dict) -> dict:
         from ci_plan import load_targets, plan
     finally:
         sys.path.pop(0)
-    target = plan(["harness/cli.py"], load_targets())[0]
+    target = plan(["harness/cli/main.py"], load_targets())[0]
     env = {}
     for name, value in (job.get("env") or {}).items():
         match = re.fullmatch(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", str(value).strip())
@@ -188,7 +188,7 @@ def test_harness_commands_in_the_workflow_parse():
     """Every `bin/harness ...` line of the workflow parses with this harness's own CLI, with the job's
     env (and a planned target's matrix values) filled in."""
     import os
-    from harness.cli import build_parser
+    from harness.cli.main import build_parser
     parser = build_parser()
     commands = sorted({sub for action in parser._subparsers._group_actions for sub in action.choices})
     lines = []

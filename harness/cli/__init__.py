@@ -1,0 +1,2 @@
+"""`python -m harness COMMAND`: one module per command, registered in main.py."""
+__all__: list[str] = []

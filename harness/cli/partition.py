@@ -1,0 +1,193 @@
+"""CLI subcommands `export` and `inspect`; registered by harness.cli.main through add_commands()."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..partition.onnx_export import FAKE_QUANT
+from ..model.config import EMBEDDED_DIR, ModelConfig, load_model_dir, load_profile
+from ..core.errors import ConfigError
+from ..partition.manifest import default_partition_dir
+
+__all__ = ["add_commands", "parse_blocks", "render_inspection", "cmd_export", "cmd_inspect",
+           "cmd_inspect_checkpoint", "default_partition_dir", "exported_partition", "export_with_progress"]
+
+
+def parse_blocks(text: str, blocks: int) -> list[int]:
+    """"0", "0-3" or "0,2,5-7" -> sorted block indices, each within 0..blocks-1."""
+    chosen = set()
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = (int(v) for v in part.split("-", 1))
+            else:
+                lo = hi = int(part)
+        except ValueError:
+            raise ConfigError(f"--blocks '{text}': expected N, N-M or a comma list of them") from None
+        if lo > hi or lo < 0 or hi >= blocks:
+            raise ConfigError(f"--blocks '{text}': '{part}' is outside 0..{blocks - 1}")
+        chosen.update(range(lo, hi + 1))
+    return sorted(chosen)
+
+
+def _opset(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+
+
+def _streams(text: str) -> int:
+    value = _opset(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def add_commands(subparsers) -> None:
+    exp = subparsers.add_parser("export", help="export the subgraphs to ONNX with a manifest")
+    exp.add_argument("--model-dir", type=Path, default=EMBEDDED_DIR,
+                     help="model directory with model.toml and its weights (default: models/embedded)")
+    exp.add_argument("--profile", help="profile name or .toml (e.g. anima-2b) instead of --model-dir")
+    exp.add_argument("--weights", type=Path, help="safetensors checkpoint for --profile")
+    exp.add_argument("--out", type=Path,
+                     help="partition directory (default: out/partitions/<model>-<dtype>-<weights digest>)")
+    exp.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+    exp.add_argument("--fake-quant", choices=FAKE_QUANT, default=None,
+                     help="simulate INT8 in the graph (ffn-w8a8: FFN weights and activations)")
+    exp.add_argument("--streams", type=_streams, default=2, help="CFG streams per run (default: 2)")
+    exp.add_argument("--opset", type=_opset, default=17, help="ONNX opset, at most 19 (default: 17)")
+    exp.add_argument("--blocks", help="blocks to export: N, N-M or a comma list (default: all)")
+    exp.add_argument("--quiet", action="store_true", help="no progress bar")
+    exp.set_defaults(func=cmd_export)
+
+    ins = subparsers.add_parser("inspect", help="summarise a partition and verify every checksum")
+    ins.add_argument("dir", type=Path, help="partition directory (holds manifest.json)")
+    ins.set_defaults(func=cmd_inspect)
+
+    ck = subparsers.add_parser("inspect-checkpoint",
+                               help="what a DiT checkpoint holds: dtypes, parameters per group, host or NPU")
+    ck.add_argument("path", type=Path, help="safetensors checkpoint")
+    ck.add_argument("--profile", default="anima-2b",
+                    help="profile name or .toml the checkpoint must match (default: %(default)s)")
+    ck.set_defaults(func=cmd_inspect_checkpoint)
+
+
+def _load_model(args):
+    """(cfg, the checkpoint opened for streamed reads, its path): nothing is read yet."""
+    from ..model.checkpoint import Checkpoint
+    if args.profile:
+        if args.weights is None:
+            raise ConfigError("--profile needs --weights FILE (the checkpoint to export)")
+        cfg = load_profile(args.profile)
+        return cfg, Checkpoint(args.weights, cfg), args.weights
+    if args.weights is not None:
+        raise ConfigError("--weights goes with --profile; a --model-dir names its own weights file")
+    cfg = load_model_dir(args.model_dir)
+    if "weights" not in cfg.files:
+        raise ConfigError(f"{cfg.source}: missing 'weights' (file name of the weights)")
+    path = args.model_dir / cfg.files["weights"]
+    return cfg, Checkpoint(path, cfg), path
+
+
+def export_with_progress(weights: dict, cfg: ModelConfig, out, quiet: bool = False, **options):
+    """export_partition with a progress bar on stderr (the exporter itself prints nothing)."""
+    from ..report.terminal import progress_bar
+    from ..partition.onnx_export import export_partition, planned_files
+    total = planned_files(cfg, options.get("blocks"))
+    with progress_bar(total, f"export {cfg.name} {options.get('dtype', 'float32')}", disable=quiet) as advance:
+        return export_partition(weights, cfg, out, on_file=advance, **options)
+
+
+def exported_partition(bundle, dtype: str, fake_quant: str | None = None, quiet: bool = True) -> Path:
+    """The export command's default directory for these weights, exported on first use."""
+    import sys
+    from ..partition.manifest import manifest_path
+    partition = default_partition_dir(bundle.cfg, bundle.digest, dtype, fake_quant)
+    if not manifest_path(partition).exists():
+        print(f"exporting the partition to {partition} ({dtype}, first use)", file=sys.stderr)
+        export_with_progress(bundle.weights_source, bundle.cfg, partition, quiet=quiet, dtype=dtype,
+                             fake_quant=fake_quant)
+    return partition
+
+
+def cmd_export(args) -> int:
+    from ..partition.onnx_export import check_opset
+    check_opset(args.opset)          # before reading gigabytes of weights
+    cfg, checkpoint, source = _load_model(args)
+    print(checkpoint.summary_line(), file=sys.stderr)
+    blocks = parse_blocks(args.blocks, cfg.blocks) if args.blocks else None
+    out = args.out or default_partition_dir(cfg, checkpoint.digest(), args.dtype, args.fake_quant, blocks)
+    manifest = export_with_progress(checkpoint, cfg, out, quiet=args.quiet, dtype=args.dtype,
+                                    streams=args.streams, fake_quant=args.fake_quant, opset=args.opset,
+                                    blocks=blocks, weights_source=str(source))
+    size = sum(e.bytes for e in manifest.entries())
+    print(f"{manifest.file}  {len(manifest.subgraphs)} subgraphs"
+          f"{' + decoder' if manifest.decoder else ''}, {size / 1e6:.1f} MB, {args.dtype}, "
+          f"{args.streams} streams, opset {args.opset}")
+    return 0
+
+
+def render_inspection(report: dict, console=None) -> None:
+    """The inspection as rich tables: settings, per-branch counts/sizes, failures, verdict."""
+    from rich.table import Table
+    from ..report.terminal import console as make_console
+    console = console or make_console(stderr=False)
+    head = Table(title=f"partition {report['directory']}", show_header=False)
+    for key in ("model", "format", "dtype", "streams", "opset", "latent_size", "tokens",
+                "context_tokens", "subgraphs", "total_bytes", "weights_sha256", "fp32_islands",
+                "toolkit", "target", "precision", "build_seconds", "cpu_ops"):
+        if key in report:
+            head.add_row(key, str(report[key]))
+    console.print(head)
+    if report["branches"]:
+        table = Table(title="subgraphs by branch")
+        for col in ("branch", "count", "MB", "checksums ok"):
+            table.add_column(col, justify="left" if col == "branch" else "right")
+        for branch, row in report["branches"].items():
+            table.add_row(branch, str(row["count"]), f"{row['bytes'] / 1e6:.2f}",
+                          f"{row['verified']}/{row['count']}")
+        console.print(table)
+    if report.get("unlisted_files"):
+        console.print(f"note: {len(report['unlisted_files'])} model file(s) not in the manifest: "
+                      f"{', '.join(report['unlisted_files'][:5])}")
+    for reason in report["reasons"]:
+        console.print(f"[red]FAIL[/red] {reason}", highlight=False)
+    style = "green" if report["verdict"] == "ok" else "red"
+    console.print(f"verdict: [{style}]{report['verdict']}[/{style}]")
+
+
+def cmd_inspect(args) -> int:
+    from ..partition.manifest import inspect_partition
+    report = inspect_partition(args.dir)
+    render_inspection(report)
+    return 0 if report["verdict"] == "ok" else 1
+
+
+def cmd_inspect_checkpoint(args) -> int:
+    """Header only: nothing but the JSON header is read, so a 4 GB file answers at once."""
+    from rich.table import Table
+    from ..model.checkpoint import Checkpoint
+    from ..report.terminal import console as make_console
+    cfg = load_profile(args.profile)
+    checkpoint = Checkpoint(args.path, cfg)
+    console = make_console(stderr=False)
+    table = Table(title=f"{args.path} (profile {cfg.name})")
+    for col in ("group", "needed by", "tensors", "parameters", "MB", "dtype"):
+        table.add_column(col, justify="left" if col in ("group", "needed by", "dtype") else "right")
+    totals: dict[str, list[int]] = {}
+    for row in checkpoint.groups():
+        table.add_row(row["group"], row["role"], str(row["tensors"]), f"{row['params']:,}",
+                      f"{row['bytes'] / 1e6:.1f}", ",".join(row["dtypes"]))
+        total = totals.setdefault(row["role"], [0, 0])
+        total[0] += row["params"]
+        total[1] += row["bytes"]
+    console.print(table)
+    for role, (params, size) in totals.items():
+        console.print(f"{role}: {params:,} parameters, {size / 2**20:.1f} MiB stored"
+                      + (f", {params * 4 / 2**20:.1f} MiB as float32 on the host" if role == "host" else ""),
+                      highlight=False)
+    console.print(checkpoint.summary_line(), highlight=False)
+    return 0

@@ -1,0 +1,77 @@
+"""CLI subcommands `convert` and `compare-toolkits`; registered by harness.cli.main through add_commands()."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = ["add_commands", "cmd_convert", "cmd_compare"]
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def add_commands(subparsers) -> None:
+    from ..toolkit.precisions import precisions
+    from ..toolkit.convert import DEFAULT_TARGET
+    conv = subparsers.add_parser("convert", help="convert an FP32 partition to .rknn files (rknn-toolkit2)")
+    conv.add_argument("partition", type=Path, help="exported FP32 partition directory (manifest.json)")
+    conv.add_argument("--out", type=Path, required=True, help="output directory for the .rknn files")
+    conv.add_argument("--toolkit", metavar="VERSION",
+                      help="rknn-toolkit2 version (default: toolkit/versions.toml); "
+                           "its environment comes from bin/toolkit-env VERSION")
+    conv.add_argument("--precision", default="fp16", choices=precisions(),
+                      help="fp16, or w8a8-ffn (INT8 FFN linears, calibrated; default: %(default)s)")
+    conv.add_argument("--calibration", type=Path, help="calibration set directory (for w8a8-ffn)")
+    conv.add_argument("--target", default=DEFAULT_TARGET, help="target platform (default: %(default)s)")
+    conv.add_argument("--allow-cpu-ops", action="store_true",
+                      help="keep a conversion that places ops on the CPU (the gate then only reports)")
+    conv.add_argument("--sim-samples", type=_non_negative, default=0,
+                      help="run the PC simulator on N random inputs per subgraph and print the "
+                           "cosine against onnxruntime FP32 (default: 0)")
+    conv.add_argument("--quiet", action="store_true", help="no progress lines")
+    conv.set_defaults(func=cmd_convert)
+
+    cmp = subparsers.add_parser("compare-toolkits",
+                                help="convert with two toolkit versions and compare them (Markdown)")
+    cmp.add_argument("old", help="toolkit version, e.g. 2.3.2")
+    cmp.add_argument("new", help="toolkit version, e.g. 2.5.0")
+    cmp.add_argument("--partition", type=Path,
+                     help="exported FP32 partition (default: the embedded model's, exported on first use)")
+    cmp.add_argument("--out", type=Path, default=Path("out/compare-toolkits"),
+                     help="where both conversions and the report go (default: %(default)s)")
+    cmp.add_argument("--target", default=DEFAULT_TARGET, help="target platform (default: %(default)s)")
+    cmp.add_argument("--sim-samples", type=_non_negative, default=1,
+                     help="random input sets per subgraph for the cosine (default: %(default)s)")
+    cmp.add_argument("--cases", help="comma-separated golden cases for the image part (default: all; "
+                                     "each renders a whole generation per version on the simulator)")
+    cmp.add_argument("--quiet", action="store_true", help="no progress lines")
+    cmp.set_defaults(func=cmd_compare)
+
+
+def cmd_convert(args) -> int:
+    from ..toolkit.convert import convert_partition
+    from ..report.toolkit import cosine_rows, print_convert_summary
+    result = convert_partition(args.partition, args.out, version=args.toolkit, precision=args.precision,
+                               calibration=args.calibration, target=args.target,
+                               allow_cpu_ops=args.allow_cpu_ops, samples=args.sim_samples,
+                               quiet=args.quiet)
+    rows = cosine_rows(result, args.partition) if args.sim_samples else None
+    print_convert_summary(result, rows, file=sys.stdout)
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from ..gates.compare_toolkits import compare_toolkits
+    text = compare_toolkits(args.old, args.new, args.partition, args.out, target=args.target,
+                            samples=args.sim_samples, quiet=args.quiet,
+                            case_names=[c.strip() for c in args.cases.split(",")] if args.cases else None)
+    print(text)
+    return 0

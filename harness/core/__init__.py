@@ -1,0 +1,2 @@
+"""The ground floor: errors, atomic writes, file readers and schema, signals, timing, image I/O."""
+__all__: list[str] = []

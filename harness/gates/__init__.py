@@ -1,0 +1,2 @@
+"""The acceptance gates: the gate runner, golden cases and store, image quality, benchmark baselines, accuracy."""
+__all__: list[str] = []

@@ -1,0 +1,390 @@
+"""Golden cases (data, golden/cases.toml) and the golden image store.
+
+Per case the store holds three files beside each other:
+  <name>.npy   float32 [H, W, 3] image: the data the gate compares (an 8-bit PNG would round away the
+               FP16-level differences the gate is there to see)
+  <name>.png   the same image for people
+  <name>.json  who/what/when: user, host, UTC time, backend, precision, versions, manifest hash, case
+               settings, and the sha256 of the .npy image
+Each file is written atomically; the .json goes last and carries the image hash, so an update killed
+between files is caught on the next load (hash mismatch) instead of comparing against a half-update.
+Goldens are reference-precision images (FP16, what the board runs, or FP32): writing one from a
+quantised run would make the gate measure against the thing it should catch, so that needs force=True.
+"""
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import math
+import os
+import re
+import socket
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from ..core.atomic import atomic_path, atomic_write_json
+from ..model.config import REPO_ROOT
+from ..core.errors import ConfigError, HarnessError
+from ..core.imageio import save_png
+from ..core.schema import Field, check_table, is_int, is_number, positive_int, read_toml
+from ..sampling.spectrum import SAMPLERS, check_params, params_from   # sampler names live with the sampler
+
+__all__ = ["relative_to_repo", "GoldenCase", "GoldenStore", "GoldenError", "GoldenMissing", "GoldenCorrupt", "GoldenStale",
+           "GoldenRefused", "load_cases", "runtime_versions", "golden_dir_for", "GOLDEN_DIR",
+           "REFERENCE_PRECISIONS", "UPDATE_COMMAND", "SAMPLERS", "KINDS", "latent_preview"]
+
+GOLDEN_DIR = REPO_ROOT / "golden"
+
+
+def golden_dir_for(model_name: str) -> Path:
+    """golden/<model name>: where a model's cases.toml and goldens live unless --golden-dir says."""
+    return GOLDEN_DIR / model_name
+
+
+UPDATE_COMMAND = "pytest -m quality --update-goldens"
+REFERENCE_PRECISIONS = ("float16", "float32")
+_PRECISION_ALIASES = {"fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")   # becomes a file name: no paths, no dots
+_NPY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.npy$")  # a file beside cases.toml, never a path
+_DEFAULT_KEYS = {"ssim_min", "psnr_min", "steps", "cfg", "sampler", "shift"}
+_OPTIONAL_DEFAULT_KEYS = {"cosine_min"}
+_CASE_KEYS = {"name", "prompt", "context", "uncond_context", "seed", "steps", "cfg", "ssim_min", "psnr_min",
+              "sampler", "spectrum", "cosine_min"}
+KINDS = ("image", "latent")     # what a golden holds: a decoded image, or the final latent (no decoder)
+# Settings that decide the image; thresholds only decide the verdict and may change freely.
+_IMAGE_SETTINGS = ("prompt", "context", "uncond_context", "seed", "steps", "cfg", "sampler", "shift", "spectrum")
+
+
+class GoldenError(HarnessError):
+    """A golden case or golden file is wrong."""
+
+
+class GoldenMissing(GoldenError):
+    """No golden image (or its metadata) for a case."""
+
+
+class GoldenCorrupt(GoldenError):
+    """A golden file is unreadable, malformed, or disagrees with its metadata."""
+
+
+class GoldenStale(GoldenError):
+    """The golden was rendered with other settings than the case now asks for."""
+
+
+class GoldenRefused(GoldenError):
+    """A golden write was refused (non-reference precision)."""
+
+
+@dataclass(frozen=True)
+class GoldenCase:
+    name: str
+    prompt: str
+    seed: int
+    steps: int
+    cfg: float
+    sampler: str
+    shift: float
+    ssim_min: float
+    psnr_min: float
+    # Instead of a prompt, a model without a prompt encoder here (Anima: Qwen3 + adapter) takes
+    # its text context from .npy files [context_tokens, context_dim] beside cases.toml.
+    context: str | None = None
+    uncond_context: str | None = None
+    # Latent goldens also gate the cosine of obtained and golden latents (0: not gated).
+    cosine_min: float = 0.0
+    # sampler "spectrum": its parameters, resolved from the case's `spectrum` table over the preset.
+    spectrum: dict | None = field(default=None, hash=False)
+
+    def settings(self) -> dict:
+        """The settings that decide the rendered image."""
+        return {key: getattr(self, key) for key in _IMAGE_SETTINGS}
+
+
+# ----------------------------------------------------------------------------- cases.toml
+
+def _fields(keys: set[str], required: set[str]) -> dict[str, Field]:
+    return {k: Field(*_CHECKS[k], required=k in required) for k in sorted(keys)}
+
+
+_CHECKS = {
+    "name": (lambda v: isinstance(v, str) and bool(_NAME.match(v)),
+             "a file-safe name (letters, digits, '_', '-')"),
+    "prompt": (lambda v: isinstance(v, str), "a string"),
+    "context": (lambda v: isinstance(v, str) and bool(_NPY.match(v)), "a .npy file name beside cases.toml"),
+    "uncond_context": (lambda v: isinstance(v, str) and bool(_NPY.match(v)), "a .npy file name beside cases.toml"),
+    "seed": (lambda v: is_int(v) and 0 <= v < 2 ** 63, "a whole number in 0..2^63-1"),
+    "steps": (positive_int, "a positive whole number"),
+    "cfg": (lambda v: is_number(v) and 0.0 <= v <= 30.0, "a number in 0..30"),
+    "sampler": (lambda v: v in SAMPLERS, f"one of {list(SAMPLERS)}"),
+    "shift": (lambda v: is_number(v) and v > 0, "a positive number"),
+    "spectrum": (lambda v: isinstance(v, dict), "a table of Spectrum parameters (preset, warmup, window, ...)"),
+    "ssim_min": (lambda v: is_number(v) and 0.0 < v <= 1.0, "a number in (0, 1]"),
+    "psnr_min": (lambda v: is_number(v) and v > 0, "a positive number of dB"),
+    "cosine_min": (lambda v: is_number(v) and -1.0 <= v <= 1.0, "a number in -1..1"),
+}
+
+
+def load_cases(path: str | Path) -> list[GoldenCase]:
+    """Parse and validate the golden cases; every problem names the file, the case and the field."""
+    path = Path(path)
+    data = read_toml(path, "golden cases file")
+    unknown = sorted(set(data) - {"defaults", "case"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown table(s) {unknown}; expected [defaults] and [[case]]")
+    defaults = check_table(data.get("defaults", {}),
+                           _fields(_DEFAULT_KEYS | _OPTIONAL_DEFAULT_KEYS, _DEFAULT_KEYS), f"{path} [defaults]")
+    entries = data.get("case", [])
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{path}: no [[case]] entries")
+    cases, seen = [], set()
+    for index, entry in enumerate(entries, start=1):
+        label = entry.get("name", "?") if isinstance(entry, dict) else "?"
+        where = f"{path} [[case]] #{index} '{label}'"
+        fields = dict(check_table(entry, _fields(_CASE_KEYS, {"name", "seed"}), where))
+        if ("prompt" in fields) == ("context" in fields):
+            raise ConfigError(f"{where}: give either 'prompt' or 'context' (a .npy text context), not "
+                              f"{'both' if 'prompt' in fields else 'neither'}")
+        fields.setdefault("prompt", "")
+        if fields["name"] in seen:
+            raise ConfigError(f"{where}: duplicate case name '{fields['name']}'")
+        seen.add(fields["name"])
+        merged = {**defaults, **fields}
+        merged["cfg"], merged["shift"] = float(merged["cfg"]), float(merged["shift"])
+        merged["ssim_min"], merged["psnr_min"] = float(merged["ssim_min"]), float(merged["psnr_min"])
+        merged["cosine_min"] = float(merged.get("cosine_min", 0.0))
+        merged["spectrum"] = _spectrum_of(merged, where)
+        cases.append(GoldenCase(**merged))
+    return cases
+
+
+def _spectrum_of(case: dict, where: str) -> dict | None:
+    """The resolved Spectrum parameters of a spectrum case (checked against its steps), else None."""
+    if case["sampler"] != "spectrum":
+        if "spectrum" in case:
+            raise ConfigError(f"{where}: a 'spectrum' table needs sampler = \"spectrum\" (sampler is {case['sampler']!r})")
+        return None
+    params = params_from(case.get("spectrum"), where)
+    check_params(params, case["steps"], name=lambda f: f"{where}: spectrum.{f}")
+    return params.as_dict()
+
+
+# ----------------------------------------------------------------------------- metadata
+
+def relative_to_repo(path: str | Path) -> str:
+    """A path as a golden may record it: relative to the repository, else just its last part."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return path.name
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def runtime_versions() -> dict:
+    return {"harness": _version("anima-npu-acceptance"), "numpy": np.__version__,
+            "onnxruntime": _version("onnxruntime"), "scikit-image": _version("scikit-image")}
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):   # containers without a passwd entry for the uid
+        return f"uid {os.getuid()}"
+
+
+def _image_sha256(image: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(image, dtype=np.float32).tobytes()).hexdigest()
+
+
+def _canonical_precision(precision: str) -> str:
+    text = str(precision).strip().lower()
+    return _PRECISION_ALIASES.get(text, text)
+
+
+# ----------------------------------------------------------------------------- the store
+
+class GoldenStore:
+    """Golden images (or, for a partition without a decoder, final latents [C, H, W]) of one model in
+    one directory; `image_shape` (optional) is checked on load. The .json records the kind."""
+
+    def __init__(self, directory: str | Path, image_shape: tuple[int, ...] | None = None, kind: str = "image"):
+        if kind not in KINDS:
+            raise ConfigError(f"golden kind '{kind}' is unknown (known: {', '.join(KINDS)})")
+        self.directory = Path(directory)
+        self.image_shape = tuple(image_shape) if image_shape is not None else None
+        self.kind = kind
+
+    def paths(self, case: GoldenCase) -> dict[str, Path]:
+        return {ext: self.directory / f"{case.name}.{ext}" for ext in ("npy", "png", "json")}
+
+    def load(self, case: GoldenCase) -> tuple[np.ndarray, dict]:
+        """(float32 image, metadata); any missing, corrupt, mismatched or stale file raises."""
+        paths = self.paths(case)
+        for kind in ("npy", "json"):
+            if not paths[kind].is_file():
+                raise GoldenMissing(
+                    f"golden case '{case.name}': {paths[kind]} does not exist. Render and store the "
+                    f"goldens with a reference-precision backend: {UPDATE_COMMAND}")
+        image = self._read_image(case, paths["npy"])
+        meta = self._read_meta(case, paths["json"])
+        self._check_consistent(case, image, meta, paths)
+        return image, meta
+
+    def _read_image(self, case: GoldenCase, path: Path) -> np.ndarray:
+        try:
+            image = np.load(path, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise GoldenCorrupt(f"golden case '{case.name}': {path} is not a readable .npy file "
+                                f"({exc}); regenerate it: {UPDATE_COMMAND}") from None
+        layout_ok = image.ndim == 3 and (self.kind == "latent" or image.shape[-1] == 3)
+        if image.dtype != np.float32 or not layout_ok:
+            raise GoldenCorrupt(f"golden case '{case.name}': {path} holds {image.dtype} {image.shape}; "
+                                f"expected float32 {'[C, H, W]' if self.kind == 'latent' else '[H, W, 3]'}. "
+                                f"Regenerate it: {UPDATE_COMMAND}")
+        if self.image_shape is not None and image.shape != self.image_shape:
+            raise GoldenCorrupt(f"golden case '{case.name}': {path} has shape {image.shape}, the model "
+                                f"makes {self.image_shape}. Regenerate it: {UPDATE_COMMAND}")
+        if not np.all(np.isfinite(image)):
+            raise GoldenCorrupt(f"golden case '{case.name}': {path} contains NaN/Inf")
+        return image
+
+    def _read_meta(self, case: GoldenCase, path: Path) -> dict:
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise GoldenCorrupt(f"golden case '{case.name}': {path} is not readable JSON ({exc}); "
+                                f"regenerate it: {UPDATE_COMMAND}") from None
+        if not isinstance(meta, dict) or not isinstance(meta.get("image"), dict) \
+                or not isinstance(meta.get("case"), dict):
+            raise GoldenCorrupt(f"golden case '{case.name}': {path} lacks the 'image' and 'case' "
+                                f"sections; regenerate it: {UPDATE_COMMAND}")
+        kind = meta.get("kind", "image")        # goldens from before kinds were recorded are images
+        if kind != self.kind:
+            raise GoldenStale(f"golden case '{case.name}': {path} holds a{'n' if kind == 'image' else ''} "
+                              f"{kind} golden, but this partition {'has no' if self.kind == 'latent' else 'has a'} "
+                              f"decoder, so the gate compares {self.kind}s; update it: {UPDATE_COMMAND}")
+        return meta
+
+    def _check_consistent(self, case: GoldenCase, image: np.ndarray, meta: dict, paths: dict) -> None:
+        if meta["image"].get("sha256") != _image_sha256(image):
+            raise GoldenCorrupt(f"golden case '{case.name}': {paths['npy']} does not match the sha256 "
+                                f"recorded in {paths['json']} (an interrupted update or a hand edit); "
+                                f"regenerate it: {UPDATE_COMMAND}")
+        recorded = {key: meta["case"].get(key) for key in _IMAGE_SETTINGS}
+        changed = {k: (recorded[k], v) for k, v in case.settings().items() if recorded[k] != v}
+        if changed:
+            detail = ", ".join(f"{k}: golden {old!r} vs case {new!r}" for k, (old, new) in changed.items())
+            raise GoldenStale(f"golden case '{case.name}': {paths['json']} was rendered with other "
+                              f"settings ({detail}); update it: {UPDATE_COMMAND}")
+
+    def check_writable(self, case: GoldenCase, precision: str, force: bool = False) -> str:
+        """The canonical precision, or GoldenRefused for a non-reference one without force."""
+        canonical = _canonical_precision(precision)
+        if canonical not in REFERENCE_PRECISIONS and not force:
+            raise GoldenRefused(
+                f"golden case '{case.name}': refusing to write a golden from a {precision!r} run; goldens "
+                f"are reference images ({' or '.join(REFERENCE_PRECISIONS)}). A quantised golden would "
+                "hide the very loss the gate measures. Pass force=True (--force-goldens) to override "
+                "deliberately.")
+        return canonical
+
+    def write(self, case: GoldenCase, image, meta: dict, precision: str, force: bool = False) -> dict:
+        """Store the golden image; `meta` must name at least `backend` and `manifest_hash`.
+
+        Returns the full metadata written. Refuses non-reference precisions unless force=True.
+        """
+        canonical = self.check_writable(case, precision, force)
+        missing = sorted({"backend", "manifest_hash"} - set(meta))
+        if missing:
+            raise ConfigError(f"golden case '{case.name}': metadata lacks {missing}")
+        absolute = sorted(k for k, v in meta.items() if isinstance(v, str) and os.path.isabs(v))
+        if absolute:    # goldens are committed: a path of one machine means nothing on another
+            raise ConfigError(f"golden case '{case.name}': metadata {absolute} hold absolute paths; "
+                              "goldens record relative paths only (see relative_to_repo)")
+        image = self._checked_image(case, image)
+        full = {**meta, **self._provenance(case, image, canonical, force)}
+        paths = self.paths(case)
+        with atomic_path(paths["npy"]) as tmp:
+            with open(tmp, "wb") as fh:   # a file object: np.save on a path would append '.npy'
+                np.save(fh, image, allow_pickle=False)
+        save_png(image if self.kind == "image" else latent_preview(image), paths["png"])
+        atomic_write_json(paths["json"], full)   # last: its hash vouches for the .npy
+        return full
+
+    def update(self, case: GoldenCase, image, meta: dict, precision: str, force: bool = False) -> tuple[list[Path], str]:
+        """Write the golden unless the stored one is intact and `image` is within the case's
+        tolerance of it (an update must not churn goldens that still hold). Returns (files written,
+        why)."""
+        from .quality import compare
+        self.check_writable(case, precision, force)
+        try:
+            golden, _ = self.load(case)
+        except GoldenError as exc:
+            reason = f"written ({type(exc).__name__}: the stored golden could not be used)"
+        else:
+            if self.kind != "image":    # latent goldens: the image tolerance does not apply, always write
+                self.write(case, image, meta, precision, force)
+                return list(self.paths(case).values()), "written (latent golden)"
+            q = compare(np.asarray(image, dtype=np.float32), golden)
+            if q.passes(case.ssim_min, case.psnr_min):
+                return [], f"left alone: within tolerance of the stored golden ({q.summary()})"
+            reason = f"written: the stored golden differs beyond tolerance ({q.summary()})"
+        self.write(case, image, meta, precision, force)
+        return list(self.paths(case).values()), reason
+
+    def _checked_image(self, case: GoldenCase, image) -> np.ndarray:
+        array = np.asarray(image)
+        if self.kind == "latent":
+            if array.ndim != 3 or not np.issubdtype(array.dtype, np.floating) or not np.all(np.isfinite(array)):
+                raise GoldenError(f"golden case '{case.name}': latent is {array.dtype} {array.shape}; "
+                                  "expected finite float [C, H, W]")
+            return np.ascontiguousarray(array, dtype=np.float32)
+        if array.ndim != 3 or array.shape[-1] != 3 or not np.issubdtype(array.dtype, np.floating):
+            raise GoldenError(f"golden case '{case.name}': image is {array.dtype} {array.shape}; "
+                              "expected float [H, W, 3]")
+        if self.image_shape is not None and array.shape != self.image_shape:
+            raise GoldenError(f"golden case '{case.name}': image shape {array.shape}, the store expects "
+                              f"{self.image_shape}")
+        if not np.all(np.isfinite(array)) or array.min() < 0.0 or array.max() > 1.0:
+            raise GoldenError(f"golden case '{case.name}': image has values outside [0, 1] or NaN/Inf "
+                              f"(min {np.nanmin(array):.4g}, max {np.nanmax(array):.4g})")
+        return np.ascontiguousarray(array, dtype=np.float32)
+
+    def _provenance(self, case: GoldenCase, image: np.ndarray, precision: str, force: bool) -> dict:
+        return {
+            "case": asdict(case),
+            "kind": self.kind,
+            "precision": precision,
+            "forced": bool(force and precision not in REFERENCE_PRECISIONS),
+            "image": {"shape": list(image.shape), "dtype": "float32", "sha256": _image_sha256(image)},
+            "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "user": _user(),
+            "host": socket.gethostname(),
+            "versions": runtime_versions(),
+        }
+
+
+def latent_preview(latent: np.ndarray, reference: np.ndarray | None = None) -> np.ndarray:
+    """A latent [C, H, W] for people: channels tiled in a near-square grid, grey levels scaled by the
+    reference's (default: its own) min..max, as an RGB image [rows*H, cols*W, 3] in [0, 1]."""
+    latent = np.asarray(latent, dtype=np.float32)
+    ref = latent if reference is None else np.asarray(reference, dtype=np.float32)
+    lo, hi = float(ref.min()), float(ref.max())
+    c, h, w = latent.shape
+    cols = int(math.ceil(math.sqrt(c)))
+    rows = int(math.ceil(c / cols))
+    grid = np.zeros((rows * h, cols * w), dtype=np.float32)
+    for k in range(c):
+        r, q = divmod(k, cols)
+        grid[r * h:(r + 1) * h, q * w:(q + 1) * w] = (latent[k] - lo) / max(hi - lo, 1e-12)
+    return np.repeat(np.clip(grid, 0.0, 1.0)[..., None], 3, axis=-1)

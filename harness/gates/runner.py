@@ -1,0 +1,306 @@
+"""What the acceptance gates run, kept out of the test modules so they stay thin.
+
+`GateRunner` is created once per pytest session and does nothing expensive until asked: it loads the
+model, finds or exports the partition, and renders each golden case once (numerics and quality share
+the run). A benchmark asks for a fresh run instead. Every run's report and image land in the
+artifacts folder, failed runs included.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..results.compare import slowest_subgraphs
+from ..core.atomic import atomic_save_npy
+from ..model.config import BRANCHES
+from ..core.errors import ConfigError, HarnessError
+from ..runtime.steptimes import STAGE_NAMES
+from .golden import GoldenCase
+from ..results.history import utc_now
+from ..core.imageio import save_png
+from ..model.bundle import ModelBundle, load_bundle
+from .golden import latent_preview
+from ..partition.manifest import default_partition_dir, load_manifest, manifest_path, manifest_sha256
+from .quality import QualityResult, compare, compare_latents, diff_figure
+from ..runtime.run import RunResult, run_partitioned
+
+__all__ = ["GateRunner", "CaseRun", "quality_check", "quality_line", "history_record", "benchmark_info"]
+
+
+@dataclass
+class CaseRun:
+    case: GoldenCase
+    result: RunResult | None
+    error: HarnessError | None
+    report_path: Path
+
+
+class GateRunner:
+    def __init__(self, settings):
+        self.s = settings
+        self._bundle: ModelBundle | None = None
+        self._partition: Path | None = None
+        self._runs: dict[str, CaseRun] = {}
+        self._prepared = False
+        # (label, total steps) -> per-step callback; the pytest plugin sets one that writes progress
+        # lines to the log (harness/pytest_plugin/reporting.py).
+        self.progress = None
+
+    # -------------------------------------------------------------- model and partition
+    @property
+    def bundle(self) -> ModelBundle:
+        if self._bundle is None:
+            self._bundle = load_bundle(self.s.model_dir)
+        return self._bundle
+
+    @property
+    def partition(self) -> Path:
+        """The partition under test: given, or (host backends only) exported once and cached."""
+        if self._partition is None:
+            self._partition = self.s.partition or self._cached_export()
+        return self._partition
+
+    def _cache_path(self) -> Path:
+        b = self.bundle
+        return self.s.cache_dir / "partitions" / default_partition_dir(
+            b.cfg, b.digest, self.s.precision, self.s.fake_quant).name
+
+    def _cached_export(self) -> Path:
+        if self.s.backend == "rknn-sim":       # the converted partition, converted on first use
+            from ..runtime.converted import cached_conversion
+            return cached_conversion(self.bundle, self.s.cache_dir, self.s.precision, self.s.calibration)
+        if self.s.backend == "rknnlite":
+            raise ConfigError("--partition (or the board profile's `partition`) must name the converted "
+                              ".rknn subgraphs when the backend is rknnlite")
+        from ..partition.onnx_export import export_partition
+        out = self._cache_path()
+        if not manifest_path(out).exists():
+            export_partition(self.bundle.weights_source, self.bundle.cfg, out, dtype=self.s.precision,
+                             fake_quant=self.s.fake_quant)
+        return out
+
+    def describe_partition(self) -> str:
+        """For the report header: the partition and its manifest hash, without exporting anything."""
+        try:
+            path = self.s.partition or self._cache_path()
+        except HarnessError as exc:
+            return f"model not loadable: {exc}"
+        if self.s.backend == "rknn-sim" and not self.s.partition:
+            return f"converted with rknn-toolkit2 on first use under {self.s.cache_dir} ({self.s.precision})"
+        if not manifest_path(path).exists():
+            return f"{path} (exported on first use, {self.s.precision})"
+        return f"{path}, manifest sha256 {manifest_sha256(path)[:16]}"
+
+    @property
+    def image_shape(self) -> tuple[int, int, int] | None:
+        """The decoder's image [H, W, 3], so a golden of another shape is refused before the run."""
+        cfg = self.bundle.cfg
+        if not cfg.decoder or cfg.latent_channels != 1:
+            return None
+        scale = int(cfg.decoder.get("scale", 4))
+        return (cfg.latent_size[0] * scale, cfg.latent_size[1] * scale, 3)
+
+    @property
+    def manifest_hash(self) -> str:
+        return manifest_sha256(self.partition)
+
+    @property
+    def golden_kind(self) -> str:
+        """What the quality gate compares: the image when the partition has a decoder, else the latent."""
+        return "image" if load_manifest(self.partition).decoder is not None else "latent"
+
+    @property
+    def precision(self) -> str:
+        """The partition's precision as goldens name it: float16, or e.g. float16+ffn-w8a8."""
+        manifest = load_manifest(self.partition)
+        if manifest.conversion:      # a converted partition: what the toolkit built
+            return {"fp16": "float16"}.get(manifest.conversion["precision"], manifest.conversion["precision"])
+        export = manifest.export
+        quant = export.get("fake_quant")
+        return export.get("dtype", "unknown") + (f"+{quant}" if quant else "")
+
+    # -------------------------------------------------------------- runs
+    def settings_for(self, case: GoldenCase, steps: int | None = None) -> dict:
+        settings = {"steps": steps or case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed,
+                    "sampler": case.sampler}
+        if case.spectrum is not None:
+            settings["spectrum"] = case.spectrum
+        return settings
+
+    def prepare(self) -> None:
+        """Everything a run needs before it is measured: weights, the verified partition and the
+        backend's module, so neither a memory baseline nor a benchmark round pays for loading."""
+        from ..backends.base import backend_class
+        from ..runtime.run import open_partition
+        if not self._prepared:
+            manifest = open_partition(self.bundle, self.partition, verify=True)
+            backend_class(self.s.backend)       # import the runtime now, not inside a measured run
+            if self.s.backend == "rknn-sim":
+                self._build_in_simulator(manifest)
+            self._prepared = True
+
+    def _build_in_simulator(self, manifest) -> None:
+        """rknn-sim builds each model in its worker on first load (seconds each, 85 of them): do that
+        here, once, so no measured step or memory baseline includes building."""
+        from ..backends.base import create_context
+        for entry in manifest.entries():
+            ctx = create_context(self.s.backend, entry.label, **self.s.backend_options)
+            try:
+                ctx.load(manifest.path_of(entry))
+                ctx.init()
+            finally:
+                ctx.release()
+
+    def run(self, case: GoldenCase, guard, steps: int | None = None, tag: str = "",
+            keep: bool = True) -> RunResult:
+        """A fresh partitioned run of `case`; raises HarnessError. With keep, its report and image
+        go to the artifacts (a failed run's report too); a benchmark round keeps them afterwards."""
+        self.prepare()
+        report = self.s.artifacts / "runs" / f"{case.name}{tag}.json" if keep else None
+        settings = self.settings_for(case, steps)
+        on_step = self.progress(f"{case.name}{tag}", settings["steps"]) if self.progress else None
+        result = run_partitioned(self.bundle, self.partition, self.s.backend, case.prompt,
+                                 settings, self.s.backend_options, guard=guard, on_step=on_step,
+                                 report_path=report, verify=False, text_embs=self.case_text_embs(case),
+                                 lifecycle=self.s.lifecycle, images=self.s.images)
+        if keep:
+            self._save_outputs(result, f"{case.name}{tag}")
+        return result
+
+    def _save_outputs(self, result: RunResult, name: str) -> None:
+        atomic_save_npy(self.s.artifacts / "runs" / f"{name}-latent.npy", result.latent)
+        if result.image is not None:
+            # The obtained float32 image: `harness accept-golden` promotes it without a rerun.
+            atomic_save_npy(self.s.artifacts / "runs" / f"{name}-image.npy", result.image.astype(np.float32))
+            save_png(result.image, self.s.artifacts / "runs" / f"{name}.png")
+
+    def keep(self, result: RunResult, name: str) -> None:
+        from ..core.atomic import atomic_write_json
+        atomic_write_json(self.s.artifacts / "runs" / f"{name}.json", result.report)
+        self._save_outputs(result, name)
+
+    def case_text_embs(self, case: GoldenCase) -> dict | None:
+        """{stream: [1, L, C]} from the case's .npy context files, or None to encode its prompt."""
+        if case.context is None:
+            return None
+        text_embs = {"cond": self._context_file(case, case.context)}
+        if case.cfg != 1.0:
+            if case.uncond_context is None:
+                raise ConfigError(f"golden case '{case.name}': CFG {case.cfg} needs 'uncond_context' "
+                                  "(the encoded empty prompt) beside 'context'")
+            text_embs["uncond"] = self._context_file(case, case.uncond_context)
+        return text_embs
+
+    def _context_file(self, case: GoldenCase, name: str) -> np.ndarray:
+        path = self.s.golden_dir / name
+        cfg = self.bundle.cfg
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"golden case '{case.name}': cannot read context {path}: {exc}") from None
+        if array.shape != (cfg.context_tokens, cfg.context_dim) or not np.isfinite(array).all():
+            raise ConfigError(f"golden case '{case.name}': {path} is {array.dtype} {list(array.shape)}; "
+                              f"{cfg.name} takes finite [{cfg.context_tokens}, {cfg.context_dim}]")
+        return array.astype(np.float32)[None]
+
+    def loaded(self) -> bool:
+        """Whether a test got as far as loading the model (the run summary names it only then)."""
+        return self._bundle is not None
+
+    def case_reports(self) -> dict[str, dict]:
+        """{case name: run report} of the golden-case runs made so far (failed runs included)."""
+        return {name: run.result.report for name, run in self._runs.items() if run.result is not None}
+
+    def share(self, case: GoldenCase, result: RunResult, steps: int | None) -> bool:
+        """Offer a finished full-length run of `case` (a benchmark round) as the case's shared run,
+        so numerics, quality and memory judge it instead of rendering the same image again. Only a
+        run of the case's own steps qualifies, and only before the case has run; its report is kept
+        in the artifacts as the case's."""
+        if case.name in self._runs or (steps or case.steps) != case.steps:
+            return False
+        report = self.s.artifacts / "runs" / f"{case.name}.json"
+        self.keep(result, case.name)
+        self._runs[case.name] = CaseRun(case, result, None, report)
+        return True
+
+    def case_run(self, case: GoldenCase, guard) -> CaseRun:
+        """The one shared run of a golden case (numerics and quality both look at it)."""
+        if case.name not in self._runs:
+            report = self.s.artifacts / "runs" / f"{case.name}.json"
+            try:
+                self._runs[case.name] = CaseRun(case, self.run(case, guard), None, report)
+            except HarnessError as exc:
+                self._runs[case.name] = CaseRun(case, None, exc, report)
+        return self._runs[case.name]
+
+
+def quality_check(case: GoldenCase, obtained: np.ndarray, golden: np.ndarray, artifacts: Path,
+                  kind: str = "image") -> tuple[QualityResult, Path | None]:
+    """SSIM/PSNR (and cosine for latents) against the golden; on failure write obtained, golden and a
+    diff heat map (latents: their channels tiled, scaled by the golden's range)."""
+    q = compare(obtained, golden) if kind == "image" else compare_latents(obtained, golden)
+    if q.passes(case.ssim_min, case.psnr_min, case.cosine_min):
+        return q, None
+    if kind == "latent":
+        obtained, golden = latent_preview(np.asarray(obtained).reshape(golden.shape), golden), latent_preview(golden)
+    figure = diff_figure(obtained, golden, artifacts / "quality" / f"{case.name}-diff.png",
+                         f"{case.name}: obtained vs golden {kind}", result=q)
+    save_png(obtained, artifacts / "quality" / f"{case.name}-obtained.png")
+    save_png(golden, artifacts / "quality" / f"{case.name}-golden.png")
+    return q, figure
+
+
+def quality_line(case: GoldenCase, q: QualityResult) -> str:
+    """One line per judged case: the metrics, thresholds and margins (measured minus threshold)."""
+    m = q.margins(case.ssim_min, case.psnr_min, case.cosine_min)
+    parts = [f"SSIM {q.ssim:.7f} (min {case.ssim_min}, margin {m['ssim']:+.2e})",
+             f"PSNR {q.psnr:.2f} dB (min {case.psnr_min}, margin {m['psnr_db']:+.2f})"]
+    if "cosine" in m:
+        parts.append(f"cosine {q.cosine:.8f} (min {case.cosine_min}, margin {m['cosine']:+.2e})")
+    verdict = "pass" if q.passes(case.ssim_min, case.psnr_min, case.cosine_min) else "FAIL"
+    return f"{case.name} [{q.kind}] {verdict}: " + ", ".join(parts)
+
+
+def benchmark_info(report: dict) -> dict:
+    """The benchmark's extra_info: the board profile's tables for this run."""
+    t = report["tables"]
+    steps = max(len(report["step_seconds"]), 1)
+    return {
+        "denoise_s": report["denoise_seconds"],
+        "mean_step_s": report["denoise_seconds"] / steps,
+        "steps": steps,
+        "core_s_per_step": t["core_per_step"],
+        "lifecycle_s_per_step": {k: t["lifecycle_pass"][k] for k in STAGE_NAMES},
+        "step_split_s": t["step_split"],
+        "invocations": report["invocations"],
+        "stage_records": report["stage_records"],
+        # per computed step: Spectrum's forecast steps run no subgraph
+        "slowest_subgraphs": slowest_subgraphs(report["lifecycle_records"], max(report["steps"]["computed"], 1)),
+        "peak_pss_added_bytes": (report.get("memory") or {}).get("run_peak_pss_added_bytes"),
+        "lifecycle": report.get("lifecycle_counters", {}),     # strategy, hits, peak live, overlap
+        # Spectrum: computed and forecast steps counted apart; a pass happens on computed steps only.
+        "sampler": (report.get("sampler") or {}).get("name", "flow-euler"),
+        "computed_steps": report["steps"]["computed"],
+        "forecast_steps": report["steps"]["forecast"],
+        "computed_step_s": t["per_image"]["per_computed_step"],
+        "forecast_step_s": t["per_image"]["per_forecast_step"],
+        "image_s": t["per_image"]["denoise"],
+    }
+
+
+def history_record(info: dict, identity: dict, board: str, backend: str, model: str,
+                   manifest_hash: str, telemetry: dict, precision: str, case: str) -> dict:
+    from ..results.provenance import comparable_versions, git_revision, run_id
+    return {
+        "time": utc_now(), "board_id": board, "backend": backend, "model": model, "case": case,
+        "precision": precision, "steps": info["steps"], "versions": comparable_versions(identity),
+        "git_revision": git_revision(), "run_id": run_id(),
+        "manifest_hash": manifest_hash, "valid": telemetry["valid"], "invalid_reasons": telemetry["reasons"],
+        "mean_step_s": info["mean_step_s"], "total_denoise_s": info["denoise_s"],
+        "branch_s_per_step": {b: info["core_s_per_step"].get(b, 0.0) for b in BRANCHES},
+        "lifecycle_s_per_step": info["lifecycle_s_per_step"],
+        "slowest_subgraphs": info["slowest_subgraphs"], "peak_pss_added_bytes": info["peak_pss_added_bytes"],
+        "kernel": identity.get("kernel"), "runtime_lib": identity.get("runtime_lib"),
+    }

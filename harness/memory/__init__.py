@@ -1,0 +1,2 @@
+"""Memory safety: the guard, the residency probe, the lifecycle planner."""
+__all__: list[str] = []

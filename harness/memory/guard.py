@@ -1,0 +1,284 @@
+"""Memory-safety guard: abort a run before the board swaps itself to death.
+
+84 resident contexts do not fit in the 7.75 GiB board (see the residency probe in the board
+profile: PSS grows ~135 MiB per context and swap starts growing at 8 contexts). Once the board
+swaps, a subgraph lifecycle stalls for minutes and the run's timings are worthless, so the gate is
+"MemAvailable stays above a floor and system swap does not grow more than a few MiB".
+
+`MemoryGuard` samples memory on a daemon thread (so a spike between subgraph invocations is seen)
+and the pipeline calls `check()` between invocations, which is where the abort is raised: a
+background thread cannot stop a lifecycle cleanly, the pipeline can (release what it holds, write
+its partial record, exit).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import numbers
+import re
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from ..core.atomic import atomic_write_json
+from ..core.errors import ConfigError, MemoryGuardTripped
+
+__all__ = ["read_system_memory", "MemoryReading", "read_memory", "MemoryGuard", "parse_size", "mib"]
+
+log = logging.getLogger(__name__)
+
+MiB = 1 << 20
+
+
+def mib(n: float) -> float:
+    """Bytes -> MiB (2^20), the unit of every figure in the board profile."""
+    return n / MiB
+
+
+# Memory is counted in pages, and /proc/meminfo's "kB" already means KiB: every suffix is binary,
+# so "512M", "512MB" and "512MiB" are all 512 * 2^20 bytes.
+_UNITS = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(b|[kmgt](?:i?b)?)?\s*$", re.IGNORECASE)
+
+
+def parse_size(value) -> int:
+    """Parse "1.5GiB", "16MiB", "512M", "4096" or an int number of bytes into bytes.
+
+    K/M/G/T with or without "B"/"iB" are all binary multiples. Raises ConfigError naming the value.
+    """
+    if isinstance(value, bool):
+        raise ConfigError(f"memory size {value!r}: expected bytes or a string like '16MiB'")
+    if isinstance(value, numbers.Integral):
+        if value < 0:
+            raise ConfigError(f"memory size {value!r}: must not be negative")
+        return int(value)
+    if not isinstance(value, str):
+        # A bare float (e.g. 1.5 from TOML) has no unit and would silently mean 1 byte.
+        raise ConfigError(f"memory size {value!r}: expected bytes (int) or a string like '1.5GiB'")
+    match = _SIZE_RE.match(value)
+    if not match:
+        raise ConfigError(f"memory size {value!r}: expected a number with an optional unit "
+                          "(B, K/KiB, M/MiB, G/GiB, T/TiB), e.g. '1.5GiB' or '16MiB'")
+    number, unit = match.groups()
+    if unit is None and "." in number:
+        # "1.5" on a command line means GiB to a person and 2 bytes to a parser: make them say.
+        raise ConfigError(f"memory size {value!r}: a fractional size needs a unit, e.g. '{number}GiB'")
+    size = float(number) * _UNITS[(unit or "b")[0].lower()]
+    if not math.isfinite(size):
+        raise ConfigError(f"memory size {value!r}: not a finite size")
+    return int(round(size))
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """One sample. `pss` is this process's PSS, or USS/RSS where the kernel gives no PSS
+    (`pss_source` says which), so the record never claims a figure it did not measure."""
+
+    t: float              # time.monotonic() seconds
+    mem_available: int    # bytes, system-wide MemAvailable
+    swap_used: int        # bytes, system-wide
+    pss: int              # bytes, this process
+    pss_source: str = "pss"
+
+
+def _process_footprint() -> tuple[int, str]:
+    proc = psutil.Process()
+    try:
+        full = proc.memory_full_info()
+    except (psutil.AccessDenied, OSError, NotImplementedError):
+        full = None
+    for source in ("pss", "uss"):
+        value = getattr(full, source, None)
+        if value is not None:
+            return int(value), source
+    return int(proc.memory_info().rss), "rss"
+
+
+def read_system_memory() -> MemoryReading:
+    """MemAvailable and swap only (a /proc/meminfo read, ~50 us): what the trip decision needs.
+
+    The process PSS is left for the sampler thread: reading it walks smaps (~1.7 ms), too dear
+    for the check made between every pair of subgraph invocations.
+    """
+    return MemoryReading(t=time.monotonic(), mem_available=psutil.virtual_memory().available,
+                         swap_used=psutil.swap_memory().used, pss=0, pss_source="none")
+
+
+def read_memory() -> MemoryReading:
+    """Read MemAvailable, system swap used and this process's PSS now."""
+    pss, source = _process_footprint()
+    return MemoryReading(
+        t=time.monotonic(),
+        mem_available=int(psutil.virtual_memory().available),
+        swap_used=int(psutil.swap_memory().used),
+        pss=pss,
+        pss_source=source,
+    )
+
+
+class MemoryGuard:
+    """Watch MemAvailable and swap growth while a run holds NPU contexts.
+
+        with MemoryGuard("1.5GiB", "16MiB") as guard:
+            for subgraph in ...:
+                guard.check()          # raises MemoryGuardTripped once a limit was crossed
+                run(subgraph)
+        guard.write_samples(run_dir / "memory.json")
+
+    The baseline is the first reading, taken on entry. A trip is sticky: once seen (by the sampler
+    thread or by `check()`), every later `check()` raises, even if memory has recovered, because
+    the run has already been disturbed. `on_trip(reason)` is called once, from whichever thread
+    saw it first.
+    """
+
+    def __init__(self, floor_bytes, swap_limit_bytes, interval: float = 0.05,
+                 reader: Callable[[], MemoryReading] = read_memory,
+                 on_trip: Callable[[str], None] | None = None, max_staleness: float = 0.0,
+                 check_reader: Callable[[], MemoryReading] | None = None):
+        self.max_staleness = float(max_staleness)
+        # check() may use a cheaper reader than the sampler (read_system_memory: no PSS).
+        self._check_reader = check_reader
+        self.floor_bytes = parse_size(floor_bytes)
+        self.swap_limit_bytes = parse_size(swap_limit_bytes)
+        if not (isinstance(interval, numbers.Real) and interval > 0):
+            raise ConfigError(f"memory guard interval {interval!r}: must be a positive number of seconds")
+        self.interval = float(interval)
+        self._reader = reader
+        self._on_trip = on_trip
+        self._lock = threading.Lock()
+        self._samples: list[MemoryReading] = []
+        self._trip_reason: str | None = None
+        self._tripped = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.sampler_errors = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def __enter__(self) -> MemoryGuard:
+        if self._thread is not None or self._samples:
+            raise RuntimeError("MemoryGuard cannot be entered twice; make a new guard per run")
+        self._observe(self._reader())  # baseline, taken before any context is loaded
+        self._thread = threading.Thread(target=self._sample_loop, name=f"memory-guard-{id(self):x}",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _sample_loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._observe(self._reader())
+            except Exception:  # noqa: BLE001 - the sampler must outlive a bad read
+                # A failed read loses one sample; killing the thread would lose the guard.
+                self.sampler_errors += 1
+                log.exception("memory guard: reading failed")
+
+    # -- observation -----------------------------------------------------------------------------
+    def _observe(self, reading: MemoryReading) -> None:
+        with self._lock:
+            if reading.pss_source == "none" and self._samples:     # carry the last known PSS
+                last = self._samples[-1]
+                reading = dataclasses.replace(reading, pss=last.pss, pss_source=last.pss_source)
+            self._samples.append(reading)
+            if self._trip_reason is not None:
+                return
+            reason = self._limit_crossed(reading)
+            if reason is None:
+                return
+            self._trip_reason = reason
+        self._tripped.set()
+        log.warning("memory guard tripped: %s", reason)
+        if self._on_trip is not None:
+            try:
+                self._on_trip(reason)
+            except Exception:  # noqa: BLE001 - a broken callback must not hide the trip
+                log.exception("memory guard: on_trip callback failed")
+
+    def _limit_crossed(self, reading: MemoryReading) -> str | None:
+        reasons = []
+        if reading.mem_available < self.floor_bytes:
+            reasons.append(f"MemAvailable {mib(reading.mem_available):.1f} MiB below floor "
+                           f"{mib(self.floor_bytes):.1f} MiB")
+        growth = reading.swap_used - self._samples[0].swap_used
+        if growth > self.swap_limit_bytes:
+            reasons.append(f"swap growth {mib(growth):.1f} MiB over limit "
+                           f"{mib(self.swap_limit_bytes):.1f} MiB "
+                           f"(baseline {mib(self._samples[0].swap_used):.1f} MiB)")
+        return "; ".join(reasons) or None
+
+    def check(self) -> None:
+        """Take a reading now and raise MemoryGuardTripped if any limit has been crossed so far.
+
+        Call between subgraph invocations: the fresh reading catches a drop that happened since
+        the sampler's last tick.
+        """
+        if not self._samples:
+            raise RuntimeError("MemoryGuard.check() called before entering the guard (use `with`)")
+        # A fresh reading costs ~1.7 ms (PSS walks smaps). A pipeline with thousands of short
+        # invocations sets max_staleness (e.g. to the sampler interval) and reuses a sample that
+        # recent; the default 0 reads on every check.
+        if time.monotonic() - self._samples[-1].t >= self.max_staleness:
+            self._observe((self._check_reader or self._reader)())
+        if self._trip_reason is not None:
+            raise MemoryGuardTripped(f"memory guard tripped: {self._trip_reason}")
+
+    # -- results ---------------------------------------------------------------------------------
+    @property
+    def tripped(self) -> bool:
+        return self._tripped.is_set()
+
+    @property
+    def trip_reason(self) -> str | None:
+        return self._trip_reason
+
+    def wait_for_trip(self, timeout: float) -> bool:
+        """Block until a trip is recorded or `timeout` seconds pass; True if tripped."""
+        return self._tripped.wait(timeout)
+
+    @property
+    def samples(self) -> list[MemoryReading]:
+        with self._lock:
+            return list(self._samples)
+
+    @property
+    def peak_pss_added(self) -> int:
+        """Largest PSS above the first reading, in bytes (0 before any growth)."""
+        samples = self.samples
+        if not samples:
+            return 0
+        return max(s.pss for s in samples) - samples[0].pss
+
+    def summary(self) -> dict:
+        samples = self.samples
+        baseline = samples[0] if samples else None
+        return {
+            "floor_bytes": self.floor_bytes,
+            "swap_limit_bytes": self.swap_limit_bytes,
+            "interval_s": self.interval,
+            "baseline_mem_available_bytes": baseline.mem_available if baseline else None,
+            "baseline_swap_bytes": baseline.swap_used if baseline else None,
+            "baseline_pss_bytes": baseline.pss if baseline else None,
+            "pss_source": baseline.pss_source if baseline else None,
+            "min_mem_available_bytes": min(s.mem_available for s in samples) if samples else None,
+            "max_swap_growth_bytes": (max(s.swap_used for s in samples) - baseline.swap_used
+                                      if baseline else None),
+            "peak_pss_added_bytes": self.peak_pss_added,
+            "trip_reason": self._trip_reason,
+            "sample_count": len(samples),
+            "sampler_errors": self.sampler_errors,
+        }
+
+    def write_samples(self, path: str | Path) -> None:
+        """Write summary + every sample as JSON, atomically; also after a trip (the partial record
+        is the evidence of what went wrong)."""
+        atomic_write_json(path, {"summary": self.summary(),
+                                 "samples": [asdict(s) for s in self.samples]})

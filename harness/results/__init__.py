@@ -1,0 +1,2 @@
+"""Results of runs over time: benchmark history, trend, run comparison, provenance, telemetry."""
+__all__: list[str] = []

@@ -1,0 +1,143 @@
+"""`python -m harness compare A B`: two runs side by side, B against A.
+
+A and B are each a run report (the JSON beside a generated image, or artifacts/runs/<case>.json) or a
+benchmark history record (`history.jsonl#N`, N counted from 0, negative from the end). Both become one
+view: mean step time, lifecycle seconds per step by stage, core seconds per step by branch, the 10
+slowest subgraphs (all stages, per step) and the memory peak; the command prints each with the delta.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from ..model.config import BRANCHES
+from ..core.errors import ConfigError
+from .history import check_record, load_history
+from ..runtime.steptimes import STAGE_NAMES
+
+__all__ = ["RunView", "load_view", "view_of_report", "view_of_record", "slowest_subgraphs",
+           "compare_lines", "add_command"]
+
+SLOWEST = 10
+
+
+def slowest_subgraphs(lifecycle_records: list[dict], steps: int, n: int | None = SLOWEST) -> list[dict]:
+    """The n (None: all) subgraphs with the most seconds per step over all four stages (decoder included)."""
+    total: dict[tuple, float] = defaultdict(float)
+    for r in lifecycle_records:
+        total[(r["subgraph"], r["block"], r["branch"])] += r["seconds"]
+    per = max(steps, 1)
+    rows = [{"subgraph": s, "block": b, "branch": br, "seconds_per_step": t / per}
+            for (s, b, br), t in total.items()]
+    return sorted(rows, key=lambda r: r["seconds_per_step"], reverse=True)[:n]  # [:None] is all
+
+
+def subgraph_label(row: dict) -> str:
+    return "decoder" if row["branch"] == "decoder" else f"{row['subgraph']} (block {row['block']} {row['branch']})"
+
+
+class RunView(dict):
+    """label, precision, backend, steps, valid, step_s, lifecycle{}, core{}, slowest[], peak_pss_bytes."""
+
+
+def view_of_report(report: dict, label: str) -> RunView:
+    if not isinstance(report, dict) or "tables" not in report or "lifecycle_records" not in report:
+        raise ConfigError(f"{label}: not a run report (no 'tables' / 'lifecycle_records')")
+    t = report["tables"]
+    steps = len(report.get("step_seconds") or []) or report.get("settings", {}).get("steps", 1)
+    if isinstance(report.get("steps"), dict):     # Spectrum: subgraphs ran on the computed steps only
+        steps = report["steps"].get("computed") or steps
+    export = report.get("export") or {}
+    memory = report.get("memory") or {}
+    return RunView(
+        label=label, backend=report.get("backend"), steps=steps, valid=None,
+        precision=export.get("dtype", "unknown") + (f"+{export['fake_quant']}" if export.get("fake_quant") else ""),
+        step_s=t["step_split"].get("step", 0.0),
+        lifecycle={s: t["lifecycle_pass"].get(s, 0.0) for s in STAGE_NAMES},
+        core={b: t["core_per_step"].get(b, 0.0) for b in BRANCHES},
+        slowest=slowest_subgraphs(report["lifecycle_records"], steps, n=None),   # all, slowest first
+        peak_pss_bytes=memory.get("run_peak_pss_added_bytes"))
+
+
+def view_of_record(record: dict, label: str) -> RunView:
+    check_record(record, label)
+    return RunView(
+        label=label, backend=record["backend"], steps=record.get("steps"), valid=record["valid"],
+        precision=record.get("precision", "unknown"), step_s=record["mean_step_s"],
+        lifecycle=dict(record["lifecycle_s_per_step"]), core=dict(record["branch_s_per_step"]),
+        slowest=record.get("slowest_subgraphs") or [], peak_pss_bytes=record.get("peak_pss_added_bytes"))
+
+
+def load_view(spec: str) -> RunView:
+    """'report.json', 'history.jsonl#N' or a file holding one history record."""
+    path_text, _, index = spec.partition("#")
+    path = Path(path_text)
+    if index or path.suffix == ".jsonl":
+        records = load_history(path)
+        try:
+            n = int(index or -1)
+            return view_of_record(records[n], f"{path} run {n if n >= 0 else len(records) + n}")
+        except (ValueError, IndexError):
+            raise ConfigError(f"{spec}: no run '{index}' in {path} ({len(records)} runs: #0..#{len(records) - 1})") from None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except ValueError as exc:
+        raise ConfigError(f"{path}: not JSON ({exc})") from None
+    if isinstance(data, dict) and "tables" in data:
+        return view_of_report(data, str(path))
+    return view_of_record(data, str(path))
+
+
+def _delta(a, b, unit: str = "s", scale: float = 1.0) -> list[str]:
+    if a is None or b is None:
+        return [("-" if a is None else f"{a * scale:.4f}"), ("-" if b is None else f"{b * scale:.4f}"), "", ""]
+    pct = f"{100 * (b - a) / a:+.1f} %" if a else ""
+    return [f"{a * scale:.4f}", f"{b * scale:.4f}", f"{(b - a) * scale:+.4f}", pct]
+
+
+def compare_rows(a: RunView, b: RunView) -> list[tuple[str, list[list[str]]]]:
+    """Sections of (name, rows); each row is [what, A, B, B-A, %]."""
+    sections = [("step", [["mean step [s]", *_delta(a["step_s"], b["step_s"])]])]
+    sections.append(("lifecycle per stage [s/step]",
+                     [[s, *_delta(a["lifecycle"].get(s), b["lifecycle"].get(s))] for s in STAGE_NAMES]))
+    sections.append(("core per branch [s/step]",
+                     [[br, *_delta(a["core"].get(br), b["core"].get(br))] for br in BRANCHES]))
+    slow_a = {subgraph_label(r): r["seconds_per_step"] for r in a["slowest"]}
+    slow_b = {subgraph_label(r): r["seconds_per_step"] for r in b["slowest"]}
+    names = list(slow_b)[:SLOWEST]
+    sections.append((f"{SLOWEST} slowest subgraphs of B [s/step]",
+                     [[n, *_delta(slow_a.get(n), slow_b.get(n))] for n in names]))
+    sections.append(("memory", [["peak added PSS [MiB]",
+                                 *_delta(a["peak_pss_bytes"], b["peak_pss_bytes"], scale=1 / 2**20)]]))
+    return sections
+
+
+def compare_lines(a: RunView, b: RunView) -> list[str]:
+    """Plain text (a CI log and a terminal read it the same)."""
+    lines = [f"A: {a['label']}  ({a['backend']}, {a['precision']}, {a['steps']} steps)",
+             f"B: {b['label']}  ({b['backend']}, {b['precision']}, {b['steps']} steps)"]
+    for title, rows in compare_rows(a, b):
+        lines.append("")
+        lines.append(title)
+        lines.append(f"  {'':<34} {'A':>10} {'B':>10} {'B-A':>10} {'':>9}")
+        for what, *cells in rows:
+            lines.append(f"  {what:<34} {cells[0]:>10} {cells[1]:>10} {cells[2]:>10} {cells[3]:>9}")
+    return lines
+
+
+def add_command(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("compare", help="compare two run reports or two benchmark history records")
+    parser.add_argument("a", help="run report JSON, or history.jsonl#N")
+    parser.add_argument("b", help="run report JSON, or history.jsonl#N")
+    parser.set_defaults(func=_cmd_compare)
+    return parser
+
+
+def _cmd_compare(args) -> int:
+    a, b = load_view(args.a), load_view(args.b)
+    print("\n".join(compare_lines(a, b)))
+    return 0

@@ -1,0 +1,71 @@
+"""Converted partitions made on first use and kept, like the exported ones (the rknn-sim gates need one).
+
+Under the suite's cache directory, named by the weights digest, toolkit version and precision:
+    partitions/<model>-float32-<digest>                       the FP32 export (the toolkit's source)
+    calibration/<model>-<digest>-ffn-high-low                 the board's calibration recipe (w8a8-ffn)
+    partitions/<model>-float32-<digest>-rknn-<version>-<precision>   `harness convert` output
+Each is written whole or not at all (export, capture and convert all stage and rename), so an
+interrupted first use is redone, never trusted.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..core.errors import ConfigError
+from ..partition.manifest import manifest_path
+
+__all__ = ["cached_conversion", "cached_calibration", "cached_fp32_export", "TOOLKIT_PRECISIONS"]
+
+TOOLKIT_PRECISIONS = {"float16": "fp16", "fp16": "fp16", "w8a8-ffn": "w8a8-ffn"}
+
+
+def cached_fp32_export(bundle, cache_dir: Path) -> Path:
+    from ..partition.manifest import default_partition_dir
+    from ..partition.onnx_export import export_partition
+    out = Path(cache_dir) / "partitions" / default_partition_dir(bundle.cfg, bundle.digest, "float32").name
+    if not manifest_path(out).exists():
+        export_partition(bundle.weights, bundle.cfg, out, dtype="float32")
+    return out
+
+
+def cached_calibration(bundle, cache_dir: Path, source: Path) -> Path:
+    """The board's recipe ({high, low} sigma x {cond, uncond}, FFNs) from the model's default prompt."""
+    from .capture import RECORD_FILE, capture_calibration
+    from ..sampling.reference_run import sample_settings
+    out = Path(cache_dir) / "calibration" / f"{bundle.cfg.name}-{bundle.digest[:12]}-ffn-high-low"
+    if not (out / RECORD_FILE).is_file():
+        settings = sample_settings(bundle)
+        print(f"[rknn-sim] capturing calibration into {out} (first use)", file=sys.stderr, flush=True)
+        capture_calibration(bundle, source, out, bundle.cfg.prompt.get("default", ""), settings,
+                            ["ffn"], [0, settings["steps"] - 1], ["cond", "uncond"])
+    return out
+
+
+def cached_conversion(bundle, cache_dir: Path, precision: str, calibration: Path | None = None,
+                      version: str | None = None) -> Path:
+    """A converted partition of these weights for the rknn-sim backend, converted on first use."""
+    from ..toolkit.convert import convert_partition
+    from ..toolkit.envs import default_version, toolkit_python
+    if precision not in TOOLKIT_PRECISIONS:
+        raise ConfigError(f"--precision {precision}: the toolkit builds float16 (fp16) or w8a8-ffn")
+    precision = TOOLKIT_PRECISIONS[precision]
+    version = version or default_version()
+    toolkit_python(version)              # absent environment: one line naming bin/toolkit-env
+    source = cached_fp32_export(bundle, cache_dir)
+    if precision != "fp16" and calibration is None:
+        calibration = cached_calibration(bundle, cache_dir, source)
+    name = f"{source.name}-rknn-{version}-{precision}"
+    if calibration is not None:     # another calibration set is another conversion
+        import hashlib
+        from .capture import load_calibration
+        from ..partition.manifest import load_manifest
+        load_calibration(calibration, load_manifest(source))
+        name += "-cal-" + hashlib.sha256((Path(calibration) / "calibration.json").read_bytes()).hexdigest()[:10]
+    out = source.with_name(name)
+    if not manifest_path(out).exists():
+        print(f"[rknn-sim] converting {source.name} with rknn-toolkit2 {version} ({precision}) into "
+              f"{out} (first use)", file=sys.stderr, flush=True)
+        convert_partition(source, out, version=version, precision=precision, calibration=calibration,
+                          quiet=True)
+    return out

@@ -1,0 +1,170 @@
+"""A partitioned generation end to end: verify the manifest, denoise over the subgraphs, decode,
+and keep a JSON report on disk whatever happens (a failed run writes its partial report too).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..core.atomic import atomic_write_json
+from ..backends.base import backend_class, run_options
+from ..core.errors import HarnessError, ManifestError, StorageError
+from ..sampling.reference_run import initial_latents, stream_text_embs
+from ..lifecycle import LifecycleRecorder, make_strategy
+from ..memory.guard import read_memory
+from ..model.bundle import ModelBundle
+from ..partition.manifest import load_manifest, manifest_sha256, network_settings
+from .pipeline import PartitionedPipeline
+from .steptimes import summarize
+from ..sampling.flow import denoise
+from ..core.signals import stop_status
+from ..sampling.spectrum import sampler_velocity
+
+__all__ = ["RunResult", "run_partitioned", "open_partition"]
+
+
+def _run_memory(guard, start) -> dict:
+    """Peak PSS this run added over its own start (the guard may have been armed earlier)."""
+    during = [s.pss for s in guard.samples if s.t >= start.t]
+    return {"run_start_pss_bytes": start.pss,
+            "run_peak_pss_added_bytes": max([*during, start.pss]) - start.pss}
+
+
+def _write_report(path, report: dict) -> None:
+    """A run whose report cannot be written has failed (StorageError naming the path); after a run
+    that already failed, only warn: the run's own error is the one to see."""
+    try:
+        atomic_write_json(path, report)
+    except (OSError, StorageError) as exc:
+        if report.get("status") == "ok":
+            raise StorageError(f"cannot write the run report {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        print(f"warning: could not write the run report {path}: {exc}", file=sys.stderr)
+
+
+@dataclass
+class RunResult:
+    latent: np.ndarray | None = None
+    image: np.ndarray | None = None
+    images: np.ndarray | None = None        # [N, H, W, 3] with --images N (image is images[0])
+    report: dict = field(default_factory=dict)
+    recorder: LifecycleRecorder | None = None
+
+
+def open_partition(bundle: ModelBundle, partition_dir: str | Path, verify: bool = True):
+    """Load a partition and prove it belongs to this model: checksums, paths and order (verify),
+    the network settings, the weights it was exported from, and every block present.
+
+    A partition exported from other weights would mix old subgraphs with the current host math and
+    still produce an image, so each of these is an error rather than a warning.
+    """
+    manifest = load_manifest(partition_dir)
+    if verify:
+        manifest.verify()
+    want = network_settings(bundle.cfg)
+    have = manifest.model.get("network", {})
+    for key, value in want.items():
+        if have.get(key) != value:
+            raise ManifestError(f"{manifest.file}: exported for {key}={have.get(key)!r}, but model "
+                                f"{bundle.cfg.name} has {key}={value!r}")
+    if manifest.weights_sha256 != bundle.digest:
+        raise ManifestError(f"{manifest.file}: exported from other weights (sha256 {manifest.weights_sha256[:12]}..., "
+                            f"{bundle.model_dir} has {bundle.digest[:12]}...): export the partition again")
+    blocks = {e.block for e in manifest.subgraphs}
+    if blocks != set(range(bundle.cfg.blocks)):
+        missing = sorted(set(range(bundle.cfg.blocks)) - blocks)
+        raise ManifestError(f"{manifest.file}: a partial partition ({len(blocks)} of {bundle.cfg.blocks} "
+                            f"blocks; block {missing[0]} missing) cannot run the model")
+    return manifest
+
+
+def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str, prompt: str,
+                    settings: dict, backend_options: dict | None = None, guard=None,
+                    report_path: str | Path | None = None,
+                    on_step: Callable[[int], None] | None = None, verify: bool = True,
+                    text_embs: dict | None = None, lifecycle: str = "on-demand",
+                    images: int = 1, observers=()) -> RunResult:
+    """Generate one image through the partition; `settings` as from generate.sample_settings.
+
+    verify=False skips re-hashing the subgraph files (for benchmark rounds after a verified first
+    open: on the board that is gigabytes of sha256 that do not belong in a step time).
+    text_embs ({stream: [1, L, C]}) replaces the prompt for models whose text encoder is not here.
+    lifecycle: the context strategy (harness.lifecycle.spec). images: how many images are generated
+    together (seeds seed, seed+1, ...), every stream of every image served by each loaded context.
+    observers are called with every invocation (pipeline.Invocation): calibration capture and
+    accuracy analysis watch the run itself rather than a second forward.
+    """
+    result = RunResult(recorder=LifecycleRecorder())
+    report = result.report
+    report.update(status="running", error=None, backend=backend, backend_options=backend_options or {},
+                  prompt=prompt, settings=dict(settings), partition=str(partition_dir), model=bundle.cfg.name,
+                  lifecycle=str(lifecycle), images=images)
+    strategy = pipeline = sampler_summary = None
+    step_walls: list[float] = []
+    start = read_memory()
+    if report_path is not None:     # a previous run's report must not stay behind, looking current
+        try:
+            Path(report_path).unlink(missing_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot write the run report {report_path}: {exc.strerror or exc}") from None
+    try:
+        manifest = open_partition(bundle, partition_dir, verify)
+        report["manifest_sha256"] = manifest_sha256(manifest.directory)
+        report["export"] = manifest.export
+        options = run_options(backend, backend_options)
+        strategy = make_strategy(lifecycle, backend, result.recorder, manifest, options)
+        streams = ({s: np.repeat(c, images, axis=0) for s, c in text_embs.items()} if text_embs
+                   else stream_text_embs(bundle, [prompt] * images, settings["cfg_scale"]))
+        pipeline = PartitionedPipeline(bundle, manifest, strategy, streams,
+                                       between_invocations=([guard.check] if guard else [])
+                                       + backend_class(backend).between_invocations(options),
+                                       observers=observers)
+        report["streams"] = pipeline.streams
+        if report_path is not None:     # "running" until it ends: what a SIGKILLed run leaves behind
+            atomic_write_json(report_path, {**report, "pid": os.getpid()})
+        mark = [time.perf_counter()]
+
+        def step_done(i: int) -> None:
+            now = time.perf_counter()
+            step_walls.append(now - mark[0])
+            mark[0] = now
+            if on_step:
+                on_step(i)
+
+        velocity, sampler_summary = sampler_velocity(pipeline, settings, pipeline.host.timed)
+        noise = initial_latents(bundle, [settings["seed"] + k for k in range(images)])
+        result.latent = denoise(velocity, noise, settings["steps"], settings["shift"],
+                                settings["cfg_scale"], on_step=step_done)
+        # A partition without a decoder (Anima's Wan VAE is not part of it yet) ends at the latent.
+        if manifest.decoder:
+            decoded = pipeline.decode(result.latent, settings["steps"])
+            result.images = decoded if images > 1 else decoded[None]
+            result.image = result.images[0]     # the case's own seed: what gates compare
+        if pipeline.padded_to:
+            report["streams_padded_to"] = pipeline.padded_to
+        report["status"] = "ok"
+    except HarnessError as exc:
+        report.update(status="failed", error=str(exc), error_kind=type(exc).__name__)
+        raise
+    except BaseException as exc:    # a bug, Ctrl-C or SIGTERM: the report must not claim to be still running
+        report.update(status=stop_status(exc), error=str(exc) or repr(exc), error_kind=type(exc).__name__)
+        raise
+    finally:
+        if strategy is not None:
+            strategy.close()        # nothing stays loaded, whatever failed
+            report["lifecycle_counters"] = strategy.stats()
+        if sampler_summary is not None:
+            report["sampler"] = sampler_summary()    # the schedule, and how far a failed run got
+        report.update(summarize(result.recorder.as_dicts(), pipeline.host.as_dicts() if pipeline else [],
+                                step_walls, (report.get("sampler") or {}).get("computed_steps"),
+                                hidden_s=strategy.counters.as_dict()["hidden_s"] if strategy else 0.0))
+        if guard is not None:
+            report["memory"] = {**guard.summary(), **_run_memory(guard, start)}
+        if report_path is not None:
+            _write_report(report_path, report)
+    return result
