@@ -16,7 +16,7 @@ from ..results.compare import slowest_subgraphs
 from ..core.atomic import atomic_save_npy
 from ..model.config import BRANCHES
 from ..core.errors import ConfigError, HarnessError
-from ..runtime.steptimes import STAGE_NAMES
+from ..lifecycle.steptimes import STAGE_NAMES
 from .golden import GoldenCase
 from ..results.history import utc_now
 from ..core.imageio import save_png

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ..runtime.steptimes import BOARD_CALLS
+from .steptimes import BOARD_CALLS
 from ..core.timing import Timed
 
 __all__ = ["StageRecord", "LifecycleRecorder", "Counters", "STAGES"]

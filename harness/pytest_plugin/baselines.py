@@ -1,4 +1,4 @@
-"""The benchmark gate's baselines (harness/gates/baseline.py) inside pytest.
+"""The benchmark gate's baselines (harness/results/baseline.py) inside pytest.
 
 pytest-benchmark's own --benchmark-autosave/--benchmark-save store every run, failed, INVALID and
 pull-request runs included, and its --benchmark-compare-fail judges against the last of them in the
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..gates.baseline import REGRESSED, WITHIN, BaselineKey, BaselineStore, Comparison, judge
+from ..results.baseline import REGRESSED, WITHIN, BaselineKey, BaselineStore, Comparison, judge
 from ..results.provenance import comparable_versions, git_revision, run_id
 from .state import BASELINE_OFFERS, BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, IDENTITY, SETTINGS, append_to
 

@@ -45,7 +45,7 @@ OPTIONS = {
     "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS, "
                     "slow=xFACTOR (backend faults)"),
     "cache_dir": (".cache", "where exported partitions are cached"),
-    # Baselines with rules (harness/gates/baseline.py): saved only when asked, from valid passing runs.
+    # Baselines with rules (harness/results/baseline.py): saved only when asked, from valid passing runs.
     "save_baseline": (False, "save this run's benchmark timings as the baselines (CI: main branch only); "
                              "never from an INVALID run, only when the whole session passed"),
     "baseline_threshold": ("10%", "a benchmark fails when its mean is this much over the baseline of the same key"),
@@ -161,7 +161,7 @@ def typed_value(name: str, value, source: str):
 def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     """Merge command line, board profile and defaults, and decide the backend."""
     from ..backends import BACKENDS, backend_options
-    from ..gates.baseline import parse_threshold
+    from ..results.baseline import parse_threshold
     from ..memory.guard import parse_size
     from ..results.telemetry import detect_rk3588
     profile_file = Path(profile_path) if profile_path else None

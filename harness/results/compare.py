@@ -15,7 +15,7 @@ from pathlib import Path
 from ..model.config import BRANCHES
 from ..core.errors import ConfigError
 from .history import check_record, load_history
-from ..runtime.steptimes import STAGE_NAMES
+from ..lifecycle.steptimes import STAGE_NAMES
 
 __all__ = ["RunView", "load_view", "view_of_report", "view_of_record", "slowest_subgraphs",
            "compare_lines", "add_command"]

@@ -32,7 +32,7 @@ from ..core.atomic import atomic_write_bytes
 from ..model.config import BRANCHES
 from ..core.errors import HarnessError
 from ..core.schema import Field, check_table, is_iso_time, is_seconds, non_empty_str, positive_int
-from ..runtime.steptimes import STAGE_NAMES
+from ..lifecycle.steptimes import STAGE_NAMES
 
 __all__ = ["HistoryError", "append_run", "load_history", "check_record", "utc_now",
            "DEFAULT_HISTORY", "REQUIRED_FIELDS", "RUN_FIELDS"]

@@ -20,7 +20,7 @@ from pathlib import Path
 from ..core.atomic import atomic_path
 from ..core.errors import ConfigError
 from .history import DEFAULT_HISTORY, HistoryError, check_record, load_history
-from ..runtime.steptimes import STAGE_NAMES
+from ..lifecycle.steptimes import STAGE_NAMES
 
 __all__ = ["trend", "trend_rows", "group_of", "version_changes", "render_table", "add_command", "DEFAULT_TREND_PNG"]
 
@@ -208,7 +208,7 @@ def add_command(subparsers) -> argparse.ArgumentParser:
 def _cmd_trend(args) -> int:
     if args.out.suffix.lower() != ".png":
         raise ConfigError(f"--out {args.out}: the trend is written as PNG; use a .png path")
-    from ..gates.baseline import parse_threshold
+    from .baseline import parse_threshold
     rows = trend(load_history(args.history), args.out, board=args.board, backend=args.backend,
                  threshold_pct=parse_threshold(args.threshold))
     render_table(rows)

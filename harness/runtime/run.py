@@ -21,7 +21,7 @@ from ..memory.guard import read_memory
 from ..model.bundle import ModelBundle
 from ..partition.manifest import load_manifest, manifest_sha256, network_settings
 from .pipeline import PartitionedPipeline
-from .steptimes import summarize
+from ..lifecycle.steptimes import summarize
 from ..sampling.flow import denoise
 from ..core.signals import stop_status
 from ..sampling.spectrum import sampler_velocity

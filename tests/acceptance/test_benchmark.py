@@ -1,4 +1,4 @@
-"""Gate: denoise time against the baseline of the same key (harness/gates/baseline.py); a regression fails
+"""Gate: denoise time against the baseline of the same key (harness/results/baseline.py); a regression fails
 this test itself, so JUnit and CI's test view show it.
 
 extra_info holds the board profile's tables for the run: mean step time, core time per branch per
@@ -15,14 +15,14 @@ from dataclasses import replace
 
 import pytest
 
-from harness.gates.baseline import KEY_MISMATCH, REGRESSED
+from harness.results.baseline import KEY_MISMATCH, REGRESSED
 from harness.core.errors import HarnessError
 from harness.gates.runner import benchmark_info, history_record
 from harness.results.history import append_run
 from harness.pytest_plugin.state import (BENCH_RESULTS, BOARD, IDENTITY, INVALID_RUNS, STEP_SPLITS,
                                          append_to)
 from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
-from harness.runtime.steptimes import STAGE_NAMES
+from harness.lifecycle.steptimes import STAGE_NAMES
 from harness.results.telemetry import TelemetryWindow
 
 pytestmark = [pytest.mark.npu, pytest.mark.benchmark]

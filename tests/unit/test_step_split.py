@@ -5,7 +5,7 @@ every sum and quotient below is exact in binary floating point.
 """
 import pytest
 
-from harness.runtime.steptimes import summarize
+from harness.lifecycle.steptimes import summarize
 
 BRANCHES = ("self_attn", "cross_attn", "ffn")
 # seconds per invocation, by stage and branch

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..core.atomic import atomic_write_json
 from ..core.errors import ConfigError, HarnessError
-from ..results.history import utc_now
+from .history import utc_now
 
 __all__ = ["BaselineKey", "BaselineStore", "Comparison", "judge", "parse_threshold",
            "REGRESSED", "WITHIN", "NO_BASELINE", "KEY_MISMATCH"]
