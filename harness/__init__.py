@@ -14,7 +14,7 @@ _WHERE = {
     "Manifest": "partition.manifest", "load_manifest": "partition.manifest",
     "inspect_partition": "partition.manifest", "export_partition": "partition.onnx_export",
     "RunResult": "runtime.run", "run_partitioned": "runtime.run",
-    "expected_shapes": "model.weights", "load_weights": "model.weights", "Checkpoint": "model.checkpoint",
+    "expected_shapes": "model.weights", "load_weights": "model.checkpoint", "Checkpoint": "model.checkpoint",
 }
 
 __all__ = list(_WHERE)

@@ -13,75 +13,10 @@ from pathlib import Path
 
 from ..model.config import EMBEDDED_DIR
 from ..core.errors import ConfigError, HarnessError, RunStopped
+from .options import (BACKEND_CHOICES, add_board_sim_options, board_sim_options, cfg_scale, checked,
+                      core_mask, default_partition, lifecycle, positive_int, ranged, seed, size)
 
 __all__ = ["main", "build_parser"]
-
-
-def _ranged(kind, lo, hi, what: str):
-    """An argparse type: parse with `kind` and keep within [lo, hi], with the option's own wording."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got '{text}'") from None
-        if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(
-                f"must be positive, got {value}" if lo == 1 and hi == float("inf")
-                else f"must be within {lo}..{hi}, got {value}")
-        return value
-    return parse
-
-
-BACKEND_CHOICES = ("reference", "onnxruntime", "rknnlite", "board-sim", "faults")
-
-
-def _checked(parse):
-    """An argparse type from a harness parser that raises ConfigError."""
-    def convert(text: str):
-        try:
-            return parse(text)
-        except HarnessError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    return convert
-
-
-def _size(text: str) -> str:
-    from ..memory.guard import parse_size
-    parse_size(text)
-    return text
-
-
-def _core_mask(text: str) -> str:
-    from ..backends.rknnlite import parse_core_mask
-    return parse_core_mask(text)
-
-
-def _lifecycle(text: str) -> str:
-    from ..lifecycle import parse_lifecycle
-    return str(parse_lifecycle(text))
-
-
-def add_board_sim_options(parser) -> None:
-    """--board-profile-data / --time-scale: the simulated board's own options."""
-    parser.add_argument("--board-profile-data", type=Path,
-                        help="board-sim: profile data file (default: boards/data/rock5c-anima.toml)")
-    parser.add_argument("--time-scale", type=_ranged(float, 1e-9, 1.0, "a number"),
-                        help="board-sim: seconds here per board second (default: the data file's)")
-
-
-def board_sim_options(args) -> dict:
-    from ..backends.board_sim import normalize_options
-    raw = {"core_mask": args.core_mask}
-    if args.board_profile_data is not None:
-        raw["profile_data"] = str(args.board_profile_data)
-    if args.time_scale is not None:
-        raw["time_scale"] = args.time_scale
-    return normalize_options(raw)
-
-
-_positive_int = _ranged(int, 1, float("inf"), "a whole number")
-_cfg_scale = _ranged(float, 0.0, 30.0, "a number")
-_seed = _ranged(int, 0, 2 ** 63 - 1, "a whole number")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,33 +33,33 @@ def build_parser() -> argparse.ArgumentParser:
                           "without a prompt encoder here, e.g. Anima's Qwen3 + adapter output)")
     gen.add_argument("--uncond-text-emb", "--uncond-context", dest="uncond_text_emb", type=Path,
                      metavar="UNCOND.npy", help="text embedding of the empty prompt, for CFG != 1")
-    gen.add_argument("--seed", type=_seed, help="initial-noise seed (default: the model's)")
-    gen.add_argument("--steps", type=_positive_int, help="sampler steps (default: the model's)")
-    gen.add_argument("--cfg", type=_cfg_scale, dest="cfg_scale", help="CFG scale (default: the model's)")
+    gen.add_argument("--seed", type=seed, help="initial-noise seed (default: the model's)")
+    gen.add_argument("--steps", type=positive_int, help="sampler steps (default: the model's)")
+    gen.add_argument("--cfg", type=cfg_scale, dest="cfg_scale", help="CFG scale (default: the model's)")
     gen.add_argument("--backend", default="reference", choices=BACKEND_CHOICES,
                      help="reference (monolithic FP32 numpy), onnxruntime (84 subgraphs on the host "
                           "CPU), rknnlite (the board's NPU) or faults (onnxruntime with --fault); "
                           "default: %(default)s")
     gen.add_argument("--fault", help="with --backend faults: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS")
-    gen.add_argument("--min-free", default="64MiB", type=_checked(_size),
+    gen.add_argument("--min-free", default="64MiB", type=checked(size),
                      help="refuse to start with less free space beside --out (default: %(default)s)")
     gen.add_argument("--partition", type=Path,
                      help="partition directory with manifest.json (default for onnxruntime: "
                           "out/partitions/<model>-<dtype>, exported on first use)")
     gen.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                      help="subgraph precision when the partition is exported on first use")
-    gen.add_argument("--core-mask", default="auto", type=_checked(_core_mask),
+    gen.add_argument("--core-mask", default="auto", type=checked(core_mask),
                      help="rknnlite / board-sim NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2, all")
     add_board_sim_options(gen)
-    gen.add_argument("--lifecycle", default="on-demand", type=_checked(_lifecycle),
+    gen.add_argument("--lifecycle", default="on-demand", type=checked(lifecycle),
                      help="context strategy: on-demand, resident, lru:K, pinned:K, pinned:@I,J,A-B, "
                           "prefetch:K (default: %(default)s)")
-    gen.add_argument("--images", type=_positive_int, default=1,
+    gen.add_argument("--images", type=positive_int, default=1,
                      help="images generated together (seeds seed, seed+1, ...); every loaded context "
                           "serves all their streams (default: %(default)s)")
-    gen.add_argument("--mem-floor", default="1.5GiB", type=_checked(_size),
+    gen.add_argument("--mem-floor", default="1.5GiB", type=checked(size),
                      help="abort when MemAvailable falls below (default: %(default)s)")
-    gen.add_argument("--swap-limit", default="16MiB", type=_checked(_size),
+    gen.add_argument("--swap-limit", default="16MiB", type=checked(size),
                      help="abort when swap grows more than (default: %(default)s)")
     _add_sampler_options(gen)
     gen.add_argument("--out", type=Path, default=Path("out/generate.png"), help="PNG path (default: %(default)s)")
@@ -137,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ..memory.planner import add_command as add_plan
     from .probe_memory import add_command as add_probe
     from ..results.trend import add_command as add_trend
-    from ..runtime.capture import add_command as add_capture
+    from .capture import add_command as add_capture
     from .accuracy import add_command as add_accuracy
     from .toolkit import add_commands as add_toolkit_commands
     add_commands(sub)
@@ -160,8 +95,8 @@ def _add_sampler_options(gen) -> None:
     group = gen.add_argument_group("Spectrum (with --sampler spectrum; the preset fills what is not given)")
     group.add_argument("--spectrum-preset", choices=list(PRESETS), default=None,
                        help=f"parameter preset (default: {DEFAULT_PRESET}, 13 computed of 28 steps)")
-    number = _ranged(float, float("-inf"), float("inf"), "a number")
-    whole = _ranged(int, -2 ** 31, 2 ** 31, "a whole number")
+    number = ranged(float, float("-inf"), float("inf"), "a number")
+    whole = ranged(int, -2 ** 31, 2 ** 31, "a whole number")
     for name, kind, text in (("warmup", whole, "first steps that always compute"),
                              ("window", number, "a step computes every floor(window) steps"),
                              ("flex", number, "window growth per computed step"),
@@ -284,7 +219,7 @@ def _generate_partitioned(bundle, prompt, s, args, text_embs):
     from ..memory.guard import MemoryGuard, read_system_memory
     from ..report.terminal import print_run_tables, progress_bar
     from ..runtime.run import run_partitioned
-    partition = args.partition or _default_partition(bundle, args)
+    partition = args.partition or default_partition(bundle, args.backend, args.dtype, args.quiet)
     options = ({"core_mask": args.core_mask} if args.backend == "rknnlite"
                else board_sim_options(args) if args.backend == "board-sim" else {})
     if args.backend == "faults":
@@ -326,20 +261,6 @@ def _check_writable_dir(out: Path) -> None:
     for path in (out, out.with_suffix(".json")):
         if path.is_dir():
             raise ConfigError(f"--out {out}: {path} is a folder, so the run's output cannot be written")
-
-
-def _default_partition(bundle, args) -> Path:
-    """The export command's default directory for these weights: exported on first use, so new
-    weights never run against subgraphs exported from old ones."""
-    from ..partition.manifest import default_partition_dir, manifest_path
-    partition = default_partition_dir(bundle.cfg, bundle.digest, args.dtype)
-    if args.backend == "rknnlite":
-        raise ConfigError("--backend rknnlite needs --partition DIR with the converted .rknn subgraphs")
-    if not manifest_path(partition).exists():
-        from .partition import export_with_progress
-        print(f"exporting the partition to {partition} ({args.dtype}, first use)", file=sys.stderr)
-        export_with_progress(bundle.weights_source, bundle.cfg, partition, quiet=args.quiet, dtype=args.dtype)
-    return partition
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,9 +9,10 @@ from ..partition.onnx_export import FAKE_QUANT
 from ..model.config import EMBEDDED_DIR, ModelConfig, load_model_dir, load_profile
 from ..core.errors import ConfigError
 from ..partition.manifest import default_partition_dir
+from ..runtime.partitions import export_with_progress
 
 __all__ = ["add_commands", "parse_blocks", "render_inspection", "cmd_export", "cmd_inspect",
-           "cmd_inspect_checkpoint", "default_partition_dir", "exported_partition", "export_with_progress"]
+           "cmd_inspect_checkpoint", "default_partition_dir"]
 
 
 def parse_blocks(text: str, blocks: int) -> list[int]:
@@ -90,27 +91,6 @@ def _load_model(args):
         raise ConfigError(f"{cfg.source}: missing 'weights' (file name of the weights)")
     path = args.model_dir / cfg.files["weights"]
     return cfg, Checkpoint(path, cfg), path
-
-
-def export_with_progress(weights: dict, cfg: ModelConfig, out, quiet: bool = False, **options):
-    """export_partition with a progress bar on stderr (the exporter itself prints nothing)."""
-    from ..report.terminal import progress_bar
-    from ..partition.onnx_export import export_partition, planned_files
-    total = planned_files(cfg, options.get("blocks"))
-    with progress_bar(total, f"export {cfg.name} {options.get('dtype', 'float32')}", disable=quiet) as advance:
-        return export_partition(weights, cfg, out, on_file=advance, **options)
-
-
-def exported_partition(bundle, dtype: str, fake_quant: str | None = None, quiet: bool = True) -> Path:
-    """The export command's default directory for these weights, exported on first use."""
-    import sys
-    from ..partition.manifest import manifest_path
-    partition = default_partition_dir(bundle.cfg, bundle.digest, dtype, fake_quant)
-    if not manifest_path(partition).exists():
-        print(f"exporting the partition to {partition} ({dtype}, first use)", file=sys.stderr)
-        export_with_progress(bundle.weights_source, bundle.cfg, partition, quiet=quiet, dtype=dtype,
-                             fake_quant=fake_quant)
-    return partition
 
 
 def cmd_export(args) -> int:

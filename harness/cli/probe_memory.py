@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..core.atomic import atomic_write_bytes, atomic_write_json
 from ..core.errors import ConfigError
+from .options import add_board_sim_options, board_sim_options, checked, core_mask, default_partition, positive_int, size
 
 __all__ = ["add_command", "verdict", "write_outputs"]
 
@@ -26,7 +27,6 @@ _FIELDS = ("contexts", "pss_mib", "pss_added_mib", "mem_available_delta_mib", "s
 
 
 def add_command(sub) -> None:
-    from .main import (_checked, _core_mask, _positive_int, _size, add_board_sim_options)
     from ..model.config import EMBEDDED_DIR
     p = sub.add_parser("probe-memory", help="load and keep contexts one at a time until a memory gate; "
                                             "fit and extrapolate to full residency")
@@ -34,15 +34,15 @@ def add_command(sub) -> None:
     p.add_argument("--model-dir", type=Path, default=EMBEDDED_DIR)
     p.add_argument("--partition", type=Path, help="partition directory (default: exported on first use)")
     p.add_argument("--dtype", choices=("float32", "float16"), default="float16")
-    p.add_argument("--core-mask", default="auto", type=_checked(_core_mask))
+    p.add_argument("--core-mask", default="auto", type=checked(core_mask))
     add_board_sim_options(p)
-    p.add_argument("--limit", type=_positive_int, help="most contexts to hold (default: the subgraph count)")
-    p.add_argument("--mem-floor", default="1.5GiB", type=_checked(_size), help="gate: MemAvailable floor")
-    p.add_argument("--swap-limit", default="16MiB", type=_checked(_size), help="gate: swap growth limit")
-    p.add_argument("--pss-budget", type=_checked(_size),
+    p.add_argument("--limit", type=positive_int, help="most contexts to hold (default: the subgraph count)")
+    p.add_argument("--mem-floor", default="1.5GiB", type=checked(size), help="gate: MemAvailable floor")
+    p.add_argument("--swap-limit", default="16MiB", type=checked(size), help="gate: swap growth limit")
+    p.add_argument("--pss-budget", type=checked(size),
                    help="gate: most PSS the held contexts may add (default on board-sim: the data file's "
                         "[sim] context_budget_mib x memory_scale; elsewhere none)")
-    p.add_argument("--fit-rows", type=_positive_int, default=2,
+    p.add_argument("--fit-rows", type=positive_int, default=2,
                    help="rows at the top of the table the growth is fitted over (default: %(default)s)")
     p.add_argument("--warm-up", action=argparse.BooleanOptionalAction, default=True,
                    help="load and release one context before the baseline, so the runtime's one-off "
@@ -101,18 +101,13 @@ def _print_row(row) -> None:
 
 
 def _partition(bundle, args):
-    from .main import _default_partition
-    if args.backend == "rknnlite":
-        raise ConfigError("--backend rknnlite needs --partition DIR with the converted .rknn subgraphs")
-    return _default_partition(bundle, argparse.Namespace(dtype=args.dtype, backend="onnxruntime",
-                                                          quiet=args.quiet))
+    return default_partition(bundle, args.backend, args.dtype, args.quiet)
 
 
 def _backend(args):
     """(options, memory scale, board profile or None) for the chosen backend."""
     if args.backend == "board-sim":
         from ..backends.board_profile import load_board_profile
-        from .main import board_sim_options
         options = board_sim_options(args)
         return options, options["memory_scale"], load_board_profile(options["profile_data"])
     return ({"core_mask": args.core_mask} if args.backend == "rknnlite" else {}), 1.0, None

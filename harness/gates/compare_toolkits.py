@@ -13,7 +13,6 @@ instead of stopping at it.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from ..core.errors import ConfigError, HarnessError
@@ -26,14 +25,8 @@ __all__ = ["compare_toolkits", "image_rows"]
 
 
 def _default_partition(bundle) -> Path:
-    from ..partition.manifest import default_partition_dir
-    from ..partition.manifest import manifest_path
-    from ..partition.onnx_export import export_partition
-    path = default_partition_dir(bundle.cfg, bundle.digest, "float32")
-    if not manifest_path(path).exists():
-        print(f"[compare] exporting the FP32 partition to {path} (first use)", file=sys.stderr)
-        export_partition(bundle.weights, bundle.cfg, path, dtype="float32")
-    return path
+    from ..runtime.partitions import exported_partition
+    return exported_partition(bundle, "float32")
 
 
 def _convert(version: str, partition: Path, out: Path, target: str, samples: int, quiet: bool):

@@ -74,12 +74,9 @@ class GateRunner:
         if self.s.backend == "rknnlite":
             raise ConfigError("--partition (or the board profile's `partition`) must name the converted "
                               ".rknn subgraphs when the backend is rknnlite")
-        from ..partition.onnx_export import export_partition
-        out = self._cache_path()
-        if not manifest_path(out).exists():
-            export_partition(self.bundle.weights_source, self.bundle.cfg, out, dtype=self.s.precision,
-                             fake_quant=self.s.fake_quant)
-        return out
+        from ..runtime.partitions import exported_partition
+        return exported_partition(self.bundle, self.s.precision, self.s.fake_quant,
+                                  root=self.s.cache_dir / "partitions")
 
     def describe_partition(self) -> str:
         """For the report header: the partition and its manifest hash, without exporting anything."""

@@ -141,7 +141,7 @@ def load_bundle(model_dir: str | Path) -> ModelBundle:
 
 def _run_decoder_onnx(path: Path, latent: np.ndarray, value_range) -> np.ndarray:
     import onnxruntime as ort
-    from ..runtime.pipeline import as_rgb
+    from ..core.imageio import as_rgb
     if not path.is_file():
         raise ConfigError(f"decoder {path} does not exist ([decoder] onnx in model.toml)")
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

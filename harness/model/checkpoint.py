@@ -24,7 +24,7 @@ from ..core.errors import WeightsError
 from .safetensors_io import FLOAT_DTYPES, SafetensorsFile
 from .weights import combine_digests, expected_shapes, tensor_digest
 
-__all__ = ["Checkpoint", "TensorSource", "DictSource", "as_source", "group_of", "role_of", "is_host_key"]
+__all__ = ["load_weights", "Checkpoint", "TensorSource", "DictSource", "as_source", "group_of", "role_of", "is_host_key"]
 
 _NPU_MODULES = ("self_attn", "cross_attn", "mlp")
 # Top-level modules of the DiT itself: a tensor there that the profile does not expect means the
@@ -218,3 +218,13 @@ def as_source(weights, cfg: ModelConfig, source: str = "weights") -> TensorSourc
     if isinstance(weights, (str, Path)):
         return Checkpoint(weights, cfg)
     return DictSource(weights, cfg, source)
+
+
+def load_weights(path: str | Path, cfg: ModelConfig) -> dict[str, np.ndarray]:
+    """Every DiT tensor of a checkpoint as float32 (BF16, F16 or F32 on disk; a key prefix is
+    detected, other tensors ignored). The board's path reads less: see Checkpoint."""
+    checkpoint = Checkpoint(path, cfg)
+    try:
+        return checkpoint.read(checkpoint.keys())
+    finally:
+        checkpoint.close()

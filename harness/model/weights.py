@@ -1,6 +1,6 @@
 """Weights in the public Cosmos-Predict2 key layout (safetensors), validated against a ModelConfig.
 
-Loading checks every expected key, its shape and that the values are finite, and names the first
+Loading (checkpoint.load_weights) checks every expected key, its shape and that the values are finite, and names the first
 problem. Files are read through harness.model.checkpoint (prefix detection, BF16, extra tensors ignored).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 from .config import ModelConfig
 from ..core.errors import WeightsError
 
-__all__ = ["weights_digest", "tensor_digest", "combine_digests", "expected_shapes", "read_safetensors", "load_weights",
+__all__ = ["weights_digest", "tensor_digest", "combine_digests", "expected_shapes", "read_safetensors",
            "save_weights", "random_weights", "block_keys"]
 
 _BRANCH_ADALN = {"self_attn": "adaln_modulation_self_attn", "cross_attn": "adaln_modulation_cross_attn",
@@ -70,17 +70,6 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
         return load_file(str(path))
     except (SafetensorError, ValueError, OSError) as exc:
         raise WeightsError(f"{path}: not a readable safetensors file ({exc})") from None
-
-
-def load_weights(path: str | Path, cfg: ModelConfig) -> dict[str, np.ndarray]:
-    """Every DiT tensor of a checkpoint as float32 (BF16, F16 or F32 on disk; a key prefix is
-    detected, other tensors ignored). The board's path reads less: see harness.model.checkpoint."""
-    from .checkpoint import Checkpoint
-    checkpoint = Checkpoint(path, cfg)
-    try:
-        return checkpoint.read(checkpoint.keys())
-    finally:
-        checkpoint.close()
 
 
 def save_weights(tensors: dict[str, np.ndarray], path: str | Path, metadata: dict | None = None) -> None:

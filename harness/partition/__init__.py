@@ -1,11 +1,20 @@
-"""The partition: ONNX export of the 3-per-block subgraph bodies (+ decoder) and their manifest."""
-from ..cli.partition import add_commands, render_inspection
-from .manifest import (FORMAT, MANIFEST_FILE, Manifest, SubgraphEntry, TensorSpec, check_input,
-                       inspect_partition, load_manifest, subgraph_index)
-from .onnx_export import (DEFAULT_OPSET, MAX_OPSET, build_decoder, build_subgraph, export_partition,
-                          fp16_missing_kernels, subgraph_file)
+"""The partition: ONNX export of the 3-per-block subgraph bodies (+ decoder) and their manifest.
 
-__all__ = ["add_commands", "render_inspection", "FORMAT", "MANIFEST_FILE", "Manifest", "SubgraphEntry",
-           "TensorSpec", "check_input", "inspect_partition", "load_manifest", "subgraph_index",
-           "DEFAULT_OPSET", "MAX_OPSET", "build_decoder", "build_subgraph", "export_partition",
-           "fp16_missing_kernels", "subgraph_file"]
+Names are imported on first use (PEP 562): reading a manifest does not load onnx.
+"""
+import importlib
+
+_WHERE = {name: "manifest" for name in ("FORMAT", "MANIFEST_FILE", "Manifest", "SubgraphEntry", "TensorSpec",
+                                         "check_input", "inspect_partition", "load_manifest", "subgraph_index")}
+_WHERE.update({name: "onnx_export" for name in ("DEFAULT_OPSET", "MAX_OPSET", "build_decoder", "build_subgraph",
+                                                 "export_partition", "fp16_missing_kernels", "subgraph_file")})
+
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'harness.partition' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    globals()[name] = value
+    return value

@@ -21,12 +21,8 @@ TOOLKIT_PRECISIONS = {"float16": "fp16", "fp16": "fp16", "w8a8-ffn": "w8a8-ffn"}
 
 
 def cached_fp32_export(bundle, cache_dir: Path) -> Path:
-    from ..partition.manifest import default_partition_dir
-    from ..partition.onnx_export import export_partition
-    out = Path(cache_dir) / "partitions" / default_partition_dir(bundle.cfg, bundle.digest, "float32").name
-    if not manifest_path(out).exists():
-        export_partition(bundle.weights, bundle.cfg, out, dtype="float32")
-    return out
+    from .partitions import exported_partition
+    return exported_partition(bundle, "float32", root=Path(cache_dir) / "partitions")
 
 
 def cached_calibration(bundle, cache_dir: Path, source: Path) -> Path:

@@ -22,10 +22,11 @@ from ..core.errors import ManifestError, NumericsError
 from ..model import ops, reference as R
 from ..model.bundle import ModelBundle
 from ..partition.manifest import check_input, check_outputs
+from ..core.imageio import as_rgb
 from ..core.timing import Timed
 
 __all__ = ["PartitionedPipeline", "HostTimes", "Invocation", "check_finite", "check_image_finite", "batch_of",
-           "pad_batch", "as_rgb"]
+           "pad_batch"]
 
 
 @dataclass(frozen=True)
@@ -230,17 +231,3 @@ class PartitionedPipeline:
         value_range = self.cfg.decoder.get("output_range", [0.0, 1.0])
         images = [as_rgb(out, value_range, entry) for out in outs]
         return images[0] if len(images) == 1 else np.stack(images)
-
-
-def as_rgb(out: np.ndarray, value_range, entry) -> np.ndarray:
-    """[H, W, 3], [3, H, W] or either with unit axes ([1, H, W, 3] from the exported decoder,
-    [1, 3, 1, H, W] from a video VAE) -> [H, W, 3] in [0, 1], mapping `value_range` (model.toml
-    [decoder] output_range) onto [0, 1]."""
-    image = np.squeeze(out)
-    if image.ndim == 3 and image.shape[0] == 3 and image.shape[-1] != 3:
-        image = image.transpose(1, 2, 0)
-    if image.ndim != 3 or image.shape[-1] != 3:
-        raise ManifestError(f"{entry.label} ({entry.file}) returned {list(out.shape)}; expected an RGB image "
-                            "[H, W, 3] or [3, H, W] (unit axes allowed)")
-    lo, hi = (float(v) for v in value_range)
-    return np.clip((image - lo) / (hi - lo), 0.0, 1.0).astype(np.float32)

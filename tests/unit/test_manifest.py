@@ -10,7 +10,8 @@ import pytest
 
 from harness.model.config import EMBEDDED_DIR, load_model_dir
 from harness.core.errors import HarnessError, ManifestError
-from harness.partition import (add_commands, check_input, export_partition, inspect_partition,
+from harness.cli.partition import add_commands
+from harness.partition import (check_input, export_partition, inspect_partition,
                                load_manifest)
 from harness.partition.manifest import FORMAT, MANIFEST_FILE
 from harness.model.weights import random_weights, save_weights

@@ -195,7 +195,7 @@ def test_anima_shaped_partition_without_decoder_or_prompt_encoder(tmp_path):
     from harness.model.config import load_profile
     from harness.model.bundle import ModelBundle
     from harness.sampling.flow import initial_noise
-    from harness.model.weights import load_weights
+    from harness.model.checkpoint import load_weights
     from tests.unit.test_reference import DATA
     cfg = load_profile("cosmos-tiny")
     bundle = ModelBundle(cfg, load_weights(DATA / "tiny.safetensors", cfg), None, tmp_path)

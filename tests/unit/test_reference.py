@@ -11,7 +11,8 @@ import pytest
 
 from harness.model.config import load_profile
 from harness.model import ops, reference as R
-from harness.model.weights import load_weights, random_weights
+from harness.model.checkpoint import load_weights
+from harness.model.weights import random_weights
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "cosmos-reference"
 

@@ -5,7 +5,8 @@ from safetensors.numpy import save_file
 
 from harness.model.config import load_profile
 from harness.core.errors import WeightsError
-from harness.model.weights import expected_shapes, load_weights, random_weights
+from harness.model.checkpoint import load_weights
+from harness.model.weights import expected_shapes, random_weights
 
 
 @pytest.fixture
