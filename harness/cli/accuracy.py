@@ -14,12 +14,11 @@ import shlex
 from pathlib import Path
 
 from ..gates.accuracy import DEFAULT_THRESHOLD, Row, analyze, per_subgraph, replay, worst_first
-from ..model.config import BRANCHES, EMBEDDED_DIR
+from ..model.config import BRANCHES
 from ..core.errors import ConfigError
+from .options import add_options, check_precision, default_partition, resolve_backend
 
 __all__ = ["add_command", "render_worst", "render_grid"]
-
-BACKENDS = ("onnxruntime", "faults", "rknn-sim", "rknnlite")
 
 
 def _threshold(text: str) -> float:
@@ -35,24 +34,15 @@ def _threshold(text: str) -> float:
 def add_command(subparsers):
     p = subparsers.add_parser("accuracy", help="every subgraph at every step against the FP32 reference "
                                                "on the same inputs (cosine, max relative error)")
-    p.add_argument("--model-dir", type=Path, default=EMBEDDED_DIR, help="model directory (default: models/embedded)")
-    p.add_argument("--backend", choices=BACKENDS, default="onnxruntime",
-                   help="backend under test (default: %(default)s)")
-    p.add_argument("--partition", type=Path,
-                   help="partition under test (default: the --dtype export of these weights; "
-                        "rknn-sim and rknnlite need the converted partition)")
-    p.add_argument("--dtype", choices=("float16", "float32"), default="float16",
-                   help="precision of the default partition (default: %(default)s)")
-    p.add_argument("--fault", help="with --backend faults: nan@SUBGRAPH or slow=SECONDS")
+    add_options(p, "model_dir", "backend", "partition", "precision", "core_mask", "board_profile_data", "time_scale",
+                "fault", "calibration", "cache_dir")
     p.add_argument("--toolkit", help="with --backend rknn-sim: toolkit version (default: the partition's)")
     p.add_argument("--reference", type=Path,
                    help="FP32 reference partition (default: the FP32 export of these weights)")
     p.add_argument("--threshold", type=_threshold, default=DEFAULT_THRESHOLD,
                    help="lowest acceptable cosine (default: %(default)s)")
     p.add_argument("--prompt", help="prompt (default: the model's default prompt)")
-    p.add_argument("--seed", type=int, help="initial-noise seed (default: the model's)")
-    p.add_argument("--steps", type=int, help="sampler steps (default: the model's)")
-    p.add_argument("--cfg", type=float, dest="cfg_scale", help="CFG scale (default: the model's)")
+    add_options(p, "seed", "steps", "cfg_scale")
     p.add_argument("--top", type=int, default=15, help="rows of the worst-first table (default: %(default)s)")
     p.add_argument("--out", type=Path, default=Path("out/accuracy"),
                    help="accuracy.json, run.json and the failure's folder (default: %(default)s)")
@@ -61,17 +51,14 @@ def add_command(subparsers):
     return p
 
 
-def _backend_options(args) -> dict:
-    if args.fault and args.backend != "faults":
-        raise ConfigError(f"--fault {args.fault}: faults are injected only with --backend faults")
+def _backend_options(args, cfg) -> dict:
+    from ..backends import backend_options
     if args.toolkit and args.backend != "rknn-sim":
         raise ConfigError(f"--toolkit {args.toolkit}: only --backend rknn-sim builds with a toolkit")
-    if args.backend == "faults":
-        from ..backends.faults import parse_fault
-        return parse_fault(args.fault)
+    options = backend_options(args.backend, vars(args), cfg)
     if args.backend == "rknn-sim" and args.toolkit:
-        return {"toolkit": args.toolkit}
-    return {}
+        options["toolkit"] = args.toolkit
+    return options
 
 
 def _cmd_accuracy(args) -> int:
@@ -81,14 +68,14 @@ def _cmd_accuracy(args) -> int:
         return _cmd_replay(args, con)
     from ..sampling.reference_run import sample_settings
     from ..model.bundle import load_bundle
-    from .partition import exported_partition
-    if args.steps is not None and args.steps < 1:
-        raise ConfigError(f"--steps {args.steps}: must be positive")
-    options = _backend_options(args)
+    from ..runtime.partitions import exported_partition
+    from ..results.telemetry import detect_rk3588
+    args.backend = resolve_backend(args.backend, detect_rk3588(Path("/")))
+    check_precision(args.backend, args.precision)
     bundle = load_bundle(args.model_dir)
-    if args.partition is None and args.backend in ("rknn-sim", "rknnlite"):
-        raise ConfigError(f"--backend {args.backend} needs --partition DIR (a converted partition)")
-    partition = args.partition or exported_partition(bundle, args.dtype)
+    options = _backend_options(args, bundle.cfg)
+    partition = args.partition or default_partition(bundle, args.backend, args.precision, True, args.calibration,
+                                                    args.cache_dir)
     reference = args.reference or exported_partition(bundle, "float32")
     settings = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed)
     prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")

@@ -1,90 +1,34 @@
-"""`python -m harness <command>`: generate, export, inspect, convert, compare-toolkits, trend, compare,
-accept-golden.
-
-Expected failures (HarnessError) print one line naming the culprit and exit non-zero without a
-traceback; anything else is a bug and keeps its traceback.
-"""
+"""`harness generate`: one prompt through the partitioned run (by default the gates' backend, `auto`,
+and precision, float16), written as a PNG beside its run report; `--backend reference` is the
+monolithic FP32 numpy forward."""
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
-from ..model.config import EMBEDDED_DIR
 from ..core.errors import ConfigError, HarnessError, RunStopped
-from .options import (BACKEND_CHOICES, add_board_sim_options, board_sim_options, cfg_scale, checked,
-                      core_mask, default_partition, lifecycle, positive_int, ranged, seed, size)
+from .options import BACKEND_CHOICES, add_options, check_precision, default_partition, ranged, resolve_backend
 
-__all__ = ["main", "build_parser"]
+__all__ = ["add_command"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness",
-                                     description="Anima DiT NPU acceptance harness")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def add_command(sub) -> None:
     gen = sub.add_parser("generate", help="render a prompt to a PNG (default: the embedded model)")
-    gen.add_argument("--model-dir", type=Path, default=EMBEDDED_DIR,
-                     help="model directory with model.toml (default: models/embedded)")
+    add_options(gen, "model_dir")
     gen.add_argument("--prompt", help="text prompt (default: the model's default prompt)")
     gen.add_argument("--text-emb", "--context", dest="text_emb", type=Path, metavar="COND.npy",
                      help="text embedding [context_tokens, context_dim] instead of --prompt (a model "
                           "without a prompt encoder here, e.g. Anima's Qwen3 + adapter output)")
     gen.add_argument("--uncond-text-emb", "--uncond-context", dest="uncond_text_emb", type=Path,
                      metavar="UNCOND.npy", help="text embedding of the empty prompt, for CFG != 1")
-    gen.add_argument("--seed", type=seed, help="initial-noise seed (default: the model's)")
-    gen.add_argument("--steps", type=positive_int, help="sampler steps (default: the model's)")
-    gen.add_argument("--cfg", type=cfg_scale, dest="cfg_scale", help="CFG scale (default: the model's)")
-    gen.add_argument("--backend", default="reference", choices=BACKEND_CHOICES,
-                     help="reference (monolithic FP32 numpy), onnxruntime (84 subgraphs on the host "
-                          "CPU), rknnlite (the board's NPU) or faults (onnxruntime with --fault); "
-                          "default: %(default)s")
-    gen.add_argument("--fault", help="with --backend faults: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS")
-    gen.add_argument("--min-free", default="64MiB", type=checked(size),
-                     help="refuse to start with less free space beside --out (default: %(default)s)")
-    gen.add_argument("--partition", type=Path,
-                     help="partition directory with manifest.json (default for onnxruntime: "
-                          "out/partitions/<model>-<dtype>, exported on first use)")
-    gen.add_argument("--dtype", choices=("float32", "float16"), default="float32",
-                     help="subgraph precision when the partition is exported on first use")
-    gen.add_argument("--core-mask", default="auto", type=checked(core_mask),
-                     help="rknnlite / board-sim NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2, all")
-    add_board_sim_options(gen)
-    gen.add_argument("--lifecycle", default="on-demand", type=checked(lifecycle),
-                     help="context strategy: on-demand, resident, lru:K, pinned:K, pinned:@I,J,A-B, "
-                          "prefetch:K (default: %(default)s)")
-    gen.add_argument("--images", type=positive_int, default=1,
-                     help="images generated together (seeds seed, seed+1, ...); every loaded context "
-                          "serves all their streams (default: %(default)s)")
-    gen.add_argument("--mem-floor", default="1.5GiB", type=checked(size),
-                     help="abort when MemAvailable falls below (default: %(default)s)")
-    gen.add_argument("--swap-limit", default="16MiB", type=checked(size),
-                     help="abort when swap grows more than (default: %(default)s)")
+    add_options(gen, "seed", "steps", "cfg_scale", "backend", "precision", "partition", "lifecycle", "images",
+                "core_mask", "board_profile_data", "time_scale", "fault", "calibration", "cache_dir",
+                "mem_floor", "swap_limit", "min_free", choices={"backend": (*BACKEND_CHOICES, "reference")})
     _add_sampler_options(gen)
     gen.add_argument("--out", type=Path, default=Path("out/generate.png"), help="PNG path (default: %(default)s)")
     gen.add_argument("--quiet", action="store_true", help="no progress bar or tables")
     gen.set_defaults(func=_cmd_generate)
-
-    from .partition import add_commands
-    from .accept import add_command as add_accept
-    from ..results.compare import add_command as add_compare
-    from ..memory.planner import add_command as add_plan
-    from .probe_memory import add_command as add_probe
-    from ..results.trend import add_command as add_trend
-    from .capture import add_command as add_capture
-    from .accuracy import add_command as add_accuracy
-    from .toolkit import add_commands as add_toolkit_commands
-    add_commands(sub)
-    add_toolkit_commands(sub)
-    add_trend(sub)
-    add_compare(sub)
-    add_accept(sub)
-    add_probe(sub)
-    add_plan(sub)
-    add_capture(sub)
-    add_accuracy(sub)
-    return parser
 
 
 def _add_sampler_options(gen) -> None:
@@ -185,6 +129,11 @@ def _cmd_generate(args) -> int:
 
 def _preflight(args) -> None:
     """Everything that can be refused before the run spends time or touches a file."""
+    if args.backend == "auto":          # as the gates decide it
+        from ..results.telemetry import detect_rk3588
+        args.backend = resolve_backend("auto", detect_rk3588(Path("/")))
+    if args.backend != "reference":
+        check_precision(args.backend, args.precision)
     from ..core.atomic import sweep_temporaries
     from ..backends.faults import parse_fault
     from ..memory.guard import parse_size
@@ -219,12 +168,10 @@ def _generate_partitioned(bundle, prompt, s, args, text_embs):
     from ..memory.guard import MemoryGuard, read_system_memory
     from ..report.terminal import print_run_tables, progress_bar
     from ..runtime.run import run_partitioned
-    partition = args.partition or default_partition(bundle, args.backend, args.dtype, args.quiet)
-    options = ({"core_mask": args.core_mask} if args.backend == "rknnlite"
-               else board_sim_options(args) if args.backend == "board-sim" else {})
-    if args.backend == "faults":
-        from ..backends.faults import FaultInjectionContext
-        options = FaultInjectionContext.parse_options({"fault": args.fault}, bundle.cfg)
+    from ..backends import backend_options
+    options = backend_options(args.backend, vars(args), bundle.cfg)
+    partition = args.partition or default_partition(bundle, args.backend, args.precision, args.quiet,
+                                                    args.calibration, args.cache_dir)
     report_path = args.out.with_suffix(".json")
     guard = MemoryGuard(args.mem_floor, args.swap_limit, interval=0.25, max_staleness=0.1,
                         check_reader=read_system_memory)
@@ -261,24 +208,3 @@ def _check_writable_dir(out: Path) -> None:
     for path in (out, out.with_suffix(".json")):
         if path.is_dir():
             raise ConfigError(f"--out {out}: {path} is a folder, so the run's output cannot be written")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    from ..core.signals import StopSignals
-    try:
-        with StopSignals(f"harness {args.command}"):
-            return args.func(args)
-    except RunStopped as exc:       # SIGINT/SIGTERM: the partial report is written and says so
-        print(f"error: {exc.status}: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except OSError as exc:          # a file the user named cannot be read or written
-        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130

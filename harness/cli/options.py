@@ -1,15 +1,21 @@
-"""The types and shared options of the commands: one parser per kind of value (seed, steps, sizes,
-core mask, lifecycle), so every command accepts and refuses the same text with the same words."""
+"""The options, declared once: the pytest plugin's `--name` and every command's `--name` come from
+OPTIONS (the pytest-benchmark pattern), with one parser per kind of value (seed, steps, sizes,
+precision, backend, core mask, lifecycle), so every command accepts and refuses the same text with
+the same words and the same defaults as the gates."""
 from __future__ import annotations
 
 import argparse
-import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 from ..core.errors import ConfigError, HarnessError
+from ..model.config import EMBEDDED_DIR
 
 __all__ = ["ranged", "checked", "size", "core_mask", "lifecycle", "positive_int", "cfg_scale", "seed",
-           "BACKEND_CHOICES", "add_board_sim_options", "board_sim_options", "default_partition"]
+           "BACKEND_CHOICES", "add_board_sim_options", "board_sim_options", "default_partition", "Option",
+           "OPTIONS", "SUITE_OPTIONS", "PRECISIONS", "add_options", "check_precision", "resolve_backend",
+           "options_table", "flag_of"]
 
 
 def ranged(kind, lo, hi, what: str):
@@ -27,7 +33,6 @@ def ranged(kind, lo, hi, what: str):
     return parse
 
 
-BACKEND_CHOICES = ("reference", "onnxruntime", "rknnlite", "board-sim", "faults")
 
 
 def checked(parse):
@@ -58,13 +63,11 @@ def lifecycle(text: str) -> str:
 
 def add_board_sim_options(parser) -> None:
     """--board-profile-data / --time-scale: the simulated board's own options."""
-    parser.add_argument("--board-profile-data", type=Path,
-                        help="board-sim: profile data file (default: boards/data/rock5c-anima.toml)")
-    parser.add_argument("--time-scale", type=ranged(float, 1e-9, 1.0, "a number"),
-                        help="board-sim: seconds here per board second (default: the data file's)")
+    add_options(parser, "board_profile_data", "time_scale")
 
 
 def board_sim_options(args) -> dict:
+    """The board-sim context options of a command's arguments, completed (lock directory included)."""
     from ..backends.board_sim import normalize_options
     raw = {"core_mask": args.core_mask}
     if args.board_profile_data is not None:
@@ -79,9 +82,173 @@ cfg_scale = ranged(float, 0.0, 30.0, "a number")
 seed = ranged(int, 0, 2 ** 63 - 1, "a whole number")
 
 
-def default_partition(bundle, backend: str, dtype: str, quiet: bool) -> Path:
-    """The partition of a run that names none: the export of these weights, made on first use."""
+def default_partition(bundle, backend: str, dtype: str, quiet: bool, calibration: Path | None = None,
+                      cache_dir: Path = Path(".cache")) -> Path:
+    """The partition of a run that names none: the export of these weights, made on first use
+    (for rknn-sim, converted on first use under the suite's cache, as the gates do)."""
     from ..runtime.partitions import exported_partition
     if backend == "rknnlite":
         raise ConfigError("--backend rknnlite needs --partition DIR with the converted .rknn subgraphs")
+    if backend == "rknn-sim":
+        from ..runtime.converted import cached_conversion
+        return cached_conversion(bundle, cache_dir, dtype, calibration)
     return exported_partition(bundle, dtype, quiet=quiet)
+
+
+# ------------------------------------------------------------------ the declaration
+
+def _backends() -> tuple[str, ...]:
+    from ..backends.base import BACKENDS
+    return tuple(BACKENDS)
+
+
+BACKEND_CHOICES = ("auto", *_backends())
+PRECISIONS = ("float16", "float32", "w8a8-ffn")
+
+
+def _choice(*choices: str):
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"choose {', '.join(choices)}, got '{text}'")
+        return text
+    return parse
+
+
+def _time_scale(text):
+    return ranged(float, 1e-9, 1.0, "a number")(text)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of the suite and the commands. `kind` says how a value from the command line or a
+    board profile's [suite] table is typed (text, flag, count, size, path); `parse` is the commands'
+    argparse type; `suite=False` keeps it off pytest (a per-command option such as --seed)."""
+    default: Any
+    help: str
+    kind: str = "text"
+    parse: Callable | None = None
+    suite: bool = True
+    aliases: tuple[str, ...] = ()
+
+
+OPTIONS: dict[str, Option] = {
+    "backend": Option("auto", "auto (rknnlite on an RK3588, onnxruntime elsewhere), onnxruntime, rknnlite, faults, "
+                              "board-sim (the board's timings and memory, simulated), "
+                              "rknn-sim (rknn-toolkit2's PC simulator on the converted partition)",
+                      parse=_choice(*BACKEND_CHOICES)),
+    "model_dir": Option(str(EMBEDDED_DIR), "model directory (model.toml + weights); default: the embedded model",
+                        kind="path"),
+    "partition": Option(None, "partition directory (manifest.json); default: exported from the weights and cached",
+                        kind="path"),
+    "precision": Option("float16", "precision of an exported partition: float16 (the board's) or float32; "
+                                   "with rknn-sim: float16 or w8a8-ffn (the conversion's)",
+                        parse=_choice(*PRECISIONS), aliases=("--dtype",)),
+    "calibration": Option(None, "rknn-sim w8a8-ffn: calibration directory (default: captured on first use)",
+                          kind="path"),
+    "fake_quant": Option(None, "export the partition with simulated INT8 (ffn-w8a8): a what-if the quality gate "
+                               "judges"),
+    "golden_dir": Option(None, "golden images and cases.toml; default: golden/<model name>", kind="path"),
+    "cases": Option(None, "comma-separated golden case names to run (default: all)"),
+    "require_npu": Option(False, "fail every npu test unless this is an RK3588 with the RKNNLite runtime",
+                          kind="flag"),
+    "mem_floor": Option("1.5GiB", "memory guard: abort when MemAvailable falls below this", kind="size"),
+    "swap_limit": Option("16MiB", "memory guard: abort when swap grows more than this", kind="size"),
+    "pss_budget": Option(None, "peak added PSS allowed for a whole on-demand run (default: the model's [gates])",
+                         kind="size"),
+    "update_goldens": Option(False, "regenerate goldens and their metadata instead of comparing", kind="flag"),
+    "force_goldens": Option(False, "allow --update-goldens from a non-reference precision (e.g. int8)", kind="flag"),
+    "artifacts": Option("artifacts", "folder for images, diffs, reports, memory samples", kind="path"),
+    "telemetry_root": Option("/", "root of the sysfs/procfs tree read for clocks, thermals and identity",
+                             kind="path"),
+    "core_mask": Option("auto", "rknnlite NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2",
+                        parse=checked(core_mask)),
+    "bench_rounds": Option(1, "pedantic rounds per benchmark (a step takes minutes on the board)", kind="count"),
+    "bench_steps": Option(None, "sampler steps per benchmark round (default: the golden case's)", kind="count"),
+    "bench_sampler": Option(None, "sampler of the benchmark rounds: flow-euler or spectrum (13-of-28 preset; "
+                                  "default: the case's)"),
+    "history": Option(".benchmarks/history.jsonl", "benchmark run history (JSONL) for `python -m harness trend`",
+                      kind="path"),
+    "fault": Option(None, "fault injection for proving gates fail: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS, "
+                          "slow=xFACTOR (backend faults)"),
+    "cache_dir": Option(".cache", "where exported partitions are cached", kind="path"),
+    # Baselines with rules (harness/results/baseline.py): saved only when asked, from valid passing runs.
+    "save_baseline": Option(False, "save this run's benchmark timings as the baselines (CI: main branch only); "
+                                   "never from an INVALID run, only when the whole session passed", kind="flag"),
+    "baseline_threshold": Option("10%", "a benchmark fails when its mean is this much over the baseline of the "
+                                        "same key"),
+    "baselines": Option(".benchmarks/baselines", "baseline store (one folder per board)", kind="path"),
+    "npu_timeout": Option(None, "seconds before an npu test is stopped (pytest-timeout): a hung NPU call fails "
+                                "its test instead of the job", kind="count"),
+    "lifecycle": Option("on-demand", "context strategy: on-demand, resident, lru:K, pinned:K, pinned:@I,J,A-B, "
+                                     "prefetch:K", parse=checked(lifecycle)),
+    "images": Option(1, "images generated together per run: every loaded context serves all their streams",
+                     kind="count"),
+    "board_profile_data": Option(None, "board-sim: profile data file (default boards/data/rock5c-anima.toml)",
+                                 kind="path"),
+    "time_scale": Option(None, "board-sim: seconds here per board second (default: the data file's)",
+                         parse=_time_scale),
+    "min_free": Option("64MiB", "refuse to start when the output's filesystem has less free space", kind="size"),
+    "suite_run": Option(False, "bin/test's run: JUnit XML and benchmark JSON into --artifacts; no test collected "
+                               "fails", kind="flag"),
+    # The commands' own: one generation's settings (the gates take them from the golden cases).
+    "seed": Option(None, "initial-noise seed (default: the model's)", parse=seed, suite=False),
+    "steps": Option(None, "sampler steps (default: the model's)", kind="count", suite=False),
+    "cfg_scale": Option(None, "CFG scale (default: the model's)", parse=cfg_scale, suite=False, aliases=("--cfg",)),
+}
+SUITE_OPTIONS = {name: option for name, option in OPTIONS.items() if option.suite}
+
+_ARGPARSE_TYPES = {"count": positive_int, "size": checked(size), "path": Path}
+
+
+def flag_of(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_options(parser, *names: str, choices: dict | None = None, **defaults) -> None:
+    """Add declared options to a command's parser; `defaults` overrides a default for this command,
+    `choices` the values one command accepts besides the shared ones (generate's `reference`)."""
+    for name in names:
+        option = OPTIONS[name]
+        default = defaults.get(name, option.default)
+        text = option.help.replace("%", "%%")
+        if default not in (None, False) and "default" not in option.help:
+            text += " (default: %(default)s)"
+        flags = [flag_of(name)] if name != "cfg_scale" else ["--cfg"]
+        flags += [a for a in option.aliases if a not in flags]
+        if option.kind == "flag":
+            parser.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=default,
+                                help=text)
+            continue
+        kind = option.parse or _ARGPARSE_TYPES.get(option.kind)
+        if choices and name in choices:
+            kind = _choice(*choices[name])
+        if option.kind == "path" and isinstance(default, str):
+            default = Path(default)
+        parser.add_argument(*flags, dest=name, type=kind, default=default, help=text)
+
+
+def check_precision(backend: str, precision: str) -> None:
+    """The precisions a backend runs: the toolkit builds float16 or w8a8-ffn, the exporter float16 or float32."""
+    precisions = ("float16", "w8a8-ffn") if backend == "rknn-sim" else ("float16", "float32")
+    if precision not in precisions:
+        raise ConfigError(f"--precision {precision}: choose {' or '.join(precisions)}"
+                          + (" (what the toolkit builds)" if backend == "rknn-sim" else ""))
+
+
+def resolve_backend(requested: str, on_board: bool) -> str:
+    """`auto` is rknnlite on an RK3588 and onnxruntime elsewhere, for the gates and the commands alike."""
+    backend = ("rknnlite" if on_board else "onnxruntime") if requested == "auto" else requested
+    if backend not in _backends():
+        raise ConfigError(f"--backend {requested}: unknown (choose auto, {', '.join(_backends())})")
+    return backend
+
+
+def options_table() -> str:
+    """The suite's options as a markdown table (docs/options.md is this, checked by a test)."""
+    rows = ["| option | default | what it does |", "|---|---|---|"]
+    for name, option in SUITE_OPTIONS.items():
+        default = "off" if option.default is False else "-" if option.default is None else f"`{option.default}`"
+        if name == "model_dir":
+            default = "`models/embedded`"
+        rows.append(f"| `{flag_of(name)}` | {default} | {option.help.replace('|', '/')} |")
+    return "\n".join(rows) + "\n"

@@ -1,4 +1,4 @@
-"""CLI subcommands `export` and `inspect`; registered by harness.cli.main through add_commands()."""
+"""CLI subcommands `export` and `inspect`; registered by harness.cli.main through add_command()."""
 from __future__ import annotations
 
 import argparse
@@ -6,12 +6,12 @@ import sys
 from pathlib import Path
 
 from ..partition.onnx_export import FAKE_QUANT
-from ..model.config import EMBEDDED_DIR, ModelConfig, load_model_dir, load_profile
+from ..model.config import EMBEDDED_DIR, load_model_dir, load_profile
 from ..core.errors import ConfigError
 from ..partition.manifest import default_partition_dir
 from ..runtime.partitions import export_with_progress
 
-__all__ = ["add_commands", "parse_blocks", "render_inspection", "cmd_export", "cmd_inspect",
+__all__ = ["add_command", "parse_blocks", "render_inspection", "cmd_export", "cmd_inspect",
            "cmd_inspect_checkpoint", "default_partition_dir"]
 
 
@@ -47,7 +47,7 @@ def _streams(text: str) -> int:
     return value
 
 
-def add_commands(subparsers) -> None:
+def add_command(subparsers) -> None:
     exp = subparsers.add_parser("export", help="export the subgraphs to ONNX with a manifest")
     exp.add_argument("--model-dir", type=Path, default=EMBEDDED_DIR,
                      help="model directory with model.toml and its weights (default: models/embedded)")

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from ..core.atomic import atomic_write_bytes, atomic_write_json
 from ..core.errors import ConfigError
-from .options import add_board_sim_options, board_sim_options, checked, core_mask, default_partition, positive_int, size
+from .options import (add_options, board_sim_options, check_precision, checked, default_partition, positive_int,
+                      resolve_backend, size)
 
 __all__ = ["add_command", "verdict", "write_outputs"]
 
@@ -27,18 +28,12 @@ _FIELDS = ("contexts", "pss_mib", "pss_added_mib", "mem_available_delta_mib", "s
 
 
 def add_command(sub) -> None:
-    from ..model.config import EMBEDDED_DIR
     p = sub.add_parser("probe-memory", help="load and keep contexts one at a time until a memory gate; "
                                             "fit and extrapolate to full residency")
-    p.add_argument("--backend", default="onnxruntime", choices=("onnxruntime", "rknnlite", "board-sim"))
-    p.add_argument("--model-dir", type=Path, default=EMBEDDED_DIR)
-    p.add_argument("--partition", type=Path, help="partition directory (default: exported on first use)")
-    p.add_argument("--dtype", choices=("float32", "float16"), default="float16")
-    p.add_argument("--core-mask", default="auto", type=checked(core_mask))
-    add_board_sim_options(p)
+    add_options(p, "backend", "model_dir", "partition", "precision", "core_mask", "board_profile_data", "time_scale",
+                "fault", "calibration", "cache_dir")
     p.add_argument("--limit", type=positive_int, help="most contexts to hold (default: the subgraph count)")
-    p.add_argument("--mem-floor", default="1.5GiB", type=checked(size), help="gate: MemAvailable floor")
-    p.add_argument("--swap-limit", default="16MiB", type=checked(size), help="gate: swap growth limit")
+    add_options(p, "mem_floor", "swap_limit")
     p.add_argument("--pss-budget", type=checked(size),
                    help="gate: most PSS the held contexts may add (default on board-sim: the data file's "
                         "[sim] context_budget_mib x memory_scale; elsewhere none)")
@@ -57,10 +52,14 @@ def _cmd_probe(args) -> int:
     from ..model.bundle import load_bundle
     from ..memory.residency import residency_probe
     from ..runtime.run import open_partition
+    from ..results.telemetry import detect_rk3588
+    args.backend = resolve_backend(args.backend, detect_rk3588(Path("/")))
+    check_precision(args.backend, args.precision)
     bundle = load_bundle(args.model_dir)
-    partition = args.partition or _partition(bundle, args)
+    partition = args.partition or default_partition(bundle, args.backend, args.precision, args.quiet,
+                                                    args.calibration, args.cache_dir)
     manifest = open_partition(bundle, partition, verify=True)
-    options, scale, board = _backend(args)
+    options, scale, board = _backend(args, bundle.cfg)
     budget = parse_size(args.pss_budget) if args.pss_budget else None
     if budget is None and board is not None:
         budget = int(board.sim("context_budget_mib") * MiB * scale)
@@ -100,17 +99,15 @@ def _print_row(row) -> None:
                            for k in _FIELDS), flush=True)
 
 
-def _partition(bundle, args):
-    return default_partition(bundle, args.backend, args.dtype, args.quiet)
-
-
-def _backend(args):
+def _backend(args, cfg):
     """(options, memory scale, board profile or None) for the chosen backend."""
+    from ..backends import backend_options
+    options = backend_options(args.backend, vars(args), cfg)
     if args.backend == "board-sim":
         from ..backends.board_profile import load_board_profile
         options = board_sim_options(args)
         return options, options["memory_scale"], load_board_profile(options["profile_data"])
-    return ({"core_mask": args.core_mask} if args.backend == "rknnlite" else {}), 1.0, None
+    return options, 1.0, None
 
 
 def verdict(result, subgraphs: int, fit_rows: int, scale: float, board, floor_bytes: int,

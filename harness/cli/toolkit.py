@@ -1,11 +1,11 @@
-"""CLI subcommands `convert` and `compare-toolkits`; registered by harness.cli.main through add_commands()."""
+"""CLI subcommands `convert` and `compare-toolkits`; registered by harness.cli.main through add_command()."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["add_commands", "cmd_convert", "cmd_compare"]
+__all__ = ["add_command", "cmd_convert", "cmd_compare"]
 
 
 def _non_negative(text: str) -> int:
@@ -18,7 +18,7 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def add_commands(subparsers) -> None:
+def add_command(subparsers) -> None:
     from ..toolkit.precisions import precisions
     from ..toolkit.convert import DEFAULT_TARGET
     conv = subparsers.add_parser("convert", help="convert an FP32 partition to .rknn files (rknn-toolkit2)")

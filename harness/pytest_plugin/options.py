@@ -7,115 +7,56 @@ Backend-specific options (core mask, fault) are parsed by the backend that owns 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import field, make_dataclass
 from pathlib import Path
 
-from ..model.config import EMBEDDED_DIR, load_model_dir
+from ..model.config import load_model_dir
 from ..core.errors import ConfigError, HarnessError
 from ..core.schema import read_toml
+from ..cli.options import SUITE_OPTIONS, check_precision, resolve_backend
 
 __all__ = ["SuiteSettings", "resolve_settings", "OPTIONS", "typed_value", "pytest_addoption"]
 
-# option name -> (default, help). Defaults are the host CI's; a board profile overrides them.
-OPTIONS = {
-    "backend": ("auto", "auto (rknnlite on an RK3588, onnxruntime elsewhere), onnxruntime, rknnlite, faults, "
-                        "board-sim (the board's timings and memory, simulated), "
-                        "rknn-sim (rknn-toolkit2's PC simulator on the converted partition)"),
-    "model_dir": (str(EMBEDDED_DIR), "model directory (model.toml + weights); default: the embedded model"),
-    "partition": (None, "partition directory (manifest.json); default: exported from the weights and cached"),
-    "precision": ("float16", "precision of an exported partition: float16 (the board's) or float32; "
-                             "with rknn-sim: float16 or w8a8-ffn (the conversion's)"),
-    "calibration": (None, "rknn-sim w8a8-ffn: calibration directory (default: captured on first use)"),
-    "fake_quant": (None, "export the partition with simulated INT8 (ffn-w8a8): a what-if the quality gate judges"),
-    "golden_dir": (None, "golden images and cases.toml; default: golden/<model name>"),
-    "cases": (None, "comma-separated golden case names to run (default: all)"),
-    "require_npu": (False, "fail every npu test unless this is an RK3588 with the RKNNLite runtime"),
-    "mem_floor": ("1.5GiB", "memory guard: abort when MemAvailable falls below this"),
-    "swap_limit": ("16MiB", "memory guard: abort when swap grows more than this"),
-    "pss_budget": (None, "peak added PSS allowed for a whole on-demand run (default: the model's [gates])"),
-    "update_goldens": (False, "regenerate goldens and their metadata instead of comparing"),
-    "force_goldens": (False, "allow --update-goldens from a non-reference precision (e.g. int8)"),
-    "artifacts": ("artifacts", "folder for images, diffs, reports, memory samples"),
-    "telemetry_root": ("/", "root of the sysfs/procfs tree read for clocks, thermals and identity"),
-    "core_mask": ("auto", "rknnlite NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2"),
-    "bench_rounds": (1, "pedantic rounds per benchmark (a step takes minutes on the board)"),
-    "bench_steps": (None, "sampler steps per benchmark round (default: the golden case's)"),
-    "bench_sampler": (None, "sampler of the benchmark rounds: flow-euler or spectrum (13-of-28 preset; default: the case's)"),
-    "history": (".benchmarks/history.jsonl", "benchmark run history (JSONL) for `python -m harness trend`"),
-    "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS, "
-                    "slow=xFACTOR (backend faults)"),
-    "cache_dir": (".cache", "where exported partitions are cached"),
-    # Baselines with rules (harness/results/baseline.py): saved only when asked, from valid passing runs.
-    "save_baseline": (False, "save this run's benchmark timings as the baselines (CI: main branch only); "
-                             "never from an INVALID run, only when the whole session passed"),
-    "baseline_threshold": ("10%", "a benchmark fails when its mean is this much over the baseline of the same key"),
-    "baselines": (".benchmarks/baselines", "baseline store (one folder per board)"),
-    "npu_timeout": (None, "seconds before an npu test is stopped (pytest-timeout): a hung NPU call fails its "
-                          "test instead of the job"),
-    "lifecycle": ("on-demand", "context strategy: on-demand, resident, lru:K, pinned:K, pinned:@I,J,A-B, prefetch:K"),
-    "images": (1, "images generated together per run: every loaded context serves all their streams"),
-    "board_profile_data": (None, "board-sim: profile data file (default boards/data/rock5c-anima.toml)"),
-    "time_scale": (None, "board-sim: seconds here per board second (default: the data file's)"),
-    "min_free": ("64MiB", "refuse to start when the artifacts or history filesystem has less free space"),
-    "suite_run": (False, "bin/test's run: JUnit XML and benchmark JSON into --artifacts; no test collected fails"),
-}
-_FLAGS = {"require_npu", "update_goldens", "force_goldens", "suite_run", "save_baseline"}
-_INTS = {"bench_rounds", "bench_steps", "images", "npu_timeout"}
-_SIZES = {"mem_floor", "swap_limit", "pss_budget", "min_free"}
-_PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir",
-          "board_profile_data", "calibration", "baselines"}
+# The suite's options are the shared declaration's (harness/cli/options.py); the commands read the same.
+OPTIONS = SUITE_OPTIONS
+_FLAGS = {n for n, o in OPTIONS.items() if o.kind == "flag"}
+_INTS = {n for n, o in OPTIONS.items() if o.kind == "count"}
+_SIZES = {n for n, o in OPTIONS.items() if o.kind == "size"}
+_PATHS = {n for n, o in OPTIONS.items() if o.kind == "path"}
+
+# How a typed option value is held in the settings (a size is parsed to bytes, a threshold to percent).
+_SETTINGS_TYPES = {"flag": bool, "count": "int | None", "size": "int | None", "path": "Path | None"}
+# What the settings hold besides the options: decided from them when the session starts.
+_DECIDED = [
+    ("backend_requested", str, "auto"),
+    ("on_board", bool, False),
+    ("board_profile", "Path | None", None),
+    ("golden_dir_given", bool, False),     # named on the command line or in the profile
+    ("backend_options", dict, field(default_factory=dict)),
+    ("npu_problem", "str | None", None),   # why --require-npu cannot be met here (None: it can)
+]
 
 
-@dataclass
-class SuiteSettings:
-    backend: str
-    backend_requested: str
-    on_board: bool
-    model_dir: Path
-    partition: Path | None
-    precision: str
-    calibration: Path | None
-    fake_quant: str | None
-    golden_dir: Path
-    cases: list[str] | None
-    require_npu: bool
-    mem_floor: int
-    swap_limit: int
-    pss_budget: int | None
-    update_goldens: bool
-    force_goldens: bool
-    artifacts: Path
-    telemetry_root: Path
-    core_mask: str
-    bench_rounds: int
-    bench_steps: int | None
-    history: Path
-    fault: str | None
-    cache_dir: Path
-    board_profile: Path | None = None
-    golden_dir_given: bool = False     # named on the command line or in the profile
-    min_free: int = 64 << 20
-    suite_run: bool = False
-    backend_options: dict = field(default_factory=dict)
-    npu_problem: str | None = None      # why --require-npu cannot be met here (None: it can)
-    save_baseline: bool = False
-    baseline_threshold: float = 10.0    # percent
-    baselines: Path = Path(".benchmarks/baselines")
-    npu_timeout: int | None = None
-    bench_sampler: str | None = None
-    lifecycle: str = "on-demand"        # the context strategy (harness.lifecycle.spec)
-    images: int = 1                     # images generated together (stream batching)
+def _settings_fields() -> list:
+    fields = [(name, _SETTINGS_TYPES.get(o.kind, "str | None"), field(default=None)) for name, o in OPTIONS.items()]
+    return fields + _DECIDED
+
+
+# One field per option (typed: sizes in bytes, the threshold in percent) plus what is decided from them.
+SuiteSettings = make_dataclass("SuiteSettings", _settings_fields())
+SuiteSettings.__module__ = __name__
+SuiteSettings.__doc__ = "The session's settings: every option of the declaration, typed, and what they decide."
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("anima", "Anima NPU acceptance suite")
     group.addoption("--board-profile", default=None, help="TOML with a [suite] table of these options")
-    for name, (_, text) in OPTIONS.items():
+    for name, option in OPTIONS.items():
         flag = "--" + name.replace("_", "-")
         if name in _FLAGS:      # --x / --no-x: the command line can turn off a profile's flag
-            group.addoption(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+            group.addoption(flag, action=argparse.BooleanOptionalAction, default=None, help=option.help)
         else:
-            group.addoption(flag, default=None, help=text)
+            group.addoption(flag, default=None, help=option.help)
 
 
 def _profile_values(path: Path | None) -> dict:
@@ -160,14 +101,15 @@ def typed_value(name: str, value, source: str):
 
 def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     """Merge command line, board profile and defaults, and decide the backend."""
-    from ..backends import BACKENDS, backend_options
+    from ..backends import backend_options
     from ..results.baseline import parse_threshold
     from ..memory.guard import parse_size
     from ..results.telemetry import detect_rk3588
     profile_file = Path(profile_path) if profile_path else None
     profile = _profile_values(profile_file)
     values = {}
-    for name, (default, _) in OPTIONS.items():
+    for name, option in OPTIONS.items():
+        default = option.default
         if cli.get(name) is not None:
             values[name] = typed_value(name, cli[name], "command line")
         elif name in profile:
@@ -176,15 +118,10 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
             values[name] = typed_value(name, default, "default")
     on_board = detect_rk3588(values["telemetry_root"])
     requested = values["backend"]
-    backend = ("rknnlite" if on_board else "onnxruntime") if requested == "auto" else requested
-    if backend not in BACKENDS:
-        raise ConfigError(f"--backend {requested}: unknown (choose auto, {', '.join(BACKENDS)})")
+    backend = resolve_backend(requested, on_board)
     from ..lifecycle import parse_lifecycle
     lifecycle = str(parse_lifecycle(values["lifecycle"]))
-    precisions = ("float16", "w8a8-ffn") if backend == "rknn-sim" else ("float16", "float32")
-    if values["precision"] not in precisions:
-        raise ConfigError(f"--precision {values['precision']}: choose {' or '.join(precisions)}"
-                          + (" (what the toolkit builds)" if backend == "rknn-sim" else ""))
+    check_precision(backend, values["precision"])
     from ..partition.onnx_export import FAKE_QUANT
     if values["fake_quant"] not in (None, *FAKE_QUANT):
         raise ConfigError(f"--fake-quant {values['fake_quant']}: choose {', '.join(FAKE_QUANT)}")
@@ -197,25 +134,13 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     if values["bench_sampler"] not in (None, *SAMPLERS):
         raise ConfigError(f"--bench-sampler {values['bench_sampler']}: choose {', '.join(SAMPLERS)}")
     cases = _case_names(values["cases"], golden_dir)
-    settings = SuiteSettings(
-        backend=backend, backend_requested=requested, on_board=on_board,
-        model_dir=values["model_dir"], partition=values["partition"], precision=values["precision"],
-        calibration=values["calibration"], fake_quant=values["fake_quant"],
-        golden_dir=golden_dir,
-        cases=cases,
-        require_npu=values["require_npu"], mem_floor=parse_size(values["mem_floor"]),
-        swap_limit=parse_size(values["swap_limit"]),
-        pss_budget=parse_size(budget) if budget else None,
-        update_goldens=values["update_goldens"], force_goldens=values["force_goldens"],
-        artifacts=values["artifacts"], telemetry_root=values["telemetry_root"],
-        core_mask=values["core_mask"], bench_rounds=values["bench_rounds"],
-        bench_steps=values["bench_steps"], history=values["history"], fault=values["fault"],
-        cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options,
-        save_baseline=values["save_baseline"], baselines=values["baselines"],
-        baseline_threshold=parse_threshold(values["baseline_threshold"]), npu_timeout=values["npu_timeout"],
-        bench_sampler=values["bench_sampler"], lifecycle=lifecycle, images=values["images"],
-        min_free=parse_size(values["min_free"]), suite_run=values["suite_run"],
-        golden_dir_given=values["golden_dir"] is not None)
+    typed = {name: values[name] for name in OPTIONS}
+    typed.update({name: parse_size(values[name]) for name in _SIZES if values[name]})
+    typed.update(backend=backend, golden_dir=golden_dir, cases=cases, lifecycle=lifecycle,
+                 pss_budget=parse_size(budget) if budget else None,
+                 baseline_threshold=parse_threshold(values["baseline_threshold"]))
+    settings = SuiteSettings(**typed, backend_requested=requested, on_board=on_board, board_profile=profile_file,
+                             backend_options=options, golden_dir_given=values["golden_dir"] is not None)
     settings.npu_problem = _npu_problem(settings)
     return settings
 

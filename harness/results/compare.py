@@ -7,7 +7,6 @@ slowest subgraphs (all stages, per step) and the memory peak; the command prints
 """
 from __future__ import annotations
 
-import argparse
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -18,7 +17,7 @@ from .history import check_record, load_history
 from ..lifecycle.steptimes import STAGE_NAMES
 
 __all__ = ["RunView", "load_view", "view_of_report", "view_of_record", "slowest_subgraphs",
-           "compare_lines", "add_command"]
+           "compare_lines"]
 
 SLOWEST = 10
 
@@ -127,17 +126,3 @@ def compare_lines(a: RunView, b: RunView) -> list[str]:
         for what, *cells in rows:
             lines.append(f"  {what:<34} {cells[0]:>10} {cells[1]:>10} {cells[2]:>10} {cells[3]:>9}")
     return lines
-
-
-def add_command(subparsers) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("compare", help="compare two run reports or two benchmark history records")
-    parser.add_argument("a", help="run report JSON, or history.jsonl#N")
-    parser.add_argument("b", help="run report JSON, or history.jsonl#N")
-    parser.set_defaults(func=_cmd_compare)
-    return parser
-
-
-def _cmd_compare(args) -> int:
-    a, b = load_view(args.a), load_view(args.b)
-    print("\n".join(compare_lines(a, b)))
-    return 0

@@ -13,16 +13,14 @@ the median of its valid runs since the last version change up to that plus the r
 """
 from __future__ import annotations
 
-import argparse
 from datetime import datetime
 from pathlib import Path
 
 from ..core.atomic import atomic_path
-from ..core.errors import ConfigError
-from .history import DEFAULT_HISTORY, HistoryError, check_record, load_history
+from .history import HistoryError, check_record
 from ..lifecycle.steptimes import STAGE_NAMES
 
-__all__ = ["trend", "trend_rows", "group_of", "version_changes", "render_table", "add_command", "DEFAULT_TREND_PNG"]
+__all__ = ["trend", "trend_rows", "group_of", "version_changes", "render_table", "DEFAULT_TREND_PNG"]
 
 DEFAULT_TREND_PNG = Path("out/trend.png")
 _STAGE_COLOURS = {"load": "tab:blue", "init": "tab:orange", "run": "tab:green", "release": "tab:red"}
@@ -189,28 +187,3 @@ def render_table(rows: list[dict], console=None) -> None:
                       "yes" if r["valid"] else "[bold red]NO[/bold red]", f"{r['step_s']:.3f}",
                       f"{r['denoise_s']:.2f}", *(f"{r[s]:.3f}" for s in STAGE_NAMES))
     (console or make_console(stderr=False)).print(table)
-
-
-def add_command(subparsers) -> argparse.ArgumentParser:
-    """Register `trend` on the CLI's subparsers."""
-    parser = subparsers.add_parser("trend", help="plot step and lifecycle time over the benchmark history")
-    parser.add_argument("--history", type=Path, default=DEFAULT_HISTORY,
-                        help="benchmark history JSONL (default: %(default)s)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_TREND_PNG, help="PNG path (default: %(default)s)")
-    parser.add_argument("--board", help="only the runs of this board_id")
-    parser.add_argument("--backend", help="only the runs of this backend (e.g. leave out 'faults')")
-    parser.add_argument("--threshold", default="10%", help="regression threshold shaded above each line "
-                        "(default: %(default)s, as --baseline-threshold)")
-    parser.set_defaults(func=_cmd_trend)
-    return parser
-
-
-def _cmd_trend(args) -> int:
-    if args.out.suffix.lower() != ".png":
-        raise ConfigError(f"--out {args.out}: the trend is written as PNG; use a .png path")
-    from .baseline import parse_threshold
-    rows = trend(load_history(args.history), args.out, board=args.board, backend=args.backend,
-                 threshold_pct=parse_threshold(args.threshold))
-    render_table(rows)
-    print(f"{args.out}  {len(rows)} runs")
-    return 0

@@ -312,7 +312,7 @@ def signal_runs(everything):
 
 _ERROR_LINE = {
     "cli": re.compile(r"\berror:"),
-    "pytest": re.compile(r"^(ERROR:|FAILED |ERROR |!+ harness\.errors\.)"),
+    "pytest": re.compile(r"^(ERROR:|FAILED |ERROR |!+ harness\.core\.errors\.)"),
 }
 
 

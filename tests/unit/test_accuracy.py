@@ -92,8 +92,9 @@ def test_replay_passes_once_the_fault_is_gone(embedded_fp32, fp16_partition, tmp
 
 
 @pytest.mark.parametrize("args,fragment", [
-    (["--fault", "nan@3"], "--fault nan@3: faults are injected only with --backend faults"),
-    (["--backend", "rknn-sim"], "--backend rknn-sim needs --partition DIR"),
+    (["--fault", "nan@3"], "--fault nan@3: only --backend faults reads it, this run uses onnxruntime"),
+    (["--backend", "rknnlite"], "--backend rknnlite needs --partition DIR"),
+    (["--backend", "onnxruntime", "--precision", "w8a8-ffn"], "--precision w8a8-ffn: choose float16 or float32"),
     (["--replay", "/nonexistent"], "--replay /nonexistent: no repro.json"),
 ])
 def test_bad_options_give_one_line(args, fragment, capsys):

@@ -8,7 +8,8 @@ from rich.console import Console
 
 from harness.results.history import HistoryError, append_run, load_history
 from harness.core.imageio import load_png
-from harness.results.trend import add_command, render_table, trend
+from harness.cli.trend import add_command
+from harness.results.trend import render_table, trend
 
 
 def _record(day: int, step_s: float, valid: bool = True, board: str = "rock5c-01") -> dict:

@@ -10,7 +10,7 @@ import pytest
 
 from harness.model.config import EMBEDDED_DIR, load_model_dir
 from harness.core.errors import HarnessError, ManifestError
-from harness.cli.partition import add_commands
+from harness.cli.partition import add_command
 from harness.partition import (check_input, export_partition, inspect_partition,
                                load_manifest)
 from harness.partition.manifest import FORMAT, MANIFEST_FILE
@@ -209,7 +209,7 @@ def test_inspect_ok_and_failed(part):
 
 def run_cli(argv) -> int:
     parser = argparse.ArgumentParser()
-    add_commands(parser.add_subparsers(dest="command", required=True))
+    add_command(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.func(args)
 

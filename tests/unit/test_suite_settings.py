@@ -60,7 +60,7 @@ def test_shipped_board_profiles_resolve_and_take_effect(profile, tmp_path):
     without = resolve_settings(here, None)
     assert with_profile.board_profile == profile
     suite = tomllib.loads(profile.read_text())["suite"]
-    defaults = {name: OPTIONS[name][0] for name in OPTIONS}
+    defaults = {name: OPTIONS[name].default for name in OPTIONS}
     changed = [name for name, value in suite.items()
                if name not in runner_only and str(value) != str(defaults[name])]
     assert changed, f"{profile.name} sets nothing but defaults and runner paths"

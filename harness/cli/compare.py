@@ -1,0 +1,21 @@
+"""`harness compare A B`: two runs side by side, B against A (harness.results.compare)."""
+from __future__ import annotations
+
+import argparse
+from ..results.compare import compare_lines, load_view
+
+__all__ = ["add_command"]
+
+
+def add_command(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("compare", help="compare two run reports or two benchmark history records")
+    parser.add_argument("a", help="run report JSON, or history.jsonl#N")
+    parser.add_argument("b", help="run report JSON, or history.jsonl#N")
+    parser.set_defaults(func=_cmd_compare)
+    return parser
+
+
+def _cmd_compare(args) -> int:
+    a, b = load_view(args.a), load_view(args.b)
+    print("\n".join(compare_lines(a, b)))
+    return 0

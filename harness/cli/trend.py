@@ -1,0 +1,36 @@
+"""`harness trend`: step and lifecycle time over the benchmark history (harness.results.trend)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..core.errors import ConfigError
+from ..results.history import DEFAULT_HISTORY, load_history
+from ..results.trend import DEFAULT_TREND_PNG, render_table, trend
+
+__all__ = ["add_command"]
+
+
+def add_command(subparsers) -> argparse.ArgumentParser:
+    """Register `trend` on the CLI's subparsers."""
+    parser = subparsers.add_parser("trend", help="plot step and lifecycle time over the benchmark history")
+    parser.add_argument("--history", type=Path, default=DEFAULT_HISTORY,
+                        help="benchmark history JSONL (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_TREND_PNG, help="PNG path (default: %(default)s)")
+    parser.add_argument("--board", help="only the runs of this board_id")
+    parser.add_argument("--backend", help="only the runs of this backend (e.g. leave out 'faults')")
+    parser.add_argument("--threshold", default="10%", help="regression threshold shaded above each line "
+                        "(default: %(default)s, as --baseline-threshold)")
+    parser.set_defaults(func=_cmd_trend)
+    return parser
+
+
+def _cmd_trend(args) -> int:
+    if args.out.suffix.lower() != ".png":
+        raise ConfigError(f"--out {args.out}: the trend is written as PNG; use a .png path")
+    from ..results.baseline import parse_threshold
+    rows = trend(load_history(args.history), args.out, board=args.board, backend=args.backend,
+                 threshold_pct=parse_threshold(args.threshold))
+    render_table(rows)
+    print(f"{args.out}  {len(rows)} runs")
+    return 0
