@@ -252,3 +252,7 @@ def options_table() -> str:
             default = "`models/embedded`"
         rows.append(f"| `{flag_of(name)}` | {default} | {option.help.replace('|', '/')} |")
     return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":        # docs/options.md's table: python -m harness.cli.options
+    print(options_table(), end="")

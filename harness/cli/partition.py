@@ -8,6 +8,7 @@ from pathlib import Path
 from ..partition.onnx_export import FAKE_QUANT
 from ..model.config import EMBEDDED_DIR, load_model_dir, load_profile
 from ..core.errors import ConfigError
+from .options import add_options, check_precision
 from ..partition.manifest import default_partition_dir
 from ..runtime.partitions import export_with_progress
 
@@ -55,7 +56,7 @@ def add_command(subparsers) -> None:
     exp.add_argument("--weights", type=Path, help="safetensors checkpoint for --profile")
     exp.add_argument("--out", type=Path,
                      help="partition directory (default: out/partitions/<model>-<dtype>-<weights digest>)")
-    exp.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+    add_options(exp, "precision", precision="float32")
     exp.add_argument("--fake-quant", choices=FAKE_QUANT, default=None,
                      help="simulate INT8 in the graph (ffn-w8a8: FFN weights and activations)")
     exp.add_argument("--streams", type=_streams, default=2, help="CFG streams per run (default: 2)")
@@ -96,16 +97,17 @@ def _load_model(args):
 def cmd_export(args) -> int:
     from ..partition.onnx_export import check_opset
     check_opset(args.opset)          # before reading gigabytes of weights
+    check_precision("onnxruntime", args.precision)
     cfg, checkpoint, source = _load_model(args)
     print(checkpoint.summary_line(), file=sys.stderr)
     blocks = parse_blocks(args.blocks, cfg.blocks) if args.blocks else None
-    out = args.out or default_partition_dir(cfg, checkpoint.digest(), args.dtype, args.fake_quant, blocks)
-    manifest = export_with_progress(checkpoint, cfg, out, quiet=args.quiet, dtype=args.dtype,
+    out = args.out or default_partition_dir(cfg, checkpoint.digest(), args.precision, args.fake_quant, blocks)
+    manifest = export_with_progress(checkpoint, cfg, out, quiet=args.quiet, dtype=args.precision,
                                     streams=args.streams, fake_quant=args.fake_quant, opset=args.opset,
                                     blocks=blocks, weights_source=str(source))
     size = sum(e.bytes for e in manifest.entries())
     print(f"{manifest.file}  {len(manifest.subgraphs)} subgraphs"
-          f"{' + decoder' if manifest.decoder else ''}, {size / 1e6:.1f} MB, {args.dtype}, "
+          f"{' + decoder' if manifest.decoder else ''}, {size / 1e6:.1f} MB, {args.precision}, "
           f"{args.streams} streams, opset {args.opset}")
     return 0
 
