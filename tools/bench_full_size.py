@@ -6,7 +6,7 @@ Phases, each in its own process so each peak is its own:
                  wall time and peak RSS (the child's ru_maxrss from wait4)
   3. step        one 512x512 denoise step (1,024 tokens, CFG 4: two streams) on the on-demand path
                  through onnxruntime: per-branch core time, lifecycle per stage, host-side PSS
-Then prints the figures beside the board's (shared/reference/board-profile-rock5c-anima.toml,
+Then prints the figures beside the board's (boards/data/rock5c-anima.toml,
 copied into BOARD below) as ratios here/board. Host-side PSS is read between invocations, when no
 context is loaded: the host's weights and buffers (on the board the NPU contexts sit outside it);
 the process peak with one onnxruntime context loaded is printed too.
@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# board-profile-rock5c-anima.toml: [denoise_20_steps.fp16], [lifecycle_pass], seconds.
+# boards/data/rock5c-anima.toml: [denoise_20_steps.fp16], [lifecycle_pass], seconds.
 BOARD = {
     "step": 120.40,
     "core": {"ffn": 44.76, "self_attn": 24.00, "cross_attn": 7.45},

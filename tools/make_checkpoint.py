@@ -1,7 +1,7 @@
 """Write a random-weight DiT checkpoint in the public Cosmos-Predict2 key layout, streamed to disk.
 
 For proving the full-size path without the real Anima weights: `--profile anima-2b` gives a ~4 GB
-BF16 file of the real shapes (architecture.md section 1), optionally with every key under a prefix
+BF16 file of the real shapes (docs/architecture.md section 1), optionally with every key under a prefix
 (`--prefix net.`) and an `llm_adapter.*` group like the released Anima files bundle. The adapter's
 shapes here are made up (the harness ignores the group; only its presence matters). One tensor is in
 memory at a time. Each tensor's values depend only on the seed and its key, so a file written with

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Train the embedded model: the Cosmos-Predict2 DiT (architecture.md sections 1-4) on 16x16 digits.
+"""Train the embedded model: the Cosmos-Predict2 DiT (docs/architecture.md sections 1-4) on 16x16 digits.
 
 Training-time only (torch CPU, run via bin/train from .venv-train); the runtime never imports torch.
 
@@ -39,7 +39,7 @@ EVAL_PROMPT = "a handwritten digit {w}"
 
 
 # ----------------------------------------------------------------------------------------------
-# The network (own implementation of architecture.md sections 1-3; module names = public keys)
+# The network (own implementation of docs/architecture.md sections 1-3; module names = public keys)
 # ----------------------------------------------------------------------------------------------
 
 def _linear(n_in: int, n_out: int) -> nn.Linear:
@@ -146,7 +146,7 @@ class FinalLayer(nn.Module):
 
 
 def rope_angles(cfg: ModelConfig, t: int, h: int, w: int) -> torch.Tensor:
-    """[t*h*w, head_dim/2] angles, slots ordered [t, h, w] (architecture.md section 3)."""
+    """[t*h*w, head_dim/2] angles, slots ordered [t, h, w] (docs/architecture.md section 3)."""
     dim_t, dim_h, dim_w = cfg.rope_dims
 
     def freqs(dim, ratio):

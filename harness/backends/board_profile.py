@@ -1,5 +1,5 @@
 """A board profile data file (boards/data/*.toml): the board's measured figures, in the layout of
-shared/reference/board-profile-rock5c-anima.toml, plus a [sim] table of what was assumed.
+boards/data/rock5c-anima.toml, plus a [sim] table of what was assumed.
 
 The simulated board and the planner both read it through `BoardProfile`, so a figure that is
 missing or not a number is one error naming the file and the key.

@@ -1,7 +1,7 @@
 """The toolkit's PC simulator as a backend (`--backend rknn-sim`): the converted partition's subgraphs,
 run off the board by rknn-toolkit2 itself.
 
-The simulator only runs models built in the same process (architecture.md section 8), so a `.rknn`
+The simulator only runs models built in the same process (docs/architecture.md section 8), so a `.rknn`
 file cannot simply be loaded. One long-lived worker per toolkit version (harness/toolkit/remote/sim_server.py,
 run by that toolkit environment's python) builds each subgraph from its source ONNX with the settings
 `harness convert` recorded in the partition's manifest (`conversion.config` and the subgraph's

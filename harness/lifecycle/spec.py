@@ -4,7 +4,7 @@
 
 pinned:K keeps the K subgraphs whose lifecycle costs most on the board: FFNs first (0.510 s load +
 init + release each), then self-attention (0.423 s), then cross-attention (0.200 s), each in
-execution order (board-profile-rock5c-anima.toml [lifecycle_per_model]). pinned:@... names the
+execution order (boards/data/rock5c-anima.toml [lifecycle_per_model]). pinned:@... names the
 subgraph indices to keep instead.
 """
 from __future__ import annotations

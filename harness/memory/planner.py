@@ -1,7 +1,7 @@
 """`harness plan`: expected per-image time and added memory of each lifecycle strategy, from a board
 profile data file or a measured run report, and the best choice under a memory budget.
 
-From the board profile it reproduces the write-up's arithmetic (board-profile-rock5c-anima.toml,
+From the board profile it reproduces the write-up's arithmetic (boards/data/rock5c-anima.toml,
 [spectrum_28]: 13 computed steps of 28, 84 subgraphs, 1,713.78 s per image on demand):
   - LRU: the fixed cyclic order evicts exactly the subgraph needed next, so any pool under 84 hits
     0 times in 84 x 13 = 1,092 invocations (simulated here, not assumed);

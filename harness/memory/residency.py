@@ -2,7 +2,7 @@
 until a memory gate trips or a limit is reached; then release them all (timed), fit the growth and
 extrapolate to every subgraph.
 
-This is how the board's [[residency_probe]] table was made (board-profile-rock5c-anima.toml): PSS
+This is how the board's [[residency_probe]] table was made (boards/data/rock5c-anima.toml): PSS
 grows ~135 MiB per Anima context and swap starts growing at 8, which is why the suite runs the 84
 subgraphs on demand. The gates are the memory guard's (MemAvailable floor, swap growth) and,
 optionally, a budget of added PSS: a process-local figure that other work on a shared machine does

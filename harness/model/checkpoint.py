@@ -1,7 +1,7 @@
 """A DiT checkpoint read the way the board needs it: the host's tensors only, or one block at a time.
 
 The host runs the timestep embedder, every block's AdaLN modulation layers, the patch embedder and
-the final layer (architecture.md section 6); the NPU subgraphs hold everything else. On anima-2b the
+the final layer (docs/architecture.md section 6); the NPU subgraphs hold everything else. On anima-2b the
 host's share is 0.195 B of 1.96 B parameters (0.73 GiB as FP32), so reading only it keeps the host
 within the board write-up's 0.8-1.0 GiB for host weights and buffers, where loading the whole DiT
 would take 4-8 GB.

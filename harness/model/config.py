@@ -90,7 +90,7 @@ class ModelConfig:
 
     @property
     def rope_dims(self) -> tuple[int, int, int]:
-        """(dim_t, dim_h, dim_w) split of head_dim (architecture.md section 3)."""
+        """(dim_t, dim_h, dim_w) split of head_dim (docs/architecture.md section 3)."""
         dim_h = (self.head_dim // 6) * 2
         return self.head_dim - 2 * dim_h, dim_h, dim_h
 

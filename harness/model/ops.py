@@ -1,4 +1,4 @@
-"""The network's primitive ops in float32 numpy (architecture.md sections 2-3).
+"""The network's primitive ops in float32 numpy (docs/architecture.md sections 2-3).
 
 Each op is written the way the network defines it, so unit tests can check them against an
 independent formula and the ONNX exporter can mirror them op for op.

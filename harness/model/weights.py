@@ -43,7 +43,7 @@ def block_keys(cfg: ModelConfig, i: int) -> dict[str, tuple[int, ...]]:
 
 
 def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every key of the public checkpoint layout (architecture.md section 1) with its shape."""
+    """Every key of the public checkpoint layout (docs/architecture.md section 1) with its shape."""
     d, r = cfg.width, cfg.adaln_lora_rank
     shapes = {
         "x_embedder.proj.1.weight": (d, cfg.patch_features),

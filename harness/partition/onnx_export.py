@@ -302,7 +302,7 @@ def _ffn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int, fake_quant:
     h = _linear(g, x, w, p + "layer1.weight", "layer1")
     # ops.gelu, exact erf form: (x * 0.5) * (erf(x / sqrt(2)) + 1). Constants second: written so,
     # rknn-toolkit2 fuses the five ops into one NPU GELU; constant-first leaves Erf on the CPU
-    # (architecture.md section 8). IEEE + and * commute exactly, so the values equal ops.gelu's.
+    # (docs/architecture.md section 8). IEEE + and * commute exactly, so the values equal ops.gelu's.
     erf = g.op("Erf", [g.op("Div", [h, g.const("gelu/sqrt2", math.sqrt(2.0))], "gelu/scaled")], "gelu/erf")
     gate = g.op("Add", [erf, g.const("gelu/one", 1.0)], "gelu/one_plus_erf")
     act = g.op("Mul", [g.op("Mul", [h, g.const("gelu/half", 0.5)], "gelu/half_x"), gate], "gelu")

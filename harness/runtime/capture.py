@@ -1,7 +1,7 @@
 """Calibration capture for INT8 conversion: chosen subgraphs' inputs, at chosen steps and streams,
 taken from a real FP32 generation (an observer on the pipeline, not a second forward).
 
-The board's recipe (board-profile-rock5c-anima.toml [calibration]) is {high sigma, low sigma} x
+The board's recipe (boards/data/rock5c-anima.toml [calibration]) is {high sigma, low sigma} x
 {cond, uncond} = 4 sets per block, 112 for the 28 FFNs. One set is one stream's inputs to one
 subgraph at one step. A subgraph exported for S streams takes [S, ...] inputs, and the toolkit's
 dataset samples must have the model's input shape, so a set repeats its one stream S times along the

@@ -1,4 +1,4 @@
-"""Discrete-flow sampling as Anima runs it (architecture.md section 4): shift-3 schedule, Euler, CFG.
+"""Discrete-flow sampling as Anima runs it (docs/architecture.md section 4): shift-3 schedule, Euler, CFG.
 
 The sampler only sees a `velocity(x, sigma) -> {stream: v}` callable, so the monolithic reference
 and the partitioned pipeline are sampled by the same code.

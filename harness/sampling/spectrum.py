@@ -1,4 +1,4 @@
-"""Spectrum step skipping (Han et al., CVPR 2026; architecture.md section 5).
+"""Spectrum step skipping (Han et al., CVPR 2026; docs/architecture.md section 5).
 
 Of a run's steps only some run the blocks ("computed"); on the others ("forecast") no subgraph runs:
 the hidden state after the last block is forecast per CFG stream from the computed steps so far, and
@@ -49,7 +49,7 @@ class SpectrumParams:
         return asdict(self)
 
 
-# architecture.md section 5: warmup 5, window 2, flex 0.25 computes 13 of 28 (the board profile's
+# docs/architecture.md section 5: warmup 5, window 2, flex 0.25 computes 13 of 28 (the board profile's
 # [spectrum_28]: 13 computed, 15 forecast); M = 4 and lambda = 0.1 as measured there.
 PRESETS = {"13-of-28": SpectrumParams(warmup=5, window=2.0, flex=0.25, degree=4, ridge=0.1, blend=1.0, tail=0)}
 DEFAULT_PRESET = "13-of-28"

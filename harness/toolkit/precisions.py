@@ -1,7 +1,7 @@
 """What each subgraph is built with: FP16, or INT8 from a calibration set (toolkit/precisions.toml).
 
 A calibration directory holds, per INT8 subgraph, the dataset list file the toolkit reads: one line per
-sample, the sample's .npy paths in input order separated by spaces (architecture.md section 8). The
+sample, the sample's .npy paths in input order separated by spaces (docs/architecture.md section 8). The
 list for subgraph file `NN_blockBB_ffn.onnx` is `NN_blockBB_ffn.txt`; relative paths inside it are
 taken from the calibration directory.
 """

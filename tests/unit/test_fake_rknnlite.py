@@ -1,4 +1,4 @@
-"""The fake RKNNLite behaves like rknn-toolkit-lite2 2.5.0 (its rknn_lite.py, architecture.md section 8),
+"""The fake RKNNLite behaves like rknn-toolkit-lite2 2.5.0 (its rknn_lite.py, docs/architecture.md section 8),
 and the rknnlite backend drives it the way the board needs (explicit data_type and data_format)."""
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ def test_shipped_cases_load_with_measured_thresholds():
     assert [c.name for c in cases] == ["seven", "three", "zero", "seven-spectrum"]
     seven = cases[0]
     assert (seven.prompt, seven.seed, seven.sampler) == ("a handwritten digit seven", 1, "flow-euler")
-    # No shipped case may be looser than the measured FP16 default (embedded-model-notes.md).
+    # No shipped case may be looser than the measured FP16 default (docs/embedded-model-notes.md).
     assert all(c.ssim_min >= 0.9999 and c.psnr_min >= 50.0 for c in cases)
 
 

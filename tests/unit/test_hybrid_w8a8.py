@@ -52,7 +52,7 @@ def test_ffn_linears_are_int8_and_gelu_and_output_fp16(hybrid):
 
 def test_hybrid_ffn_is_close_to_fp32_but_not_fp16_close(hybrid):
     """On the captured inputs (what it was calibrated for) the INT8 FFN is near FP32, yet measurably
-    further than FP16 rounding (>= 0.9999998 on these subgraphs, architecture.md section 8)."""
+    further than FP16 rounding (>= 0.9999998 on these subgraphs, docs/architecture.md section 8)."""
     import onnxruntime as ort
     from harness.gates.accuracy import cosine
     from harness.backends import create_context

@@ -142,7 +142,7 @@ def test_graphs_are_valid_and_converter_friendly(partitions):
 
 
 def test_toolkit_friendly_constants_and_gelu(partitions):
-    # rknn-toolkit2 (architecture.md section 8): Clip bounds must be rank 0, and GELU fuses into one
+    # rknn-toolkit2 (docs/architecture.md section 8): Clip bounds must be rank 0, and GELU fuses into one
     # NPU op only when written constant-second; constant-first leaves Erf on the CPU.
     manifest = partitions["float32"]
     decoder = onnx.load(str(manifest.path_of(manifest.decoder)))

@@ -3,7 +3,7 @@ python (`python sim_server.py`), serving the RKNN PC simulator over its stdin/st
 
 Imports only the standard library, numpy, rknn-toolkit2 and worker.py beside it, never the suite
 (the toolkit pins numpy<=1.26.4). The simulator only runs models built in the same process
-(architecture.md section 8): so this process builds each subgraph from its ONNX file with the
+(docs/architecture.md section 8): so this process builds each subgraph from its ONNX file with the
 conversion's recorded config (worker.build_rknn, the function `harness convert` built it with), checks
 the rebuilt model against the .rknn it stands for, and keeps it, initialised, for the whole session.
 

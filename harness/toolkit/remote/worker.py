@@ -159,7 +159,7 @@ def hybrid_ranges(model_file: Path, parts) -> list[list[str]]:
             gelus = [n for n in nodes if "gelu" in n.op_type.lower()]
             if not gelus:
                 raise BuildFailed("hybrid_quantization_step1", "no fused GELU op in the toolkit's graph "
-                                  "(is GELU written so it fuses? architecture.md section 8)")
+                                  "(is GELU written so it fuses? docs/architecture.md section 8)")
             ranges += [[n.input[0], n.output[0]] for n in gelus]
         elif part == "output":
             linears = [n for n in nodes if n.op_type in ("Conv", "MatMul", "exMatMul", "Gemm")]

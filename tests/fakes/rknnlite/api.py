@@ -1,7 +1,7 @@
 """A fake `rknnlite.api.RKNNLite` that behaves like the board API, for tests off the board.
 
 Reproduced from rknn-toolkit-lite2 2.5.0 (its rknn_lite.py, read from the aarch64 wheel; and
-architecture.md section 8): load_rknn / init_runtime return 0 or -1 and inference returns a list of
+docs/architecture.md section 8): load_rknn / init_runtime return 0 or -1 and inference returns a list of
 arrays or None on any error, nothing raises; the signatures and argument order
 `load_rknn(path, key_path=None)`, `init_runtime(target=None, device_id=None, async_mode=False,
 core_mask=NPU_CORE_AUTO)`, `inference(inputs, data_type=None, data_format=None,
