@@ -4,6 +4,7 @@ import pytest
 
 from harness.model.config import EMBEDDED_DIR
 from tests.fakes import forget_rknnlite, use_fake_rknnlite
+from tests.helpers import missing_tool
 
 
 @pytest.fixture
@@ -36,7 +37,7 @@ def toolkit_version():
     try:
         toolkit_python(version)
     except ToolkitError:
-        pytest.skip(f"no rknn-toolkit2 {version} environment: create it with bin/toolkit-env {version}")
+        missing_tool(f"no rknn-toolkit2 {version} environment: create it with bin/toolkit-env {version}")
     return version
 
 

@@ -1,16 +1,27 @@
 """Builders shared by tests: model directories with random weights in the real file layout."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
+import pytest
 
 from harness.model.config import EMBEDDED_DIR, load_model_dir
 from harness.model.embedded import PROMPT_KEYS
 from harness.model.weights import random_weights, save_weights
 
-__all__ = ["make_random_model_dir", "random_bundle", "export_fp32"]
+__all__ = ["make_random_model_dir", "random_bundle", "export_fp32", "missing_tool"]
+
+
+def missing_tool(reason: str) -> NoReturn:
+    """Skip a test whose tool (a toolkit environment, a browser) is missing here. Under CI=true it
+    fails instead: CI's set-up (bin/test) installs every tool, so a missing one is a broken set-up."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (CI=true: the set-up must provide it)", pytrace=False)
+    pytest.skip(reason)
 
 
 def make_random_model_dir(target: Path, seed: int = 0) -> Path:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from harness.model.config import REPO_ROOT
+from tests.helpers import missing_tool
 
 pytestmark = pytest.mark.slow       # one 20-step case plus a 1-step benchmark, ~30 s here
 CHROMIUM = "/usr/bin/chromium"
@@ -79,7 +80,7 @@ def test_html_report_is_self_contained_with_thumbnails_trend_and_memory_curve(ra
 
 def test_html_report_in_headless_chromium(ran, tmp_path):
     if not shutil.which(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium): browser check skipped")
+        missing_tool(f"{CHROMIUM} not installed (bin/debian-packages.txt lists chromium): browser check skipped")
     shot = tmp_path / "report.png"
     subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                     "--window-size=1100,1400", f"--screenshot={shot}", (ran / "artifacts" / "report.html").as_uri()],

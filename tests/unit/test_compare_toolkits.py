@@ -16,6 +16,7 @@ from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
 from harness.gates.compare_toolkits import compare_toolkits
 from harness.toolkit.envs import toolkit_python
+from tests.helpers import missing_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,7 +47,7 @@ def test_per_subgraph_table_and_verdict(block0, tmp_path, toolkit_version):
     try:
         toolkit_python("2.3.2")
     except ToolkitError:
-        pytest.skip("no rknn-toolkit2 2.3.2 environment: create it with bin/toolkit-env 2.3.2")
+        missing_tool("no rknn-toolkit2 2.3.2 environment: create it with bin/toolkit-env 2.3.2")
     text = compare_toolkits("2.3.2", "2.5.0", block0, tmp_path / "cmp", quiet=True, images=False)
     rows = [line for line in text.splitlines() if re.match(r"\| subgraph \d", line)]
     assert [r.split(" | ")[0] for r in rows] == [

@@ -24,6 +24,7 @@ from harness.runtime.run import open_partition
 from harness.toolkit.precisions import write_dataset
 from harness.toolkit.convert import convert_partition
 from harness.report.toolkit import cosine_rows
+from tests.helpers import missing_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -265,7 +266,7 @@ def test_cpu_fallback_gate_on_a_real_conversion(block0, tmp_path, toolkit_versio
     try:
         toolkit_python("2.3.2")
     except ToolkitError:
-        pytest.skip("no rknn-toolkit2 2.3.2 environment: create it with bin/toolkit-env 2.3.2")
+        missing_tool("no rknn-toolkit2 2.3.2 environment: create it with bin/toolkit-env 2.3.2")
     with pytest.raises(ToolkitError, match=r"CPU fallback: subgraph 2 \(block 0 ffn\) \(02_block00_ffn\.rknn\): "
                                            r"op Erf 'gelu/erf' runs on the CPU"):
         convert_partition(block0, tmp_path / "conv", version="2.3.2", quiet=True)
