@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.sampling.reference_run import stream_text_embs  # noqa: E402
-from harness.gates.golden import load_cases  # noqa: E402
+from harness.gates.cases import load_cases
 from harness.model.bundle import check_text_emb, load_bundle  # noqa: E402
 from harness.partition.onnx_export import export_partition  # noqa: E402
 from harness.gates.quality import compare_latents  # noqa: E402

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import ConfigError
-from ..gates.golden import GoldenStale, GoldenStore, golden_dir_for, load_cases, relative_to_repo
+from ..gates.golden import GoldenStale, GoldenStore, relative_to_repo
+from ..gates.cases import golden_dir_for, load_cases
 
 __all__ = ["accept_golden", "add_command"]
 

@@ -106,14 +106,6 @@ BACKEND_CHOICES = ("auto", *_backends())
 PRECISIONS = ("float16", "float32", "w8a8-ffn")
 
 
-def _choice(*choices: str):
-    def parse(text: str) -> str:
-        if text not in choices:
-            raise argparse.ArgumentTypeError(f"choose {', '.join(choices)}, got '{text}'")
-        return text
-    return parse
-
-
 def _time_scale(text):
     return ranged(float, 1e-9, 1.0, "a number")(text)
 
@@ -129,20 +121,21 @@ class Option:
     parse: Callable | None = None
     suite: bool = True
     aliases: tuple[str, ...] = ()
+    choices: tuple[str, ...] | None = None
 
 
 OPTIONS: dict[str, Option] = {
     "backend": Option("auto", "auto (rknnlite on an RK3588, onnxruntime elsewhere), onnxruntime, rknnlite, faults, "
                               "board-sim (the board's timings and memory, simulated), "
                               "rknn-sim (rknn-toolkit2's PC simulator on the converted partition)",
-                      parse=_choice(*BACKEND_CHOICES)),
+                      choices=BACKEND_CHOICES),
     "model_dir": Option(str(EMBEDDED_DIR), "model directory (model.toml + weights); default: the embedded model",
                         kind="path"),
     "partition": Option(None, "partition directory (manifest.json); default: exported from the weights and cached",
                         kind="path"),
     "precision": Option("float16", "precision of an exported partition: float16 (the board's) or float32; "
                                    "with rknn-sim: float16 or w8a8-ffn (the conversion's)",
-                        parse=_choice(*PRECISIONS), aliases=("--dtype",)),
+                        choices=PRECISIONS, aliases=("--dtype",)),
     "calibration": Option(None, "rknn-sim w8a8-ffn: calibration directory (default: captured on first use)",
                           kind="path"),
     "fake_quant": Option(None, "export the partition with simulated INT8 (ffn-w8a8): a what-if the quality gate "
@@ -220,11 +213,10 @@ def add_options(parser, *names: str, choices: dict | None = None, **defaults) ->
                                 help=text)
             continue
         kind = option.parse or _ARGPARSE_TYPES.get(option.kind)
-        if choices and name in choices:
-            kind = _choice(*choices[name])
+        allowed = (choices or {}).get(name, option.choices)
         if option.kind == "path" and isinstance(default, str):
             default = Path(default)
-        parser.add_argument(*flags, dest=name, type=kind, default=default, help=text)
+        parser.add_argument(*flags, dest=name, type=kind, choices=allowed, default=default, help=text)
 
 
 def check_precision(backend: str, precision: str) -> None:

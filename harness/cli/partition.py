@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..partition.onnx_export import FAKE_QUANT
+from ..partition.bodies import FAKE_QUANT
 from ..model.config import EMBEDDED_DIR, load_model_dir, load_profile
 from ..core.errors import ConfigError
 from .options import add_options, check_precision
@@ -95,7 +95,7 @@ def _load_model(args):
 
 
 def cmd_export(args) -> int:
-    from ..partition.onnx_export import check_opset
+    from ..partition.graph import check_opset
     check_opset(args.opset)          # before reading gigabytes of weights
     check_precision("onnxruntime", args.precision)
     cfg, checkpoint, source = _load_model(args)
@@ -142,7 +142,7 @@ def render_inspection(report: dict, console=None) -> None:
 
 
 def cmd_inspect(args) -> int:
-    from ..partition.manifest import inspect_partition
+    from ..partition.inspection import inspect_partition
     report = inspect_partition(args.dir)
     render_inspection(report)
     return 0 if report["verdict"] == "ok" else 1

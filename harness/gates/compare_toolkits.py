@@ -63,7 +63,7 @@ def image_rows(bundle, conversions: dict[str, Path], cases) -> list[dict] | None
     from .golden import GoldenStore
     from .quality import compare
     from ..runtime.run import run_partitioned
-    from .golden import golden_dir_for
+    from .cases import golden_dir_for
     store = GoldenStore(golden_dir_for(bundle.cfg.name))
     rows = []
     for case in cases:
@@ -108,7 +108,7 @@ def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolki
                      images: bool = True, case_names: list[str] | None = None) -> str:
     """Both conversions, the tables and the verdict, as Markdown."""
     from ..model.config import EMBEDDED_DIR
-    from .golden import load_cases
+    from .cases import load_cases
     from ..model.bundle import load_bundle
     if old == new:
         raise ConfigError(f"compare-toolkits: OLD and NEW are both {old}")
@@ -122,7 +122,7 @@ def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolki
     results = {v: _convert(v, partition, out, target, samples, quiet) for v in (old, new)}
     rows = {v: cosine_rows(results[v], partition) for v in (old, new)}
     table = _subgraph_table(results[old], results[new], rows[old], rows[new])
-    from .golden import golden_dir_for
+    from .cases import golden_dir_for
     cases = load_cases(golden_dir_for(bundle.cfg.name) / "cases.toml") if images else []
     if case_names:
         unknown = sorted(set(case_names) - {c.name for c in cases})

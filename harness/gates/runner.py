@@ -17,7 +17,7 @@ from ..core.atomic import atomic_save_npy
 from ..model.config import BRANCHES
 from ..core.errors import ConfigError, HarnessError
 from ..lifecycle.steptimes import STAGE_NAMES
-from .golden import GoldenCase
+from .cases import GoldenCase
 from ..results.history import utc_now
 from ..core.imageio import save_png
 from ..model.bundle import ModelBundle, load_bundle

@@ -5,9 +5,10 @@ Names are imported on first use (PEP 562): reading a manifest does not load onnx
 import importlib
 
 _WHERE = {name: "manifest" for name in ("FORMAT", "MANIFEST_FILE", "Manifest", "SubgraphEntry", "TensorSpec",
-                                         "check_input", "inspect_partition", "load_manifest", "subgraph_index")}
-_WHERE.update({name: "onnx_export" for name in ("DEFAULT_OPSET", "MAX_OPSET", "build_decoder", "build_subgraph",
-                                                 "export_partition", "fp16_missing_kernels", "subgraph_file")})
+                                         "load_manifest", "subgraph_index")}
+_WHERE.update(check_input="checks", inspect_partition="inspection")
+_WHERE.update({name: "onnx_export" for name in ("build_decoder", "build_subgraph", "export_partition", "subgraph_file")})
+_WHERE.update({name: "graph" for name in ("DEFAULT_OPSET", "MAX_OPSET", "fp16_missing_kernels")})
 
 __all__ = list(_WHERE)
 

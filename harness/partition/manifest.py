@@ -12,15 +12,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-import numpy as np
-
 from ..core.atomic import atomic_write_json
 from ..model.config import BRANCHES, NETWORK_KEYS, ModelConfig
 from ..core.errors import ManifestError
 from ..core.schema import Field, check_table, is_int, list_of, non_empty_str, one_of, positive_int
 
-__all__ = ["manifest_sha256", "default_partition_dir", "FORMAT", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest",
-           "check_input", "check_outputs", "manifest_path", "network_settings", "subgraph_index", "inspect_partition"]
+__all__ = ["manifest_sha256", "default_partition_dir", "FORMAT", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest", "manifest_path", "network_settings", "subgraph_index"]
 
 FORMAT = "anima-partition/1"
 MANIFEST_FILE = "manifest.json"
@@ -286,87 +283,6 @@ def load_manifest(directory) -> Manifest:
     return manifest
 
 
-def check_input(entry: SubgraphEntry, name: str, array) -> None:
-    """Refuse an input whose shape or dtype disagrees with the manifest, naming subgraph and input."""
-    spec = entry.input(name)
-    arr = np.asarray(array)
-    if tuple(arr.shape) != spec.shape or arr.dtype.name != spec.dtype:
-        raise ManifestError(f"{entry.label}: input '{name}' is {arr.dtype.name} {list(arr.shape)}, "
-                            f"manifest expects {spec.dtype} {list(spec.shape)} (file {entry.file})")
-
-
-def check_outputs(entry: SubgraphEntry, outputs) -> np.ndarray:
-    """The first output, after checking every output's count, shape and dtype against the manifest.
-
-    A wrong shape would otherwise broadcast into the residual stream and pass silently. A float16
-    output may come back as float32: RKNNLite's inference() returns float32 unless told otherwise.
-    """
-    if outputs is None or len(outputs) != len(entry.outputs):
-        got = "no" if outputs is None else len(outputs)
-        raise ManifestError(f"{entry.label}: returned {got} outputs, manifest declares "
-                            f"{len(entry.outputs)} (file {entry.file})")
-    for spec, array in zip(entry.outputs, outputs):
-        arr = np.asarray(array)
-        dtype_ok = arr.dtype.name == spec.dtype or (spec.dtype == "float16" and arr.dtype == np.float32)
-        if tuple(arr.shape) != spec.shape or not dtype_ok:
-            raise ManifestError(f"{entry.label}: output '{spec.name}' is {arr.dtype.name} {list(arr.shape)}, "
-                                f"manifest declares {spec.dtype} {list(spec.shape)} (file {entry.file})")
-    return np.asarray(outputs[0])
-
-
 # ---------------------------------------------------------------- inspection
 
-def inspect_partition(directory) -> dict:
-    """Manifest summary, per-branch counts and sizes, every checksum verified, and a verdict."""
-    directory = Path(directory)
-    report = {"directory": str(directory), "manifest": str(manifest_path(directory)), "checks": [],
-              "branches": {}, "reasons": []}
-    try:
-        manifest = load_manifest(directory)
-    except ManifestError as exc:
-        report.update(verdict="failed", reasons=[str(exc)])
-        return report
-    ex = manifest.export
-    report.update(model=manifest.model.get("name"), format=manifest.format,
-                  weights_sha256=manifest.weights_sha256, weights_source=manifest.weights_source,
-                  **{k: ex.get(k) for k in ("dtype", "streams", "opset", "latent_size", "tokens",
-                                            "context_tokens", "blocks")},
-                  fp32_islands={b: len(v) for b, v in ex.get("fp32_islands", {}).items()},
-                  subgraphs=len(manifest.subgraphs), total_bytes=sum(e.bytes for e in manifest.entries()))
-    for entry in manifest.entries():
-        row = report["branches"].setdefault(entry.branch, {"count": 0, "bytes": 0, "verified": 0})
-        row["count"] += 1
-        row["bytes"] += entry.bytes
-        try:
-            manifest.verify_entry(entry)
-            ok, reason = True, ""
-            row["verified"] += 1
-        except ManifestError as exc:
-            ok, reason = False, str(exc)
-            report["reasons"].append(reason)
-        report["checks"].append({"label": entry.label, "file": entry.file, "ok": ok, "reason": reason})
-    if manifest.conversion:
-        _inspect_conversion(manifest, report)
-    listed = {e.file for e in manifest.entries()}
-    report["unlisted_files"] = sorted(p.name for pattern in ("*.onnx", "*.rknn")
-                                      for p in directory.glob(pattern) if p.name not in listed)
-    report["verdict"] = "failed" if report["reasons"] else "ok"
-    return report
 
-
-def _inspect_conversion(manifest: Manifest, report: dict) -> None:
-    """A converted partition: toolkit, target, precision, build time, ops on the CPU, build log hash."""
-    conv = manifest.conversion
-    records = conv.get("subgraphs", [])
-    report.update(toolkit=f"{conv.get('toolkit', 'rknn-toolkit2')} {conv['toolkit_version']}",
-                  target=conv["target"], precision=conv["precision"],
-                  build_seconds=round(sum(r.get("build_seconds", 0) for r in records), 1),
-                  cpu_ops=sum(len(r.get("cpu_ops", [])) for r in records))
-    log = conv.get("build_log") or {}
-    path = manifest.directory / str(log.get("file", ""))
-    ok = bool(log.get("file")) and path.is_file() and \
-        hashlib.sha256(path.read_bytes()).hexdigest() == log.get("sha256")
-    reason = "" if ok else f"{manifest.file}: build log '{log.get('file')}' is missing or fails its checksum"
-    report["checks"].append({"label": "build log", "file": log.get("file"), "ok": ok, "reason": reason})
-    if not ok:
-        report["reasons"].append(reason)

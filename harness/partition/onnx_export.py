@@ -12,51 +12,28 @@ op output is still rounded to float16 like on the NPU, and the manifest lists th
 """
 from __future__ import annotations
 
-import functools
 import hashlib
-import math
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from ..core.atomic import atomic_write_bytes
 from ..model.checkpoint import as_source
 from ..model.config import BRANCHES, ModelConfig
-from ..core.errors import ConfigError, WeightsError
+from ..core.errors import ConfigError
 from ..model.embedded import interp_matrix
-from ..model.reference import make_rope
 from ..model.weights import combine_digests, tensor_digest
 from .manifest import (FORMAT, Manifest, SubgraphEntry, TensorSpec, manifest_path, network_settings,
                        subgraph_index)
+from .graph import DEFAULT_OPSET, DTYPES, _Graph, check_opset
+from .bodies import _BODIES, _check_fake_quant, _ffn
 
-__all__ = ["export_partition", "build_subgraph", "build_decoder", "fp16_missing_kernels",
-           "subgraph_file", "check_opset", "planned_files", "DTYPES", "DEFAULT_OPSET",
-           "MIN_OPSET", "MAX_OPSET", "DECODER_FILE"]
+__all__ = ["export_partition", "build_subgraph", "build_decoder", "subgraph_file", "planned_files", "DECODER_FILE"]
 
-DTYPES = {"float32": (np.float32, TensorProto.FLOAT), "float16": (np.float16, TensorProto.FLOAT16)}
-DEFAULT_OPSET = 17
-MAX_OPSET = 19      # rknn-toolkit2 refuses newer opsets
-MIN_OPSET = 13      # Softmax over one axis (not flattened) needs 13+
 DECODER_FILE = "decoder.onnx"
-
-# Op types used for arithmetic; everything else in these graphs only moves data.
-_COMPUTE_OPS = ("MatMul", "Add", "Sub", "Mul", "Div", "Sqrt", "Erf", "Softmax", "ReduceMean",
-                "Abs", "ReduceMax", "Round")
-# Fake quantisation variants an export can simulate (what-if analysis before converting for INT8).
-FAKE_QUANT = ("ffn-w8a8",)
-
-
-def check_opset(opset: int) -> int:
-    if not isinstance(opset, int) or isinstance(opset, bool):
-        raise ConfigError(f"opset must be a whole number, got {opset!r}")
-    if opset > MAX_OPSET:
-        raise ConfigError(f"opset {opset} is too new: the RKNN converter accepts opset <= {MAX_OPSET}")
-    if opset < MIN_OPSET:
-        raise ConfigError(f"opset {opset} is too old: the exported graphs need opset >= {MIN_OPSET}")
-    return opset
 
 
 def _check_dtype(dtype: str) -> str:
@@ -73,257 +50,17 @@ def _check_streams(streams: int) -> int:
 
 # ---------------------------------------------------------------- float16 kernel probe
 
-def _probe_model(op_type: str, opset: int) -> onnx.ModelProto:
-    f16 = TensorProto.FLOAT16
-    shapes = {"MatMul": ([2, 4, 8], [8, 8])}.get(op_type, ([2, 4, 8], [2, 4, 8])
-                                                   if op_type in ("Add", "Sub", "Mul", "Div") else ([2, 4, 8],))
-    inputs = [helper.make_tensor_value_info(f"in{k}", f16, s) for k, s in enumerate(shapes)]
-    names, inits, attrs = [i.name for i in inputs], [], {}
-    if op_type == "Softmax":
-        attrs["axis"] = -1
-    if op_type == "ReduceMean":
-        if opset >= 18:
-            inits.append(numpy_helper.from_array(np.array([-1], np.int64), "axes"))
-            names.append("axes")
-        else:
-            attrs["axes"] = [-1]
-    node = helper.make_node(op_type, names, ["out"], name="probe", **attrs)
-    graph = helper.make_graph([node], "probe", inputs,
-                              [helper.make_tensor_value_info("out", f16, None)], initializer=inits)
-    return _finish_model(graph, opset)
-
-
-@functools.lru_cache(maxsize=None)
-def _lacks_fp16_kernel(op_type: str, opset: int) -> bool:
-    # onnxruntime's CPU provider wraps any node without a float16 kernel in Cast nodes (even with
-    # optimisations off); a Cast appearing in the saved session graph is how we see it.
-    import tempfile
-    import onnxruntime as ort
-    with tempfile.TemporaryDirectory() as tmp:
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        opts.optimized_model_filepath = str(Path(tmp) / "probe.onnx")
-        ort.InferenceSession(_probe_model(op_type, opset).SerializeToString(), opts,
-                             providers=["CPUExecutionProvider"])
-        session_graph = onnx.load(opts.optimized_model_filepath).graph
-    return any(n.op_type == "Cast" for n in session_graph.node)
-
-
-def fp16_missing_kernels(opset: int = DEFAULT_OPSET) -> frozenset[str]:
-    """Op types used by the export that onnxruntime's CPU provider cannot run in float16 here."""
-    check_opset(opset)
-    return frozenset(op for op in _COMPUTE_OPS if _lacks_fp16_kernel(op, opset))
-
 
 # ---------------------------------------------------------------- graph builder
 
-def _finish_model(graph: onnx.GraphProto, opset: int) -> onnx.ModelProto:
-    opsets = [helper.make_opsetid("", opset)]
-    model = helper.make_model(graph, opset_imports=opsets, producer_name="harness.partition")
-    # The oldest IR that carries this opset, so older converters (onnx <= 1.18) can read the file.
-    model.ir_version = helper.find_min_ir_version_for(opsets)
-    return model
-
-
-class _Graph:
-    """Nodes and initializers of one subgraph; float16 islands are wrapped here, in one place."""
-
-    def __init__(self, dtype: str, opset: int):
-        self.np_dtype, self.elem = DTYPES[dtype]
-        self.opset = opset
-        self.fp16 = dtype == "float16"
-        self.missing = fp16_missing_kernels(opset) if self.fp16 else frozenset()
-        self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[onnx.TensorProto] = []
-        self.int_names: set[str] = set()
-        self.islands: list[str] = []
-        self.fp32_of: dict[str, str] = {}
-
-    def const(self, name: str, value, source: str | None = None) -> str:
-        """A float constant in the graph dtype; float16 overflow is a weights error naming `source`."""
-        with np.errstate(over="ignore"):        # overflow is checked just below, with the key named
-            array = np.asarray(np.asarray(value, dtype=np.float32), dtype=self.np_dtype)
-        if not np.all(np.isfinite(array)):
-            raise WeightsError(f"'{source or name}' does not fit in {np.dtype(self.np_dtype).name} "
-                               f"(largest magnitude {float(np.max(np.abs(value))):.4g})")
-        # A scalar stays rank 0 (np.ascontiguousarray would make it [1]): rknn-toolkit2's constant
-        # folding refuses Clip bounds that are not rank-0 ("min should be a scalar").
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array) if array.ndim else array, name))
-        return name
-
-    def ints(self, name: str, values) -> str:
-        self.inits.append(numpy_helper.from_array(np.asarray(values, dtype=np.int64), name))
-        self.int_names.add(name)
-        return name
-
-    def weight_t(self, name: str, w: dict, key: str) -> str:
-        """Weights are stored [out, in]; MatMul wants [in, out]."""
-        if key not in w:
-            raise WeightsError(f"weights have no '{key}' (needed by the '{name}' subgraph node)")
-        return self.const(name, np.ascontiguousarray(np.asarray(w[key], dtype=np.float32).T), source=key)
-
-    def op(self, op_type: str, inputs: list[str], name: str, **attrs) -> str:
-        if op_type not in self.missing:
-            self.nodes.append(helper.make_node(op_type, inputs, [name], name=name, **attrs))
-            return name
-        f32 = []
-        for src in inputs:
-            if src in self.int_names:
-                f32.append(src)
-                continue
-            if src not in self.fp32_of:     # one Cast per tensor, however many islands read it
-                cast = f"{src}/fp32"
-                self.nodes.append(helper.make_node("Cast", [src], [cast], name=cast, to=TensorProto.FLOAT))
-                self.fp32_of[src] = cast
-            f32.append(self.fp32_of[src])
-        self.nodes.append(helper.make_node(op_type, f32, [f"{name}/island"], name=name, **attrs))
-        self.nodes.append(helper.make_node("Cast", [f"{name}/island"], [name], name=f"{name}/fp16",
-                                           to=TensorProto.FLOAT16))
-        self.islands.append(name)
-        return name
-
-    def reduce_mean_last(self, x: str, name: str) -> str:
-        if self.opset >= 18:
-            return self.op("ReduceMean", [x, self.ints(f"{name}/axes", [-1])], name, keepdims=1)
-        return self.op("ReduceMean", [x], name, axes=[-1], keepdims=1)
-
-    def model(self, graph_name: str, inputs, outputs, doc: str, meta: dict) -> onnx.ModelProto:
-        graph = helper.make_graph(self.nodes, graph_name, inputs, outputs, initializer=self.inits)
-        model = _finish_model(graph, self.opset)
-        model.doc_string = doc
-        helper.set_model_props(model, {k: str(v) for k, v in meta.items()})
-        return model
-
 
 # ---------------------------------------------------------------- the bodies, op for op
-
-def _linear(g: _Graph, x: str, w: dict, key: str, name: str) -> str:
-    return g.op("MatMul", [x, g.weight_t(f"{name}.weight_t", w, key)], name)
-
-
-def _rms_norm(g: _Graph, x: str, w: dict, key: str, eps: float, name: str) -> str:
-    # ops.rms_norm: (x / sqrt(mean(x^2) + eps)) * weight
-    sq = g.op("Mul", [x, x], f"{name}/square")
-    ms = g.reduce_mean_last(sq, f"{name}/mean")
-    rms = g.op("Sqrt", [g.op("Add", [ms, g.const(f"{name}/eps", eps)], f"{name}/add_eps")], f"{name}/sqrt")
-    normed = g.op("Div", [x, rms], f"{name}/div")
-    if key not in w:
-        raise WeightsError(f"weights have no '{key}' (needed by the '{name}' subgraph node)")
-    return g.op("Mul", [normed, g.const(f"{name}.weight", w[key], source=key)], name)
-
-
-def _heads(g: _Graph, x: str, shape: list[int], name: str) -> str:
-    return g.op("Reshape", [x, g.ints(f"{name}/shape", shape)], name)
-
-
-def _rope(g: _Graph, x: str, cos: str, sin: str, half: int, name: str) -> str:
-    # ops.apply_rope: split-half pairs (k, k + half); cos/sin [N, 1, half] broadcast over heads.
-    axis = g.ints(f"{name}/axis", [-1])
-    x1 = g.op("Slice", [x, g.ints(f"{name}/s0", [0]), g.ints(f"{name}/e0", [half]), axis], f"{name}/x1")
-    x2 = g.op("Slice", [x, g.ints(f"{name}/s1", [half]), g.ints(f"{name}/e1", [2 * half]), axis], f"{name}/x2")
-    lo = g.op("Sub", [g.op("Mul", [x1, cos], f"{name}/x1cos"), g.op("Mul", [x2, sin], f"{name}/x2sin")],
-              f"{name}/lo")
-    hi = g.op("Add", [g.op("Mul", [x1, sin], f"{name}/x1sin"), g.op("Mul", [x2, cos], f"{name}/x2cos")],
-              f"{name}/hi")
-    return g.op("Concat", [lo, hi], name, axis=-1)
-
-
-def _attention(g: _Graph, q: str, k: str, v: str, head_dim: int, out_shape: list[int]) -> str:
-    # ops.attention: softmax((q k^T) * 1/sqrt(d)) v over [S, heads, N, d]
-    qt = g.op("Transpose", [q], "attn/q_t", perm=[0, 2, 1, 3])
-    kt = g.op("Transpose", [k], "attn/k_t", perm=[0, 2, 3, 1])
-    vt = g.op("Transpose", [v], "attn/v_t", perm=[0, 2, 1, 3])
-    scores = g.op("Mul", [g.op("MatMul", [qt, kt], "attn/qk"),
-                          g.const("attn/scale", 1.0 / math.sqrt(head_dim))], "attn/scores")
-    probs = g.op("Softmax", [scores], "attn/softmax", axis=-1)
-    o = g.op("Transpose", [g.op("MatMul", [probs, vt], "attn/pv")], "attn/o", perm=[0, 2, 1, 3])
-    return g.op("Reshape", [o, g.ints("attn/merge_shape", out_shape)], "attn/merge")
-
-
-def _self_attn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int) -> None:
-    p, n, eps = f"blocks.{i}.self_attn.", cfg.tokens, cfg.norm_eps
-    heads = [streams, n, cfg.heads, cfg.head_dim]
-    q = _rms_norm(g, _heads(g, _linear(g, "x", w, p + "q_proj.weight", "q_proj"), heads, "q_heads"),
-                  w, p + "q_norm.weight", eps, "q_norm")
-    k = _rms_norm(g, _heads(g, _linear(g, "x", w, p + "k_proj.weight", "k_proj"), heads, "k_heads"),
-                  w, p + "k_norm.weight", eps, "k_norm")
-    v = _heads(g, _linear(g, "x", w, p + "v_proj.weight", "v_proj"), heads, "v_heads")
-    rope = make_rope(cfg)
-    half = cfg.head_dim // 2
-    cos = g.const("rope.cos", rope.cos.reshape(n, 1, half))
-    sin = g.const("rope.sin", rope.sin.reshape(n, 1, half))
-    q, k = _rope(g, q, cos, sin, half, "q_rope"), _rope(g, k, cos, sin, half, "k_rope")
-    o = _attention(g, q, k, v, cfg.head_dim, [streams, n, cfg.width])
-    g.op("MatMul", [o, g.weight_t("output_proj.weight_t", w, p + "output_proj.weight")], "y")
-
-
-def _cross_attn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int) -> None:
-    p, n, ctx, eps = f"blocks.{i}.cross_attn.", cfg.tokens, cfg.context_tokens, cfg.norm_eps
-    q = _rms_norm(g, _heads(g, _linear(g, "x", w, p + "q_proj.weight", "q_proj"),
-                            [streams, n, cfg.heads, cfg.head_dim], "q_heads"),
-                  w, p + "q_norm.weight", eps, "q_norm")
-    kv_heads = [streams, ctx, cfg.heads, cfg.head_dim]
-    k = _rms_norm(g, _heads(g, _linear(g, "context", w, p + "k_proj.weight", "k_proj"), kv_heads, "k_heads"),
-                  w, p + "k_norm.weight", eps, "k_norm")
-    v = _heads(g, _linear(g, "context", w, p + "v_proj.weight", "v_proj"), kv_heads, "v_heads")
-    o = _attention(g, q, k, v, cfg.head_dim, [streams, n, cfg.width])
-    g.op("MatMul", [o, g.weight_t("output_proj.weight_t", w, p + "output_proj.weight")], "y")
-
-
-def _int8_weights(w: dict, keys: tuple[str, ...]) -> dict:
-    """Symmetric per-output-channel INT8 quantise-dequantise of the named [out, in] weights."""
-    out = dict(w)
-    for key in keys:
-        m = np.asarray(w[key], dtype=np.float32)
-        scale = np.abs(m).max(axis=1, keepdims=True) / 127.0
-        scale[scale == 0] = 1.0
-        out[key] = np.round(m / scale) * scale
-    return out
-
-
-def _int8_activation(g: _Graph, x: str, name: str) -> str:
-    # Dynamic per-tensor symmetric INT8: round(x / s) * s with s = max|x| / 127 (|x / s| <= 127,
-    # so no clip is needed). Written in primitive ops, like GELU, for opset <= 19.
-    # No axes: ReduceMax over every axis, the same node in opset 13..19.
-    peak = g.op("ReduceMax", [g.op("Abs", [x], f"{name}/abs")], f"{name}/max", keepdims=1)
-    scale = g.op("Div", [peak, g.const(f"{name}/qmax", 127.0)], f"{name}/scale")
-    q = g.op("Round", [g.op("Div", [x, scale], f"{name}/scaled")], f"{name}/q")
-    return g.op("Mul", [q, scale], f"{name}/dq")
-
-
-def _ffn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int, fake_quant: str | None = None) -> None:
-    p = f"blocks.{i}.mlp."
-    x = "x"
-    if fake_quant == "ffn-w8a8":
-        # The board's FFN W8A8 what-if: INT8 weights and activations into both FFN linears,
-        # GELU and everything else at the graph dtype.
-        w = _int8_weights(w, (p + "layer1.weight", p + "layer2.weight"))
-        x = _int8_activation(g, x, "quant_in")
-    h = _linear(g, x, w, p + "layer1.weight", "layer1")
-    # ops.gelu, exact erf form: (x * 0.5) * (erf(x / sqrt(2)) + 1). Constants second: written so,
-    # rknn-toolkit2 fuses the five ops into one NPU GELU; constant-first leaves Erf on the CPU
-    # (docs/architecture.md section 8). IEEE + and * commute exactly, so the values equal ops.gelu's.
-    erf = g.op("Erf", [g.op("Div", [h, g.const("gelu/sqrt2", math.sqrt(2.0))], "gelu/scaled")], "gelu/erf")
-    gate = g.op("Add", [erf, g.const("gelu/one", 1.0)], "gelu/one_plus_erf")
-    act = g.op("Mul", [g.op("Mul", [h, g.const("gelu/half", 0.5)], "gelu/half_x"), gate], "gelu")
-    if fake_quant == "ffn-w8a8":
-        act = _int8_activation(g, act, "quant_hidden")
-    g.op("MatMul", [act, g.weight_t("layer2.weight_t", w, p + "layer2.weight")], "y")
-
-
-_BODIES = {"self_attn": _self_attn, "cross_attn": _cross_attn, "ffn": _ffn}
 
 
 def _check_block(cfg: ModelConfig, block: int) -> int:
     if not isinstance(block, (int, np.integer)) or not 0 <= int(block) < cfg.blocks:
         raise ConfigError(f"block {block!r} is out of range: {cfg.name} has blocks 0..{cfg.blocks - 1}")
     return int(block)
-
-
-def _check_fake_quant(fake_quant: str | None) -> str | None:
-    if fake_quant is not None and fake_quant not in FAKE_QUANT:
-        raise ConfigError(f"fake quantisation '{fake_quant}' is unknown (known: {', '.join(FAKE_QUANT)})")
-    return fake_quant
 
 
 def _build(weights: dict, cfg: ModelConfig, block: int, branch: str, dtype: str, streams: int,

@@ -23,7 +23,7 @@ def runner_of(config):
 
 
 def selected_cases(suite: SuiteSettings):
-    from ..gates.golden import load_cases
+    from ..gates.cases import load_cases
     try:
         cases = load_cases(suite.golden_dir / "cases.toml")
     except HarnessError as exc:

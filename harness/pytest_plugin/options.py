@@ -122,11 +122,11 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     from ..lifecycle import parse_lifecycle
     lifecycle = str(parse_lifecycle(values["lifecycle"]))
     check_precision(backend, values["precision"])
-    from ..partition.onnx_export import FAKE_QUANT
+    from ..partition.bodies import FAKE_QUANT
     if values["fake_quant"] not in (None, *FAKE_QUANT):
         raise ConfigError(f"--fake-quant {values['fake_quant']}: choose {', '.join(FAKE_QUANT)}")
     cfg = load_model_dir(values["model_dir"])
-    from ..gates.golden import golden_dir_for
+    from ..gates.cases import golden_dir_for
     golden_dir = values["golden_dir"] or golden_dir_for(cfg.name)
     budget = values["pss_budget"] or cfg.raw_gates.get("pss_budget")
     options = backend_options(backend, values, cfg)
@@ -149,7 +149,7 @@ def _case_names(spec: str | None, golden_dir: Path) -> list[str] | None:
     """--cases a,b: every name must be a case in golden_dir/cases.toml."""
     if spec is None:
         return None
-    from ..gates.golden import load_cases
+    from ..gates.cases import load_cases
     names = [c.strip() for c in spec.split(",") if c.strip()]
     if not names:
         raise ConfigError(f"--cases {spec!r}: name at least one golden case")

@@ -49,7 +49,7 @@ def _check_golden_dir(golden_dir, explicit: bool) -> None:
     """A named golden folder must hold a valid cases.toml: say so once, before collection, instead
     of one collection error per gate module."""
     from ..core.errors import ConfigError
-    from ..gates.golden import load_cases
+    from ..gates.cases import load_cases
     if not (golden_dir / "cases.toml").exists() and not explicit:
         return      # the model has no goldens here: only the gates that need them will say so
     try:

@@ -21,7 +21,7 @@ import numpy as np
 from ..core.errors import ManifestError, NumericsError
 from ..model import ops, reference as R
 from ..model.bundle import ModelBundle
-from ..partition.manifest import check_input, check_outputs
+from ..partition.checks import check_input, check_outputs
 from ..core.imageio import as_rgb
 from ..core.timing import Timed
 

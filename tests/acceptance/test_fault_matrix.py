@@ -32,7 +32,8 @@ import psutil
 import pytest
 
 from harness.model.config import REPO_ROOT
-from harness.gates.golden import GoldenStore, load_cases
+from harness.gates.golden import GoldenStore
+from harness.gates.cases import load_cases
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
 from tests.helpers import make_random_model_dir

@@ -42,7 +42,7 @@ def test_full_width_block_from_bf16_checkpoint_to_latent(tmp_path, capsys):
     common = ["--model-dir", str(model), "--steps", "2", "--cfg", "1", "--text-emb", str(emb), "--quiet"]
     assert main(["generate", *common, "--backend", "onnxruntime", "--partition", str(tmp_path / "p"),
                  "--out", str(tmp_path / "npu.png")]) == 0
-    assert main(["generate", *common, "--out", str(tmp_path / "ref.png")]) == 0
+    assert main(["generate", *common, "--backend", "reference", "--out", str(tmp_path / "ref.png")]) == 0
     npu, ref = np.load(tmp_path / "npu.latent.npy"), np.load(tmp_path / "ref.latent.npy")
     assert npu.shape == (16, 8, 8) and np.isfinite(npu).all()
     cosine = float(np.dot(npu.ravel(), ref.ravel()) / (np.linalg.norm(npu) * np.linalg.norm(ref)))

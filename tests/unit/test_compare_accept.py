@@ -10,7 +10,8 @@ from harness.cli.main import main
 from harness.results.compare import compare_rows, load_view, slowest_subgraphs
 from harness.core.errors import ConfigError
 from harness.sampling.reference_run import sample_settings
-from harness.gates.golden import GoldenRefused, GoldenStale, GoldenStore, load_cases
+from harness.gates.golden import GoldenRefused, GoldenStale, GoldenStore
+from harness.gates.cases import load_cases
 from harness.memory.guard import MemoryGuard
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition

@@ -39,8 +39,8 @@ def test_text_emb_files_drive_the_anima_shaped_model(anima, tmp_path):
     assert code == 0
     latent = np.load(out.with_suffix(".latent.npy"))
     assert latent.shape == (16, 16, 16) and not out.exists()     # no decoder: the latent, no image
-    code, ref_out = _gen(tmp_path / "ref", "--model-dir", str(MODEL_DIR), "--text-emb", str(COND),
-                         "--uncond-text-emb", str(UNCOND))
+    code, ref_out = _gen(tmp_path / "ref", "--model-dir", str(MODEL_DIR), "--backend", "reference",
+                         "--text-emb", str(COND), "--uncond-text-emb", str(UNCOND))
     assert code == 0
     np.testing.assert_allclose(latent, np.load(ref_out.with_suffix(".latent.npy")), atol=1e-4)
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from harness.core.errors import ConfigError
-from harness.gates.golden import (UPDATE_COMMAND, golden_dir_for, GoldenCorrupt, GoldenError, GoldenMissing, GoldenRefused,
-                            GoldenStale, GoldenStore, load_cases)
+from harness.gates.golden import UPDATE_COMMAND, GoldenCorrupt, GoldenError, GoldenMissing, GoldenRefused, GoldenStale, GoldenStore
+from harness.gates.cases import golden_dir_for, load_cases
 from harness.core.imageio import load_png
 
 META = {"backend": "onnxruntime", "manifest_hash": "sha256:abc123"}

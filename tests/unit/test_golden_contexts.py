@@ -5,7 +5,7 @@ import pytest
 
 from harness.core.errors import ConfigError
 from harness.gates.runner import GateRunner
-from harness.gates.golden import load_cases
+from harness.gates.cases import load_cases
 from harness.model.bundle import load_bundle
 from harness.pytest_plugin import OPTIONS, resolve_settings
 from tests.helpers import make_random_model_dir

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from harness.gates.runner import quality_line
-from harness.gates.golden import GoldenStale, GoldenStore, load_cases
+from harness.gates.golden import GoldenStale, GoldenStore
+from harness.gates.cases import load_cases
 from harness.model.bundle import check_text_emb, load_bundle
 from harness.partition.onnx_export import export_partition
 from harness.gates.quality import ImageMismatch, compare_latents

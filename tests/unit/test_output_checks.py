@@ -68,7 +68,7 @@ def entry(dtype="float16"):
 
 
 def test_output_dtype_and_count_are_checked():
-    from harness.partition.manifest import check_outputs
+    from harness.partition.checks import check_outputs
     check_outputs(entry(), [np.zeros((2, 3), np.float16)])
     check_outputs(entry(), [np.zeros((2, 3), np.float32)])      # RKNNLite returns float32 by default
     with pytest.raises(ManifestError, match=r"output 'y' is float64 \[2, 3\], manifest declares float16"):

@@ -236,7 +236,8 @@ _DATA_MOVEMENT = {"Cast", "Concat", "Reshape", "Slice", "Transpose"}
 def test_fp16_kernel_probe_covers_every_op_the_export_uses(embedded):
     """A data-movement op has a float16 kernel everywhere; the probe must not call it missing, and
     every compute op in a float16 export (fake-quant FFN included) must be one the probe checks."""
-    from harness.partition.onnx_export import _COMPUTE_OPS, _build, _lacks_fp16_kernel
+    from harness.partition.onnx_export import _build
+    from harness.partition.graph import _COMPUTE_OPS, _lacks_fp16_kernel
     cfg, w = embedded
     assert _lacks_fp16_kernel("Transpose", 17) is False
     models = [build_subgraph(w, cfg, 0, branch, "float16") for branch in BRANCHES]

@@ -53,6 +53,31 @@ def test_readme_harness_command_parses(argv, capsys):
         pytest.fail(f"bin/harness {shlex.join(argv)}: {capsys.readouterr().err.strip()} (exit {exc.code})")
 
 
+def _markers() -> set[str]:
+    ini = (ROOT / "pytest.ini").read_text().split("markers =", 1)[1].split("\n\S", 1)[0]
+    return {line.split(":")[0].strip() for line in ini.splitlines() if line.strip()}
+
+
+@pytest.fixture(scope="module")
+def pytest_help() -> str:
+    run = subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pytest.ini"), "--help"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    return run.stdout
+
+
+@pytest.mark.parametrize("argv", TESTS, ids=[" ".join(a)[:60] or "(no arguments)" for a in TESTS])
+def test_readme_test_command_uses_known_markers_and_options(argv, pytest_help):
+    markers = _markers()
+    for i, arg in enumerate(argv):
+        if arg.startswith("-") and not arg.startswith("--no-"):
+            assert re.search(rf"(^|[\s,]){re.escape(arg.split('=')[0])}[\s=,]", pytest_help, flags=re.M), \
+                f"bin/test {shlex.join(argv)}: pytest has no option {arg}"
+        if i and argv[i - 1] == "-m":
+            words = set(re.findall(r"\w+", arg)) - {"and", "or", "not"}
+            assert words <= markers, f"bin/test {shlex.join(argv)}: no marker {sorted(words - markers)} in pytest.ini"
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", TESTS, ids=[" ".join(a)[:60] or "(no arguments)" for a in TESTS])
 def test_readme_test_command_collects(argv, tmp_path):
     run = subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pytest.ini"), "--collect-only", "-q",
