@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import BackendError, ConfigError, ToolkitError
+from ..core.schema import read_json
 from ..toolkit.remote.framing import read_frame, write_frame
 from .base import Context
 
@@ -146,7 +147,7 @@ def _manifest_json(directory: Path) -> dict:
         raise ConfigError(f"rknn-sim: {directory} has no manifest.json (a partition from `harness convert`)") from None
     key = (str(path), stat.st_mtime_ns, stat.st_size)
     if key not in _manifests:
-        _manifests[key] = json.loads(path.read_text(encoding="utf-8"))
+        _manifests[key] = read_json(path, "manifest")
     return _manifests[key]
 
 

@@ -9,12 +9,12 @@ failed, or that was rendered with other settings than the case now asks for, is 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..core.run_report import read_run_report
 from ..gates.golden import GoldenStale, GoldenStore, relative_to_repo
 from ..gates.cases import golden_dir_for, load_cases
 
@@ -28,11 +28,11 @@ def _run_files(artifacts: Path, case: str) -> tuple[dict, np.ndarray]:
         if not path.is_file():
             raise ConfigError(f"accept-golden {case}: no {path}; run the quality gate first "
                               f"(pytest -m quality --cases={case} --artifacts={artifacts})")
+    report = read_run_report(report_path)
     try:
-        report = json.loads(report_path.read_text(encoding="utf-8"))
         image = np.load(image_path, allow_pickle=False)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"accept-golden {case}: cannot read {report_path} / {image_path}: {exc}") from None
+        raise ConfigError(f"accept-golden {case}: cannot read {image_path}: {exc}") from None
     if report.get("status") != "ok":
         raise ConfigError(f"accept-golden {case}: the run in {report_path} did not finish "
                           f"(status {report.get('status')}: {report.get('error')})")

@@ -194,8 +194,10 @@ def _refused_report(args, exc) -> Path:
     from ..core.signals import stop_status
     path = args.out.with_suffix(".json")
     status = "failed" if isinstance(exc, HarnessError) else stop_status(exc)
-    atomic_write_json(path, {"status": status, "error": str(exc), "error_kind": type(exc).__name__,
-                             "backend": args.backend, "model_dir": str(args.model_dir)})
+    from ..core.run_report import check_run_report
+    report = {"status": status, "error": str(exc), "error_kind": type(exc).__name__,
+              "backend": args.backend, "model_dir": str(args.model_dir)}
+    atomic_write_json(path, check_run_report(report, f"run report {path}", error=ValueError))
     return path
 
 

@@ -14,6 +14,7 @@ nor the field the way a person looks for them, and wrapping them would cost more
 """
 from __future__ import annotations
 
+import json
 import math
 import tomllib
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Any, Callable
 
 from .errors import ConfigError
 
-__all__ = ["Field", "check_table", "read_toml", "is_int", "is_number", "is_seconds", "positive_int",
+__all__ = ["Field", "check_table", "read_toml", "read_json", "is_int", "is_number", "is_seconds", "positive_int",
            "non_empty_str", "one_of", "is_iso_time", "list_of"]
 
 
@@ -63,6 +64,19 @@ def read_toml(path: str | Path, what: str = "file", error: type[Exception] = Con
         raise error(f"{path}: is a directory, expected a {what}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise error(f"{path}: not valid TOML ({exc})") from None
+
+
+def read_json(path: str | Path, what: str = "file", error: type[Exception] = ConfigError):
+    """Parse a JSON file; a missing, unreadable or malformed file is one error line naming it."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path}: no such {what}") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a directory, expected a {what}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise error(f"{path}: not valid JSON ({exc})") from None
 
 
 # -- predicates ------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ inputs, both outputs and what ran it are saved, so `harness accuracy --replay DI
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import numpy as np
 
 from ..core.atomic import atomic_write_json
 from ..core.errors import ConfigError, NumericsError
+from ..core.schema import read_json
 from ..runtime.pipeline import Invocation, batch_of
 
 __all__ = ["Row", "cosine", "max_rel_err", "run_streams", "ReferenceSubgraphs", "AccuracyAnalysis",
@@ -237,12 +237,9 @@ def replay(folder: Path) -> Row:
     from ..partition.manifest import load_manifest
     folder = Path(folder)
     path = folder / REPRO_FILE
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"--replay {folder}: no {REPRO_FILE} (a folder that `harness accuracy` saved)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    if not path.exists():
+        raise ConfigError(f"--replay {folder}: no {REPRO_FILE} (a folder that `harness accuracy` saved)")
+    saved = read_json(path, "repro record")
     manifest = load_manifest(saved["partition"])
     entry = next((e for e in manifest.subgraphs if e.index == saved["subgraph"]), None)
     if entry is None:

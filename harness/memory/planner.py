@@ -18,7 +18,6 @@ From the board profile it reproduces the write-up's arithmetic (boards/data/rock
 """
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..core.run_report import read_run_report
 
 __all__ = ["PlanInputs", "inputs_from_profile", "inputs_from_report", "lru_hits", "plan",
            "prefetch_wait", "memory_mib", "PIN_ORDER"]
@@ -84,7 +84,10 @@ def inputs_from_profile(path: str | Path | None = None, budget_mib: float | None
 def inputs_from_report(path: str | Path, context_mib: float | None, budget_mib: float | None) -> PlanInputs:
     """From a run's JSON report (harness generate ... writes one beside the PNG)."""
     try:
-        report = json.loads(Path(path).read_text())
+        report = read_run_report(path, finished=True)
+    except ConfigError as exc:
+        raise ConfigError(f"--report {exc}") from None
+    try:
         records = report["lifecycle_records"]
         steps = len(report["step_seconds"])
     except (OSError, ValueError, KeyError, TypeError) as exc:

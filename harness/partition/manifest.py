@@ -8,14 +8,13 @@ Every problem is a ManifestError naming the subgraph ("subgraph 4 (block 1 cross
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ..core.atomic import atomic_write_json
 from ..model.config import BRANCHES, NETWORK_KEYS, ModelConfig
 from ..core.errors import ManifestError
-from ..core.schema import Field, check_table, is_int, list_of, non_empty_str, one_of, positive_int
+from ..core.schema import Field, check_table, is_int, list_of, non_empty_str, one_of, positive_int, read_json
 
 __all__ = ["manifest_sha256", "default_partition_dir", "FORMAT", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest", "manifest_path", "network_settings", "subgraph_index"]
 
@@ -264,10 +263,7 @@ def load_manifest(directory) -> Manifest:
     path = manifest_path(directory)
     if not path.is_file():
         raise ManifestError(f"{path}: no manifest (is {directory} an exported partition?)")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ManifestError(f"{path}: not valid JSON ({exc})") from None
+    data = read_json(path, "manifest", error=ManifestError)
     where = str(path)
     check_table(data, _MANIFEST, where, error=ManifestError, extra=True)
     check_table(data["model"], _MODEL, f"{where}: model", error=ManifestError, extra=True)

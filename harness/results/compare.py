@@ -7,12 +7,13 @@ slowest subgraphs (all stages, per step) and the memory peak; the command prints
 """
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
 from ..model.config import BRANCHES
 from ..core.errors import ConfigError
+from ..core.schema import read_json
+from ..core.run_report import check_run_report
 from .history import check_record, load_history
 from ..lifecycle.steptimes import STAGE_NAMES
 
@@ -80,12 +81,9 @@ def load_view(spec: str) -> RunView:
             return view_of_record(records[n], f"{path} run {n if n >= 0 else len(records) + n}")
         except (ValueError, IndexError):
             raise ConfigError(f"{spec}: no run '{index}' in {path} ({len(records)} runs: #0..#{len(records) - 1})") from None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except ValueError as exc:
-        raise ConfigError(f"{path}: not JSON ({exc})") from None
+    data = read_json(path, "file")
+    if isinstance(data, dict) and "status" in data:
+        check_run_report(data, str(path))
     if isinstance(data, dict) and "tables" in data:
         return view_of_report(data, str(path))
     return view_of_record(data, str(path))

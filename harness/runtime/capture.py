@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import numpy as np
 from ..core.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from ..model.config import BRANCHES
 from ..core.errors import ConfigError
+from ..core.schema import read_json
 from .pipeline import Invocation
 
 __all__ = ["FORMAT", "RECORD_FILE", "parse_steps", "parse_branches", "parse_streams",
@@ -192,10 +192,7 @@ def load_calibration(directory, manifest=None) -> CalibrationSet:
     if not path.is_file():
         raise ConfigError(f"calibration {directory}: no {RECORD_FILE} (make one with "
                           f"`harness capture-calibration --out {directory}`)")
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    record = read_json(path, "calibration record")
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise ConfigError(f"{path}: not a calibration record ({FORMAT})")
     if manifest is not None and record.get("weights_sha256") != manifest.weights_sha256:

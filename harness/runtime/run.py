@@ -21,6 +21,7 @@ from ..memory.guard import read_memory
 from ..model.bundle import ModelBundle
 from ..partition.manifest import load_manifest, manifest_sha256, network_settings
 from .pipeline import PartitionedPipeline
+from ..core.run_report import check_run_report
 from ..lifecycle.steptimes import summarize
 from ..sampling.flow import denoise
 from ..core.signals import stop_status
@@ -39,6 +40,7 @@ def _run_memory(guard, start) -> dict:
 def _write_report(path, report: dict) -> None:
     """A run whose report cannot be written has failed (StorageError naming the path); after a run
     that already failed, only warn: the run's own error is the one to see."""
+    check_run_report(report, f"run report {path}", error=ValueError)     # a wrong shape is a bug here
     try:
         atomic_write_json(path, report)
     except (OSError, StorageError) as exc:
@@ -126,7 +128,8 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
                                        observers=observers)
         report["streams"] = pipeline.streams
         if report_path is not None:     # "running" until it ends: what a SIGKILLed run leaves behind
-            atomic_write_json(report_path, {**report, "pid": os.getpid()})
+            atomic_write_json(report_path, check_run_report({**report, "pid": os.getpid()}, f"run report {report_path}",
+                                                            error=ValueError))
         mark = [time.perf_counter()]
 
         def step_done(i: int) -> None:
