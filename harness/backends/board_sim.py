@@ -32,10 +32,8 @@ Context options (`normalize_options` checks and completes them; the suite's --bo
 from __future__ import annotations
 
 import atexit
-import fcntl
 import math
 import mmap
-import os
 import re
 import shutil
 import tempfile
@@ -46,6 +44,7 @@ import numpy as np
 
 from .board_profile import load_board_profile
 from ..core.errors import ConfigError
+from ..core.locks import acquire, release
 from .onnxruntime import OnnxRuntimeContext
 from .rknnlite import parse_core_mask
 
@@ -178,7 +177,7 @@ class BoardSimContext(OnnxRuntimeContext):
             _pad(start, self.run_s_per_row * rows, "path")
         finally:
             for fd in fds:
-                os.close(fd)          # closing drops the lock
+                release(fd)
         return outputs
 
     def release(self) -> None:
@@ -193,14 +192,7 @@ class BoardSimContext(OnnxRuntimeContext):
     # -- the NPU cores ------------------------------------------------------------------------
     def _lock(self, core: int, blocking: bool) -> int | None:
         self.lock_dir.mkdir(parents=True, exist_ok=True)
-        # One open file per call: flock conflicts between open files, also within one process.
-        fd = os.open(self.lock_dir / f"core{core}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        return fd
+        return acquire(self.lock_dir / f"core{core}.lock", blocking)
 
     def _take_cores(self) -> list[int]:
         if self.cores:                       # a fixed mask: wait for each of its cores, in order

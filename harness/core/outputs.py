@@ -8,13 +8,13 @@ the previous run's files are removed so nothing from another run sits beside thi
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import time
 from pathlib import Path
 
 from .errors import ConfigError, StorageError
+from .locks import acquire, release
 
 __all__ = ["check_writable", "check_free_space", "ArtifactsLock", "MARKER", "LOCK_FILE"]
 
@@ -53,18 +53,16 @@ class ArtifactsLock:
         self._fd: int | None = None
 
     def claim(self) -> "ArtifactsLock":
+        path = self.directory / LOCK_FILE
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+            fd = acquire(path, blocking=False)
         except OSError as exc:
             raise StorageError(f"--artifacts={self.directory}: cannot write in it ({exc.strerror or exc})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another run"
-            os.close(fd)
+        if fd is None:
+            holder = path.read_text(errors="replace").strip()[:200] or "another run"
             raise ConfigError(f"--artifacts={self.directory}: in use by {holder}; wait for it to end or "
-                              f"give this run its own folder (--artifacts=OTHER)") from None
+                              f"give this run its own folder (--artifacts=OTHER)")
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%H:%M:%S')}".encode(), 0)
         self._fd = fd
@@ -91,5 +89,5 @@ class ArtifactsLock:
 
     def release(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)      # closing drops the flock
+            release(self._fd)
             self._fd = None

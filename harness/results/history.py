@@ -23,7 +23,6 @@ naming the file and line, because a silently dropped run would bend the trend.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,6 +30,7 @@ from pathlib import Path
 from ..core.atomic import atomic_write_bytes
 from ..model.config import BRANCHES
 from ..core.errors import HarnessError
+from ..core.locks import file_lock
 from ..core.schema import Field, check_table, is_iso_time, is_seconds, non_empty_str, positive_int
 from ..lifecycle.steptimes import STAGE_NAMES
 
@@ -89,13 +89,8 @@ def check_record(record, where: str = "record", new: bool = False) -> dict:
 def _locked(path: Path):
     # The lock lives in its own file: the history itself is replaced by rename, so a lock on it
     # would be a lock on an inode that stops being the history.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    with file_lock(path.with_name(f".{path.name}.lock")):
+        yield
 
 
 def append_run(history_path: str | Path, record: dict) -> None:

@@ -8,7 +8,6 @@ environment; a missing or different stamp means "create again".
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -19,6 +18,7 @@ import tomllib
 from pathlib import Path
 
 from ..core.errors import ConfigError, ToolkitError
+from ..core.locks import file_lock
 
 __all__ = ["VERSIONS_FILE", "default_version", "known_versions", "toolkit_home", "env_dir",
            "pins_digest", "toolkit_python", "create_env", "main"]
@@ -103,8 +103,7 @@ def create_env(version: str) -> Path:
     pins = _pins(version)
     target = env_dir(version)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{version}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(target.parent / f".{version}.lock"):
         if _is_current(version):
             return target / "bin" / "python"
         _say(f"creating rknn-toolkit2 {version} in {target} (first use or pins changed; a few minutes)")
