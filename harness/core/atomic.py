@@ -13,6 +13,7 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from .errors import StorageError
@@ -150,4 +151,6 @@ def _json_default(obj):
         return obj.tolist()
     if isinstance(obj, Path):
         return str(obj)
+    if isinstance(obj, Mapping):        # a typed record that reads as a mapping (SampleSettings)
+        return dict(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

@@ -15,6 +15,7 @@ import numpy as np
 from ..results.compare import slowest_subgraphs
 from ..core.atomic import atomic_save_npy
 from ..model.config import BRANCHES
+from ..sampling.settings import SampleSettings
 from ..core.errors import ConfigError, HarnessError
 from ..lifecycle.steptimes import STAGE_NAMES
 from .cases import GoldenCase
@@ -119,12 +120,9 @@ class GateRunner:
         return export.get("dtype", "unknown") + (f"+{quant}" if quant else "")
 
     # -------------------------------------------------------------- runs
-    def settings_for(self, case: GoldenCase, steps: int | None = None) -> dict:
-        settings = {"steps": steps or case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed,
-                    "sampler": case.sampler}
-        if case.spectrum is not None:
-            settings["spectrum"] = case.spectrum
-        return settings
+    def settings_for(self, case: GoldenCase, steps: int | None = None) -> SampleSettings:
+        return SampleSettings(steps=steps or case.steps, cfg_scale=case.cfg, shift=case.shift, seed=case.seed,
+                              sampler=case.sampler, spectrum=case.spectrum)
 
     def prepare(self) -> None:
         """Everything a run needs before it is measured: weights, the verified partition and the

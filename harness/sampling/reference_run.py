@@ -12,6 +12,7 @@ import numpy as np
 from ..model import reference
 from ..model.bundle import ModelBundle
 from .flow import denoise, initial_noise
+from .settings import SampleSettings
 from .spectrum import DEFAULT_PRESET, PRESETS, SpectrumParams, check_params, sampler_velocity
 
 __all__ = ["sample_settings", "stream_text_embs", "initial_latents", "sample_reference", "ReferenceModel",
@@ -19,22 +20,19 @@ __all__ = ["sample_settings", "stream_text_embs", "initial_latents", "sample_ref
 
 
 def sample_settings(bundle: ModelBundle, steps=None, cfg_scale=None, shift=None, seed=None,
-                    sampler: str = "flow-euler", spectrum: SpectrumParams | None = None) -> dict:
+                    sampler: str = "flow-euler", spectrum: SpectrumParams | None = None) -> SampleSettings:
     """Run settings: explicit values win, the model's [sampler] table fills the rest. A Spectrum
     run carries its parameters (checked against the steps here, before anything runs)."""
     s = bundle.cfg.sampler
-    settings = {
-        "steps": int(steps if steps is not None else s.get("steps", 20)),
-        "cfg_scale": float(cfg_scale if cfg_scale is not None else s.get("cfg", 4.0)),
-        "shift": float(shift if shift is not None else s.get("shift", 3.0)),
-        "seed": int(seed if seed is not None else s.get("seed", 0)),
-        "sampler": sampler,
-    }
+    steps = int(steps if steps is not None else s.get("steps", 20))
+    params = None
     if sampler == "spectrum":
         params = spectrum or PRESETS[DEFAULT_PRESET]
-        check_params(params, settings["steps"])
-        settings["spectrum"] = params.as_dict()
-    return settings
+        check_params(params, steps)
+    return SampleSettings(steps=steps, cfg_scale=float(cfg_scale if cfg_scale is not None else s.get("cfg", 4.0)),
+                          shift=float(shift if shift is not None else s.get("shift", 3.0)),
+                          seed=int(seed if seed is not None else s.get("seed", 0)), sampler=sampler,
+                          spectrum=params.as_dict() if params else None)
 
 
 def stream_text_embs(bundle: ModelBundle, prompts: Sequence[str], cfg_scale: float) -> dict:
