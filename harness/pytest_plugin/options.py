@@ -57,10 +57,12 @@ OPTIONS = {
     "board_profile_data": (None, "board-sim: profile data file (default boards/data/rock5c-anima.toml)"),
     "time_scale": (None, "board-sim: seconds here per board second (default: the data file's)"),
     "min_free": ("64MiB", "refuse to start when the artifacts or history filesystem has less free space"),
+    "tier": (None, "a board profile's [tier.NAME] table (e.g. pr, nightly): its options replace [suite]'s"),
+    "case_limit": (None, "run only the first N golden cases (a board profile's shorter tier sets it)"),
     "suite_run": (False, "bin/test's run: JUnit XML and benchmark JSON into --artifacts; no test collected fails"),
 }
 _FLAGS = {"require_npu", "update_goldens", "force_goldens", "suite_run", "save_baseline"}
-_INTS = {"bench_rounds", "bench_steps", "images", "npu_timeout"}
+_INTS = {"bench_rounds", "bench_steps", "images", "npu_timeout", "case_limit"}
 _SIZES = {"mem_floor", "swap_limit", "pss_budget", "min_free"}
 _PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir",
           "board_profile_data", "calibration", "baselines"}
@@ -105,6 +107,8 @@ class SuiteSettings:
     bench_sampler: str | None = None
     lifecycle: str = "on-demand"        # the context strategy (harness.lifecycle.spec)
     images: int = 1                     # images generated together (stream batching)
+    tier: str | None = None             # the board profile's [tier.NAME] in force
+    case_limit: int | None = None       # only the first N golden cases
 
 
 def pytest_addoption(parser):
@@ -118,15 +122,26 @@ def pytest_addoption(parser):
             group.addoption(flag, default=None, help=text)
 
 
-def _profile_values(path: Path | None) -> dict:
+def _profile_values(path: Path | None, tier: str | None = None) -> dict:
     if path is None:
+        if tier:
+            raise ConfigError(f"--tier {tier}: tiers are tables of a board profile; name one with --board-profile")
         return {}
     data = read_toml(path, "board profile (--board-profile)")
-    suite = data.get("suite", {})
-    unknown = sorted(set(suite) - set(OPTIONS))
-    if unknown:
-        raise ConfigError(f"--board-profile {path}: unknown [suite] option '{unknown[0]}' "
-                          f"(known: {', '.join(OPTIONS)})")
+    suite = dict(data.get("suite", {}))
+    tiers = data.get("tier", {})
+    tier = tier or suite.get("tier")
+    if tier is not None and tier not in tiers:
+        raise ConfigError(f"--tier {tier}: {path} has no [tier.{tier}] table "
+                          f"(tiers: {', '.join(sorted(tiers)) or 'none'})")
+    tables = [("suite", suite)] + ([(f"tier.{tier}", tiers[tier])] if tier else [])
+    for name, table in tables:
+        unknown = sorted(set(table) - set(OPTIONS))
+        if unknown:
+            raise ConfigError(f"--board-profile {path}: unknown [{name}] option '{unknown[0]}' "
+                              f"(known: {', '.join(OPTIONS)})")
+    if tier:
+        suite.update(tiers[tier])
     return suite
 
 
@@ -165,7 +180,7 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     from ..memory import parse_size
     from ..telemetry import detect_rk3588
     profile_file = Path(profile_path) if profile_path else None
-    profile = _profile_values(profile_file)
+    profile = _profile_values(profile_file, cli.get("tier"))
     values = {}
     for name, (default, _) in OPTIONS.items():
         if cli.get(name) is not None:
@@ -215,7 +230,7 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         baseline_threshold=parse_threshold(values["baseline_threshold"]), npu_timeout=values["npu_timeout"],
         bench_sampler=values["bench_sampler"], lifecycle=lifecycle, images=values["images"],
         min_free=parse_size(values["min_free"]), suite_run=values["suite_run"],
-        golden_dir_given=values["golden_dir"] is not None)
+        golden_dir_given=values["golden_dir"] is not None, tier=values["tier"], case_limit=values["case_limit"])
     settings.npu_problem = _npu_problem(settings)
     return settings
 

@@ -88,3 +88,44 @@ def test_smoke_with_require_npu_fails_off_the_board_naming_the_device_node(tmp_p
     assert "FAILED tests/acceptance/test_smoke.py::test_1_npu_device_node" in proc.stdout
     assert "no NPU device node under /: neither /dev/rknpu nor a /dev/dri/renderD* of the RKNPU driver" in proc.stdout
     assert "4 failed" in proc.stdout
+
+
+def _collect(tmp_path, *extra) -> str:
+    profile = tmp_path / "board.toml"
+    profile.write_text('[suite]\nbackend = "onnxruntime"\nbench_rounds = 2\n'
+                       '[duration]\nstep_seconds = { "embedded-digits" = 120.4 }\n'
+                       '[tier.pr]\ncase_limit = 1\nbench_rounds = 1\n')
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), "--co", "-q",
+                           "-p", "no:cacheprovider", "-m", "npu and not slow", f"--board-profile={profile}",
+                           f"--artifacts={tmp_path / 'artifacts'}", *extra],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_a_session_prints_its_expected_length_and_a_tier_shortens_it(tmp_path):
+    from harness.config import EMBEDDED_DIR, load_model_dir
+    from harness.golden import golden_dir_for, load_cases
+    cases = load_cases(golden_dir_for(load_model_dir(EMBEDDED_DIR).name) / "cases.toml")
+    steps = [c.steps for c in cases]
+    full = _collect(tmp_path)
+    # every case's run, plus the benchmark's 2 rounds less the one the first case's gates share
+    minutes = (sum(steps) + steps[0]) * 120.4 / 60
+    assert f"anima: expected duration {minutes:.0f} min = ({len(cases)} cases x" in full
+    pr = _collect(tmp_path, "--tier=pr")
+    assert f"anima: expected duration {steps[0] * 120.4 / 60:.0f} min, tier pr = (1 cases x {steps[0]} steps" in pr
+    # the smoke tier is collected first
+    first = [line for line in full.splitlines() if line.startswith("tests/")][0]
+    assert first.startswith("tests/acceptance/test_smoke.py::")
+
+
+def test_an_unknown_tier_names_the_profile_and_its_tiers(tmp_path):
+    profile = tmp_path / "board.toml"
+    profile.write_text("[suite]\n[tier.pr]\ncase_limit = 1\n[tier.nightly]\n")
+    from harness.errors import ConfigError
+    from harness.pytest_plugin.options import resolve_settings
+    with pytest.raises(ConfigError, match=rf"--tier weekly: {profile} has no \[tier.weekly\] table \(tiers: nightly, pr\)"):
+        resolve_settings({"tier": "weekly"}, str(profile))
+    profile.write_text("[suite]\n[tier.pr]\ncase_limt = 1\n")
+    with pytest.raises(ConfigError, match=r"unknown \[tier.pr\] option 'case_limt'"):
+        resolve_settings({"tier": "pr"}, str(profile))
