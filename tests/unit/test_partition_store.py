@@ -21,13 +21,10 @@ def _run(*args, env=None, ok=True):
 
 @pytest.fixture(scope="module")
 def partition(tmp_path_factory):
-    from harness.model.bundle import load_bundle
-    from harness.partition.onnx_export import export_partition
     from harness.config import EMBEDDED_DIR
-    bundle = load_bundle(EMBEDDED_DIR)
-    out = tmp_path_factory.mktemp("partition") / "fp16"
-    export_partition(bundle.weights, bundle.cfg, out, dtype="float16", blocks=[0])
-    return out
+    from harness.model.bundle import load_bundle
+    from tests.helpers import export_fp32
+    return export_fp32(load_bundle(EMBEDDED_DIR), tmp_path_factory)
 
 
 def test_published_once_under_its_manifest_hash_and_fetched_into_the_cache(partition, tmp_path):
