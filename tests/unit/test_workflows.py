@@ -167,6 +167,14 @@ def test_a_misspelt_option_in_the_workflow_fails_the_check(suite_options):
     assert "board runs without the fork guard" in workflow_problems(unguarded, suite_options)
 
 
+def test_the_board_runner_script_passes_known_options(suite_options):
+    script = (REPO_ROOT / ".ci" / "board-run").read_text()
+    assert 'exec "${wrap[@]}" bin/test ' in script
+    commands = pytest_commands(script.replace('exec "${wrap[@]}" ', ""))
+    assert commands and option_problems(commands, suite_options) == []
+    assert {"--history=", "--baselines="} <= {t.split("=")[0] + "=" for t in commands[0] if "=" in t}
+
+
 def test_lava_job_runs_the_same_gates_with_known_options(suite_options):
     script = LAVA_SESSION.read_text()
     commands = pytest_commands(script)
