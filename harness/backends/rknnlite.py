@@ -28,7 +28,7 @@ import re
 
 import numpy as np
 
-from ..errors import BackendError, ConfigError
+from ..core.errors import BackendError, ConfigError
 from .base import Context
 
 __all__ = ["RknnLiteContext", "CORE_MASKS", "parse_core_mask", "load_runtime", "runtime_library",

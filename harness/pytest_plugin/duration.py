@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..schema import read_toml
+from ..core.schema import read_toml
 from .fixtures import selected_cases
 from .state import SETTINGS
 
@@ -42,7 +42,7 @@ def pytest_collection_finish(session):
     gates = [i for i in session.items if i.get_closest_marker("npu") and not i.get_closest_marker("smoke")]
     if not gates or settings.board_profile is None:
         return
-    from ..config import load_model_dir
+    from ..model.config import load_model_dir
     table = read_toml(settings.board_profile, "board profile (--board-profile)").get("duration", {})
     model = load_model_dir(settings.model_dir).name
     seconds_per_step = table.get("step_seconds", {}).get(model)

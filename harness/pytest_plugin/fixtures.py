@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from ..errors import HarnessError
+from ..core.errors import HarnessError
 from .options import SuiteSettings
 from .session import CALL_FAILED
 from .state import MEMORY_SAMPLES, RUNNER, SETTINGS, append_to
@@ -17,13 +17,13 @@ __all__ = ["suite", "gate_runner", "golden_cases", "artifacts", "npu_guard", "ru
 def runner_of(config):
     """One GateRunner per session, shared by the report header and the gate fixtures."""
     if RUNNER not in config.stash:
-        from ..gates import GateRunner
+        from ..gates.runner import GateRunner
         config.stash[RUNNER] = GateRunner(config.stash[SETTINGS])
     return config.stash[RUNNER]
 
 
 def selected_cases(suite: SuiteSettings):
-    from ..golden import load_cases
+    from ..gates.cases import load_cases
     try:
         cases = load_cases(suite.golden_dir / "cases.toml")
     except HarnessError as exc:
@@ -34,7 +34,7 @@ def selected_cases(suite: SuiteSettings):
 
 def npu_memory_guard(suite: SuiteSettings):
     """The memory guard every npu test runs under (a function, so tests can build the same one)."""
-    from ..memory import MemoryGuard, read_system_memory
+    from ..memory.guard import MemoryGuard, read_system_memory
     # The sampler (PSS included) every 0.25 s; the pipeline's checks between invocations read only
     # MemAvailable and swap, at most every 0.1 s: the guard must not cost the step it watches.
     return MemoryGuard(suite.mem_floor, suite.swap_limit, interval=0.25, max_staleness=0.1,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from harness.board_checks import find_npu_node, lifecycle_once, npu_node_problem, version_problem
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 from harness.partition.manifest import load_manifest
 
 pytestmark = pytest.mark.smoke

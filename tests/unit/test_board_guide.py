@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import EMBEDDED_DIR, REPO_ROOT
+from harness.model.config import EMBEDDED_DIR, REPO_ROOT
 from tests.unit.test_workflows import option_problems, pytest_commands, suite_options  # noqa: F401 (fixture)
 
 GUIDE = REPO_ROOT / "docs" / "board.md"
@@ -32,7 +32,7 @@ def guide_blocks(text: str) -> list[tuple[str, str]]:
 
 def harness_problems(script: str) -> list[str]:
     """Every `bin/harness ...` line that the harness's own parser refuses."""
-    from harness.cli import build_parser
+    from harness.cli.main import build_parser
     problems = []
     for line in re.sub(r"\\\n\s*", " ", script).splitlines():
         tokens = shlex.split(line, comments=True)

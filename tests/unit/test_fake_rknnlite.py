@@ -175,7 +175,7 @@ def test_backend_names_every_inputs_own_dtype(fake, tmp_path):
 
 
 def test_missing_librknnrt_is_init_runtime_minus_one(fake, tmp_path, monkeypatch, capsys):
-    from harness.errors import BackendError
+    from harness.core.errors import BackendError
     _conv_model(tmp_path / "m.rknn")
     monkeypatch.setenv("LIBRKNNRT_PATH", str(tmp_path / "nowhere" / "librknnrt.so"))
     rknn = fake()

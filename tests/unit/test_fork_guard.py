@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from harness.config import REPO_ROOT
+from harness.model.config import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "tools"))
 try:

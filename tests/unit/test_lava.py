@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from harness.config import REPO_ROOT
+from harness.model.config import REPO_ROOT
 
 LAVA = REPO_ROOT / "lava"
 JOBS = sorted(LAVA.glob("*.yaml"))

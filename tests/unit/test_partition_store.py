@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from harness.config import REPO_ROOT
+from harness.model.config import REPO_ROOT
 
 
 def _run(*args, env=None, ok=True):
@@ -21,7 +21,7 @@ def _run(*args, env=None, ok=True):
 
 @pytest.fixture(scope="module")
 def partition(tmp_path_factory):
-    from harness.config import EMBEDDED_DIR
+    from harness.model.config import EMBEDDED_DIR
     from harness.model.bundle import load_bundle
     from tests.helpers import export_fp32
     return export_fp32(load_bundle(EMBEDDED_DIR), tmp_path_factory)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.board_checks import find_npu_node, npu_node_problem, version_problem
-from harness.config import REPO_ROOT
+from harness.model.config import REPO_ROOT
 
 BOARD = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"
 
@@ -104,8 +104,8 @@ def _collect(tmp_path, *extra) -> str:
 
 
 def test_a_session_prints_its_expected_length_and_a_tier_shortens_it(tmp_path):
-    from harness.config import EMBEDDED_DIR, load_model_dir
-    from harness.golden import golden_dir_for, load_cases
+    from harness.model.config import EMBEDDED_DIR, load_model_dir
+    from harness.gates.cases import golden_dir_for, load_cases
     cases = load_cases(golden_dir_for(load_model_dir(EMBEDDED_DIR).name) / "cases.toml")
     steps = [c.steps for c in cases]
     full = _collect(tmp_path)
@@ -122,7 +122,7 @@ def test_a_session_prints_its_expected_length_and_a_tier_shortens_it(tmp_path):
 def test_an_unknown_tier_names_the_profile_and_its_tiers(tmp_path):
     profile = tmp_path / "board.toml"
     profile.write_text("[suite]\n[tier.pr]\ncase_limit = 1\n[tier.nightly]\n")
-    from harness.errors import ConfigError
+    from harness.core.errors import ConfigError
     from harness.pytest_plugin.options import resolve_settings
     with pytest.raises(ConfigError, match=rf"--tier weekly: {profile} has no \[tier.weekly\] table \(tiers: nightly, pr\)"):
         resolve_settings({"tier": "weekly"}, str(profile))

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import ConfigError
-from harness.telemetry import (TelemetryWindow, board_id, board_identity, detect_rk3588, read_clocks,
+from harness.core.errors import ConfigError
+from harness.results.telemetry import (TelemetryWindow, board_id, board_identity, detect_rk3588, read_clocks,
                                read_thermals)
 
 BOARD = Path(__file__).resolve().parents[1] / "data" / "sysfs-rk3588"

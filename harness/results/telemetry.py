@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from .errors import ConfigError
+from ..core.errors import ConfigError
 
 __all__ = ["detect_rk3588", "board_identity", "board_id", "read_clocks", "read_thermals",
            "TelemetryWindow", "THROTTLING_TRIPS"]
