@@ -1,8 +1,21 @@
-"""Which partitions a change needs on the board: `python tools/ci_plan.py --changed FILE...`.
+"""Which partitions a change needs on which boards, and how far the change is trusted:
+`python tools/ci_plan.py --changed FILE...` (or the changed paths on stdin).
 
-Reads .ci/targets.toml; a target is planned when any changed path matches one of its `paths` (fnmatch,
-where '*' crosses '/'). Prints the GitHub Actions matrix as JSON ({"include": [...]}); with
---github-output it also writes `matrix=...` and `any=true|false` to $GITHUB_OUTPUT.
+Reads .ci/targets.toml and .ci/boards.toml; a target is planned when any changed path matches one of
+its `paths` (fnmatch, where '*' crosses '/'), on every board. Prints the GitHub Actions matrix as JSON
+({"include": [...]}, one entry per target x board x toolkit leg); with --github-output it also writes
+`matrix`, `any`, `trust`, `sha` and `upgrade` to $GITHUB_OUTPUT.
+
+Trust (--event-name/--event FILE/--reviews FILE, from the workflow's plan job):
+    main    a push to main, a manual or scheduled run: everything, baselines and history written
+    branch  a pull request from a branch of this repository (its author can push here anyway)
+    fork    a fork's pull request, only on its `run-on-board` labelling and only when a maintainer's
+            approving review is of the head commit the event names: that commit is pinned (sha), no
+            licensed target is planned, and the board job runs it sealed (.ci/untrusted-run)
+    none    anything else from a fork (a push after the label, another label): nothing runs
+
+A toolkit upgrade (--toolkit-upgrade VERSION, or a pull request whose toolkit/versions.toml default
+differs from its base's, --base-versions FILE) plans every target twice, legs "old" and "new".
 """
 from __future__ import annotations
 
@@ -14,9 +27,14 @@ import sys
 import tomllib
 from pathlib import Path
 
-__all__ = ["load_targets", "plan", "main"]
+__all__ = ["load_targets", "load_boards", "plan", "trust", "toolkit_legs", "matrix", "convert_legs", "main"]
 
-TARGETS = Path(__file__).resolve().parents[1] / ".ci" / "targets.toml"
+ROOT = Path(__file__).resolve().parents[1]
+TARGETS = ROOT / ".ci" / "targets.toml"
+BOARDS = ROOT / ".ci" / "boards.toml"
+VERSIONS = ROOT / "toolkit" / "versions.toml"
+BOARD_LABEL = "run-on-board"
+MAINTAINERS = {"OWNER", "MEMBER", "COLLABORATOR"}       # author_association of a review that counts
 # Where a target's x86 conversion runs (runs-on labels).
 CONVERTERS = {"x86": ["ubuntu-24.04"], "anima-converter": ["self-hosted", "linux", "X64", "anima-converter"]}
 
@@ -36,23 +54,111 @@ def plan(changed: list[str], targets: list[dict]) -> list[dict]:
     for t in targets:
         if any(fnmatch.fnmatch(path, pattern) for path in changed for pattern in t["paths"]):
             chosen.append({"name": t["name"], "model_dir": t["model_dir"], "golden_dir": t["golden_dir"],
-                           "precision": t["precision"], "converter": CONVERTERS[t["convert_on"]]})
+                           "precision": t["precision"], "converter": CONVERTERS[t["convert_on"]],
+                           "licensed": bool(t.get("licensed", False))})
     return chosen
+
+
+def load_boards(path: Path = BOARDS) -> list[dict]:
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)["board"]
+
+
+def _default_toolkit(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)["default"]
+
+
+def trust(event_name: str, event: dict, repository: str, reviews: list[dict]) -> tuple[str, str, str]:
+    """(trust, the commit to run, why): see the module docstring."""
+    if event_name != "pull_request":
+        return "main", event.get("after") or "", f"{event_name} of this repository"
+    pr = event["pull_request"]
+    head = pr["head"]["sha"]
+    if pr["head"]["repo"]["full_name"] == repository:
+        if event.get("action") == "labeled":
+            return "none", head, "a label on a branch pull request: its push already ran"
+        return "branch", head, "a pull request from a branch of this repository"
+    if event.get("action") != "labeled" or event.get("label", {}).get("name") != BOARD_LABEL:
+        return "none", head, f"a fork's pull request reaches the board only by the label {BOARD_LABEL}"
+    approved = [r for r in reviews if r.get("state") == "APPROVED"
+                and r.get("author_association") in MAINTAINERS and r.get("commit_id") == head]
+    if not approved:
+        return "none", head, (f"no maintainer's approving review of {head[:12]}, the head the label "
+                              f"was put on: review that commit, then label again")
+    return "fork", head, f"a fork's pull request, head {head[:12]} approved by {approved[-1]['user']['login']}"
+
+
+def toolkit_legs(upgrade: str | None, base_versions: Path | None, versions: Path = VERSIONS) -> list[tuple[str, str]]:
+    """[(leg, toolkit version)]: one leg normally, "old" and "new" for an upgrade."""
+    current = _default_toolkit(versions)
+    if upgrade and upgrade != current:
+        return [("old", current), ("new", upgrade)]
+    if base_versions is not None and base_versions.exists():
+        old = _default_toolkit(base_versions)
+        if old != current:
+            return [("old", old), ("new", current)]
+    return [("", current)]
+
+
+def matrix(targets: list[dict], boards: list[dict], legs: list[tuple[str, str]], level: str) -> list[dict]:
+    """One entry per target x board x leg; a fork's change gets no licensed target."""
+    include = []
+    for target in targets:
+        if level == "fork" and target["licensed"]:
+            continue
+        for board in boards:
+            for leg, toolkit in legs:
+                include.append({**target, "board": board["name"], "profile": board["profile"],
+                                "leg": leg, "toolkit": toolkit,
+                                "key": "-".join(p for p in (target["name"], board["name"], leg) if p)})
+    return include
+
+
+def convert_legs(include: list[dict]) -> list[dict]:
+    """The conversions a matrix needs: one per target and toolkit leg, whatever the number of boards."""
+    seen = {}
+    for entry in include:
+        key = "-".join(p for p in (entry["name"], entry["leg"]) if p)
+        seen.setdefault(key, {k: entry[k] for k in ("name", "model_dir", "precision", "converter", "licensed",
+                                                    "leg", "toolkit")} | {"key": key})
+    return list(seen.values())
+
+
+def _json(path: Path | None, default):
+    if path is None:
+        return default
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changed", nargs="*", default=None,
                         help="changed paths (default: read from stdin, one per line)")
+    parser.add_argument("--event-name", default="workflow_dispatch", help="github.event_name")
+    parser.add_argument("--event", type=Path, help="the event payload ($GITHUB_EVENT_PATH)")
+    parser.add_argument("--repository", default="", help="github.repository (owner/name)")
+    parser.add_argument("--reviews", type=Path, help="the pull request's reviews (GitHub API JSON)")
+    parser.add_argument("--toolkit-upgrade", default="", help="a toolkit version to gate against the default")
+    parser.add_argument("--base-versions", type=Path, help="the base commit's toolkit/versions.toml")
+    parser.add_argument("--sha", default="", help="github.sha: the commit of a push or manual run")
     parser.add_argument("--github-output", action="store_true", help="also write to $GITHUB_OUTPUT")
     args = parser.parse_args(argv)
+    level, sha, why = trust(args.event_name, _json(args.event, {}), args.repository, _json(args.reviews, []))
     changed = args.changed if args.changed is not None else [l.strip() for l in sys.stdin if l.strip()]
-    include = plan(changed, load_targets())
-    matrix = json.dumps({"include": include})
-    print(matrix)
+    legs = toolkit_legs(args.toolkit_upgrade or None, args.base_versions)
+    include = [] if level == "none" else matrix(plan(changed, load_targets()), load_boards(), legs, level)
+    text = json.dumps({"include": include})
+    sha = sha or args.sha
+    print(f"trust: {level} ({why}); toolkit legs: {legs}", file=sys.stderr)
+    print(text)
     if args.github_output:
         with open(os.environ["GITHUB_OUTPUT"], "a", encoding="utf-8") as fh:
-            fh.write(f"matrix={matrix}\nany={'true' if include else 'false'}\n")
+            fh.write(f"matrix={text}\nany={'true' if include else 'false'}\ntrust={level}\nsha={sha}\n"
+                     f"upgrade={'true' if len(legs) > 1 else 'false'}\n"
+                     f"convert_matrix={json.dumps({'include': convert_legs(include)})}\n"
+                     f"upgrade_matrix={json.dumps({'include': [e for e in include if e['leg'] == 'new']})}\n")
     return 0
 
 

@@ -10,6 +10,12 @@ Options:
                1, 2, 4, 3, 7, 0xffff all).
                Default "auto". Multi-core masks are reported to crash on some kernels, hence the option.
 
+The runtime library: rknn-toolkit-lite2 opens `$LIBRKNNRT_PATH`, else /usr/lib/librknnrt.so, inside
+init_runtime (importing the wheel does not load it), so a missing library is init_runtime returning -1;
+`runtime_library()` names the file the runtime will open. `sdk_versions()` of an initialised context
+reads librknnrt's and the NPU driver's versions through RKNNLite.get_sdk_version(), which needs no root
+(the driver's debugfs file does).
+
 Off the board the runtime is absent; creating a context then fails loudly: the suite must never quietly
 run something other than the NPU while claiming to gate it.
 """
@@ -17,18 +23,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import os
+import re
+
 import numpy as np
 
 from ..core.errors import BackendError, ConfigError
 from .base import Context
 
-__all__ = ["RknnLiteContext", "CORE_MASKS", "parse_core_mask", "load_runtime"]
+__all__ = ["RknnLiteContext", "CORE_MASKS", "parse_core_mask", "load_runtime", "runtime_library",
+           "parse_sdk_version", "DEFAULT_LIBRKNNRT"]
 
 # option name -> suffix of the RKNNLite.NPU_CORE_* constant, and that constant's documented value
 CORE_MASKS = {"auto": ("AUTO", 0), "0": ("0", 1), "1": ("1", 2), "2": ("2", 4),
               "0_1": ("0_1", 3), "0_1_2": ("0_1_2", 7), "all": ("ALL", 0xFFFF)}
 _BY_VALUE = {value: name for name, (_, value) in CORE_MASKS.items()}
 
+DEFAULT_LIBRKNNRT = "/usr/lib/librknnrt.so"      # rknn-toolkit-lite2 2.5.0's default (rknn_runtime)
+# get_sdk_version's block: "  API: 2.5.0 (hash@date)" (librknnrt) and "  DRV: 0.9.8" (the kernel driver;
+# with the rknn_server proxy the DRV lines carry "rknnrt:"/"rknn_server:" prefixes)
+_SDK_FIELD = re.compile(r"^\s*(API|DRV):\s*(?:rknnrt:\s*)?(\S+)", re.MULTILINE)
 NOT_ON_BOARD = ("the rknnlite runtime (rknn-toolkit-lite2) is not installed: this is not an RK3588 board "
                 "with the NPU runtime. Use --backend onnxruntime off the board")
 
@@ -56,6 +70,19 @@ def load_runtime():
     except (ImportError, OSError) as exc:  # OSError: wheel present but its librknnrt.so cannot load
         raise BackendError(f"rknnlite: {NOT_ON_BOARD} ({exc})") from exc
     return RKNNLite
+
+
+def runtime_library() -> Path:
+    """The librknnrt.so the runtime will open: $LIBRKNNRT_PATH when set, as the runtime itself reads it."""
+    return Path(os.environ.get("LIBRKNNRT_PATH") or DEFAULT_LIBRKNNRT)
+
+
+def parse_sdk_version(text: str | None) -> dict:
+    """{"api": librknnrt version, "driver": NPU driver version} from get_sdk_version()'s block."""
+    fields = {}
+    for key, value in _SDK_FIELD.findall(text or ""):
+        fields.setdefault({"API": "api", "DRV": "driver"}[key], value)
+    return fields
 
 
 class RknnLiteContext(Context):
@@ -95,22 +122,36 @@ class RknnLiteContext(Context):
             raise self.error("init", "no model loaded (call load first)")
         ret = self._call("init", lambda: self._rknn.init_runtime(core_mask=self.core_mask))
         if ret != 0:
-            raise self.error("init", f"init_runtime(core_mask={self.core_mask_name}) returned {ret}")
+            library = runtime_library()
+            missing = "" if library.is_file() else (f"; {library} does not exist: install librknnrt.so "
+                                                     "there or set LIBRKNNRT_PATH to it")
+            raise self.error("init", f"init_runtime(core_mask={self.core_mask_name}) returned {ret}{missing}")
         self._initialised = True
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         if not self._initialised:
             raise self.error("run", "context not initialised (call load and init first)")
-        # Both explicit: data_type's documented default is uint8 (the runtime checks only the buffer
-        # size), and a 4-D input without data_format is read as NHWC; ours are NCHW (the decoder's
-        # latent). data_format is ignored for inputs of other ranks.
-        data_type = np.asarray(inputs[0]).dtype.name if inputs else "float32"
-        outputs = self._call("run", lambda: self._rknn.inference(inputs=list(inputs), data_type=data_type,
+        # Both explicit: data_type's documented default is uint8, and the runtime refuses an input whose
+        # dtype differs from its entry, so each input names its own; a 4-D input without data_format is
+        # read as NHWC, ours are NCHW (the decoder's latent). data_format is ignored for other ranks.
+        arrays = [np.asarray(a) for a in inputs]
+        data_type = [a.dtype.name for a in arrays]
+        outputs = self._call("run", lambda: self._rknn.inference(inputs=arrays, data_type=data_type,
                                                                  data_format="nchw"))
         if outputs is None:
             raise self.error("run", f"inference() returned None for {len(inputs)} inputs "
                                     "(the runtime's log above names the cause)")
         return list(outputs)
+
+    def sdk_versions(self) -> dict:
+        """librknnrt ("api") and NPU driver ("driver") versions of this initialised context."""
+        if not self._initialised:
+            raise self.error("init", "get_sdk_version needs an initialised context (call load and init first)")
+        text = self._call("init", self._rknn.get_sdk_version)
+        versions = parse_sdk_version(text)
+        if not versions:
+            raise self.error("init", f"get_sdk_version() returned {text!r}: no API/DRV versions in it")
+        return versions
 
     def release(self) -> None:
         rknn, self._rknn, self._initialised = self._rknn, None, False

@@ -181,6 +181,9 @@ OPTIONS: dict[str, Option] = {
     "time_scale": Option(None, "board-sim: seconds here per board second (default: the data file's)",
                          parse=_time_scale),
     "min_free": Option("64MiB", "refuse to start when the output's filesystem has less free space", kind="size"),
+    "tier": Option(None, "a board profile's [tier.NAME] table (e.g. pr, nightly): its options replace [suite]'s"),
+    "case_limit": Option(None, "run only the first N golden cases (a board profile's shorter tier sets it)",
+                         kind="count"),
     "suite_run": Option(False, "bin/test's run: JUnit XML and benchmark JSON into --artifacts; no test collected "
                                "fails", kind="flag"),
     # The commands' own: one generation's settings (the gates take them from the golden cases).

@@ -9,6 +9,7 @@ keeps apart:
     state.py     the keys under which the session's state lives in `config.stash`
     baselines.py the benchmark baselines' rules: refused autosave, comparison by key, saving at the end
     reporting.py step progress in logs, the markdown summary and the HTML report of each run
+    duration.py  the smoke tier first; a board session's expected length from the board profile
 
 The gate modules under tests/acceptance stay thin: fixtures arrange, the test asserts one gate.
 """
@@ -21,4 +22,4 @@ __all__ = ["OPTIONS", "SuiteSettings", "resolve_settings", "settings_of"]
 pytest_plugins = ["harness.pytest_plugin.options", "harness.pytest_plugin.hooks",
                   "harness.pytest_plugin.fixtures", "harness.pytest_plugin.storage",
                   "harness.pytest_plugin.session", "harness.pytest_plugin.baselines",
-                  "harness.pytest_plugin.reporting"]
+                  "harness.pytest_plugin.reporting", "harness.pytest_plugin.duration"]

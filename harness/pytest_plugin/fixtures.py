@@ -28,7 +28,8 @@ def selected_cases(suite: SuiteSettings):
         cases = load_cases(suite.golden_dir / "cases.toml")
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
-    return [c for c in cases if suite.cases is None or c.name in suite.cases]
+    chosen = [c for c in cases if suite.cases is None or c.name in suite.cases]
+    return chosen[:suite.case_limit] if suite.case_limit else chosen
 
 
 def npu_memory_guard(suite: SuiteSettings):

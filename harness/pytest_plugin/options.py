@@ -59,15 +59,26 @@ def pytest_addoption(parser):
             group.addoption(flag, default=None, help=option.help)
 
 
-def _profile_values(path: Path | None) -> dict:
+def _profile_values(path: Path | None, tier: str | None = None) -> dict:
     if path is None:
+        if tier:
+            raise ConfigError(f"--tier {tier}: tiers are tables of a board profile; name one with --board-profile")
         return {}
     data = read_toml(path, "board profile (--board-profile)")
-    suite = data.get("suite", {})
-    unknown = sorted(set(suite) - set(OPTIONS))
-    if unknown:
-        raise ConfigError(f"--board-profile {path}: unknown [suite] option '{unknown[0]}' "
-                          f"(known: {', '.join(OPTIONS)})")
+    suite = dict(data.get("suite", {}))
+    tiers = data.get("tier", {})
+    tier = tier or suite.get("tier")
+    if tier is not None and tier not in tiers:
+        raise ConfigError(f"--tier {tier}: {path} has no [tier.{tier}] table "
+                          f"(tiers: {', '.join(sorted(tiers)) or 'none'})")
+    tables = [("suite", suite)] + ([(f"tier.{tier}", tiers[tier])] if tier else [])
+    for name, table in tables:
+        unknown = sorted(set(table) - set(OPTIONS))
+        if unknown:
+            raise ConfigError(f"--board-profile {path}: unknown [{name}] option '{unknown[0]}' "
+                              f"(known: {', '.join(OPTIONS)})")
+    if tier:
+        suite.update(tiers[tier])
     return suite
 
 
@@ -106,7 +117,7 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     from ..memory.guard import parse_size
     from ..results.telemetry import detect_rk3588
     profile_file = Path(profile_path) if profile_path else None
-    profile = _profile_values(profile_file)
+    profile = _profile_values(profile_file, cli.get("tier"))
     values = {}
     for name, option in OPTIONS.items():
         default = option.default

@@ -13,6 +13,7 @@ Paths used (Rockchip BSP kernel with the RKNPU driver; mainline names differ and
     sys/devices/system/cpu/cpufreq/policy*/scaling_{cur_freq,governor}   CPU clusters (kHz)
     sys/class/thermal/thermal_zone*/{type,temp,trip_point_*_temp,trip_point_*_type}   millidegrees C
     usr/lib/librknnrt.so                                board runtime; its bytes carry "librknnrt version: x.y.z"
+                                                        ($LIBRKNNRT_PATH first when root is "/", as the runtime)
 
 A TelemetryWindow samples clocks and temperatures around a measurement and, like MLPerf marking a run
 INVALID, declares the window invalid when any clock or governor moved or any zone reached a throttling trip.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import os
 import platform
 import re
 import threading
@@ -142,9 +144,11 @@ def _npu_driver_version(root: Path) -> str | None:
 
 
 def _runtime_lib_version(root: Path) -> str | None:
-    for rel in RUNTIME_LIBS:
+    # The runtime opens $LIBRKNNRT_PATH before its default path: read the library it will use.
+    override = os.environ.get("LIBRKNNRT_PATH") if root == Path("/") else None
+    for path in ([Path(override)] if override else []) + [root / rel for rel in RUNTIME_LIBS]:
         try:
-            data = (root / rel).read_bytes()
+            data = path.read_bytes()
         except OSError:
             continue
         match = _RUNTIME_VERSION.search(data)

@@ -120,7 +120,7 @@ def test_backend_passes_data_type_and_format(fake, tmp_path, dtype):
         out = ctx.run([x])
     finally:
         ctx.release()
-    assert fake.last_inference == {"data_type": x.dtype.name, "data_format": "nchw"}
+    assert fake.last_inference == {"data_type": [x.dtype.name], "data_format": "nchw"}
     ref = OnnxRuntimeContext(LABEL)
     ref.load(tmp_path / "m.rknn")
     ref.init()
@@ -131,3 +131,76 @@ def test_backend_passes_data_type_and_format(fake, tmp_path, dtype):
     assert out[0].dtype == np.float32 and out[0].shape == want[0].shape
     # Same model, same inputs; the two onnxruntime sessions may pick different FP16 kernels.
     assert np.allclose(out[0], np.asarray(want[0], np.float32), rtol=1e-3, atol=1e-3)
+
+
+def _two_dtype_model(path):
+    """y = float(h16) + t32: one float16 and one float32 input, as a subgraph with mixed inputs has."""
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["h"], ["h32"], to=TensorProto.FLOAT), helper.make_node("Add", ["h32", "t"], ["y"])],
+        "mixed", [helper.make_tensor_value_info("h", TensorProto.FLOAT16, [2, 3]),
+                  helper.make_tensor_value_info("t", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path.write_bytes(model.SerializeToString())
+
+
+def test_each_input_dtype_must_match_its_data_type(fake, tmp_path, capsys):
+    _two_dtype_model(tmp_path / "m.rknn")
+    h, t = np.ones((2, 3), np.float16), np.full((2, 3), 2.0, np.float32)
+    rknn = _runtime(fake, tmp_path / "m.rknn")
+    assert rknn.inference([h, t], data_type="float16") is None            # input 1 is float32
+    assert "inputs[1].dtype: float32 is not same as data_type" in capsys.readouterr().err
+    assert rknn.inference([h, t], data_type=["float16"]) is None
+    assert "lengths of data_type and inputs are not equal" in capsys.readouterr().err
+    assert rknn.inference([h, t], data_type=["float32", "float32"]) is None
+    assert "inputs[0].dtype: float16 is not same as data_type[0]" in capsys.readouterr().err
+    assert rknn.inference((h, t), data_type=["float16", "float32"]) is None
+    assert "placed in a list" in capsys.readouterr().err
+    assert rknn.inference([h, t.astype(np.float64)], data_type=["float16", "float64"]) is None
+    out = rknn.inference([h, t], data_type=["float16", "float32"])
+    assert np.allclose(out[0], 3.0)
+
+
+def test_backend_names_every_inputs_own_dtype(fake, tmp_path):
+    _two_dtype_model(tmp_path / "m.rknn")
+    ctx = create_context("rknnlite", LABEL)
+    ctx.load(tmp_path / "m.rknn")
+    ctx.init()
+    try:
+        out = ctx.run([np.ones((2, 3), np.float16), np.full((2, 3), 2.0, np.float32)])
+    finally:
+        ctx.release()
+    assert fake.last_inference["data_type"] == ["float16", "float32"] and np.allclose(out[0], 3.0)
+
+
+def test_missing_librknnrt_is_init_runtime_minus_one(fake, tmp_path, monkeypatch, capsys):
+    from harness.core.errors import BackendError
+    _conv_model(tmp_path / "m.rknn")
+    monkeypatch.setenv("LIBRKNNRT_PATH", str(tmp_path / "nowhere" / "librknnrt.so"))
+    rknn = fake()
+    assert rknn.load_rknn(str(tmp_path / "m.rknn")) == 0
+    assert rknn.init_runtime() == -1
+    assert f"Can not find dynamic library on {tmp_path / 'nowhere' / 'librknnrt.so'}!" in capsys.readouterr().err
+    ctx = create_context("rknnlite", LABEL)
+    ctx.load(tmp_path / "m.rknn")
+    with pytest.raises(BackendError, match=r"init failed: init_runtime\(core_mask=auto\) returned -1; "
+                                           r".*librknnrt.so does not exist: .*set LIBRKNNRT_PATH"):
+        ctx.init()
+    ctx.release()
+
+
+def test_sdk_versions_come_from_get_sdk_version(fake, tmp_path):
+    _conv_model(tmp_path / "m.rknn")
+    rknn = fake()
+    assert rknn.load_rknn(str(tmp_path / "m.rknn")) == 0
+    assert rknn.get_sdk_version() is None                     # before init_runtime, as the real one
+    fake.driver_version = "0.9.6"
+    ctx = create_context("rknnlite", LABEL)
+    ctx.load(tmp_path / "m.rknn")
+    ctx.init()
+    try:
+        # The simulated board tree's librknnrt.so says 2.3.2 (LIBRKNNRT_PATH points at it).
+        assert ctx.sdk_versions() == {"api": "2.3.2", "driver": "0.9.6"}
+    finally:
+        ctx.release()

@@ -160,3 +160,13 @@ def test_window_on_this_machine_tolerates_missing_files():
 def test_bad_interval(bad):
     with pytest.raises(ConfigError, match="'interval'"):
         TelemetryWindow(BOARD, interval=bad)
+
+
+def test_runtime_version_is_read_from_librknnrt_path_first(tmp_path, monkeypatch):
+    # The runtime opens $LIBRKNNRT_PATH before /usr/lib/librknnrt.so; the report names that library's version.
+    lib = tmp_path / "opt-rknn" / "librknnrt.so"
+    lib.parent.mkdir()
+    lib.write_bytes(b"\0rknn_init\0librknnrt version: 2.5.0 (e4ab7ec0b@2025-10-20T10:00:00)\0")
+    monkeypatch.setenv("LIBRKNNRT_PATH", str(lib))
+    assert board_identity("/")["runtime_lib"] == "2.5.0"
+    assert board_identity(BOARD)["runtime_lib"] == "2.3.2", "a simulated tree ignores this machine's env"

@@ -1,0 +1,113 @@
+"""The board's first checks (`pytest -m smoke`), in the order a new board fails them: the NPU device node,
+the runtime and driver versions, one subgraph's lifecycle. Each problem is one line that says what to fix.
+
+The NPU device node depends on the kernel (docs/board.md, "Kernel and NPU driver"):
+    dev/rknpu               the vendor RKNPU driver as a misc device (older BSP kernels)
+    dev/dri/renderD*        the vendor RKNPU driver as a DRM render node (BSP 5.10/6.1): the one whose
+                            sys/class/drm/renderD*/device/uevent says DRIVER=RKNPU (the GPU has another)
+    dev/accel/accel*        the mainline Rocket driver (accel subsystem): librknnrt cannot use it
+All paths are read under a root (the suite's --telemetry-root), so tests run against tests/data/sysfs-rk3588.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["NpuNode", "find_npu_node", "npu_node_problem", "version_problem", "lifecycle_once"]
+
+GUIDE = "docs/board.md"
+_RKNPU_DRIVER = "DRIVER=RKNPU"
+_ROCKET_DRIVER = "DRIVER=rocket"
+
+
+@dataclass(frozen=True)
+class NpuNode:
+    path: Path | None           # the node under the root, or None
+    driver: str | None          # "rknpu" (vendor, librknnrt works) or "rocket" (mainline, it does not)
+
+    def shown(self, root: Path) -> str:
+        return "/" + str(self.path.relative_to(root)) if self.path else "none"
+
+
+def _uevent_says(device_dir: Path, line: str) -> bool:
+    try:
+        return line in (device_dir / "device" / "uevent").read_text(errors="replace").splitlines()
+    except OSError:
+        return False
+
+
+def find_npu_node(root: str | Path = "/") -> NpuNode:
+    """The NPU's device node under `root` and which driver made it."""
+    root = Path(root)
+    if (root / "dev/rknpu").exists():
+        return NpuNode(root / "dev/rknpu", "rknpu")
+    for drm in sorted((root / "sys/class/drm").glob("renderD*")):
+        if _uevent_says(drm, _RKNPU_DRIVER) and (root / "dev/dri" / drm.name).exists():
+            return NpuNode(root / "dev/dri" / drm.name, "rknpu")
+    for accel in sorted((root / "sys/class/accel").glob("accel*")):
+        if _uevent_says(accel, _ROCKET_DRIVER):
+            return NpuNode(root / "dev/accel" / accel.name, "rocket")
+    return NpuNode(None, None)
+
+
+def npu_node_problem(root: str | Path = "/") -> str | None:
+    """Why RKNNLite cannot open the NPU here (what to fix), or None."""
+    root = Path(root)
+    node = find_npu_node(root)
+    if node.driver == "rocket":
+        return (f"NPU device node {node.shown(root)} belongs to the mainline Rocket driver, which librknnrt "
+                f"cannot use: boot a vendor (BSP) kernel with the RKNPU driver ({GUIDE}, 'Kernel and NPU driver')")
+    if node.path is None:
+        return (f"no NPU device node under {root}: neither /dev/rknpu nor a /dev/dri/renderD* of the RKNPU "
+                f"driver (DRIVER=RKNPU in /sys/class/drm/renderD*/device/uevent). Boot a vendor (BSP) kernel "
+                f"with the RKNPU driver ({GUIDE}, 'Kernel and NPU driver')")
+    if not os.access(node.path, os.R_OK | os.W_OK):
+        return (f"NPU device node {node.shown(root)} is not read-write for this user: add the user to the "
+                f"node's group (sudo usermod -aG render,video $USER, then log in again; {GUIDE}, 'NPU device "
+                f"permissions')")
+    return None
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def version_problem(versions: dict, converted_with: str | None) -> str | None:
+    """librknnrt must be at least the toolkit version that converted the partition (else the runtime
+    refuses the files with "Invalid RKNN model version"); None when it is, or when nothing says."""
+    api = versions.get("api")
+    if not api:
+        return "get_sdk_version() gave no librknnrt (API) version"
+    if converted_with and _version_tuple(api) < _version_tuple(converted_with):
+        return (f"librknnrt {api} is older than rknn-toolkit2 {converted_with}, which converted the partition: "
+                f"install librknnrt.so {converted_with} or newer (or point LIBRKNNRT_PATH at it; {GUIDE}, "
+                f"'librknnrt')")
+    return None
+
+
+def lifecycle_once(backend: str, entry, path: Path, options: dict) -> tuple[dict, list[np.ndarray]]:
+    """Load, init, run (zeros of each input's manifest shape and dtype) and release one subgraph:
+    ({stage: seconds}, outputs). Raises the backend's HarnessError naming the subgraph and stage."""
+    from .backends import create_context
+    inputs = [np.zeros(spec.shape, dtype=spec.dtype) for spec in entry.inputs]
+    ctx = create_context(backend, entry.label, **options)
+    seconds = {}
+    try:
+        for stage, call in (("load", lambda: ctx.load(path)), ("init", ctx.init),
+                            ("run", lambda: ctx.run(inputs))):
+            start = time.perf_counter()
+            outputs = call()
+            seconds[stage] = time.perf_counter() - start
+    finally:
+        start = time.perf_counter()
+        ctx.release()
+        seconds["release"] = time.perf_counter() - start
+    return seconds, outputs

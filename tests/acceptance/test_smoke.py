@@ -1,0 +1,77 @@
+"""The board's first minutes (`bin/test -m smoke`): in order, the NPU device node, the librknnrt and
+driver versions (RKNNLite.get_sdk_version, no root), one subgraph's load/init/run/release, and the model
+for 2 steps. Each failure is one line naming what to fix (harness/board_checks.py). Off the board the
+board-only checks skip, the rest run on the host backend; with --require-npu they fail instead."""
+import numpy as np
+import pytest
+
+from harness.board_checks import find_npu_node, lifecycle_once, npu_node_problem, version_problem
+from harness.core.errors import HarnessError
+from harness.partition.manifest import load_manifest
+
+pytestmark = pytest.mark.smoke
+SMOKE_STEPS = 2
+
+
+def _first_entry(gate_runner):
+    manifest = load_manifest(gate_runner.partition)
+    entry = manifest.entries()[0]
+    return manifest, entry, manifest.path_of(entry)
+
+
+def test_1_npu_device_node(suite):
+    # Not marked npu: the --require-npu hook would answer first with the general "not an RK3588" line,
+    # and this test's line says which node is missing and what to do about it.
+    problem = npu_node_problem(suite.telemetry_root)
+    if problem and not (suite.on_board or suite.require_npu):
+        pytest.skip(f"not an RK3588 board: {problem}")
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    node = find_npu_node(suite.telemetry_root)
+    print(f"NPU device node {node.shown(suite.telemetry_root)} ({node.driver} driver)")
+
+
+@pytest.mark.npu
+def test_2_runtime_and_driver_versions(suite, gate_runner):
+    if suite.backend != "rknnlite":
+        pytest.skip(f"backend {suite.backend}: the versions come from RKNNLite.get_sdk_version() on the board")
+    from harness.backends import create_context
+    manifest, entry, path = _first_entry(gate_runner)
+    ctx = create_context("rknnlite", entry.label, **suite.backend_options)
+    try:
+        ctx.load(path)
+        ctx.init()
+        versions = ctx.sdk_versions()
+    except HarnessError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    finally:
+        ctx.release()
+    converted_with = (manifest.conversion or {}).get("toolkit_version")
+    print(f"librknnrt {versions.get('api')}, NPU driver {versions.get('driver')}, "
+          f"partition converted with rknn-toolkit2 {converted_with or 'unknown (not a converted partition)'}")
+    problem = version_problem(versions, converted_with)
+    if problem:
+        pytest.fail(problem, pytrace=False)
+
+
+@pytest.mark.npu
+def test_3_one_subgraph_lifecycle(suite, gate_runner):
+    try:
+        gate_runner.prepare()
+        _, entry, path = _first_entry(gate_runner)
+        seconds, outputs = lifecycle_once(suite.backend, entry, path, suite.backend_options)
+    except HarnessError as exc:
+        pytest.fail(f"{exc} (partition {gate_runner.partition})", pytrace=False)
+    print(f"{entry.label} on {suite.backend}: " + ", ".join(f"{k} {v:.3f} s" for k, v in seconds.items()))
+    bad = [i for i, out in enumerate(outputs) if not np.isfinite(out).all()]
+    assert not bad, f"{entry.label}: output {bad[0]} has NaN/Inf on zero inputs ({path})"
+
+
+@pytest.mark.npu
+def test_4_model_for_two_steps(suite, gate_runner, golden_cases, npu_guard):
+    case = golden_cases[0]
+    try:
+        result = gate_runner.run(case, npu_guard, steps=SMOKE_STEPS, tag="-smoke")
+    except HarnessError as exc:
+        pytest.fail(f"{case.name}, {SMOKE_STEPS} steps on {suite.backend}: {exc}", pytrace=False)
+    assert np.isfinite(result.latent).all(), f"{case.name}: the {SMOKE_STEPS}-step latent has NaN/Inf"

@@ -1,0 +1,131 @@
+"""The smoke tier: its checks against the simulated board tree (tests/data/sysfs-rk3588, copied where
+changed), and `pytest -m smoke` itself off the board: passing in under a minute, and with --require-npu
+failing with the line that names the missing NPU device node."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.board_checks import find_npu_node, npu_node_problem, version_problem
+from harness.model.config import REPO_ROOT
+
+BOARD = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"
+
+
+@pytest.fixture
+def board(tmp_path) -> Path:
+    copy = tmp_path / "board"
+    shutil.copytree(BOARD, copy)
+    return copy
+
+
+def test_the_npu_render_node_is_the_rknpu_drivers_not_the_gpus():
+    node = find_npu_node(BOARD)
+    assert (node.shown(BOARD), node.driver) == ("/dev/dri/renderD129", "rknpu")
+    assert npu_node_problem(BOARD) is None
+
+
+def test_a_gpu_render_node_alone_is_no_npu(board):
+    (board / "sys/class/drm/renderD129").rename(board / "gone")
+    problem = npu_node_problem(board)
+    assert problem.startswith(f"no NPU device node under {board}: neither /dev/rknpu nor")
+    assert "vendor (BSP) kernel" in problem
+
+
+def test_the_vendor_misc_node_counts(board):
+    shutil.rmtree(board / "sys/class/drm")
+    (board / "dev/rknpu").touch()
+    assert find_npu_node(board).shown(board) == "/dev/rknpu" and npu_node_problem(board) is None
+
+
+def test_the_mainline_rocket_driver_is_named_as_the_problem(board):
+    shutil.rmtree(board / "sys/class/drm")
+    uevent = board / "sys/class/accel/accel0/device/uevent"
+    uevent.parent.mkdir(parents=True)
+    uevent.write_text("DRIVER=rocket\nOF_NAME=npu\n")
+    problem = npu_node_problem(board)
+    assert "/dev/accel/accel0 belongs to the mainline Rocket driver" in problem
+
+
+@pytest.mark.skipif(__import__("os").geteuid() == 0, reason="root can open any file")
+def test_a_node_without_access_names_the_group(board):
+    (board / "dev/dri/renderD129").chmod(0o444)
+    assert "not read-write for this user: add the user to the node's group" in npu_node_problem(board)
+
+
+@pytest.mark.parametrize("api, toolkit, ok", [("2.3.2", "2.5.0", False), ("2.5.0", "2.5.0", True),
+                                              ("2.5.0b1", "2.3.2", True), ("2.3.2", None, True)])
+def test_librknnrt_must_be_as_new_as_the_converting_toolkit(api, toolkit, ok):
+    problem = version_problem({"api": api, "driver": "0.9.8"}, toolkit)
+    assert (problem is None) is ok
+    if not ok:
+        assert f"librknnrt {api} is older than rknn-toolkit2 {toolkit}" in problem and "LIBRKNNRT_PATH" in problem
+
+
+def _smoke(tmp_path, *extra) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), "-m", "smoke",
+                           "-p", "no:cacheprovider", "-q", "-rfs", f"--artifacts={tmp_path / 'artifacts'}", *extra],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    return proc, time.monotonic() - start
+
+
+def test_smoke_passes_off_the_board_in_under_a_minute(tmp_path):
+    proc, seconds = _smoke(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 passed, 2 skipped" in proc.stdout and "not an RK3588 board: no NPU device node" in proc.stdout
+    assert seconds < 60, f"smoke tier took {seconds:.1f} s off the board"
+
+
+def test_smoke_with_require_npu_fails_off_the_board_naming_the_device_node(tmp_path):
+    proc, _ = _smoke(tmp_path, "--require-npu")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAILED tests/acceptance/test_smoke.py::test_1_npu_device_node" in proc.stdout
+    assert "no NPU device node under /: neither /dev/rknpu nor a /dev/dri/renderD* of the RKNPU driver" in proc.stdout
+    assert "4 failed" in proc.stdout
+
+
+def _collect(tmp_path, *extra) -> str:
+    profile = tmp_path / "board.toml"
+    profile.write_text('[suite]\nbackend = "onnxruntime"\nbench_rounds = 2\n'
+                       '[duration]\nstep_seconds = { "embedded-digits" = 120.4 }\n'
+                       '[tier.pr]\ncase_limit = 1\nbench_rounds = 1\n')
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), "--co", "-q",
+                           "-p", "no:cacheprovider", "-m", "npu and not slow", f"--board-profile={profile}",
+                           f"--artifacts={tmp_path / 'artifacts'}", *extra],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_a_session_prints_its_expected_length_and_a_tier_shortens_it(tmp_path):
+    from harness.model.config import EMBEDDED_DIR, load_model_dir
+    from harness.gates.cases import golden_dir_for, load_cases
+    cases = load_cases(golden_dir_for(load_model_dir(EMBEDDED_DIR).name) / "cases.toml")
+    steps = [c.steps for c in cases]
+    full = _collect(tmp_path)
+    # every case's run, plus the benchmark's 2 rounds less the one the first case's gates share
+    minutes = (sum(steps) + steps[0]) * 120.4 / 60
+    assert f"anima: expected duration {minutes:.0f} min = ({len(cases)} cases x" in full
+    pr = _collect(tmp_path, "--tier=pr")
+    assert f"anima: expected duration {steps[0] * 120.4 / 60:.0f} min, tier pr = (1 cases x {steps[0]} steps" in pr
+    # the smoke tier is collected first
+    first = [line for line in full.splitlines() if line.startswith("tests/")][0]
+    assert first.startswith("tests/acceptance/test_smoke.py::")
+
+
+def test_an_unknown_tier_names_the_profile_and_its_tiers(tmp_path):
+    profile = tmp_path / "board.toml"
+    profile.write_text("[suite]\n[tier.pr]\ncase_limit = 1\n[tier.nightly]\n")
+    from harness.core.errors import ConfigError
+    from harness.pytest_plugin.options import resolve_settings
+    with pytest.raises(ConfigError, match=rf"--tier weekly: {profile} has no \[tier.weekly\] table \(tiers: nightly, pr\)"):
+        resolve_settings({"tier": "weekly"}, str(profile))
+    profile.write_text("[suite]\n[tier.pr]\ncase_limt = 1\n")
+    with pytest.raises(ConfigError, match=r"unknown \[tier.pr\] option 'case_limt'"):
+        resolve_settings({"tier": "pr"}, str(profile))
