@@ -1,11 +1,11 @@
 """The board's first minutes (`bin/test -m smoke`): in order, the NPU device node, the librknnrt and
 driver versions (RKNNLite.get_sdk_version, no root), one subgraph's load/init/run/release, and the model
-for 2 steps. Each failure is one line naming what to fix (harness/board_checks.py). Off the board the
+for 2 steps. Each failure is one line naming what to fix (harness/gates/smoke.py). Off the board the
 board-only checks skip, the rest run on the host backend; with --require-npu they fail instead."""
 import numpy as np
 import pytest
 
-from harness.board_checks import find_npu_node, lifecycle_once, npu_node_problem, version_problem
+from harness.gates.smoke import find_npu_node, lifecycle_once, npu_node_problem, version_problem
 from harness.core.errors import HarnessError
 from harness.partition.manifest import load_manifest
 

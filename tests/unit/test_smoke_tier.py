@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.board_checks import find_npu_node, npu_node_problem, version_problem
+from harness.gates.smoke import find_npu_node, npu_node_problem, version_problem
 from harness.model.config import REPO_ROOT
 
 BOARD = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"
