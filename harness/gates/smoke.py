@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..backends import create_context
+
 __all__ = ["NpuNode", "find_npu_node", "npu_node_problem", "version_problem", "lifecycle_once"]
 
 GUIDE = "docs/board.md"
@@ -96,7 +98,6 @@ def version_problem(versions: dict, converted_with: str | None) -> str | None:
 def lifecycle_once(backend: str, entry, path: Path, options: dict) -> tuple[dict, list[np.ndarray]]:
     """Load, init, run (zeros of each input's manifest shape and dtype) and release one subgraph:
     ({stage: seconds}, outputs). Raises the backend's HarnessError naming the subgraph and stage."""
-    from .backends import create_context
     inputs = [np.zeros(spec.shape, dtype=spec.dtype) for spec in entry.inputs]
     ctx = create_context(backend, entry.label, **options)
     seconds = {}
