@@ -49,6 +49,9 @@ def add_command(subparsers):
                    help="FP32 reference partition (default: the FP32 export of these weights)")
     p.add_argument("--threshold", type=_threshold, default=DEFAULT_THRESHOLD,
                    help="lowest acceptable cosine (default: %(default)s)")
+    p.add_argument("--case", help="golden case to run (its settings and text embeddings; a model "
+                                  "without a prompt encoder here, like Anima, runs this way)")
+    p.add_argument("--golden-dir", type=Path, help="where --case's cases.toml is (default: golden/<model name>)")
     p.add_argument("--prompt", help="prompt (default: the model's default prompt)")
     p.add_argument("--seed", type=int, help="initial-noise seed (default: the model's)")
     p.add_argument("--steps", type=int, help="sampler steps (default: the model's)")
@@ -79,21 +82,20 @@ def _cmd_accuracy(args) -> int:
     con = console(stderr=False)
     if args.replay is not None:
         return _cmd_replay(args, con)
-    from .reference_run import sample_settings
+    from .reference_run import chosen_inputs
     from .model.bundle import load_bundle
     from .partition.commands import exported_partition
     if args.steps is not None and args.steps < 1:
         raise ConfigError(f"--steps {args.steps}: must be positive")
     options = _backend_options(args)
     bundle = load_bundle(args.model_dir)
+    inputs = chosen_inputs(bundle, args.case, args.golden_dir, args.prompt, args.steps, args.cfg_scale, args.seed)
     if args.partition is None and args.backend in ("rknn-sim", "rknnlite"):
         raise ConfigError(f"--backend {args.backend} needs --partition DIR (a converted partition)")
     partition = args.partition or exported_partition(bundle, args.dtype)
     reference = args.reference or exported_partition(bundle, "float32")
-    settings = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed)
-    prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
-    analysis, error = analyze(bundle, partition, args.backend, options, reference, prompt, settings,
-                              args.threshold, args.out)
+    analysis, error = analyze(bundle, partition, args.backend, options, reference, inputs.prompt,
+                              inputs.settings, args.threshold, args.out, text_embs=inputs.text_embs)
     what = f"{args.backend} vs onnxruntime FP32"
     con.print(f"partition under test: {partition}; reference: {reference}", highlight=False, soft_wrap=True)
     render_worst(analysis.rows, args.threshold, args.top, what, con)

@@ -17,7 +17,7 @@ from .atomic import atomic_save_npy
 from .config import BRANCHES
 from .errors import ConfigError, HarnessError
 from .steptimes import STAGE_NAMES
-from .golden import GoldenCase
+from .golden import GoldenCase, case_inputs
 from .history import utc_now
 from .imageio import save_png
 from .model.bundle import ModelBundle, load_bundle
@@ -122,13 +122,6 @@ class GateRunner:
         return export.get("dtype", "unknown") + (f"+{quant}" if quant else "")
 
     # -------------------------------------------------------------- runs
-    def settings_for(self, case: GoldenCase, steps: int | None = None) -> dict:
-        settings = {"steps": steps or case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed,
-                    "sampler": case.sampler}
-        if case.spectrum is not None:
-            settings["spectrum"] = case.spectrum
-        return settings
-
     def prepare(self) -> None:
         """Everything a run needs before it is measured: weights, the verified partition and the
         backend's module, so neither a memory baseline nor a benchmark round pays for loading."""
@@ -159,11 +152,11 @@ class GateRunner:
         go to the artifacts (a failed run's report too); a benchmark round keeps them afterwards."""
         self.prepare()
         report = self.s.artifacts / "runs" / f"{case.name}{tag}.json" if keep else None
-        settings = self.settings_for(case, steps)
-        on_step = self.progress(f"{case.name}{tag}", settings["steps"]) if self.progress else None
-        result = run_partitioned(self.bundle, self.partition, self.s.backend, case.prompt,
-                                 settings, self.s.backend_options, guard=guard, on_step=on_step,
-                                 report_path=report, verify=False, text_embs=self.case_text_embs(case),
+        inputs = case_inputs(case, self.bundle.cfg, self.s.golden_dir, steps)
+        on_step = self.progress(f"{case.name}{tag}", inputs.settings["steps"]) if self.progress else None
+        result = run_partitioned(self.bundle, self.partition, self.s.backend, inputs.prompt,
+                                 inputs.settings, self.s.backend_options, guard=guard, on_step=on_step,
+                                 report_path=report, verify=False, text_embs=inputs.text_embs,
                                  lifecycle=self.s.lifecycle, images=self.s.images)
         if keep:
             self._save_outputs(result, f"{case.name}{tag}")
@@ -180,30 +173,6 @@ class GateRunner:
         from .atomic import atomic_write_json
         atomic_write_json(self.s.artifacts / "runs" / f"{name}.json", result.report)
         self._save_outputs(result, name)
-
-    def case_text_embs(self, case: GoldenCase) -> dict | None:
-        """{stream: [1, L, C]} from the case's .npy context files, or None to encode its prompt."""
-        if case.context is None:
-            return None
-        text_embs = {"cond": self._context_file(case, case.context)}
-        if case.cfg != 1.0:
-            if case.uncond_context is None:
-                raise ConfigError(f"golden case '{case.name}': CFG {case.cfg} needs 'uncond_context' "
-                                  "(the encoded empty prompt) beside 'context'")
-            text_embs["uncond"] = self._context_file(case, case.uncond_context)
-        return text_embs
-
-    def _context_file(self, case: GoldenCase, name: str) -> np.ndarray:
-        path = self.s.golden_dir / name
-        cfg = self.bundle.cfg
-        try:
-            array = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"golden case '{case.name}': cannot read context {path}: {exc}") from None
-        if array.shape != (cfg.context_tokens, cfg.context_dim) or not np.isfinite(array).all():
-            raise ConfigError(f"golden case '{case.name}': {path} is {array.dtype} {list(array.shape)}; "
-                              f"{cfg.name} takes finite [{cfg.context_tokens}, {cfg.context_dim}]")
-        return array.astype(np.float32)[None]
 
     def loaded(self) -> bool:
         """Whether a test got as far as loading the model (the run summary names it only then)."""

@@ -9,13 +9,15 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .golden import CaseInputs, case_inputs, find_case, golden_dir_for
 from .model import reference
+from .errors import ConfigError
 from .model.bundle import ModelBundle
 from .sampler import denoise, initial_noise
 from .spectrum import DEFAULT_PRESET, PRESETS, SpectrumParams, check_params, sampler_velocity
 
 __all__ = ["sample_settings", "stream_text_embs", "initial_latents", "sample_reference", "ReferenceModel",
-           "text_emb_streams"]
+           "text_emb_streams", "chosen_inputs"]
 
 
 def sample_settings(bundle: ModelBundle, steps=None, cfg_scale=None, shift=None, seed=None,
@@ -37,6 +39,24 @@ def sample_settings(bundle: ModelBundle, steps=None, cfg_scale=None, shift=None,
     return settings
 
 
+def chosen_inputs(bundle: ModelBundle, case: str | None, golden_dir, prompt=None, steps=None,
+                  cfg_scale=None, seed=None) -> CaseInputs:
+    """A command's run: the golden case --case names (its settings, its text embeddings: the way to
+    run a model without a prompt encoder here, as Anima is), else --prompt with the model's defaults."""
+    golden_dir = golden_dir or golden_dir_for(bundle.cfg.name)
+    if case is not None:
+        given = [o for o, v in (("--prompt", prompt), ("--cfg", cfg_scale), ("--seed", seed)) if v is not None]
+        if given:
+            raise ConfigError(f"--case {case} decides the prompt, CFG and seed: drop {', '.join(given)}")
+        return case_inputs(find_case(golden_dir, case), bundle.cfg, golden_dir, steps)
+    if bundle.encoder is None:
+        raise ConfigError(f"model {bundle.cfg.name} has no prompt encoder here ({bundle.model_dir}): "
+                          f"give --case NAME, a golden case of {golden_dir / 'cases.toml'} with its "
+                          f"text-embedding files")
+    prompt = prompt if prompt is not None else bundle.cfg.prompt.get("default", "")
+    return CaseInputs(prompt, sample_settings(bundle, steps, cfg_scale, None, seed), None)
+
+
 def stream_text_embs(bundle: ModelBundle, prompts: Sequence[str], cfg_scale: float) -> dict:
     """{stream: [B, L, C]}; the uncond stream (empty prompt) only when CFG actually mixes it."""
     cond = np.stack([bundle.text_emb(p) for p in prompts])
@@ -52,7 +72,6 @@ def text_emb_streams(bundle: ModelBundle, cond_path, uncond_path, cfg_scale: flo
     CFG 1 runs the cond stream alone. Otherwise the uncond stream comes from its file, or from the
     prompt encoder's empty prompt when the model has one.
     """
-    from .errors import ConfigError
     from .model.bundle import check_text_emb
     streams = {"cond": _load_text_emb(bundle, cond_path, "--text-emb")}
     if cfg_scale == 1.0:
@@ -68,7 +87,6 @@ def text_emb_streams(bundle: ModelBundle, cond_path, uncond_path, cfg_scale: flo
 
 
 def _load_text_emb(bundle: ModelBundle, path, option: str) -> np.ndarray:
-    from .errors import ConfigError
     from .model.bundle import check_text_emb
     try:
         array = np.load(path, allow_pickle=False)
