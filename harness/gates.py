@@ -7,7 +7,7 @@ artifacts folder, failed runs included.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +17,7 @@ from .atomic import atomic_save_npy
 from .config import BRANCHES
 from .errors import ConfigError, HarnessError
 from .steptimes import STAGE_NAMES
-from .golden import GoldenCase, case_inputs
+from .golden import GoldenCase, case_inputs, run_key
 from .history import utc_now
 from .imageio import save_png
 from .model.bundle import ModelBundle, load_bundle
@@ -26,7 +26,7 @@ from .partition.manifest import default_partition_dir, load_manifest, manifest_p
 from .quality import QualityResult, compare, compare_latents, diff_figure
 from .run import RunResult, run_partitioned
 
-__all__ = ["GateRunner", "CaseRun", "quality_check", "quality_line", "history_record", "benchmark_info"]
+__all__ = ["GateRunner", "CaseRun", "derived_case", "quality_check", "quality_line", "history_record", "benchmark_info"]
 
 
 @dataclass
@@ -42,6 +42,7 @@ class GateRunner:
         self.s = settings
         self._bundle: ModelBundle | None = None
         self._partition: Path | None = None
+        # keyed by run_key (what decides the render), never by a name a derived run can share
         self._runs: dict[str, CaseRun] = {}
         self._prepared = False
         # (label, total steps) -> per-step callback; the pytest plugin sets one that writes progress
@@ -180,29 +181,37 @@ class GateRunner:
 
     def case_reports(self) -> dict[str, dict]:
         """{case name: run report} of the golden-case runs made so far (failed runs included)."""
-        return {name: run.result.report for name, run in self._runs.items() if run.result is not None}
+        return {run.case.name: run.result.report for run in self._runs.values() if run.result is not None}
 
     def share(self, case: GoldenCase, result: RunResult, steps: int | None) -> bool:
-        """Offer a finished full-length run of `case` (a benchmark round) as the case's shared run,
-        so numerics, quality and memory judge it instead of rendering the same image again. Only a
-        run of the case's own steps qualifies, and only before the case has run; its report is kept
-        in the artifacts as the case's."""
-        if case.name in self._runs or (steps or case.steps) != case.steps:
+        """Offer a finished run of `case` at `steps` (a benchmark round) as a shared run, so numerics,
+        quality and memory judge it instead of rendering the same image again. It is found only by a
+        golden case whose run key (settings and steps) is the same, and only before that key has run;
+        its report is kept in the artifacts under the run's name."""
+        key = run_key(case, steps)
+        if key in self._runs:
             return False
-        report = self.s.artifacts / "runs" / f"{case.name}.json"
         self.keep(result, case.name)
-        self._runs[case.name] = CaseRun(case, result, None, report)
+        self._runs[key] = CaseRun(case, result, None, self.s.artifacts / "runs" / f"{case.name}.json")
         return True
 
     def case_run(self, case: GoldenCase, guard) -> CaseRun:
         """The one shared run of a golden case (numerics and quality both look at it)."""
-        if case.name not in self._runs:
+        key = run_key(case)
+        if key not in self._runs:
             report = self.s.artifacts / "runs" / f"{case.name}.json"
             try:
-                self._runs[case.name] = CaseRun(case, self.run(case, guard), None, report)
+                self._runs[key] = CaseRun(case, self.run(case, guard), None, report)
             except HarnessError as exc:
-                self._runs[case.name] = CaseRun(case, None, exc, report)
-        return self._runs[case.name]
+                self._runs[key] = CaseRun(case, None, exc, report)
+        return self._runs[key]
+
+
+def derived_case(case: GoldenCase, what: str, **changes) -> GoldenCase:
+    """A run made from a golden case with other settings (a benchmark's sampler or steps). Its name
+    `<case>+<what>` is one no golden case can have ('+' is not allowed in cases.toml), so neither its
+    artifacts nor its report can be taken for a case's."""
+    return replace(case, name=f"{case.name}+{what}", **changes)
 
 
 def quality_check(case: GoldenCase, obtained: np.ndarray, golden: np.ndarray, artifacts: Path,
