@@ -1,5 +1,7 @@
-"""SIGINT and SIGTERM during a prefetch run on the simulated board: the run stops, every worker
-process is gone (so no context is alive), and the partial report is on disk."""
+"""SIGINT, SIGTERM, SIGHUP and SIGQUIT during a prefetch run on the simulated board: the run stops,
+every worker process is gone (so no context is alive), no shared-memory block is left, and the
+partial report is on disk. SIGINT, SIGHUP (an SSH drop) and SIGQUIT (Ctrl-backslash) come from the
+terminal, to the whole process group."""
 import json
 import os
 import signal
@@ -38,6 +40,11 @@ def _workers(pid: int) -> list[psutil.Process]:
     return out
 
 
+def _shared_blocks(workers) -> set[str]:
+    """The /dev/shm blocks the workers have mapped (two each: inputs and outputs)."""
+    return {m.path for w in workers for m in w.memory_maps() if m.path.startswith("/dev/shm/")}
+
+
 def _alive(p: psutil.Process) -> bool:
     try:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
@@ -47,7 +54,9 @@ def _alive(p: psutil.Process) -> bool:
 
 @pytest.mark.slow          # two real 20-step runs interrupted after their workers started: ~15 s
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
-                                             (signal.SIGTERM, 143, "terminated")])
+                                             (signal.SIGTERM, 143, "terminated"),
+                                             (signal.SIGHUP, 129, "terminated"),
+                                             (signal.SIGQUIT, 131, "terminated")])
 def test_signal_during_prefetch_leaves_no_worker_and_keeps_the_partial_report(model_and_partition, tmp_path,
                                                                                sig, code, word):
     model_dir, partition = model_and_partition
@@ -66,7 +75,8 @@ def test_signal_during_prefetch_leaves_no_worker_and_keeps_the_partial_report(mo
         # Workers import numpy and the runtime (~1 s, more on a loaded machine), then the run
         # starts: 5 s after they appeared it is well inside the denoise loop.
         time.sleep(max(0.0, min(w.create_time() for w in workers) + 5.0 - time.time()))
-        if sig == signal.SIGINT:              # Ctrl-C at a terminal: the whole process group
+        blocks = _shared_blocks(workers)
+        if sig != signal.SIGTERM:             # from the terminal: the whole process group
             os.killpg(proc.pid, sig)
         else:
             proc.send_signal(sig)
@@ -76,8 +86,10 @@ def test_signal_during_prefetch_leaves_no_worker_and_keeps_the_partial_report(mo
             proc.kill()
     assert proc.returncode == code, err
     # one line, naming how the run ended and where its partial report is (issue 12)
-    assert err.strip().splitlines()[-1].startswith(f"error: {word}: ") and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(f"error: {word}: {signal.Signals(sig).name}")
+    assert "Traceback" not in err
     assert not [w.pid for w in workers if _alive(w)]
+    assert len(blocks) == 4 and not [b for b in blocks if os.path.exists(b)], blocks
     report = json.loads(out.with_suffix(".json").read_text())
     assert report["status"] == word and report["lifecycle"] == "prefetch:2"
     assert report["lifecycle_counters"]["live"] == 0
