@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BackendError, ConfigError, ToolkitError
+from ..errors import BackendError, ConfigError, ManifestError, ToolkitError
+from ..partition.declared import rknn_version
 from ..toolkit.framing import read_frame, write_frame
 from .base import Context
 
@@ -164,6 +165,10 @@ def conversion_record(rknn_path: Path) -> dict:
     if record is None or entry is None:
         raise ConfigError(f"rknn-sim: {rknn_path.name} is not listed in the conversion record of "
                           f"{rknn_path.parent / 'manifest.json'}")
+    built_by = rknn_version(rknn_path)
+    if built_by != conversion["toolkit_version"]:       # before choosing the environment by the claim
+        raise ManifestError(f"rknn-sim: {rknn_path} was built by rknn-toolkit2 {built_by}, the conversion "
+                            f"record of {rknn_path.parent / 'manifest.json'} says {conversion['toolkit_version']}")
     onnx = Path(conversion["source"]["directory"]) / record["onnx_file"]
     if not onnx.is_file():
         raise ConfigError(f"rknn-sim: {rknn_path.name} was converted from {onnx}, which is gone: the "

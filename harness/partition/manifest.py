@@ -17,6 +17,7 @@ import numpy as np
 from ..atomic import atomic_write_json
 from ..config import BRANCHES, NETWORK_KEYS, ModelConfig
 from ..errors import ManifestError
+from .declared import check_declared
 from ..schema import Field, check_table, is_int, list_of, non_empty_str, one_of, positive_int
 
 __all__ = ["manifest_sha256", "default_partition_dir", "FORMAT", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest",
@@ -317,7 +318,8 @@ def check_outputs(entry: SubgraphEntry, outputs) -> np.ndarray:
 # ---------------------------------------------------------------- inspection
 
 def inspect_partition(directory) -> dict:
-    """Manifest summary, per-branch counts and sizes, every checksum verified, and a verdict."""
+    """Manifest summary, per-branch counts and sizes, every checksum verified, every file opened and
+    checked against what its entry says (harness/partition/declared.py), and a verdict."""
     directory = Path(directory)
     report = {"directory": str(directory), "manifest": str(manifest_path(directory)), "checks": [],
               "branches": {}, "reasons": []}
@@ -339,6 +341,7 @@ def inspect_partition(directory) -> dict:
         row["bytes"] += entry.bytes
         try:
             manifest.verify_entry(entry)
+            check_declared(manifest, entry)
             ok, reason = True, ""
             row["verified"] += 1
         except ManifestError as exc:
