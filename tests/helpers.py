@@ -1,7 +1,10 @@
 """Builders shared by tests: model directories with random weights in the real file layout."""
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +13,7 @@ from harness.config import EMBEDDED_DIR, load_model_dir
 from harness.model.embedded import PROMPT_KEYS
 from harness.weights import random_weights, save_weights
 
-__all__ = ["make_random_model_dir", "random_bundle", "export_fp32"]
+__all__ = ["make_random_model_dir", "random_bundle", "export_fp32", "small_tmpfs"]
 
 
 def make_random_model_dir(target: Path, seed: int = 0) -> Path:
@@ -41,3 +44,22 @@ def export_fp32(bundle, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("partition") / "fp32"
     export_partition(bundle.weights, bundle.cfg, out, dtype="float32")
     return out
+
+
+@contextlib.contextmanager
+def small_tmpfs(mount: Path, size: str):
+    """A tmpfs of `size` (e.g. "600k") mounted at `mount` for the block, to fill a disk for real.
+    Needs root; elsewhere the test skips, and with CI=true fails, saying so."""
+    import pytest
+    mount.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        why = f"cannot mount a {size} tmpfs at {mount} (needs root): {done.stderr.strip()}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)], check=False)
