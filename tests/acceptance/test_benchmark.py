@@ -67,6 +67,7 @@ def record_run(benchmark, case, gate_runner, window, result, suite, request, bas
     append_to(config, BENCH_RESULTS, {"test": request.node.nodeid, "case": case.name, "info": info,
                                       "valid": verdict["valid"], "reasons": verdict["reasons"],
                                       "memory": result.report.get("memory"),
+                                      "lifecycle": result.report.get("lifecycle"),
                                       "comparison": check.as_dict(), "key": key.as_dict()})
     runs_before = _history_lines(suite.history)
     append_run(suite.history, history_record(info, config.stash[IDENTITY], config.stash[BOARD], suite.backend,
