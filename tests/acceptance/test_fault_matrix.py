@@ -38,7 +38,8 @@ from harness.config import REPO_ROOT
 from harness.golden import GoldenStore, load_cases
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
-from tests.helpers import make_random_model_dir
+from tests.helpers import (add_output_and_resign, alive, make_random_model_dir, shared_blocks,
+                           worker_processes)
 
 STALE = {"status": "ok", "stale": "from the previous run"}
 
@@ -702,19 +703,10 @@ def test_inspect_rknn_version_mismatch(toolkit_world):
 def test_inspect_onnx_resigned(world, tmp_path):
     """An ONNX subgraph given an extra output and re-signed (sha256 and size updated) passes every
     checksum; inspect reads the file and names the output the manifest does not list."""
-    import hashlib
-    import onnx
-
-    def extra_output(doc, dst):
-        entry = doc["subgraphs"][7]
-        path = dst / entry["file"]
-        model = onnx.load(str(path))
-        model.graph.output.append(onnx.helper.make_empty_tensor_value_info(model.graph.node[0].output[0]))
-        onnx.save(model, str(path))
-        data = path.read_bytes()
-        entry.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
-
-    code, out = _inspect(_edit_manifest(world["partition"], tmp_path / "resigned", extra_output))
+    resigned = tmp_path / "resigned"
+    shutil.copytree(world["partition"], resigned)
+    add_output_and_resign(resigned, 7)
+    code, out = _inspect(resigned)
     fails = [line for line in out if line.startswith("FAIL ")]
     assert code == 1 and out[-1] == "verdict: failed", out
     assert len(fails) == 1 and re.search(r"subgraph 7 \(block 2 cross_attn\): 07_block02_cross_attn\.onnx declares "
@@ -741,10 +733,10 @@ def test_outside_memory_pressure_trips_a_prefetch_runs_guard_and_no_worker_survi
                            env={**os.environ, "COLUMNS": "1000"})
     pressure = None
     try:
-        _wait_for(lambda: len(_workers_of(run.pid)) >= 2 and
+        _wait_for(lambda: len(worker_processes(run.pid)) >= 2 and
                   (_json_or_none(fault_dir / "x.json") or {}).get("status") == "running", "the workers")
-        workers = _workers_of(run.pid)
-        blocks = {m.path for w in workers for m in w.memory_maps() if m.path.startswith("/dev/shm/")}
+        workers = worker_processes(run.pid)
+        blocks = shared_blocks(workers)
         pressure = subprocess.Popen([sys.executable, "-c", PRESSURE, str(800 << 20)], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, text=True)
         assert pressure.stdout.readline().strip() == "held"
@@ -756,7 +748,7 @@ def test_outside_memory_pressure_trips_a_prefetch_runs_guard_and_no_worker_survi
     assert run.returncode == 4, out
     lines = error_lines("cli", out)
     assert len(lines) == 1 and "memory guard tripped: MemAvailable" in lines[0] and "Traceback" not in out, out
-    assert not [w.pid for w in workers if _alive(w)]
+    assert not [w.pid for w in workers if alive(w)]
     assert len(blocks) == 4 and not [b for b in blocks if os.path.exists(b)], blocks
     report = json.loads((fault_dir / "x.json").read_text())
     assert report["status"] == "failed" and report["lifecycle"] == "prefetch:2"
@@ -764,28 +756,6 @@ def test_outside_memory_pressure_trips_a_prefetch_runs_guard_and_no_worker_survi
     assert report["memory"]["run_max_worker_processes"] >= 2
     assert not (fault_dir / "x.png").exists()
     assert_no_leftover_process(world["root"])
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _workers_of(pid: int) -> list[psutil.Process]:
-    try:
-        children = psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-    found = []
-    for child in children:
-        try:
-            if "worker_main" in " ".join(child.cmdline()):
-                found.append(child)
-        except psutil.NoSuchProcess:
-            pass
-    return found
 
 
 # ----------------------------------------------------------------------------- telemetry mid-benchmark
@@ -812,12 +782,13 @@ def test_a_clock_moving_mid_benchmark_marks_it_invalid_and_no_baseline(world):
     assert len(bench) == 1, out
     info = bench[0]["extra_info"]
     assert info["valid"] is False, info
-    assert any("fdab0000.npu" in reason and before in reason for reason in info["invalid_reasons"]), info
+    moved = f"frequency changed during the window: {int(before) / 1e6:g} MHz -> {int(before) // 2 / 1e6:g} MHz"
+    assert any(moved in reason for reason in info["invalid_reasons"]), info["invalid_reasons"]
     history = [json.loads(line) for line in (fault_dir / "history.jsonl").read_text().splitlines()]
     assert history[-1]["valid"] is False and history[-1]["invalid_reasons"] == info["invalid_reasons"]
     assert not list(baselines.rglob("*.json")), "an INVALID run became a baseline"
     assert "INVALID" in out and "Traceback" not in out, out
-    assert code in (0, 1), out
+    assert code == 0, out            # the gate passed; its figures are marked, not trusted
     assert_no_leftover_process(world["root"])
 
 

@@ -3,13 +3,11 @@ ONNX subgraph with an extra output, and a converted partition whose manifest cla
 toolkit version than its .rknn files carry, both used to end with `verdict: ok`."""
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
 import sys
 
-import onnx
 import pytest
 
 from harness.backends.rknn_sim import conversion_record
@@ -17,7 +15,7 @@ from harness.config import REPO_ROOT
 from harness.errors import ManifestError
 from harness.partition.manifest import inspect_partition
 from harness.toolkit.convert import convert_partition
-from tests.helpers import export_fp32, random_bundle
+from tests.helpers import add_output_and_resign, export_fp32, random_bundle, resign
 
 
 @pytest.fixture(scope="module")
@@ -30,15 +28,6 @@ def partition(bundle, tmp_path_factory):
     return export_fp32(bundle, tmp_path_factory)
 
 
-def _resign(directory, index: int) -> None:
-    """Update the manifest's sha256 and bytes for subgraph `index` to match its file as it is now."""
-    doc = json.loads((directory / "manifest.json").read_text())
-    entry = next(e for e in [*doc["subgraphs"], doc.get("decoder") or {}] if e.get("index") == index)
-    data = (directory / entry["file"]).read_bytes()
-    entry.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
-    (directory / "manifest.json").write_text(json.dumps(doc))
-
-
 def _inspect(directory):
     return subprocess.run([sys.executable, "-m", "harness", "inspect", str(directory)], capture_output=True,
                           text=True, cwd=REPO_ROOT, env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"})
@@ -47,13 +36,7 @@ def _inspect(directory):
 def test_resigned_onnx_with_an_extra_output_fails_inspect(partition, tmp_path):
     bad = tmp_path / "extra-output"
     shutil.copytree(partition, bad)
-    doc = json.loads((bad / "manifest.json").read_text())
-    path = bad / doc["subgraphs"][5]["file"]
-    model = onnx.load(str(path))
-    hidden = model.graph.node[0].output[0]          # an intermediate tensor, now also an output
-    model.graph.output.append(onnx.helper.make_empty_tensor_value_info(hidden))
-    onnx.save(model, str(path))
-    _resign(bad, 5)
+    hidden = add_output_and_resign(bad, 5)
     report = inspect_partition(bad)
     assert report["verdict"] == "failed"
     assert len(report["reasons"]) == 1 and "subgraph 5 (block 1 ffn)" in report["reasons"][0]
@@ -110,7 +93,7 @@ def test_a_tampered_rknn_fails_inspect_even_re_signed(conversion, tmp_path):
     shutil.copytree(conversion, bad)
     path = bad / "decoder.rknn"
     path.write_bytes(path.read_bytes()[:-40])       # its model description cut short, re-signed
-    _resign(bad, 84)
+    resign(bad, 84)
     report = inspect_partition(bad)
     assert report["verdict"] == "failed"
     assert "decoder.rknn: no rknn-toolkit2 model description" in report["reasons"][0]

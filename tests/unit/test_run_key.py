@@ -8,11 +8,10 @@ from dataclasses import replace
 import pytest
 
 from harness.errors import ConfigError
-from harness.gates import GateRunner, derived_case
+from harness.gates import derived_case
 from harness.golden import load_cases
-from harness.pytest_plugin import OPTIONS, resolve_settings
 from harness.spectrum import DEFAULT_PRESET, PRESETS
-from tests.helpers import make_random_model_dir
+from tests.helpers import gate_runner_for
 
 CASES = """
 [defaults]
@@ -40,14 +39,8 @@ spectrum = { preset = "13-of-28", warmup = 3, degree = 2 }
 
 @pytest.fixture
 def gates(tmp_path):
-    model = make_random_model_dir(tmp_path / "model", seed=6)
-    golden = tmp_path / "golden"
-    golden.mkdir()
-    (golden / "cases.toml").write_text(CASES)
-    cli = {name: None for name in OPTIONS}
-    cli.update(model_dir=str(model), golden_dir=str(golden), cache_dir=str(tmp_path / "cache"),
-               artifacts=str(tmp_path / "artifacts"), precision="float32", telemetry_root=str(tmp_path))
-    return GateRunner(resolve_settings(cli, None)), load_cases(golden / "cases.toml")
+    runner, golden = gate_runner_for(tmp_path, CASES, seed=6)
+    return runner, load_cases(golden / "cases.toml")
 
 
 def test_a_derived_run_named_like_a_case_is_not_that_cases_run(gates):
