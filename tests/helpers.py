@@ -14,7 +14,7 @@ from harness.model.embedded import PROMPT_KEYS
 from harness.weights import random_weights, save_weights
 
 __all__ = ["make_random_model_dir", "random_bundle", "export_fp32", "small_tmpfs", "worker_processes", "alive",
-           "gate_runner_for", "resign", "add_output_and_resign", "shared_blocks"]
+           "gate_runner_for", "TWO_STEP_DEFAULTS", "resign", "add_output_and_resign", "shared_blocks"]
 
 
 def make_random_model_dir(target: Path, seed: int = 0) -> Path:
@@ -90,6 +90,18 @@ def alive(proc) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+# The [defaults] of a cases.toml for runs of two Euler steps (add [[case]] tables after it).
+TWO_STEP_DEFAULTS = """
+[defaults]
+ssim_min = 0.9999
+psnr_min = 50.0
+steps = 2
+cfg = 4.0
+sampler = "flow-euler"
+shift = 3.0
+"""
 
 
 def gate_runner_for(tmp_path: Path, cases_toml: str, seed: int):

@@ -6,17 +6,9 @@ import pytest
 from harness.errors import ConfigError
 from harness.golden import load_cases
 from harness.model.bundle import load_bundle
-from tests.helpers import gate_runner_for
+from tests.helpers import TWO_STEP_DEFAULTS, gate_runner_for
 
-CASES = """
-[defaults]
-ssim_min = 0.9999
-psnr_min = 50.0
-steps = 2
-cfg = 4.0
-sampler = "flow-euler"
-shift = 3.0
-
+CASES = TWO_STEP_DEFAULTS + """
 [[case]]
 name = "by-prompt"
 prompt = "digit one"

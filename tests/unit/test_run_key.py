@@ -11,17 +11,9 @@ from harness.errors import ConfigError
 from harness.gates import derived_case
 from harness.golden import load_cases
 from harness.spectrum import DEFAULT_PRESET, PRESETS
-from tests.helpers import gate_runner_for
+from tests.helpers import TWO_STEP_DEFAULTS, gate_runner_for
 
-CASES = """
-[defaults]
-ssim_min = 0.9999
-psnr_min = 50.0
-steps = 2
-cfg = 4.0
-sampler = "flow-euler"
-shift = 3.0
-
+CASES = TWO_STEP_DEFAULTS + """
 [[case]]
 name = "one"
 prompt = "digit one"
