@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import BackendError, ConfigError, ManifestError, ToolkitError
 from ..partition.declared import rknn_version
+from ..signals import group_signals_blocked
 from ..toolkit.framing import read_frame, write_frame
 from .base import Context
 
@@ -53,8 +54,11 @@ class SimWorker:
         self.log_path = Path(tempfile.mkstemp(prefix=f"anima-rknn-sim-{version}-", suffix=".log")[1])
         self._log = open(self.log_path, "wb")
         self._lock = threading.Lock()
-        self.proc = subprocess.Popen([str(python), str(SERVER)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._log)
+        # The terminal's group signals (Ctrl-C, a hang-up) are the run's to handle: it releases its
+        # contexts through this server and then stops it.
+        with group_signals_blocked():
+            self.proc = subprocess.Popen([str(python), str(SERVER)], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self._log)
         hello, _ = self.request({"op": "hello"})
         if hello.get("toolkit") != version:
             self.close()
