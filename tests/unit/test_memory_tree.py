@@ -45,7 +45,7 @@ def test_the_guard_sees_a_child_grow():
     with MemoryGuard("1MiB", "1TiB", interval=0.02) as guard:
         child = _holder()
         try:
-            time.sleep(0.2)                 # a few sampler ticks while it holds the memory
+            time.sleep(0.7)                 # past a relisting of the descendants, a few ticks
         finally:
             child.stdin.close()
             child.wait()
