@@ -148,4 +148,11 @@ def add_output_and_resign(directory: Path, index: int) -> str:
 
 def shared_blocks(workers) -> set[str]:
     """The /dev/shm blocks the prefetch workers have mapped (two each: inputs and outputs)."""
-    return {m.path for w in workers for m in w.memory_maps() if m.path.startswith("/dev/shm/")}
+    import psutil
+    blocks = set()
+    for worker in workers:
+        try:
+            blocks |= {m.path for m in worker.memory_maps() if m.path.startswith("/dev/shm/")}
+        except psutil.NoSuchProcess:
+            pass            # gone already: it maps nothing
+    return blocks

@@ -134,15 +134,15 @@ def _progress(total: int, quiet: bool):
     return show
 
 
-def _kept_log(log: Path, out: Path) -> str:
+def _kept_log(log: Path, out: Path, what: str = "toolkit log") -> str:
     """Keep a failed build's log beside --out, whole or not at all; what to say about it."""
     keep = out.parent / f"{out.name}.failed.log"
     try:
         with atomic_path(keep) as tmp:
             shutil.copyfile(log, tmp)
     except StorageError as exc:         # e.g. the disk that just filled up: say so, leave nothing
-        return f" (the toolkit's log could not be kept: {exc})"
-    return f" (toolkit log: {keep})"
+        return f" (the {what} could not be kept: {exc})"
+    return f" ({what}: {keep})"
 
 
 def _in_out(text: str, work: Path, out: Path) -> str:
@@ -257,7 +257,7 @@ def _assemble(source, work, out, version, precision, target, calibration, built,
         try:
             check_no_cpu_ops({e.label + f" ({e.file})": cpu_ops[Path(e.file).stem] for e in entries})
         except ToolkitError as exc:     # keep the layer tables that show it
-            raise ToolkitError(f"{exc}{_kept_log(log_file, out)}") from None
+            raise ToolkitError(f"{exc}{_kept_log(log_file, out, 'build log')}") from None
     seconds = time.perf_counter() - started
     conversion = {"toolkit": "rknn-toolkit2", "toolkit_version": version, "target": target,
                   "precision": precision, "config": {"target_platform": target, **RKNN_CONFIG},

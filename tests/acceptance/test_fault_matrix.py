@@ -733,7 +733,8 @@ def test_outside_memory_pressure_trips_a_prefetch_runs_guard_and_no_worker_survi
                            env={**os.environ, "COLUMNS": "1000"})
     pressure = None
     try:
-        _wait_for(lambda: len(worker_processes(run.pid)) >= 2 and
+        # both workers up and attached to their blocks (they map them before saying hello)
+        _wait_for(lambda: len(shared_blocks(worker_processes(run.pid))) == 4 and
                   (_json_or_none(fault_dir / "x.json") or {}).get("status") == "running", "the workers")
         workers = worker_processes(run.pid)
         blocks = shared_blocks(workers)
