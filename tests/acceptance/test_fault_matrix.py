@@ -135,7 +135,7 @@ KIND_OF = {
     "numerics": ["cli-nan-subgraph", "cli-output-shape", "cli-nan-decoder", "pytest-nan-subgraph",
                  "pytest-output-shape", "pytest-nan-decoder"],
     "memory": ["cli-guard-trip", "pytest-guard-trip", "pytest-benchmark-guard-trip",
-               "cli-prefetch-outside-memory-pressure"],
+               "cli-prefetch-outside-memory-pressure", "pytest-prefetch-workers-over-the-pss-budget"],
     "signal": SIGNALS + [name for name, _, _ in STOP_SIGNALS],
     "leftovers": ["pytest-killed-golden-update", "cli-killed-writer"],
     "toolkit": ["pytest-rknn-tampered", "pytest-rknn-version-mismatch", "cli-inspect-rknn-version-mismatch",
@@ -759,6 +759,28 @@ def test_outside_memory_pressure_trips_a_prefetch_runs_guard_and_no_worker_survi
     assert_no_leftover_process(world["root"])
 
 
+@pytest.mark.slow
+def test_the_pss_gate_of_a_prefetch_run_counts_its_workers_and_names_the_lifecycle(world):
+    """A 2 MiB budget: the prefetch:2 run's workers hold far more than that. Counted from the
+    pipeline process alone, the gate passed; it must fail, naming the lifecycle and both parts."""
+    fault_dir = world["root"] / "pytest-prefetch-workers-over-the-pss-budget"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"),
+                           f"--rootdir={REPO_ROOT}", *fill(GATE_COMMON, world, fault_dir), "--lifecycle=prefetch:2",
+                           "--pss-budget=2MiB", str(REPO_ROOT / "tests/acceptance/test_memory.py")],
+                          capture_output=True, text=True, cwd=world["root"], timeout=600,
+                          env={**os.environ, "COLUMNS": "1000"})
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    lines = error_lines("pytest", out)
+    assert len(lines) == 1 and "Traceback" not in out, out
+    match = re.search(r"lifecycle prefetch:2: peak added PSS ([\d.]+) MiB \(pipeline -?[\d.]+ MiB, (\d+) child "
+                      r"process\(es\) ([\d.]+) MiB\) over the budget 2\.0 MiB", lines[0])
+    assert match and int(match[2]) >= 2 and float(match[3]) > 2.0, lines[0]
+    junit = (fault_dir / "artifacts" / "junit.xml").read_text()
+    assert 'name="lifecycle" value="prefetch:2"' in junit and 'name="workers_pss_added_bytes"' in junit
+    assert_no_leftover_process(world["root"])
+
+
 # ----------------------------------------------------------------------------- telemetry mid-benchmark
 
 @pytest.mark.slow
@@ -844,6 +866,8 @@ OWN_TESTS = {
     "cli-prefetch-outside-memory-pressure":
         "outside_memory_pressure_trips_a_prefetch_runs_guard_and_no_worker_survives",
     "bin-test-clock-moves-mid-benchmark": "a_clock_moving_mid_benchmark_marks_it_invalid_and_no_baseline",
+    "pytest-prefetch-workers-over-the-pss-budget":
+        "the_pss_gate_of_a_prefetch_run_counts_its_workers_and_names_the_lifecycle",
     "pytest-derived-run-named-like-a-case":
         "a_derived_run_named_like_a_case_neither_stands_in_for_it_nor_rewrites_its_golden",
     **{f.name: "toolkit_fault" for f in TOOLKIT_FAULTS},
