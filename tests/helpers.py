@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.config import EMBEDDED_DIR, load_model_dir
+from harness.model.config import EMBEDDED_DIR, load_model_dir
 from harness.model.embedded import PROMPT_KEYS
-from harness.weights import random_weights, save_weights
+from harness.model.weights import random_weights, save_weights
 
 __all__ = ["make_random_model_dir", "random_bundle", "export_fp32", "small_tmpfs", "worker_processes", "alive",
            "gate_runner_for", "TWO_STEP_DEFAULTS", "resign", "add_output_and_resign", "shared_blocks"]
@@ -107,7 +107,7 @@ shift = 3.0
 def gate_runner_for(tmp_path: Path, cases_toml: str, seed: int):
     """A GateRunner on a random model (FP32 partition exported on first use) and a golden folder
     holding `cases_toml`; returns (runner, golden folder)."""
-    from harness.gates import GateRunner
+    from harness.gates.runner import GateRunner
     from harness.pytest_plugin import OPTIONS, resolve_settings
     model = make_random_model_dir(tmp_path / "model", seed=seed)
     golden = tmp_path / "golden"

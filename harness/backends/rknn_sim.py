@@ -31,10 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BackendError, ConfigError, ManifestError, ToolkitError
+from ..core.errors import BackendError, ConfigError, ManifestError, ToolkitError
 from ..partition.declared import rknn_version
-from ..signals import group_signals_blocked
-from ..toolkit.framing import read_frame, write_frame
+from ..core.signals import group_signals_blocked
+from ..toolkit.remote.framing import read_frame, write_frame
 from .base import Context
 
 __all__ = ["RknnSimContext", "SimWorker", "worker_for", "shutdown_workers", "conversion_record"]
@@ -200,7 +200,7 @@ def _quantization(quant: dict | None, rknn_path: Path) -> dict | None:
     if not dataset.is_file():
         raise ConfigError(f"rknn-sim: {rknn_path.name} was calibrated from {dataset}, which is gone: "
                           f"the simulator rebuilds INT8 subgraphs from their calibration set")
-    from ..toolkit.calibration import absolute_dataset
+    from ..toolkit.precisions import absolute_dataset
     if str(dataset) not in _datasets:
         scratch = Path(tempfile.mkdtemp(prefix="anima-rknn-sim-datasets-"))
         atexit.register(lambda: __import__("shutil").rmtree(scratch, ignore_errors=True))

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BackendError
-from ..signals import group_signals_blocked
+from ..core.errors import BackendError
+from ..core.signals import group_signals_blocked
 from .records import Counters, LifecycleRecorder
 from .worker import read_arrays, worker_main, write_arrays
 

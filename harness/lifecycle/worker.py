@@ -26,7 +26,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from ..signals import GROUP_SIGNALS
+from ..core.signals import GROUP_SIGNALS
 
 __all__ = ["worker_main", "write_arrays", "read_arrays"]
 
@@ -80,7 +80,7 @@ def worker_main(fd: int) -> None:
     conn = Connection(fd)
     _, backend, options, in_name, out_name = conn.recv()
     from ..backends.base import backend_class, create_context
-    from ..errors import HarnessError
+    from ..core.errors import HarnessError
     backend_class(backend)                           # import the runtime before saying hello
     shm_in, shm_out = _attach(in_name), _attach(out_name)
     ctx = None

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from ..backends.onnxruntime import check_identity
-from ..errors import ManifestError
+from ..core.errors import ManifestError
 
 __all__ = ["check_declared", "check_onnx", "check_rknn", "rknn_description", "rknn_version"]
 

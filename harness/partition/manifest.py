@@ -14,11 +14,11 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from ..atomic import atomic_write_json
-from ..config import BRANCHES, NETWORK_KEYS, ModelConfig
-from ..errors import ManifestError
+from ..core.atomic import atomic_write_json
+from ..model.config import BRANCHES, NETWORK_KEYS, ModelConfig
+from ..core.errors import ManifestError
 from .declared import check_declared
-from ..schema import Field, check_table, is_int, list_of, non_empty_str, one_of, positive_int
+from ..core.schema import Field, check_table, is_int, list_of, non_empty_str, one_of, positive_int
 
 __all__ = ["manifest_sha256", "default_partition_dir", "FORMAT", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest",
            "check_input", "check_outputs", "manifest_path", "network_settings", "subgraph_index", "inspect_partition"]

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic import atomic_path
-from ..errors import ConfigError, ManifestError, StorageError, ToolkitError
+from ..core.atomic import atomic_path
+from ..core.errors import ConfigError, ManifestError, StorageError, ToolkitError
 from ..partition.manifest import Manifest, SubgraphEntry, load_manifest, manifest_sha256
-from .calibration import absolute_dataset, precisions, quantization_for
+from .precisions import absolute_dataset, precisions, quantization_for
 from .envs import default_version, toolkit_python
 from .layers import check_no_cpu_ops, cpu_fallbacks, parse_layer_table
 from .process import run_worker

@@ -13,15 +13,15 @@ step was recorded, the step split adds up without double counting, and the run r
 """
 import pytest
 
-from harness.baseline import KEY_MISMATCH, REGRESSED
-from harness.errors import HarnessError
-from harness.gates import benchmark_info, derived_case, history_record
-from harness.history import append_run
+from harness.results.baseline import KEY_MISMATCH, REGRESSED
+from harness.core.errors import HarnessError
+from harness.gates.runner import benchmark_info, derived_case, history_record
+from harness.results.history import append_run
 from harness.pytest_plugin.state import (BENCH_RESULTS, BOARD, IDENTITY, INVALID_RUNS, STEP_SPLITS,
                                          append_to)
-from harness.spectrum import DEFAULT_PRESET, PRESETS
-from harness.steptimes import STAGE_NAMES
-from harness.telemetry import TelemetryWindow
+from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
+from harness.lifecycle.steptimes import STAGE_NAMES
+from harness.results.telemetry import TelemetryWindow
 
 pytestmark = [pytest.mark.npu, pytest.mark.benchmark]
 

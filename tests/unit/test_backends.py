@@ -14,7 +14,7 @@ from scipy.special import erf
 from harness.backends import create_context, live_contexts
 from harness.backends.onnxruntime import OnnxRuntimeContext, session_options
 from harness.backends.rknnlite import RknnLiteContext
-from harness.errors import BackendError, ConfigError
+from harness.core.errors import BackendError, ConfigError
 from tests.fakes import forget_rknnlite, use_fake_rknnlite
 
 LABEL = "subgraph 4 (block 1 cross_attn)"

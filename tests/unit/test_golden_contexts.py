@@ -3,8 +3,8 @@ like Anima's Qwen3): the same run as the prompt they encode, and a clear error f
 import numpy as np
 import pytest
 
-from harness.errors import ConfigError
-from harness.golden import load_cases
+from harness.core.errors import ConfigError
+from harness.gates.cases import load_cases
 from harness.model.bundle import load_bundle
 from tests.helpers import TWO_STEP_DEFAULTS, gate_runner_for
 

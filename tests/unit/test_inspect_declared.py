@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from harness.backends.rknn_sim import conversion_record
-from harness.config import REPO_ROOT
-from harness.errors import ManifestError
-from harness.partition.manifest import inspect_partition
+from harness.model.config import REPO_ROOT
+from harness.core.errors import ManifestError
+from harness.partition.inspection import inspect_partition
 from harness.toolkit.convert import convert_partition
 from tests.helpers import add_output_and_resign, export_fp32, random_bundle, resign
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from harness.memory import MemoryGuard, read_memory
-from harness.run import run_partitioned
+from harness.memory.guard import MemoryGuard, read_memory
+from harness.runtime.run import run_partitioned
 from tests.helpers import export_fp32, random_bundle
 
 MiB = 1 << 20

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from harness.errors import ConfigError
-from harness.gates import derived_case
-from harness.golden import load_cases
-from harness.spectrum import DEFAULT_PRESET, PRESETS
+from harness.core.errors import ConfigError
+from harness.gates.runner import derived_case
+from harness.gates.cases import load_cases
+from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
 from tests.helpers import TWO_STEP_DEFAULTS, gate_runner_for
 
 CASES = TWO_STEP_DEFAULTS + """

@@ -14,17 +14,17 @@ import numpy as np
 import onnx
 import pytest
 
-from harness.errors import ConfigError, ManifestError, ToolkitError
+from harness.core.errors import ConfigError, ManifestError, ToolkitError
 from harness.model import ops, reference as R
 from harness.model.bundle import load_bundle
-from harness.config import EMBEDDED_DIR
-from harness.reference_run import initial_latents, stream_text_embs
+from harness.model.config import EMBEDDED_DIR
+from harness.sampling.reference_run import initial_latents, stream_text_embs
 from harness.partition.manifest import load_manifest, manifest_path
 from harness.partition.onnx_export import export_partition
-from harness.run import open_partition
-from harness.toolkit.calibration import write_dataset
+from harness.runtime.run import open_partition
+from harness.toolkit.precisions import write_dataset
 from harness.toolkit.convert import convert_partition
-from harness.toolkit.report import cosine_rows
+from harness.report.toolkit import cosine_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 

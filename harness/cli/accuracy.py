@@ -13,9 +13,9 @@ import argparse
 import shlex
 from pathlib import Path
 
-from .accuracy import DEFAULT_THRESHOLD, Row, analyze, per_subgraph, replay, worst_first
-from .config import BRANCHES, EMBEDDED_DIR
-from .errors import ConfigError
+from ..gates.accuracy import DEFAULT_THRESHOLD, Row, analyze, per_subgraph, replay, worst_first
+from ..model.config import BRANCHES, EMBEDDED_DIR
+from ..core.errors import ConfigError
 
 __all__ = ["add_command", "render_worst", "render_grid"]
 
@@ -70,7 +70,7 @@ def _backend_options(args) -> dict:
     if args.toolkit and args.backend != "rknn-sim":
         raise ConfigError(f"--toolkit {args.toolkit}: only --backend rknn-sim builds with a toolkit")
     if args.backend == "faults":
-        from .backends.faults import parse_fault
+        from ..backends.faults import parse_fault
         return parse_fault(args.fault)
     if args.backend == "rknn-sim" and args.toolkit:
         return {"toolkit": args.toolkit}
@@ -78,13 +78,13 @@ def _backend_options(args) -> dict:
 
 
 def _cmd_accuracy(args) -> int:
-    from .terminal import console
+    from ..report.terminal import console
     con = console(stderr=False)
     if args.replay is not None:
         return _cmd_replay(args, con)
-    from .reference_run import chosen_inputs
-    from .model.bundle import load_bundle
-    from .partition.commands import exported_partition
+    from ..sampling.reference_run import chosen_inputs
+    from ..model.bundle import load_bundle
+    from ..runtime.partitions import exported_partition
     if args.steps is not None and args.steps < 1:
         raise ConfigError(f"--steps {args.steps}: must be positive")
     options = _backend_options(args)

@@ -25,8 +25,8 @@ from typing import Callable
 
 import psutil
 
-from .atomic import atomic_write_json
-from .errors import ConfigError, MemoryGuardTripped
+from ..core.atomic import atomic_write_json
+from ..core.errors import ConfigError, MemoryGuardTripped
 
 __all__ = ["read_system_memory", "MemoryReading", "read_memory", "sampled_memory", "MemoryGuard", "parse_size",
            "mib"]

@@ -26,12 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import atomic_path, atomic_write_json
-from .config import REPO_ROOT
-from .errors import ConfigError, HarnessError
-from .imageio import save_png
-from .schema import Field, check_table, is_int, is_number, positive_int, read_toml
-from .spectrum import SAMPLERS, check_params, params_from   # sampler names live with the sampler
+from ..core.atomic import atomic_path, atomic_write_json
+from ..model.config import REPO_ROOT
+from ..core.errors import ConfigError, HarnessError
+from ..core.imageio import save_png
+from ..core.schema import Field, check_table, is_int, is_number, positive_int, read_toml
+from ..sampling.spectrum import SAMPLERS, check_params, params_from   # sampler names live with the sampler
 
 __all__ = ["relative_to_repo", "GoldenCase", "GoldenStore", "GoldenError", "GoldenMissing", "GoldenCorrupt", "GoldenStale",
            "GoldenRefused", "load_cases", "runtime_versions", "golden_dir_for", "GOLDEN_DIR",

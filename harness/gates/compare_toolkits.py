@@ -16,11 +16,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..errors import ConfigError, HarnessError
-from .calibration import recipe
-from .convert import convert_partition
-from .envs import toolkit_python
-from .report import cosine_rows, markdown_table
+from ..core.errors import ConfigError, HarnessError
+from ..toolkit.precisions import recipe
+from ..toolkit.convert import convert_partition
+from ..toolkit.envs import toolkit_python
+from ..report.toolkit import cosine_rows, markdown_table
 
 __all__ = ["compare_toolkits", "image_rows"]
 
@@ -67,9 +67,9 @@ def image_rows(bundle, conversions: dict[str, Path], cases, backend: str = "rknn
     from ..backends.base import BACKENDS
     if backend not in BACKENDS:
         return None
-    from ..golden import GoldenStore, case_inputs, golden_dir_for
-    from ..quality import compare
-    from ..run import run_partitioned
+    from .golden import GoldenStore, case_inputs, golden_dir_for
+    from .quality import compare
+    from ..runtime.run import run_partitioned
     golden_dir = golden_dir_for(bundle.cfg.name)
     store = GoldenStore(golden_dir)
     rows = []
@@ -115,8 +115,8 @@ def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolki
                      target: str = "rk3588", samples: int = 1, quiet: bool = False,
                      images: bool = True, case_names: list[str] | None = None) -> str:
     """Both conversions, the tables and the verdict, as Markdown."""
-    from ..config import EMBEDDED_DIR
-    from ..golden import load_cases
+    from ..model.config import EMBEDDED_DIR
+    from .cases import load_cases
     from ..model.bundle import load_bundle
     if old == new:
         raise ConfigError(f"compare-toolkits: OLD and NEW are both {old}")
@@ -130,7 +130,7 @@ def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolki
     results = {v: _convert(v, partition, out, target, samples, quiet) for v in (old, new)}
     rows = {v: cosine_rows(results[v], partition) for v in (old, new)}
     table = _subgraph_table(results[old], results[new], rows[old], rows[new])
-    from ..golden import golden_dir_for
+    from .cases import golden_dir_for
     cases = load_cases(golden_dir_for(bundle.cfg.name) / "cases.toml") if images else []
     if case_names:
         unknown = sorted(set(case_names) - {c.name for c in cases})

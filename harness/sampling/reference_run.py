@@ -9,11 +9,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .golden import CaseInputs, case_inputs, find_case, golden_dir_for
-from .model import reference
-from .errors import ConfigError
-from .model.bundle import ModelBundle
-from .sampler import denoise, initial_noise
+from ..gates.golden import CaseInputs, case_inputs, find_case, golden_dir_for
+from ..model import reference
+from ..core.errors import ConfigError
+from ..model.bundle import ModelBundle
+from .flow import denoise, initial_noise
 from .spectrum import DEFAULT_PRESET, PRESETS, SpectrumParams, check_params, sampler_velocity
 
 __all__ = ["sample_settings", "stream_text_embs", "initial_latents", "sample_reference", "ReferenceModel",
@@ -72,7 +72,7 @@ def text_emb_streams(bundle: ModelBundle, cond_path, uncond_path, cfg_scale: flo
     CFG 1 runs the cond stream alone. Otherwise the uncond stream comes from its file, or from the
     prompt encoder's empty prompt when the model has one.
     """
-    from .model.bundle import check_text_emb
+    from ..model.bundle import check_text_emb
     streams = {"cond": _load_text_emb(bundle, cond_path, "--text-emb")}
     if cfg_scale == 1.0:
         return streams
@@ -87,7 +87,7 @@ def text_emb_streams(bundle: ModelBundle, cond_path, uncond_path, cfg_scale: flo
 
 
 def _load_text_emb(bundle: ModelBundle, path, option: str) -> np.ndarray:
-    from .model.bundle import check_text_emb
+    from ..model.bundle import check_text_emb
     try:
         array = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:

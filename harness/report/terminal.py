@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from .steptimes import BOARD_CALLS, STAGE_NAMES
+from ..lifecycle.steptimes import BOARD_CALLS, STAGE_NAMES
 
 __all__ = ["progress_bar", "console", "print_run_tables"]
 
