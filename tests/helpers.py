@@ -1,8 +1,10 @@
 """Builders shared by tests: model directories with random weights in the real file layout."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import NoReturn
 
@@ -13,7 +15,8 @@ from harness.model.config import EMBEDDED_DIR, load_model_dir
 from harness.model.embedded import PROMPT_KEYS
 from harness.model.weights import random_weights, save_weights
 
-__all__ = ["make_random_model_dir", "random_bundle", "export_fp32", "missing_tool"]
+__all__ = ["make_random_model_dir", "random_bundle", "export_fp32", "missing_tool", "small_tmpfs", "worker_processes",
+           "alive", "gate_runner_for", "TWO_STEP_DEFAULTS", "resign", "add_output_and_resign", "shared_blocks"]
 
 
 def missing_tool(reason: str) -> NoReturn:
@@ -52,3 +55,110 @@ def export_fp32(bundle, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("partition") / "fp32"
     export_partition(bundle.weights, bundle.cfg, out, dtype="float32")
     return out
+
+
+@contextlib.contextmanager
+def small_tmpfs(mount: Path, size: str):
+    """A tmpfs of `size` (e.g. "600k") mounted at `mount` for the block, to fill a disk for real.
+    Needs root; elsewhere the test skips, and with CI=true fails, saying so."""
+    mount.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        missing_tool(f"cannot mount a {size} tmpfs at {mount} (needs root): {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)], check=False)
+
+
+def worker_processes(pid: int):
+    """The prefetch workers among a process's descendants (psutil.Process objects)."""
+    import psutil
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for child in children:
+        try:
+            if "worker_main" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def alive(proc) -> bool:
+    """A psutil.Process still running (a zombie is not)."""
+    import psutil
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+# The [defaults] of a cases.toml for runs of two Euler steps (add [[case]] tables after it).
+TWO_STEP_DEFAULTS = """
+[defaults]
+ssim_min = 0.9999
+psnr_min = 50.0
+steps = 2
+cfg = 4.0
+sampler = "flow-euler"
+shift = 3.0
+"""
+
+
+def gate_runner_for(tmp_path: Path, cases_toml: str, seed: int):
+    """A GateRunner on a random model (FP32 partition exported on first use) and a golden folder
+    holding `cases_toml`; returns (runner, golden folder)."""
+    from harness.gates.runner import GateRunner
+    from harness.pytest_plugin import OPTIONS, resolve_settings
+    model = make_random_model_dir(tmp_path / "model", seed=seed)
+    golden = tmp_path / "golden"
+    golden.mkdir()
+    (golden / "cases.toml").write_text(cases_toml)
+    cli = {name: None for name in OPTIONS}
+    cli.update(model_dir=str(model), golden_dir=str(golden), cache_dir=str(tmp_path / "cache"),
+               artifacts=str(tmp_path / "artifacts"), precision="float32", telemetry_root=str(tmp_path))
+    return GateRunner(resolve_settings(cli, None)), golden
+
+
+def resign(directory: Path, index: int) -> None:
+    """Update the manifest's sha256 and size of subgraph `index` to its file as it is now."""
+    import hashlib
+    import json
+    doc = json.loads((directory / "manifest.json").read_text())
+    entry = next(e for e in [*doc["subgraphs"], doc.get("decoder") or {}] if e.get("index") == index)
+    data = (directory / entry["file"]).read_bytes()
+    entry.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+    (directory / "manifest.json").write_text(json.dumps(doc))
+
+
+def add_output_and_resign(directory: Path, index: int) -> str:
+    """Give subgraph `index`'s ONNX file an extra output (an intermediate tensor) and re-sign it, so
+    every checksum passes; returns the extra output's name."""
+    import json
+    import onnx
+    doc = json.loads((directory / "manifest.json").read_text())
+    entry = next(e for e in [*doc["subgraphs"], doc.get("decoder") or {}] if e.get("index") == index)
+    path = directory / entry["file"]
+    model = onnx.load(str(path))
+    hidden = model.graph.node[0].output[0]
+    model.graph.output.append(onnx.helper.make_empty_tensor_value_info(hidden))
+    onnx.save(model, str(path))
+    resign(directory, index)
+    return hidden
+
+
+def shared_blocks(workers) -> set[str]:
+    """The /dev/shm blocks the prefetch workers have mapped (two each: inputs and outputs)."""
+    import psutil
+    blocks = set()
+    for worker in workers:
+        try:
+            blocks |= {m.path for m in worker.memory_maps() if m.path.startswith("/dev/shm/")}
+        except psutil.NoSuchProcess:
+            pass            # gone already: it maps nothing
+    return blocks

@@ -31,8 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import BackendError, ConfigError, ToolkitError
+from ..core.errors import BackendError, ConfigError, ManifestError, ToolkitError
 from ..core.schema import read_json
+from ..core.signals import group_signals_blocked
+from ..partition.declared import rknn_version
 from ..toolkit.remote.framing import read_frame, write_frame
 from .base import Context
 
@@ -53,8 +55,11 @@ class SimWorker:
         self.log_path = Path(tempfile.mkstemp(prefix=f"anima-rknn-sim-{version}-", suffix=".log")[1])
         self._log = open(self.log_path, "wb")
         self._lock = threading.Lock()
-        self.proc = subprocess.Popen([str(python), str(SERVER)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._log)
+        # The terminal's group signals (Ctrl-C, a hang-up) are the run's to handle: it releases its
+        # contexts through this server and then stops it.
+        with group_signals_blocked():
+            self.proc = subprocess.Popen([str(python), str(SERVER)], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self._log)
         hello, _ = self.request({"op": "hello"})
         if hello.get("toolkit") != version:
             self.close()
@@ -165,6 +170,10 @@ def conversion_record(rknn_path: Path) -> dict:
     if record is None or entry is None:
         raise ConfigError(f"rknn-sim: {rknn_path.name} is not listed in the conversion record of "
                           f"{rknn_path.parent / 'manifest.json'}")
+    built_by = rknn_version(rknn_path)
+    if built_by != conversion["toolkit_version"]:       # before choosing the environment by the claim
+        raise ManifestError(f"rknn-sim: {rknn_path} was built by rknn-toolkit2 {built_by}, the conversion "
+                            f"record of {rknn_path.parent / 'manifest.json'} says {conversion['toolkit_version']}")
     onnx = Path(conversion["source"]["directory"]) / record["onnx_file"]
     if not onnx.is_file():
         raise ConfigError(f"rknn-sim: {rknn_path.name} was converted from {onnx}, which is gone: the "

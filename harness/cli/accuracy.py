@@ -41,6 +41,9 @@ def add_command(subparsers):
                    help="FP32 reference partition (default: the FP32 export of these weights)")
     p.add_argument("--threshold", type=_threshold, default=DEFAULT_THRESHOLD,
                    help="lowest acceptable cosine (default: %(default)s)")
+    p.add_argument("--case", help="golden case to run (its settings and text embeddings; a model "
+                                  "without a prompt encoder here, like Anima, runs this way)")
+    p.add_argument("--golden-dir", type=Path, help="where --case's cases.toml is (default: golden/<model name>)")
     p.add_argument("--prompt", help="prompt (default: the model's default prompt)")
     add_options(p, "seed", "steps", "cfg_scale")
     p.add_argument("--top", type=int, default=15, help="rows of the worst-first table (default: %(default)s)")
@@ -66,7 +69,7 @@ def _cmd_accuracy(args) -> int:
     con = console(stderr=False)
     if args.replay is not None:
         return _cmd_replay(args, con)
-    from ..sampling.reference_run import sample_settings
+    from ..gates.cases import chosen_inputs
     from ..model.bundle import load_bundle
     from ..runtime.partitions import exported_partition
     from ..results.telemetry import detect_rk3588
@@ -74,13 +77,12 @@ def _cmd_accuracy(args) -> int:
     check_precision(args.backend, args.precision)
     bundle = load_bundle(args.model_dir)
     options = _backend_options(args, bundle.cfg)
+    inputs = chosen_inputs(bundle, args.case, args.golden_dir, args.prompt, args.steps, args.cfg_scale, args.seed)
     partition = args.partition or default_partition(bundle, args.backend, args.precision, True, args.calibration,
                                                     args.cache_dir)
     reference = args.reference or exported_partition(bundle, "float32")
-    settings = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed)
-    prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
-    analysis, error = analyze(bundle, partition, args.backend, options, reference, prompt, settings,
-                              args.threshold, args.out)
+    analysis, error = analyze(bundle, partition, args.backend, options, reference, inputs.prompt,
+                              inputs.settings, args.threshold, args.out, text_embs=inputs.text_embs)
     what = f"{args.backend} vs onnxruntime FP32"
     con.print(f"partition under test: {partition}; reference: {reference}", highlight=False, soft_wrap=True)
     render_worst(analysis.rows, args.threshold, args.top, what, con)

@@ -25,6 +25,9 @@ def add_command(subparsers):
                    help="steps to capture: high (first, sigma 1), low (last), mid, or step numbers "
                         "(default: %(default)s)")
     p.add_argument("--streams", default="cond,uncond", help="CFG streams (default: %(default)s)")
+    p.add_argument("--case", help="golden case to generate (its settings and text embeddings; a model "
+                                  "without a prompt encoder here, like Anima, runs this way)")
+    p.add_argument("--golden-dir", type=Path, help="where --case's cases.toml is (default: golden/<model name>)")
     p.add_argument("--prompt", help="prompt of the generation (default: the model's default prompt)")
     p.add_argument("--seed", type=int, help="initial-noise seed (default: the model's)")
     p.add_argument("--sampler-steps", type=int, help="steps of the generation (default: the model's)")
@@ -35,22 +38,23 @@ def add_command(subparsers):
 
 
 def _cmd_capture(args) -> int:
-    from ..sampling.reference_run import sample_settings
+    from ..gates.cases import chosen_inputs
     from ..model.bundle import load_bundle
     from ..runtime.partitions import exported_partition
     from .partition import parse_blocks
     bundle = load_bundle(args.model_dir)
     if args.sampler_steps is not None and args.sampler_steps < 1:
         raise ConfigError(f"--sampler-steps {args.sampler_steps}: must be positive")
-    settings = sample_settings(bundle, args.sampler_steps, args.cfg_scale, None, args.seed)
+    inputs = chosen_inputs(bundle, args.case, args.golden_dir, args.prompt, args.sampler_steps,
+                           args.cfg_scale, args.seed)
+    settings = inputs.settings
     steps = parse_steps(args.steps, settings["steps"])
     branches = parse_branches(args.branches)
     streams = parse_streams(args.streams, ["cond"] + (["uncond"] if settings["cfg_scale"] != 1.0 else []))
     blocks = parse_blocks(args.blocks, bundle.cfg.blocks) if args.blocks else None
     partition = args.partition or exported_partition(bundle, "float32")
-    prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
-    record = capture_calibration(bundle, partition, args.out, prompt, settings, branches, steps,
-                                 streams, blocks)
+    record = capture_calibration(bundle, partition, args.out, inputs.prompt, settings, branches, steps,
+                                 streams, blocks, text_embs=inputs.text_embs)
     _print_summary(record, args.out)
     return 0
 

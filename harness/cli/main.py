@@ -6,6 +6,7 @@ traceback; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from ..core.errors import HarnessError, RunStopped
@@ -43,8 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with StopSignals(f"harness {args.command}"):
             return args.func(args)
-    except RunStopped as exc:       # SIGINT/SIGTERM: the partial report is written and says so
-        print(f"error: {exc.status}: {exc}", file=sys.stderr)
+    except RunStopped as exc:       # a stop signal: the partial report is written and says so
+        with contextlib.suppress(OSError):      # after SIGHUP the terminal may be gone (EIO)
+            print(f"error: {exc.status}: {exc}", file=sys.stderr)
         return exc.exit_code
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)

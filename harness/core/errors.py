@@ -6,7 +6,7 @@ traceback.
 
 __all__ = ["HarnessError", "ConfigError", "WeightsError", "ManifestError", "BackendError",
            "NumericsError", "MemoryGuardTripped", "ToolkitError", "StorageError", "RunStopped",
-           "Interrupted", "Terminated", "one_line"]
+           "Interrupted", "Terminated", "HungUp", "Quit", "one_line"]
 
 
 def one_line(text: str) -> str:
@@ -76,3 +76,15 @@ class Terminated(RunStopped):
 
     status = "terminated"
     exit_code = 143
+
+
+class HungUp(Terminated):
+    """SIGHUP: the terminal went away (an SSH connection to the board dropped). Stops like SIGTERM."""
+
+    exit_code = 129
+
+
+class Quit(Terminated):
+    """SIGQUIT (Ctrl-\\ at a terminal). Stops like SIGTERM, without the core dump."""
+
+    exit_code = 131

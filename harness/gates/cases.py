@@ -1,16 +1,21 @@
 """Golden cases: golden/<model>/cases.toml read into GoldenCase (data); the store of golden images is golden.py."""
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from ..model.config import REPO_ROOT
 from ..core.errors import ConfigError
 from ..core.schema import Field, check_table, is_int, is_number, positive_int, read_toml
+from ..sampling.reference_run import sample_settings
+from ..sampling.settings import SampleSettings
 from ..sampling.spectrum import SAMPLERS, check_params, params_from
 
-__all__ = ["GOLDEN_DIR", "GoldenCase", "golden_dir_for", "load_cases"]
+__all__ = ["GOLDEN_DIR", "GoldenCase", "golden_dir_for", "load_cases", "find_case", "CaseInputs", "run_key", "case_inputs", "chosen_inputs"]
 
 
 GOLDEN_DIR = REPO_ROOT / "golden"
@@ -120,3 +125,76 @@ def _spectrum_of(case: dict, where: str) -> dict | None:
     params = params_from(case.get("spectrum"), where)
     check_params(params, case["steps"], name=lambda f: f"{where}: spectrum.{f}")
     return params.as_dict()
+
+
+def find_case(golden_dir: Path, name: str) -> GoldenCase:
+    """The case `name` of golden_dir/cases.toml; a ConfigError naming the known ones otherwise."""
+    cases = load_cases(Path(golden_dir) / "cases.toml")
+    for case in cases:
+        if case.name == name:
+            return case
+    raise ConfigError(f"--case {name}: no such golden case in {Path(golden_dir) / 'cases.toml'} "
+                      f"(known: {', '.join(c.name for c in cases)})")
+
+
+# ----------------------------------------------------------------------------- a case as a run
+
+@dataclass(frozen=True)
+class CaseInputs:
+    """What a partitioned run of a golden case takes: the prompt (a label when the case gives text
+    embeddings), the run settings and the text embeddings ({stream: [1, L, C]}; None: encode the prompt)."""
+    prompt: str
+    settings: SampleSettings
+    text_embs: dict | None
+
+
+def run_key(case: GoldenCase, steps: int | None = None) -> str:
+    """Everything that decides a run of `case` (never its name, which a derived run can share):
+    two runs with the same key render the same latent."""
+    return json.dumps({**case.settings(), "steps": steps or case.steps}, sort_keys=True)
+
+
+def case_inputs(case: GoldenCase, cfg, golden_dir: Path, steps: int | None = None) -> CaseInputs:
+    """The one place a golden case becomes run settings: every caller (the gates, compare-toolkits,
+    calibration capture, accuracy) renders a case as its golden was rendered, sampler included."""
+    settings = SampleSettings(steps=steps or case.steps, cfg_scale=case.cfg, shift=case.shift, seed=case.seed,
+                              sampler=case.sampler, spectrum=case.spectrum)
+    if case.context is None:
+        return CaseInputs(case.prompt, settings, None)
+    text_embs = {"cond": _text_emb_file(case, case.context, cfg, golden_dir)}
+    if case.cfg != 1.0:
+        if case.uncond_context is None:
+            raise ConfigError(f"golden case '{case.name}': CFG {case.cfg} needs 'uncond_context' "
+                              "(the encoded empty prompt) beside 'context'")
+        text_embs["uncond"] = _text_emb_file(case, case.uncond_context, cfg, golden_dir)
+    return CaseInputs(f"<text embedding {case.context}>", settings, text_embs)
+
+
+def _text_emb_file(case: GoldenCase, name: str, cfg, golden_dir: Path) -> np.ndarray:
+    path = Path(golden_dir) / name
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise ConfigError(f"golden case '{case.name}': cannot read context {path}: {exc}") from None
+    if array.shape != (cfg.context_tokens, cfg.context_dim) or not np.isfinite(array).all():
+        raise ConfigError(f"golden case '{case.name}': {path} is {array.dtype} {list(array.shape)}; "
+                          f"{cfg.name} takes finite [{cfg.context_tokens}, {cfg.context_dim}]")
+    return array.astype(np.float32)[None]
+
+
+def chosen_inputs(bundle: ModelBundle, case: str | None, golden_dir, prompt=None, steps=None,
+                  cfg_scale=None, seed=None) -> CaseInputs:
+    """A command's run: the golden case --case names (its settings, its text embeddings: the way to
+    run a model without a prompt encoder here, as Anima is), else --prompt with the model's defaults."""
+    golden_dir = golden_dir or golden_dir_for(bundle.cfg.name)
+    if case is not None:
+        given = [o for o, v in (("--prompt", prompt), ("--cfg", cfg_scale), ("--seed", seed)) if v is not None]
+        if given:
+            raise ConfigError(f"--case {case} decides the prompt, CFG and seed: drop {', '.join(given)}")
+        return case_inputs(find_case(golden_dir, case), bundle.cfg, golden_dir, steps)
+    if bundle.encoder is None:
+        raise ConfigError(f"model {bundle.cfg.name} has no prompt encoder here ({bundle.model_dir}): "
+                          f"give --case NAME, a golden case of {golden_dir / 'cases.toml'} with its "
+                          f"text-embedding files")
+    prompt = prompt if prompt is not None else bundle.cfg.prompt.get("default", "")
+    return CaseInputs(prompt, sample_settings(bundle, steps, cfg_scale, None, seed), None)

@@ -54,25 +54,27 @@ def _subgraph_table(old, new, rows_old, rows_new) -> str:
     return markdown_table(head, body + [total])
 
 
-def image_rows(bundle, conversions: dict[str, Path], cases) -> list[dict] | None:
-    """SSIM of each conversion's image against each golden, through rknn-sim; None without it."""
+def image_rows(bundle, conversions: dict[str, Path], cases, backend: str = "rknn-sim") -> list[dict] | None:
+    """SSIM of each conversion's image against each golden, through rknn-sim; None without it.
+    Each case is rendered as its golden was (case_inputs: its sampler, text embeddings and all)."""
     from ..backends.base import BACKENDS
-    if "rknn-sim" not in BACKENDS:
+    if backend not in BACKENDS:
         return None
-    from ..sampling.reference_run import sample_settings
     from .golden import GoldenStore
+    from .cases import case_inputs, golden_dir_for
     from .quality import compare
     from ..runtime.run import run_partitioned
-    from .cases import golden_dir_for
-    store = GoldenStore(golden_dir_for(bundle.cfg.name))
+    golden_dir = golden_dir_for(bundle.cfg.name)
+    store = GoldenStore(golden_dir)
     rows = []
     for case in cases:
         golden, _ = store.load(case)
-        settings = sample_settings(bundle, case.steps, case.cfg, case.shift, case.seed)
+        inputs = case_inputs(case, bundle.cfg, golden_dir)
         row = {"case": case.name, "ssim_min": case.ssim_min}
         for version, path in conversions.items():
             try:        # one build failing on the simulator must not hide the other's result
-                result = run_partitioned(bundle, path, "rknn-sim", case.prompt, settings)
+                result = run_partitioned(bundle, path, backend, inputs.prompt, inputs.settings,
+                                         text_embs=inputs.text_embs)
                 row[version] = compare(result.image, golden).ssim
             except HarnessError as exc:
                 row[version] = None

@@ -61,9 +61,6 @@ class GoldenRefused(GoldenError):
     """A golden write was refused (non-reference precision)."""
 
 
-# ----------------------------------------------------------------------------- cases.toml
-
-
 # ----------------------------------------------------------------------------- metadata
 
 def relative_to_repo(path: str | Path) -> str:

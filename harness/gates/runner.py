@@ -7,7 +7,7 @@ artifacts folder, failed runs included.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +15,9 @@ import numpy as np
 from ..results.compare import slowest_subgraphs
 from ..core.atomic import atomic_save_npy
 from ..model.config import BRANCHES
-from ..sampling.settings import SampleSettings
 from ..core.errors import ConfigError, HarnessError
 from ..lifecycle.steptimes import STAGE_NAMES
-from .cases import GoldenCase
+from .cases import GoldenCase, case_inputs, run_key
 from ..results.history import utc_now
 from ..core.imageio import save_png
 from ..model.bundle import ModelBundle, load_bundle
@@ -27,7 +26,7 @@ from ..partition.manifest import default_partition_dir, load_manifest, manifest_
 from .quality import QualityResult, compare, compare_latents, diff_figure
 from ..runtime.run import RunResult, run_partitioned
 
-__all__ = ["GateRunner", "CaseRun", "quality_check", "quality_line", "history_record", "benchmark_info"]
+__all__ = ["GateRunner", "CaseRun", "derived_case", "quality_check", "quality_line", "history_record", "benchmark_info"]
 
 
 @dataclass
@@ -43,6 +42,7 @@ class GateRunner:
         self.s = settings
         self._bundle: ModelBundle | None = None
         self._partition: Path | None = None
+        # keyed by run_key (what decides the render), never by a name a derived run can share
         self._runs: dict[str, CaseRun] = {}
         self._prepared = False
         # (label, total steps) -> per-step callback; the pytest plugin sets one that writes progress
@@ -120,10 +120,6 @@ class GateRunner:
         return export.get("dtype", "unknown") + (f"+{quant}" if quant else "")
 
     # -------------------------------------------------------------- runs
-    def settings_for(self, case: GoldenCase, steps: int | None = None) -> SampleSettings:
-        return SampleSettings(steps=steps or case.steps, cfg_scale=case.cfg, shift=case.shift, seed=case.seed,
-                              sampler=case.sampler, spectrum=case.spectrum)
-
     def prepare(self) -> None:
         """Everything a run needs before it is measured: weights, the verified partition and the
         backend's module, so neither a memory baseline nor a benchmark round pays for loading."""
@@ -154,11 +150,11 @@ class GateRunner:
         go to the artifacts (a failed run's report too); a benchmark round keeps them afterwards."""
         self.prepare()
         report = self.s.artifacts / "runs" / f"{case.name}{tag}.json" if keep else None
-        settings = self.settings_for(case, steps)
-        on_step = self.progress(f"{case.name}{tag}", settings["steps"]) if self.progress else None
-        result = run_partitioned(self.bundle, self.partition, self.s.backend, case.prompt,
-                                 settings, self.s.backend_options, guard=guard, on_step=on_step,
-                                 report_path=report, verify=False, text_embs=self.case_text_embs(case),
+        inputs = case_inputs(case, self.bundle.cfg, self.s.golden_dir, steps)
+        on_step = self.progress(f"{case.name}{tag}", inputs.settings["steps"]) if self.progress else None
+        result = run_partitioned(self.bundle, self.partition, self.s.backend, inputs.prompt,
+                                 inputs.settings, self.s.backend_options, guard=guard, on_step=on_step,
+                                 report_path=report, verify=False, text_embs=inputs.text_embs,
                                  lifecycle=self.s.lifecycle, images=self.s.images)
         if keep:
             self._save_outputs(result, f"{case.name}{tag}")
@@ -176,59 +172,43 @@ class GateRunner:
         atomic_write_json(self.s.artifacts / "runs" / f"{name}.json", result.report)
         self._save_outputs(result, name)
 
-    def case_text_embs(self, case: GoldenCase) -> dict | None:
-        """{stream: [1, L, C]} from the case's .npy context files, or None to encode its prompt."""
-        if case.context is None:
-            return None
-        text_embs = {"cond": self._context_file(case, case.context)}
-        if case.cfg != 1.0:
-            if case.uncond_context is None:
-                raise ConfigError(f"golden case '{case.name}': CFG {case.cfg} needs 'uncond_context' "
-                                  "(the encoded empty prompt) beside 'context'")
-            text_embs["uncond"] = self._context_file(case, case.uncond_context)
-        return text_embs
-
-    def _context_file(self, case: GoldenCase, name: str) -> np.ndarray:
-        path = self.s.golden_dir / name
-        cfg = self.bundle.cfg
-        try:
-            array = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"golden case '{case.name}': cannot read context {path}: {exc}") from None
-        if array.shape != (cfg.context_tokens, cfg.context_dim) or not np.isfinite(array).all():
-            raise ConfigError(f"golden case '{case.name}': {path} is {array.dtype} {list(array.shape)}; "
-                              f"{cfg.name} takes finite [{cfg.context_tokens}, {cfg.context_dim}]")
-        return array.astype(np.float32)[None]
-
     def loaded(self) -> bool:
         """Whether a test got as far as loading the model (the run summary names it only then)."""
         return self._bundle is not None
 
     def case_reports(self) -> dict[str, dict]:
         """{case name: run report} of the golden-case runs made so far (failed runs included)."""
-        return {name: run.result.report for name, run in self._runs.items() if run.result is not None}
+        return {run.case.name: run.result.report for run in self._runs.values() if run.result is not None}
 
     def share(self, case: GoldenCase, result: RunResult, steps: int | None) -> bool:
-        """Offer a finished full-length run of `case` (a benchmark round) as the case's shared run,
-        so numerics, quality and memory judge it instead of rendering the same image again. Only a
-        run of the case's own steps qualifies, and only before the case has run; its report is kept
-        in the artifacts as the case's."""
-        if case.name in self._runs or (steps or case.steps) != case.steps:
+        """Offer a finished run of `case` at `steps` (a benchmark round) as a shared run, so numerics,
+        quality and memory judge it instead of rendering the same image again. It is found only by a
+        golden case whose run key (settings and steps) is the same, and only before that key has run;
+        its report is kept in the artifacts under the run's name."""
+        key = run_key(case, steps)
+        if key in self._runs:
             return False
-        report = self.s.artifacts / "runs" / f"{case.name}.json"
         self.keep(result, case.name)
-        self._runs[case.name] = CaseRun(case, result, None, report)
+        self._runs[key] = CaseRun(case, result, None, self.s.artifacts / "runs" / f"{case.name}.json")
         return True
 
     def case_run(self, case: GoldenCase, guard) -> CaseRun:
         """The one shared run of a golden case (numerics and quality both look at it)."""
-        if case.name not in self._runs:
+        key = run_key(case)
+        if key not in self._runs:
             report = self.s.artifacts / "runs" / f"{case.name}.json"
             try:
-                self._runs[case.name] = CaseRun(case, self.run(case, guard), None, report)
+                self._runs[key] = CaseRun(case, self.run(case, guard), None, report)
             except HarnessError as exc:
-                self._runs[case.name] = CaseRun(case, None, exc, report)
-        return self._runs[case.name]
+                self._runs[key] = CaseRun(case, None, exc, report)
+        return self._runs[key]
+
+
+def derived_case(case: GoldenCase, what: str, **changes) -> GoldenCase:
+    """A run made from a golden case with other settings (a benchmark's sampler or steps). Its name
+    `<case>+<what>` is one no golden case can have ('+' is not allowed in cases.toml), so neither its
+    artifacts nor its report can be taken for a case's."""
+    return replace(case, name=f"{case.name}+{what}", **changes)
 
 
 def quality_check(case: GoldenCase, obtained: np.ndarray, golden: np.ndarray, artifacts: Path,

@@ -21,13 +21,14 @@ import subprocess
 import sys
 import time
 from collections import deque
-from multiprocessing import shared_memory
+from multiprocessing import resource_tracker, shared_memory
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
 
 from ..core.errors import BackendError
+from ..core.signals import group_signals_blocked
 from .records import Counters, LifecycleRecorder
 from .worker import read_arrays, worker_main, write_arrays
 
@@ -64,6 +65,8 @@ class _Worker:
 
     def __init__(self, number: int, backend: str, options: dict, in_bytes: int, out_bytes: int):
         self.number = number
+        with group_signals_blocked():           # before the first block registers with it
+            resource_tracker.ensure_running()
         self.shm_in = shared_memory.SharedMemory(create=True, size=in_bytes)
         self.shm_out = shared_memory.SharedMemory(create=True, size=out_bytes)
         mine, theirs = socket.socketpair()
@@ -71,8 +74,9 @@ class _Worker:
             # A fresh interpreter (not multiprocessing's spawn, which re-imports the caller's
             # main script): the worker imports only the harness and the backend.
             code = f"from harness.lifecycle.worker import worker_main; worker_main({theirs.fileno()})"
-            self.process = subprocess.Popen([sys.executable, "-c", code], pass_fds=[theirs.fileno()],
-                                            env=_worker_env())
+            with group_signals_blocked():       # no window before the worker ignores them
+                self.process = subprocess.Popen([sys.executable, "-c", code], pass_fds=[theirs.fileno()],
+                                                env=_worker_env())
         except BaseException:
             mine.close()
             self._free_blocks()

@@ -26,6 +26,8 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
+from ..core.signals import GROUP_SIGNALS
+
 __all__ = ["worker_main", "write_arrays", "read_arrays"]
 
 _PR_SET_PDEATHSIG = 1
@@ -71,8 +73,10 @@ def _attach(name: str) -> mmap.mmap:
 def worker_main(fd: int) -> None:
     """Serve one parent over the socket `fd` until told to stop or the parent goes."""
     _die_with_parent()
-    # Ctrl-C reaches the whole process group: the parent decides, and stops us in order.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C, Ctrl-\ and a hang-up reach the whole process group: the parent decides, and stops
+    # us in order (releasing the context, unlinking the shared blocks).
+    for signum in GROUP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
     conn = Connection(fd)
     _, backend, options, in_name, out_name = conn.recv()
     from ..backends.base import backend_class, create_context

@@ -5,13 +5,15 @@ import hashlib
 from pathlib import Path
 
 from ..core.errors import ManifestError
+from .declared import check_declared
 from .manifest import Manifest, load_manifest, manifest_path
 
 __all__ = ["_inspect_conversion", "inspect_partition"]
 
 
 def inspect_partition(directory) -> dict:
-    """Manifest summary, per-branch counts and sizes, every checksum verified, and a verdict."""
+    """Manifest summary, per-branch counts and sizes, every checksum verified, every file opened and
+    checked against what its entry says (harness/partition/declared.py), and a verdict."""
     directory = Path(directory)
     report = {"directory": str(directory), "manifest": str(manifest_path(directory)), "checks": [],
               "branches": {}, "reasons": []}
@@ -33,6 +35,7 @@ def inspect_partition(directory) -> dict:
         row["bytes"] += entry.bytes
         try:
             manifest.verify_entry(entry)
+            check_declared(manifest, entry)
             ok, reason = True, ""
             row["verified"] += 1
         except ManifestError as exc:

@@ -116,12 +116,16 @@ def _memory_rows(config, runner) -> list[dict]:
     """Per kept run (golden cases, benchmark): its own peak added PSS and the guard's lowest MemAvailable."""
     s = config.stash[SETTINGS]
     reports = list(runner.case_reports().items()) if runner else []
-    reports += [(f"{b['case']} (benchmark)", {"memory": b.get("memory")}) for b in config.stash.get(BENCH_RESULTS, [])]
+    reports += [(f"{b['case']} (benchmark)", {"memory": b.get("memory"), "lifecycle": b.get("lifecycle")})
+                for b in config.stash.get(BENCH_RESULTS, [])]
     rows = []
     for name, report in reports:
         mem = report.get("memory") or {}
         if mem:
             rows.append({"run": name, "peak_pss_added_bytes": mem.get("run_peak_pss_added_bytes"),
+                         "lifecycle": report.get("lifecycle"),
+                         "pipeline_pss_added_bytes": mem.get("run_peak_pipeline_pss_added_bytes"),
+                         "workers_pss_added_bytes": mem.get("run_peak_workers_pss_added_bytes"),
                          "pss_budget_bytes": s.pss_budget, "floor_bytes": mem.get("floor_bytes"),
                          "min_mem_available_bytes": mem.get("min_mem_available_bytes")})
     return rows

@@ -1,5 +1,5 @@
 """One suite run from start to end: its outputs checked before any test spends time, its artifacts
-folder held and cleared, SIGINT/SIGTERM turned into an orderly stop, and `session.json` in the
+folder held and cleared, SIGINT/SIGTERM/SIGHUP/SIGQUIT turned into an orderly stop, and `session.json` in the
 artifacts saying how the run ended (ok, failed, interrupted, terminated) whatever happened."""
 from __future__ import annotations
 
@@ -136,8 +136,8 @@ def pytest_sessionfinish(session, exitstatus):
     stopped = run.signals.exception
     if stopped is None and session.exitstatus == pytest.ExitCode.INTERRUPTED:
         stopped = KeyboardInterrupt        # pytest.exit() or a Ctrl-C before the handlers were armed
-    if stopped is Terminated:
-        session.exitstatus = Terminated.exit_code
+    if isinstance(stopped, type) and issubclass(stopped, Terminated):    # SIGTERM, SIGHUP, SIGQUIT
+        session.exitstatus = stopped.exit_code
     if settings.suite_run and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         print("error: no tests were collected: a run that tested nothing must not pass", file=sys.stderr)
         session.exitstatus = 1

@@ -70,11 +70,15 @@ def _bench_rows(benchmarks: list[dict]) -> list[list]:
 
 
 def _memory_table(memory: list[dict]) -> tuple[list[str], list[list]]:
-    """One row per run: the peak PSS it added over its own start (what the memory gate checks against
-    the budget) and the lowest MemAvailable the guard saw (against its floor)."""
-    return (["run", "peak added PSS", "PSS budget", "min MemAvailable", "guard floor"],
-            [[m["run"], _mib(m.get("peak_pss_added_bytes")), _mib(m.get("pss_budget_bytes")),
-              _mib(m.get("min_mem_available_bytes")), _mib(m.get("floor_bytes"))] for m in memory])
+    """One row per run: the peak PSS its process tree added over its own start (what the memory gate
+    checks against the budget), each part's own peak (the pipeline process; the processes it started,
+    such as prefetch workers), and the lowest MemAvailable the guard saw (against its floor)."""
+    return (["run", "lifecycle", "peak added PSS", "pipeline's peak", "child processes' peak", "PSS budget",
+             "min MemAvailable", "guard floor"],
+            [[m["run"], m.get("lifecycle") or "-", _mib(m.get("peak_pss_added_bytes")),
+              _mib(m.get("pipeline_pss_added_bytes")), _mib(m.get("workers_pss_added_bytes")),
+              _mib(m.get("pss_budget_bytes")), _mib(m.get("min_mem_available_bytes")),
+              _mib(m.get("floor_bytes"))] for m in memory])
 
 
 def markdown_summary(data: dict) -> str:

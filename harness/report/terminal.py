@@ -73,5 +73,8 @@ def print_run_tables(report: dict, out=None) -> None:
                   f"final layer {fs.get('host_final', 0.0):.4f} s); {image['invocations']} invocations")
     mem = report.get("memory")
     if mem:
-        con.print(f"peak PSS added: {mem.get('peak_pss_added_bytes', 0) / 2**20:.1f} MiB, "
-                  f"min MemAvailable: {mem.get('min_mem_available_bytes', 0) / 2**20:.0f} MiB")
+        workers = mem.get("run_peak_workers_pss_added_bytes")
+        parts = (f" (each at its own peak: pipeline {mem['run_peak_pipeline_pss_added_bytes'] / 2**20:.1f} MiB, "
+                 f"child processes {workers / 2**20:.1f} MiB)") if workers else ""
+        con.print(f"peak PSS added: {mem.get('peak_pss_added_bytes', 0) / 2**20:.1f} MiB{parts}"
+                  + f", min MemAvailable: {mem.get('min_mem_available_bytes', 0) / 2**20:.0f} MiB")

@@ -128,7 +128,8 @@ class CalibrationCapture:
 
 
 def capture_calibration(bundle, partition, out, prompt: str, settings: dict, branches, steps,
-                        streams, blocks=None, backend: str = "onnxruntime", guard=None) -> dict:
+                        streams, blocks=None, backend: str = "onnxruntime", guard=None,
+                        text_embs: dict | None = None) -> dict:
     """Run one FP32 generation through `partition` and write the calibration directory `out`.
     Returns the record. Nothing is left under `out` if the run fails."""
     from ..partition.manifest import load_manifest, manifest_sha256
@@ -144,7 +145,7 @@ def capture_calibration(bundle, partition, out, prompt: str, settings: dict, bra
     with atomic_directory(out) as staging:
         capture = CalibrationCapture(staging, branches, steps, streams, blocks)
         result = run_partitioned(bundle, partition, backend, prompt, settings, guard=guard,
-                                 observers=[capture])
+                                 observers=[capture], text_embs=text_embs)
         capture.write_lists()
         from ..sampling.flow import flow_sigmas
         sigmas = flow_sigmas(settings["steps"], settings["shift"])

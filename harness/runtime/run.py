@@ -31,10 +31,14 @@ __all__ = ["RunResult", "run_partitioned", "open_partition"]
 
 
 def _run_memory(guard, start) -> dict:
-    """Peak PSS this run added over its own start (the guard may have been armed earlier)."""
-    during = [s.pss for s in guard.samples if s.t >= start.t]
+    """Peak PSS this run added over its own start (the guard may have been armed earlier), for the
+    whole process tree and for the pipeline process and its workers apart (each part's own peak)."""
+    during = [s for s in guard.samples if s.t >= start.t] + [start]
     return {"run_start_pss_bytes": start.pss,
-            "run_peak_pss_added_bytes": max([*during, start.pss]) - start.pss}
+            "run_peak_pss_added_bytes": max(s.pss for s in during) - start.pss,
+            "run_peak_pipeline_pss_added_bytes": max(s.pss_pipeline for s in during) - start.pss_pipeline,
+            "run_peak_workers_pss_added_bytes": max(s.pss_workers for s in during) - start.pss_workers,
+            "run_max_worker_processes": max(s.workers for s in during)}
 
 
 def _write_report(path, report: dict) -> None:

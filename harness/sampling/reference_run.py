@@ -13,6 +13,7 @@ from ..model import reference
 from ..model.bundle import ModelBundle
 from .flow import denoise, initial_noise
 from .settings import SampleSettings
+from ..core.errors import ConfigError
 from .spectrum import DEFAULT_PRESET, PRESETS, SpectrumParams, check_params, sampler_velocity
 
 __all__ = ["sample_settings", "stream_text_embs", "initial_latents", "sample_reference", "ReferenceModel",
@@ -50,7 +51,6 @@ def text_emb_streams(bundle: ModelBundle, cond_path, uncond_path, cfg_scale: flo
     CFG 1 runs the cond stream alone. Otherwise the uncond stream comes from its file, or from the
     prompt encoder's empty prompt when the model has one.
     """
-    from ..core.errors import ConfigError
     from ..model.bundle import check_text_emb
     streams = {"cond": _load_text_emb(bundle, cond_path, "--text-emb")}
     if cfg_scale == 1.0:
@@ -66,7 +66,6 @@ def text_emb_streams(bundle: ModelBundle, cond_path, uncond_path, cfg_scale: flo
 
 
 def _load_text_emb(bundle: ModelBundle, path, option: str) -> np.ndarray:
-    from ..core.errors import ConfigError
     from ..model.bundle import check_text_emb
     try:
         array = np.load(path, allow_pickle=False)

@@ -10,6 +10,7 @@ the source ONNX hashes, per-subgraph build seconds and op placement, and the bui
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import shutil
@@ -21,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import ConfigError, ManifestError, ToolkitError
+from ..core.atomic import atomic_path
+from ..core.errors import ConfigError, ManifestError, StorageError, ToolkitError
 from ..partition.manifest import Manifest, SubgraphEntry, load_manifest, manifest_sha256
 from .precisions import absolute_dataset, precisions, quantization_for
 from .envs import default_version, toolkit_python
@@ -132,17 +134,46 @@ def _progress(total: int, quiet: bool):
     return show
 
 
-def _fail(source: Manifest, version: str, event: dict, out: Path) -> ToolkitError:
+def _kept_log(log: Path, out: Path, what: str = "toolkit log") -> str:
+    """Keep a failed build's log beside --out, whole or not at all; what to say about it."""
+    keep = out.parent / f"{out.name}.failed.log"
+    try:
+        with atomic_path(keep) as tmp:
+            shutil.copyfile(log, tmp)
+    except StorageError as exc:         # e.g. the disk that just filled up: say so, leave nothing
+        return f" (the {what} could not be kept: {exc})"
+    return f" ({what}: {keep})"
+
+
+def _in_out(text: str, work: Path, out: Path) -> str:
+    """A message about the work folder as one about --out: the work folder is gone when it is read."""
+    return text.replace(str(work), str(out))
+
+
+def _fail(source: Manifest, version: str, event: dict, work: Path, out: Path) -> ToolkitError:
     by_stem = {Path(e.file).stem: e for e in source.entries()}
     entry = by_stem.get(event.get("name"))
     where = f"{entry.label} ({entry.file})" if entry else "toolkit start-up"
-    kept = ""
-    if event.get("log") and Path(event["log"]).exists():
-        keep = out.parent / f"{out.name}.failed.log"
-        shutil.copyfile(event["log"], keep)
-        kept = f" (toolkit log: {keep})"
-    return ToolkitError(f"rknn-toolkit2 {version}: {where}: {event['stage']} failed: "
-                        f"{event.get('detail') or 'no reason given'}{kept}")
+    writing = f" writing {event['name']}.rknn into --out {out}" if entry and event["stage"] == "export_rknn" else ""
+    kept = _kept_log(Path(event["log"]), out) if event.get("log") and Path(event["log"]).exists() else ""
+    detail = _in_out(event.get("detail") or "no reason given", work, out)
+    return ToolkitError(f"rknn-toolkit2 {version}: {where}: {event['stage']} failed{writing}: "
+                        f"{detail}{_free_space_note(detail, out)}{kept}")
+
+
+def _free_space_note(detail: str, out: Path) -> str:
+    if "No space left" not in detail and "Errno 28" not in detail:
+        return ""
+    free = shutil.disk_usage(out.parent).free
+    return f" ({free / 2**20:.1f} MiB free in {out.parent} at the time)"
+
+
+def _storage_error(exc: OSError, work: Path, out: Path) -> StorageError:
+    """This process failed to write into the work folder: name --out and the file, not the work folder."""
+    name = _in_out(str(exc.filename or ""), work, out)
+    reason = exc.strerror or str(exc)
+    return StorageError(f"convert --out {out}: cannot write {name or 'the output'}: {reason}"
+                        f"{_free_space_note(reason, out) if exc.errno == errno.ENOSPC else ''}")
 
 
 def convert_partition(partition, out, version: str | None = None, precision: str = "fp16",
@@ -164,27 +195,40 @@ def convert_partition(partition, out, version: str | None = None, precision: str
     started = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
     # Absolute: the worker runs in its own directory (the toolkit litters its cwd with check*.onnx).
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".converting", dir=out.parent.resolve()))
     try:
-        (work / "samples").mkdir()
-        (work / "datasets").mkdir()
-        items, inputs = _items(source, work, precision, calibration, samples, seed)
-        job = {"out_dir": str(work), "items": items,
-               "config": {"target_platform": target, **RKNN_CONFIG}}
-        events = run_worker(version, job, work / "job.json", _progress(len(items), quiet))
-        failed = [e for e in events if e["event"] == "failed"]
-        if failed:
-            raise _fail(source, version, failed[0], out)
-        built = {e["name"]: e for e in events if e["event"] == "built"}
-        recorded = {item["name"]: item["recorded_quantization"] for item in items}
-        result = _assemble(source, work, out, version, precision, target, calibration, built, recorded,
-                           started, allow_cpu_ops)
-        result.samples = inputs
-        result.sim_outputs = {name: [np.load(p) for p in ev["sim_outputs"]] for name, ev in built.items()}
+        work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".converting", dir=out.parent.resolve()))
+    except OSError as exc:
+        raise StorageError(f"convert --out {out}: cannot create a folder in {out.parent}: "
+                           f"{exc.strerror or exc}") from None
+    try:
+        result = _build(source, work, out, version, precision, calibration, target, allow_cpu_ops,
+                        samples, seed, quiet, started)
         _finish(work, out)
+    except OSError as exc:     # this process writing the work folder (samples, build log, manifest)
+        raise _storage_error(exc, work, out) from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result.manifest = load_manifest(out)
+    return result
+
+
+def _build(source, work, out, version, precision, calibration, target, allow_cpu_ops, samples, seed,
+           quiet, started) -> ConvertResult:
+    """Every subgraph built by the toolkit worker into work/, checked and described there."""
+    (work / "samples").mkdir()
+    (work / "datasets").mkdir()
+    items, inputs = _items(source, work, precision, calibration, samples, seed)
+    job = {"out_dir": str(work), "items": items, "config": {"target_platform": target, **RKNN_CONFIG}}
+    events = run_worker(version, job, work / "job.json", _progress(len(items), quiet))
+    failed = [e for e in events if e["event"] == "failed"]
+    if failed:
+        raise _fail(source, version, failed[0], work, out)
+    built = {e["name"]: e for e in events if e["event"] == "built"}
+    recorded = {item["name"]: item["recorded_quantization"] for item in items}
+    result = _assemble(source, work, out, version, precision, target, calibration, built, recorded,
+                       started, allow_cpu_ops)
+    result.samples = inputs
+    result.sim_outputs = {name: [np.load(p) for p in ev["sim_outputs"]] for name, ev in built.items()}
     return result
 
 
@@ -213,9 +257,7 @@ def _assemble(source, work, out, version, precision, target, calibration, built,
         try:
             check_no_cpu_ops({e.label + f" ({e.file})": cpu_ops[Path(e.file).stem] for e in entries})
         except ToolkitError as exc:     # keep the layer tables that show it
-            keep = out.parent / f"{out.name}.failed.log"
-            shutil.copyfile(log_file, keep)
-            raise ToolkitError(f"{exc} (build log: {keep})") from None
+            raise ToolkitError(f"{exc}{_kept_log(log_file, out, 'build log')}") from None
     seconds = time.perf_counter() - started
     conversion = {"toolkit": "rknn-toolkit2", "toolkit_version": version, "target": target,
                   "precision": precision, "config": {"target_platform": target, **RKNN_CONFIG},

@@ -11,13 +11,11 @@ computed and forecast steps apart (time per computed step and per image).
 It also asserts what makes the figures it hands over trustworthy: every invocation of every computed
 step was recorded, the step split adds up without double counting, and the run reached the history.
 """
-from dataclasses import replace
-
 import pytest
 
 from harness.results.baseline import KEY_MISMATCH, REGRESSED
 from harness.core.errors import HarnessError
-from harness.gates.runner import benchmark_info, history_record
+from harness.gates.runner import benchmark_info, derived_case, history_record
 from harness.results.history import append_run
 from harness.pytest_plugin.state import (BENCH_RESULTS, BOARD, IDENTITY, INVALID_RUNS, STEP_SPLITS,
                                          append_to)
@@ -33,16 +31,14 @@ def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, ba
     case = golden_cases[0]
     if suite.bench_sampler and suite.bench_sampler != case.sampler:     # --bench-sampler spectrum
         spectrum = PRESETS[DEFAULT_PRESET].as_dict() if suite.bench_sampler == "spectrum" else None
-        # another name: this render is not the golden case's, so it must not be shared as its run
-        case = replace(case, name=f"{case.name}-{suite.bench_sampler}", sampler=suite.bench_sampler,
-                       spectrum=spectrum)
+        case = derived_case(case, suite.bench_sampler, sampler=suite.bench_sampler, spectrum=spectrum)
     results = []
     try:        # the suite's own errors (weights, manifest, a guard trip) are one line, not a traceback
         gate_runner.prepare()
         with TelemetryWindow(suite.telemetry_root) as window:
             benchmark.pedantic(lambda: results.append(gate_runner.run(case, npu_guard, suite.bench_steps, keep=False)),
                                rounds=suite.bench_rounds, iterations=1, warmup_rounds=0)
-        gate_runner.keep(results[-1], f"{case.name}-bench")
+        gate_runner.keep(results[-1], f"{case.name}+bench")
         # The round rendered the case in full with the guard armed: numerics, quality and memory judge it.
         gate_runner.share(case, results[-1], suite.bench_steps)
     except HarnessError as exc:
@@ -71,6 +67,7 @@ def record_run(benchmark, case, gate_runner, window, result, suite, request, bas
     append_to(config, BENCH_RESULTS, {"test": request.node.nodeid, "case": case.name, "info": info,
                                       "valid": verdict["valid"], "reasons": verdict["reasons"],
                                       "memory": result.report.get("memory"),
+                                      "lifecycle": result.report.get("lifecycle"),
                                       "comparison": check.as_dict(), "key": key.as_dict()})
     runs_before = _history_lines(suite.history)
     append_run(suite.history, history_record(info, config.stash[IDENTITY], config.stash[BOARD], suite.backend,

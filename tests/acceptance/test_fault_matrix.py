@@ -11,7 +11,10 @@
 
 Faults run in batches, several per interpreter (cli.main and pytest.main in one subprocess), on a
 small random model with one sampler step; signals need processes of their own and run in parallel.
-The README's fault table lists the same faults.
+Every row has a kind (KIND_OF); docs/hardening.md's table of kinds is read by
+test_every_kind_in_the_table_has_rows, which fails for a kind without a row or a row without a kind.
+Rows that take long (more signals, outside memory pressure, telemetry, name collisions) are `slow`,
+the conversion rows `toolkit`.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +39,8 @@ from harness.gates.golden import GoldenStore
 from harness.gates.cases import load_cases
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
-from tests.helpers import make_random_model_dir
+from tests.helpers import (add_output_and_resign, alive, make_random_model_dir, shared_blocks,
+                           worker_processes)
 
 STALE = {"status": "ok", "stale": "from the previous run"}
 
@@ -49,6 +53,7 @@ class Fault:
     code: int
     names: str               # regex the one error line must match
     report: str | None       # expected report status; None: refused before the run started
+    kind: str = ""           # from KIND_OF: one of the kinds docs/hardening.md lists
 
 
 def cli(name, args, code, names, report=None):
@@ -113,6 +118,34 @@ FAULTS = [
          r"FAILED .*no benchmark: memory guard tripped", "failed", test="tests/acceptance/test_benchmark.py"),
 ]
 SIGNALS = ["cli-sigterm", "cli-sigint", "bin-test-sigterm", "bin-test-ctrl-c-in-benchmark"]
+# slow: SIGHUP (an SSH drop on the board) and SIGQUIT (Ctrl-backslash), stopping a run like SIGTERM
+STOP_SIGNALS = [("cli-sighup", signal.SIGHUP, 129), ("cli-sigquit", signal.SIGQUIT, 131),
+                ("bin-test-sighup", signal.SIGHUP, 129), ("bin-test-sigquit", signal.SIGQUIT, 131)]
+# Every row of the matrix by kind; the kinds themselves are docs/hardening.md's table.
+KIND_OF = {
+    "argument": ["cli-steps-zero", "cli-mem-floor-abc", "cli-cfg-out-of-range", "cli-fault-unknown",
+                 "cli-fault-wrong-backend", "cli-core-mask-bad", "pytest-mem-floor-abc",
+                 "pytest-profile-mem-floor-float", "pytest-golden-dir-missing", "pytest-profile-missing",
+                 "pytest-case-unknown", "pytest-backend-unknown"],
+    "output": ["cli-out-not-png", "cli-out-under-a-file", "cli-out-report-is-a-folder", "cli-disk-full",
+               "pytest-artifacts-under-a-file", "pytest-history-under-a-file", "pytest-disk-full",
+               "pytest-artifacts-foreign", "pytest-artifacts-in-use"],
+    "input file": ["cli-weights-truncated", "cli-no-manifest", "cli-manifest-nul-name", "cli-subgraph-truncated",
+                   "cli-other-weights", "cli-subgraphs-swapped", "cli-onnx-garbage", "cli-trend-history-torn",
+                   "pytest-subgraph-truncated", "pytest-weights-truncated", "pytest-golden-wrong-shape"],
+    "numerics": ["cli-nan-subgraph", "cli-output-shape", "cli-nan-decoder", "pytest-nan-subgraph",
+                 "pytest-output-shape", "pytest-nan-decoder"],
+    "memory": ["cli-guard-trip", "pytest-guard-trip", "pytest-benchmark-guard-trip",
+               "cli-prefetch-outside-memory-pressure", "pytest-prefetch-workers-over-the-pss-budget"],
+    "signal": SIGNALS + [name for name, _, _ in STOP_SIGNALS],
+    "leftovers": ["pytest-killed-golden-update", "cli-killed-writer"],
+    "toolkit": ["pytest-rknn-tampered", "pytest-rknn-version-mismatch", "cli-inspect-rknn-version-mismatch",
+                "cli-inspect-onnx-resigned", "cli-convert-disk-full"],
+    "telemetry": ["bin-test-clock-moves-mid-benchmark"],
+    "name collision": ["pytest-derived-run-named-like-a-case"],
+}
+ROWS = {name: kind for kind, names in KIND_OF.items() for name in names}
+FAULTS = [replace(f, kind=ROWS.get(f.name, "")) for f in FAULTS]
 GATE_COMMON = ("-p", "no:cacheprovider", "-p", "no:faulthandler", "-q", "--suite-run", "--model-dir={model}",
                "--partition={partition}", "--golden-dir={golden}", "--artifacts={dir}/artifacts",
                "--history={dir}/history.jsonl", "--cache-dir={dir}/cache")
@@ -353,6 +386,10 @@ def report_status(fault: Fault, fault_dir: Path) -> str | None:
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
 def test_fault(fault, results, world):
+    check_fault(fault, results, world)
+
+
+def check_fault(fault: Fault, results: dict, world) -> None:
     got = results[fault.name]
     out = got["out"]
     assert got["code"] == fault.code, out
@@ -382,9 +419,29 @@ def test_a_killed_golden_updates_leftovers_are_swept_by_the_next_suite_run(resul
     assert names == [f".one.png.{os.getpid()}.abcd1234.tmp"], names
 
 
-def test_the_matrix_is_at_least_thirty_distinct_faults():
-    assert len({f.name for f in FAULTS} | set(SIGNALS)) == len(FAULTS) + len(SIGNALS) >= 30
-    assert {f.via for f in FAULTS} == {"cli", "pytest"}
+def _table_kinds() -> list[str]:
+    """The kinds in docs/hardening.md's fault-kind table (its first column, header and rule skipped)."""
+    text = (REPO_ROOT / "docs" / "hardening.md").read_text()
+    table = text.split("<!-- fault kinds -->", 1)[1].split("<!-- /fault kinds -->", 1)[0]
+    rows = [line.strip().strip("|").split("|") for line in table.splitlines() if line.strip().startswith("|")]
+    return [cells[0].strip().strip("`") for cells in rows[2:]]
+
+
+def test_every_kind_in_the_table_has_rows_and_every_row_a_kind_of_the_table():
+    kinds = _table_kinds()
+    assert kinds and len(set(kinds)) == len(kinds), kinds
+    untyped = [f.name for f in FAULTS if not f.kind]
+    assert not untyped, f"rows without a kind in KIND_OF: {untyped}"
+    assert set(KIND_OF) == set(kinds), (f"kinds in KIND_OF but not docs/hardening.md: {set(KIND_OF) - set(kinds)}; "
+                                        f"in the table without a row: {set(kinds) - set(KIND_OF)}")
+    assert all(KIND_OF[k] for k in kinds), [k for k in kinds if not KIND_OF[k]]
+    assert len(ROWS) == sum(len(v) for v in KIND_OF.values()), "a row listed under two kinds"
+    # each named row exists: a fault of the batches, a signal run, or a test of this module's own
+    tests = {name.removeprefix("test_") for name in globals() if name.startswith("test_")}
+    own = {f.name for f in FAULTS} | set(SIGNALS) | {n for n, _, _ in STOP_SIGNALS} | set(OWN_TESTS)
+    assert set(ROWS) <= own, f"rows named in KIND_OF that nothing runs: {set(ROWS) - own}"
+    assert set(OWN_TESTS.values()) <= tests, set(OWN_TESTS.values()) - tests
+    print("fault matrix kinds: " + ", ".join(f"{k} {len(KIND_OF[k])}" for k in kinds))
 
 
 # ----------------------------------------------------------------------------- signals
@@ -461,18 +518,13 @@ SLOW_CLI = (sys.executable, "-m", "harness", *GEN, "--backend=faults", "--fault=
 BIN_TEST = (str(REPO_ROOT / "bin" / "test"), *GATE_COMMON, "--backend=faults")
 
 
-def run_signals(world):
-    """The four signal faults side by side, each signalled once its run is under way."""
-    runs = [
-        SignalRun("cli-sigterm", world, list(SLOW_CLI), signal.SIGTERM, _denoising("x.json")),
-        SignalRun("cli-sigint", world, list(SLOW_CLI), signal.SIGINT, _denoising("x.json")),
-        SignalRun("bin-test-sigterm", world, [*BIN_TEST, "--fault=slow=0.02",
-                  str(REPO_ROOT / "tests/acceptance/test_numerics.py")], signal.SIGTERM,
-                  _denoising("artifacts/runs/one.json")),
-        SignalRun("bin-test-ctrl-c-in-benchmark", world, [*BIN_TEST, "--fault=slow=0.01", "--bench-steps=20",
-                  str(REPO_ROOT / "tests/acceptance/test_benchmark.py")], signal.SIGINT,
-                  _in_test("test_denoise_time")),
-    ]
+def _numerics_run(world, name, signum):
+    return SignalRun(name, world, [*BIN_TEST, "--fault=slow=0.02", str(REPO_ROOT / "tests/acceptance/test_numerics.py")],
+                     signum, _denoising("artifacts/runs/one.json"))
+
+
+def _started(runs) -> dict:
+    """Signal each run once it is under way; every run's (run, exit code, output)."""
     try:
         _wait_for(lambda: all([run.poll() for run in runs]), "every run to be under way", timeout=240)
     except AssertionError:
@@ -483,18 +535,47 @@ def run_signals(world):
     return {run.name: (run, *run.finish()) for run in runs}
 
 
+def run_signals(world):
+    """The four signal faults side by side, each signalled once its run is under way."""
+    return _started([
+        SignalRun("cli-sigterm", world, list(SLOW_CLI), signal.SIGTERM, _denoising("x.json")),
+        SignalRun("cli-sigint", world, list(SLOW_CLI), signal.SIGINT, _denoising("x.json")),
+        _numerics_run(world, "bin-test-sigterm", signal.SIGTERM),
+        SignalRun("bin-test-ctrl-c-in-benchmark", world, [*BIN_TEST, "--fault=slow=0.01", "--bench-steps=20",
+                  str(REPO_ROOT / "tests/acceptance/test_benchmark.py")], signal.SIGINT,
+                  _in_test("test_denoise_time")),
+    ])
+
+
+@pytest.fixture(scope="module")
+def stop_signal_runs(world):
+    """SIGHUP and SIGQUIT to the CLI and to bin/test, side by side."""
+    return _started([SignalRun(name, world, list(SLOW_CLI), signum, _denoising("x.json")) if name.startswith("cli")
+                     else _numerics_run(world, name, signum) for name, signum, _ in STOP_SIGNALS])
+
+
 @pytest.mark.parametrize("name,code,status", [
     ("cli-sigterm", 143, "terminated"), ("cli-sigint", 130, "interrupted"),
     ("bin-test-sigterm", 143, "terminated"), ("bin-test-ctrl-c-in-benchmark", 2, "interrupted")])
 def test_signal(signal_runs, world, name, code, status):
-    run, got, out = signal_runs[name]
+    check_signal_run(*signal_runs[name], world, code, status)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,signum,code", STOP_SIGNALS, ids=[n for n, _, _ in STOP_SIGNALS])
+def test_hangup_and_quit_stop_like_sigterm(stop_signal_runs, world, name, signum, code):
+    check_signal_run(*stop_signal_runs[name], world, code, "terminated")
+
+
+def check_signal_run(run, got, out, world, code, status):
+    name = run.name
     assert run.exe is not None, f"{name} ended or hung before its run was under way:\n{out}"
     assert got == code, out
     assert "Traceback" not in out, out
     via = "cli" if name.startswith("cli") else "pytest"
     lines = error_lines(via, out)
     assert len(lines) == 1, f"expected one error line, got {lines}\n{out}"
-    signame = "SIGTERM" if run.signum == signal.SIGTERM else "SIGINT"
+    signame = signal.Signals(run.signum).name
     assert signame in lines[0], lines[0]
     assert not list(run.dir.rglob("*.tmp"))
     if via == "cli":
@@ -510,7 +591,7 @@ def test_signal(signal_runs, world, name, code, status):
         assert "testsuite" in (art / "junit.xml").read_text()        # this run's, not a stale one
         for report in (art / "runs").glob("*.json") if (art / "runs").is_dir() else []:
             assert json.loads(report.read_text())["status"] == status
-        if name == "bin-test-sigterm":
+        if "benchmark" not in name:
             report = json.loads((art / "runs" / "one.json").read_text())
             assert report["status"] == "terminated" and "manifest_sha256" in report
             assert "test_numerics" in lines[0]
@@ -542,3 +623,253 @@ def test_a_killed_writers_leftovers_are_removed_by_the_next_run(world, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert not killed.exists() and in_flight.exists()
     assert json.loads((out / "x.json").read_text())["status"] == "ok"
+
+
+# ----------------------------------------------------------------------------- convert and the toolkit
+
+TOOLKIT_FAULTS = [
+    # a .rknn changed after conversion, not re-signed: the run refuses it by its checksum
+    gate("pytest-rknn-tampered", ("--backend=rknn-sim", "--partition={rknn_tampered}"), 1,
+         r"FAILED .*subgraph 4 \(block 1 cross_attn\).*04_block01_cross_attn\.rknn' fails its checksum", "failed"),
+    # the manifest claims another toolkit than built the files: named, not "environment absent"
+    gate("pytest-rknn-version-mismatch", ("--backend=rknn-sim", "--partition={rknn_mismatch}"), 1,
+         r"FAILED .*00_block00_self_attn\.rknn was built by rknn-toolkit2 {version}, the conversion record "
+         r".* says {other}", "failed"),
+    cli("cli-convert-disk-full", ("convert", "{partition}", "--out={small}/conv", "--quiet"), 2,
+        r"error: rknn-toolkit2 {version}: subgraph \d+ \(.*\): export_rknn failed writing \S+\.rknn into "
+        r"--out \S+/small/conv: OSError: \[Errno 28\] No space left on device"),
+]
+TOOLKIT_FAULTS = [replace(f, kind=ROWS[f.name]) for f in TOOLKIT_FAULTS]
+
+
+@pytest.fixture(scope="module")
+def toolkit_world(world, toolkit_version):
+    """The world's partition converted, a tampered and a mislabelled copy, and a 600 KiB tmpfs."""
+    from harness.toolkit.convert import convert_partition
+    from tests.helpers import small_tmpfs
+    root = world["root"]
+    converted = root / "rknn"
+    convert_partition(world["partition"], converted, version=toolkit_version, quiet=True)
+    other = "2.3.2" if toolkit_version != "2.3.2" else "2.5.0"
+
+    def tamper(doc, dst):
+        path = dst / doc["subgraphs"][4]["file"]
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+
+    extra = {"rknn": converted, "version": re.escape(toolkit_version), "other": re.escape(other),
+             "rknn_tampered": _edit_manifest(converted, root / "rknn_tampered", tamper),
+             "rknn_mismatch": _edit_manifest(converted, root / "rknn_mismatch",
+                                             lambda d, _: d["conversion"].update(toolkit_version=other))}
+    with small_tmpfs(root / "small", "600k") as small:
+        yield {**world, **extra, "small": small}
+
+
+@pytest.fixture(scope="module")
+def toolkit_results(toolkit_world):
+    faults = [replace(f, names=f.names.format(**toolkit_world)) for f in TOOLKIT_FAULTS]
+    return run_batch(toolkit_world, faults), {f.name: f for f in faults}
+
+
+@pytest.mark.toolkit
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [f.name for f in TOOLKIT_FAULTS])
+def test_toolkit_fault(name, toolkit_results, toolkit_world):
+    results, faults = toolkit_results
+    check_fault(faults[name], results, toolkit_world)
+    if name == "cli-convert-disk-full":
+        left = sorted(p.name for p in toolkit_world["small"].iterdir())
+        assert left == [], f"left on the full disk: {left}"
+
+
+def _inspect(directory) -> tuple[int, list[str]]:
+    done = subprocess.run([sys.executable, "-m", "harness", "inspect", str(directory)], capture_output=True,
+                          text=True, env={**os.environ, "COLUMNS": "1000"}, timeout=300)
+    return done.returncode, done.stdout.splitlines()
+
+
+@pytest.mark.toolkit
+@pytest.mark.slow
+def test_inspect_rknn_version_mismatch(toolkit_world):
+    assert _inspect(toolkit_world["rknn"])[0] == 0
+    code, out = _inspect(toolkit_world["rknn_mismatch"])
+    fails = [line for line in out if line.startswith("FAIL ")]
+    assert code == 1 and out[-1] == "verdict: failed", out
+    assert len(fails) == 85 and all(re.search(rf"\.rknn was built by rknn-toolkit2 {toolkit_world['version']}, "
+                                              rf"the manifest's conversion says {toolkit_world['other']}$", f)
+                                    for f in fails), fails[:3]
+
+
+def test_inspect_onnx_resigned(world, tmp_path):
+    """An ONNX subgraph given an extra output and re-signed (sha256 and size updated) passes every
+    checksum; inspect reads the file and names the output the manifest does not list."""
+    resigned = tmp_path / "resigned"
+    shutil.copytree(world["partition"], resigned)
+    add_output_and_resign(resigned, 7)
+    code, out = _inspect(resigned)
+    fails = [line for line in out if line.startswith("FAIL ")]
+    assert code == 1 and out[-1] == "verdict: failed", out
+    assert len(fails) == 1 and re.search(r"subgraph 7 \(block 2 cross_attn\): 07_block02_cross_attn\.onnx declares "
+                                         r"outputs \[y float32 \[2, 64, 64\], \S+ untyped \[\]\]", fails[0]), fails
+
+
+# ----------------------------------------------------------------------------- memory pressure from outside
+
+PRESSURE = ("import sys, numpy as np; a = np.ones(int(sys.argv[1]), np.uint8); print('held', flush=True); "
+            "sys.stdin.read()")
+
+
+@pytest.mark.slow
+def test_outside_memory_pressure_trips_a_prefetch_runs_guard_and_no_worker_survives(world):
+    """Another process takes memory while a prefetch:2 run holds contexts in its workers: the guard
+    trips, the run stops with one line and exit 4, its workers are gone and its shared blocks too."""
+    fault_dir = world["root"] / "cli-prefetch-outside-memory-pressure"
+    fault_dir.mkdir()
+    floor = psutil.virtual_memory().available - (400 << 20)
+    cmd = [sys.executable, "-m", "harness", *fill(GEN, world, fault_dir), "--backend=board-sim",
+           "--time-scale=0.02", "--steps=20", "--lifecycle=prefetch:2", f"--mem-floor={floor}",
+           f"--out={fault_dir / 'x.png'}"]
+    run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env={**os.environ, "COLUMNS": "1000"})
+    pressure = None
+    try:
+        # both workers up and attached to their blocks (they map them before saying hello)
+        _wait_for(lambda: len(shared_blocks(worker_processes(run.pid))) == 4 and
+                  (_json_or_none(fault_dir / "x.json") or {}).get("status") == "running", "the workers")
+        workers = worker_processes(run.pid)
+        blocks = shared_blocks(workers)
+        pressure = subprocess.Popen([sys.executable, "-c", PRESSURE, str(800 << 20)], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True)
+        assert pressure.stdout.readline().strip() == "held"
+        out, _ = run.communicate(timeout=120)
+    finally:
+        for proc in (run, pressure):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    assert run.returncode == 4, out
+    lines = error_lines("cli", out)
+    assert len(lines) == 1 and "memory guard tripped: MemAvailable" in lines[0] and "Traceback" not in out, out
+    assert not [w.pid for w in workers if alive(w)]
+    assert len(blocks) == 4 and not [b for b in blocks if os.path.exists(b)], blocks
+    report = json.loads((fault_dir / "x.json").read_text())
+    assert report["status"] == "failed" and report["lifecycle"] == "prefetch:2"
+    assert report["lifecycle_counters"]["live"] == 0                # no context survives the trip
+    assert report["memory"]["run_max_worker_processes"] >= 2
+    assert not (fault_dir / "x.png").exists()
+    assert_no_leftover_process(world["root"])
+
+
+@pytest.mark.slow
+def test_the_pss_gate_of_a_prefetch_run_counts_its_workers_and_names_the_lifecycle(world):
+    """A 2 MiB budget: the prefetch:2 run's workers hold far more than that. Counted from the
+    pipeline process alone, the gate passed; it must fail, naming the lifecycle and both parts."""
+    fault_dir = world["root"] / "pytest-prefetch-workers-over-the-pss-budget"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"),
+                           f"--rootdir={REPO_ROOT}", *fill(GATE_COMMON, world, fault_dir), "--lifecycle=prefetch:2",
+                           "--pss-budget=2MiB", str(REPO_ROOT / "tests/acceptance/test_memory.py")],
+                          capture_output=True, text=True, cwd=world["root"], timeout=600,
+                          env={**os.environ, "COLUMNS": "1000"})
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    lines = error_lines("pytest", out)
+    assert len(lines) == 1 and "Traceback" not in out, out
+    match = re.search(r"lifecycle prefetch:2: peak added PSS ([\d.]+) MiB \(pipeline -?[\d.]+ MiB, (\d+) child "
+                      r"process\(es\) ([\d.]+) MiB\) over the budget 2\.0 MiB", lines[0])
+    assert match and int(match[2]) >= 2 and float(match[3]) > 2.0, lines[0]
+    junit = (fault_dir / "artifacts" / "junit.xml").read_text()
+    assert 'name="lifecycle" value="prefetch:2"' in junit and 'name="workers_pss_added_bytes"' in junit
+    assert_no_leftover_process(world["root"])
+
+
+# ----------------------------------------------------------------------------- telemetry mid-benchmark
+
+@pytest.mark.slow
+def test_a_clock_moving_mid_benchmark_marks_it_invalid_and_no_baseline(world):
+    """The NPU clock changes while the benchmark's rounds run: the run is flagged INVALID in the
+    benchmark JSON and the history, and is not saved as a baseline even with --save-baseline."""
+    sysfs = world["root"] / "clock-moves-sysfs"          # the board's clocks, as this run will read them
+    shutil.copytree(REPO_ROOT / "tests" / "data" / "sysfs-rk3588", sysfs)
+    npu_clock = sysfs / "sys/class/devfreq/fdab0000.npu/cur_freq"
+    before = npu_clock.read_text().strip()
+    baselines = world["root"] / "clock-moves-baselines"
+    run = SignalRun("bin-test-clock-moves-mid-benchmark", world,
+                    [*BIN_TEST, "--fault=slow=0.01", "--bench-steps=20", f"--telemetry-root={sysfs}",
+                     "--save-baseline", f"--baselines={baselines}",
+                     str(REPO_ROOT / "tests/acceptance/test_benchmark.py")], 0, _in_test("test_denoise_time"))
+    fault_dir = run.dir
+    _wait_for(lambda: run.ready(run.dir) or run.proc.poll() is not None, "the benchmark's rounds")
+    npu_clock.write_text(str(int(before) // 2) + "\n")          # the governor stepped the NPU down
+    code, out = run.finish()
+    art = run.dir / "artifacts"
+    bench = json.loads((art / "benchmark.json").read_text())["benchmarks"]
+    assert len(bench) == 1, out
+    info = bench[0]["extra_info"]
+    assert info["valid"] is False, info
+    moved = f"frequency changed during the window: {int(before) / 1e6:g} MHz -> {int(before) // 2 / 1e6:g} MHz"
+    assert any(moved in reason for reason in info["invalid_reasons"]), info["invalid_reasons"]
+    history = [json.loads(line) for line in (fault_dir / "history.jsonl").read_text().splitlines()]
+    assert history[-1]["valid"] is False and history[-1]["invalid_reasons"] == info["invalid_reasons"]
+    assert not list(baselines.rglob("*.json")), "an INVALID run became a baseline"
+    assert "INVALID" in out and "Traceback" not in out, out
+    assert code == 0, out            # the gate passed; its figures are marked, not trusted
+    assert_no_leftover_process(world["root"])
+
+
+# ----------------------------------------------------------------------------- name collisions
+
+COLLIDING = CASES + """
+[[case]]
+name = "one-spectrum"
+prompt = "a handwritten digit one"
+seed = 1
+steps = 4
+sampler = "spectrum"
+spectrum = { preset = "13-of-28", warmup = 3, degree = 2 }
+"""
+
+
+@pytest.mark.slow
+def test_a_derived_run_named_like_a_case_neither_stands_in_for_it_nor_rewrites_its_golden(world):
+    """--bench-sampler=spectrum derives a Spectrum run from case `one`; a golden case is called
+    `one-spectrum`. Updating the goldens with both in one session must write `one-spectrum` from its
+    own render: the next quality run of that case alone passes."""
+    fault_dir = world["root"] / "pytest-derived-run-named-like-a-case"
+    golden = fault_dir / "golden"
+    golden.mkdir(parents=True)
+    (golden / "cases.toml").write_text(COLLIDING)
+    common = [*GATE_COMMON, f"--golden-dir={golden}"]
+    update = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"),
+                             f"--rootdir={REPO_ROOT}", *fill(common, world, fault_dir), "--update-goldens",
+                             "--bench-sampler=spectrum", "--cases=one,one-spectrum",
+                             str(REPO_ROOT / "tests/acceptance/test_benchmark.py"),
+                             str(REPO_ROOT / "tests/acceptance/test_quality.py")],
+                            capture_output=True, text=True, cwd=fault_dir, timeout=600)
+    assert update.returncode == 0, update.stdout + update.stderr
+    assert (golden / "one-spectrum.npy").is_file() and not list(golden.glob("one+*")), "a derived run wrote a golden"
+    check = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"),
+                            f"--rootdir={REPO_ROOT}", *fill(common, world, fault_dir / "again"),
+                            "--cases=one-spectrum", str(REPO_ROOT / "tests/acceptance/test_quality.py")],
+                           capture_output=True, text=True, cwd=fault_dir, timeout=600)
+    assert check.returncode == 0, check.stdout + check.stderr
+    runs = fault_dir / "artifacts" / "runs"
+    assert (runs / "one+spectrum+bench.json").is_file() and (runs / "one-spectrum.json").is_file()
+    assert json.loads((runs / "one-spectrum.json").read_text())["steps"]["total"] == 4
+    assert_no_leftover_process(world["root"])
+
+
+# the matrix's rows that are tests of their own (name in KIND_OF -> the test that runs it)
+OWN_TESTS = {
+    "pytest-killed-golden-update": "a_killed_golden_updates_leftovers_are_swept_by_the_next_suite_run",
+    "cli-killed-writer": "a_killed_writers_leftovers_are_removed_by_the_next_run",
+    "cli-inspect-rknn-version-mismatch": "inspect_rknn_version_mismatch",
+    "cli-inspect-onnx-resigned": "inspect_onnx_resigned",
+    "cli-prefetch-outside-memory-pressure":
+        "outside_memory_pressure_trips_a_prefetch_runs_guard_and_no_worker_survives",
+    "bin-test-clock-moves-mid-benchmark": "a_clock_moving_mid_benchmark_marks_it_invalid_and_no_baseline",
+    "pytest-prefetch-workers-over-the-pss-budget":
+        "the_pss_gate_of_a_prefetch_run_counts_its_workers_and_names_the_lifecycle",
+    "pytest-derived-run-named-like-a-case":
+        "a_derived_run_named_like_a_case_neither_stands_in_for_it_nor_rewrites_its_golden",
+    **{f.name: "toolkit_fault" for f in TOOLKIT_FAULTS},
+}

@@ -7,11 +7,9 @@ the SSIM between the two images. The benchmark times the Spectrum run; the full 
 own step records. Marked slow (41 lifecycle passes, ~25 s on the quiet development machine): run it
 by hand with `bin/test tests/acceptance/test_spectrum_benchmark.py`.
 """
-from dataclasses import replace
-
 import pytest
 
-from harness.gates.runner import benchmark_info
+from harness.gates.runner import benchmark_info, derived_case
 from harness.pytest_plugin.state import SPECTRUM_LINES, append_to
 from harness.gates.quality import compare, compare_latents
 from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
@@ -23,9 +21,9 @@ STEPS = 28
 
 def test_spectrum_wall_time_ratio(benchmark, golden_cases, gate_runner, npu_guard, request):
     base = next(c for c in golden_cases if c.sampler == "flow-euler")
-    full_case = replace(base, name=f"{base.name}-full{STEPS}", steps=STEPS)
-    spectrum_case = replace(base, name=f"{base.name}-spectrum{STEPS}", steps=STEPS, sampler="spectrum",
-                            spectrum=PRESETS[DEFAULT_PRESET].as_dict())
+    full_case = derived_case(base, f"full{STEPS}", steps=STEPS)
+    spectrum_case = derived_case(base, f"spectrum{STEPS}", steps=STEPS, sampler="spectrum",
+                                 spectrum=PRESETS[DEFAULT_PRESET].as_dict())
     gate_runner.prepare()
     full = gate_runner.run(full_case, npu_guard)
     results = []

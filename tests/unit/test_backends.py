@@ -296,6 +296,10 @@ def test_rknn_sim_without_its_toolkit_environment_says_how_to_make_it(tmp_path, 
                               "subgraphs": [{"file": entry["file"], "onnx_file": entry["file"],
                                              "onnx_sha256": entry["sha256"], "quantization": None}]}
     (part / "manifest.json").write_text(json.dumps(manifest))
+    # The file's own description, as rknn-toolkit2 2.5.0 appends it: a uint64 length, then JSON.
+    table = json.dumps({"version": "2.5.0", "target_platform": ["rk3588"]}).encode()
+    with open(part / entry["file"], "ab") as fh:
+        fh.write(len(table).to_bytes(8, "little") + table)
     monkeypatch.setenv("ANIMA_TOOLKIT_HOME", str(tmp_path / "no-toolkits"))
     from harness.backends.rknn_sim import shutdown_workers
     shutdown_workers()          # a worker started earlier in this session would still serve

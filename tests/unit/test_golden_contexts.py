@@ -7,18 +7,9 @@ from harness.core.errors import ConfigError
 from harness.gates.runner import GateRunner
 from harness.gates.cases import load_cases
 from harness.model.bundle import load_bundle
-from harness.pytest_plugin import OPTIONS, resolve_settings
-from tests.helpers import make_random_model_dir
+from tests.helpers import TWO_STEP_DEFAULTS, gate_runner_for
 
-CASES = """
-[defaults]
-ssim_min = 0.9999
-psnr_min = 50.0
-steps = 2
-cfg = 4.0
-sampler = "flow-euler"
-shift = 3.0
-
+CASES = TWO_STEP_DEFAULTS + """
 [[case]]
 name = "by-prompt"
 prompt = "digit one"
@@ -34,17 +25,11 @@ seed = 5
 
 @pytest.fixture
 def runner(tmp_path):
-    model = make_random_model_dir(tmp_path / "model", seed=6)
-    golden = tmp_path / "golden"
-    golden.mkdir()
-    (golden / "cases.toml").write_text(CASES)
-    bundle = load_bundle(model)
+    gates, golden = gate_runner_for(tmp_path, CASES, seed=6)
+    bundle = load_bundle(gates.s.model_dir)     # not the runner's: a test edits model.toml before it loads
     np.save(golden / "one.npy", bundle.text_emb("digit one"))
     np.save(golden / "empty.npy", bundle.text_emb(""))
-    cli = {name: None for name in OPTIONS}
-    cli.update(model_dir=str(model), golden_dir=str(golden), cache_dir=str(tmp_path / "cache"),
-               artifacts=str(tmp_path / "artifacts"), precision="float32", telemetry_root=str(tmp_path))
-    return GateRunner(resolve_settings(cli, None)), golden
+    return gates, golden
 
 
 def test_context_case_renders_what_its_prompt_renders(runner):

@@ -1,5 +1,7 @@
-"""SIGINT and SIGTERM during a prefetch run on the simulated board: the run stops, every worker
-process is gone (so no context is alive), and the partial report is on disk."""
+"""SIGINT, SIGTERM, SIGHUP and SIGQUIT during a prefetch run on the simulated board: the run stops,
+every worker process is gone (so no context is alive), no shared-memory block is left, and the
+partial report is on disk. SIGINT, SIGHUP (an SSH drop) and SIGQUIT (Ctrl-backslash) come from the
+terminal, to the whole process group."""
 import json
 import os
 import signal
@@ -12,7 +14,7 @@ import pytest
 
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
-from tests.helpers import make_random_model_dir
+from tests.helpers import alive, make_random_model_dir, shared_blocks, worker_processes
 
 
 @pytest.fixture(scope="module")
@@ -23,31 +25,11 @@ def model_and_partition(tmp_path_factory):
     return model.model_dir, out
 
 
-def _workers(pid: int) -> list[psutil.Process]:
-    try:
-        children = psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-    out = []
-    for p in children:
-        try:
-            if "worker_main" in " ".join(p.cmdline()):
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 @pytest.mark.slow          # two real 20-step runs interrupted after their workers started: ~15 s
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
-                                             (signal.SIGTERM, 143, "terminated")])
+                                             (signal.SIGTERM, 143, "terminated"),
+                                             (signal.SIGHUP, 129, "terminated"),
+                                             (signal.SIGQUIT, 131, "terminated")])
 def test_signal_during_prefetch_leaves_no_worker_and_keeps_the_partial_report(model_and_partition, tmp_path,
                                                                                sig, code, word):
     model_dir, partition = model_and_partition
@@ -59,14 +41,15 @@ def test_signal_during_prefetch_leaves_no_worker_and_keeps_the_partial_report(mo
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
-        while len(_workers(proc.pid)) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        while len(worker_processes(proc.pid)) < 2 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.1)
-        workers = _workers(proc.pid)
+        workers = worker_processes(proc.pid)
         assert len(workers) == 2, "the prefetch workers never started"
         # Workers import numpy and the runtime (~1 s, more on a loaded machine), then the run
         # starts: 5 s after they appeared it is well inside the denoise loop.
         time.sleep(max(0.0, min(w.create_time() for w in workers) + 5.0 - time.time()))
-        if sig == signal.SIGINT:              # Ctrl-C at a terminal: the whole process group
+        blocks = shared_blocks(workers)
+        if sig != signal.SIGTERM:             # from the terminal: the whole process group
             os.killpg(proc.pid, sig)
         else:
             proc.send_signal(sig)
@@ -76,8 +59,10 @@ def test_signal_during_prefetch_leaves_no_worker_and_keeps_the_partial_report(mo
             proc.kill()
     assert proc.returncode == code, err
     # one line, naming how the run ended and where its partial report is (issue 12)
-    assert err.strip().splitlines()[-1].startswith(f"error: {word}: ") and "Traceback" not in err
-    assert not [w.pid for w in workers if _alive(w)]
+    assert err.strip().splitlines()[-1].startswith(f"error: {word}: {signal.Signals(sig).name}")
+    assert "Traceback" not in err
+    assert not [w.pid for w in workers if alive(w)]
+    assert len(blocks) == 4 and not [b for b in blocks if os.path.exists(b)], blocks
     report = json.loads(out.with_suffix(".json").read_text())
     assert report["status"] == word and report["lifecycle"] == "prefetch:2"
     assert report["lifecycle_counters"]["live"] == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -275,3 +276,22 @@ def test_cpu_fallback_gate_on_a_real_conversion(block0, tmp_path, toolkit_versio
     kept = convert_partition(block0, tmp_path / "kept", version="2.3.2", allow_cpu_ops=True, quiet=True)
     assert [(o["op"], o["name"]) for o in kept.cpu_ops["02_block00_ffn"]] == [("Erf", "gelu/erf")]
     assert load_manifest(tmp_path / "kept").conversion["subgraphs"][2]["cpu_ops"] == kept.cpu_ops["02_block00_ffn"]
+
+
+@pytest.mark.toolkit
+@pytest.mark.parametrize("size", ["600k", "1200k"])        # full at the first .rknn / at a later one
+def test_disk_full_in_the_output_folder_names_the_subgraph_and_leaves_nothing(block0, tmp_path, toolkit_version,
+                                                                             size):
+    from tests.helpers import small_tmpfs
+    with small_tmpfs(tmp_path / "small", size) as disk:
+        done = subprocess.run([sys.executable, "-m", "harness", "convert", str(block0), "--out",
+                               str(disk / "conv"), "--quiet"], capture_output=True, text=True, cwd=ROOT)
+        left = sorted(p.name for p in disk.iterdir())
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert re.match(rf"error: rknn-toolkit2 {re.escape(toolkit_version)}: subgraph \d+ \(.*\) \(\S+\.onnx\): "
+                    rf"export_rknn failed writing \S+\.rknn into --out {re.escape(str(disk / 'conv'))}: ", lines[0]), lines[0]
+    assert "No space left on device" in lines[0]                    # the toolkit's own message, kept
+    assert ".converting" not in lines[0]                            # no folder that is gone by now
+    assert left == [], f"left in the full folder: {left}"           # no 0-byte log, no work folder

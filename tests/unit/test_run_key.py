@@ -1,0 +1,62 @@
+"""Runs are keyed by what decides them, not by name: a benchmark's derived run never stands in
+for a golden case that happens to share its name (`<case>-spectrum` once did, and
+--update-goldens rewrote the golden `seven-spectrum` from a 20-step benchmark render)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from harness.core.errors import ConfigError
+from harness.gates.runner import derived_case
+from harness.gates.cases import load_cases
+from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
+from tests.helpers import TWO_STEP_DEFAULTS, gate_runner_for
+
+CASES = TWO_STEP_DEFAULTS + """
+[[case]]
+name = "one"
+prompt = "digit one"
+seed = 5
+
+[[case]]
+name = "one-spectrum"
+prompt = "digit one"
+seed = 5
+steps = 6
+sampler = "spectrum"
+spectrum = { preset = "13-of-28", warmup = 3, degree = 2 }
+"""
+
+
+@pytest.fixture
+def gates(tmp_path):
+    runner, golden = gate_runner_for(tmp_path, CASES, seed=6)
+    return runner, load_cases(golden / "cases.toml")
+
+
+def test_a_derived_run_named_like_a_case_is_not_that_cases_run(gates):
+    runner, (one, one_spectrum) = gates
+    # What the benchmark made of `one` under --bench-sampler=spectrum, under the name it used to get.
+    bench = replace(one, name="one-spectrum", sampler="spectrum", spectrum=PRESETS[DEFAULT_PRESET].as_dict())
+    rendered = runner.run(bench, guard=None, keep=False)           # --bench-steps not given
+    assert runner.share(bench, rendered, None)
+    judged = runner.case_run(one_spectrum, guard=None)
+    assert judged.result is not rendered
+    assert judged.result.report["sampler"]["params"] == one_spectrum.spectrum
+
+
+def test_a_run_of_the_same_settings_is_shared_whatever_its_name(gates):
+    runner, (one, _) = gates
+    rendered = runner.run(one, guard=None, keep=False)
+    assert runner.share(derived_case(one, "bench"), rendered, one.steps)
+    assert runner.case_run(one, guard=None).result is rendered
+    assert not runner.share(one, rendered, one.steps)       # that key has its run already
+
+
+def test_a_derived_runs_name_is_no_golden_case_name(gates, tmp_path):
+    runner, (one, _) = gates
+    name = derived_case(one, "spectrum").name
+    (tmp_path / "cases.toml").write_text(CASES.replace('name = "one-spectrum"', f'name = "{name}"'))
+    with pytest.raises(ConfigError, match="a file-safe name"):
+        load_cases(tmp_path / "cases.toml")
