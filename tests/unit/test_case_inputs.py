@@ -1,4 +1,4 @@
-"""A golden case becomes run settings in one place (harness.gates.golden.case_inputs): compare-toolkits,
+"""A golden case becomes run settings in one place (harness.gates.cases.case_inputs): compare-toolkits,
 accuracy and calibration capture render a case as its golden was rendered, sampler and text
 embeddings included, and a model without a prompt encoder (Anima) runs through `--case`."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from harness.model.config import REPO_ROOT
-from harness.gates.golden import find_case, golden_dir_for
+from harness.gates.cases import find_case, golden_dir_for
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
 from harness.gates.compare_toolkits import image_rows
