@@ -13,7 +13,7 @@ _WHERE = {
     "ModelBundle": "model.bundle", "load_bundle": "model.bundle",
     "Manifest": "partition.manifest", "load_manifest": "partition.manifest",
     "inspect_partition": "partition.manifest", "export_partition": "partition.onnx_export",
-    "RunResult": "runtime.run", "run_partitioned": "runtime.run",
+    "RunRequest": "runtime.run", "RunResult": "runtime.run", "run_partitioned": "runtime.run",
     "expected_shapes": "model.weights", "load_weights": "model.checkpoint", "Checkpoint": "model.checkpoint",
 }
 

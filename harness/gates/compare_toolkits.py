@@ -62,7 +62,7 @@ def image_rows(bundle, conversions: dict[str, Path], cases) -> list[dict] | None
     from ..sampling.reference_run import sample_settings
     from .golden import GoldenStore
     from .quality import compare
-    from ..runtime.run import run_partitioned
+    from ..runtime.run import run_partitioned, RunRequest
     from .cases import golden_dir_for
     store = GoldenStore(golden_dir_for(bundle.cfg.name))
     rows = []
@@ -72,7 +72,7 @@ def image_rows(bundle, conversions: dict[str, Path], cases) -> list[dict] | None
         row = {"case": case.name, "ssim_min": case.ssim_min}
         for version, path in conversions.items():
             try:        # one build failing on the simulator must not hide the other's result
-                result = run_partitioned(bundle, path, "rknn-sim", case.prompt, settings)
+                result = run_partitioned(RunRequest(bundle, path, "rknn-sim", case.prompt, settings))
                 row[version] = compare(result.image, golden).ssim
             except HarnessError as exc:
                 row[version] = None
