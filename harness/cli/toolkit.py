@@ -27,8 +27,9 @@ def add_command(subparsers) -> None:
     conv.add_argument("--toolkit", metavar="VERSION",
                       help="rknn-toolkit2 version (default: toolkit/versions.toml); "
                            "its environment comes from bin/toolkit-env VERSION")
-    conv.add_argument("--precision", default="fp16", choices=precisions(),
-                      help="fp16, or w8a8-ffn (INT8 FFN linears, calibrated; default: %(default)s)")
+    conv.add_argument("--precision", default="float16", choices=("float16", *precisions()),
+                      help="float16 (the toolkit's fp16), or w8a8-ffn (INT8 FFN linears, calibrated; "
+                           "default: %(default)s)")
     conv.add_argument("--calibration", type=Path, help="calibration set directory (for w8a8-ffn)")
     conv.add_argument("--target", default=DEFAULT_TARGET, help="target platform (default: %(default)s)")
     conv.add_argument("--allow-cpu-ops", action="store_true",
@@ -59,7 +60,9 @@ def add_command(subparsers) -> None:
 def cmd_convert(args) -> int:
     from ..toolkit.convert import convert_partition
     from ..report.toolkit import cosine_rows, print_convert_summary
-    result = convert_partition(args.partition, args.out, version=args.toolkit, precision=args.precision,
+    from ..runtime.converted import TOOLKIT_PRECISIONS
+    result = convert_partition(args.partition, args.out, version=args.toolkit,
+                               precision=TOOLKIT_PRECISIONS.get(args.precision, args.precision),
                                calibration=args.calibration, target=args.target,
                                allow_cpu_ops=args.allow_cpu_ops, samples=args.sim_samples,
                                quiet=args.quiet)
