@@ -1,21 +1,14 @@
 """CLI subcommands `convert` and `compare-toolkits`; registered by harness.cli.main through add_command()."""
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from .options import ranged
+
 __all__ = ["add_command", "cmd_convert", "cmd_compare"]
 
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+_non_negative = ranged(int, 0, float("inf"), "a whole number")
 
 
 def add_command(subparsers) -> None:
