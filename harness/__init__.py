@@ -3,7 +3,7 @@
 The public API; everything else is internal to its module. Names are imported on first use
 (PEP 562), so a process that needs one backend (a prefetch worker) does not pay for the rest.
 """
-import importlib
+from .core.lazy import lazy_getattr
 
 _WHERE = {
     "BRANCHES": "model.config", "ModelConfig": "model.config", "load_model_dir": "model.config", "load_profile": "model.config",
@@ -13,16 +13,9 @@ _WHERE = {
     "ModelBundle": "model.bundle", "load_bundle": "model.bundle",
     "Manifest": "partition.manifest", "load_manifest": "partition.manifest",
     "inspect_partition": "partition.manifest", "export_partition": "partition.onnx_export",
-    "RunResult": "runtime.run", "run_partitioned": "runtime.run",
+    "RunRequest": "runtime.run", "RunResult": "runtime.run", "run_partitioned": "runtime.run",
     "expected_shapes": "model.weights", "load_weights": "model.checkpoint", "Checkpoint": "model.checkpoint",
 }
 
 __all__ = list(_WHERE)
-
-
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module 'harness' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _WHERE)

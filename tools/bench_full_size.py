@@ -60,7 +60,7 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
     import numpy as np
     from harness.memory.guard import MemoryGuard, read_memory
     from harness.model.bundle import load_bundle
-    from harness.runtime.run import run_partitioned
+    from harness.runtime.run import run_partitioned, RunRequest
 
     bundle = load_bundle(work / "model")
     loaded = read_memory().pss
@@ -101,8 +101,9 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
                 return getattr(guard, name)
 
         try:
-            result = run_partitioned(bundle, partition, "onnxruntime", "", settings, guard=Both(),
-                                     report_path=report_path, verify=False, text_embs=contexts)
+            result = run_partitioned(
+                RunRequest(bundle, partition, "onnxruntime", "", settings, verify=False, text_embs=contexts),
+                guard=Both(), report_path=report_path)
             report, latent_ok = result.report, bool(np.isfinite(result.latent).all())
         except KeyboardInterrupt:       # stopped by hand: keep what the partial report measured
             complete, latent_ok = False, None

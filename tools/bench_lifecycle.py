@@ -28,7 +28,7 @@ from harness.model.bundle import load_bundle  # noqa: E402
 from harness.partition.manifest import default_partition_dir  # noqa: E402
 from harness.partition.manifest import manifest_path  # noqa: E402
 from harness.partition.onnx_export import export_partition  # noqa: E402
-from harness.runtime.run import run_partitioned  # noqa: E402
+from harness.runtime.run import run_partitioned, RunRequest  # noqa: E402
 
 LIFECYCLE = ("load", "init", "release")
 
@@ -42,8 +42,9 @@ def partition(bundle, dtype: str) -> Path:
 
 def measure(bundle, part, backend, options, spec, steps, images=1) -> dict:
     s = sample_settings(bundle, steps=steps)
-    r = run_partitioned(bundle, part, backend, bundle.cfg.prompt["default"], s, options,
-                        lifecycle=spec, images=images, verify=False)
+    r = run_partitioned(
+        RunRequest(bundle, part, backend, bundle.cfg.prompt["default"], s, backend_options=options,
+                   lifecycle=spec, images=images, verify=False))
     rep = r.report
     body = [x for x in rep["lifecycle_records"] if x["branch"] != "decoder" and x["step"] < steps]
     return {"step_s": statistics.median(rep["step_seconds"][1:] or rep["step_seconds"]),

@@ -28,7 +28,7 @@ from harness.gates.cases import load_cases
 from harness.model.bundle import check_text_emb, load_bundle  # noqa: E402
 from harness.partition.onnx_export import export_partition  # noqa: E402
 from harness.gates.quality import compare_latents  # noqa: E402
-from harness.runtime.run import run_partitioned  # noqa: E402
+from harness.runtime.run import run_partitioned, RunRequest  # noqa: E402
 
 VARIANTS = (("fp32", "float32", None), ("fp16", "float16", None), ("w8a8", "float16", "ffn-w8a8"))
 
@@ -63,8 +63,9 @@ def main(argv=None) -> int:
             export_partition(bundle.weights_source, bundle.cfg, parts[name], dtype=dtype, fake_quant=quant)
         for case in cases:
             settings = {"steps": case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed}
-            latents = {name: run_partitioned(bundle, parts[name], "onnxruntime", case.prompt, settings,
-                                             text_embs=case_streams(bundle, case, golden_dir)).latent
+            latents = {name: run_partitioned(
+                RunRequest(bundle, parts[name], "onnxruntime", case.prompt, settings,
+                           text_embs=case_streams(bundle, case, golden_dir))).latent
                        for name, _, _ in VARIANTS}
             for label, a, b in (("fp16 vs fp32", "fp16", "fp32"), ("w8a8 vs fp16", "w8a8", "fp16")):
                 q = compare_latents(latents[a], latents[b])

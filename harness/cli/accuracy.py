@@ -9,26 +9,18 @@ when every invocation meets the threshold, 1 when one does not.
 """
 from __future__ import annotations
 
-import argparse
 import shlex
 from pathlib import Path
 
 from ..gates.accuracy import DEFAULT_THRESHOLD, Row, analyze, per_subgraph, replay, worst_first
 from ..model.config import BRANCHES
 from ..core.errors import ConfigError
-from .options import add_options, check_precision, default_partition, resolve_backend
+from .options import add_options, check_precision, default_partition, ranged, resolve_backend
 
 __all__ = ["add_command", "render_worst", "render_grid"]
 
 
-def _threshold(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a cosine in 0..1, got '{text}'") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be within 0..1, got {value}")
-    return value
+_threshold = ranged(float, 0, 1, "a cosine in 0..1")
 
 
 def add_command(subparsers):

@@ -167,7 +167,7 @@ def _generate_reference(bundle, prompt, s, quiet, text_embs):
 def _generate_partitioned(bundle, prompt, s, args, text_embs):
     from ..memory.guard import MemoryGuard, read_system_memory
     from ..report.terminal import print_run_tables, progress_bar
-    from ..runtime.run import run_partitioned
+    from ..runtime.run import run_partitioned, RunRequest
     from ..backends import backend_options
     options = backend_options(args.backend, vars(args), bundle.cfg)
     partition = args.partition or default_partition(bundle, args.backend, args.precision, args.quiet,
@@ -177,9 +177,10 @@ def _generate_partitioned(bundle, prompt, s, args, text_embs):
                         check_reader=read_system_memory)
     with guard, progress_bar(s["steps"], f"denoising ({args.backend})", disable=args.quiet) as advance:
         try:
-            result = run_partitioned(bundle, partition, args.backend, prompt, s, options, guard=guard,
-                                     report_path=report_path, on_step=lambda i: advance(),
-                                     text_embs=text_embs, lifecycle=args.lifecycle, images=args.images)
+            result = run_partitioned(
+                RunRequest(bundle, partition, args.backend, prompt, s, backend_options=options,
+                           text_embs=text_embs, lifecycle=args.lifecycle, images=args.images),
+                guard=guard, report_path=report_path, on_step=lambda i: advance())
         except (HarnessError, RunStopped) as exc:
             raise type(exc)(f"{exc} (partial report: {report_path})") from None
     if not args.quiet:

@@ -28,6 +28,7 @@ def ranged(kind, lo, hi, what: str):
         if not lo <= value <= hi:
             raise argparse.ArgumentTypeError(
                 f"must be positive, got {value}" if lo == 1 and hi == float("inf")
+                else f"must be {lo} or more, got {value}" if hi == float("inf")
                 else f"must be within {lo}..{hi}, got {value}")
         return value
     return parse

@@ -133,7 +133,7 @@ def render_inspection(report: dict, console=None) -> None:
                           f"{row['verified']}/{row['count']}")
         console.print(table)
     if report.get("unlisted_files"):
-        console.print(f"note: {len(report['unlisted_files'])} model file(s) not in the manifest: "
+        console.print(f"note: {len(report['unlisted_files'])} subgraph file(s) not in the manifest: "
                       f"{', '.join(report['unlisted_files'][:5])}")
     for reason in report["reasons"]:
         console.print(f"[red]FAIL[/red] {reason}", highlight=False)

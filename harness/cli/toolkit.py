@@ -1,21 +1,14 @@
 """CLI subcommands `convert` and `compare-toolkits`; registered by harness.cli.main through add_command()."""
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from .options import ranged
+
 __all__ = ["add_command", "cmd_convert", "cmd_compare"]
 
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+_non_negative = ranged(int, 0, float("inf"), "a whole number")
 
 
 def add_command(subparsers) -> None:
@@ -27,8 +20,9 @@ def add_command(subparsers) -> None:
     conv.add_argument("--toolkit", metavar="VERSION",
                       help="rknn-toolkit2 version (default: toolkit/versions.toml); "
                            "its environment comes from bin/toolkit-env VERSION")
-    conv.add_argument("--precision", default="fp16", choices=precisions(),
-                      help="fp16, or w8a8-ffn (INT8 FFN linears, calibrated; default: %(default)s)")
+    conv.add_argument("--precision", default="float16", choices=("float16", *precisions()),
+                      help="float16 (the toolkit's fp16), or w8a8-ffn (INT8 FFN linears, calibrated; "
+                           "default: %(default)s)")
     conv.add_argument("--calibration", type=Path, help="calibration set directory (for w8a8-ffn)")
     conv.add_argument("--target", default=DEFAULT_TARGET, help="target platform (default: %(default)s)")
     conv.add_argument("--allow-cpu-ops", action="store_true",
@@ -59,7 +53,9 @@ def add_command(subparsers) -> None:
 def cmd_convert(args) -> int:
     from ..toolkit.convert import convert_partition
     from ..report.toolkit import cosine_rows, print_convert_summary
-    result = convert_partition(args.partition, args.out, version=args.toolkit, precision=args.precision,
+    from ..runtime.converted import TOOLKIT_PRECISIONS
+    result = convert_partition(args.partition, args.out, version=args.toolkit,
+                               precision=TOOLKIT_PRECISIONS.get(args.precision, args.precision),
                                calibration=args.calibration, target=args.target,
                                allow_cpu_ops=args.allow_cpu_ops, samples=args.sim_samples,
                                quiet=args.quiet)

@@ -32,7 +32,7 @@ class WeightsError(HarnessError):
 
 
 class ManifestError(HarnessError):
-    """A subgraph manifest or one of its model files is wrong."""
+    """A partition manifest or one of its subgraph files is wrong."""
 
 
 class BackendError(HarnessError):

@@ -53,30 +53,27 @@ def check_table(table, fields: dict[str, Field], where: str, error: type[Excepti
     return table
 
 
-def read_toml(path: str | Path, what: str = "file", error: type[Exception] = ConfigError) -> dict:
-    """Parse a TOML file; a missing or malformed file is one error line naming it."""
+def _read(path: str | Path, what: str, error: type[Exception], parse: Callable[[str], Any], kind: str,
+          malformed: tuple[type[Exception], ...]):
     path = Path(path)
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return parse(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise error(f"{path}: no such {what}") from None
     except IsADirectoryError:
         raise error(f"{path}: is a directory, expected a {what}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise error(f"{path}: not valid TOML ({exc})") from None
+    except (*malformed, UnicodeDecodeError) as exc:
+        raise error(f"{path}: not valid {kind} ({exc})") from None
+
+
+def read_toml(path: str | Path, what: str = "file", error: type[Exception] = ConfigError) -> dict:
+    """Parse a TOML file; a missing or malformed file is one error line naming it."""
+    return _read(path, what, error, tomllib.loads, "TOML", (tomllib.TOMLDecodeError,))
 
 
 def read_json(path: str | Path, what: str = "file", error: type[Exception] = ConfigError):
     """Parse a JSON file; a missing, unreadable or malformed file is one error line naming it."""
-    path = Path(path)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise error(f"{path}: no such {what}") from None
-    except IsADirectoryError:
-        raise error(f"{path}: is a directory, expected a {what}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise error(f"{path}: not valid JSON ({exc})") from None
+    return _read(path, what, error, json.loads, "JSON", (json.JSONDecodeError,))
 
 
 # -- predicates ------------------------------------------------------------------------------------

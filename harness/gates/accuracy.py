@@ -198,7 +198,7 @@ def analyze(bundle, partition, backend: str, backend_options: dict, reference_di
     the first failure's folder under OUT/repro/.
     """
     from ..partition.manifest import manifest_sha256
-    from ..runtime.run import open_partition, run_partitioned
+    from ..runtime.run import open_partition, run_partitioned, RunRequest
     out_dir = Path(out_dir)
     reference = ReferenceSubgraphs(open_partition(bundle, reference_dir, verify=True))
     repro_dir = out_dir / "repro"
@@ -209,8 +209,10 @@ def analyze(bundle, partition, backend: str, backend_options: dict, reference_di
     analysis = AccuracyAnalysis(reference, threshold, repro_dir, describe)
     error = None
     try:
-        result = run_partitioned(bundle, partition, backend, prompt, settings, backend_options,
-                                 report_path=out_dir / "run.json", observers=[analysis], text_embs=text_embs)
+        result = run_partitioned(
+            RunRequest(bundle, partition, backend, prompt, settings, backend_options=backend_options,
+                       text_embs=text_embs),
+            report_path=out_dir / "run.json", observers=[analysis])
         report = result.report
     except NumericsError as exc:
         error = exc

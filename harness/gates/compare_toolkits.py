@@ -63,7 +63,7 @@ def image_rows(bundle, conversions: dict[str, Path], cases, backend: str = "rknn
     from .golden import GoldenStore
     from .cases import case_inputs, golden_dir_for
     from .quality import compare
-    from ..runtime.run import run_partitioned
+    from ..runtime.run import RunRequest, run_partitioned
     golden_dir = golden_dir_for(bundle.cfg.name)
     store = GoldenStore(golden_dir)
     rows = []
@@ -73,8 +73,8 @@ def image_rows(bundle, conversions: dict[str, Path], cases, backend: str = "rknn
         row = {"case": case.name, "ssim_min": case.ssim_min}
         for version, path in conversions.items():
             try:        # one build failing on the simulator must not hide the other's result
-                result = run_partitioned(bundle, path, backend, inputs.prompt, inputs.settings,
-                                         text_embs=inputs.text_embs)
+                result = run_partitioned(RunRequest(bundle, path, backend, inputs.prompt, inputs.settings,
+                                                    text_embs=inputs.text_embs))
                 row[version] = compare(result.image, golden).ssim
             except HarnessError as exc:
                 row[version] = None

@@ -24,7 +24,7 @@ from ..model.bundle import ModelBundle, load_bundle
 from .golden import latent_preview
 from ..partition.manifest import default_partition_dir, load_manifest, manifest_path, manifest_sha256
 from .quality import QualityResult, compare, compare_latents, diff_figure
-from ..runtime.run import RunResult, run_partitioned
+from ..runtime.run import run_partitioned, RunRequest, RunResult
 
 __all__ = ["GateRunner", "CaseRun", "derived_case", "quality_check", "quality_line", "history_record", "benchmark_info"]
 
@@ -152,10 +152,11 @@ class GateRunner:
         report = self.s.artifacts / "runs" / f"{case.name}{tag}.json" if keep else None
         inputs = case_inputs(case, self.bundle.cfg, self.s.golden_dir, steps)
         on_step = self.progress(f"{case.name}{tag}", inputs.settings["steps"]) if self.progress else None
-        result = run_partitioned(self.bundle, self.partition, self.s.backend, inputs.prompt,
-                                 inputs.settings, self.s.backend_options, guard=guard, on_step=on_step,
-                                 report_path=report, verify=False, text_embs=inputs.text_embs,
-                                 lifecycle=self.s.lifecycle, images=self.s.images)
+        result = run_partitioned(
+            RunRequest(self.bundle, self.partition, self.s.backend, inputs.prompt, inputs.settings,
+                       backend_options=self.s.backend_options, verify=False,
+                       text_embs=inputs.text_embs, lifecycle=self.s.lifecycle, images=self.s.images),
+            guard=guard, on_step=on_step, report_path=report)
         if keep:
             self._save_outputs(result, f"{case.name}{tag}")
         return result

@@ -31,7 +31,7 @@ class LocalStrategy:
     def __init__(self, backend: str, recorder: LifecycleRecorder, path_of, **backend_options):
         self.backend = backend
         self.recorder = recorder
-        self._path_of = path_of         # entry -> absolute model file path
+        self._path_of = path_of         # entry -> absolute subgraph file path
         self._paths: dict[int, Path] = {}
         self.options = backend_options
         self._loaded: OrderedDict[int, tuple] = OrderedDict()     # index -> (entry, context)

@@ -2,7 +2,7 @@
 
 Names are imported on first use (PEP 562): reading a manifest does not load onnx.
 """
-import importlib
+from ..core.lazy import lazy_getattr
 
 _WHERE = {name: "manifest" for name in ("FORMAT", "MANIFEST_FILE", "Manifest", "SubgraphEntry", "TensorSpec",
                                          "load_manifest", "subgraph_index")}
@@ -11,11 +11,4 @@ _WHERE.update({name: "onnx_export" for name in ("build_decoder", "build_subgraph
 _WHERE.update({name: "graph" for name in ("DEFAULT_OPSET", "MAX_OPSET", "fp16_missing_kernels")})
 
 __all__ = list(_WHERE)
-
-
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module 'harness.partition' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _WHERE)

@@ -133,7 +133,7 @@ def capture_calibration(bundle, partition, out, prompt: str, settings: dict, bra
     """Run one FP32 generation through `partition` and write the calibration directory `out`.
     Returns the record. Nothing is left under `out` if the run fails."""
     from ..partition.manifest import load_manifest, manifest_sha256
-    from .run import run_partitioned
+    from .run import run_partitioned, RunRequest
     manifest = load_manifest(partition)
     if manifest.export.get("dtype") != "float32" or manifest.export.get("fake_quant"):
         raise ConfigError(f"--partition {partition}: calibration is captured from an FP32 generation, "
@@ -144,8 +144,9 @@ def capture_calibration(bundle, partition, out, prompt: str, settings: dict, bra
         raise ConfigError(f"--out {out}: already exists and is not empty; choose a new directory")
     with atomic_directory(out) as staging:
         capture = CalibrationCapture(staging, branches, steps, streams, blocks)
-        result = run_partitioned(bundle, partition, backend, prompt, settings, guard=guard,
-                                 observers=[capture], text_embs=text_embs)
+        result = run_partitioned(
+            RunRequest(bundle, partition, backend, prompt, settings, text_embs=text_embs),
+            guard=guard, observers=[capture])
         capture.write_lists()
         from ..sampling.flow import flow_sigmas
         sigmas = flow_sigmas(settings["steps"], settings["shift"])

@@ -8,6 +8,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Callable
 
 import numpy as np
@@ -27,7 +28,7 @@ from ..sampling.flow import denoise
 from ..core.signals import stop_status
 from ..sampling.spectrum import sampler_velocity
 
-__all__ = ["RunResult", "run_partitioned", "open_partition"]
+__all__ = ["RunRequest", "RunResult", "run_partitioned", "open_partition"]
 
 
 def _run_memory(guard, start) -> dict:
@@ -89,22 +90,39 @@ def open_partition(bundle: ModelBundle, partition_dir: str | Path, verify: bool 
     return manifest
 
 
-def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str, prompt: str,
-                    settings: dict, backend_options: dict | None = None, guard=None,
-                    report_path: str | Path | None = None,
-                    on_step: Callable[[int], None] | None = None, verify: bool = True,
-                    text_embs: dict | None = None, lifecycle: str = "on-demand",
-                    images: int = 1, observers=()) -> RunResult:
-    """Generate one image through the partition; `settings` as from generate.sample_settings.
+@dataclass(frozen=True)
+class RunRequest:
+    """What one partitioned run is asked to do.
 
-    verify=False skips re-hashing the subgraph files (for benchmark rounds after a verified first
-    open: on the board that is gigabytes of sha256 that do not belong in a step time).
-    text_embs ({stream: [1, L, C]}) replaces the prompt for models whose text encoder is not here.
-    lifecycle: the context strategy (harness.lifecycle.spec). images: how many images are generated
-    together (seeds seed, seed+1, ...), every stream of every image served by each loaded context.
-    observers are called with every invocation (pipeline.Invocation): calibration capture and
-    accuracy analysis watch the run itself rather than a second forward.
+    settings: as from sampling.reference_run.sample_settings. verify=False skips re-hashing the
+    subgraph files (for benchmark rounds after a verified first open: on the board that is gigabytes
+    of sha256 that do not belong in a step time). text_embs ({stream: [1, L, C]}) replaces the prompt
+    for models whose text encoder is not here. lifecycle: the context strategy (harness.lifecycle.spec).
+    images: how many images are generated together (seeds seed, seed+1, ...), every stream of every
+    image served by each loaded context.
     """
+    bundle: ModelBundle
+    partition: str | Path
+    backend: str
+    prompt: str
+    settings: Mapping
+    backend_options: dict | None = None
+    verify: bool = True
+    text_embs: dict | None = None
+    lifecycle: str = "on-demand"
+    images: int = 1
+
+
+def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | None = None,
+                    on_step: Callable[[int], None] | None = None, observers=()) -> RunResult:
+    """Generate one image through the partition, watched by `guard` (a MemoryGuard), its report kept
+    at `report_path`. observers are called with every invocation (pipeline.Invocation): calibration
+    capture and accuracy analysis watch the run itself rather than a second forward.
+    """
+    r = request
+    bundle, partition_dir, backend, prompt, settings = r.bundle, r.partition, r.backend, r.prompt, r.settings
+    backend_options, verify, text_embs, lifecycle, images = (r.backend_options, r.verify, r.text_embs,
+                                                             r.lifecycle, r.images)
     result = RunResult(recorder=LifecycleRecorder())
     report = result.report
     report.update(status="running", error=None, backend=backend, backend_options=backend_options or {},

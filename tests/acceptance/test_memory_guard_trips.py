@@ -11,7 +11,7 @@ from harness.memory.guard import MemoryGuard, MemoryReading, read_memory
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
 from harness.memory.residency import residency_probe
-from harness.runtime.run import run_partitioned
+from harness.runtime.run import run_partitioned, RunRequest
 from tests.helpers import make_random_model_dir
 
 pytestmark = pytest.mark.memory
@@ -56,8 +56,9 @@ def test_swap_growth_stops_the_pipeline_between_invocations(tmp_path):
     report = tmp_path / "report.json"
     guard = MemoryGuard("1MiB", "16MiB", interval=60, reader=SwapAfter(40))
     with guard, pytest.raises(MemoryGuardTripped, match=r"swap growth 20.0 MiB over limit 16.0 MiB"):
-        run_partitioned(bundle, tmp_path / "p", "onnxruntime", "digit one",
-                        sample_settings(bundle, steps=2), guard=guard, report_path=report)
+        run_partitioned(
+            RunRequest(bundle, tmp_path / "p", "onnxruntime", "digit one", sample_settings(bundle, steps=2)),
+            guard=guard, report_path=report)
     assert live_contexts() == 0
     saved = json.loads(report.read_text())
     assert saved["status"] == "failed" and saved["memory"]["trip_reason"].startswith("swap growth")

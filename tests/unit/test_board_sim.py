@@ -161,12 +161,13 @@ def test_the_boards_host_time_falls_before_every_invocation(tmp_path):
 
 def test_strategies_on_the_simulated_board_give_onnxruntimes_latent(model, manifest):
     from harness.sampling.reference_run import sample_settings
-    from harness.runtime.run import run_partitioned
+    from harness.runtime.run import run_partitioned, RunRequest
     settings = sample_settings(model, steps=1)
 
     def latent(backend, lifecycle, options):
-        return run_partitioned(model, manifest.directory, backend, "the number 3", settings, options,
-                               lifecycle=lifecycle).latent
+        return run_partitioned(
+            RunRequest(model, manifest.directory, backend, "the number 3", settings, backend_options=options,
+                       lifecycle=lifecycle)).latent
     ort = latent("onnxruntime", "on-demand", {})
     for spec in ("on-demand", "prefetch:2"):
         assert np.array_equal(latent("board-sim", spec, {"time_scale": 1e-4}), ort), spec

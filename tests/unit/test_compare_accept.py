@@ -15,7 +15,7 @@ from harness.gates.cases import load_cases
 from harness.memory.guard import MemoryGuard
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
-from harness.runtime.run import run_partitioned
+from harness.runtime.run import run_partitioned, RunRequest
 
 STEPS = 1
 
@@ -44,8 +44,10 @@ def reports(embedded, tmp_path_factory):
     for name, backend, options in (("plain", "onnxruntime", {}), ("slowed", "faults", {"delay": 0.002})):
         paths[name] = out / f"{name}.json"
         with MemoryGuard("1MiB", "1GiB", interval=0.05) as guard:
-            run_partitioned(model, partition, backend, "a handwritten digit one",
-                            sample_settings(model, steps=STEPS), options, guard=guard, report_path=paths[name])
+            run_partitioned(
+                RunRequest(model, partition, backend, "a handwritten digit one", sample_settings(model,
+                           steps=STEPS), backend_options=options),
+                guard=guard, report_path=paths[name])
     return paths
 
 
@@ -108,8 +110,9 @@ def kept_source(embedded, tmp_path_factory):
     runs = tmp_path / "artifacts" / "runs"
     case = load_cases(golden / "cases.toml")[0]
     settings = {"steps": case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed}
-    result = run_partitioned(model, partition, "onnxruntime", case.prompt, settings,
-                             report_path=runs / "one.json")
+    result = run_partitioned(
+        RunRequest(model, partition, "onnxruntime", case.prompt, settings),
+        report_path=runs / "one.json")
     np.save(runs / "one-image.npy", result.image)
     return tmp_path, case, result
 

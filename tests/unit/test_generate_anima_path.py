@@ -11,7 +11,7 @@ from harness.core.errors import NumericsError
 from harness.sampling.reference_run import sample_settings
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
-from harness.runtime.run import run_partitioned
+from harness.runtime.run import run_partitioned, RunRequest
 from tools.make_anima_shaped import GOLDEN_DIR, MODEL_DIR, write_decoder_onnx
 from tests.helpers import make_random_model_dir
 
@@ -51,8 +51,8 @@ def test_cfg_1_runs_one_stream_on_a_two_stream_partition(anima, tmp_path):
     export_partition(bundle.weights_source, bundle.cfg, one, dtype="float32", streams=1)
     streams = {"cond": np.load(COND)[None]}
     s = sample_settings(bundle, steps=2, cfg_scale=1.0)
-    padded = run_partitioned(bundle, partition, "onnxruntime", "", s, text_embs=streams)
-    single = run_partitioned(bundle, one, "onnxruntime", "", s, text_embs=streams)
+    padded = run_partitioned(RunRequest(bundle, partition, "onnxruntime", "", s, text_embs=streams))
+    single = run_partitioned(RunRequest(bundle, one, "onnxruntime", "", s, text_embs=streams))
     assert padded.report["streams"] == ["cond"] and padded.report["streams_padded_to"] == 2
     np.testing.assert_allclose(padded.latent, single.latent, atol=1e-5)
     code, _ = _gen(tmp_path, "--model-dir", str(MODEL_DIR), "--backend", "onnxruntime", "--partition",
@@ -130,7 +130,8 @@ def test_decoder_emitting_nan_is_caught_and_everything_released(tmp_path):
     s = sample_settings(bundle, steps=1, cfg_scale=1.0)
     with pytest.raises(NumericsError, match=r"NaN/Inf in the image from subgraph 12 \(decoder\), file decoder.onnx: "
                                             r"768 of 768 values"):
-        run_partitioned(bundle, tmp_path / "p", "onnxruntime", "", s, text_embs={"cond": np.load(COND)[None]})
+        run_partitioned(
+            RunRequest(bundle, tmp_path / "p", "onnxruntime", "", s, text_embs={"cond": np.load(COND)[None]}))
     assert live_contexts() == 0
 
 

@@ -95,3 +95,12 @@ def test_a_cycle_is_found_and_named(tmp_path, inside_function):
     graph = import_graph(pkg)
     assert cycles(graph) == ["pkg.a -> pkg.sub.b -> pkg.a"]
     assert cycles(subpackage_graph(graph)) == ["pkg.a -> pkg.sub -> pkg.a"]
+
+
+def test_reading_a_manifest_does_not_load_onnx_or_the_cli():
+    import subprocess
+    import sys
+    code = ("import sys, harness.partition.manifest, harness.partition; "
+            "print(sorted(m for m in ('onnx', 'onnxruntime', 'harness.cli.main') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

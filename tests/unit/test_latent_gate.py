@@ -9,7 +9,7 @@ from harness.gates.cases import load_cases
 from harness.model.bundle import check_text_emb, load_bundle
 from harness.partition.onnx_export import export_partition
 from harness.gates.quality import ImageMismatch, compare_latents
-from harness.runtime.run import run_partitioned
+from harness.runtime.run import run_partitioned, RunRequest
 from tools.make_anima_shaped import GOLDEN_DIR, MODEL_DIR
 
 
@@ -37,7 +37,8 @@ def test_fp32_latent_passes_the_fp16_golden_with_margin(tmp_path):
     streams = {s: check_text_emb(np.load(GOLDEN_DIR / f), bundle.cfg, f)
                for s, f in (("cond", case.context), ("uncond", case.uncond_context))}
     settings = {"steps": case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed}
-    latent = run_partitioned(bundle, tmp_path / "p", "onnxruntime", "", settings, text_embs=streams).latent
+    latent = run_partitioned(
+        RunRequest(bundle, tmp_path / "p", "onnxruntime", "", settings, text_embs=streams)).latent
     q = compare_latents(latent, golden)
     print(quality_line(case, q))
     assert q.passes(case.ssim_min, case.psnr_min, case.cosine_min)

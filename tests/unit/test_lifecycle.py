@@ -11,7 +11,7 @@ from harness.sampling.reference_run import sample_settings
 from harness.lifecycle import parse_lifecycle, pinned_subset
 from harness.memory.guard import MemoryGuard, MemoryReading, read_memory
 from harness.partition.manifest import load_manifest
-from harness.runtime.run import run_partitioned
+from harness.runtime.run import run_partitioned, RunRequest
 from tests.helpers import export_fp32, random_bundle
 
 STEPS = 2
@@ -30,9 +30,9 @@ def partition(model, tmp_path_factory):
     return export_fp32(model, tmp_path_factory)
 
 
-def _run(model, partition, lifecycle, backend="onnxruntime", options=None, **kw):
-    return run_partitioned(model, partition, backend, PROMPT, sample_settings(model, steps=STEPS),
-                           options or {}, lifecycle=lifecycle, **kw)
+def _run(model, partition, lifecycle, backend="onnxruntime", options=None, images=1, **kw):
+    return run_partitioned(RunRequest(model, partition, backend, PROMPT, sample_settings(model, steps=STEPS),
+                                      backend_options=options or {}, lifecycle=lifecycle, images=images), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -172,8 +172,9 @@ def test_stream_batching_serves_every_image_from_one_loaded_context(model, parti
     # Image 0 is the single run's image (its seed), image 1 the next seed's; batching changes the
     # host math's batch size only, so the latents agree to float noise.
     assert np.abs(run.latent[:1] - on_demand.latent).max() < 1e-4
-    second = run_partitioned(model, partition, "onnxruntime", PROMPT,
-                             {**sample_settings(model, steps=STEPS), "seed": sample_settings(model)["seed"] + 1})
+    second = run_partitioned(
+        RunRequest(model, partition, "onnxruntime", PROMPT,
+                   {**sample_settings(model, steps=STEPS), "seed": sample_settings(model)["seed"] + 1}))
     assert np.abs(run.latent[1:2] - second.latent).max() < 1e-4
     assert np.abs(run.latent[1:2] - run.latent[:1]).max() > 0.1       # two different images
 
@@ -186,7 +187,8 @@ def test_prefetch_follows_spectrum_forecast_steps_with_the_same_numbers(model, p
     settings = sample_settings(model, steps=5, sampler="spectrum", spectrum=params)
 
     def run(spec):
-        return run_partitioned(model, partition, "onnxruntime", PROMPT, settings, lifecycle=spec, images=2)
+        return run_partitioned(
+            RunRequest(model, partition, "onnxruntime", PROMPT, settings, lifecycle=spec, images=2))
     od, pf = run("on-demand"), run("prefetch:2")
     computed = len(od.report["sampler"]["computed_steps"])
     assert computed < 5 and np.array_equal(od.latent, pf.latent)

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from harness.memory.guard import MemoryGuard, read_memory
-from harness.runtime.run import run_partitioned
+from harness.runtime.run import RunRequest, run_partitioned
 from tests.helpers import export_fp32, random_bundle
 
 MiB = 1 << 20
@@ -64,8 +64,8 @@ def test_a_prefetch_run_reports_its_workers_beside_the_pipeline(model):
     bundle, partition = model
     settings = {"steps": 1, "cfg_scale": 4.0, "shift": 3.0, "seed": 0, "sampler": "flow-euler"}
     with MemoryGuard("1MiB", "1TiB", interval=0.02) as guard:
-        report = run_partitioned(bundle, partition, "onnxruntime", "digit one", settings, guard=guard,
-                                 lifecycle="prefetch:2").report
+        report = run_partitioned(RunRequest(bundle, partition, "onnxruntime", "digit one", settings,
+                                            lifecycle="prefetch:2"), guard=guard).report
     mem = report["memory"]
     assert report["lifecycle"] == "prefetch:2"
     assert mem["run_max_worker_processes"] >= 2               # the two workers (and the shm tracker)

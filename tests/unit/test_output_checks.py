@@ -10,7 +10,7 @@ from harness.backends import live_contexts
 from harness.core.errors import ManifestError, NumericsError
 from harness.sampling.reference_run import sample_settings
 from harness.partition.manifest import SubgraphEntry, TensorSpec
-from harness.runtime.run import run_partitioned
+from harness.runtime.run import run_partitioned, RunRequest
 from tests.helpers import export_fp32, random_bundle
 
 
@@ -27,8 +27,10 @@ def partition(model, tmp_path_factory):
 def run(model, partition, tmp_path, fault):
     report = tmp_path / "report.json"
     with pytest.raises((ManifestError, NumericsError)) as caught:
-        run_partitioned(model, partition, "faults", "digit one", sample_settings(model, steps=1),
-                        backend_options=fault, report_path=report)
+        run_partitioned(
+            RunRequest(model, partition, "faults", "digit one", sample_settings(model, steps=1),
+                       backend_options=fault),
+            report_path=report)
     assert live_contexts() == 0
     saved = json.loads(report.read_text())
     assert saved["status"] == "failed" and saved["error"] == str(caught.value)

@@ -10,7 +10,7 @@ from harness.backends import live_contexts
 from harness.cli.main import main
 from harness.sampling.reference_run import sample_reference, sample_settings
 from harness.partition.onnx_export import export_partition
-from harness.runtime.run import run_partitioned
+from harness.runtime.run import run_partitioned, RunRequest
 from tests.helpers import export_fp32, random_bundle
 
 STEPS = 3
@@ -28,7 +28,8 @@ def partition(model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fp32_run(model, partition):
-    return run_partitioned(model, partition, "onnxruntime", "the number 3", sample_settings(model, steps=STEPS))
+    return run_partitioned(
+        RunRequest(model, partition, "onnxruntime", "the number 3", sample_settings(model, steps=STEPS)))
 
 
 def test_partitioned_fp32_matches_monolithic_reference(model, fp32_run):
@@ -54,7 +55,8 @@ def test_fp16_partition_image_is_close_to_fp32(model, fp32_run, tmp_path):
     from harness.gates.quality import compare
     fp16 = tmp_path / "fp16"
     export_partition(model.weights_source, model.cfg, fp16, dtype="float16")
-    run = run_partitioned(model, fp16, "onnxruntime", "the number 3", sample_settings(model, steps=STEPS))
+    run = run_partitioned(
+        RunRequest(model, fp16, "onnxruntime", "the number 3", sample_settings(model, steps=STEPS)))
     q = compare(run.image, fp32_run.image)
     print(f"FP16 vs FP32 subgraphs, random-weight model, {STEPS} steps: SSIM {q.ssim:.6f}, PSNR {q.psnr:.1f} dB")
     assert 0.99 < q.ssim <= 1.0
@@ -70,8 +72,10 @@ def test_nan_stops_the_run_naming_step_block_branch_stream(model, partition, tmp
     export_partition(bad, model.cfg, poisoned, dtype="float16")
     report = tmp_path / "r.json"
     with pytest.raises(NumericsError, match=r"step 0, block 5, branch ffn, stream cond .*: \d+ of 4096 values"):
-        run_partitioned(dataclasses.replace(model, weights=bad, checkpoint=None), poisoned, "onnxruntime", "digit one", sample_settings(model, steps=2),
-                        report_path=report)
+        run_partitioned(
+            RunRequest(dataclasses.replace(model, weights=bad, checkpoint=None), poisoned, "onnxruntime",
+                       "digit one", sample_settings(model, steps=2)),
+            report_path=report)
     assert live_contexts() == 0
     assert json.loads(report.read_text())["status"] == "failed"
 
@@ -159,10 +163,13 @@ def test_partition_from_other_weights_or_partial_is_refused(model, tmp_path):
     other["blocks.3.mlp.layer1.weight"] = other["blocks.3.mlp.layer1.weight"] * 1.01
     export_partition(other, model.cfg, tmp_path / "stale", dtype="float32")
     with pytest.raises(ManifestError, match="exported from other weights"):
-        run_partitioned(model, tmp_path / "stale", "onnxruntime", "digit one", sample_settings(model, steps=1))
+        run_partitioned(
+            RunRequest(model, tmp_path / "stale", "onnxruntime", "digit one", sample_settings(model, steps=1)))
     export_partition(model.weights_source, model.cfg, tmp_path / "partial", dtype="float32", blocks=[0, 1])
     with pytest.raises(ManifestError, match="partial partition .2 of 28 blocks; block 2 missing"):
-        run_partitioned(model, tmp_path / "partial", "onnxruntime", "digit one", sample_settings(model, steps=1))
+        run_partitioned(
+            RunRequest(model, tmp_path / "partial", "onnxruntime", "digit one", sample_settings(model,
+                       steps=1)))
     assert live_contexts() == 0
 
 
@@ -182,8 +189,10 @@ def test_rknnlite_failing_mid_run_names_subgraph_and_releases_everything(model, 
     monkeypatch.setattr(fake, "inference", flaky)
     report = tmp_path / "r.json"
     with pytest.raises(BackendError, match=r"subgraph 40 \(block 13 cross_attn\): run failed: inference\(\) returned None"):
-        run_partitioned(model, partition, "rknnlite", "digit one", sample_settings(model, steps=1),
-                        {"core_mask": "0_1_2"}, report_path=report)
+        run_partitioned(
+            RunRequest(model, partition, "rknnlite", "digit one", sample_settings(model, steps=1),
+                       backend_options={"core_mask": "0_1_2"}),
+            report_path=report)
     assert live_contexts() == 0 and fake.live == 0
     assert json.loads(report.read_text())["status"] == "failed"
 
@@ -204,7 +213,7 @@ def test_anima_shaped_partition_without_decoder_or_prompt_encoder(tmp_path):
     io = np.load(DATA / "tiny_io.npz")
     contexts = {"cond": io["context"], "uncond": np.zeros_like(io["context"])}
     settings = {"steps": 3, "cfg_scale": 4.0, "shift": 3.0, "seed": 7}
-    run = run_partitioned(bundle, tmp_path / "p", "onnxruntime", "", settings, text_embs=contexts)
+    run = run_partitioned(RunRequest(bundle, tmp_path / "p", "onnxruntime", "", settings, text_embs=contexts))
     assert run.image is None and run.report["status"] == "ok"
 
     from harness.model import reference as R

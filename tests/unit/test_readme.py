@@ -54,8 +54,8 @@ def test_readme_harness_command_parses(argv, capsys):
 
 
 def _markers() -> set[str]:
-    ini = (ROOT / "pytest.ini").read_text().split("markers =", 1)[1].split("\n\S", 1)[0]
-    return {line.split(":")[0].strip() for line in ini.splitlines() if line.strip()}
+    block = re.search(r"^markers =\n((?:[ \t]+[^\n]*\n)+)", (ROOT / "pytest.ini").read_text(), flags=re.M).group(1)
+    return {line.split(":")[0].strip() for line in block.splitlines()}
 
 
 @pytest.fixture(scope="module")

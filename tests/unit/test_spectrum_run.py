@@ -36,9 +36,9 @@ def settings(model):
 
 @pytest.fixture(scope="module")
 def spectrum_run(model, partition, settings, tmp_path_factory):
-    from harness.runtime.run import run_partitioned
+    from harness.runtime.run import run_partitioned, RunRequest
     report = tmp_path_factory.mktemp("run") / "r.json"
-    return run_partitioned(model, partition, "onnxruntime", PROMPT, settings, report_path=report)
+    return run_partitioned(RunRequest(model, partition, "onnxruntime", PROMPT, settings), report_path=report)
 
 
 def test_partitioned_spectrum_matches_the_monolithic_reference_running_spectrum(model, settings, spectrum_run):

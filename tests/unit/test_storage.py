@@ -10,7 +10,7 @@ from harness.model.bundle import load_bundle
 from harness.core.outputs import MARKER, ArtifactsLock
 from harness.partition.onnx_export import export_partition
 from harness.sampling.reference_run import sample_settings
-from harness.runtime.run import run_partitioned
+from harness.runtime.run import run_partitioned, RunRequest
 from tests.helpers import make_random_model_dir
 
 
@@ -20,8 +20,9 @@ def test_a_report_that_cannot_be_written_fails_a_run_that_passed(tmp_path):
     (tmp_path / "a-file").write_text("not a folder")
     report = tmp_path / "a-file" / "report.json"
     with pytest.raises(StorageError, match=r"cannot write .*a-file/report\.json"):
-        run_partitioned(bundle, tmp_path / "p", "onnxruntime", "digit one", sample_settings(bundle, steps=1),
-                        report_path=report)
+        run_partitioned(
+            RunRequest(bundle, tmp_path / "p", "onnxruntime", "digit one", sample_settings(bundle, steps=1)),
+            report_path=report)
 
 
 def test_a_failed_write_names_the_users_path_not_the_temporary_file(tmp_path):
