@@ -10,18 +10,17 @@ Options:
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 
 from ..core.errors import ConfigError, ManifestError
+from ..partition.declared import check_identity
 from .base import Context
 
-__all__ = ["OnnxRuntimeContext", "session_options", "check_identity"]
+__all__ = ["OnnxRuntimeContext", "session_options"]
 
 # The manifest's entry label: "subgraph 4 (block 1 cross_attn)" or "subgraph 84 (decoder)".
-_LABEL = re.compile(r"^subgraph (?P<index>\d+) \((?:block (?P<block>\d+) )?(?P<branch>\w+)\)$")
 
 
 def session_options(threads: int = 1):
@@ -48,20 +47,6 @@ def _threads_option(options: dict) -> int:
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ConfigError(f"onnxruntime backend option 'threads' must be a positive integer, got {threads!r}")
     return threads
-
-
-def check_identity(label: str, path, metadata: dict) -> None:
-    """The exporter writes index, block and branch into each ONNX file's metadata: refuse a file
-    that is another subgraph than the manifest entry that names it (two files swapped in a manifest
-    whose checksums were swapped too still run, with the same shapes, and give a wrong image)."""
-    match = _LABEL.match(label)
-    if match is None:
-        return
-    want = {k: v for k, v in match.groupdict().items() if v is not None}
-    have = {k: metadata[k] for k in want if k in metadata}
-    if have != {k: want[k] for k in have}:
-        found = ", ".join(f"{k} {v}" for k, v in sorted(have.items()))
-        raise ManifestError(f"{label}: file {path} is another subgraph per its ONNX metadata ({found})")
 
 
 class OnnxRuntimeContext(Context):

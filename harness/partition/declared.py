@@ -15,14 +15,30 @@ checksum passes. So inspect opens each file and checks what it declares:
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from ..backends.onnxruntime import check_identity
 from ..core.errors import ManifestError
 
-__all__ = ["check_declared", "check_onnx", "check_rknn", "rknn_description", "rknn_version"]
+__all__ = ["check_identity", "check_declared", "check_onnx", "check_rknn", "rknn_description", "rknn_version"]
 
 _LENGTH_BYTES = 8
+
+_LABEL = re.compile(r"^subgraph (?P<index>\d+) \((?:block (?P<block>\d+) )?(?P<branch>\w+)\)$")
+
+
+def check_identity(label: str, path, metadata: dict) -> None:
+    """The exporter writes index, block and branch into each ONNX file's metadata: refuse a file
+    that is another subgraph than the manifest entry that names it (two files swapped in a manifest
+    whose checksums were swapped too still run, with the same shapes, and give a wrong image)."""
+    match = _LABEL.match(label)
+    if match is None:
+        return
+    want = {k: v for k, v in match.groupdict().items() if v is not None}
+    have = {k: metadata[k] for k in want if k in metadata}
+    if have != {k: want[k] for k in have}:
+        found = ", ".join(f"{k} {v}" for k, v in sorted(have.items()))
+        raise ManifestError(f"{label}: file {path} is another subgraph per its ONNX metadata ({found})")
 
 
 def check_declared(manifest, entry) -> None:
