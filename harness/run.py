@@ -114,6 +114,7 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
             raise StorageError(f"cannot write the run report {report_path}: {exc.strerror or exc}") from None
     try:
         manifest = open_partition(bundle, partition_dir, verify)
+        report["weights_digest"] = {"sha256": bundle.digest, **(bundle.digest_info or {})}
         report["manifest_sha256"] = manifest_sha256(manifest.directory)
         report["export"] = manifest.export
         options = run_options(backend, backend_options)

@@ -7,11 +7,16 @@ Phases, each in its own process so each peak is its own:
   3. step        one 512x512 denoise step (1,024 tokens, CFG 4: two streams) on the on-demand path
                  through onnxruntime: per-branch core time, lifecycle per stage, host-side PSS
 Then prints the figures beside the board's (shared/reference/board-profile-rock5c-anima.toml,
-copied into BOARD below) as ratios here/board. Host-side PSS is read between invocations, when no
+copied into BOARD below) as ratios here/board, and the step against its FLOP bound: the machine's GEMM
+rate is measured in the same run, just before and just after the step ([2048 x 2048] x [2048 x 8192]:
+numpy FP32, onnxruntime MatMul FP32 and FP16, every core), the step's FLOPs are counted from the
+profile (harness.model.flops), and the bound is FLOPs / the best rate seen. The last line is
+`step/FLOP-bound ratio: X`, the step's wall time (host math included) over that bound. Host-side PSS is read between invocations, when no
 context is loaded: the host's weights and buffers (on the board the NPU contexts sit outside it);
 the process peak with one onnxruntime context loaded is printed too.
 
     nice -n 10 .venv/bin/python tools/bench_full_size.py --work .cache/full-size
+    .venv/bin/python tools/bench_full_size.py --blocks 2     # full width, 2 blocks: minutes, not hours
 """
 from __future__ import annotations
 
@@ -33,6 +38,65 @@ BOARD = {
     "lifecycle": {"load": 13.96, "init": 12.90, "release": 4.84, "stage_sum": 31.71},
 }
 GiB = 2 ** 30
+GEMM_SHAPE = (2048, 2048, 8192)     # [M x K] x [K x N]: an FFN layer's shape at full width
+
+
+def _best_seconds(fn, repeats: int = 3) -> float:
+    fn()                                # warm-up: thread pools, page faults
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _ort_matmul(dtype):
+    """A one-MatMul session at GEMM_SHAPE in `dtype` with every core and onnxruntime's defaults."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    m, k, n = GEMM_SHAPE
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "gemm",
+                              [helper.make_tensor_value_info("a", elem, [m, k]),
+                               helper.make_tensor_value_info("b", elem, [k, n])],
+                              [helper.make_tensor_value_info("y", elem, [m, n])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = os.cpu_count() or 1
+    session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feed = {"a": rng.standard_normal((m, k), dtype=np.float32).astype(dtype),
+            "b": rng.standard_normal((k, n), dtype=np.float32).astype(dtype)}
+    return lambda: session.run(None, feed)
+
+
+def gemm_rates() -> dict[str, float]:
+    """GFLOP/s of one [2048 x 2048] x [2048 x 8192] GEMM: numpy FP32, onnxruntime MatMul FP32 and FP16."""
+    import numpy as np
+    m, k, n = GEMM_SHAPE
+    flops = 2 * m * k * n
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    return {"numpy_fp32": flops / _best_seconds(lambda: a @ b) / 1e9,
+            "ort_fp32": flops / _best_seconds(_ort_matmul(np.float32)) / 1e9,
+            "ort_fp16": flops / _best_seconds(_ort_matmul(np.float16)) / 1e9}
+
+
+def _profile_with_blocks(work: Path, profile: str, blocks: int) -> str:
+    """A copy of the profile with `blocks` blocks (full width otherwise), as a .toml path."""
+    import re
+    from harness.config import load_profile
+    text = Path(load_profile(profile).source).read_text()
+    text, found = re.subn(r"(?m)^blocks\s*=\s*\d+", f"blocks = {blocks}", text)
+    if not found:
+        raise SystemExit(f"{profile}: no 'blocks = N' line in [network] to replace")
+    out = work / f"{Path(profile).stem}-{blocks}-blocks.toml"
+    out.write_text(text)
+    return str(out)
 
 
 def _child(cmd: list[str], log: Path) -> tuple[float, int, int]:
@@ -117,6 +181,11 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
         "host_pss_peak_between_invocations_bytes": max(between),
         "process_pss_peak_bytes": report["memory"]["baseline_pss_bytes"] + report["memory"]["peak_pss_added_bytes"],
         "digest_seconds": digest_s,
+        "weights_digest": report.get("weights_digest"),
+        "streams": len(contexts),
+        "step_seconds": report["tables"]["step_split"]["step"] if complete else None,
+        "step_split": report["tables"]["step_split"] if complete else None,
+        "backend_options": report.get("backend_options"),
         "per_branch": _per_branch(report["lifecycle_records"]),
         "invocations": sum(1 for r in report["lifecycle_records"] if r["stage"] == "run"),
         "wall_seconds": time.perf_counter() - started,
@@ -168,16 +237,44 @@ def _ratio_table(figures: dict, export: dict) -> str:
     return "\n".join(rows)
 
 
+def _bound_lines(figures: dict, rates: list[dict], profile: str) -> list[str]:
+    """The step against its FLOP bound; the ratio line last."""
+    from harness.config import load_profile
+    from harness.model.flops import step_flops
+    flops = step_flops(load_profile(profile), figures["streams"])
+    best = max(v for r in rates for v in r.values())
+    bound = flops / (best * 1e9)
+    lines = [f"GEMM rate {when}: " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in r.items())
+             for when, r in zip(("before the step", "after the step"), rates)]
+    lines.append(f"step FLOPs ({figures['blocks']} blocks, {figures['streams']} streams): {flops / 1e9:.1f} GFLOP")
+    lines.append(f"FLOP bound at {best:.0f} GFLOP/s (the best rate above): {bound:.2f} s")
+    step = figures.get("step_seconds")
+    if step is None:
+        lines.append("step/FLOP-bound ratio: n/a (the step did not complete)")
+        return lines
+    split = figures["step_split"]
+    lines.append(f"step: {step:.2f} s wall (lifecycle {split['lifecycle']:.2f} s, host math {split['host']:.2f} s, "
+                 f"rest {split['rest']:.2f} s); load {os.getloadavg()[0]:.1f}")
+    lines.append(f"step/FLOP-bound ratio: {step / bound:.2f}")
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, default=ROOT / ".cache" / "full-size")
+    parser.add_argument("--work", type=Path, help="work directory (default: .cache/full-size[-N-blocks])")
     parser.add_argument("--profile", default="anima-2b", help="profile (default: %(default)s; others for a smoke run)")
+    parser.add_argument("--blocks", type=int, help="the profile at full width with N blocks (ratio in minutes)")
     parser.add_argument("--phase", choices=("all", "step", "table"), default="all",
                         help="all; step: only the step (partition exported); table: print from the saved figures")
     args = parser.parse_args(argv)
-    work = args.work.resolve()
+    if args.blocks is not None and args.blocks < 1:
+        parser.error(f"--blocks must be at least 1, got {args.blocks}")
+    suffix = f"-{args.blocks}-blocks" if args.blocks else ""
+    work = (args.work or ROOT / ".cache" / f"full-size{suffix}").resolve()
     work.mkdir(parents=True, exist_ok=True)
-    checkpoint = work / f"{args.profile}-random-bf16.safetensors"
+    if args.blocks:
+        args.profile = _profile_with_blocks(work, args.profile, args.blocks)
+    checkpoint = work / f"{Path(args.profile).stem}-random-bf16.safetensors"
     partition = work / "partition-fp16"
     if args.phase == "step":
         phase_step(work, partition, work / "step.json")
@@ -185,7 +282,11 @@ def main(argv=None) -> int:
     if args.phase == "table":
         summary = work / "summary.json"
         export = json.loads(summary.read_text())["export"] if summary.exists() else {}
-        print(_ratio_table(json.loads((work / "step.json").read_text()), export))
+        figures = json.loads((work / "step.json").read_text())
+        print(_ratio_table(figures, export))
+        rates = json.loads(summary.read_text()).get("gemm_rates") if summary.exists() else None
+        if rates:
+            print("\n".join(_bound_lines(figures, rates, args.profile)))
         return 0
     py = sys.executable
     if not checkpoint.exists():
@@ -201,17 +302,21 @@ def main(argv=None) -> int:
     if rc:
         return rc
     _model_dir(work, checkpoint, args.profile)
+    rates = [gemm_rates()]
     secs, rss, rc = _child([py, "tools/bench_full_size.py", "--work", str(work), "--phase", "step"],
                            work / "step.log")
     print(f"step phase: {secs:.0f} s wall (load, digest, one step), peak RSS {rss / GiB:.2f} GiB, rc {rc}",
           flush=True)
     if rc:
         return rc
+    rates.append(gemm_rates())
     figures = json.loads((work / "step.json").read_text())
-    (work / "summary.json").write_text(json.dumps({"export": export, "step": figures}, indent=1))
+    (work / "summary.json").write_text(json.dumps({"export": export, "step": figures, "gemm_rates": rates},
+                                                  indent=1))
     print(_ratio_table(figures, export))
-    print(f"digest of the checkpoint (streamed): {figures['digest_seconds']:.0f} s; latent finite: "
-          f"{figures['latent_finite']}")
+    print(f"digest of the checkpoint: {figures['digest_seconds']:.1f} s ({figures.get('weights_digest')}); "
+          f"latent finite: {figures['latent_finite']}")
+    print("\n".join(_bound_lines(figures, rates, args.profile)))
     return 0
 
 
