@@ -1,6 +1,7 @@
 """One denoising step over the partition, as the board runs it.
 
-Host (FP32): timestep embedding and every block's modulation once per step, patch embed, then for
+Host (FP32): timestep embedding and every block's modulation once per step (or, when the schedule is
+known before the first step, for every step at once: `precompute_modulations`), patch embed, then for
 each subgraph in manifest order LayerNorm + modulation -> cast to the subgraph dtype -> the backend
 runs the branch body for the CFG streams -> gate + FP32 residual on the host. Then the final layer.
 The two halves are separate (`hidden_state`, `final_velocity`) so that Spectrum can forecast the
@@ -118,6 +119,8 @@ class PartitionedPipeline:
         self._checked: set[int] = set()
         self._text_embs: dict[str, np.ndarray] = {}
         self._emb: tuple | None = None
+        self._schedule: dict[float, int] = {}      # sigma -> row of the precomputed modulations
+        self._mods: dict = {}
         self.padded_to: int | None = None       # set when a subgraph's batch was padded past the streams
 
     # ------------------------------------------------------------------ one step
@@ -130,7 +133,7 @@ class PartitionedPipeline:
         self.sigma = sigma
         with host.timed(step, "adaln"):
             emb, lora = self._time_embedding(sigma, step)
-            mods = R.modulations(w, cfg, emb, lora)
+            mods = self._step_modulations(sigma, emb, lora)
         with host.timed(step, "embed"):
             tokens = ops.linear(R.patchify(latent, cfg), w["x_embedder.proj.1.weight"])
             x = np.concatenate([tokens] * len(self.streams))                    # [S*N, T, D] FP32
@@ -150,6 +153,26 @@ class PartitionedPipeline:
                               np.repeat(lora, len(x), 0), latent_hw)
         n = len(x) // len(self.streams)
         return {s: v[k * n:(k + 1) * n] for k, s in enumerate(self.streams)}
+
+    def precompute_modulations(self, sigmas, step: int = 0) -> None:
+        """Every block's modulation for every sigma of the schedule in one pass over the AdaLN layers.
+
+        The modulations depend on the timestep only, and the schedule is known before the first step:
+        each layer is read from the mapped checkpoint once per run instead of once per step (0.66 GiB
+        of FP32 per step on anima-2b), and kept are the results, 3 x D floats per branch and step
+        (41 MB for anima-2b's 20 steps). The time goes to `step`'s AdaLN host time.
+        """
+        with self.host.timed(step, "adaln"):
+            sigmas = [float(s) for s in sigmas]
+            emb, lora = R.time_embedding(self.bundle.weights, self.cfg, np.array(sigmas, np.float32))
+            self._mods = R.modulations(self.bundle.weights, self.cfg, emb, lora)
+            self._schedule = {s: k for k, s in enumerate(sigmas)}
+
+    def _step_modulations(self, sigma: float, emb, lora) -> dict:
+        k = self._schedule.get(sigma)
+        if k is None:               # off the precomputed schedule: this step's own pass
+            return R.modulations(self.bundle.weights, self.cfg, emb, lora)
+        return {key: tuple(m[k:k + 1] for m in mods) for key, mods in self._mods.items()}
 
     def _time_embedding(self, sigma: float, step: int):
         # Once per step: the final layer of a computed step reuses the blocks' embedding, a forecast

@@ -22,7 +22,7 @@ from .model.bundle import ModelBundle
 from .partition.manifest import load_manifest, manifest_sha256, network_settings
 from .pipeline import PartitionedPipeline
 from .steptimes import summarize
-from .sampler import denoise
+from .sampler import denoise, flow_sigmas
 from .signals import stop_status
 from .spectrum import sampler_velocity
 
@@ -138,6 +138,7 @@ def run_partitioned(bundle: ModelBundle, partition_dir: str | Path, backend: str
                 on_step(i)
 
         velocity, sampler_summary = sampler_velocity(pipeline, settings, pipeline.host.timed)
+        pipeline.precompute_modulations(flow_sigmas(settings["steps"], settings["shift"])[:-1])
         noise = initial_latents(bundle, [settings["seed"] + k for k in range(images)])
         result.latent = denoise(velocity, noise, settings["steps"], settings["shift"],
                                 settings["cfg_scale"], on_step=step_done)

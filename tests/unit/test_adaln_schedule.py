@@ -1,0 +1,51 @@
+"""The AdaLN modulations are computed for the whole known schedule before the first step: each
+layer is read from the mapped checkpoint once per run, not once per step, and the latent still
+matches the monolithic FP32 reference."""
+import dataclasses
+from collections import Counter
+from collections.abc import Mapping
+
+import numpy as np
+import pytest
+
+from harness.reference_run import sample_reference, sample_settings
+from harness.run import run_partitioned
+from tests.helpers import export_fp32, random_bundle
+
+STEPS = 3
+
+
+class CountingWeights(Mapping):
+    """The bundle's real host weights, counting each key's reads."""
+
+    def __init__(self, weights):
+        self.weights, self.reads = weights, Counter()
+
+    def __getitem__(self, key):
+        self.reads[key] += 1
+        return self.weights[key]
+
+    def __iter__(self):
+        return iter(self.weights)
+
+    def __len__(self):
+        return len(self.weights)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return random_bundle(tmp_path_factory, seed=6)
+
+
+def test_each_adaln_layer_is_read_once_per_run(model, tmp_path_factory):
+    partition = export_fp32(model, tmp_path_factory)
+    counting = CountingWeights(model.weights)
+    bundle = dataclasses.replace(model, weights=counting)
+    settings = sample_settings(model, steps=STEPS)
+    run = run_partitioned(bundle, partition, "onnxruntime", "the number 3", settings)
+    adaln = {k: n for k, n in counting.reads.items() if ".adaln_modulation_" in k and k.startswith("blocks.")}
+    assert len(adaln) == 6 * model.cfg.blocks
+    assert set(adaln.values()) == {1}, f"read per step instead of once: {sorted(set(adaln.values()))}"
+    ref = sample_reference(model, ["the number 3"], [settings["seed"]], STEPS, settings["cfg_scale"],
+                           settings["shift"])
+    assert np.abs(run.latent - ref).max() <= 1e-4
