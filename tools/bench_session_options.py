@@ -60,7 +60,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("partitions", nargs="+", type=Path)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sets", help="option sets LEVEL:THREADS,... (default: every level x 1 and all cores)")
     args = parser.parse_args(argv)
+    sets = ([(level, int(threads)) for level, threads in (item.split(":") for item in args.sets.split(","))]
+            if args.sets else OPTION_SETS)
     cases = []
     for directory in args.partitions:
         manifest = load_manifest(directory)
@@ -72,17 +75,17 @@ def main(argv=None) -> int:
     outputs: dict = {}
     for _ in range(args.rounds):
         for name, path, feed in cases:
-            for level, threads in OPTION_SETS:
+            for level, threads in sets:
                 init, run, out = time_subgraph(path, feed, level, threads)
                 times.setdefault((name, level, threads), []).append((init, run))
                 outputs.setdefault(name, {})[(level, threads)] = out
     print(f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores, {args.rounds} rounds (medians)")
-    print("| subgraph | optimisation | threads | load+init s | run s | sum s | max abs diff vs DISABLE_ALL/1 |")
+    print("| subgraph | optimisation | threads | load+init s | run s | sum s | max abs diff vs the first set |")
     print("|---|---|---|---|---|---|---|")
     for (name, level, threads), rows in times.items():
         init = statistics.median(r[0] for r in rows)
         run = statistics.median(r[1] for r in rows)
-        ref = outputs[name][OPTION_SETS[0]].astype(np.float32)
+        ref = outputs[name][sets[0]].astype(np.float32)
         diff = float(np.max(np.abs(outputs[name][(level, threads)].astype(np.float32) - ref)))
         print(f"| {name} | {level} | {threads} | {init:.4f} | {run:.4f} | {init + run:.4f} | {diff:.3g} |")
     return 0
