@@ -213,7 +213,7 @@ def _ratio_table(figures: dict, export: dict) -> str:
     pb, blocks = figures["per_branch"], figures["blocks"]
     rows = ["| what | here | board | here / board |", "|---|---|---|---|"]
     if export:
-        rows.append(f"| export, 84 FP16 subgraphs | {export['seconds']:.0f} s | - | - |")
+        rows.append(f"| export, {3 * blocks} subgraphs | {export['seconds']:.0f} s | - | - |")
         rows.append(f"| export peak RSS | {export['peak_rss'] / GiB:.2f} GiB | - | - |")
     rows.append(f"| host tensors resident (FP32) | {figures['host_resident_bytes'] / GiB:.3f} GiB | - | - |")
     rows.append(f"| AdaLN layers read per step (FP32) | {figures['host_streamed_bytes'] / GiB:.2f} GiB | - | - |")
@@ -264,6 +264,10 @@ def main(argv=None) -> int:
     parser.add_argument("--work", type=Path, help="work directory (default: .cache/full-size[-N-blocks])")
     parser.add_argument("--profile", default="anima-2b", help="profile (default: %(default)s; others for a smoke run)")
     parser.add_argument("--blocks", type=int, help="the profile at full width with N blocks (ratio in minutes)")
+    parser.add_argument("--dtype", choices=("float16", "float32"), default="float16",
+                        help="subgraph precision (default: %(default)s, what the board runs and the goldens need)")
+    parser.add_argument("--reuse-partition", action="store_true",
+                        help="keep an already exported partition (its export is then not timed)")
     parser.add_argument("--phase", choices=("all", "step", "table"), default="all",
                         help="all; step: only the step (partition exported); table: print from the saved figures")
     args = parser.parse_args(argv)
@@ -275,14 +279,14 @@ def main(argv=None) -> int:
     if args.blocks:
         args.profile = _profile_with_blocks(work, args.profile, args.blocks)
     checkpoint = work / f"{Path(args.profile).stem}-random-bf16.safetensors"
-    partition = work / "partition-fp16"
+    partition = work / ("partition-fp16" if args.dtype == "float16" else "partition-fp32")
     if args.phase == "step":
-        phase_step(work, partition, work / "step.json")
+        phase_step(work, partition, work / f"step-{args.dtype}.json")
         return 0
     if args.phase == "table":
-        summary = work / "summary.json"
+        summary = work / f"summary-{args.dtype}.json"
         export = json.loads(summary.read_text())["export"] if summary.exists() else {}
-        figures = json.loads((work / "step.json").read_text())
+        figures = json.loads((work / f"step-{args.dtype}.json").read_text())
         print(_ratio_table(figures, export))
         rates = json.loads(summary.read_text()).get("gemm_rates") if summary.exists() else None
         if rates:
@@ -295,23 +299,28 @@ def main(argv=None) -> int:
         print(f"checkpoint: {secs:.0f} s, peak RSS {rss / GiB:.2f} GiB, rc {rc}", flush=True)
         if rc:
             return rc
-    secs, rss, rc = _child([py, "-m", "harness", "export", "--profile", args.profile, "--weights", str(checkpoint),
-                            "--dtype", "float16", "--out", str(partition), "--quiet"], work / "export.log")
-    export = {"seconds": secs, "peak_rss": rss}
-    print(f"export: {secs:.0f} s, peak RSS {rss / GiB:.2f} GiB, rc {rc}", flush=True)
-    if rc:
-        return rc
+    if args.reuse_partition and (partition / "manifest.json").exists():
+        export = {}
+        print(f"export: reusing {partition}", flush=True)
+    else:
+        secs, rss, rc = _child([py, "-m", "harness", "export", "--profile", args.profile, "--weights", str(checkpoint),
+                                "--dtype", args.dtype, "--out", str(partition), "--quiet"], work / "export.log")
+        export = {"seconds": secs, "peak_rss": rss}
+        print(f"export: {secs:.0f} s, peak RSS {rss / GiB:.2f} GiB, rc {rc}", flush=True)
+        if rc:
+            return rc
     _model_dir(work, checkpoint, args.profile)
     rates = [gemm_rates()]
-    secs, rss, rc = _child([py, "tools/bench_full_size.py", "--work", str(work), "--phase", "step"],
+    secs, rss, rc = _child([py, "tools/bench_full_size.py", "--work", str(work), "--phase", "step",
+                            "--dtype", args.dtype],
                            work / "step.log")
     print(f"step phase: {secs:.0f} s wall (load, digest, one step), peak RSS {rss / GiB:.2f} GiB, rc {rc}",
           flush=True)
     if rc:
         return rc
     rates.append(gemm_rates())
-    figures = json.loads((work / "step.json").read_text())
-    (work / "summary.json").write_text(json.dumps({"export": export, "step": figures, "gemm_rates": rates},
+    figures = json.loads((work / f"step-{args.dtype}.json").read_text())
+    (work / f"summary-{args.dtype}.json").write_text(json.dumps({"export": export, "step": figures, "gemm_rates": rates},
                                                   indent=1))
     print(_ratio_table(figures, export))
     print(f"digest of the checkpoint: {figures['digest_seconds']:.1f} s ({figures.get('weights_digest')}); "
