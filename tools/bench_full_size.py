@@ -51,7 +51,7 @@ def _best_seconds(fn, repeats: int = 3) -> float:
     return best
 
 
-def _ort_matmul(dtype):
+def _ort_matmul(dtype, spinning: bool = True):
     """A one-MatMul session at GEMM_SHAPE in `dtype` with every core and onnxruntime's defaults."""
     import numpy as np
     import onnxruntime as ort
@@ -66,6 +66,8 @@ def _ort_matmul(dtype):
     model.ir_version = 8
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = os.cpu_count() or 1
+    if not spinning:            # a probe between invocations must not spin beside the subgraph's run
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
     feed = {"a": rng.standard_normal((m, k), dtype=np.float32).astype(dtype),
@@ -84,6 +86,41 @@ def gemm_rates() -> dict[str, float]:
     return {"numpy_fp32": flops / _best_seconds(lambda: a @ b) / 1e9,
             "ort_fp32": flops / _best_seconds(_ort_matmul(np.float32)) / 1e9,
             "ort_fp16": flops / _best_seconds(_ort_matmul(np.float16)) / 1e9}
+
+
+def _probe_worker(conn) -> None:
+    run = _ort_matmul(__import__("numpy").float32, spinning=False)
+    run()
+    m, k, n = GEMM_SHAPE
+    while conn.recv():
+        start = time.perf_counter()
+        run()
+        conn.send(2 * m * k * n / (time.perf_counter() - start) / 1e9)
+
+
+class RateProbe:
+    """The GEMM rate sampled during the step, between invocations, in a process of its own (so its
+    buffers stay out of the step's PSS): under a load that changes by the minute, the bound is then
+    taken from the rate the machine gave while the step ran, not only before and after it."""
+
+    def __init__(self):
+        import multiprocessing
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_probe_worker, args=(child,), daemon=True)
+        self.proc.start()
+        self.rates: list[float] = []
+        self.seconds = 0.0
+
+    def sample(self) -> None:
+        start = time.perf_counter()
+        self.conn.send(True)
+        self.rates.append(self.conn.recv())
+        self.seconds += time.perf_counter() - start
+
+    def close(self) -> None:
+        self.conn.send(False)
+        self.proc.join(timeout=30)
 
 
 def _profile_with_blocks(work: Path, profile: str, blocks: int) -> str:
@@ -140,11 +177,17 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
     progress.write_text("")
     started = time.perf_counter()
 
+    probe = RateProbe()
+    every = max(1, cfg.subgraphs // 20)     # about 20 samples per step (every invocation at 2 blocks)
+
     class HostPss:
         """A guard-shaped hook: PSS before each invocation, when no context is loaded; each reading
-        also goes to a progress file, so an interrupted run keeps its figures."""
+        also goes to a progress file, so an interrupted run keeps its figures. Then, every `every`
+        invocations, one GEMM-rate sample (its seconds are taken out of the step below)."""
         def check(self):
             between.append(read_memory().pss)
+            if (len(between) - 1) % every == 0:
+                probe.sample()
             with open(progress, "a") as fh:
                 fh.write(json.dumps({"t": time.perf_counter() - started, "invocation": len(between),
                                      "pss": between[-1]}) + "\n")
@@ -171,6 +214,8 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
         except KeyboardInterrupt:       # stopped by hand: keep what the partial report measured
             complete, latent_ok = False, None
             report = json.loads(report_path.read_text())
+        finally:
+            probe.close()
     figures = {
         "complete": complete,
         "blocks": cfg.blocks,
@@ -186,6 +231,8 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
         "step_seconds": report["tables"]["step_split"]["step"] if complete else None,
         "step_split": report["tables"]["step_split"] if complete else None,
         "backend_options": report.get("backend_options"),
+        "rates_during_step": probe.rates,
+        "probe_seconds": probe.seconds,
         "per_branch": _per_branch(report["lifecycle_records"]),
         "invocations": sum(1 for r in report["lifecycle_records"] if r["stage"] == "run"),
         "wall_seconds": time.perf_counter() - started,
@@ -238,23 +285,33 @@ def _ratio_table(figures: dict, export: dict) -> str:
 
 
 def _bound_lines(figures: dict, rates: list[dict], profile: str) -> list[str]:
-    """The step against its FLOP bound; the ratio line last."""
+    """The step against its FLOP bound; the ratio line last. The step is its wall time (host math
+    included) less the GEMM-rate samples taken during it; the bound is FLOPs over the median rate
+    sampled during the step, and, for comparison, over the best rate before or after it."""
+    import statistics
     from harness.config import load_profile
     from harness.model.flops import step_flops
     flops = step_flops(load_profile(profile), figures["streams"])
-    best = max(v for r in rates for v in r.values())
-    bound = flops / (best * 1e9)
     lines = [f"GEMM rate {when}: " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in r.items())
              for when, r in zip(("before the step", "after the step"), rates)]
+    during = figures.get("rates_during_step") or []
+    if during:
+        lines.append(f"GEMM rate during the step (ort_fp32, {len(during)} samples between invocations): "
+                     f"median {statistics.median(during):.0f}, range {min(during):.0f}-{max(during):.0f} GFLOP/s")
     lines.append(f"step FLOPs ({figures['blocks']} blocks, {figures['streams']} streams): {flops / 1e9:.1f} GFLOP")
-    lines.append(f"FLOP bound at {best:.0f} GFLOP/s (the best rate above): {bound:.2f} s")
-    step = figures.get("step_seconds")
-    if step is None:
+    best = max(v for r in rates for v in r.values())
+    rate = statistics.median(during) if during else best
+    bound = flops / (rate * 1e9)
+    lines.append(f"FLOP bound at {rate:.0f} GFLOP/s ({'median during the step' if during else 'best rate'}): "
+                 f"{bound:.2f} s; at the best rate before/after ({best:.0f} GFLOP/s): {flops / best / 1e9:.2f} s")
+    if figures.get("step_seconds") is None:
         lines.append("step/FLOP-bound ratio: n/a (the step did not complete)")
         return lines
     split = figures["step_split"]
-    lines.append(f"step: {step:.2f} s wall (lifecycle {split['lifecycle']:.2f} s, host math {split['host']:.2f} s, "
-                 f"rest {split['rest']:.2f} s); load {os.getloadavg()[0]:.1f}")
+    step = figures["step_seconds"] - figures.get("probe_seconds", 0.0)
+    lines.append(f"step: {step:.2f} s wall without the rate samples (lifecycle {split['lifecycle']:.2f} s, "
+                 f"host math {split['host']:.2f} s); load {os.getloadavg()[0]:.1f}")
+    lines.append(f"step/FLOP-bound ratio at the best rate before/after: {step / (flops / best / 1e9):.2f}")
     lines.append(f"step/FLOP-bound ratio: {step / bound:.2f}")
     return lines
 
