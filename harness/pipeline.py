@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from .errors import ManifestError, NumericsError
 from .model import ops, reference as R
@@ -41,6 +42,14 @@ class Invocation:
     streams: tuple[str, ...]
     inputs: tuple[np.ndarray, ...]
     output: np.ndarray
+
+
+def _host_blas():
+    """One BLAS thread for the host's GEMMs (at most a few rows each: the modulations, the embedder,
+    the final layer). OpenBLAS's workers busy-wait between calls; beside onnxruntime's threads and on
+    a loaded machine its two threads made anima-2b's modulation pass 7-25x slower than one
+    (docs/full-size.md), and they spin on the cores the subgraph runs need."""
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 class HostTimes:
@@ -131,10 +140,10 @@ class PartitionedPipeline:
         """Every subgraph in order: {stream: [images, T, D]} FP32, the input of the final layer."""
         w, cfg, host = self.bundle.weights, self.cfg, self.host
         self.sigma = sigma
-        with host.timed(step, "adaln"):
+        with host.timed(step, "adaln"), _host_blas():
             emb, lora = self._time_embedding(sigma, step)
             mods = self._step_modulations(sigma, emb, lora)
-        with host.timed(step, "embed"):
+        with host.timed(step, "embed"), _host_blas():
             tokens = ops.linear(R.patchify(latent, cfg), w["x_embedder.proj.1.weight"])
             x = np.concatenate([tokens] * len(self.streams))                    # [S*N, T, D] FP32
         x = R.residual_stream(x, mods, cfg.norm_eps, ((e.block, e.branch, e) for e in self.manifest.subgraphs),
@@ -146,7 +155,7 @@ class PartitionedPipeline:
     def final_velocity(self, hidden: dict[str, np.ndarray], sigma: float, step: int,
                        latent_hw: tuple[int, int]) -> dict[str, np.ndarray]:
         """The final layer on given hidden states (computed or forecast) with this step's embedding."""
-        with self.host.timed(step, "final"):
+        with self.host.timed(step, "final"), _host_blas():
             emb, lora = self._time_embedding(sigma, step)
             x = np.concatenate([hidden[s] for s in self.streams])          # [S*N, T, D], stream-major
             v = R.final_layer(self.bundle.weights, self.cfg, x, np.repeat(emb, len(x), 0),
@@ -162,7 +171,7 @@ class PartitionedPipeline:
         of FP32 per step on anima-2b), and kept are the results, 3 x D floats per branch and step
         (41 MB for anima-2b's 20 steps). The time goes to `step`'s AdaLN host time.
         """
-        with self.host.timed(step, "adaln"):
+        with self.host.timed(step, "adaln"), _host_blas():
             sigmas = [float(s) for s in sigmas]
             emb, lora = R.time_embedding(self.bundle.weights, self.cfg, np.array(sigmas, np.float32))
             self._mods = R.modulations(self.bundle.weights, self.cfg, emb, lora)

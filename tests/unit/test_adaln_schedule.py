@@ -49,3 +49,23 @@ def test_each_adaln_layer_is_read_once_per_run(model, tmp_path_factory):
     ref = sample_reference(model, ["the number 3"], [settings["seed"]], STEPS, settings["cfg_scale"],
                            settings["shift"])
     assert np.abs(run.latent - ref).max() <= 1e-4
+
+
+class BlasThreadsSeen(CountingWeights):
+    """Records how many BLAS threads were allowed whenever the host math reads a tensor."""
+
+    def __getitem__(self, key):
+        from threadpoolctl import threadpool_info
+        self.reads[max((i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"), default=1)] += 1
+        return self.weights[key]
+
+
+def test_host_math_runs_on_one_blas_thread(model, tmp_path_factory):
+    from threadpoolctl import threadpool_info
+    if max((i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"), default=1) < 2:
+        pytest.skip("BLAS has one thread here already: nothing to limit")
+    partition = export_fp32(model, tmp_path_factory)
+    seen = BlasThreadsSeen(model.weights)
+    run_partitioned(dataclasses.replace(model, weights=seen), partition, "onnxruntime", "the number 3",
+                    sample_settings(model, steps=2))
+    assert set(seen.reads) == {1}, f"host GEMMs ran with BLAS threads {sorted(seen.reads)}"
