@@ -129,7 +129,7 @@ class PartitionedPipeline:
         self._text_embs: dict[str, np.ndarray] = {}
         self._emb: tuple | None = None
         self._schedule: dict[float, int] = {}      # sigma -> row of the precomputed modulations
-        self._mods: dict = {}
+        self._mods: list[dict] = []              # per schedule row: {(block, branch): (shift, scale, gate)}
         self.padded_to: int | None = None       # set when a subgraph's batch was padded past the streams
 
     # ------------------------------------------------------------------ one step
@@ -172,16 +172,25 @@ class PartitionedPipeline:
         (41 MB for anima-2b's 20 steps). The time goes to `step`'s AdaLN host time.
         """
         with self.host.timed(step, "adaln"), _host_blas():
+            w, cfg = self.bundle.weights, self.cfg
             sigmas = [float(s) for s in sigmas]
-            emb, lora = R.time_embedding(self.bundle.weights, self.cfg, np.array(sigmas, np.float32))
-            self._mods = R.modulations(self.bundle.weights, self.cfg, emb, lora)
+            # One sigma at a time, as a step would compute it (a batched GEMM rounds otherwise, and the
+            # FP16 subgraphs turn that last FP32 bit into a different latent), but each layer read once.
+            embs = [R.time_embedding(w, cfg, np.array([s], np.float32)) for s in sigmas]
+            per_sigma: list[dict] = [{} for _ in sigmas]
+            for block in range(cfg.blocks):
+                prefix = f"blocks.{block}."
+                layers = {k: w[k] for k in w if k.startswith(prefix) and ".adaln_modulation_" in k}
+                for k, (emb, lora) in enumerate(embs):
+                    per_sigma[k].update(R.modulations(layers, cfg, emb, lora, range(block, block + 1)))
+            self._mods = per_sigma
             self._schedule = {s: k for k, s in enumerate(sigmas)}
 
     def _step_modulations(self, sigma: float, emb, lora) -> dict:
         k = self._schedule.get(sigma)
         if k is None:               # off the precomputed schedule: this step's own pass
             return R.modulations(self.bundle.weights, self.cfg, emb, lora)
-        return {key: tuple(m[k:k + 1] for m in mods) for key, mods in self._mods.items()}
+        return self._mods[k]
 
     def _time_embedding(self, sigma: float, step: int):
         # Once per step: the final layer of a computed step reuses the blocks' embedding, a forecast
