@@ -69,3 +69,15 @@ def test_host_math_runs_on_one_blas_thread(model, tmp_path_factory):
     run_partitioned(dataclasses.replace(model, weights=seen), partition, "onnxruntime", "the number 3",
                     sample_settings(model, steps=2))
     assert set(seen.reads) == {1}, f"host GEMMs ran with BLAS threads {sorted(seen.reads)}"
+
+
+def test_precomputed_latent_is_bitwise_the_per_step_one(model, tmp_path_factory, monkeypatch):
+    from harness.partition.onnx_export import export_partition
+    from harness.pipeline import PartitionedPipeline
+    fp16 = tmp_path_factory.mktemp("fp16")
+    export_partition(model.weights_source, model.cfg, fp16, dtype="float16")
+    settings = sample_settings(model, steps=STEPS)
+    ahead = run_partitioned(model, fp16, "onnxruntime", "the number 3", settings).latent
+    monkeypatch.setattr(PartitionedPipeline, "precompute_modulations", lambda self, sigmas, step=0: None)
+    per_step = run_partitioned(model, fp16, "onnxruntime", "the number 3", settings).latent
+    np.testing.assert_array_equal(ahead, per_step)
