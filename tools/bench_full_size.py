@@ -2,16 +2,19 @@
 
 Phases, each in its own process so each peak is its own:
   1. checkpoint  tools/make_checkpoint.py: random BF16 anima-2b, `net.` prefix, `llm_adapter.*` group
-  2. export      `harness export` of all 84 FP16 subgraphs (streamed: one block's tensors at a time);
+  2. export      `harness export` of every subgraph, FP16 (or --dtype float32), streamed one block's
+                 tensors at a time (--reuse-partition keeps an exported one);
                  wall time and peak RSS (the child's ru_maxrss from wait4)
   3. step        one 512x512 denoise step (1,024 tokens, CFG 4: two streams) on the on-demand path
                  through onnxruntime: per-branch core time, lifecycle per stage, host-side PSS
 Then prints the figures beside the board's (shared/reference/board-profile-rock5c-anima.toml,
 copied into BOARD below) as ratios here/board, and the step against its FLOP bound: the machine's GEMM
 rate is measured in the same run, just before and just after the step ([2048 x 2048] x [2048 x 8192]:
-numpy FP32, onnxruntime MatMul FP32 and FP16, every core), the step's FLOPs are counted from the
-profile (harness.model.flops), and the bound is FLOPs / the best rate seen. The last line is
-`step/FLOP-bound ratio: X`, the step's wall time (host math included) over that bound. Host-side PSS is read between invocations, when no
+numpy FP32, onnxruntime MatMul FP32 and FP16, every core) and sampled about 20 times during it
+(`RateProbe`), the step's FLOPs are counted from the profile (harness.model.flops), and the bound is
+FLOPs / the median rate during the step. The last line is `step/FLOP-bound ratio: X`, the step's
+wall time (host math included, the rate samples taken out) over that bound. --blocks N runs the
+profile at full width with N blocks. Host-side PSS is read between invocations, when no
 context is loaded: the host's weights and buffers (on the board the NPU contexts sit outside it);
 the process peak with one onnxruntime context loaded is printed too.
 
@@ -27,6 +30,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+__all__ = ["gemm_rates", "RateProbe", "phase_step", "main", "GEMM_SHAPE"]
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
