@@ -27,16 +27,24 @@ from harness.partition.manifest import load_manifest  # noqa: E402
 __all__ = ["OPTION_SETS", "time_subgraph"]
 
 LEVELS = ("ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL")
-OPTION_SETS = [(level, threads) for level in LEVELS for threads in sorted({1, os.cpu_count() or 1})]
+OPTION_SETS = [(level, threads, True) for level in LEVELS for threads in sorted({1, os.cpu_count() or 1})]
 
 
-def _options(level: str, threads: int):
+def _parse_set(text: str) -> tuple[str, int, bool]:
+    """LEVEL:THREADS[:noprepack] -> (level, threads, pre-packing on)."""
+    level, threads, *flag = text.split(":")
+    return level, int(threads), flag != ["noprepack"]
+
+
+def _options(level: str, threads: int, prepack: bool = True):
     import onnxruntime as ort
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if not prepack:
+        opts.add_session_config_entry("session.disable_prepacking", "1")
     opts.log_severity_level = 3
     return opts
 
@@ -46,11 +54,12 @@ def _feed(entry) -> dict:
     return {s.name: rng.standard_normal(s.shape, dtype=np.float32).astype(s.dtype) for s in entry.inputs}
 
 
-def time_subgraph(path: Path, feed: dict, level: str, threads: int) -> tuple[float, float, np.ndarray]:
+def time_subgraph(path: Path, feed: dict, level: str, threads: int,
+                  prepack: bool = True) -> tuple[float, float, np.ndarray]:
     """(load+init seconds, run seconds, output) of one fresh session, as one invocation costs."""
     import onnxruntime as ort
     start = time.perf_counter()
-    session = ort.InferenceSession(path.read_bytes(), _options(level, threads), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(path.read_bytes(), _options(level, threads, prepack), providers=["CPUExecutionProvider"])
     built = time.perf_counter()
     out = session.run(None, feed)[0]
     return built - start, time.perf_counter() - built, out
@@ -60,10 +69,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("partitions", nargs="+", type=Path)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--sets", help="option sets LEVEL:THREADS,... (default: every level x 1 and all cores)")
+    parser.add_argument("--sets", help="option sets LEVEL:THREADS[:noprepack],... "
+                                       "(default: every level x 1 and all cores)")
     args = parser.parse_args(argv)
-    sets = ([(level, int(threads)) for level, threads in (item.split(":") for item in args.sets.split(","))]
-            if args.sets else OPTION_SETS)
+    sets = ([_parse_set(item) for item in args.sets.split(",")] if args.sets else OPTION_SETS)
     cases = []
     for directory in args.partitions:
         manifest = load_manifest(directory)
@@ -75,19 +84,20 @@ def main(argv=None) -> int:
     outputs: dict = {}
     for _ in range(args.rounds):
         for name, path, feed in cases:
-            for level, threads in sets:
-                init, run, out = time_subgraph(path, feed, level, threads)
-                times.setdefault((name, level, threads), []).append((init, run))
-                outputs.setdefault(name, {})[(level, threads)] = out
+            for option_set in sets:
+                init, run, out = time_subgraph(path, feed, *option_set)
+                times.setdefault((name, option_set), []).append((init, run))
+                outputs.setdefault(name, {})[option_set] = out
     print(f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores, {args.rounds} rounds (medians)")
-    print("| subgraph | optimisation | threads | load+init s | run s | sum s | max abs diff vs the first set |")
-    print("|---|---|---|---|---|---|---|")
-    for (name, level, threads), rows in times.items():
+    print("| subgraph | optimisation | threads | pre-packing | load+init s | run s | sum s | max abs diff vs the first set |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (name, option_set), rows in times.items():
+        level, threads, prepack = option_set
         init = statistics.median(r[0] for r in rows)
         run = statistics.median(r[1] for r in rows)
         ref = outputs[name][sets[0]].astype(np.float32)
-        diff = float(np.max(np.abs(outputs[name][(level, threads)].astype(np.float32) - ref)))
-        print(f"| {name} | {level} | {threads} | {init:.4f} | {run:.4f} | {init + run:.4f} | {diff:.3g} |")
+        diff = float(np.max(np.abs(outputs[name][option_set].astype(np.float32) - ref)))
+        print(f"| {name} | {level} | {threads} | {'on' if prepack else 'off'} | {init:.4f} | {run:.4f} | {init + run:.4f} | {diff:.3g} |")
     return 0
 
 

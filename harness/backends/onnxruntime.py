@@ -51,10 +51,10 @@ def session_options(threads: int = 1):
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     # A session lives for one invocation. On the embedded model building it is most of a step: graph
     # optimisation made init 2.4x slower (30 FP16 subgraphs, measured side by side) and saved nothing
-    # on one run. At full width (tools/bench_session_options.py, docs/full-size.md) it made init 2x
-    # slower for a run at most 20 % faster, and it changes FP16 outputs by one float16 ulp (constant
-    # weights are pre-packed, another GEMM summation order); without it the outputs are bitwise those
-    # the goldens were made with.
+    # on one run. At full width (tools/bench_session_options.py, docs/full-size.md) it made init about
+    # 2x slower for a run not reliably faster, and with it onnxruntime pre-packs constant weights,
+    # which sums in another order and moves FP16 outputs by one float16 ulp; without it the outputs
+    # are bitwise those the goldens were made with.
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     # Spinning workers burn the host cores the FP32 residual stream and AdaLN also need.
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
