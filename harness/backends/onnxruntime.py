@@ -8,8 +8,9 @@ Options:
              A small subgraph is dominated by building its session: the embedded model chains ~1,700
              tiny calls per image, and with onnxruntime's defaults (several intra-op threads that spin
              while idle) that chain ran 11-50x slower than one non-spinning thread, so it gets one.
-             A full-width subgraph (8-34 MB of weights, 34-69 GFLOP per call) is dominated by its
-             GEMMs and gets every core this process may use. Spinning is off either way.
+             A full-width FP16 subgraph (25-67 MB of weights, 52-137 GFLOP per call of two streams)
+             is dominated by its GEMMs and gets every core this process may use. Spinning is off
+             either way.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ _LABEL = re.compile(r"^subgraph (?P<index>\d+) \((?:block (?P<block>\d+) )?(?P<b
 
 # Model bytes from which a subgraph's run outweighs building its session. The embedded model's
 # subgraphs are 30-70 kB (session creation ~1 ms, the run ~0.2 ms), anima-2b's at full width
-# 8-34 MB (creation 0.03-0.4 s, the run 0.4-2.5 s): anything in between is far from both.
+# 25-67 MB as FP16 (creation 0.01-0.5 s, the run 0.4-3 s): anything in between is far from both.
 RUN_DOMINATED_BYTES = 1 << 20
 
 
