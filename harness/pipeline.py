@@ -169,7 +169,7 @@ class PartitionedPipeline:
         The modulations depend on the timestep only, and the schedule is known before the first step:
         each layer is read from the mapped checkpoint once per run instead of once per step (0.66 GiB
         of FP32 per step on anima-2b), and kept are the results, 3 x D floats per branch and step
-        (41 MB for anima-2b's 20 steps). The time goes to `step`'s AdaLN host time.
+        (39 MiB for anima-2b's 20 steps). The time goes to `step`'s AdaLN host time.
         """
         with self.host.timed(step, "adaln"), _host_blas():
             w, cfg = self.bundle.weights, self.cfg
