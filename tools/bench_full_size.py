@@ -131,7 +131,7 @@ class RateProbe:
 def _profile_with_blocks(work: Path, profile: str, blocks: int) -> str:
     """A copy of the profile with `blocks` blocks (full width otherwise), as a .toml path."""
     import re
-    from harness.config import load_profile
+    from harness.model.config import load_profile
     text = Path(load_profile(profile).source).read_text()
     text, found = re.subn(r"(?m)^blocks\s*=\s*\d+", f"blocks = {blocks}", text)
     if not found:
@@ -153,7 +153,7 @@ def _child(cmd: list[str], log: Path) -> tuple[float, int, int]:
 
 def _model_dir(work: Path, checkpoint: Path, profile: str) -> Path:
     """The profile as a model directory naming the random checkpoint (no prompt encoder)."""
-    from harness.config import load_profile
+    from harness.model.config import load_profile
     model = work / "model"
     model.mkdir(parents=True, exist_ok=True)
     text = Path(load_profile(profile).source).read_text()
@@ -164,9 +164,9 @@ def _model_dir(work: Path, checkpoint: Path, profile: str) -> Path:
 def phase_step(work: Path, partition: Path, out: Path) -> None:
     """In this process: load host tensors, run one step, write the figures as JSON."""
     import numpy as np
-    from harness.memory import MemoryGuard, read_memory
+    from harness.memory.guard import MemoryGuard, read_memory
     from harness.model.bundle import load_bundle
-    from harness.run import run_partitioned
+    from harness.runtime.run import run_partitioned
 
     bundle = load_bundle(work / "model")
     loaded = read_memory().pss
@@ -294,7 +294,7 @@ def _bound_lines(figures: dict, rates: list[dict], profile: str) -> list[str]:
     included) less the GEMM-rate samples taken during it; the bound is FLOPs over the median rate
     sampled during the step, and, for comparison, over the best rate before or after it."""
     import statistics
-    from harness.config import load_profile
+    from harness.model.config import load_profile
     from harness.model.flops import step_flops
     flops = step_flops(load_profile(profile), figures["streams"])
     lines = [f"GEMM rate {when}: " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in r.items())

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, ManifestError
+from ..core.errors import ConfigError, ManifestError
 from .base import Context
 
 __all__ = ["OnnxRuntimeContext", "session_options", "check_identity", "threads_for", "RUN_DOMINATED_BYTES"]

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..checkpoint import Checkpoint, is_host_key
-from ..config import ModelConfig, load_model_dir
-from ..errors import ConfigError
+from .checkpoint import Checkpoint, is_host_key
+from .config import ModelConfig, load_model_dir
+from ..core.errors import ConfigError
 from .embedded import PromptEncoder, decode
 
 __all__ = ["ModelBundle", "HostWeights", "load_bundle", "check_text_emb"]
@@ -117,7 +117,7 @@ class ModelBundle:
         streamed over the checkpoint one tensor at a time."""
         if self.checkpoint is not None:
             return self.checkpoint.digest()
-        from ..weights import weights_digest
+        from .weights import weights_digest
         return weights_digest(self.weights)
 
     @property
@@ -147,7 +147,7 @@ def load_bundle(model_dir: str | Path) -> ModelBundle:
 
 def _run_decoder_onnx(path: Path, latent: np.ndarray, value_range) -> np.ndarray:
     import onnxruntime as ort
-    from ..pipeline import as_rgb
+    from ..core.imageio import as_rgb
     if not path.is_file():
         raise ConfigError(f"decoder {path} does not exist ([decoder] onnx in model.toml)")
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

@@ -15,8 +15,8 @@ import json
 import os
 from pathlib import Path
 
-from ..atomic import atomic_write_json
-from ..errors import StorageError
+from ..core.atomic import atomic_write_json
+from ..core.errors import StorageError
 
 __all__ = ["file_identity", "cache_dir", "lookup", "store"]
 

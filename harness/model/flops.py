@@ -9,7 +9,7 @@ Per block and stream, with N image tokens, M text tokens, D width, C text width,
 """
 from __future__ import annotations
 
-from ..config import BRANCHES, ModelConfig
+from .config import BRANCHES, ModelConfig
 
 __all__ = ["branch_macs", "branch_flops", "step_flops"]
 

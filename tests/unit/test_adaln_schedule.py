@@ -8,8 +8,8 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from harness.reference_run import sample_reference, sample_settings
-from harness.run import run_partitioned
+from harness.sampling.reference_run import sample_reference, sample_settings
+from harness.runtime.run import run_partitioned
 from tests.helpers import export_fp32, random_bundle
 
 STEPS = 3
@@ -73,7 +73,7 @@ def test_host_math_runs_on_one_blas_thread(model, tmp_path_factory):
 
 def test_precomputed_latent_is_bitwise_the_per_step_one(model, tmp_path_factory, monkeypatch):
     from harness.partition.onnx_export import export_partition
-    from harness.pipeline import PartitionedPipeline
+    from harness.runtime.pipeline import PartitionedPipeline
     fp16 = tmp_path_factory.mktemp("fp16")
     export_partition(model.weights_source, model.cfg, fp16, dtype="float16")
     settings = sample_settings(model, steps=STEPS)

@@ -8,13 +8,13 @@ import shutil
 import numpy as np
 import pytest
 
-from harness.checkpoint import Checkpoint
-from harness.config import load_profile
+from harness.model.checkpoint import Checkpoint
+from harness.model.config import load_profile
 from harness.model import digest_cache
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
-from harness.run import run_partitioned
-from harness.weights import load_weights, weights_digest
+from harness.runtime.run import run_partitioned
+from harness.model.weights import load_weights, weights_digest
 from tools.make_checkpoint import write_random_checkpoint
 
 

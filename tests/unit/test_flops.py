@@ -4,10 +4,10 @@ import numpy as np
 import onnx
 import pytest
 
-from harness.config import BRANCHES, EMBEDDED_DIR, load_model_dir, load_profile
+from harness.model.config import BRANCHES, EMBEDDED_DIR, load_model_dir, load_profile
 from harness.model.flops import branch_flops, branch_macs, step_flops
 from harness.partition.onnx_export import build_subgraph
-from harness.weights import random_weights
+from harness.model.weights import random_weights
 
 
 def _matmul_macs(model: onnx.ModelProto) -> int:

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from .config import ModelConfig
-from .errors import WeightsError
-from .model import digest_cache
+from ..core.errors import WeightsError
+from . import digest_cache
 from .safetensors_io import FLOAT_DTYPES, SafetensorsFile
 from .weights import combine_digests, expected_shapes, tensor_digest
 

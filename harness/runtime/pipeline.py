@@ -20,11 +20,11 @@ from typing import Callable, Iterable
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from .errors import ManifestError, NumericsError
-from .model import ops, reference as R
-from .model.bundle import ModelBundle
-from .partition.manifest import check_input, check_outputs
-from .timing import Timed
+from ..core.errors import ManifestError, NumericsError
+from ..model import ops, reference as R
+from ..model.bundle import ModelBundle
+from ..partition.checks import check_input, check_outputs
+from ..core.timing import Timed
 
 __all__ = ["PartitionedPipeline", "HostTimes", "Invocation", "check_finite", "check_image_finite", "batch_of",
            "pad_batch", "as_rgb"]
