@@ -4,12 +4,17 @@ load() reads the model bytes (the board's load_rknn also only reads the file), i
 (where the board's init_runtime builds the NPU context), run() is one inference, release() drops it all.
 
 Options:
-    threads: intra-op threads per session (default 1). The pipeline chains ~1,700 tiny calls per image;
-             with onnxruntime's defaults (several intra-op threads that spin while idle) that chain ran
-             11-50x slower than one non-spinning thread, so one thread is the default and spinning is off.
+    threads: intra-op threads per session (default: chosen per subgraph by what it costs, `threads_for`).
+             A small subgraph is dominated by building its session: the embedded model chains ~1,700
+             tiny calls per image, and with onnxruntime's defaults (several intra-op threads that spin
+             while idle) that chain ran 11-50x slower than one non-spinning thread, so it gets one.
+             A full-width FP16 subgraph (25-67 MB of weights, 52-137 GFLOP per call of two streams)
+             is dominated by its GEMMs and gets every core this process may use. Spinning is off
+             either way.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +23,22 @@ from ..core.errors import ConfigError, ManifestError
 from ..partition.declared import check_identity
 from .base import Context
 
-__all__ = ["OnnxRuntimeContext", "session_options"]
+__all__ = ["OnnxRuntimeContext", "session_options", "threads_for", "RUN_DOMINATED_BYTES"]
 
 # The manifest's entry label: "subgraph 4 (block 1 cross_attn)" or "subgraph 84 (decoder)".
+
+
+# Model bytes from which a subgraph's run outweighs building its session. The embedded model's
+# subgraphs are 30-70 kB (session creation ~1 ms, the run ~0.2 ms), anima-2b's at full width
+# 25-67 MB as FP16 (creation 0.01-0.5 s, the run 0.4-3 s): anything in between is far from both.
+RUN_DOMINATED_BYTES = 1 << 20
+
+
+def threads_for(model_bytes: int) -> int:
+    """Intra-op threads for a subgraph of this size: one for a small one, every usable core else."""
+    if model_bytes < RUN_DOMINATED_BYTES:
+        return 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def session_options(threads: int = 1):
@@ -31,9 +49,12 @@ def session_options(threads: int = 1):
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    # A session lives for one invocation, so building it is most of a step: graph optimisation made
-    # init 2.4x slower (30 FP16 subgraphs, measured side by side) and saved nothing on one run; the
-    # outputs of every FP16 and fake-quant subgraph were bitwise equal without it.
+    # A session lives for one invocation. On the embedded model building it is most of a step: graph
+    # optimisation made init 2.4x slower (30 FP16 subgraphs, measured side by side) and saved nothing
+    # on one run. At full width (tools/bench_session_options.py, docs/full-size.md) it made init about
+    # 2x slower for a run not reliably faster, and with it onnxruntime pre-packs constant weights,
+    # which sums in another order and moves FP16 outputs by one float16 ulp; without it the outputs
+    # are bitwise those the goldens were made with.
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     # Spinning workers burn the host cores the FP32 residual stream and AdaLN also need.
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -42,8 +63,10 @@ def session_options(threads: int = 1):
     return opts
 
 
-def _threads_option(options: dict) -> int:
-    threads = options.get("threads", 1)
+def _threads_option(options: dict) -> int | None:
+    threads = options.get("threads")
+    if threads is None:
+        return None             # chosen per subgraph at init, from its size
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ConfigError(f"onnxruntime backend option 'threads' must be a positive integer, got {threads!r}")
     return threads
@@ -55,6 +78,7 @@ class OnnxRuntimeContext(Context):
     def __init__(self, label: str, **options):
         super().__init__(label, **options)
         self.threads = _threads_option(options)
+        self.session_threads: int | None = None     # what init chose (threads, or threads_for the model)
         self._model: bytes | None = None
         self._path: Path | None = None
         self._session = None
@@ -76,8 +100,9 @@ class OnnxRuntimeContext(Context):
             raise self.error("init", "no model loaded (call load first)")
         import onnxruntime as ort
 
+        self.session_threads = self.threads or threads_for(len(self._model))
         try:
-            session = ort.InferenceSession(self._model, sess_options=session_options(self.threads),
+            session = ort.InferenceSession(self._model, sess_options=session_options(self.session_threads),
                                            providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own pybind exception types for bad models
             raise self.error("init", f"onnxruntime rejected {self._path}: {exc}") from exc

@@ -121,6 +121,12 @@ class ModelBundle:
         return weights_digest(self.weights)
 
     @property
+    def digest_info(self) -> dict | None:
+        """How the digest was had: {"seconds", "cached"} (a checkpoint hashed once and remembered while
+        the file is unchanged); None before it was asked for, or for weights in memory."""
+        return getattr(self.checkpoint, "digest_info", None)
+
+    @property
     def latent_shape(self) -> tuple[int, int, int]:
         return (self.cfg.latent_channels, *self.cfg.latent_size)
 

@@ -14,6 +14,8 @@ ignored. Every problem is one line naming the file and the tensor.
 """
 from __future__ import annotations
 
+import hashlib
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -21,6 +23,7 @@ import numpy as np
 
 from .config import ModelConfig
 from ..core.errors import WeightsError
+from . import digest_cache
 from .safetensors_io import FLOAT_DTYPES, SafetensorsFile
 from .weights import combine_digests, expected_shapes, tensor_digest
 
@@ -125,6 +128,35 @@ class Checkpoint(TensorSource):
                             if not k.startswith(self.prefix) or k[len(self.prefix):] not in self.shapes)
         self._check_header()
         self._digest = None
+        self.digest_info: dict | None = None      # how the digest was obtained: seconds, cached
+
+    def _digest_scope(self) -> str:
+        # The digest covers the profile's tensors: a record is per file and per set of shapes.
+        return hashlib.sha256(repr((self.prefix, sorted(self.shapes.items()))).encode()).hexdigest()[:16]
+
+    def known_digest(self) -> str | None:
+        """The digest if already computed here or remembered for this unchanged file."""
+        if self._digest is None:
+            self._digest = digest_cache.lookup(self.file.path, self._digest_scope(),
+                                               digest_cache.file_identity(self.file.path))
+            if self._digest is not None:
+                self.digest_info = {"seconds": 0.0, "cached": True}
+        return self._digest
+
+    def digest(self) -> str:
+        """weights_digest of every expected tensor: remembered per file while its size, mtime_ns and
+        inode are unchanged (harness.model.digest_cache), else streamed one tensor at a time."""
+        if self._digest is None:
+            start = time.perf_counter()
+            identity = digest_cache.file_identity(self.file.path)
+            found = digest_cache.lookup(self.file.path, self._digest_scope(), identity)
+            cached = found is not None
+            if not cached:
+                found = super().digest()
+                digest_cache.store(self.file.path, self._digest_scope(), identity, found)
+            self._digest = found
+            self.digest_info = {"seconds": time.perf_counter() - start, "cached": cached}
+        return self._digest
 
     # ---------------------------------------------------------------- header checks
     def _detect_prefix(self) -> str:

@@ -1,6 +1,7 @@
 """One denoising step over the partition, as the board runs it.
 
-Host (FP32): timestep embedding and every block's modulation once per step, patch embed, then for
+Host (FP32): timestep embedding and every block's modulation once per step (or, when the schedule is
+known before the first step, for every step at once: `precompute_modulations`), patch embed, then for
 each subgraph in manifest order LayerNorm + modulation -> cast to the subgraph dtype -> the backend
 runs the branch body for the CFG streams -> gate + FP32 residual on the host. Then the final layer.
 The two halves are separate (`hidden_state`, `final_velocity`) so that Spectrum can forecast the
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ..core.errors import ManifestError, NumericsError
 from ..model import ops, reference as R
@@ -41,6 +43,14 @@ class Invocation:
     streams: tuple[str, ...]
     inputs: tuple[np.ndarray, ...]
     output: np.ndarray
+
+
+def _host_blas():
+    """One BLAS thread for the host's GEMMs (at most a few rows each: the modulations, the embedder,
+    the final layer). OpenBLAS's workers busy-wait between calls; beside onnxruntime's threads and on
+    a loaded machine its two threads made anima-2b's modulation pass 7-25x slower than one
+    (docs/full-size.md), and they spin on the cores the subgraph runs need."""
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 class HostTimes:
@@ -119,6 +129,8 @@ class PartitionedPipeline:
         self._checked: set[int] = set()
         self._text_embs: dict[str, np.ndarray] = {}
         self._emb: tuple | None = None
+        self._schedule: dict[float, int] = {}      # sigma -> row of the precomputed modulations
+        self._mods: list[dict] = []              # per schedule row: {(block, branch): (shift, scale, gate)}
         self.padded_to: int | None = None       # set when a subgraph's batch was padded past the streams
 
     # ------------------------------------------------------------------ one step
@@ -129,10 +141,10 @@ class PartitionedPipeline:
         """Every subgraph in order: {stream: [images, T, D]} FP32, the input of the final layer."""
         w, cfg, host = self.bundle.weights, self.cfg, self.host
         self.sigma = sigma
-        with host.timed(step, "adaln"):
+        with host.timed(step, "adaln"), _host_blas():
             emb, lora = self._time_embedding(sigma, step)
-            mods = R.modulations(w, cfg, emb, lora)
-        with host.timed(step, "embed"):
+            mods = self._step_modulations(sigma, emb, lora)
+        with host.timed(step, "embed"), _host_blas():
             tokens = ops.linear(R.patchify(latent, cfg), w["x_embedder.proj.1.weight"])
             x = np.concatenate([tokens] * len(self.streams))                    # [S*N, T, D] FP32
         x = R.residual_stream(x, mods, cfg.norm_eps, ((e.block, e.branch, e) for e in self.manifest.subgraphs),
@@ -144,13 +156,42 @@ class PartitionedPipeline:
     def final_velocity(self, hidden: dict[str, np.ndarray], sigma: float, step: int,
                        latent_hw: tuple[int, int]) -> dict[str, np.ndarray]:
         """The final layer on given hidden states (computed or forecast) with this step's embedding."""
-        with self.host.timed(step, "final"):
+        with self.host.timed(step, "final"), _host_blas():
             emb, lora = self._time_embedding(sigma, step)
             x = np.concatenate([hidden[s] for s in self.streams])          # [S*N, T, D], stream-major
             v = R.final_layer(self.bundle.weights, self.cfg, x, np.repeat(emb, len(x), 0),
                               np.repeat(lora, len(x), 0), latent_hw)
         n = len(x) // len(self.streams)
         return {s: v[k * n:(k + 1) * n] for k, s in enumerate(self.streams)}
+
+    def precompute_modulations(self, sigmas, step: int = 0) -> None:
+        """Every block's modulation for every sigma of the schedule in one pass over the AdaLN layers.
+
+        The modulations depend on the timestep only, and the schedule is known before the first step:
+        each layer is read from the mapped checkpoint once per run instead of once per step (0.66 GiB
+        of FP32 per step on anima-2b), and kept are the results, 3 x D floats per branch and step
+        (39 MiB for anima-2b's 20 steps). The time goes to `step`'s AdaLN host time.
+        """
+        with self.host.timed(step, "adaln"), _host_blas():
+            w, cfg = self.bundle.weights, self.cfg
+            sigmas = [float(s) for s in sigmas]
+            # One sigma at a time, as a step would compute it (a batched GEMM rounds otherwise, and the
+            # FP16 subgraphs turn that last FP32 bit into a different latent), but each layer read once.
+            embs = [R.time_embedding(w, cfg, np.array([s], np.float32)) for s in sigmas]
+            per_sigma: list[dict] = [{} for _ in sigmas]
+            for block in range(cfg.blocks):
+                prefix = f"blocks.{block}."
+                layers = {k: w[k] for k in w if k.startswith(prefix) and ".adaln_modulation_" in k}
+                for k, (emb, lora) in enumerate(embs):
+                    per_sigma[k].update(R.modulations(layers, cfg, emb, lora, range(block, block + 1)))
+            self._mods = per_sigma
+            self._schedule = {s: k for k, s in enumerate(sigmas)}
+
+    def _step_modulations(self, sigma: float, emb, lora) -> dict:
+        k = self._schedule.get(sigma)
+        if k is None:               # off the precomputed schedule: this step's own pass
+            return R.modulations(self.bundle.weights, self.cfg, emb, lora)
+        return self._mods[k]
 
     def _time_embedding(self, sigma: float, step: int):
         # Once per step: the final layer of a computed step reuses the blocks' embedding, a forecast

@@ -24,7 +24,7 @@ from ..partition.manifest import load_manifest, manifest_sha256, network_setting
 from .pipeline import PartitionedPipeline
 from ..core.run_report import check_run_report
 from ..lifecycle.steptimes import summarize
-from ..sampling.flow import denoise
+from ..sampling.flow import denoise, flow_sigmas
 from ..core.signals import stop_status
 from ..sampling.spectrum import sampler_velocity
 
@@ -138,6 +138,7 @@ def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | N
             raise StorageError(f"cannot write the run report {report_path}: {exc.strerror or exc}") from None
     try:
         manifest = open_partition(bundle, partition_dir, verify)
+        report["weights_digest"] = {"sha256": bundle.digest, **(bundle.digest_info or {})}
         report["manifest_sha256"] = manifest_sha256(manifest.directory)
         report["export"] = manifest.export
         options = run_options(backend, backend_options)
@@ -162,6 +163,7 @@ def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | N
                 on_step(i)
 
         velocity, sampler_summary = sampler_velocity(pipeline, settings, pipeline.host.timed)
+        pipeline.precompute_modulations(flow_sigmas(settings["steps"], settings["shift"])[:-1])
         noise = initial_latents(bundle, [settings["seed"] + k for k in range(images)])
         result.latent = denoise(velocity, noise, settings["steps"], settings["shift"],
                                 settings["cfg_scale"], on_step=step_done)

@@ -1,0 +1,53 @@
+"""onnxruntime session options chosen by what a subgraph costs: a small one (session creation
+dominates) keeps one thread, a full-width one (its GEMMs dominate) gets every usable core; the
+`threads` option still decides when given, and the outputs do not depend on the choice."""
+import os
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from harness.backends.onnxruntime import RUN_DOMINATED_BYTES, OnnxRuntimeContext
+
+LABEL = "subgraph 1 (block 0 ffn)"
+
+
+def _matmul_file(tmp_path, n: int):
+    weight = np.random.default_rng(n).standard_normal((n, n), dtype=np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "m",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, n])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, n])],
+                              [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / f"m{n}.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path, weight
+
+
+def _run(ctx, path, x):
+    ctx.load(path)
+    ctx.init()
+    try:
+        return ctx.session_threads, ctx.run([x])[0]
+    finally:
+        ctx.release()
+
+
+@pytest.mark.parametrize("n, many", [(64, False), (1024, True)])
+def test_threads_follow_the_subgraph_size(tmp_path, n, many):
+    path, weight = _matmul_file(tmp_path, n)
+    assert (path.stat().st_size >= RUN_DOMINATED_BYTES) == many
+    x = np.random.default_rng(0).standard_normal((4, n), dtype=np.float32)
+    threads, y = _run(OnnxRuntimeContext(LABEL), path, x)
+    assert threads == (len(os.sched_getaffinity(0)) if many else 1)
+    np.testing.assert_allclose(y, x @ weight, rtol=1e-4, atol=1e-4)
+
+
+def test_threads_option_overrides_the_choice(tmp_path):
+    path, weight = _matmul_file(tmp_path, 1024)
+    x = np.random.default_rng(1).standard_normal((4, 1024), dtype=np.float32)
+    threads, one = _run(OnnxRuntimeContext(LABEL, threads=1), path, x)
+    assert threads == 1
+    _, auto = _run(OnnxRuntimeContext(LABEL), path, x)
+    np.testing.assert_array_equal(one, auto)
