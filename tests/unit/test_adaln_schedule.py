@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from harness.sampling.reference_run import sample_reference, sample_settings
-from harness.runtime.run import run_partitioned
+from harness.runtime.run import RunRequest, run_partitioned
 from tests.helpers import export_fp32, random_bundle
 
 STEPS = 3
@@ -42,7 +42,7 @@ def test_each_adaln_layer_is_read_once_per_run(model, tmp_path_factory):
     counting = CountingWeights(model.weights)
     bundle = dataclasses.replace(model, weights=counting)
     settings = sample_settings(model, steps=STEPS)
-    run = run_partitioned(bundle, partition, "onnxruntime", "the number 3", settings)
+    run = run_partitioned(RunRequest(bundle, partition, "onnxruntime", "the number 3", settings))
     adaln = {k: n for k, n in counting.reads.items() if ".adaln_modulation_" in k and k.startswith("blocks.")}
     assert len(adaln) == 6 * model.cfg.blocks
     assert set(adaln.values()) == {1}, f"read per step instead of once: {sorted(set(adaln.values()))}"
@@ -66,8 +66,8 @@ def test_host_math_runs_on_one_blas_thread(model, tmp_path_factory):
         pytest.skip("BLAS has one thread here already: nothing to limit")
     partition = export_fp32(model, tmp_path_factory)
     seen = BlasThreadsSeen(model.weights)
-    run_partitioned(dataclasses.replace(model, weights=seen), partition, "onnxruntime", "the number 3",
-                    sample_settings(model, steps=2))
+    run_partitioned(RunRequest(dataclasses.replace(model, weights=seen), partition, "onnxruntime", "the number 3",
+                               sample_settings(model, steps=2)))
     assert set(seen.reads) == {1}, f"host GEMMs ran with BLAS threads {sorted(seen.reads)}"
 
 
@@ -77,7 +77,7 @@ def test_precomputed_latent_is_bitwise_the_per_step_one(model, tmp_path_factory,
     fp16 = tmp_path_factory.mktemp("fp16")
     export_partition(model.weights_source, model.cfg, fp16, dtype="float16")
     settings = sample_settings(model, steps=STEPS)
-    ahead = run_partitioned(model, fp16, "onnxruntime", "the number 3", settings).latent
+    ahead = run_partitioned(RunRequest(model, fp16, "onnxruntime", "the number 3", settings)).latent
     monkeypatch.setattr(PartitionedPipeline, "precompute_modulations", lambda self, sigmas, step=0: None)
-    per_step = run_partitioned(model, fp16, "onnxruntime", "the number 3", settings).latent
+    per_step = run_partitioned(RunRequest(model, fp16, "onnxruntime", "the number 3", settings)).latent
     np.testing.assert_array_equal(ahead, per_step)

@@ -8,13 +8,13 @@ import shutil
 import numpy as np
 import pytest
 
-from harness.model.checkpoint import Checkpoint
+from harness.model.checkpoint import Checkpoint, load_weights
 from harness.model.config import load_profile
 from harness.model import digest_cache
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
-from harness.runtime.run import run_partitioned
-from harness.model.weights import load_weights, weights_digest
+from harness.runtime.run import RunRequest, run_partitioned
+from harness.model.weights import weights_digest
 from tools.make_checkpoint import write_random_checkpoint
 
 
@@ -115,7 +115,7 @@ def test_run_report_says_how_the_digest_was_had(cache, tmp_path):
     for n in range(2):
         bundle = load_bundle(model)
         path = tmp_path / f"report{n}.json"
-        run_partitioned(bundle, partition, "onnxruntime", "three", settings, report_path=path)
+        run_partitioned(RunRequest(bundle, partition, "onnxruntime", "three", settings), report_path=path)
         reports.append(json.loads(path.read_text())["weights_digest"])
     assert [r["cached"] for r in reports] == [False, True]
     assert reports[0]["sha256"] == reports[1]["sha256"]
