@@ -178,15 +178,15 @@ class GateRunner:
         self._save_outputs(result, name)
 
     def case_text_embs(self, case: GoldenCase) -> dict | None:
-        """{stream: [1, L, C]} from the case's .npy context files, or None to encode its prompt."""
-        if case.context is None:
+        """{stream: [1, L, C]} from the case's .npy text-embedding files, or None to encode its prompt."""
+        if case.text_emb is None:
             return None
-        text_embs = {"cond": self._context_file(case, case.context)}
+        text_embs = {"cond": self._context_file(case, case.text_emb)}
         if case.cfg != 1.0:
-            if case.uncond_context is None:
-                raise ConfigError(f"golden case '{case.name}': CFG {case.cfg} needs 'uncond_context' "
-                                  "(the encoded empty prompt) beside 'context'")
-            text_embs["uncond"] = self._context_file(case, case.uncond_context)
+            if case.uncond_text_emb is None:
+                raise ConfigError(f"golden case '{case.name}': CFG {case.cfg} needs 'uncond_text_emb' "
+                                  "(the encoded empty prompt) beside 'text_emb'")
+            text_embs["uncond"] = self._context_file(case, case.uncond_text_emb)
         return text_embs
 
     def _context_file(self, case: GoldenCase, name: str) -> np.ndarray:
