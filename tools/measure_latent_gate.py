@@ -34,12 +34,12 @@ VARIANTS = (("fp32", "float32", None), ("fp16", "float16", None), ("w8a8", "floa
 
 
 def case_streams(bundle, case, golden_dir: Path) -> dict:
-    if case.context is None:
+    if case.text_emb is None:
         return stream_text_embs(bundle, [case.prompt], case.cfg)
-    streams = {"cond": check_text_emb(np.load(golden_dir / case.context), bundle.cfg, case.context)}
+    streams = {"cond": check_text_emb(np.load(golden_dir / case.text_emb), bundle.cfg, case.text_emb)}
     if case.cfg != 1.0:
-        streams["uncond"] = check_text_emb(np.load(golden_dir / case.uncond_context), bundle.cfg,
-                                           case.uncond_context)
+        streams["uncond"] = check_text_emb(np.load(golden_dir / case.uncond_text_emb), bundle.cfg,
+                                           case.uncond_text_emb)
     return streams
 
 

@@ -52,7 +52,7 @@ def accept_golden(case_name: str, artifacts: Path, golden_dir: Path | None = Non
     ran = report.get("settings", {})
     want = {"steps": case.steps, "seed": case.seed, "cfg_scale": case.cfg, "shift": case.shift}
     changed = {k: (ran.get(k), v) for k, v in want.items() if ran.get(k) != v}
-    if changed or (case.context is None and report.get("prompt") != case.prompt):
+    if changed or (case.text_emb is None and report.get("prompt") != case.prompt):
         detail = ", ".join(f"{k}: run {a!r} vs case {b!r}" for k, (a, b) in changed.items()) or "prompt differs"
         raise GoldenStale(f"accept-golden {case_name}: the kept run was rendered with other settings "
                           f"({detail}); run the quality gate again")

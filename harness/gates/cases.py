@@ -15,10 +15,15 @@ from ..sampling.reference_run import sample_settings
 from ..sampling.settings import SampleSettings
 from ..sampling.spectrum import SAMPLERS, check_params, params_from
 
-__all__ = ["GOLDEN_DIR", "GoldenCase", "golden_dir_for", "load_cases", "find_case", "CaseInputs", "run_key", "case_inputs", "chosen_inputs"]
+__all__ = ["GOLDEN_DIR", "FORMAT", "FORMATS", "OLD_KEYS", "GoldenCase", "golden_dir_for", "load_cases", "find_case",
+           "CaseInputs", "run_key", "case_inputs", "chosen_inputs"]
 
 
 GOLDEN_DIR = REPO_ROOT / "golden"
+# cases.toml `format`: 2 names a case's text embedding `text_emb`; 1 (no `format` key) said `context`.
+FORMAT = 2
+FORMATS = (1, 2)
+OLD_KEYS = {"context": "text_emb", "uncond_context": "uncond_text_emb"}
 
 
 def golden_dir_for(model_name: str) -> Path:
@@ -30,10 +35,10 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")   # becomes a file name: no p
 _NPY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.npy$")  # a file beside cases.toml, never a path
 _DEFAULT_KEYS = {"ssim_min", "psnr_min", "steps", "cfg", "sampler", "shift"}
 _OPTIONAL_DEFAULT_KEYS = {"cosine_min"}
-_CASE_KEYS = {"name", "prompt", "context", "uncond_context", "seed", "steps", "cfg", "ssim_min", "psnr_min",
+_CASE_KEYS = {"name", "prompt", "text_emb", "uncond_text_emb", "seed", "steps", "cfg", "ssim_min", "psnr_min",
               "sampler", "spectrum", "cosine_min"}
 # Settings that decide the image; thresholds only decide the verdict and may change freely.
-_IMAGE_SETTINGS = ("prompt", "context", "uncond_context", "seed", "steps", "cfg", "sampler", "shift", "spectrum")
+_IMAGE_SETTINGS = ("prompt", "text_emb", "uncond_text_emb", "seed", "steps", "cfg", "sampler", "shift", "spectrum")
 
 
 @dataclass(frozen=True)
@@ -48,9 +53,9 @@ class GoldenCase:
     ssim_min: float
     psnr_min: float
     # Instead of a prompt, a model without a prompt encoder here (Anima: Qwen3 + adapter) takes
-    # its text context from .npy files [context_tokens, context_dim] beside cases.toml.
-    context: str | None = None
-    uncond_context: str | None = None
+    # its text embeddings from .npy files [context_tokens, context_dim] beside cases.toml.
+    text_emb: str | None = None
+    uncond_text_emb: str | None = None
     # Latent goldens also gate the cosine of obtained and golden latents (0: not gated).
     cosine_min: float = 0.0
     # sampler "spectrum": its parameters, resolved from the case's `spectrum` table over the preset.
@@ -69,8 +74,8 @@ _CHECKS = {
     "name": (lambda v: isinstance(v, str) and bool(_NAME.match(v)),
              "a file-safe name (letters, digits, '_', '-')"),
     "prompt": (lambda v: isinstance(v, str), "a string"),
-    "context": (lambda v: isinstance(v, str) and bool(_NPY.match(v)), "a .npy file name beside cases.toml"),
-    "uncond_context": (lambda v: isinstance(v, str) and bool(_NPY.match(v)), "a .npy file name beside cases.toml"),
+    "text_emb": (lambda v: isinstance(v, str) and bool(_NPY.match(v)), "a .npy file name beside cases.toml"),
+    "uncond_text_emb": (lambda v: isinstance(v, str) and bool(_NPY.match(v)), "a .npy file name beside cases.toml"),
     "seed": (lambda v: is_int(v) and 0 <= v < 2 ** 63, "a whole number in 0..2^63-1"),
     "steps": (positive_int, "a positive whole number"),
     "cfg": (lambda v: is_number(v) and 0.0 <= v <= 30.0, "a number in 0..30"),
@@ -87,9 +92,12 @@ def load_cases(path: str | Path) -> list[GoldenCase]:
     """Parse and validate the golden cases; every problem names the file, the case and the field."""
     path = Path(path)
     data = read_toml(path, "golden cases file")
-    unknown = sorted(set(data) - {"defaults", "case"})
+    version = data.get("format", 1)
+    if version not in FORMATS:
+        raise ConfigError(f"{path}: format {version!r} is not one this suite reads ({', '.join(map(str, FORMATS))})")
+    unknown = sorted(set(data) - {"format", "defaults", "case"})
     if unknown:
-        raise ConfigError(f"{path}: unknown table(s) {unknown}; expected [defaults] and [[case]]")
+        raise ConfigError(f"{path}: unknown table(s) {unknown}; expected format, [defaults] and [[case]]")
     defaults = check_table(data.get("defaults", {}),
                            _fields(_DEFAULT_KEYS | _OPTIONAL_DEFAULT_KEYS, _DEFAULT_KEYS), f"{path} [defaults]")
     entries = data.get("case", [])
@@ -99,9 +107,10 @@ def load_cases(path: str | Path) -> list[GoldenCase]:
     for index, entry in enumerate(entries, start=1):
         label = entry.get("name", "?") if isinstance(entry, dict) else "?"
         where = f"{path} [[case]] #{index} '{label}'"
+        entry = _current(entry, version)
         fields = dict(check_table(entry, _fields(_CASE_KEYS, {"name", "seed"}), where))
-        if ("prompt" in fields) == ("context" in fields):
-            raise ConfigError(f"{where}: give either 'prompt' or 'context' (a .npy text context), not "
+        if ("prompt" in fields) == ("text_emb" in fields):
+            raise ConfigError(f"{where}: give either 'prompt' or 'text_emb' (a .npy text embedding), not "
                               f"{'both' if 'prompt' in fields else 'neither'}")
         fields.setdefault("prompt", "")
         if fields["name"] in seen:
@@ -114,6 +123,13 @@ def load_cases(path: str | Path) -> list[GoldenCase]:
         merged["spectrum"] = _spectrum_of(merged, where)
         cases.append(GoldenCase(**merged))
     return cases
+
+
+def _current(entry, version: int):
+    """A case of an older format in today's words (format 1 said `context` for the text embedding)."""
+    if version == 1 and isinstance(entry, dict):
+        return {OLD_KEYS.get(key, key): value for key, value in entry.items()}
+    return entry
 
 
 def _spectrum_of(case: dict, where: str) -> dict | None:
@@ -159,15 +175,15 @@ def case_inputs(case: GoldenCase, cfg, golden_dir: Path, steps: int | None = Non
     calibration capture, accuracy) renders a case as its golden was rendered, sampler included."""
     settings = SampleSettings(steps=steps or case.steps, cfg_scale=case.cfg, shift=case.shift, seed=case.seed,
                               sampler=case.sampler, spectrum=case.spectrum)
-    if case.context is None:
+    if case.text_emb is None:
         return CaseInputs(case.prompt, settings, None)
-    text_embs = {"cond": _text_emb_file(case, case.context, cfg, golden_dir)}
+    text_embs = {"cond": _text_emb_file(case, case.text_emb, cfg, golden_dir)}
     if case.cfg != 1.0:
-        if case.uncond_context is None:
-            raise ConfigError(f"golden case '{case.name}': CFG {case.cfg} needs 'uncond_context' "
-                              "(the encoded empty prompt) beside 'context'")
-        text_embs["uncond"] = _text_emb_file(case, case.uncond_context, cfg, golden_dir)
-    return CaseInputs(f"<text embedding {case.context}>", settings, text_embs)
+        if case.uncond_text_emb is None:
+            raise ConfigError(f"golden case '{case.name}': CFG {case.cfg} needs 'uncond_text_emb' "
+                              "(the encoded empty prompt) beside 'text_emb'")
+        text_embs["uncond"] = _text_emb_file(case, case.uncond_text_emb, cfg, golden_dir)
+    return CaseInputs(f"<text embedding {case.text_emb}>", settings, text_embs)
 
 
 def _text_emb_file(case: GoldenCase, name: str, cfg, golden_dir: Path) -> np.ndarray:
@@ -175,7 +191,7 @@ def _text_emb_file(case: GoldenCase, name: str, cfg, golden_dir: Path) -> np.nda
     try:
         array = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
-        raise ConfigError(f"golden case '{case.name}': cannot read context {path}: {exc}") from None
+        raise ConfigError(f"golden case '{case.name}': cannot read text embedding {path}: {exc}") from None
     if array.shape != (cfg.context_tokens, cfg.context_dim) or not np.isfinite(array).all():
         raise ConfigError(f"golden case '{case.name}': {path} is {array.dtype} {list(array.shape)}; "
                           f"{cfg.name} takes finite [{cfg.context_tokens}, {cfg.context_dim}]")

@@ -88,7 +88,7 @@ class ModelBundle:
         if self.encoder is None:
             raise ConfigError(f"model {self.cfg.name} has no prompt encoder here ({self.model_dir}); "
                               "give text-embedding files instead of a prompt (generate --text-emb, "
-                              "or golden cases with 'context')")
+                              "or golden cases with 'text_emb')")
         return check_text_emb(self.encoder.encode(prompt), self.cfg, f"prompt encoder of {self.cfg.name}")[0]
 
     def decode(self, latent: np.ndarray) -> np.ndarray:

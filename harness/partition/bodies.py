@@ -40,9 +40,9 @@ def _cross_attn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int) -> N
                             [streams, n, cfg.heads, cfg.head_dim], "q_heads"),
                   w, p + "q_norm.weight", eps, "q_norm")
     kv_heads = [streams, ctx, cfg.heads, cfg.head_dim]
-    k = _rms_norm(g, _heads(g, _linear(g, "context", w, p + "k_proj.weight", "k_proj"), kv_heads, "k_heads"),
+    k = _rms_norm(g, _heads(g, _linear(g, "text_emb", w, p + "k_proj.weight", "k_proj"), kv_heads, "k_heads"),
                   w, p + "k_norm.weight", eps, "k_norm")
-    v = _heads(g, _linear(g, "context", w, p + "v_proj.weight", "v_proj"), kv_heads, "v_heads")
+    v = _heads(g, _linear(g, "text_emb", w, p + "v_proj.weight", "v_proj"), kv_heads, "v_heads")
     o = _attention(g, q, k, v, cfg.head_dim, [streams, n, cfg.width])
     g.op("MatMul", [o, g.weight_t("output_proj.weight_t", w, p + "output_proj.weight")], "y")
 

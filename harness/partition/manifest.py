@@ -16,9 +16,12 @@ from ..model.config import BRANCHES, NETWORK_KEYS, ModelConfig
 from ..core.errors import ManifestError
 from ..core.schema import Field, check_table, is_int, list_of, non_empty_str, one_of, positive_int, read_json
 
-__all__ = ["manifest_sha256", "default_partition_dir", "FORMAT", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest", "manifest_path", "network_settings", "subgraph_index"]
+__all__ = ["manifest_sha256", "default_partition_dir", "FORMAT", "READABLE_FORMATS", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest", "manifest_path", "network_settings", "subgraph_index"]
 
-FORMAT = "anima-partition/1"
+FORMAT = "anima-partition/2"
+# Formats still read: /1 named the cross-attention subgraphs' text-embedding input `context` (now
+# `text_emb`); the backends feed inputs by position, so a /1 partition runs unchanged.
+READABLE_FORMATS = (FORMAT, "anima-partition/1")
 MANIFEST_FILE = "manifest.json"
 DECODER_BRANCH = "decoder"
 def manifest_path(directory) -> Path:
@@ -146,8 +149,8 @@ class Manifest:
     def verify_structure(self) -> None:
         """Format tag, execution order, indices, complete blocks, decoder placement."""
         where = self.file
-        if self.format != FORMAT:
-            raise ManifestError(f"{where}: format '{self.format}' is not '{FORMAT}'")
+        if self.format not in READABLE_FORMATS:
+            raise ManifestError(f"{where}: format '{self.format}' is not one of {list(READABLE_FORMATS)}")
         if not self.subgraphs:
             raise ManifestError(f"{where}: lists no subgraphs")
         blocks = self.model.get("network", {}).get("blocks")

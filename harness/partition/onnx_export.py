@@ -73,7 +73,7 @@ def _build(weights: dict, cfg: ModelConfig, block: int, branch: str, dtype: str,
     x_shape = [streams, cfg.tokens, cfg.width]
     inputs = [helper.make_tensor_value_info("x", g.elem, x_shape)]
     if branch == "cross_attn":
-        inputs.append(helper.make_tensor_value_info("context", g.elem,
+        inputs.append(helper.make_tensor_value_info("text_emb", g.elem,
                                                     [streams, cfg.context_tokens, cfg.context_dim]))
     if branch == "ffn":
         _ffn(g, weights, cfg, block, streams, _check_fake_quant(fake_quant))

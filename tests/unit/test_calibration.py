@@ -81,7 +81,7 @@ def test_cross_attn_lines_list_x_then_text_embedding(embedded_fp32, tmp_path):
     record = capture_calibration(bundle, partition, out, "digit seven", settings, ["cross_attn"], [1],
                                  ["cond"], blocks=[3])
     (sub,) = record["subgraphs"]
-    assert sub["index"] == 10 and [i["name"] for i in sub["inputs"]] == ["x", "context"]
+    assert sub["index"] == 10 and [i["name"] for i in sub["inputs"]] == ["x", "text_emb"]
     (line,) = (out / sub["dataset"]).read_text().splitlines()
     x_path, emb_path = line.split()
     assert x_path.endswith("_x.npy")

@@ -44,7 +44,7 @@ def test_case_overrides_and_defaults(tmp_path):
 @pytest.mark.parametrize("case_text, fragment", [
     ('name = "a"\nprompt = "x"\nseed = -1', "'seed'"),
     ('name = "a/b"\nprompt = "x"\nseed = 1', "'name'"),
-    ('name = "a"\nseed = 1', "give either 'prompt' or 'context'"),
+    ('name = "a"\nseed = 1', "give either 'prompt' or 'text_emb'"),
     ('name = "a"\nprompt = "x"\nseed = 1\nssim_mn = 0.9', "unknown field(s) ['ssim_mn']"),
     ('name = "a"\nprompt = "x"\nseed = 1\nssim_min = 1.5', "'ssim_min'"),
 ])
@@ -204,3 +204,26 @@ def test_golden_from_other_settings_is_stale(tmp_path, case):
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(GoldenStale, match="seed: golden 99 vs case 1"):
         store.load(case)
+
+
+_TEXT_EMB_CASE = '[defaults]\nssim_min = 0.9\npsnr_min = 30.0\nsteps = 2\ncfg = 4.0\nsampler = "flow-euler"\nshift = 3.0\n' \
+                 '[[case]]\nname = "a"\nseed = 1\n'
+
+
+@pytest.mark.parametrize("head,keys", [("format = 2\n", ("text_emb", "uncond_text_emb")),
+                                       ("", ("context", "uncond_context"))])   # format 1: the old words
+def test_both_formats_of_cases_toml_name_the_text_embedding(tmp_path, head, keys):
+    path = tmp_path / "cases.toml"
+    path.write_text(head + _TEXT_EMB_CASE + f'{keys[0]} = "c.npy"\n{keys[1]} = "u.npy"\n')
+    (case,) = load_cases(path)
+    assert (case.text_emb, case.uncond_text_emb) == ("c.npy", "u.npy")
+
+
+@pytest.mark.parametrize("head,key,fragment", [("format = 2\n", "context", "unknown field(s) ['context']"),
+                                               ("format = 3\n", "text_emb", "format 3 is not one this suite reads")])
+def test_a_format_mismatch_is_named(tmp_path, head, key, fragment):
+    path = tmp_path / "cases.toml"
+    path.write_text(head + _TEXT_EMB_CASE + f'{key} = "c.npy"\n')
+    with pytest.raises(ConfigError) as err:
+        load_cases(path)
+    assert fragment in str(err.value) and str(path) in str(err.value)

@@ -35,7 +35,7 @@ def test_fp32_latent_passes_the_fp16_golden_with_margin(tmp_path):
     assert meta["kind"] == "latent" and meta["precision"] == "float16"
     export_partition(bundle.weights_source, bundle.cfg, tmp_path / "p", dtype="float32")
     streams = {s: check_text_emb(np.load(GOLDEN_DIR / f), bundle.cfg, f)
-               for s, f in (("cond", case.context), ("uncond", case.uncond_context))}
+               for s, f in (("cond", case.text_emb), ("uncond", case.uncond_text_emb))}
     settings = {"steps": case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed}
     latent = run_partitioned(
         RunRequest(bundle, tmp_path / "p", "onnxruntime", "", settings, text_embs=streams)).latent

@@ -56,7 +56,7 @@ def test_round_trip(part, exported):
         [(0, 0, "self_attn"), (1, 0, "cross_attn"), (2, 0, "ffn")]
     cross = manifest.subgraphs[1]
     assert [(s.name, s.shape, s.dtype) for s in cross.inputs] == \
-        [("x", (2, 64, 64), "float32"), ("context", (2, 8, 32), "float32")]
+        [("x", (2, 64, 64), "float32"), ("text_emb", (2, 8, 32), "float32")]
     assert [(s.name, s.shape) for s in cross.outputs] == [("y", (2, 64, 64))]
     assert manifest.decoder.branch == "decoder" and manifest.decoder.index == 84
     assert manifest.decoder.outputs[0].shape == (1, 64, 64, 3)
@@ -181,9 +181,9 @@ def test_wrong_format_tag(part):
 
 def test_check_input(part):
     entry = _cross(part)
-    check_input(entry, "context", np.zeros((2, 8, 32), np.float32))
-    with pytest.raises(ManifestError, match=r"subgraph 1 \(block 0 cross_attn\): input 'context'.*\[2, 7, 32\]"):
-        check_input(entry, "context", np.zeros((2, 7, 32), np.float32))
+    check_input(entry, "text_emb", np.zeros((2, 8, 32), np.float32))
+    with pytest.raises(ManifestError, match=r"subgraph 1 \(block 0 cross_attn\): input 'text_emb'.*\[2, 7, 32\]"):
+        check_input(entry, "text_emb", np.zeros((2, 7, 32), np.float32))
     with pytest.raises(ManifestError, match="input 'x' is float16"):
         check_input(entry, "x", np.zeros((2, 64, 64), np.float16))
     with pytest.raises(ManifestError, match="no input 'latent'"):
@@ -283,4 +283,21 @@ def test_decoder_out_of_place_is_refused(part, index):
     edit_manifest(part, lambda d: d["decoder"].update(index=index))
     with pytest.raises(ManifestError, match=rf"decoder entry must have branch 'decoder' and index 84 "
                                             rf"\(file decoder.onnx\)"):
+        load_manifest(part).verify()
+
+
+def test_a_format_1_partition_is_still_read(part):
+    # Format 1 named the text-embedding input `context`; inputs are fed by position, so it runs as is.
+    def to_format_1(data):
+        data["format"] = "anima-partition/1"
+        for entry in data["subgraphs"]:
+            for spec in entry["inputs"]:
+                spec["name"] = "context" if spec["name"] == "text_emb" else spec["name"]
+    edit_manifest(part, to_format_1)
+    manifest = load_manifest(part)
+    manifest.verify()
+    assert [s.name for s in manifest.subgraphs[1].inputs] == ["x", "context"]
+    edit_manifest(part, lambda data: data.update(format="anima-partition/9"))
+    with pytest.raises(ManifestError, match=r"format 'anima-partition/9' is not one of \['anima-partition/2', "
+                                            r"'anima-partition/1'\]"):
         load_manifest(part).verify()

@@ -43,7 +43,7 @@ def branch_inputs(cfg, streams: int, seed: int = 1):
 def run_branch(sess, branch: str, x, context, dtype=np.float32) -> np.ndarray:
     feed = {"x": x.astype(dtype)}
     if branch == "cross_attn":
-        feed["context"] = context.astype(dtype)
+        feed["text_emb"] = context.astype(dtype)
     return sess.run(["y"], feed)[0]
 
 
