@@ -32,6 +32,22 @@ def pytest_configure(config):
     config.stash[BOARD] = board_id(identity)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Checks of the board itself (marker `board`: its NPU device node, its runtime's versions) have
+    nothing to look at off an RK3588. There they are deselected, said in one line, rather than skipped;
+    --require-npu asks for the board, and then they run and fail naming what is missing."""
+    s = config.stash[SETTINGS]
+    board_only = [i for i in items if i.get_closest_marker("board")]
+    if s.on_board or s.require_npu or not board_only:
+        return
+    items[:] = [i for i in items if not i.get_closest_marker("board")]
+    config.hook.pytest_deselected(items=board_only)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"anima: {len(board_only)} board-only check(s) deselected: not an RK3588 "
+                            f"(--require-npu runs them, and they fail off the board)")
+
+
 def pytest_report_header(config):
     s = config.stash[SETTINGS]
     i = config.stash[IDENTITY]
