@@ -44,6 +44,7 @@ class GateRunner:
         self._partition: Path | None = None
         self._runs: dict[str, CaseRun] = {}
         self._prepared = False
+        self._probe = None
         # (label, total steps) -> per-step callback; the pytest plugin sets one that writes progress
         # lines to the log (harness/pytest_plugin/reporting.py).
         self.progress = None
@@ -154,7 +155,7 @@ class GateRunner:
                 ctx.release()
 
     def run(self, case: GoldenCase, guard, steps: int | None = None, tag: str = "",
-            keep: bool = True) -> RunResult:
+            keep: bool = True, observers=()) -> RunResult:
         """A fresh partitioned run of `case`; raises HarnessError. With keep, its report and image
         go to the artifacts (a failed run's report too); a benchmark round keeps them afterwards."""
         self.prepare()
@@ -164,7 +165,7 @@ class GateRunner:
         result = run_partitioned(self.bundle, self.partition, self.s.backend, case.prompt,
                                  settings, self.s.backend_options, guard=guard, on_step=on_step,
                                  report_path=report, verify=False, text_embs=self.case_text_embs(case),
-                                 lifecycle=self.s.lifecycle, images=self.s.images)
+                                 lifecycle=self.s.lifecycle, images=self.s.images, observers=observers)
         if keep:
             self._save_outputs(result, f"{case.name}{tag}")
         return result
@@ -224,6 +225,21 @@ class GateRunner:
         self.keep(result, case.name)
         self._runs[case.name] = CaseRun(case, result, None, report)
         return True
+
+    def headroom_run(self, case: GoldenCase, guard, min_headroom: float) -> tuple[CaseRun, dict]:
+        """A run of `case` watched by the FP16 headroom observer (its own run: the probe's sessions
+        must not count in the shared run's memory). Returns the run and its report's section."""
+        from .headroom import REPORT_KEY, HeadroomObserver, make_probe
+        self.prepare()
+        if self._probe is None:      # kept for the session: probes build once, like the partition
+            self._probe = make_probe(load_manifest(self.partition), self.s.backend)
+        observer = HeadroomObserver(self._probe, min_headroom)
+        report = self.s.artifacts / "runs" / f"{case.name}-headroom.json"
+        try:
+            run = CaseRun(case, self.run(case, guard, tag="-headroom", observers=[observer]), None, report)
+        except HarnessError as exc:
+            run = CaseRun(case, None, exc, report)
+        return run, observer.report_section()[REPORT_KEY]
 
     def case_run(self, case: GoldenCase, guard) -> CaseRun:
         """The one shared run of a golden case (numerics and quality both look at it)."""

@@ -1,0 +1,105 @@
+"""Gate: FP16 headroom. Over a whole denoise of each golden case, every subgraph's inputs, output and
+the intermediates that overflow first (FFN hidden layer, attention logits) stay a stated factor below
+the float16 maximum, so a board whose activations run larger than here still stays finite. Each run
+report carries the headroom of every subgraph (artifacts/runs/<case>-headroom.json)."""
+import json
+import shutil
+
+import pytest
+
+from harness.config import EMBEDDED_DIR, REPO_ROOT
+from harness.headroom import DEFAULT_MIN_HEADROOM, headroom_failures
+from harness.weights import read_safetensors, save_weights
+
+pytestmark = pytest.mark.npu
+
+
+def _min_headroom(gate_runner) -> float:
+    return float(gate_runner.bundle.cfg.raw_gates.get("fp16_headroom_min", DEFAULT_MIN_HEADROOM))
+
+
+def test_fp16_headroom_of_every_subgraph(golden_case, gate_runner, npu_guard):
+    limit = _min_headroom(gate_runner)
+    run, section = gate_runner.headroom_run(golden_case, npu_guard, limit)
+    failures = headroom_failures(section)
+    if failures:
+        more = f" (and {len(failures) - 5} more)" if len(failures) > 5 else ""
+        pytest.fail(f"{golden_case.name}: " + "; ".join(failures[:5]) + more
+                    + f" (report: {run.report_path})", pytrace=False)
+    if run.error is not None:
+        pytest.fail(f"{golden_case.name}: run failed before headroom could be judged: {run.error}", pytrace=False)
+    # The report names every subgraph of the network, each with its lowest headroom.
+    report = json.loads(run.report_path.read_text())
+    seen = {s["subgraph"] for s in report["headroom"]["subgraphs"]}
+    assert seen == set(range(gate_runner.bundle.cfg.subgraphs)), sorted(seen)
+
+
+# ---------------------------------------------------------------- the gate can fail
+
+def _scaled_model(tmp_path, block: int, scale: float):
+    """The embedded model with block `block`'s FFN hidden layer `scale` x larger (layer1 x scale,
+    layer2 / scale): its FP16 hidden activations grow by `scale` while the branch output does not."""
+    target = tmp_path / "model"
+    shutil.copytree(EMBEDDED_DIR, target)
+    weights = read_safetensors(target / "dit.safetensors")
+    key = f"blocks.{block}.mlp."
+    weights[key + "layer1.weight"] = weights[key + "layer1.weight"] * scale
+    weights[key + "layer2.weight"] = weights[key + "layer2.weight"] / scale
+    save_weights(weights, target / "dit.safetensors")
+    return target
+
+
+@pytest.fixture
+def run_headroom_gate(pytester, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
+
+    def run(model_dir):
+        return pytester.runpytest_subprocess(
+            "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}", "-p", "no:cacheprovider", "-q",
+            str(REPO_ROOT / "tests/acceptance/test_headroom.py"), "-k", "every_subgraph", "--cases=seven",
+            f"--model-dir={model_dir}", f"--golden-dir={REPO_ROOT / 'golden' / 'embedded-digits'}",
+            f"--artifacts={pytester.path / 'artifacts'}", f"--cache-dir={pytester.path / 'cache'}",
+            "--backend=onnxruntime", timeout=300)
+    return run
+
+
+@pytest.mark.slow
+def test_headroom_gate_warns_before_the_hidden_layer_overflows(run_headroom_gate, tmp_path):
+    # Block 4's FFN hidden layer peaks at ~4.3 here; x4096 puts it near 17,600: still finite (the
+    # numerics gate passes such a run) but within 8x of 65504, so the headroom gate must name it.
+    model = _scaled_model(tmp_path, 4, 4096.0)
+    result = run_headroom_gate(model)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*subgraph 14 (block 4 ffn): tensor layer1 peaked at * at step *, stream *: "
+                                 "headroom *x to the FP16 maximum 65504, below 8x*"])
+    assert "NaN/Inf" not in result.stdout.str()
+
+
+@pytest.mark.slow
+def test_headroom_gate_names_the_subgraph_whose_weights_overflow_fp16(run_headroom_gate, tmp_path):
+    # x32768 takes the hidden layer past 65504: inf in FP16; the gate names the tensor that
+    # overflowed first, not only the NaN the branch output then carries.
+    model = _scaled_model(tmp_path, 4, 32768.0)
+    result = run_headroom_gate(model)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*subgraph 14 (block 4 ffn): tensor layer1 peaked at inf/NaN (overflowed) "
+                                 "at step 0, stream *: headroom 0x*"])
+
+
+@pytest.mark.toolkit
+@pytest.mark.slow
+def test_headroom_gate_on_the_simulator(toolkit_version, pytester, monkeypatch):
+    # The same gate on rknn-toolkit2's PC simulator: the converted FP16 partition (converted on first
+    # use into the repository's .cache), its intermediates probed by the toolkit's own build.
+    monkeypatch.setenv("COLUMNS", "400")
+    result = pytester.runpytest_subprocess(
+        "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}", "-p", "no:cacheprovider", "-q",
+        str(REPO_ROOT / "tests/acceptance/test_headroom.py"), "-k", "every_subgraph", "--cases=seven",
+        "--backend=rknn-sim", f"--artifacts={pytester.path / 'artifacts'}",
+        f"--cache-dir={REPO_ROOT / '.cache'}", timeout=3000)
+    result.assert_outcomes(passed=1)
+    report = json.loads((pytester.path / "artifacts" / "runs" / "seven-headroom.json").read_text())
+    section = report["headroom"]
+    assert report["backend"] == "rknn-sim" and section["intermediates"] == "probed"
+    assert all({"layer1", "gelu"} <= set(s["tensors"]) or {"attn/qk", "attn/scores"} <= set(s["tensors"])
+               for s in section["subgraphs"])
