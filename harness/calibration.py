@@ -31,7 +31,7 @@ from .config import BRANCHES
 from .errors import ConfigError
 from .pipeline import Invocation
 
-__all__ = ["FORMAT", "RECORD_FILE", "parse_steps", "parse_branches", "parse_streams",
+__all__ = ["FORMAT", "RECORD_FILE", "PRESETS", "strata_steps", "parse_steps", "parse_branches", "parse_streams",
            "CalibrationCapture", "capture_calibration", "CalibrationSet", "load_calibration",
            "add_command"]
 
@@ -40,11 +40,37 @@ RECORD_FILE = "calibration.json"
 STEP_NAMES = ("high", "mid", "low")
 
 
-def parse_steps(text: str, steps: int) -> list[int]:
+# Named recipes for `capture-calibration --preset`. "board-112" is the board's ({high, low} sigma x
+# {cond, uncond}: 4 sets per FFN, 112 for 28); it leaves the middle of the schedule outside the INT8
+# ranges. "full-schedule" stratifies over sigma: 8 steps whose sigmas are evenly spaced from the
+# first to the last network step, both streams at each (16 sets per FFN).
+PRESETS = {
+    "board-112": {"branches": "ffn", "steps": "high,low", "streams": "cond,uncond"},
+    "full-schedule": {"branches": "ffn", "steps": "strata:8", "streams": "cond,uncond"},
+}
+
+
+def strata_steps(count: int, sigmas) -> list[int]:
+    """`count` steps whose sigmas are evenly spaced over the steps that run the network (sigmas has
+    steps + 1 levels; the last, 0, runs nothing): the step nearest to each target level."""
+    levels = np.asarray(sigmas[:-1], dtype=np.float64)
+    targets = np.linspace(levels[0], levels[-1], min(count, len(levels)))
+    return sorted({int(np.argmin(np.abs(levels - t))) for t in targets})
+
+
+def parse_steps(text: str, steps: int, shift: float = 3.0) -> list[int]:
     """'high,low' -> [0, steps-1]: high sigma is the first step, low sigma the last one that still
-    runs the network (the schedule ends at sigma 0); 'mid' is steps // 2; numbers are steps."""
+    runs the network (the schedule ends at sigma 0); 'mid' is steps // 2; numbers are steps;
+    'strata:N' is N steps evenly spaced in sigma over the schedule of `steps` steps and `shift`."""
     chosen = []
     for part in filter(None, (p.strip() for p in text.split(","))):
+        if part.startswith("strata:"):
+            from .sampler import flow_sigmas
+            count = part.removeprefix("strata:")
+            if not count.isdigit() or int(count) < 1:
+                raise ConfigError(f"--steps '{text}': '{part}' needs a positive count (strata:8)")
+            chosen.extend(s for s in strata_steps(int(count), flow_sigmas(steps, shift)) if s not in chosen)
+            continue
         if part in STEP_NAMES:
             step = {"high": 0, "mid": steps // 2, "low": steps - 1}[part]
         else:
@@ -249,12 +275,15 @@ def add_command(subparsers):
                    help="model directory with model.toml (default: models/embedded)")
     p.add_argument("--partition", type=Path,
                    help="FP32 partition to run (default: the FP32 export of these weights, made on first use)")
+    p.add_argument("--preset", choices=sorted(PRESETS),
+                   help="a named recipe for --branches, --steps and --streams: board-112 (high and low "
+                        "sigma x cond/uncond, the board's) or full-schedule (8 sigma strata x cond/uncond)")
     p.add_argument("--branches", default="ffn", help="branches to capture: ffn, self_attn, cross_attn, all "
                                                     "(comma list; default: %(default)s)")
     p.add_argument("--blocks", help="blocks to capture: N, N-M or a comma list (default: all)")
     p.add_argument("--steps", default="high,low",
-                   help="steps to capture: high (first, sigma 1), low (last), mid, or step numbers "
-                        "(default: %(default)s)")
+                   help="steps to capture: high (first, sigma 1), low (last), mid, step numbers, or "
+                        "strata:N (N steps evenly spaced in sigma) (default: %(default)s)")
     p.add_argument("--streams", default="cond,uncond", help="CFG streams (default: %(default)s)")
     p.add_argument("--prompt", help="prompt of the generation (default: the model's default prompt)")
     p.add_argument("--seed", type=int, help="initial-noise seed (default: the model's)")
@@ -273,7 +302,9 @@ def _cmd_capture(args) -> int:
     if args.sampler_steps is not None and args.sampler_steps < 1:
         raise ConfigError(f"--sampler-steps {args.sampler_steps}: must be positive")
     settings = sample_settings(bundle, args.sampler_steps, args.cfg_scale, None, args.seed)
-    steps = parse_steps(args.steps, settings["steps"])
+    if args.preset is not None:
+        args.branches, args.steps, args.streams = (PRESETS[args.preset][k] for k in ("branches", "steps", "streams"))
+    steps = parse_steps(args.steps, settings["steps"], settings["shift"])
     branches = parse_branches(args.branches)
     streams = parse_streams(args.streams, ["cond"] + (["uncond"] if settings["cfg_scale"] != 1.0 else []))
     blocks = parse_blocks(args.blocks, bundle.cfg.blocks) if args.blocks else None
