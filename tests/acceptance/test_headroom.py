@@ -67,26 +67,21 @@ def run_headroom_gate(pytester, monkeypatch):
 
 
 @pytest.mark.slow
-def test_headroom_gate_warns_before_the_hidden_layer_overflows(run_headroom_gate, tmp_path):
+@pytest.mark.parametrize("scale, line, overflowed", [
     # Block 4's FFN hidden layer peaks at ~4.3 here; x4096 puts it near 17,600: still finite (the
     # numerics gate passes such a run) but within 8x of 65504, so the headroom gate must name it.
-    model = _scaled_model(tmp_path, 4, 4096.0)
-    result = run_headroom_gate(model)
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*subgraph 14 (block 4 ffn): tensor layer1 peaked at * at step *, stream *: "
-                                 "headroom *x to the FP16 maximum 65504, below 8x*"])
-    assert "NaN/Inf" not in result.stdout.str()
-
-
-@pytest.mark.slow
-def test_headroom_gate_names_the_subgraph_whose_weights_overflow_fp16(run_headroom_gate, tmp_path):
+    (4096.0, "*subgraph 14 (block 4 ffn): tensor layer1 peaked at * at step *, stream *: "
+             "headroom *x to the FP16 maximum 65504, below 8x*", False),
     # x32768 takes the hidden layer past 65504: inf in FP16; the gate names the tensor that
     # overflowed first, not only the NaN the branch output then carries.
-    model = _scaled_model(tmp_path, 4, 32768.0)
-    result = run_headroom_gate(model)
+    (32768.0, "*subgraph 14 (block 4 ffn): tensor layer1 peaked at inf/NaN (overflowed) at step 0, "
+              "stream *: headroom 0x*", True),
+], ids=["near-overflow", "overflow"])
+def test_headroom_gate_names_the_scaled_ffn(run_headroom_gate, tmp_path, scale, line, overflowed):
+    result = run_headroom_gate(_scaled_model(tmp_path, 4, scale))
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*subgraph 14 (block 4 ffn): tensor layer1 peaked at inf/NaN (overflowed) "
-                                 "at step 0, stream *: headroom 0x*"])
+    result.stdout.fnmatch_lines([line])
+    assert ("overflowed" in result.stdout.str()) == overflowed
 
 
 @pytest.mark.toolkit
