@@ -18,6 +18,16 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _precision(text: str) -> str:
+    from ..errors import HarnessError
+    from .calibration import recipe
+    try:
+        recipe(text)
+    except HarnessError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--precision {text}: ")) from None
+    return text
+
+
 def add_commands(subparsers) -> None:
     from .calibration import precisions
     from .convert import DEFAULT_TARGET
@@ -27,8 +37,9 @@ def add_commands(subparsers) -> None:
     conv.add_argument("--toolkit", metavar="VERSION",
                       help="rknn-toolkit2 version (default: toolkit/versions.toml); "
                            "its environment comes from bin/toolkit-env VERSION")
-    conv.add_argument("--precision", default="fp16", choices=precisions(),
-                      help="fp16, or w8a8-ffn (INT8 FFN linears, calibrated; default: %(default)s)")
+    conv.add_argument("--precision", default="fp16", type=_precision,
+                      help=f"{', '.join(precisions())} (w8a8-ffn: INT8 FFN linears, calibrated), or a precision "
+                           f"file *.toml written by search-precision (default: %(default)s)")
     conv.add_argument("--calibration", type=Path, help="calibration set directory (for w8a8-ffn)")
     conv.add_argument("--target", default=DEFAULT_TARGET, help="target platform (default: %(default)s)")
     conv.add_argument("--allow-cpu-ops", action="store_true",
