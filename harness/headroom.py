@@ -33,7 +33,7 @@ from .errors import ConfigError
 from .pipeline import Invocation, batch_of
 
 __all__ = ["FP16_MAX", "DEFAULT_MIN_HEADROOM", "PROBE_TENSORS", "Peak", "probe_model", "OnnxProbe",
-           "SimProbe", "make_probe", "HeadroomObserver", "headroom_failures", "REPORT_KEY"]
+           "SimProbe", "make_probe", "HeadroomObserver", "min_headroom_of", "headroom_failures", "REPORT_KEY"]
 
 FP16_MAX = float(np.finfo(np.float16).max)      # 65504
 # 8x is three binades: a board run whose activations are several times larger than here (other
@@ -239,6 +239,15 @@ def _finite(value: float):
     # JSON has no inf: an overflow's peak is recorded as the string "inf" and its headroom as 0.
     if value == float("inf"):
         return "inf"
+    return float(value)
+
+
+def min_headroom_of(cfg) -> float:
+    """The model's stated headroom ([gates] fp16_headroom_min in model.toml), or the default."""
+    value = cfg.raw_gates.get("fp16_headroom_min", DEFAULT_MIN_HEADROOM)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1.0:
+        raise ConfigError(f"{cfg.source}: [gates] fp16_headroom_min = {value!r}: a number >= 1 "
+                          f"(how many times below the FP16 maximum every tensor must stay)")
     return float(value)
 
 

@@ -11,18 +11,14 @@ import sys
 import pytest
 
 from harness.config import EMBEDDED_DIR, REPO_ROOT
-from harness.headroom import DEFAULT_MIN_HEADROOM, headroom_failures
+from harness.headroom import headroom_failures, min_headroom_of
 from harness.weights import read_safetensors, save_weights
 
 pytestmark = pytest.mark.npu
 
 
-def _min_headroom(gate_runner) -> float:
-    return float(gate_runner.bundle.cfg.raw_gates.get("fp16_headroom_min", DEFAULT_MIN_HEADROOM))
-
-
 def test_fp16_headroom_of_every_subgraph(golden_case, gate_runner, npu_guard):
-    limit = _min_headroom(gate_runner)
+    limit = min_headroom_of(gate_runner.bundle.cfg)
     run, section = gate_runner.headroom_run(golden_case, npu_guard, limit)
     failures = headroom_failures(section)
     if failures:
