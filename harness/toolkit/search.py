@@ -9,7 +9,8 @@ subset does pass, guided by per-subgraph accuracy:
     (harness.accuracy) and the image judged by the quality gate;
  2. the FFNs are ranked by their worst cosine under the best options (worst first); FP16 is judged
     as the reference row, then the largest count of the most accurate FFNs that passes is found by
-    bisection (a handful of candidates for 28 FFNs), then one more FFN half-INT8 (one linear) on top;
+    bisection (a handful of candidates for 28 FFNs), then one more FFN half-INT8 on top, once with
+    each of its two linears kept FP16;
  3. every candidate is a precision file (toolkit/calibration.py), converted and judged the same way.
 
 Each candidate's predicted board step time is the FP16 step minus what its INT8 FFNs save, from
@@ -117,14 +118,15 @@ def option_candidates(ffns: list[int]) -> list[Candidate]:
             for alg, method in OPTIONS]
 
 
-def top_candidate(ranked: list[int], count: int, best: Candidate, half: int = 0) -> Candidate:
+def top_candidate(ranked: list[int], count: int, best: Candidate, half: int = 0,
+                  keep: str = LINEARS[0]) -> Candidate:
     """The `count` most accurate FFNs INT8 (the end of the worst-first list), and the next `half`
-    of them with one linear INT8 (layer1 FP16, layer2 INT8)."""
+    of them with one linear INT8, the other (`keep`, layer1 or layer2) FP16."""
     n = len(ranked)
     full = ranked[n - count:] if count else []
     back = ranked[max(0, n - count - half):n - count]
-    name = f"int8-{count}" + (f"-half{len(back)}" if back else "") + f"-{best.algorithm}-{best.method}"
-    return Candidate(name, back + full, {i: LINEARS[0] for i in back}, best.algorithm, best.method)
+    name = f"int8-{count}" + (f"-half{len(back)}-{keep}-fp16" if back else "") + f"-{best.algorithm}-{best.method}"
+    return Candidate(name, back + full, {i: keep for i in back}, best.algorithm, best.method)
 
 
 def _progress(text: str) -> None:
@@ -228,7 +230,8 @@ def _bisect(judge, ranked: list[int], best: Candidate) -> list[Outcome]:
         mid = (lo + hi) // 2
         outcomes.append(judge(top_candidate(ranked, mid, best)))
         lo, hi = (mid, hi) if outcomes[-1].passes else (lo, mid)
-    outcomes.append(judge(top_candidate(ranked, lo, best, half=1)))
+    for keep in LINEARS:        # which of the two linears of the next FFN can go INT8
+        outcomes.append(judge(top_candidate(ranked, lo, best, half=1, keep=keep)))
     return outcomes
 
 

@@ -79,6 +79,7 @@ def test_predicted_step_reproduces_the_write_up_and_orders_candidates():
     top = top_candidate(ranked, 7, best, half=2)
     assert set(top.int8) == set(ranked[-9:]) and set(top.half) == set(ranked[-9:-7])    # least bad first
     assert (top.algorithm, top.method) == ("kl_divergence", "layer") and not top_candidate(ranked, 0, best).int8
+    assert set(top_candidate(ranked, 7, best, half=1, keep="layer2").half.values()) == {"layer2"}
 
 
 @pytest.mark.toolkit
