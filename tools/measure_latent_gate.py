@@ -14,6 +14,7 @@ threshold, margin each side); --json keeps every row.
 
     .venv/bin/python tools/measure_latent_gate.py --model-dir models/embedded --seeds 1,2,3,4
     .venv/bin/python tools/measure_latent_gate.py --model-dir models/anima-shaped --seeds 1,2,3,4,5,6
+    .venv/bin/python tools/measure_latent_gate.py --model-dir models/embedded --sampler spectrum --seeds 1,...,12
 """
 from __future__ import annotations
 
@@ -51,13 +52,13 @@ def case_streams(bundle, case, golden_dir: Path) -> dict:
     return streams
 
 
-def grid(cases, seeds: list[int]) -> list:
-    """Every distinct (prompt or context, CFG) of the golden cases x every seed (Spectrum cases are
-    left out: their thresholds are the full sampler's)."""
+def grid(cases, seeds: list[int], sampler: str = "flow-euler") -> list:
+    """Every distinct (prompt or context, CFG) of the golden cases of `sampler` x every seed (a
+    Spectrum forecast carries FP16 differences further: its cases get thresholds of their own)."""
     prompts, seen = [], set()
     for case in cases:
         key = (case.prompt, case.context, case.uncond_context, case.cfg, case.steps)
-        if case.sampler == "flow-euler" and key not in seen:
+        if case.sampler == sampler and key not in seen:
             seen.add(key)
             prompts.append(case)
     return [replace(c, name=f"{c.name}-s{seed}", seed=seed) for c in prompts for seed in seeds]
@@ -80,7 +81,10 @@ def measure(bundle, cases, golden_dir: Path) -> list[dict]:
             parts[name] = Path(tmp) / name
             export_partition(bundle.weights_source, bundle.cfg, parts[name], dtype=dtype, fake_quant=quant)
         for case in cases:
-            settings = {"steps": case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed}
+            settings = {"steps": case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed,
+                        "sampler": case.sampler}
+            if case.spectrum is not None:
+                settings["spectrum"] = case.spectrum
             runs = {name: run_partitioned(bundle, parts[name], "onnxruntime", case.prompt, settings,
                                           text_embs=case_streams(bundle, case, golden_dir))
                     for name, _, _ in VARIANTS}
@@ -122,12 +126,14 @@ def main(argv=None) -> int:
     parser.add_argument("--model-dir", type=Path, required=True)
     parser.add_argument("--golden-dir", type=Path)
     parser.add_argument("--seeds", default="1,2,3,4", help="comma-separated seeds (default: %(default)s)")
+    parser.add_argument("--sampler", default="flow-euler", choices=("flow-euler", "spectrum"),
+                        help="which golden cases' prompts and settings (default: %(default)s)")
     parser.add_argument("--json", type=Path, help="write every row and the table here")
     args = parser.parse_args(argv)
     bundle = load_bundle(args.model_dir)
     golden_dir = args.golden_dir or ROOT / "golden" / bundle.cfg.name
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    cases = grid(load_cases(golden_dir / "cases.toml"), seeds)
+    cases = grid(load_cases(golden_dir / "cases.toml"), seeds, args.sampler)
     rows = measure(bundle, cases, golden_dir)
     table = separation(rows)
     print(f"\n{bundle.cfg.name}: {len(cases)} cases (prompts x seeds {seeds}); errors, smaller is better")
