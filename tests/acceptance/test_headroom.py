@@ -14,9 +14,8 @@ from harness.config import EMBEDDED_DIR, REPO_ROOT
 from harness.headroom import headroom_failures, min_headroom_of
 from harness.weights import read_safetensors, save_weights
 
-pytestmark = pytest.mark.npu
 
-
+@pytest.mark.npu
 def test_fp16_headroom_of_every_subgraph(golden_case, gate_runner, npu_guard):
     limit = min_headroom_of(gate_runner.bundle.cfg)
     run, section = gate_runner.headroom_run(golden_case, npu_guard, limit)
@@ -34,6 +33,7 @@ def test_fp16_headroom_of_every_subgraph(golden_case, gate_runner, npu_guard):
 
 
 # ---------------------------------------------------------------- the gate can fail
+# (not npu-marked: these run the gate in a fresh suite process, as tests/acceptance/test_gates_can_fail.py)
 
 def _scaled_model(tmp_path, block: int, scale: float):
     """The embedded model with block `block`'s FFN hidden layer `scale` x larger (layer1 x scale,
