@@ -24,7 +24,8 @@ def _precision(text: str) -> str:
     try:
         recipe(text)
     except HarnessError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--precision {text}: ")) from None
+        # argparse names the option itself: "argument --precision: 'x' is unknown ..."
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--precision ")) from None
     return text
 
 
