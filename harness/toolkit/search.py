@@ -321,6 +321,8 @@ def _cmd_search(args) -> int:
     outcomes = search(bundle, calibration, case, golden, args.out, args.cache_dir, args.toolkit,
                       options=args.options)
     con = console(stderr=False)
+    if not con.is_terminal:     # a log file gets the whole table, not 80 squeezed columns
+        con.width = 170
     render(outcomes, board_saving(), con)
     con.print(f"all candidates: {args.out / 'search.json'}", highlight=False)
     return 0 if chosen(outcomes) is not None else 1
