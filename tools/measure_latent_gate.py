@@ -31,12 +31,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.reference_run import stream_text_embs  # noqa: E402
-from harness.golden import load_cases  # noqa: E402
+from harness.sampling.reference_run import stream_text_embs  # noqa: E402
+from harness.gates.golden import load_cases  # noqa: E402
 from harness.model.bundle import check_text_emb, load_bundle  # noqa: E402
 from harness.partition.onnx_export import export_partition  # noqa: E402
-from harness.quality import compare, compare_latents  # noqa: E402
-from harness.run import run_partitioned  # noqa: E402
+from harness.gates.quality import compare, compare_latents  # noqa: E402
+from harness.runtime.run import run_partitioned  # noqa: E402
 
 VARIANTS = (("fp32", "float32", None), ("fp16", "float16", None), ("w8a8", "float16", "ffn-w8a8"))
 PAIRS = (("fp16 vs fp32", "fp16", "fp32"), ("w8a8 vs fp16", "w8a8", "fp16"))

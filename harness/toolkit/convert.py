@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, ManifestError, ToolkitError
+from ..core.errors import ConfigError, ManifestError, ToolkitError
 from ..partition.manifest import Manifest, SubgraphEntry, load_manifest, manifest_sha256
-from .calibration import absolute_dataset, precisions, quantization_for, recipe
+from .precisions import absolute_dataset, precisions, quantization_for, recipe
 from .envs import default_version, toolkit_python
 from .layers import check_no_cpu_ops, cpu_fallbacks, parse_layer_table
 from .process import run_worker

@@ -6,7 +6,7 @@ subset does pass, guided by per-subgraph accuracy:
  1. the all-INT8 build (every FFN's two linears, GELU and the branch output FP16) is converted with
     each of a few toolkit quantization options (algorithm x per-channel / per-layer), and each is run
     through the simulator on a golden case with every FFN compared to the FP32 reference at every step
-    (harness.accuracy) and the image judged by the quality gate;
+    (harness.gates.accuracy) and the image judged by the quality gate;
  2. the FFNs are ranked by their worst cosine under the best options (worst first); FP16 is judged
     as the reference row, then the largest count of the most accurate FFNs that passes is found by
     bisection (a handful of candidates for 28 FFNs), then one more FFN half-INT8 on top, once with
@@ -31,10 +31,10 @@ import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..atomic import atomic_write_json, atomic_write_text
-from ..config import REPO_ROOT
-from ..errors import ConfigError, HarnessError
-from .calibration import ALGORITHMS, LINEARS, METHODS, PRECISION_FILE_FORMAT
+from ..core.atomic import atomic_write_json, atomic_write_text
+from ..model.config import REPO_ROOT
+from ..core.errors import ConfigError, HarnessError
+from .precisions import ALGORITHMS, LINEARS, METHODS, PRECISION_FILE_FORMAT
 
 __all__ = ["SAVING_FILE", "Candidate", "Outcome", "board_saving", "predicted_step", "precision_text",
            "rank_ffns", "top_candidate", "option_candidates", "search", "chosen", "render", "add_command"]
@@ -162,10 +162,10 @@ class _Judge:
         return outcome
 
     def _judge(self, candidate: Candidate, spec: Path, outcome: Outcome) -> None:
-        from ..accuracy import AccuracyAnalysis, ReferenceSubgraphs, per_subgraph
+        from ..gates.accuracy import AccuracyAnalysis, ReferenceSubgraphs, per_subgraph
         from ..backends.rknn_sim import shutdown_workers
-        from ..quality import compare
-        from ..run import open_partition, run_partitioned
+        from ..gates.quality import compare
+        from ..runtime.run import open_partition, run_partitioned
         from .convert import convert_partition
         partition = self.out / "partitions" / candidate.name
         _progress(f"{candidate.name}: converting ({len(candidate.int8)} INT8 FFNs, {len(candidate.half)} "
@@ -197,7 +197,7 @@ def search(bundle, calibration: Path, case, golden, out: Path, cache_dir: Path, 
            saving_file: Path = SAVING_FILE, options: bool = True) -> list[Outcome]:
     """Run the search (see the module docstring); returns every candidate's outcome, in order."""
     from ..partition.manifest import subgraph_index
-    from .cached import cached_fp32_export
+    from ..runtime.converted import cached_fp32_export
     saving = board_saving(saving_file)
     source = cached_fp32_export(bundle, cache_dir)
     ffns = [subgraph_index(b, "ffn") for b in range(bundle.cfg.blocks)]
@@ -284,7 +284,7 @@ def render(outcomes: list[Outcome], saving: dict, con) -> None:
 # ---------------------------------------------------------------- CLI
 
 def add_command(subparsers):
-    from ..config import EMBEDDED_DIR
+    from ..model.config import EMBEDDED_DIR
     p = subparsers.add_parser("search-precision",
                               help="find the fastest INT8-FFN mix that passes the quality gate on the simulator")
     p.add_argument("--model-dir", type=Path, default=EMBEDDED_DIR, help="model directory (default: models/embedded)")
@@ -302,9 +302,9 @@ def add_command(subparsers):
 
 
 def _cmd_search(args) -> int:
-    from ..golden import GoldenStore, golden_dir_for, load_cases
+    from ..gates.golden import GoldenStore, golden_dir_for, load_cases
     from ..model.bundle import load_bundle
-    from ..terminal import console
+    from ..report.terminal import console
     bundle = load_bundle(args.model_dir)
     golden_dir = args.golden_dir or golden_dir_for(bundle.cfg.name)
     cases = [c for c in load_cases(golden_dir / "cases.toml") if c.sampler == "flow-euler"]
@@ -329,9 +329,9 @@ def _cmd_search(args) -> int:
 
 
 def _full_schedule(bundle, cache_dir: Path, out: Path) -> Path:
-    from ..calibration import PRESETS, RECORD_FILE, capture_calibration, parse_branches, parse_steps, parse_streams
-    from ..reference_run import sample_settings
-    from .cached import cached_fp32_export
+    from ..runtime.capture import PRESETS, RECORD_FILE, capture_calibration, parse_branches, parse_steps, parse_streams
+    from ..sampling.reference_run import sample_settings
+    from ..runtime.converted import cached_fp32_export
     target = out / "calibration-full-schedule"
     if (target / RECORD_FILE).is_file():
         return target

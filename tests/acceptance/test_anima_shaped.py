@@ -4,7 +4,7 @@ with a `net.` prefix and an `llm_adapter.*` group): numerics, the latent quality
 memory pass at FP16, and the latent gate fails the FFN W8A8 variant with its margins printed."""
 import pytest
 
-from harness.config import REPO_ROOT
+from harness.model.config import REPO_ROOT
 from tests.acceptance.test_gates_can_fail import run_suite  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.slow

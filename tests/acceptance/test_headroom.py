@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from harness.config import EMBEDDED_DIR, REPO_ROOT
-from harness.headroom import headroom_failures, min_headroom_of
-from harness.weights import read_safetensors, save_weights
+from harness.model.config import EMBEDDED_DIR, REPO_ROOT
+from harness.gates.headroom import headroom_failures, min_headroom_of
+from harness.model.weights import read_safetensors, save_weights
 
 
 @pytest.mark.npu

@@ -6,13 +6,13 @@ import json
 import numpy as np
 import pytest
 
-from harness.calibration import RECORD_FILE, capture_calibration, load_calibration, parse_steps
-from harness.cli import main
-from harness.errors import ConfigError, NumericsError
-from harness.reference_run import sample_settings, stream_text_embs
+from harness.runtime.capture import RECORD_FILE, capture_calibration, load_calibration, parse_steps
+from harness.cli.main import main
+from harness.core.errors import ConfigError, NumericsError
+from harness.sampling.reference_run import sample_settings, stream_text_embs
 from harness.model import ops, reference as R
 from harness.partition.manifest import load_manifest
-from harness.sampler import flow_sigmas, initial_noise
+from harness.sampling.flow import flow_sigmas, initial_noise
 
 STEPS = 3       # a 3-step generation: "high" is step 0, "low" is step 2
 
@@ -161,8 +161,8 @@ def test_step_names():
 
 
 def test_strata_spread_evenly_over_sigma_not_over_steps():
-    from harness.calibration import PRESETS
-    from harness.sampler import flow_sigmas
+    from harness.runtime.capture import PRESETS
+    from harness.sampling.flow import flow_sigmas
     sigmas = flow_sigmas(20, 3.0)
     steps = parse_steps(PRESETS["full-schedule"]["steps"], 20, 3.0)
     assert len(steps) == 8 and steps[0] == 0 and steps[-1] == 19

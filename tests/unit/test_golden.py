@@ -4,10 +4,10 @@ import json
 import numpy as np
 import pytest
 
-from harness.errors import ConfigError
-from harness.golden import (UPDATE_COMMAND, golden_dir_for, GoldenCorrupt, GoldenError, GoldenMissing, GoldenRefused,
+from harness.core.errors import ConfigError
+from harness.gates.golden import (UPDATE_COMMAND, golden_dir_for, GoldenCorrupt, GoldenError, GoldenMissing, GoldenRefused,
                             GoldenStale, GoldenStore, load_cases)
-from harness.imageio import load_png
+from harness.core.imageio import load_png
 
 META = {"backend": "onnxruntime", "manifest_hash": "sha256:abc123"}
 
@@ -108,7 +108,7 @@ def _is_a_working_command(command: str) -> None:
     its marker is registered in pytest.ini and its option is one the suite's plugin accepts."""
     import shlex
 
-    from harness.config import REPO_ROOT
+    from harness.model.config import REPO_ROOT
     from harness.pytest_plugin import OPTIONS
     words = shlex.split(command)
     assert words[:2] == ["pytest", "-m"]

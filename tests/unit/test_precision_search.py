@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from harness.config import REPO_ROOT
-from harness.errors import ConfigError
-from harness.toolkit.calibration import quantization_for, recipe
+from harness.model.config import REPO_ROOT
+from harness.core.errors import ConfigError
+from harness.toolkit.precisions import quantization_for, recipe
 from harness.toolkit.search import (Candidate, board_saving, precision_text, predicted_step, rank_ffns,
                                     top_candidate)
 
@@ -47,9 +47,9 @@ def test_convert_cli_refuses_a_bad_precision_file_in_one_line(tmp_path):
 
 
 def test_written_precision_file_selects_subgraphs_and_linears(embedded_fp32, tmp_path):
-    from harness.calibration import capture_calibration
+    from harness.runtime.capture import capture_calibration
     from harness.partition.manifest import load_manifest
-    from harness.reference_run import sample_settings
+    from harness.sampling.reference_run import sample_settings
     bundle, partition = embedded_fp32
     capture_calibration(bundle, partition, tmp_path / "cal", "digit four", sample_settings(bundle, 2),
                         ["ffn"], [0, 1], ["cond"], blocks=[0, 1])
@@ -85,9 +85,9 @@ def test_predicted_step_reproduces_the_write_up_and_orders_candidates():
 @pytest.mark.toolkit
 @pytest.mark.slow
 def test_one_linear_of_an_ffn_stays_fp16(embedded_fp32, tmp_path, toolkit_version):
-    from harness.calibration import capture_calibration
+    from harness.runtime.capture import capture_calibration
     from harness.partition.onnx_export import export_partition
-    from harness.reference_run import sample_settings
+    from harness.sampling.reference_run import sample_settings
     from harness.toolkit.convert import convert_partition
     from harness.toolkit.layers import parse_layer_table
     bundle, partition = embedded_fp32

@@ -1,4 +1,4 @@
-"""CLI subcommands `convert` and `compare-toolkits`; registered by harness.cli through add_commands()."""
+"""CLI subcommands `convert` and `compare-toolkits`; registered by harness.cli.main through add_commands()."""
 from __future__ import annotations
 
 import argparse
@@ -19,8 +19,8 @@ def _non_negative(text: str) -> int:
 
 
 def _precision(text: str) -> str:
-    from ..errors import HarnessError
-    from .calibration import recipe
+    from ..core.errors import HarnessError
+    from ..toolkit.precisions import recipe
     try:
         recipe(text)
     except HarnessError as exc:
@@ -30,8 +30,8 @@ def _precision(text: str) -> str:
 
 
 def add_commands(subparsers) -> None:
-    from .calibration import precisions
-    from .convert import DEFAULT_TARGET
+    from ..toolkit.precisions import precisions
+    from ..toolkit.convert import DEFAULT_TARGET
     conv = subparsers.add_parser("convert", help="convert an FP32 partition to .rknn files (rknn-toolkit2)")
     conv.add_argument("partition", type=Path, help="exported FP32 partition directory (manifest.json)")
     conv.add_argument("--out", type=Path, required=True, help="output directory for the .rknn files")
@@ -69,8 +69,8 @@ def add_commands(subparsers) -> None:
 
 
 def cmd_convert(args) -> int:
-    from .convert import convert_partition
-    from .report import cosine_rows, print_convert_summary
+    from ..toolkit.convert import convert_partition
+    from ..report.toolkit import cosine_rows, print_convert_summary
     result = convert_partition(args.partition, args.out, version=args.toolkit, precision=args.precision,
                                calibration=args.calibration, target=args.target,
                                allow_cpu_ops=args.allow_cpu_ops, samples=args.sim_samples,
@@ -81,7 +81,7 @@ def cmd_convert(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .compare import compare_toolkits
+    from ..gates.compare_toolkits import compare_toolkits
     text = compare_toolkits(args.old, args.new, args.partition, args.out, target=args.target,
                             samples=args.sim_samples, quiet=args.quiet,
                             case_names=[c.strip() for c in args.cases.split(",")] if args.cases else None)

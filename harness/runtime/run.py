@@ -12,19 +12,19 @@ from typing import Callable
 
 import numpy as np
 
-from .atomic import atomic_write_json
-from .backends.base import backend_class, run_options
-from .errors import HarnessError, ManifestError, StorageError
-from .reference_run import initial_latents, stream_text_embs
-from .lifecycle import LifecycleRecorder, make_strategy
-from .memory import read_memory
-from .model.bundle import ModelBundle
-from .partition.manifest import load_manifest, manifest_sha256, network_settings
+from ..core.atomic import atomic_write_json
+from ..backends.base import backend_class, run_options
+from ..core.errors import HarnessError, ManifestError, StorageError
+from ..sampling.reference_run import initial_latents, stream_text_embs
+from ..lifecycle import LifecycleRecorder, make_strategy
+from ..memory.guard import read_memory
+from ..model.bundle import ModelBundle
+from ..partition.manifest import load_manifest, manifest_sha256, network_settings
 from .pipeline import PartitionedPipeline
-from .steptimes import summarize
-from .sampler import denoise
-from .signals import stop_status
-from .spectrum import sampler_velocity
+from ..lifecycle.steptimes import summarize
+from ..sampling.flow import denoise
+from ..core.signals import stop_status
+from ..sampling.spectrum import sampler_velocity
 
 __all__ = ["RunResult", "run_partitioned", "open_partition"]
 

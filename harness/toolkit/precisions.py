@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 __all__ = ["PRECISIONS_FILE", "PRECISION_FILE_FORMAT", "ALGORITHMS", "METHODS", "LINEARS", "precisions",
            "is_precision_file", "recipe", "dataset_file", "check_dataset",

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import atomic_directory, atomic_write_json, atomic_write_text
-from .config import BRANCHES
-from .errors import ConfigError
+from ..core.atomic import atomic_directory, atomic_write_json, atomic_write_text
+from ..model.config import BRANCHES
+from ..core.errors import ConfigError
 from .pipeline import Invocation
 
 __all__ = ["FORMAT", "RECORD_FILE", "PRESETS", "strata_steps", "parse_steps", "parse_branches", "parse_streams",
@@ -65,7 +65,7 @@ def parse_steps(text: str, steps: int, shift: float = 3.0) -> list[int]:
     chosen = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         if part.startswith("strata:"):
-            from .sampler import flow_sigmas
+            from ..sampling.flow import flow_sigmas
             count = part.removeprefix("strata:")
             if not count.isdigit() or int(count) < 1:
                 raise ConfigError(f"--steps '{text}': '{part}' needs a positive count (strata:8)")
@@ -158,7 +158,7 @@ def capture_calibration(bundle, partition, out, prompt: str, settings: dict, bra
                         streams, blocks=None, backend: str = "onnxruntime", guard=None) -> dict:
     """Run one FP32 generation through `partition` and write the calibration directory `out`.
     Returns the record. Nothing is left under `out` if the run fails."""
-    from .partition.manifest import load_manifest, manifest_sha256
+    from ..partition.manifest import load_manifest, manifest_sha256
     from .run import run_partitioned
     manifest = load_manifest(partition)
     if manifest.export.get("dtype") != "float32" or manifest.export.get("fake_quant"):
@@ -173,7 +173,7 @@ def capture_calibration(bundle, partition, out, prompt: str, settings: dict, bra
         result = run_partitioned(bundle, partition, backend, prompt, settings, guard=guard,
                                  observers=[capture])
         capture.write_lists()
-        from .sampler import flow_sigmas
+        from ..sampling.flow import flow_sigmas
         sigmas = flow_sigmas(settings["steps"], settings["shift"])
         record = {
             "format": FORMAT, "model": bundle.cfg.name, "weights_sha256": bundle.digest,
@@ -267,7 +267,7 @@ def _check_list(lst: Path, sub: dict, where: str) -> None:
 
 def add_command(subparsers):
     """Register `capture-calibration` on the CLI's subparsers."""
-    from .config import EMBEDDED_DIR
+    from ..model.config import EMBEDDED_DIR
     p = subparsers.add_parser(
         "capture-calibration",
         help="capture subgraph inputs during an FP32 generation: .npy sets + the toolkit's dataset lists")
@@ -295,9 +295,9 @@ def add_command(subparsers):
 
 
 def _cmd_capture(args) -> int:
-    from .reference_run import sample_settings
-    from .model.bundle import load_bundle
-    from .partition.commands import exported_partition, parse_blocks
+    from ..sampling.reference_run import sample_settings
+    from ..model.bundle import load_bundle
+    from ..cli.partition import exported_partition, parse_blocks
     bundle = load_bundle(args.model_dir)
     if args.sampler_steps is not None and args.sampler_steps < 1:
         raise ConfigError(f"--sampler-steps {args.sampler_steps}: must be positive")
@@ -318,7 +318,7 @@ def _cmd_capture(args) -> int:
 
 def _print_summary(record: dict, out: Path) -> None:
     from rich.table import Table
-    from .terminal import console
+    from ..report.terminal import console
     r = record["recipe"]
     table = Table(title=f"calibration capture {out}")
     for col in ("branch", "subgraphs", "sets"):

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ConfigError
-from .pipeline import Invocation, batch_of
+from ..core.errors import ConfigError
+from ..runtime.pipeline import Invocation, batch_of
 
 __all__ = ["FP16_MAX", "DEFAULT_MIN_HEADROOM", "PROBE_TENSORS", "Peak", "probe_model", "OnnxProbe",
            "SimProbe", "make_probe", "HeadroomObserver", "min_headroom_of", "headroom_failures", "REPORT_KEY"]
@@ -99,7 +99,7 @@ class OnnxProbe:
     def _session(self, entry):
         if entry.index not in self._sessions:
             import onnxruntime as ort
-            from .backends.onnxruntime import session_options
+            from ..backends.onnxruntime import session_options
             model = probe_model(self.manifest.path_of(entry), PROBE_TENSORS[entry.branch])
             self._sessions[entry.index] = ort.InferenceSession(
                 model, sess_options=session_options(1), providers=["CPUExecutionProvider"])
@@ -125,7 +125,7 @@ class SimProbe:
 
     def _key(self, entry):
         if entry.index not in self._keys:
-            from .backends.rknn_sim import conversion_record, worker_for
+            from ..backends.rknn_sim import conversion_record, worker_for
             record = conversion_record(self.manifest.path_of(entry))
             model = probe_model(Path(record["onnx"]), PROBE_TENSORS[entry.branch])
             path = self._dir / f"probe_{entry.index:02d}.onnx"
@@ -140,7 +140,7 @@ class SimProbe:
 
     @staticmethod
     def _ask(worker, entry, header, arrays=()):
-        from .errors import BackendError
+        from ..core.errors import BackendError
         reply, outputs = worker.request(header, arrays)
         if not reply.get("ok"):
             raise BackendError(f"headroom probe on rknn-sim: {entry.label}: {reply.get('stage')}: "
