@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..runtime.capture import RECORD_FILE, capture_calibration, parse_branches, parse_steps, parse_streams
+from ..runtime.capture import PRESETS, RECORD_FILE, capture_calibration, parse_branches, parse_steps, parse_streams
 
 __all__ = ["add_command"]
 
@@ -18,12 +18,15 @@ def add_command(subparsers):
                    help="model directory with model.toml (default: models/embedded)")
     p.add_argument("--partition", type=Path,
                    help="FP32 partition to run (default: the FP32 export of these weights, made on first use)")
+    p.add_argument("--preset", choices=sorted(PRESETS),
+                   help="a named recipe for --branches, --steps and --streams: board-112 (high and low "
+                        "sigma x cond/uncond, the board's) or full-schedule (8 sigma strata x cond/uncond)")
     p.add_argument("--branches", default="ffn", help="branches to capture: ffn, self_attn, cross_attn, all "
                                                     "(comma list; default: %(default)s)")
     p.add_argument("--blocks", help="blocks to capture: N, N-M or a comma list (default: all)")
     p.add_argument("--steps", default="high,low",
-                   help="steps to capture: high (first, sigma 1), low (last), mid, or step numbers "
-                        "(default: %(default)s)")
+                   help="steps to capture: high (first, sigma 1), low (last), mid, step numbers, or "
+                        "strata:N (N steps evenly spaced in sigma) (default: %(default)s)")
     p.add_argument("--streams", default="cond,uncond", help="CFG streams (default: %(default)s)")
     p.add_argument("--case", help="golden case to generate (its settings and text embeddings; a model "
                                   "without a prompt encoder here, like Anima, runs this way)")
@@ -48,7 +51,9 @@ def _cmd_capture(args) -> int:
     inputs = chosen_inputs(bundle, args.case, args.golden_dir, args.prompt, args.sampler_steps,
                            args.cfg_scale, args.seed)
     settings = inputs.settings
-    steps = parse_steps(args.steps, settings["steps"])
+    if args.preset is not None:
+        args.branches, args.steps, args.streams = (PRESETS[args.preset][k] for k in ("branches", "steps", "streams"))
+    steps = parse_steps(args.steps, settings["steps"], settings["shift"])
     branches = parse_branches(args.branches)
     streams = parse_streams(args.streams, ["cond"] + (["uncond"] if settings["cfg_scale"] != 1.0 else []))
     blocks = parse_blocks(args.blocks, bundle.cfg.blocks) if args.blocks else None

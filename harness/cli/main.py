@@ -10,7 +10,8 @@ import contextlib
 import sys
 
 from ..core.errors import HarnessError, RunStopped
-from . import accept, accuracy, capture, compare, generate, partition, plan, probe_memory, toolkit, trend
+from . import (accept, accuracy, capture, compare, generate, partition, plan, probe_memory, search_precision, toolkit,
+               trend)
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -26,6 +27,7 @@ COMMANDS = [
     plan,               # plan
     capture,            # capture-calibration
     accuracy,           # accuracy
+    search_precision,   # search-precision
 ]
 
 

@@ -1,6 +1,7 @@
 """CLI subcommands `convert` and `compare-toolkits`; registered by harness.cli.main through add_command()."""
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -9,6 +10,19 @@ from .options import ranged
 __all__ = ["add_command", "cmd_convert", "cmd_compare"]
 
 _non_negative = ranged(int, 0, float("inf"), "a whole number")
+
+
+def _precision(text: str) -> str:
+    """--precision: a recipe of toolkit/precisions.toml (float16 is the toolkit's fp16) or a precision file."""
+    from ..core.errors import HarnessError
+    from ..runtime.converted import TOOLKIT_PRECISIONS
+    from ..toolkit.precisions import recipe
+    try:
+        recipe(TOOLKIT_PRECISIONS.get(text, text))
+    except HarnessError as exc:
+        # argparse names the option itself: "argument --precision: 'x' is unknown ..."
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--precision ")) from None
+    return text
 
 
 def add_command(subparsers) -> None:
@@ -20,9 +34,10 @@ def add_command(subparsers) -> None:
     conv.add_argument("--toolkit", metavar="VERSION",
                       help="rknn-toolkit2 version (default: toolkit/versions.toml); "
                            "its environment comes from bin/toolkit-env VERSION")
-    conv.add_argument("--precision", default="float16", choices=("float16", *precisions()),
-                      help="float16 (the toolkit's fp16), or w8a8-ffn (INT8 FFN linears, calibrated; "
-                           "default: %(default)s)")
+    conv.add_argument("--precision", default="float16", type=_precision,
+                      help=f"float16 (the toolkit's fp16), {', '.join(p for p in precisions() if p != 'fp16')} "
+                           f"(w8a8-ffn: INT8 FFN linears, calibrated), or a precision file *.toml written by "
+                           f"search-precision (default: %(default)s)")
     conv.add_argument("--calibration", type=Path, help="calibration set directory (for w8a8-ffn)")
     conv.add_argument("--target", default=DEFAULT_TARGET, help="target platform (default: %(default)s)")
     conv.add_argument("--allow-cpu-ops", action="store_true",

@@ -45,6 +45,7 @@ class GateRunner:
         # keyed by run_key (what decides the render), never by a name a derived run can share
         self._runs: dict[str, CaseRun] = {}
         self._prepared = False
+        self._probe = None
         # (label, total steps) -> per-step callback; the pytest plugin sets one that writes progress
         # lines to the log (harness/pytest_plugin/reporting.py).
         self.progress = None
@@ -145,7 +146,7 @@ class GateRunner:
                 ctx.release()
 
     def run(self, case: GoldenCase, guard, steps: int | None = None, tag: str = "",
-            keep: bool = True) -> RunResult:
+            keep: bool = True, observers=()) -> RunResult:
         """A fresh partitioned run of `case`; raises HarnessError. With keep, its report and image
         go to the artifacts (a failed run's report too); a benchmark round keeps them afterwards."""
         self.prepare()
@@ -156,7 +157,7 @@ class GateRunner:
             RunRequest(self.bundle, self.partition, self.s.backend, inputs.prompt, inputs.settings,
                        backend_options=self.s.backend_options, verify=False,
                        text_embs=inputs.text_embs, lifecycle=self.s.lifecycle, images=self.s.images),
-            guard=guard, on_step=on_step, report_path=report)
+            guard=guard, on_step=on_step, report_path=report, observers=observers)
         if keep:
             self._save_outputs(result, f"{case.name}{tag}")
         return result
@@ -192,6 +193,21 @@ class GateRunner:
         self.keep(result, case.name)
         self._runs[key] = CaseRun(case, result, None, self.s.artifacts / "runs" / f"{case.name}.json")
         return True
+
+    def headroom_run(self, case: GoldenCase, guard, min_headroom: float) -> tuple[CaseRun, dict]:
+        """A run of `case` watched by the FP16 headroom observer (its own run: the probe's sessions
+        must not count in the shared run's memory). Returns the run and its report's section."""
+        from .headroom import REPORT_KEY, HeadroomObserver, make_probe
+        self.prepare()
+        if self._probe is None:      # kept for the session: probes build once, like the partition
+            self._probe = make_probe(load_manifest(self.partition), self.s.backend)
+        observer = HeadroomObserver(self._probe, min_headroom)
+        report = self.s.artifacts / "runs" / f"{case.name}-headroom.json"
+        try:
+            run = CaseRun(case, self.run(case, guard, tag="-headroom", observers=[observer]), None, report)
+        except HarnessError as exc:
+            run = CaseRun(case, None, exc, report)
+        return run, observer.report_section()[REPORT_KEY]
 
     def case_run(self, case: GoldenCase, guard) -> CaseRun:
         """The one shared run of a golden case (numerics and quality both look at it)."""

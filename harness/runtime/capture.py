@@ -31,7 +31,7 @@ from ..core.errors import ConfigError
 from ..core.schema import read_json
 from .pipeline import Invocation
 
-__all__ = ["FORMAT", "RECORD_FILE", "parse_steps", "parse_branches", "parse_streams",
+__all__ = ["FORMAT", "RECORD_FILE", "PRESETS", "strata_steps", "parse_steps", "parse_branches", "parse_streams",
            "CalibrationCapture", "capture_calibration", "CalibrationSet", "load_calibration"]
 
 FORMAT = "anima-calibration/1"
@@ -39,11 +39,37 @@ RECORD_FILE = "calibration.json"
 STEP_NAMES = ("high", "mid", "low")
 
 
-def parse_steps(text: str, steps: int) -> list[int]:
+# Named recipes for `capture-calibration --preset`. "board-112" is the board's ({high, low} sigma x
+# {cond, uncond}: 4 sets per FFN, 112 for 28); it leaves the middle of the schedule outside the INT8
+# ranges. "full-schedule" stratifies over sigma: 8 steps whose sigmas are evenly spaced from the
+# first to the last network step, both streams at each (16 sets per FFN).
+PRESETS = {
+    "board-112": {"branches": "ffn", "steps": "high,low", "streams": "cond,uncond"},
+    "full-schedule": {"branches": "ffn", "steps": "strata:8", "streams": "cond,uncond"},
+}
+
+
+def strata_steps(count: int, sigmas) -> list[int]:
+    """`count` steps whose sigmas are evenly spaced over the steps that run the network (sigmas has
+    steps + 1 levels; the last, 0, runs nothing): the step nearest to each target level."""
+    levels = np.asarray(sigmas[:-1], dtype=np.float64)
+    targets = np.linspace(levels[0], levels[-1], min(count, len(levels)))
+    return sorted({int(np.argmin(np.abs(levels - t))) for t in targets})
+
+
+def parse_steps(text: str, steps: int, shift: float = 3.0) -> list[int]:
     """'high,low' -> [0, steps-1]: high sigma is the first step, low sigma the last one that still
-    runs the network (the schedule ends at sigma 0); 'mid' is steps // 2; numbers are steps."""
+    runs the network (the schedule ends at sigma 0); 'mid' is steps // 2; numbers are steps;
+    'strata:N' is N steps evenly spaced in sigma over the schedule of `steps` steps and `shift`."""
     chosen = []
     for part in filter(None, (p.strip() for p in text.split(","))):
+        if part.startswith("strata:"):
+            from ..sampling.flow import flow_sigmas
+            count = part.removeprefix("strata:")
+            if not count.isdigit() or int(count) < 1:
+                raise ConfigError(f"--steps '{text}': '{part}' needs a positive count (strata:8)")
+            chosen.extend(s for s in strata_steps(int(count), flow_sigmas(steps, shift)) if s not in chosen)
+            continue
         if part in STEP_NAMES:
             step = {"high": 0, "mid": steps // 2, "low": steps - 1}[part]
         else:

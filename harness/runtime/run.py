@@ -192,6 +192,10 @@ def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | N
                                 hidden_s=strategy.counters.as_dict()["hidden_s"] if strategy else 0.0))
         if guard is not None:
             report["memory"] = {**guard.summary(), **_run_memory(guard, start)}
+        for observe in observers:       # an observer with findings of its own adds them (headroom)
+            section = getattr(observe, "report_section", None)
+            if section is not None:
+                report.update(section())
         if report_path is not None:
             _write_report(report_path, report)
     return result

@@ -25,7 +25,7 @@ import numpy as np
 from ..core.atomic import atomic_path
 from ..core.errors import ConfigError, ManifestError, StorageError, ToolkitError
 from ..partition.manifest import Manifest, SubgraphEntry, load_manifest, manifest_sha256
-from .precisions import absolute_dataset, precisions, quantization_for
+from .precisions import absolute_dataset, precisions, quantization_for, recipe
 from .envs import default_version, toolkit_python
 from .layers import check_no_cpu_ops, cpu_fallbacks, parse_layer_table
 from .process import run_worker
@@ -186,8 +186,9 @@ def convert_partition(partition, out, version: str | None = None, precision: str
     come back in ConvertResult.sim_outputs for a comparison against onnxruntime.
     """
     version = version or default_version()
-    if precision not in PRECISIONS:
-        raise ConfigError(f"--precision '{precision}' is unknown (choose {' or '.join(PRECISIONS)})")
+    spec = recipe(precision)       # a named recipe or a precision file; ConfigError naming it
+    if calibration is None and spec.get("calibration"):
+        calibration = spec["calibration"]
     out = Path(out)
     _check_out(out)
     source = _source(partition)
@@ -261,6 +262,7 @@ def _assemble(source, work, out, version, precision, target, calibration, built,
     seconds = time.perf_counter() - started
     conversion = {"toolkit": "rknn-toolkit2", "toolkit_version": version, "target": target,
                   "precision": precision, "config": {"target_platform": target, **RKNN_CONFIG},
+                  "precision_recipe": recipe(precision),
                   "source": {"directory": str(source.directory.resolve()),
                              "manifest_sha256": manifest_sha256(source.directory)},
                   "calibration": str(Path(calibration).resolve()) if calibration else None,

@@ -158,3 +158,22 @@ def test_refuses_an_fp16_partition_and_a_non_empty_out(embedded_fp32, tmp_path, 
 def test_step_names():
     assert parse_steps("high,low", 20) == [0, 19]
     assert parse_steps("low,mid,high,0", 20) == [0, 10, 19]
+
+
+def test_strata_spread_evenly_over_sigma_not_over_steps():
+    from harness.runtime.capture import PRESETS
+    from harness.sampling.flow import flow_sigmas
+    sigmas = flow_sigmas(20, 3.0)
+    steps = parse_steps(PRESETS["full-schedule"]["steps"], 20, 3.0)
+    assert len(steps) == 8 and steps[0] == 0 and steps[-1] == 19
+    # Evenly spaced levels: no gap between chosen sigmas is much larger than the ideal spacing
+    # (the shifted schedule crowds high sigmas, so even step numbers would leave the low end bare).
+    gaps = -np.diff(sigmas[steps].astype(np.float64))
+    ideal = (sigmas[0] - sigmas[19]) / 7
+    assert gaps.max() < 1.6 * ideal, (steps, gaps)
+    assert parse_steps(PRESETS["board-112"]["steps"], 20) == [0, 19]
+
+
+def test_bad_strata_name_the_option():
+    with pytest.raises(ConfigError, match="--steps 'strata:x': 'strata:x' needs a positive count"):
+        parse_steps("strata:x", 20)

@@ -28,8 +28,11 @@ def test_shipped_cases_load_with_measured_thresholds():
     assert [c.name for c in cases] == ["seven", "three", "zero", "seven-spectrum"]
     seven = cases[0]
     assert (seven.prompt, seven.seed, seven.sampler) == ("a handwritten digit seven", 1, "flow-euler")
-    # No shipped case may be looser than the measured FP16 default (docs/embedded-model-notes.md).
-    assert all(c.ssim_min >= 0.9999 and c.psnr_min >= 50.0 for c in cases)
+    # No shipped full-sampler case may be looser than the measured FP16 default (docs/embedded-model-notes.md).
+    assert all(c.ssim_min >= 0.9999 and c.psnr_min >= 50.0 for c in cases if c.sampler == "flow-euler")
+    # A Spectrum case has its own (docs/precision.md: its FP16 run reaches 1 - SSIM 1.2e-4), still
+    # well inside the closest W8A8 Spectrum image measured (1 - SSIM 2.25e-3, 47.0 dB).
+    assert all(c.ssim_min >= 0.999 and c.psnr_min >= 50.0 for c in cases if c.sampler == "spectrum")
 
 
 def test_case_overrides_and_defaults(tmp_path):

@@ -14,6 +14,7 @@ numpy 2 and this numpy 1.26 both read it; pickles would not cross that gap).
 ops (header "op"):
   hello                          -> toolkit version, pid
   load  key onnx config rknn     -> builds once per key (cached), compares with the .rknn file
+                                    (rknn null: a probe model no .rknn stands for, not compared)
   init  key                      -> init_runtime() once per key (the simulator; no target)
   run   key [arrays]             -> inference outputs (float32); 4-D inputs as NCHW
   release key                    -> the model stays cached: a rebuild per step would cost
@@ -80,6 +81,9 @@ class Models:
         started = time.perf_counter()
         rknn = build_rknn(req["onnx"], req["config"], verbose=False)
         seconds = time.perf_counter() - started
+        if req.get("rknn") is None:
+            self.built[key] = rknn
+            return {"built": True, "build_seconds": round(seconds, 4), "compare": "not compared"}
         try:
             check = self._compare(rknn, key, Path(req["rknn"]))
         except BaseException:

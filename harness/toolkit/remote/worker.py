@@ -149,6 +149,8 @@ def hybrid_ranges(model_file: Path, parts) -> list[list[str]]:
       "gelu":   each fused GELU op, input to output (the linear before it still runs INT8)
       "output": from the last convolution's (linear's) output to the tensor the graph output is
                 converted from, so the branch output leaves in float16
+      "layer1", "layer2": the FFN's first or second linear, input to output (mixed precision
+                within one FFN: `harness search-precision`)
     """
     import onnx
     graph = onnx.load(str(model_file)).graph
@@ -169,6 +171,14 @@ def hybrid_ranges(model_file: Path, parts) -> list[list[str]]:
                 raise BuildFailed("hybrid_quantization_step1", "no linear before the graph output")
             end = last.input[0] if last.op_type == "exDataConvert" else last.output[0]
             ranges.append([linears[-1].output[0], end])
+        elif part in ("layer1", "layer2"):
+            # One of the FFN's two linears kept in float16: the first or the last linear op of the
+            # toolkit's graph, its input to its output (the other linear stays INT8).
+            linears = [n for n in nodes if n.op_type in ("Conv", "MatMul", "exMatMul", "Gemm")]
+            if len(linears) < 2:
+                raise BuildFailed("hybrid_quantization_step1", f"{part}: fewer than two linears in the graph")
+            node = linears[0] if part == "layer1" else linears[-1]
+            ranges.append([node.input[0], node.output[0]])
         else:
             raise BuildFailed("hybrid_quantization_step1", f"unknown hybrid_float part {part!r}")
     return ranges

@@ -1,0 +1,265 @@
+"""FP16 headroom over a whole denoise: how close every subgraph comes to the float16 maximum (65504).
+
+The numerics gate sees an overflow only after it happened (an inf or NaN in a branch output). This
+observer watches the magnitudes that get there first, so a run warns while a board with slightly
+larger activations (field reports name FP16 overflow on the board the simulator did not show) still
+has room:
+
+    inputs        x (and context for cross-attention), as the backend got them
+    output        y, as the backend returned it
+    intermediates the FFN hidden layer before and after GELU (`layer1`, `gelu`) and the attention
+                  logits before and after the 1/sqrt(d) scale (`attn/qk`, `attn/scores`): a wide
+                  matmul output grows with the model's width long before the branch output does
+
+Intermediates are not outputs of a subgraph, so a probe runs each invocation's inputs once more
+through the same subgraph with those tensors added as graph outputs: an onnxruntime session of the
+partition's own ONNX file on the host, and on the simulator (rknn-sim) the subgraph rebuilt by the
+toolkit from its source ONNX with the conversion's recorded settings. A probe is kept for the whole
+run: it is not on the board's lifecycle, so it is not loaded and released per step.
+
+headroom = 65504 / peak magnitude (an infinite or NaN peak has headroom 0). The gate fails a subgraph
+whose lowest headroom over its tensors is below `min_headroom`, naming the tensor, step and stream.
+"""
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..core.errors import ConfigError
+from ..runtime.pipeline import Invocation, batch_of
+
+__all__ = ["FP16_MAX", "DEFAULT_MIN_HEADROOM", "PROBE_TENSORS", "Peak", "probe_model", "OnnxProbe",
+           "SimProbe", "make_probe", "HeadroomObserver", "min_headroom_of", "headroom_failures", "REPORT_KEY"]
+
+FP16_MAX = float(np.finfo(np.float16).max)      # 65504
+# 8x is three binades: a board run whose activations are several times larger than here (other
+# prompts, seeds, the full-size model's width) still stays finite. The embedded model's worst
+# subgraph sits far above it (docs/precision.md), a scaled overflow far below.
+DEFAULT_MIN_HEADROOM = 8.0
+REPORT_KEY = "headroom"
+# Per branch, the exported graph's intermediate tensors that overflow first (names from
+# harness/partition/onnx_export.py; a float16 island's Cast back keeps the name).
+PROBE_TENSORS = {
+    "ffn": ("layer1", "gelu"),
+    "self_attn": ("attn/qk", "attn/scores"),
+    "cross_attn": ("attn/qk", "attn/scores"),
+}
+
+
+@dataclass
+class Peak:
+    """The largest magnitude one tensor of one subgraph reached, and where."""
+    tensor: str
+    peak: float
+    step: int
+    stream: str
+
+    @property
+    def headroom(self) -> float:
+        return FP16_MAX / self.peak if self.peak > 0 else float("inf")
+
+
+def _peak(array: np.ndarray) -> float:
+    """max |a|; inf when anything is not finite (an overflow already happened)."""
+    a = np.asarray(array)
+    if a.size == 0:
+        return 0.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        value = float(np.max(np.abs(a.astype(np.float32, copy=False))))
+    return value if np.isfinite(value) else float("inf")
+
+
+def probe_model(onnx_path: Path, tensors) -> bytes:
+    """The subgraph's ONNX model with `tensors` appended as graph outputs (after y); a ConfigError
+    naming the file when one of them is not in the graph."""
+    import onnx
+    from onnx import helper
+    model = onnx.load(str(onnx_path))
+    graph = model.graph
+    produced = {out: node for node in graph.node for out in node.output}
+    elem = graph.output[0].type.tensor_type.elem_type
+    for name in tensors:
+        if name not in produced:
+            raise ConfigError(f"headroom probe: {onnx_path} has no tensor '{name}'")
+        graph.output.append(helper.make_tensor_value_info(name, elem, None))
+    return model.SerializeToString()
+
+
+class OnnxProbe:
+    """Intermediates on the host: one onnxruntime session per subgraph of the partition under test."""
+
+    def __init__(self, manifest):
+        self.manifest = manifest
+        self._sessions: dict[int, object] = {}
+
+    def _session(self, entry):
+        if entry.index not in self._sessions:
+            import onnxruntime as ort
+            from ..backends.onnxruntime import session_options
+            model = probe_model(self.manifest.path_of(entry), PROBE_TENSORS[entry.branch])
+            self._sessions[entry.index] = ort.InferenceSession(
+                model, sess_options=session_options(1), providers=["CPUExecutionProvider"])
+        return self._sessions[entry.index]
+
+    def run(self, entry, inputs) -> list[np.ndarray]:
+        session = self._session(entry)
+        names = [i.name for i in session.get_inputs()]
+        return session.run(None, dict(zip(names, inputs)))[1:]
+
+    def close(self) -> None:
+        self._sessions.clear()
+
+
+class SimProbe:
+    """Intermediates on the toolkit simulator: each subgraph's source ONNX plus the probe outputs,
+    built by the rknn-sim worker with the settings the partition was converted with."""
+
+    def __init__(self, manifest):
+        self.manifest = manifest
+        self._dir = Path(tempfile.mkdtemp(prefix="anima-headroom-"))
+        self._keys: dict[int, tuple] = {}
+
+    def _key(self, entry):
+        if entry.index not in self._keys:
+            from ..backends.rknn_sim import conversion_record, worker_for
+            record = conversion_record(self.manifest.path_of(entry))
+            model = probe_model(Path(record["onnx"]), PROBE_TENSORS[entry.branch])
+            path = self._dir / f"probe_{entry.index:02d}.onnx"
+            path.write_bytes(model)
+            key = "probe-" + hashlib.sha256(model + record["key"].encode()).hexdigest()[:24]
+            worker = worker_for(record["version"])
+            for header in ({"op": "load", "key": key, "onnx": str(path), "config": record["config"],
+                            "rknn": None}, {"op": "init", "key": key}):
+                self._ask(worker, entry, header)
+            self._keys[entry.index] = (worker, key)
+        return self._keys[entry.index]
+
+    @staticmethod
+    def _ask(worker, entry, header, arrays=()):
+        from ..core.errors import BackendError
+        reply, outputs = worker.request(header, arrays)
+        if not reply.get("ok"):
+            raise BackendError(f"headroom probe on rknn-sim: {entry.label}: {reply.get('stage')}: "
+                               f"{reply.get('detail')} (toolkit log: {worker.log_path})")
+        return outputs
+
+    def run(self, entry, inputs) -> list[np.ndarray]:
+        worker, key = self._key(entry)
+        return self._ask(worker, entry, {"op": "run", "key": key}, inputs)[1:]
+
+    def close(self) -> None:
+        for worker, key in self._keys.values():
+            if worker.proc.poll() is None:
+                worker.request({"op": "evict", "key": key})
+        self._keys.clear()
+        import shutil
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def make_probe(manifest, backend: str):
+    """The probe for a run on `backend`: the host's for ONNX partitions, the simulator's for
+    converted ones; None on the board, whose runtime returns a subgraph's outputs only (its inputs
+    and outputs are still watched there)."""
+    if backend == "rknn-sim":
+        return SimProbe(manifest)
+    if backend == "rknnlite":
+        return None
+    return OnnxProbe(manifest)
+
+
+class HeadroomObserver:
+    """Pipeline observer: the peak of every watched tensor of every subgraph over the whole run."""
+
+    def __init__(self, probe, min_headroom: float = DEFAULT_MIN_HEADROOM):
+        self.probe = probe
+        self.min_headroom = min_headroom
+        self.peaks: dict[int, dict[str, Peak]] = {}
+        self.labels: dict[int, str] = {}
+
+    def __call__(self, inv: Invocation) -> None:
+        entry = inv.entry
+        self.labels[entry.index] = entry.label
+        for spec, array in zip(entry.inputs, inv.inputs):
+            self._see(entry.index, spec.name, array, inv)
+        # In dataflow order, so that of several overflowed tensors the gate names the first.
+        self._intermediates(inv)
+        self._see(entry.index, "y", inv.output, inv)
+
+    def _intermediates(self, inv: Invocation) -> None:
+        entry = inv.entry
+        if self.probe is None:
+            return
+        batch = batch_of(entry)
+        rows = len(inv.streams)
+        for k in range(0, rows, batch):
+            chunk = [a[k:k + batch] for a in inv.inputs]
+            if len(chunk[0]) < batch:       # one stream on a partition exported for two
+                chunk = [np.concatenate([a, np.repeat(a[-1:], batch - len(a), 0)]) for a in chunk]
+            outs = self.probe.run(entry, chunk)
+            for name, out in zip(PROBE_TENSORS[entry.branch], outs):
+                self._see(entry.index, name, np.asarray(out)[:rows - k], inv, offset=k)
+
+    def _see(self, index: int, tensor: str, array, inv: Invocation, offset: int = 0) -> None:
+        # Per stream: the gate names the stream whose activations came closest.
+        for k in range(len(array)):
+            value = _peak(array[k])
+            have = self.peaks.setdefault(index, {}).get(tensor)
+            if have is None or value > have.peak:
+                self.peaks[index][tensor] = Peak(tensor, value, inv.step, inv.streams[offset + k])
+
+    def summary(self) -> list[dict]:
+        """Per subgraph (execution order): its lowest headroom, where, and every tensor's peak."""
+        out = []
+        for index in sorted(self.peaks):
+            tensors = self.peaks[index]
+            worst = max(tensors.values(), key=lambda p: p.peak)
+            out.append({"subgraph": index, "label": self.labels[index], "headroom": _finite(worst.headroom),
+                        "tensor": worst.tensor, "step": worst.step, "stream": worst.stream,
+                        "peak": _finite(worst.peak),
+                        "tensors": {name: {**asdict(p), "peak": _finite(p.peak), "headroom": _finite(p.headroom)}
+                                    for name, p in tensors.items()}})
+        return out
+
+    def report_section(self) -> dict:
+        """The run report's `headroom` section (run_partitioned adds it, also to a failed run's)."""
+        return {REPORT_KEY: {"fp16_max": FP16_MAX, "min_headroom": self.min_headroom,
+                             "intermediates": "probed" if self.probe else "not reachable on this backend",
+                             "subgraphs": self.summary()}}
+
+    def close(self) -> None:
+        if self.probe is not None:
+            self.probe.close()
+
+
+def _finite(value: float):
+    # JSON has no inf: an overflow's peak is recorded as the string "inf" and its headroom as 0.
+    if value == float("inf"):
+        return "inf"
+    return float(value)
+
+
+def min_headroom_of(cfg) -> float:
+    """The model's stated headroom ([gates] fp16_headroom_min in model.toml), or the default."""
+    value = cfg.raw_gates.get("fp16_headroom_min", DEFAULT_MIN_HEADROOM)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1.0:
+        raise ConfigError(f"{cfg.source}: [gates] fp16_headroom_min = {value!r}: a number >= 1 "
+                          f"(how many times below the FP16 maximum every tensor must stay)")
+    return float(value)
+
+
+def headroom_failures(section: dict, min_headroom: float | None = None) -> list[str]:
+    """One line per subgraph of a report's `headroom` section whose headroom is below the limit."""
+    limit = section["min_headroom"] if min_headroom is None else min_headroom
+    lines = []
+    for sub in section["subgraphs"]:
+        headroom = float(sub["headroom"])
+        if headroom < limit:
+            peak = "inf/NaN (overflowed)" if sub["peak"] == "inf" else f"{float(sub['peak']):.6g}"
+            lines.append(f"{sub['label']}: tensor {sub['tensor']} peaked at {peak} at step {sub['step']}, "
+                         f"stream {sub['stream']}: headroom {headroom:.3g}x to the FP16 maximum "
+                         f"{FP16_MAX:.0f}, below {limit:g}x")
+    return lines
