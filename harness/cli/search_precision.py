@@ -47,7 +47,7 @@ def _cmd_search(args) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     calibration = args.calibration or _full_schedule(bundle, args.cache_dir, args.out)
     outcomes = search(bundle, calibration, case, golden, args.out, args.cache_dir, args.toolkit,
-                      options=args.options)
+                      options=args.options, golden_dir=golden_dir)
     con = console(stderr=False)
     if not con.is_terminal:     # a log file gets the whole table, not 80 squeezed columns
         con.width = 170

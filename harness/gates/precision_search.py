@@ -34,6 +34,7 @@ from pathlib import Path
 from ..core.atomic import atomic_write_json, atomic_write_text
 from ..model.config import REPO_ROOT
 from ..core.errors import ConfigError, HarnessError
+from .cases import case_inputs, golden_dir_for
 from ..toolkit.precisions import ALGORITHMS, LINEARS, METHODS, PRECISION_FILE_FORMAT
 
 __all__ = ["SAVING_FILE", "Candidate", "Outcome", "board_saving", "predicted_step", "precision_text",
@@ -138,8 +139,9 @@ class _Judge:
     and judges the image by the case's quality thresholds."""
 
     def __init__(self, bundle, source: Path, reference: Path, calibration: Path, case, golden, out: Path,
-                 version: str | None, saving: dict):
+                 version: str | None, saving: dict, golden_dir: Path | None = None):
         self.bundle, self.source, self.reference = bundle, source, reference
+        self.golden_dir = golden_dir or golden_dir_for(bundle.cfg.name)   # where the case's text embeddings are
         self.calibration, self.case, self.golden, self.out = calibration, case, golden, out
         self.version, self.saving = version, saving
 
@@ -165,7 +167,7 @@ class _Judge:
         from ..gates.accuracy import AccuracyAnalysis, ReferenceSubgraphs, per_subgraph
         from ..backends.rknn_sim import shutdown_workers
         from ..gates.quality import compare
-        from ..runtime.run import open_partition, run_partitioned
+        from ..runtime.run import RunRequest, open_partition, run_partitioned
         from ..toolkit.convert import convert_partition
         partition = self.out / "partitions" / candidate.name
         say(f"{candidate.name}: converting ({len(candidate.int8)} INT8 FFNs, {len(candidate.half)} "
@@ -174,13 +176,13 @@ class _Judge:
         reference = ReferenceSubgraphs(open_partition(self.bundle, self.reference))
         analysis = AccuracyAnalysis(reference, 0.0, None, {})
         case = self.case
-        settings = {"steps": case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed}
+        inputs = case_inputs(case, self.bundle.cfg, self.golden_dir)
         step_line = lambda i: say(f"{candidate.name}: simulator step {i + 1}/{case.steps}") \
             if (i + 1) % 5 == 0 else None
         try:
-            result = run_partitioned(self.bundle, partition, "rknn-sim", case.prompt, settings,
-                                     observers=[analysis], on_step=step_line,
-                                     report_path=partition / "run.json")
+            result = run_partitioned(RunRequest(self.bundle, partition, "rknn-sim", inputs.prompt, inputs.settings,
+                                                text_embs=inputs.text_embs),
+                                     observers=[analysis], on_step=step_line, report_path=partition / "run.json")
         finally:
             reference.close()
             shutdown_workers()          # the worker's built models of this candidate: not needed again
@@ -194,14 +196,14 @@ class _Judge:
 
 
 def search(bundle, calibration: Path, case, golden, out: Path, cache_dir: Path, version: str | None = None,
-           saving_file: Path = SAVING_FILE, options: bool = True) -> list[Outcome]:
+           saving_file: Path = SAVING_FILE, options: bool = True, golden_dir: Path | None = None) -> list[Outcome]:
     """Run the search (see the module docstring); returns every candidate's outcome, in order."""
     from ..partition.manifest import subgraph_index
     from ..runtime.converted import cached_fp32_export
     saving = board_saving(saving_file)
     source = cached_fp32_export(bundle, cache_dir)
     ffns = [subgraph_index(b, "ffn") for b in range(bundle.cfg.blocks)]
-    judge = _Judge(bundle, source, source, calibration, case, golden, out, version, saving)
+    judge = _Judge(bundle, source, source, calibration, case, golden, out, version, saving, golden_dir)
     first = option_candidates(ffns) if options else option_candidates(ffns)[:1]
     outcomes = [judge(c) for c in first]
     ran = [o for o in outcomes if o.error is None]
