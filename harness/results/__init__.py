@@ -1,0 +1,3 @@
+"""The results store and what judges its figures (history, A/B sessions, change points)."""
+
+__all__: list[str] = []
