@@ -52,3 +52,28 @@ def anima_block(tmp_path_factory):
     manifest = export_partition(weights, cfg, tmp_path_factory.mktemp("anima-block"), dtype="float32",
                                 streams=1, blocks=[0])
     return cfg, weights, manifest
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """A throw-away PostgreSQL server (tests/postgres.py) for the session; in CI a missing server fails."""
+    import os
+
+    from tests.postgres import PostgresCluster, find_pg_bin
+    bin_dir = find_pg_bin()
+    if bin_dir is None:
+        message = "no PostgreSQL server (initdb) here: install Debian's postgresql (bin/debian-packages.txt)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    cluster = PostgresCluster(bin_dir).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def results_url(request, tmp_path):
+    """A fresh, empty results store's URL: every store test runs on SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'results.sqlite'}"
+    return request.getfixturevalue("postgres_cluster").database()
