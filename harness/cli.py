@@ -137,12 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
     from .planner import add_command as add_plan
     from .probe import add_command as add_probe
     from .trend import add_command as add_trend
+    from .results.commands import add_command as add_results
     from .calibration import add_command as add_capture
     from .accuracy_cli import add_command as add_accuracy
     from .toolkit.commands import add_commands as add_toolkit_commands
     add_commands(sub)
     add_toolkit_commands(sub)
     add_trend(sub)
+    add_results(sub)
     add_compare(sub)
     add_accept(sub)
     add_probe(sub)

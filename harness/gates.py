@@ -14,11 +14,9 @@ import numpy as np
 
 from .compare import slowest_subgraphs
 from .atomic import atomic_save_npy
-from .config import BRANCHES
 from .errors import ConfigError, HarnessError
 from .steptimes import STAGE_NAMES
 from .golden import GoldenCase
-from .history import utc_now
 from .imageio import save_png
 from .model.bundle import ModelBundle, load_bundle
 from .golden import latent_preview
@@ -26,7 +24,7 @@ from .partition.manifest import default_partition_dir, load_manifest, manifest_p
 from .quality import QualityResult, compare, compare_latents, diff_figure
 from .run import RunResult, run_partitioned
 
-__all__ = ["GateRunner", "CaseRun", "quality_check", "quality_line", "history_record", "benchmark_info"]
+__all__ = ["GateRunner", "CaseRun", "quality_check", "quality_line", "benchmark_info"]
 
 
 @dataclass
@@ -287,20 +285,4 @@ def benchmark_info(report: dict) -> dict:
         "computed_step_s": t["per_image"]["per_computed_step"],
         "forecast_step_s": t["per_image"]["per_forecast_step"],
         "image_s": t["per_image"]["denoise"],
-    }
-
-
-def history_record(info: dict, identity: dict, board: str, backend: str, model: str,
-                   manifest_hash: str, telemetry: dict, precision: str, case: str) -> dict:
-    from .provenance import comparable_versions, git_revision, run_id
-    return {
-        "time": utc_now(), "board_id": board, "backend": backend, "model": model, "case": case,
-        "precision": precision, "steps": info["steps"], "versions": comparable_versions(identity),
-        "git_revision": git_revision(), "run_id": run_id(),
-        "manifest_hash": manifest_hash, "valid": telemetry["valid"], "invalid_reasons": telemetry["reasons"],
-        "mean_step_s": info["mean_step_s"], "total_denoise_s": info["denoise_s"],
-        "branch_s_per_step": {b: info["core_s_per_step"].get(b, 0.0) for b in BRANCHES},
-        "lifecycle_s_per_step": info["lifecycle_s_per_step"],
-        "slowest_subgraphs": info["slowest_subgraphs"], "peak_pss_added_bytes": info["peak_pss_added_bytes"],
-        "kernel": identity.get("kernel"), "runtime_lib": identity.get("runtime_lib"),
     }

@@ -41,15 +41,19 @@ OPTIONS = {
     "bench_rounds": (1, "pedantic rounds per benchmark (a step takes minutes on the board)"),
     "bench_steps": (None, "sampler steps per benchmark round (default: the golden case's)"),
     "bench_sampler": (None, "sampler of the benchmark rounds: flow-euler or spectrum (13-of-28 preset; default: the case's)"),
-    "history": (".benchmarks/history.jsonl", "benchmark run history (JSONL) for `python -m harness trend`"),
+    "results": ("sqlite:///.benchmarks/results.sqlite", "results store every benchmark run is written to and "
+                "judged against: a database URL in SQLAlchemy's form (sqlite:///relative.sqlite, "
+                "sqlite:////absolute.sqlite, postgresql://user@host/db for a fleet)"),
     "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS, "
                     "slow=xFACTOR (backend faults)"),
     "cache_dir": (".cache", "where exported partitions are cached"),
-    # Baselines with rules (harness/baseline.py): saved only when asked, from valid passing runs.
+    # Baselines with rules (harness/pytest_plugin/baselines.py): saved only when asked, from valid passing runs.
     "save_baseline": (False, "save this run's benchmark timings as the baselines (CI: main branch only); "
                              "never from an INVALID run, only when the whole session passed"),
-    "baseline_threshold": ("10%", "a benchmark fails when its mean is this much over the baseline of the same key"),
-    "baselines": (".benchmarks/baselines", "baseline store (one folder per board)"),
+    "accept_upgrade": (False, "after an upgrade comparison (new NPU stack or manifest) that passed, make this run "
+                              "the board's baseline for the new stack; only when the whole session passed"),
+    "baseline_threshold": ("10%", "with too few earlier runs for a learned threshold, a benchmark fails when a "
+                                  "figure is this much over the reference run's"),
     "npu_timeout": (None, "seconds before an npu test is stopped (pytest-timeout): a hung NPU call fails its "
                           "test instead of the job"),
     "lifecycle": ("on-demand", "context strategy: on-demand, resident, lru:K, pinned:K, pinned:@I,J,A-B, prefetch:K"),
@@ -59,11 +63,11 @@ OPTIONS = {
     "min_free": ("64MiB", "refuse to start when the artifacts or history filesystem has less free space"),
     "suite_run": (False, "bin/test's run: JUnit XML and benchmark JSON into --artifacts; no test collected fails"),
 }
-_FLAGS = {"require_npu", "update_goldens", "force_goldens", "suite_run", "save_baseline"}
+_FLAGS = {"require_npu", "update_goldens", "force_goldens", "suite_run", "save_baseline", "accept_upgrade"}
 _INTS = {"bench_rounds", "bench_steps", "images", "npu_timeout"}
 _SIZES = {"mem_floor", "swap_limit", "pss_budget", "min_free"}
-_PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "history", "cache_dir",
-          "board_profile_data", "calibration", "baselines"}
+_PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "cache_dir",
+          "board_profile_data", "calibration"}
 
 
 @dataclass
@@ -89,7 +93,7 @@ class SuiteSettings:
     core_mask: str
     bench_rounds: int
     bench_steps: int | None
-    history: Path
+    results: str                        # results store URL, a relative SQLite path made absolute
     fault: str | None
     cache_dir: Path
     board_profile: Path | None = None
@@ -100,7 +104,7 @@ class SuiteSettings:
     npu_problem: str | None = None      # why --require-npu cannot be met here (None: it can)
     save_baseline: bool = False
     baseline_threshold: float = 10.0    # percent
-    baselines: Path = Path(".benchmarks/baselines")
+    accept_upgrade: bool = False
     npu_timeout: int | None = None
     bench_sampler: str | None = None
     lifecycle: str = "on-demand"        # the context strategy (harness.lifecycle.spec)
@@ -152,6 +156,9 @@ def typed_value(name: str, value, source: str):
         except ConfigError as exc:
             raise ConfigError(f"{source}: --{name.replace('_', '-')}: {exc}") from None
         return value
+    if name == "results":
+        from ..results.store import absolute_url
+        return absolute_url(str(value), Path.cwd())
     if name in _PATHS:
         path = Path(value).expanduser()
         return path if path.is_absolute() else (Path.cwd() / path)
@@ -161,7 +168,7 @@ def typed_value(name: str, value, source: str):
 def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     """Merge command line, board profile and defaults, and decide the backend."""
     from ..backends import BACKENDS, backend_options
-    from ..baseline import parse_threshold
+    from ..results.judge import parse_threshold
     from ..memory import parse_size
     from ..telemetry import detect_rk3588
     profile_file = Path(profile_path) if profile_path else None
@@ -209,9 +216,9 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         update_goldens=values["update_goldens"], force_goldens=values["force_goldens"],
         artifacts=values["artifacts"], telemetry_root=values["telemetry_root"],
         core_mask=values["core_mask"], bench_rounds=values["bench_rounds"],
-        bench_steps=values["bench_steps"], history=values["history"], fault=values["fault"],
+        bench_steps=values["bench_steps"], results=values["results"], fault=values["fault"],
         cache_dir=values["cache_dir"], board_profile=profile_file, backend_options=options,
-        save_baseline=values["save_baseline"], baselines=values["baselines"],
+        save_baseline=values["save_baseline"], accept_upgrade=values["accept_upgrade"],
         baseline_threshold=parse_threshold(values["baseline_threshold"]), npu_timeout=values["npu_timeout"],
         bench_sampler=values["bench_sampler"], lifecycle=lifecycle, images=values["images"],
         min_free=parse_size(values["min_free"]), suite_run=values["suite_run"],

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
@@ -21,7 +22,7 @@ from ..config import BRANCHES
 from ..errors import HarnessError
 from ..steptimes import STAGE_NAMES
 
-__all__ = ["ResultsError", "RunKey", "Run", "SubgraphTime", "utc_now", "STACK_FIELDS"]
+__all__ = ["ResultsError", "RunKey", "Run", "SubgraphTime", "utc_now", "board_model_of", "STACK_FIELDS"]
 
 # The parts of a key that an NPU stack upgrade (toolkit, runtime, driver) changes.
 STACK_FIELDS = ("manifest_hash", "versions")
@@ -33,6 +34,12 @@ class ResultsError(HarnessError):
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def board_model_of(board_id: str) -> str:
+    """The board model of a board id (harness.telemetry.board_id: model slug, then the serial's hash):
+    the boards of one model are one fleet."""
+    return re.sub(r"-[0-9a-f]{8}$", "", board_id) or board_id
 
 
 def _digest(table: dict) -> str:

@@ -28,7 +28,7 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLA
 from .records import ResultsError, Run, RunKey, SubgraphTime, utc_now
 from .tables import baselines, run_branches, run_quality, run_stages, run_steps, run_subgraphs, runs
 
-__all__ = ["ResultsStore", "DEFAULT_RESULTS", "BUSY_SECONDS", "describe_url"]
+__all__ = ["ResultsStore", "DEFAULT_RESULTS", "BUSY_SECONDS", "describe_url", "absolute_url", "sqlite_path"]
 
 DEFAULT_RESULTS = "sqlite:///.benchmarks/results.sqlite"
 BUSY_SECONDS = 60
@@ -42,6 +42,24 @@ def describe_url(url) -> str:
         return make_url(str(url)).render_as_string(hide_password=True)
     except ArgumentError:
         return str(url)
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a sqlite:/// URL, None for another database (or a URL that is none)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    return Path(parsed.database) if parsed.get_backend_name() == "sqlite" and parsed.database else None
+
+
+def absolute_url(url: str, base: Path) -> str:
+    """`url` with a relative SQLite file made absolute under `base`: the store a run writes to must
+    not depend on where a later command is started."""
+    path = sqlite_path(url)
+    if path is None or path.is_absolute() or str(path) == ":memory:":
+        return url
+    return make_url(url).set(database=str(base / path)).render_as_string(hide_password=False)
 
 
 def _engine(url: str) -> Engine:
