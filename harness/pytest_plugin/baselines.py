@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from ..errors import HarnessError
-from ..results.judge import FIRST, UPGRADE, Judgement, judge_run
+from ..results.judge import FIRST, STEP, UPGRADE, Judgement, judge_run
 from ..results.records import Run, RunKey, SubgraphTime, board_model_of, utc_now
 from ..results.store import ResultsStore
 from .state import BASELINE_OFFERS, BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, IDENTITY, SETTINGS, append_to
@@ -64,7 +64,7 @@ def _subgraph_times(report: dict, computed: int) -> tuple:
         if r["stage"] == "run":
             key = (r["subgraph"], r["block"], r["branch"])
             total[key] = total.get(key, 0.0) + r["seconds"]
-    return tuple(SubgraphTime(s, b, br, t / max(computed, 1)) for (s, b, br), t in total.items())
+    return tuple(SubgraphTime(str(s), b, br, t / max(computed, 1)) for (s, b, br), t in total.items())
 
 
 class ResultsGate:
@@ -116,7 +116,7 @@ class ResultsGate:
 
 def comparison_of(run: Run, judgement: Judgement) -> dict:
     """The run summary's row: status, message and the step's shift against the reference."""
-    step = next((v for v in judgement.verdicts if v.label == "denoise step"), None)
+    step = next((v for v in judgement.verdicts if v.label == STEP), None)
     status = ("regressed" if judgement.regressed else FIRST if judgement.kind == FIRST
               else f"{judgement.kind}: within threshold")
     reference = judgement.reference_run
