@@ -27,6 +27,7 @@ from ..run import run_partitioned
 from .verdicts import Verdict, paired_verdict
 
 __all__ = ["Side", "ABSession", "run_session", "judge_pairs", "session_figures", "side_options",
+           "baseline_options",
            "add_command", "DEFAULT_THRESHOLD_PCT"]
 
 # A shift under this is not worth failing a board for, however certain: the paired interval is
@@ -80,23 +81,33 @@ def judge_pairs(pairs: list[dict], threshold_pct: float = DEFAULT_THRESHOLD_PCT,
 
 def run_session(bundle, baseline: Side, candidate: Side, settings: dict, *, rounds: int, warmup: int = 1,
                 lifecycle: str = "on-demand", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-                confidence: float = 0.99, on_pair: Callable[[int, dict], None] | None = None) -> ABSession:
+                confidence: float = 0.99, on_pair: Callable[[int, dict], None] | None = None,
+                prompt: str | None = None, text_embs: dict | None = None, guard=None) -> ABSession:
     """`warmup` rounds first (a process's first run of a partition builds its sessions), then
     `rounds` pairs, judged. Both partitions are verified on the first round only."""
     if rounds < 2:
-        raise ConfigError(f"--rounds {rounds}: a paired verdict needs at least 2 rounds")
-    prompt = bundle.cfg.prompt["default"]
+        raise ConfigError(f"{rounds} A/B rounds: a paired verdict needs at least 2")
+    prompt = prompt if prompt is not None else bundle.cfg.prompt["default"]
     pairs: list[dict] = []
     for r in range(warmup + rounds):
         order = (baseline, candidate) if r % 2 == 0 else (candidate, baseline)
         pair = {side.name: session_figures(
             run_partitioned(bundle, side.partition, side.backend, prompt, settings, side.options,
-                            lifecycle=lifecycle, verify=r == 0).report) for side in order}
+                            lifecycle=lifecycle, verify=r == 0, text_embs=text_embs,
+                            guard=guard).report) for side in order}
         if r >= warmup:
             pairs.append(pair)
             if on_pair:
                 on_pair(len(pairs), pair)
     return ABSession(pairs, judge_pairs(pairs, threshold_pct, confidence))
+
+
+def baseline_options(options: dict, fault: str | None) -> dict:
+    """The suite's context options less its --fault: in a suite A/B session the fault is the
+    candidate's defect, and the baseline runs the same backend without it."""
+    from ..backends.faults import parse_fault
+    injected = set(parse_fault(fault))
+    return {k: v for k, v in options.items() if k not in injected}
 
 
 def side_options(backend: str, fault: str | None = None, slowdown: str | None = None,
@@ -145,7 +156,7 @@ def _cmd_bench_ab(args) -> int:
     from ..model.bundle import load_bundle
     from ..reference_run import sample_settings
 
-    threshold = parse_threshold(args.threshold)
+    threshold = parse_threshold(args.threshold, "--threshold")
     if not 0.5 <= args.confidence < 1:
         raise ConfigError(f"--confidence {args.confidence}: expected a number in [0.5, 1)")
     for flag, value in (("--steps", args.steps), ("--rounds", args.rounds), ("--warmup", args.warmup + 1)):
