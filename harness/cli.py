@@ -141,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .calibration import add_command as add_capture
     from .accuracy_cli import add_command as add_accuracy
     from .toolkit.commands import add_commands as add_toolkit_commands
+    from .results.ab import add_command as add_bench_ab
     add_commands(sub)
     add_toolkit_commands(sub)
     add_trend(sub)
@@ -151,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan(sub)
     add_capture(sub)
     add_accuracy(sub)
+    add_bench_ab(sub)
     return parser
 
 

@@ -41,6 +41,11 @@ OPTIONS = {
     "bench_rounds": (1, "pedantic rounds per benchmark (a step takes minutes on the board)"),
     "bench_steps": (None, "sampler steps per benchmark round (default: the golden case's)"),
     "bench_sampler": (None, "sampler of the benchmark rounds: flow-euler or spectrum (13-of-28 preset; default: the case's)"),
+    # The interleaved A/B session (harness/results/ab.py): the suite's partition is the candidate.
+    "ab_baseline": (None, "benchmark: also run an interleaved A/B session against this baseline partition; "
+                          "--fault then applies to the candidate only; a regression fails with its verdict"),
+    "ab_rounds": (6, "judged rounds (pairs) of the --ab-baseline session"),
+    "ab_threshold": ("3%", "smallest paired shift that fails the --ab-baseline session"),
     "results": ("sqlite:///.benchmarks/results.sqlite", "results store every benchmark run is written to and "
                 "judged against: a database URL in SQLAlchemy's form (sqlite:///relative.sqlite, "
                 "sqlite:////absolute.sqlite, postgresql://user@host/db for a fleet)"),
@@ -64,10 +69,10 @@ OPTIONS = {
     "suite_run": (False, "bin/test's run: JUnit XML and benchmark JSON into --artifacts; no test collected fails"),
 }
 _FLAGS = {"require_npu", "update_goldens", "force_goldens", "suite_run", "save_baseline", "accept_upgrade"}
-_INTS = {"bench_rounds", "bench_steps", "images", "npu_timeout"}
+_INTS = {"bench_rounds", "bench_steps", "images", "npu_timeout", "ab_rounds"}
 _SIZES = {"mem_floor", "swap_limit", "pss_budget", "min_free"}
 _PATHS = {"model_dir", "partition", "golden_dir", "artifacts", "telemetry_root", "cache_dir",
-          "board_profile_data", "calibration"}
+          "board_profile_data", "calibration", "ab_baseline"}
 
 
 @dataclass
@@ -109,6 +114,9 @@ class SuiteSettings:
     bench_sampler: str | None = None
     lifecycle: str = "on-demand"        # the context strategy (harness.lifecycle.spec)
     images: int = 1                     # images generated together (stream batching)
+    ab_baseline: Path | None = None     # the baseline partition of the interleaved A/B session
+    ab_rounds: int = 6
+    ab_threshold: float = 3.0           # percent
 
 
 def pytest_addoption(parser):
@@ -222,7 +230,8 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
         baseline_threshold=parse_threshold(values["baseline_threshold"]), npu_timeout=values["npu_timeout"],
         bench_sampler=values["bench_sampler"], lifecycle=lifecycle, images=values["images"],
         min_free=parse_size(values["min_free"]), suite_run=values["suite_run"],
-        golden_dir_given=values["golden_dir"] is not None)
+        golden_dir_given=values["golden_dir"] is not None, ab_baseline=values["ab_baseline"],
+        ab_rounds=values["ab_rounds"], ab_threshold=parse_threshold(values["ab_threshold"], "--ab-threshold"))
     settings.npu_problem = _npu_problem(settings)
     return settings
 

@@ -31,15 +31,15 @@ STEP = "denoise step"
 LOOKBACK = 30       # earlier runs a verdict looks back on (Conbench's lookback window)
 
 
-def parse_threshold(text) -> float:
-    """'10%' or '10' -> 10.0 (percent over the reference that counts as a regression by the fixed rule)."""
+def parse_threshold(text, option: str = "--baseline-threshold") -> float:
+    """'10%' or '10' -> 10.0 (percent over the reference that counts as a regression)."""
     raw = str(text).strip().removesuffix("%").strip()
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"--baseline-threshold {text!r}: expected a percentage such as 10%") from None
+        raise ConfigError(f"{option} {text!r}: expected a percentage such as 10%") from None
     if not 0 < value < 1000:
-        raise ConfigError(f"--baseline-threshold {text!r}: must be between 0 and 1000 %")
+        raise ConfigError(f"{option} {text!r}: must be between 0 and 1000 %")
     return value
 
 

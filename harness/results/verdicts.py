@@ -32,7 +32,7 @@ HISTORY_FLOOR_PCT = 3.0
 FIXED_THRESHOLD_PCT = 10.0
 # Earlier runs further than this many robust standard deviations from the median are outliers
 # (a run disturbed by another job): they are left out of the spread, not allowed to widen it.
-_OUTLIER_Z = 3.5
+_OUTLIER_Z = 5.0
 
 
 @dataclass(frozen=True)
@@ -73,15 +73,15 @@ def _finite_positive(name: str, values: Sequence[float]) -> np.ndarray:
     return array
 
 
-def _robust_centre_spread(history: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """The runs kept after the outlier screen, their mean and standard deviation.
+def _robust_centre_spread(logs: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """The runs kept after the outlier screen, and the mean and standard deviation of their logs.
 
     The screen uses the median and the MAD (robust to a few wild runs); what is kept is then
     summarised by mean and standard deviation, which are efficient for the normal-looking bulk, so
     the t-quantile below keeps its meaning and the false-positive rate stays where it is set."""
-    median = float(np.median(history))
-    mad = float(stats.median_abs_deviation(history, scale="normal"))
-    kept = history if mad == 0 else history[np.abs(history - median) <= _OUTLIER_Z * mad]
+    median = float(np.median(logs))
+    mad = float(stats.median_abs_deviation(logs, scale="normal"))
+    kept = logs if mad == 0 else logs[np.abs(logs - median) <= _OUTLIER_Z * mad]
     return kept, float(np.mean(kept)), float(np.std(kept, ddof=1)) if kept.size > 1 else 0.0
 
 
@@ -94,29 +94,37 @@ def history_verdict(label: str, history: Sequence[float], value: float | Sequenc
     As Conbench's lookback z-score: the threshold is learned from the spread of the last `lookback`
     runs (after an outlier screen), here as the half-width of a prediction interval at `confidence`
     for the mean of the new runs, so it widens for a short or noisy history; it never drops below
-    `floor_pct`. None when fewer than `min_runs` earlier runs survive."""
-    earlier = _finite_positive(f"{label} history", history)[-lookback:]
-    new = _finite_positive(f"{label} value", np.atleast_1d(value))
+    `floor_pct`. Times are judged by their logs (run-to-run factors multiply), so the interval is
+    exact for log-normal noise. None when fewer than `min_runs` earlier runs survive."""
+    earlier = np.log(_finite_positive(f"{label} history", history)[-lookback:])
+    new = np.log(_finite_positive(f"{label} value", np.atleast_1d(value)))
     kept, centre, spread = _robust_centre_spread(earlier)
     if kept.size < min_runs:
         return None
-    se = spread * math.sqrt(1.0 / new.size + 1.0 / kept.size)
-    half = stats.t.ppf(0.5 + confidence / 2, kept.size - 1) * se
-    shift = 100.0 * (float(np.mean(new)) - centre) / centre
-    half_pct = 100.0 * half / centre
-    threshold = max(floor_pct, half_pct)
-    return Verdict("history", label, shift, (shift - half_pct, shift + half_pct), threshold,
-                   shift > threshold, int(kept.size), confidence)
+    half = float(stats.t.ppf(0.5 + confidence / 2, kept.size - 1)) * spread \
+        * math.sqrt(1.0 / new.size + 1.0 / kept.size)
+    delta = float(np.mean(new)) - centre
+    shift, low, high = (_to_pct(x) for x in (delta, delta - half, delta + half))
+    threshold = max(floor_pct, _to_pct(half))
+    return Verdict("history", label, shift, (low, high), threshold, bool(shift > threshold),
+                   int(kept.size), confidence)
 
 
-def change_points(values: Sequence[float], *, alpha: float = 0.001, min_size: int = 3) -> list[int]:
+def _to_pct(log_ratio: float) -> float:
+    return 100.0 * math.expm1(log_ratio)
+
+
+def change_points(values: Sequence[float], *, alpha: float = 0.005, min_size: int = 3) -> list[int]:
     """Indices where a new level starts in a history (oldest first), e.g. [12] when runs 12.. are
     slower or faster than runs ..11.
 
-    As Apache Otava's E-Divisive: binary segmentation (ruptures' Binseg finds the best split of each
-    segment) with every split kept only when a Welch t-test between the two sides gives p < `alpha`,
-    then both sides searched again. Otava itself pins numpy 2.2 and scipy < 1.17 and pulls in the
-    BigQuery, Slack and Graphite clients, so the suite does not depend on it."""
+    E-Divisive's structure (Apache Otava's algorithm): binary segmentation, every split kept only
+    when a permutation test says the two sides differ (p < `alpha`), then both sides searched
+    again. ruptures' Binseg finds each segment's best split (least squares: a shift of the mean)
+    and scipy's permutation test judges it by the same statistic over reorderings of the segment,
+    so the best-of-all-splits selection is part of the null and `alpha` is the false-alarm rate
+    per search. Otava itself is not a dependency: it pins numpy 2.2 and scipy < 1.17 (the suite
+    runs newer ones) and brings the BigQuery, Slack and Graphite clients along."""
     series = np.asarray(values, dtype=float).ravel()
     if not np.all(np.isfinite(series)):
         raise ValueError("change_points: every value must be finite")
@@ -132,12 +140,26 @@ def _split(series: np.ndarray, start: int, stop: int, alpha: float, min_size: in
         return
     algo = ruptures.Binseg(model="l2", min_size=min_size, jump=1).fit(segment.reshape(-1, 1))
     cut = algo.predict(n_bkps=1)[0]
-    left, right = segment[:cut], segment[cut:]
-    if stats.ttest_ind(left, right, equal_var=False).pvalue >= alpha:
+    test = stats.permutation_test((segment,), lambda x, axis: _best_split_gain(x, axis, min_size),
+                                  permutation_type="pairings", vectorized=True, n_resamples=1999,
+                                  alternative="greater", rng=np.random.default_rng(start))
+    if test.pvalue >= alpha:
         return
     found.append(start + cut)
     _split(series, start, start + cut, alpha, min_size, found)
     _split(series, start + cut, stop, alpha, min_size, found)
+
+
+def _best_split_gain(x: np.ndarray, axis: int, min_size: int) -> np.ndarray:
+    """The largest drop in squared error that one split into a left and a right mean gives (what
+    Binseg's l2 cost maximises), over splits leaving `min_size` values each side."""
+    x = np.moveaxis(x, axis, -1)
+    n = x.shape[-1]
+    total = np.cumsum(x, axis=-1)
+    k = np.arange(1, n)
+    diff = total[..., :-1] / k - (total[..., -1:] - total[..., :-1]) / (n - k)
+    gain = k * (n - k) / n * diff * diff
+    return gain[..., min_size - 1:n - min_size].max(axis=-1)
 
 
 def paired_verdict(label: str, baseline: Sequence[float], candidate: Sequence[float], *,
@@ -157,10 +179,9 @@ def paired_verdict(label: str, baseline: Sequence[float], candidate: Sequence[fl
         raise ValueError(f"{label}: a paired verdict needs at least 2 pairs, got {base.size}")
     logs = np.log(cand / base)
     low, high = _mean_interval(logs, confidence, method)
-    to_pct = lambda x: 100.0 * math.expm1(x)  # noqa: E731 - one conversion, three uses
-    shift, ci = to_pct(float(np.mean(logs))), (to_pct(low), to_pct(high))
-    return Verdict("paired", label, shift, ci, threshold_pct, ci[0] > 0 and shift > threshold_pct,
-                   int(base.size), confidence)
+    shift, ci = _to_pct(float(np.mean(logs))), (_to_pct(low), _to_pct(high))
+    return Verdict("paired", label, shift, ci, float(threshold_pct),
+                   bool(ci[0] > 0 and shift > threshold_pct), int(base.size), confidence)
 
 
 def _mean_interval(sample: np.ndarray, confidence: float, method: str) -> tuple[float, float]:
@@ -184,5 +205,5 @@ def fixed_verdict(label: str, baseline: Sequence[float], candidate: Sequence[flo
     base = _finite_positive(f"{label} baseline", baseline)
     cand = _finite_positive(f"{label} candidate", candidate)
     shift = 100.0 * (float(np.mean(cand)) - float(np.mean(base))) / float(np.mean(base))
-    return Verdict("fixed", label, shift, (shift, shift), threshold_pct, shift > threshold_pct,
-                   int(cand.size), 1.0)
+    return Verdict("fixed", label, shift, (shift, shift), float(threshold_pct),
+                   bool(shift > threshold_pct), int(cand.size), 1.0)
