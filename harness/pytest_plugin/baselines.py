@@ -9,13 +9,16 @@ comparison (a new NPU stack or manifest) that passed.
 """
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from ..errors import HarnessError
 from ..results.judge import FIRST, STEP, UPGRADE, Judgement, judge_run
 from ..results.records import Run, RunKey, SubgraphTime, board_model_of, utc_now
 from ..results.store import ResultsStore
-from .state import BASELINE_OFFERS, BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, IDENTITY, SETTINGS, append_to
+from .state import (BASELINE_OFFERS, BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, IDENTITY, QUALITY_RESULTS, SETTINGS,
+                    append_to)
 
 __all__ = ["ResultsGate", "results_gate", "pytest_configure", "pytest_collection_modifyitems",
            "pytest_sessionfinish", "pytest_unconfigure", "pytest_terminal_summary", "REFUSED_BENCHMARK_OPTIONS",
@@ -30,6 +33,7 @@ REFUSED_BENCHMARK_OPTIONS = {
     "benchmark_save": _INSTEAD,
 }
 _STORE = pytest.StashKey[ResultsStore]()
+_RECORDED = pytest.StashKey[list]()         # the runs this session wrote, for their quality metrics
 
 
 @pytest.hookimpl(trylast=True)
@@ -98,6 +102,7 @@ class ResultsGate:
 
     def record(self, run: Run) -> None:
         self.store.add_run(run)
+        append_to(self.config, _RECORDED, run)
 
     def offer(self, nodeid: str, run: Run, judgement: Judgement) -> None:
         """Queue this run as its board's next baseline; written at session end if the rules allow."""
@@ -131,8 +136,23 @@ def results_gate(request) -> ResultsGate:
     return ResultsGate(request.config)
 
 
+def _store_quality(config) -> None:
+    """SSIM and PSNR of each recorded run's case, once the quality gate has judged the run's image
+    (PSNR of identical images is infinite: a store holds finite numbers only, so it is left out)."""
+    for run in config.stash.get(_RECORDED, []):
+        for q in config.stash.get(QUALITY_RESULTS, []):
+            if q["case"] == run.key.case:
+                metrics = {f"{q['kind']}_{m}": q[m] for m in ("ssim", "psnr") if math.isfinite(q[m])}
+                _store(config).add_quality(run, metrics)
+                break
+
+
 @pytest.hookimpl(tryfirst=True)     # before the run summary, which reports what was saved
 def pytest_sessionfinish(session, exitstatus):
+    try:
+        _store_quality(session.config)
+    except HarnessError as exc:
+        append_to(session.config, BASELINE_OUTCOMES, ("quality", None, f"quality metrics not stored: {exc}"))
     offers = session.config.stash.get(BASELINE_OFFERS, [])
     passed = exitstatus == 0 and session.testsfailed == 0
     for nodeid, run, reason in offers:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 from sqlalchemy import create_engine, delete, event, insert, select, text
@@ -150,6 +151,18 @@ class ResultsStore:
                                    "is already stored (run ids are unique)") from None
             raise ResultsError(f"results store {self.where}: run {run.run_id!r} rejected "
                                f"({str(exc.orig).splitlines()[0]})") from None
+        except OperationalError as exc:     # locked past BUSY_SECONDS, or the server went away
+            raise ResultsError(f"results store {self.where}: run {run.run_id!r} not written "
+                               f"({str(exc.orig).splitlines()[0]}); the store is as it was") from None
+
+    def add_quality(self, run: Run, metrics: dict) -> None:
+        """The quality metrics of the stored `run`'s case, measured after its timing (one transaction)."""
+        checked = replace(run, quality={**run.quality, **metrics}).quality      # checked as a Run's are
+        with self.engine.begin() as conn:
+            pk = _run_pk(conn, run.run_id, run.key.case)
+            if pk is None:
+                raise ResultsError(f"results store {self.where}: run {run.run_id!r} is not stored")
+            conn.execute(insert(run_quality), [{"run": pk, "metric": m, "value": checked[m]} for m in metrics])
 
     def set_baseline(self, run: Run, reason: str) -> None:
         """Make the stored `run` its board's baseline for its experiment (replacing the one before)."""

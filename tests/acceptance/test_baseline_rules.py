@@ -127,3 +127,16 @@ def test_pytest_benchmarks_own_failing_is_refused(gate):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--benchmark-compare-fail is refused by the suite's baseline rules: "
                                  "use --baseline-threshold=PERCENT*"])
+
+
+def test_the_runs_quality_metrics_reach_the_store(pytester, tmp_path, partition_cache):
+    # the benchmark renders the case in full; the quality gate judges that image, and its SSIM/PSNR
+    # join the run in the store
+    result = pytester.runpytest(
+        "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}", "-p", "no:cacheprovider",
+        str(REPO_ROOT / "tests/acceptance/test_benchmark.py"), str(REPO_ROOT / "tests/acceptance/test_quality.py"),
+        "--cases=seven", f"--artifacts={tmp_path / 'artifacts'}", f"--cache-dir={partition_cache}",
+        f"--results=sqlite:///{tmp_path / 'results.sqlite'}")
+    result.assert_outcomes(passed=2)
+    (run,) = stored(tmp_path)
+    assert set(run.quality) == {"image_ssim", "image_psnr"} and 0.9999 <= run.quality["image_ssim"] <= 1
