@@ -22,7 +22,7 @@ from ..atomic import atomic_write_text
 from ..config import BRANCHES
 from ..errors import ConfigError
 from ..steptimes import STAGE_NAMES
-from .judge import judge_figures
+from .judge import judge_figures, parse_threshold
 from .legacy import Imported, read_baselines, read_history
 from .records import Run
 from .store import DEFAULT_RESULTS, ResultsStore
@@ -51,6 +51,8 @@ def add_command(subparsers) -> argparse.ArgumentParser:
     exp.set_defaults(func=_cmd_export)
     chk = sub.add_parser("check", help="judge each series' latest run against its history; change points")
     chk.add_argument("--board", help="only this board")
+    chk.add_argument("--threshold", default="10%", help="the fixed rule's threshold while a history has too few "
+                     "runs for a learned one (default: %(default)s, as --baseline-threshold)")
     chk.set_defaults(func=_cmd_check)
     brd = sub.add_parser("boards", help="compare the boards of one board model on one key")
     brd.add_argument("--board-model", help="only this board model (default: every one with several boards)")
@@ -176,7 +178,7 @@ def _cmd_check(args) -> int:
         runs = store.runs(board=args.board)
     if not runs:
         raise ConfigError(f"{args.results}: no runs" + (f" of board {args.board}" if args.board else ""))
-    lines, regressed = check_lines(runs, 10.0)
+    lines, regressed = check_lines(runs, parse_threshold(args.threshold, "--threshold"))
     print("\n".join(lines))
     return 1 if regressed else 0
 
