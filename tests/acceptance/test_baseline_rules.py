@@ -81,7 +81,8 @@ def test_invalid_run_is_stored_but_not_saved_and_a_valid_one_is(gate, tmp_path):
     assert baseline_of(tmp_path, first)[0] == first
     # soc-thermal at its 85 C passive trip point: the board throttles, the timing is INVALID.
     (tree / "sys/class/thermal/thermal_zone0/temp").write_text("86000\n")
-    invalid = gate("--backend=onnxruntime", f"--telemetry-root={tree}", "--save-baseline")
+    # (a one-step onnxruntime run moves 30 % on this busy host: the threshold keeps noise out of this test)
+    invalid = gate("--backend=onnxruntime", f"--telemetry-root={tree}", "--save-baseline", "--baseline-threshold=900%")
     invalid.assert_outcomes(passed=1)
     invalid.stdout.fnmatch_lines(["*baseline not saved: the run is INVALID (thermal_zone0 (soc-thermal) "
                                   "reached its passive trip point 85 C*"])
