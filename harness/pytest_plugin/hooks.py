@@ -14,7 +14,7 @@ __all__ = ["pytest_configure", "pytest_report_header", "pytest_pyfunc_call", "py
            "pytest_terminal_summary"]
 
 
-@pytest.hookimpl(tryfirst=True)     # before storage.py's configure, which keys baselines by board
+@pytest.hookimpl(tryfirst=True)     # before the other parts' configure, which read the settings
 def pytest_configure(config):
     from ..telemetry import board_id, board_identity
     cli = {name: config.getoption(name) for name in OPTIONS}

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, delete, event, insert, select, text
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
 from .records import ResultsError, Run, RunKey, SubgraphTime, utc_now
 from .tables import baselines, run_branches, run_quality, run_stages, run_steps, run_subgraphs, runs
@@ -109,7 +109,7 @@ class ResultsStore:
         self.engine = _engine(self.url)
         try:
             self._upgrade()
-        except OperationalError as exc:
+        except DBAPIError as exc:       # no server, wrong password, not a database file
             self.engine.dispose()
             raise ResultsError(f"results store {describe_url(self.url)}: cannot open "
                                f"({str(exc.orig).strip() or type(exc.orig).__name__})") from None

@@ -29,24 +29,29 @@ def partition_cache(tmp_path_factory):
     return tmp_path_factory.mktemp("partition-cache")     # one export shared by every run below
 
 
+def _url(where) -> str:
+    """The store of a test: its tmp_path's SQLite file, or a URL (the PostgreSQL server's)."""
+    return where if isinstance(where, str) else f"sqlite:///{where / 'results.sqlite'}"
+
+
 @pytest.fixture
 def gate(pytester, tmp_path, partition_cache):
-    def run(*args):
+    def run(*args, store=None):
         return pytester.runpytest(
             "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}", "-p", "no:cacheprovider",
             str(REPO_ROOT / "tests/acceptance/test_benchmark.py"), "--bench-steps=1", "--cases=seven",
-            f"--artifacts={tmp_path / 'artifacts'}", f"--results=sqlite:///{tmp_path / 'results.sqlite'}",
+            f"--artifacts={tmp_path / 'artifacts'}", f"--results={_url(store or tmp_path)}",
             f"--cache-dir={partition_cache}", f"--junitxml={tmp_path / 'junit.xml'}", "-rs", *args)
     return run
 
 
-def stored(tmp_path) -> list:
-    with ResultsStore(f"sqlite:///{tmp_path / 'results.sqlite'}") as store:
+def stored(where) -> list:
+    with ResultsStore(_url(where)) as store:
         return store.runs()
 
 
-def baseline_of(tmp_path, run):
-    with ResultsStore(f"sqlite:///{tmp_path / 'results.sqlite'}") as store:
+def baseline_of(where, run):
+    with ResultsStore(_url(where)) as store:
         return store.baseline(run.board_id, run.key.experiment)
 
 
@@ -91,11 +96,13 @@ def test_invalid_run_is_stored_but_not_saved_and_a_valid_one_is(gate, tmp_path):
     assert baseline_of(tmp_path, first)[0] == first
 
 
-def test_an_npu_stack_upgrade_on_the_simulated_board_gets_a_verdict_not_a_skip(gate, tmp_path):
-    gate("--backend=board-sim", f"--telemetry-root={BOARD_TREE}", "--save-baseline").assert_outcomes(passed=1)
+def test_an_npu_stack_upgrade_on_the_simulated_board_gets_a_verdict_not_a_skip(gate, tmp_path, results_url):
+    url = results_url          # SQLite, and a fleet's PostgreSQL server
+    gate("--backend=board-sim", f"--telemetry-root={BOARD_TREE}", "--save-baseline", store=url).assert_outcomes(passed=1)
     new_stack = upgraded(tmp_path)
     # the new stack, three times slower: the upgrade comparison fails and names the branches
-    slow = gate("--backend=board-sim", f"--telemetry-root={new_stack}", "--time-scale=0.015", "--accept-upgrade")
+    slow = gate("--backend=board-sim", f"--telemetry-root={new_stack}", "--time-scale=0.015", "--accept-upgrade",
+                store=url)
     slow.assert_outcomes(failed=1)
     message = junit_case(tmp_path).find("failure").get("message")
     assert "benchmark regression: upgrade comparison against 1 valid run(s) of the previous stack" in message
@@ -103,12 +110,12 @@ def test_an_npu_stack_upgrade_on_the_simulated_board_gets_a_verdict_not_a_skip(g
     assert "self_attn core +" in message and "ffn core +" in message and " % threshold" in message
     # the new stack as fast as the old: a passing upgrade verdict, and --accept-upgrade makes it the baseline
     result = gate("--backend=board-sim", "--baseline-threshold=60%", f"--telemetry-root={new_stack}",
-                  "--accept-upgrade")
+                  "--accept-upgrade", store=url)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*upgrade comparison against 1 valid run(s) of the previous stack*"])
-    old, slower, new = stored(tmp_path)
+    old, slower, new = stored(url)
     assert old.key.experiment == new.key.experiment and old.key.digest != new.key.digest
-    assert baseline_of(tmp_path, new) == (new, "upgrade accepted")
+    assert baseline_of(url, new) == (new, "upgrade accepted")
 
 
 def test_regression_fails_the_benchmark_test_in_junit_and_keeps_the_baseline(gate, tmp_path):

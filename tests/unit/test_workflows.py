@@ -20,8 +20,8 @@ LAVA_JOB = REPO_ROOT / "lava" / "npu-acceptance.yaml"
 BOARD_LABELS = ["self-hosted", "linux", "ARM64", "rk3588"]
 # Options that take a path: written --opt=PATH (with a space pytest may read PATH as a test location).
 PATH_OPTIONS = {"--board-profile"} | {"--" + n.replace("_", "-") for n in
-                                      ("model_dir", "partition", "golden_dir", "artifacts", "history",
-                                       "baselines", "cache_dir", "telemetry_root")}
+                                      ("model_dir", "partition", "golden_dir", "artifacts", "results",
+                                       "cache_dir", "telemetry_root")}
 
 
 def load_yaml(text: str):
