@@ -184,12 +184,12 @@ class ResultsStore:
 
     def runs(self, *, board: str | None = None, board_model: str | None = None, key: str | None = None,
              experiment: str | None = None, valid: bool | None = None, case: str | None = None,
-             backend: str | None = None) -> list[Run]:
+             backend: str | None = None, run_id: str | None = None) -> list[Run]:
         """Stored runs matching every filter given, oldest first."""
         query = select(runs)
         for column, value in (("board_id", board), ("board_model", board_model), ("key_digest", key),
                               ("experiment", experiment), ("valid", valid), ("case_name", case),
-                              ("backend", backend)):
+                              ("backend", backend), ("run_id", run_id)):
             if value is not None:
                 query = query.where(runs.c[column] == value)
         with self.engine.connect() as conn:
@@ -198,7 +198,7 @@ class ResultsStore:
 
     def run(self, run_id: str, case: str | None = None) -> Run:
         """The run with this id (and case, when the id has several)."""
-        found = [r for r in self.runs(case=case) if r.run_id == run_id]
+        found = self.runs(case=case, run_id=run_id)
         if len(found) != 1:
             cases = ", ".join(r.key.case for r in found)
             raise ResultsError(f"results store {self.where}: " + (
