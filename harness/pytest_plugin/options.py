@@ -45,7 +45,7 @@ OPTIONS = {
     "ab_baseline": (None, "benchmark: also run an interleaved A/B session against this baseline partition; "
                           "--fault then applies to the candidate only; a regression fails with its verdict"),
     "ab_rounds": (6, "judged rounds (pairs) of the --ab-baseline session"),
-    "ab_threshold": ("3%", "smallest paired shift that fails the --ab-baseline session"),
+    "ab_threshold": ("2%", "smallest paired shift that fails the --ab-baseline session"),
     "history": (".benchmarks/history.jsonl", "benchmark run history (JSONL) for `python -m harness trend`"),
     "fault": (None, "fault injection for proving gates fail: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS, "
                     "slow=xFACTOR (backend faults)"),
@@ -112,7 +112,7 @@ class SuiteSettings:
     images: int = 1                     # images generated together (stream batching)
     ab_baseline: Path | None = None     # the baseline partition of the interleaved A/B session
     ab_rounds: int = 6
-    ab_threshold: float = 3.0           # percent
+    ab_threshold: float = 2.0           # percent
 
 
 def pytest_addoption(parser):
