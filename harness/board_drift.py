@@ -61,12 +61,15 @@ def load_drift_model(path: str | Path | None = None) -> DriftModel:
 
 
 class Drift:
-    """One board's drift, branch by branch, drawn from `model` with `seed`; time in board seconds."""
+    """One board's drift, branch by branch, drawn from `model` with `seed`; time in board seconds.
+    With `trials`, every level is an array: that many independent boards at once (the benchmark's
+    Monte Carlo), else a number (the simulated board)."""
 
-    def __init__(self, model: DriftModel, seed: int, branches=BRANCH_ORDER):
+    def __init__(self, model: DriftModel, seed: int, branches=BRANCH_ORDER, trials: int | None = None):
         self.model = model
+        self.shape = () if trials is None else (trials,)
         self.rng = np.random.default_rng(seed)
-        self.level = {b: self.rng.normal(0.0, model.sigma) for b in branches}
+        self.level = {b: self.rng.normal(0.0, model.sigma, self.shape) for b in branches}
         self.t: float | None = None
 
     def advance(self, t: float) -> None:
@@ -75,7 +78,7 @@ class Drift:
             keep = math.exp(-(t - self.t) / self.model.correlation_s)
             spread = self.model.sigma * math.sqrt(1.0 - keep * keep)
             for b in self.level:
-                self.level[b] = self.level[b] * keep + self.rng.normal(0.0, spread)
+                self.level[b] = self.level[b] * keep + self.rng.normal(0.0, spread, self.shape)
         self.t = t if self.t is None else max(self.t, t)
 
     def factor(self, branch: str, t: float) -> float:
@@ -83,10 +86,12 @@ class Drift:
         if branch not in self.level:
             return 1.0
         self.advance(t)
-        return math.exp(self.level[branch] + self.rng.normal(0.0, self.model.jitter))
+        return float(np.exp(self.level[branch] + self.rng.normal(0.0, self.model.jitter, self.shape)))
 
-    def mean_factor(self, branch: str, t: float, invocations: int) -> float:
-        """The mean factor over `invocations` invocations at about time t (one step's worth)."""
+    def mean_factor(self, branch: str, t: float, invocations: int):
+        """The mean factor of `invocations` invocations at about time t (a step's worth of one
+        branch): the level's factor times the mean jitter, taken as the exponential of the mean of
+        the jitters' logs (exact to a few parts in 10^4 at a jitter of a few %)."""
         self.advance(t)
-        jitter = self.rng.normal(0.0, self.model.jitter, invocations)
-        return float(math.exp(self.level[branch]) * np.mean(np.exp(jitter)))
+        jitter = self.rng.normal(0.0, self.model.jitter / math.sqrt(invocations), self.shape)
+        return np.exp(self.level[branch] + jitter)

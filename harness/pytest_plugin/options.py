@@ -45,7 +45,7 @@ OPTIONS = {
     "ab_baseline": (None, "benchmark: also run an interleaved A/B session against this baseline partition; "
                           "--fault then applies to the candidate only; a regression fails with its verdict"),
     "ab_rounds": (6, "judged rounds (pairs) of the --ab-baseline session"),
-    "ab_threshold": ("3%", "smallest paired shift that fails the --ab-baseline session"),
+    "ab_threshold": ("2%", "smallest paired shift that fails the --ab-baseline session"),
     "results": ("sqlite:///.benchmarks/results.sqlite", "results store every benchmark run is written to and "
                 "judged against: a database URL in SQLAlchemy's form (sqlite:///relative.sqlite, "
                 "sqlite:////absolute.sqlite, postgresql://user@host/db for a fleet)"),
@@ -116,7 +116,7 @@ class SuiteSettings:
     images: int = 1                     # images generated together (stream batching)
     ab_baseline: Path | None = None     # the baseline partition of the interleaved A/B session
     ab_rounds: int = 6
-    ab_threshold: float = 3.0           # percent
+    ab_threshold: float = 2.0           # percent
 
 
 def pytest_addoption(parser):

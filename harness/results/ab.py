@@ -32,7 +32,7 @@ __all__ = ["Side", "ABSession", "run_session", "judge_pairs", "session_figures",
 
 # A shift under this is not worth failing a board for, however certain: the paired interval is
 # narrow enough on the board to call +2 % real, but the gate is for regressions that matter.
-DEFAULT_THRESHOLD_PCT = 3.0
+DEFAULT_THRESHOLD_PCT = 2.0
 _STAGES = ("load", "init", "release")
 
 
