@@ -76,7 +76,7 @@ def load_view(spec: str, results: str | None = None) -> RunView:
     if spec.startswith("run:"):
         from .results.store import DEFAULT_RESULTS, ResultsStore
         run_id, _, case = spec[4:].partition("/")
-        with ResultsStore(results or DEFAULT_RESULTS) as store:
+        with ResultsStore(results or DEFAULT_RESULTS, create=False) as store:
             run = store.run(run_id, case or None)
             return view_of_run(run, f"{store.where} {run.label()}")
     path = Path(spec)

@@ -223,7 +223,7 @@ def _cmd_trend(args) -> int:
         raise ConfigError(f"--out {args.out}: the trend is written as PNG; use a .png path")
     from .results.judge import parse_threshold
     from .results.store import ResultsStore
-    with ResultsStore(args.results) as store:
+    with ResultsStore(args.results, create=False) as store:
         runs = store.runs()
     rows = trend(runs, args.out, board=args.board, backend=args.backend, threshold_pct=parse_threshold(args.threshold))
     render_table(rows)

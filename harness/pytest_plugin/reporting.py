@@ -140,7 +140,7 @@ def _trend_png(config, artifacts: Path) -> bytes | None:
     from ..trend import trend
     s = config.stash[SETTINGS]
     try:
-        with ResultsStore(s.results) as store:
+        with ResultsStore(s.results, create=False) as store:
             runs = store.runs(board=config.stash[BOARD], backend=s.backend)
         if not runs:
             return None

@@ -132,7 +132,7 @@ def _cell(value) -> str:
 
 
 def _cmd_export(args) -> int:
-    with ResultsStore(args.results) as store:
+    with ResultsStore(args.results, create=False) as store:
         runs = store.runs()
     text = export_csv(runs)
     if args.out:
@@ -174,7 +174,7 @@ def check_lines(runs: list[Run], threshold_pct: float) -> tuple[list[str], bool]
 
 
 def _cmd_check(args) -> int:
-    with ResultsStore(args.results) as store:
+    with ResultsStore(args.results, create=False) as store:
         runs = store.runs(board=args.board)
     if not runs:
         raise ConfigError(f"{args.results}: no runs" + (f" of board {args.board}" if args.board else ""))
@@ -212,7 +212,7 @@ def board_lines(runs: list[Run], board_model: str | None = None) -> tuple[list[s
 
 
 def _cmd_boards(args) -> int:
-    with ResultsStore(args.results) as store:
+    with ResultsStore(args.results, create=False) as store:
         runs = store.runs(board_model=args.board_model)
     lines, outliers = board_lines(runs, args.board_model)
     if not lines:
@@ -227,7 +227,7 @@ def _cmd_boards(args) -> int:
 # -- push ----------------------------------------------------------------------------------------------
 
 def _cmd_push(args) -> int:
-    with ResultsStore(args.results) as local, ResultsStore(args.to) as fleet:
+    with ResultsStore(args.results, create=False) as local, ResultsStore(args.to) as fleet:
         copied, had = local.push(fleet)
         print(f"{local.where} -> {fleet.where}: {copied} run(s) pushed, {had} already there")
     return 0

@@ -104,8 +104,14 @@ def _sqlite_engine(parsed) -> Engine:
 class ResultsStore:
     """One results database (see the module docstring)."""
 
-    def __init__(self, url: str = DEFAULT_RESULTS):
+    def __init__(self, url: str = DEFAULT_RESULTS, create: bool = True):
+        """`create=False` (the commands that only read): a SQLite file that is not there is an error,
+        not a new empty store made by a typo."""
         self.url = str(url)
+        path = sqlite_path(self.url)
+        if not create and path is not None and not path.expanduser().is_file():
+            raise ResultsError(f"no results store at {path}: run the benchmark gate (pytest -m benchmark) "
+                               "or `bin/harness results import` first")
         self.engine = _engine(self.url)
         try:
             self._upgrade()

@@ -153,3 +153,9 @@ def test_push_twice_copies_once(tmp_path, postgres_cluster, capsys):
     assert main(["results", "push", "--results", local, "--to", fleet]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].endswith("3 run(s) pushed, 0 already there") and out[1].endswith("0 run(s) pushed, 3 already there")
+
+
+def test_a_reading_command_never_makes_a_store(tmp_path, capsys):
+    missing = tmp_path / "typo.sqlite"
+    assert main(["results", "export", "--results", f"sqlite:///{missing}"]) == 2
+    assert f"no results store at {missing}" in capsys.readouterr().err and not missing.exists()
