@@ -148,21 +148,13 @@ def print_row(slow: float, hits: dict, n: int) -> None:
 
 
 def ort_stream(bundle, part, slow: float, runs: int, steps: int) -> list[dict]:
-    """`runs` rounds of a baseline run and a faults-backend candidate run, alternating order."""
+    """`runs` rounds of a baseline run and a faults-backend candidate run, alternating order (the
+    A/B session's own loop; its round 0 builds the sessions and is not counted)."""
     from harness.reference_run import sample_settings
-    from harness.results.ab import session_figures
-    from harness.run import run_partitioned
-    settings = sample_settings(bundle, steps=steps)
-    prompt = bundle.cfg.prompt["default"]
-    sides = {"baseline": {}, "candidate": {"slowdown": 1 + slow} if slow else {}}
-    pairs = []
-    for r in range(runs + 1):                       # round 0 builds the sessions: not counted
-        order = ("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline")
-        pair = {s: session_figures(run_partitioned(bundle, part, "faults", prompt, settings, sides[s],
-                                                   verify=r == 0).report) for s in order}
-        if r:
-            pairs.append(pair)
-    return pairs
+    from harness.results.ab import Side, run_session
+    candidate = {"slowdown": 1 + slow} if slow else {}
+    return run_session(bundle, Side("baseline", part, "faults"), Side("candidate", part, "faults", candidate),
+                       sample_settings(bundle, steps=steps), rounds=runs, warmup=1).pairs
 
 
 def section_onnxruntime(args) -> dict:
