@@ -1,6 +1,6 @@
 """Verdict benchmark, run by hand: false positives and detection of the three verdicts side by side.
 
-    .venv/bin/python tools/bench_verdicts.py [--trials 2000] [--only board-sim|onnxruntime] [--ort-runs 600]
+    .venv/bin/python tools/bench_verdicts.py [--trials 2000] [--only board-sim|real-board-sim|onnxruntime]
 
 For A/A comparisons (nothing changed) and injected slowdowns of +2, +3, +5 and +10 % it counts how
 often each verdict says "regression":
@@ -15,6 +15,7 @@ often each verdict says "regression":
     stage (load, init, run, release) of every branch, as board-sim's `slowdown` option does. Runs of
     the history are --history-steps long and far apart (independent drift levels); an A/B round is
     one --ab-steps run per side, back to back.
+(a') a few real board-sim A/B sessions (scaled sleeps, drift on) at A/A and +3 %, as a check of (a).
 (b) onnxruntime here: the embedded model, real runs through the faults backend (slow=xFACTOR
     stretches load, init and run of every subgraph), one long interleaved stream of baseline and
     candidate runs per condition, cut into sessions and history windows.
@@ -148,21 +149,43 @@ def print_row(slow: float, hits: dict, n: int) -> None:
 
 
 def ort_stream(bundle, part, slow: float, runs: int, steps: int) -> list[dict]:
-    """`runs` rounds of a baseline run and a faults-backend candidate run, alternating order."""
+    """`runs` rounds of a baseline run and a faults-backend candidate run, alternating order (the
+    A/B session's own loop; its round 0 builds the sessions and is not counted)."""
     from harness.reference_run import sample_settings
-    from harness.results.ab import session_figures
-    from harness.run import run_partitioned
-    settings = sample_settings(bundle, steps=steps)
-    prompt = bundle.cfg.prompt["default"]
-    sides = {"baseline": {}, "candidate": {"slowdown": 1 + slow} if slow else {}}
-    pairs = []
-    for r in range(runs + 1):                       # round 0 builds the sessions: not counted
-        order = ("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline")
-        pair = {s: session_figures(run_partitioned(bundle, part, "faults", prompt, settings, sides[s],
-                                                   verify=r == 0).report) for s in order}
-        if r:
-            pairs.append(pair)
-    return pairs
+    from harness.results.ab import Side, run_session
+    candidate = {"slowdown": 1 + slow} if slow else {}
+    return run_session(bundle, Side("baseline", part, "faults"), Side("candidate", part, "faults", candidate),
+                       sample_settings(bundle, steps=steps), rounds=runs, warmup=1).pairs
+
+
+def section_real_board_sim(args) -> dict:
+    """A few real board-sim A/B sessions (sleeping through the scaled board time, drift on): the
+    check that the vectorised model above is what board-sim does."""
+    from harness.backends.board_sim import normalize_options
+    from harness.model.bundle import load_bundle
+    from harness.reference_run import sample_settings
+    from harness.results.ab import Side, run_session
+    from tools.bench_lifecycle import partition
+    bundle = load_bundle(ROOT / "models" / "embedded")
+    part = partition(bundle, "float16")
+    print(f"(a') real board-sim sessions: {args.real_sessions} per condition, {args.rounds} rounds, "
+          f"time scale {args.time_scale:g}, drift on")
+    out = {}
+    for slow in (0.0, 0.03):
+        flagged, shifts = 0, []
+        for k in range(args.real_sessions):
+            base = normalize_options({"time_scale": args.time_scale, "drift": 100 + k})
+            cand = {**base, "slowdown": f"x{1 + slow}"}
+            session = run_session(bundle, Side("baseline", part, "board-sim", base),
+                                  Side("candidate", part, "board-sim", cand),
+                                  sample_settings(bundle, steps=args.ab_steps), rounds=args.rounds,
+                                  threshold_pct=args.ab_threshold)
+            flagged += bool(session.regressions)
+            shifts.append(next(v.shift_pct for v in session.verdicts if v.label == "step"))
+        out[f"{slow:+.0%}"] = {"flagged": flagged, "n": args.real_sessions, "step_shift_pct": shifts}
+        print(f"  {'A/A' if slow == 0 else '+3 %'}: {rate(flagged, args.real_sessions)} of sessions flagged; "
+              f"step shift {np.mean(shifts):+.2f} % (sd {np.std(shifts):.2f}), load {os.getloadavg()[0]:.2f}")
+    return out
 
 
 def section_onnxruntime(args) -> dict:
@@ -220,16 +243,21 @@ def main() -> int:
                    help="also run the A/B rows with this drift correlation time in board seconds")
     p.add_argument("--ort-runs", type=int, default=240, help="onnxruntime rounds per condition (default %(default)s)")
     p.add_argument("--ort-steps", type=int, default=1)
-    p.add_argument("--only", choices=("board-sim", "onnxruntime"), action="append")
+    p.add_argument("--real-sessions", type=int, default=5,
+                   help="real board-sim A/B sessions per condition in section real-board-sim (default %(default)s)")
+    p.add_argument("--time-scale", type=float, default=0.005, help="board-sim time scale for those")
+    p.add_argument("--only", choices=("board-sim", "real-board-sim", "onnxruntime"), action="append")
     p.add_argument("--out", type=Path, default=ROOT / "out" / "bench-verdicts.json")
     args = p.parse_args()
-    only = set(args.only or ("board-sim", "onnxruntime"))
+    only = set(args.only or ("board-sim", "real-board-sim", "onnxruntime"))
     result = {"args": {k: str(v) for k, v in vars(args).items()}, "machine": platform.platform(),
               "cpus": os.cpu_count(), "load_start": os.getloadavg()}
     print(f"{platform.node()}: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; A/B threshold "
           f"{args.ab_threshold:g} %, history floor 3 %, fixed rule 10 %")
     if "board-sim" in only:
         result["board_sim"] = section_board(args)
+    if "real-board-sim" in only:
+        result["real_board_sim"] = section_real_board_sim(args)
     if "onnxruntime" in only:
         result["onnxruntime"] = section_onnxruntime(args)
     result["load_end"] = os.getloadavg()

@@ -159,9 +159,9 @@ def _cmd_bench_ab(args) -> int:
     threshold = parse_threshold(args.threshold, "--threshold")
     if not 0.5 <= args.confidence < 1:
         raise ConfigError(f"--confidence {args.confidence}: expected a number in [0.5, 1)")
-    for flag, value in (("--steps", args.steps), ("--rounds", args.rounds), ("--warmup", args.warmup + 1)):
-        if value < 1:
-            raise ConfigError(f"{flag} {value}: expected a positive whole number")
+    for flag, value, least in (("--steps", args.steps, 1), ("--rounds", args.rounds, 2), ("--warmup", args.warmup, 0)):
+        if value < least:
+            raise ConfigError(f"{flag} {value}: expected a whole number >= {least}")
     bundle = load_bundle(args.model_dir)
     base_opts = side_options(args.backend, None, None, args.drift, args.time_scale)
     cand_opts = side_options(args.backend, args.fault, args.slowdown, args.drift, args.time_scale)

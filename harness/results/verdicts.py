@@ -50,9 +50,11 @@ class Verdict:
     confidence: float = 0.95
 
     def line(self) -> str:
-        """'ffn core +6.8 % [5.9, 7.7] over the 3 % threshold' (or '... within the ...')."""
+        """'ffn core +6.8 % [5.9, 7.7] over the 3 % threshold'; 'within the' when the shift is
+        under it, 'not clearly over the' when it is over but its interval still reaches 0."""
         low, high = self.ci_pct
-        where = "over" if self.regression else "within"
+        where = "over" if self.regression else \
+            "not clearly over" if self.shift_pct > self.threshold_pct else "within"
         return (f"{self.label} {self.shift_pct:+.1f} % [{low:.1f}, {high:.1f}] {where} the "
                 f"{_pct(self.threshold_pct)} % threshold")
 

@@ -21,6 +21,8 @@ def test_line_names_branch_shift_interval_and_threshold():
     assert v.line() == "ffn core +6.8 % [5.9, 7.7] over the 3 % threshold"
     assert Verdict("history", "step", -1.04, (-3.0, 0.9), 4.25, False, 9).line() == \
         "step -1.0 % [-3.0, 0.9] within the 4.2 % threshold"
+    assert Verdict("paired", "load", 5.0, (-1.0, 11.0), 2.0, False, 4).line() == \
+        "load +5.0 % [-1.0, 11.0] not clearly over the 2 % threshold"
 
 
 def test_paired_finds_a_known_shift_inside_its_interval():
