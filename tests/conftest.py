@@ -1,9 +1,15 @@
 """Fixtures shared by the test modules (the suite's own options and gate fixtures live in
 harness/pytest_plugin/)."""
+import alembic.command  # noqa: F401 - see below
 import pytest
+import sqlalchemy.dialects.postgresql  # noqa: F401 - see below
 
 from harness.config import EMBEDDED_DIR
 from tests.fakes import forget_rknnlite, use_fake_rknnlite
+
+# The results store's libraries are imported here, before pytester's in-process runs take their
+# snapshot of sys.modules: imported inside each run and forgotten after it, SQLAlchemy re-registers its
+# PostgreSQL functions every time and warns about it ("GenericFunction ... is already registered").
 
 
 @pytest.fixture
