@@ -45,6 +45,8 @@ def pytest_report_header(config):
         f"anima: memory guard floor {s.mem_floor / 2**30:.2f} GiB, swap limit {s.swap_limit / 2**20:.0f} MiB"
         + (f", require-npu ({'met' if not s.npu_problem else 'NOT met: ' + s.npu_problem})" if s.require_npu else ""),
     ]
+    from ..results.store import describe_url
+    lines.append(f"anima: results store {describe_url(s.results)}")
     if s.board_profile:
         lines.append(f"anima: board profile {s.board_profile}")
     return lines
