@@ -123,9 +123,12 @@ class Run:
         if not isinstance(self.key.steps, int) or isinstance(self.key.steps, bool) or self.key.steps < 1:
             raise ResultsError(f"{where}: key steps must be a positive whole number, got {self.key.steps!r}")
         try:
-            datetime.fromisoformat(self.time).utcoffset().total_seconds()
-        except (ValueError, AttributeError):
+            when = datetime.fromisoformat(self.time)
+            when.utcoffset().total_seconds()
+        except (ValueError, AttributeError, TypeError):
             raise ResultsError(f"{where}: time must be ISO 8601 with a UTC offset, got {self.time!r}") from None
+        # kept in UTC: the store orders runs by this text, which sorts by time only in one offset
+        object.__setattr__(self, "time", when.astimezone(timezone.utc).isoformat(timespec="seconds"))
         if not isinstance(self.valid, bool):
             raise ResultsError(f"{where}: valid must be true or false, got {self.valid!r}")
         _seconds(self.mean_step_s, where, "mean_step_s", positive=True)
