@@ -150,3 +150,15 @@ def test_a_bad_url_is_one_line():
         ResultsStore("results.sqlite")
     with pytest.raises(ResultsError, match="choose a sqlite:/// or postgresql://"):
         ResultsStore("mysql://x/y")
+
+
+@pytest.mark.parametrize("ci, outcome", [("true", {"errors": 1}), ("", {"skipped": 1})])
+def test_a_missing_postgresql_server_fails_in_ci_and_skips_elsewhere(pytester, monkeypatch, ci, outcome):
+    monkeypatch.setenv("CI", ci)
+    pytester.makeconftest("import tests.postgres\n"
+                          "tests.postgres.find_pg_bin = lambda: None      # a machine without initdb\n"
+                          "from tests.conftest import postgres_cluster  # noqa: F401\n")
+    pytester.makepyfile(test_needs_server="def test_server(postgres_cluster):\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:harness.pytest_plugin", "-rs")
+    result.assert_outcomes(**outcome)
+    result.stdout.fnmatch_lines(["*no PostgreSQL server (initdb) here: install Debian's postgresql*"])
