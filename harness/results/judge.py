@@ -74,7 +74,7 @@ class Judgement:
         if self.differences:
             what += " (" + "; ".join(self.differences) + ")"
         worst = self.regressions or self.verdicts[:1]
-        return what + ": " + "; ".join(v.line() for v in worst)
+        return what + ": " + ("; ".join(v.line() for v in worst) or "no figure of the reference to compare with")
 
     def lines(self) -> list[str]:
         return [self.headline(), *(f"  {v.line()} ({v.kind}, n={v.n})" for v in self.verdicts)]
