@@ -159,3 +159,20 @@ def test_a_reading_command_never_makes_a_store(tmp_path, capsys):
     missing = tmp_path / "typo.sqlite"
     assert main(["results", "export", "--results", f"sqlite:///{missing}"]) == 2
     assert f"no results store at {missing}" in capsys.readouterr().err and not missing.exists()
+
+
+def test_an_imported_baseline_points_at_its_run_from_the_history(results_url, tmp_path):
+    history = tmp_path / "history.jsonl"
+    history.write_text("".join(json.dumps(_old_record(d, 1.0)) + "\n" for d in (1, 2)))
+    folder = tmp_path / "baselines" / "rock5c-01" / "cat"
+    folder.mkdir(parents=True)
+    key = {"case": "cat", "steps": 20, "precision": "float16", "backend": "rknnlite", "manifest_hash": "sha256:abc",
+           "versions": {"npu_driver": "0.9.8"}}
+    (folder / "k.json").write_text(json.dumps({"key": key, "mean_s": 20.4, "board_id": "rock5c-01", "run_id": "gh-2-1",
+                                               "saved_utc": "2026-08-02T10:00:00+00:00"}))
+    assert main(["results", "import", "--history", str(history), "--baselines", str(tmp_path / "baselines"),
+                 "--results", results_url]) == 0
+    with ResultsStore(results_url) as store:
+        runs = store.runs()
+        assert [r.run_id for r in runs] == ["gh-1-1", "gh-2-1"]
+        assert store.baseline("rock5c-01", runs[1].key.experiment) == (runs[1], "imported")
