@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from sqlalchemy import insert, text
@@ -129,6 +131,32 @@ def test_a_writer_killed_mid_run_leaves_the_store_readable_without_the_half_run(
             assert conn.execute(text("SELECT COUNT(*) FROM run_steps")).scalar() == 4
         store.add_run(make_run("after", minute=1))
         assert [r.run_id for r in store.runs()] == ["before", "after"]
+
+
+def test_a_writer_killed_at_a_random_moment_leaves_only_whole_runs(results_url):
+    # no pause this time: killed wherever it is in a stream of writes, once it has written a run
+    child = subprocess.Popen([sys.executable, "-c", _WRITER, results_url, "k", "500"], cwd=REPO_ROOT,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "open", child.stderr.read()
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    with ResultsStore(results_url) as watcher:
+        deadline = time.monotonic() + 120
+        while not watcher.runs() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    time.sleep(random.uniform(0, 0.05))
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(timeout=60)
+    with ResultsStore(results_url) as store:
+        stored = store.runs()
+        with store.engine.connect() as conn:
+            rows = {t: conn.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar()
+                    for t in ("run_stages", "run_branches", "run_steps", "run_subgraphs", "run_quality")}
+    assert 0 < len(stored) < 500, "the writer was to be killed part way"
+    assert all(len(r.stages) == 4 and len(r.subgraphs) == 6 for r in stored)
+    n = len(stored)
+    assert rows == {"run_stages": 4 * n, "run_branches": 3 * n, "run_steps": 4 * n, "run_subgraphs": 6 * n,
+                    "run_quality": n}, "rows of a run that is not in the store"
 
 
 def test_push_copies_what_the_fleet_store_lacks_once(tmp_path, postgres_cluster):
