@@ -24,11 +24,12 @@ from .store import ResultsStore
 from .verdicts import Verdict, fixed_verdict, history_verdict
 
 __all__ = ["Judgement", "judge_run", "figures", "judge_figures", "parse_threshold", "HISTORY", "UPGRADE", "FIRST", "STEP",
-           "LOOKBACK"]
+           "LOOKBACK", "CONFIDENCE"]
 
 HISTORY, UPGRADE, FIRST = "history", "upgrade comparison", "no baseline yet"
 STEP = "denoise step"
 LOOKBACK = 30       # earlier runs a verdict looks back on (Conbench's lookback window)
+CONFIDENCE = 0.99   # of a run's verdict over all its figures
 
 
 def parse_threshold(text, option: str = "--baseline-threshold") -> float:
@@ -94,11 +95,14 @@ def judge_figures(pool: list[Run], run: Run, threshold_pct: float) -> list[Verdi
     (the old rule's figure) a few %."""
     verdicts = []
     history = [figures(r) for r in pool[-LOOKBACK:]]
-    for label, value in figures(run).items():
+    judged = {label: value for label, value in figures(run).items()
+              if value > 0 and all(h.get(label, 1.0) > 0 for h in history) and any(label in h for h in history)}
+    # every figure is one test: the run's confidence shared out over them (Bonferroni), so a run with
+    # nothing changed fails on any figure with at most 1 - CONFIDENCE
+    each = 1.0 - (1.0 - CONFIDENCE) / max(len(judged), 1)
+    for label, value in judged.items():
         earlier = [h[label] for h in history if label in h]
-        if not earlier or value <= 0 or min(earlier) <= 0:
-            continue
-        verdict = history_verdict(label, earlier, value)
+        verdict = history_verdict(label, earlier, value, confidence=each)
         verdicts.append(verdict or fixed_verdict(label, earlier[-1:], [value], threshold_pct=threshold_pct))
     step = next((v for v in verdicts if v.label == STEP), None)
     if step is not None and step.kind == "fixed" and not step.regression:
