@@ -176,3 +176,25 @@ def test_an_imported_baseline_points_at_its_run_from_the_history(results_url, tm
         runs = store.runs()
         assert [r.run_id for r in runs] == ["gh-1-1", "gh-2-1"]
         assert store.baseline("rock5c-01", runs[1].key.experiment) == (runs[1], "imported")
+
+
+def test_a_run_with_nothing_changed_fails_about_1_percent_of_the_time_over_all_its_figures():
+    # 400 A/A runs against 10 earlier ones, every figure with its own 5 % log-normal noise: the eight
+    # figures share the run's 99 % (each judged alone at 99 %, the run failed 5 % of the time)
+    from dataclasses import replace
+
+    import numpy as np
+
+    from harness.results.judge import judge_figures
+    rng = np.random.default_rng(1)
+
+    def noisy(i):
+        run = make_run(f"r{i}")
+        jitter = lambda v: float(v * np.exp(rng.normal(0, 0.05)))  # noqa: E731
+        return replace(run, mean_step_s=jitter(run.mean_step_s),
+                       branches={k: jitter(v) for k, v in run.branches.items()},
+                       stages={k: jitter(v) for k, v in run.stages.items()})
+
+    failed = sum(any(v.regression for v in judge_figures([noisy(i) for i in range(10)], noisy(99), 10.0))
+                 for _ in range(400))
+    assert failed <= 10, f"{failed} of 400 A/A runs failed"
