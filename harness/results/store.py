@@ -17,6 +17,7 @@ at once are written one after the other, neither is lost.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import defaultdict
 from dataclasses import replace
@@ -35,6 +36,7 @@ DEFAULT_RESULTS = "sqlite:///.benchmarks/results.sqlite"
 BUSY_SECONDS = 60
 _MIGRATIONS = Path(__file__).with_name("migrations")
 _MIGRATION_LOCK = 0x616E696D61       # PostgreSQL advisory lock id of the schema upgrade ("anima")
+_WRITE = "anima_write"               # execution option of a connection that writes
 
 
 def describe_url(url) -> str:
@@ -97,7 +99,9 @@ def _sqlite_engine(parsed) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _begin(conn):
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # a write takes the write lock up front (a deferred one could fail to upgrade to it); a read
+        # takes none: in WAL mode it reads the last committed state and never waits for a writer
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN")
     return engine
 
 
@@ -129,6 +133,14 @@ class ResultsStore:
     def close(self) -> None:
         self.engine.dispose()
 
+    @contextlib.contextmanager
+    def _writing(self):
+        """A connection in a write transaction: committed when the block ends, rolled back on error."""
+        with self.engine.connect() as conn:
+            conn.execution_options(**{_WRITE: True})
+            with conn.begin():
+                yield conn
+
     @property
     def where(self) -> str:
         return describe_url(self.url)
@@ -138,7 +150,7 @@ class ResultsStore:
         from alembic.config import Config
         config = Config()
         config.set_main_option("script_location", str(_MIGRATIONS))
-        with self.engine.begin() as conn:
+        with self._writing() as conn:
             if conn.dialect.name == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK})
             config.attributes["connection"] = conn
@@ -149,7 +161,7 @@ class ResultsStore:
     def add_run(self, run: Run) -> None:
         """Write `run` whole in one transaction; a run id already stored for its case is an error."""
         try:
-            with self.engine.begin() as conn:
+            with self._writing() as conn:
                 _insert_run(conn, run)
         except IntegrityError as exc:
             if self.has_run(run.run_id, run.key.case):
@@ -164,7 +176,7 @@ class ResultsStore:
     def add_quality(self, run: Run, metrics: dict) -> None:
         """The quality metrics of the stored `run`'s case, measured after its timing (one transaction)."""
         checked = replace(run, quality={**run.quality, **metrics}).quality      # checked as a Run's are
-        with self.engine.begin() as conn:
+        with self._writing() as conn:
             pk = _run_pk(conn, run.run_id, run.key.case)
             if pk is None:
                 raise ResultsError(f"results store {self.where}: run {run.run_id!r} is not stored")
@@ -172,7 +184,7 @@ class ResultsStore:
 
     def set_baseline(self, run: Run, reason: str) -> None:
         """Make the stored `run` its board's baseline for its experiment (replacing the one before)."""
-        with self.engine.begin() as conn:
+        with self._writing() as conn:
             pk = _run_pk(conn, run.run_id, run.key.case)
             if pk is None:
                 raise ResultsError(f"results store {self.where}: run {run.run_id!r} is not stored, "

@@ -135,15 +135,15 @@ def test_a_writer_killed_mid_run_leaves_the_store_readable_without_the_half_run(
 
 def test_a_writer_killed_at_a_random_moment_leaves_only_whole_runs(results_url):
     # no pause this time: killed wherever it is in a stream of writes, once it has written a run
-    child = subprocess.Popen([sys.executable, "-c", _WRITER, results_url, "k", "500"], cwd=REPO_ROOT,
+    child = subprocess.Popen([sys.executable, "-c", _WRITER, results_url, "k", "5000"], cwd=REPO_ROOT,
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "open", child.stderr.read()
-    child.stdin.write("go\n")
-    child.stdin.flush()
     with ResultsStore(results_url) as watcher:
+        child.stdin.write("go\n")
+        child.stdin.flush()
         deadline = time.monotonic() + 120
-        while not watcher.runs() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        while not watcher.has_run("k-0", "cat") and time.monotonic() < deadline:
+            time.sleep(0.005)
     time.sleep(random.uniform(0, 0.05))
     os.kill(child.pid, signal.SIGKILL)
     child.wait(timeout=60)
@@ -152,7 +152,7 @@ def test_a_writer_killed_at_a_random_moment_leaves_only_whole_runs(results_url):
         with store.engine.connect() as conn:
             rows = {t: conn.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar()
                     for t in ("run_stages", "run_branches", "run_steps", "run_subgraphs", "run_quality")}
-    assert 0 < len(stored) < 500, "the writer was to be killed part way"
+    assert 0 < len(stored) < 5000, "the writer was to be killed part way"
     assert all(len(r.stages) == 4 and len(r.subgraphs) == 6 for r in stored)
     n = len(stored)
     assert rows == {"run_stages": 4 * n, "run_branches": 3 * n, "run_steps": 4 * n, "run_subgraphs": 6 * n,
