@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .board_profile import BRANCH_ORDER
-from .config import REPO_ROOT
-from .errors import ConfigError
+from .backends.board_profile import BRANCH_ORDER
+from .model.config import REPO_ROOT
+from .core.errors import ConfigError
 
 __all__ = ["DriftModel", "Drift", "load_drift_model", "DEFAULT_DRIFT_DATA"]
 

@@ -4,7 +4,7 @@ import alembic.command  # noqa: F401 - see below
 import pytest
 import sqlalchemy.dialects.postgresql  # noqa: F401 - see below
 
-from harness.config import EMBEDDED_DIR
+from harness.model.config import EMBEDDED_DIR
 from tests.fakes import forget_rknnlite, use_fake_rknnlite
 
 # The results store's libraries are imported here, before pytester's in-process runs take their
@@ -36,7 +36,7 @@ def embedded_fp32(tmp_path_factory):
 @pytest.fixture(scope="session")
 def toolkit_version():
     """The default rknn-toolkit2 version, or a skip saying how to create its environment."""
-    from harness.errors import ToolkitError
+    from harness.core.errors import ToolkitError
     from harness.toolkit.envs import default_version, toolkit_python
     version = default_version()
     try:
@@ -50,9 +50,9 @@ def toolkit_version():
 def anima_block(tmp_path_factory):
     """(config, weights, manifest): one random full-width anima-2b block (D 2048, FFN 8192) and its
     FP32 single-stream export, made once for the full-width tests (~4 s of CPU each time otherwise)."""
-    from harness.config import load_profile
+    from harness.model.config import load_profile
     from harness.partition import export_partition
-    from harness.weights import random_weights
+    from harness.model.weights import random_weights
     cfg = load_profile("anima-2b")
     weights = random_weights(cfg, seed=2, blocks=range(1))
     manifest = export_partition(weights, cfg, tmp_path_factory.mktemp("anima-block"), dtype="float32",

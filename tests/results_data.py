@@ -1,9 +1,9 @@
 """Runs for the results store's tests, built the way the benchmark gate builds them."""
 from __future__ import annotations
 
-from harness.config import BRANCHES
+from harness.model.config import BRANCHES
 from harness.results.records import Run, RunKey, SubgraphTime
-from harness.steptimes import STAGE_NAMES
+from harness.lifecycle.steptimes import STAGE_NAMES
 
 __all__ = ["make_run", "VERSIONS_OLD", "VERSIONS_NEW"]
 

@@ -37,9 +37,9 @@ from scipy import stats
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.atomic import atomic_write_json  # noqa: E402
+from harness.core.atomic import atomic_write_json  # noqa: E402
 from harness.board_drift import Drift, load_drift_model  # noqa: E402
-from harness.board_profile import BRANCH_ORDER, load_board_profile  # noqa: E402
+from harness.backends.board_profile import BRANCH_ORDER, load_board_profile  # noqa: E402
 from harness.results.ab import DEFAULT_THRESHOLD_PCT, judge_pairs  # noqa: E402
 from harness.results.verdicts import change_points, fixed_verdict, history_verdict  # noqa: E402
 
@@ -151,7 +151,7 @@ def print_row(slow: float, hits: dict, n: int) -> None:
 def ort_stream(bundle, part, slow: float, runs: int, steps: int) -> list[dict]:
     """`runs` rounds of a baseline run and a faults-backend candidate run, alternating order (the
     A/B session's own loop; its round 0 builds the sessions and is not counted)."""
-    from harness.reference_run import sample_settings
+    from harness.sampling.reference_run import sample_settings
     from harness.results.ab import Side, run_session
     candidate = {"slowdown": 1 + slow} if slow else {}
     return run_session(bundle, Side("baseline", part, "faults"), Side("candidate", part, "faults", candidate),
@@ -163,7 +163,7 @@ def section_real_board_sim(args) -> dict:
     check that the vectorised model above is what board-sim does."""
     from harness.backends.board_sim import normalize_options
     from harness.model.bundle import load_bundle
-    from harness.reference_run import sample_settings
+    from harness.sampling.reference_run import sample_settings
     from harness.results.ab import Side, run_session
     from tools.bench_lifecycle import partition
     bundle = load_bundle(ROOT / "models" / "embedded")

@@ -50,8 +50,8 @@ from pathlib import Path
 import numpy as np
 
 from ..board_drift import Drift, load_drift_model
-from ..board_profile import BRANCH_ORDER, load_board_profile
-from ..errors import ConfigError
+from .board_profile import BRANCH_ORDER, load_board_profile
+from ..core.errors import ConfigError
 from .onnxruntime import OnnxRuntimeContext
 from .rknnlite import parse_core_mask
 

@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .onnxruntime import OnnxRuntimeContext
 
 __all__ = ["FaultInjectionContext", "parse_fault"]

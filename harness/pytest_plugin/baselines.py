@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from ..errors import HarnessError
+from ..core.errors import HarnessError
 from ..results.judge import FIRST, STEP, UPGRADE, Judgement, judge_run
 from ..results.records import Run, RunKey, SubgraphTime, board_model_of, utc_now
 from ..results.store import ResultsStore
@@ -84,7 +84,7 @@ class ResultsGate:
 
     def run_of(self, case: str, info: dict, report: dict, telemetry: dict, precision: str,
                manifest_hash: str, model: str) -> Run:
-        from ..provenance import ci_url, comparable_versions, git_revision, run_id
+        from ..results.provenance import ci_url, comparable_versions, git_revision, run_id
         identity, board = self.config.stash[IDENTITY], self.config.stash[BOARD]
         return Run(
             run_id=run_id(), time=utc_now(), board_id=board, board_model=board_model_of(board), model=model,

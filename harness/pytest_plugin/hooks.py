@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..errors import HarnessError
+from ..core.errors import HarnessError
 from .options import OPTIONS, resolve_settings
 from .state import BOARD, IDENTITY, INVALID_RUNS, QUALITY_LINES, SETTINGS, SPECTRUM_LINES, STEP_SPLITS
 from .fixtures import runner_of, selected_cases
@@ -16,7 +16,7 @@ __all__ = ["pytest_configure", "pytest_report_header", "pytest_pyfunc_call", "py
 
 @pytest.hookimpl(tryfirst=True)     # before the other parts' configure, which read the settings
 def pytest_configure(config):
-    from ..telemetry import board_id, board_identity
+    from ..results.telemetry import board_id, board_identity
     cli = {name: config.getoption(name) for name in OPTIONS}
     try:
         settings = resolve_settings(cli, config.getoption("board_profile"))

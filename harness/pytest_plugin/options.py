@@ -10,9 +10,9 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import EMBEDDED_DIR, load_model_dir
-from ..errors import ConfigError, HarnessError
-from ..schema import read_toml
+from ..model.config import EMBEDDED_DIR, load_model_dir
+from ..core.errors import ConfigError, HarnessError
+from ..core.schema import read_toml
 
 __all__ = ["SuiteSettings", "resolve_settings", "OPTIONS", "typed_value", "pytest_addoption"]
 
@@ -158,7 +158,7 @@ def typed_value(name: str, value, source: str):
     except (TypeError, ValueError):
         raise ConfigError(f"{source}: {name.replace('_', '-')} expects a positive whole number, got {value!r}") from None
     if name in _SIZES:
-        from ..memory import parse_size
+        from ..memory.guard import parse_size
         try:
             parse_size(value)       # checked here, where the option and its source are known
         except ConfigError as exc:
@@ -177,8 +177,8 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     """Merge command line, board profile and defaults, and decide the backend."""
     from ..backends import BACKENDS, backend_options
     from ..results.judge import parse_threshold
-    from ..memory import parse_size
-    from ..telemetry import detect_rk3588
+    from ..memory.guard import parse_size
+    from ..results.telemetry import detect_rk3588
     profile_file = Path(profile_path) if profile_path else None
     profile = _profile_values(profile_file)
     values = {}
@@ -200,15 +200,15 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     if values["precision"] not in precisions:
         raise ConfigError(f"--precision {values['precision']}: choose {' or '.join(precisions)}"
                           + (" (what the toolkit builds)" if backend == "rknn-sim" else ""))
-    from ..partition.onnx_export import FAKE_QUANT
+    from ..partition.bodies import FAKE_QUANT
     if values["fake_quant"] not in (None, *FAKE_QUANT):
         raise ConfigError(f"--fake-quant {values['fake_quant']}: choose {', '.join(FAKE_QUANT)}")
     cfg = load_model_dir(values["model_dir"])
-    from ..golden import golden_dir_for
+    from ..gates.cases import golden_dir_for
     golden_dir = values["golden_dir"] or golden_dir_for(cfg.name)
     budget = values["pss_budget"] or cfg.raw_gates.get("pss_budget")
     options = backend_options(backend, values, cfg)
-    from ..spectrum import SAMPLERS
+    from ..sampling.spectrum import SAMPLERS
     if values["bench_sampler"] not in (None, *SAMPLERS):
         raise ConfigError(f"--bench-sampler {values['bench_sampler']}: choose {', '.join(SAMPLERS)}")
     cases = _case_names(values["cases"], golden_dir)
@@ -240,7 +240,7 @@ def _case_names(spec: str | None, golden_dir: Path) -> list[str] | None:
     """--cases a,b: every name must be a case in golden_dir/cases.toml."""
     if spec is None:
         return None
-    from ..golden import load_cases
+    from ..gates.cases import load_cases
     names = [c.strip() for c in spec.split(",") if c.strip()]
     if not names:
         raise ConfigError(f"--cases {spec!r}: name at least one golden case")

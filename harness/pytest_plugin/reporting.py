@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ..errors import HarnessError
+from ..core.errors import HarnessError
 from .state import (BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, GOLDEN_UPDATES, MEMORY_SAMPLES, QUALITY_RESULTS, RUNNER,
                     SETTINGS, TEST_OUTCOMES, append_to)
 
@@ -37,7 +37,7 @@ class LogProgress:
                 tr.write_line(line)
 
     def __call__(self, label: str, total: int):
-        from ..progress import StepLines
+        from ..report.progress import StepLines
         lines = StepLines(total, label, lambda text: None)
 
         def step(i: int) -> None:
@@ -80,13 +80,13 @@ def pytest_runtest_makereport(item, call):
 
 
 def summary_data(config, exitstatus) -> dict:
-    from ..compare import slowest_subgraphs
+    from ..results.compare import slowest_subgraphs
     s = config.stash[SETTINGS]
     tests = [t for t in config.stash.get(TEST_OUTCOMES, []) if t["npu"]]
     counts = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "skipped")}
     runner = config.stash.get(RUNNER, None)
     run = {"run_id": None, "git_revision": None, "board": config.stash[BOARD], "backend": s.backend}
-    from ..provenance import git_revision, run_id
+    from ..results.provenance import git_revision, run_id
     run.update(run_id=run_id(), git_revision=git_revision())
     slowest, memory = [], []
     if runner is not None and runner.loaded():
@@ -135,9 +135,9 @@ def _curve_files(config) -> list:
 
 
 def _trend_png(config, artifacts: Path) -> bytes | None:
-    from ..errors import HarnessError
+    from ..core.errors import HarnessError
     from ..results.store import ResultsStore
-    from ..trend import trend
+    from ..results.trend import trend
     s = config.stash[SETTINGS]
     try:
         with ResultsStore(s.results, create=False) as store:
@@ -156,9 +156,9 @@ def pytest_sessionfinish(session, exitstatus):
     config = session.config
     if not any(t["npu"] for t in config.stash.get(TEST_OUTCOMES, [])):
         return
-    from ..atomic import atomic_write_text
-    from ..html_report import write_html_report
-    from ..summary import markdown_summary
+    from ..core.atomic import atomic_write_text
+    from ..report.html import write_html_report
+    from ..report.summary import markdown_summary
     artifacts = Path(config.stash[SETTINGS].artifacts)
     data = summary_data(config, exitstatus)
     text = markdown_summary(data)

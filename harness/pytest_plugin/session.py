@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ..atomic import atomic_write_json, sweep_temporaries
-from ..config import REPO_ROOT
-from ..errors import HarnessError, Terminated
-from ..outputs import ArtifactsLock, check_free_space, check_writable
-from ..signals import StopSignals
+from ..core.atomic import atomic_write_json, sweep_temporaries
+from ..model.config import REPO_ROOT
+from ..core.errors import HarnessError, Terminated
+from ..core.outputs import ArtifactsLock, check_free_space, check_writable
+from ..core.signals import StopSignals
 from .state import SETTINGS
 
 __all__ = ["start_run", "pytest_sessionstart", "pytest_runtest_logstart", "pytest_runtest_setup",
@@ -56,8 +56,8 @@ def _results_folder(settings) -> list[tuple[str, object]]:
 def _check_golden_dir(golden_dir, explicit: bool) -> None:
     """A named golden folder must hold a valid cases.toml: say so once, before collection, instead
     of one collection error per gate module."""
-    from ..errors import ConfigError
-    from ..golden import load_cases
+    from ..core.errors import ConfigError
+    from ..gates.cases import load_cases
     if not (golden_dir / "cases.toml").exists() and not explicit:
         return      # the model has no goldens here: only the gates that need them will say so
     try:

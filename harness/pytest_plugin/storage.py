@@ -20,7 +20,7 @@ def atomic_json(bench) -> None:
     """--benchmark-json written atomically (pytest-benchmark writes it with a plain open/write)."""
     from pytest_benchmark.utils import safe_dumps
 
-    from ..atomic import atomic_write_bytes
+    from ..core.atomic import atomic_write_bytes
 
     def save_json(output_json):
         atomic_write_bytes(bench.json, safe_dumps(output_json, ensure_ascii=True, indent=4).encode())

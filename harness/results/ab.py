@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..atomic import atomic_write_json
-from ..config import EMBEDDED_DIR
-from ..errors import ConfigError
-from ..run import run_partitioned
+from ..core.atomic import atomic_write_json
+from ..model.config import EMBEDDED_DIR
+from ..core.errors import ConfigError
+from ..runtime.run import run_partitioned
 from .verdicts import Verdict, paired_verdict
 
 __all__ = ["Side", "ABSession", "run_session", "judge_pairs", "session_figures", "side_options",
@@ -154,7 +154,7 @@ def add_command(sub) -> None:
 def _cmd_bench_ab(args) -> int:
     from .judge import parse_threshold
     from ..model.bundle import load_bundle
-    from ..reference_run import sample_settings
+    from ..sampling.reference_run import sample_settings
 
     threshold = parse_threshold(args.threshold, "--threshold")
     if not 0.5 <= args.confidence < 1:

@@ -18,10 +18,10 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from ..atomic import atomic_write_text
-from ..config import BRANCHES
-from ..errors import ConfigError
-from ..steptimes import STAGE_NAMES
+from ..core.atomic import atomic_write_text
+from ..model.config import BRANCHES
+from ..core.errors import ConfigError
+from ..lifecycle.steptimes import STAGE_NAMES
 from .judge import judge_figures, parse_threshold
 from .legacy import Imported, read_baselines, read_history
 from .records import Run

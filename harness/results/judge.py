@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..config import BRANCHES
-from ..errors import ConfigError
-from ..steptimes import STAGE_NAMES
+from ..model.config import BRANCHES
+from ..core.errors import ConfigError
+from ..lifecycle.steptimes import STAGE_NAMES
 from .records import Run
 from .store import ResultsStore
 from .verdicts import Verdict, fixed_verdict, history_verdict

@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import BRANCHES
-from ..steptimes import STAGE_NAMES
+from ..model.config import BRANCHES
+from ..lifecycle.steptimes import STAGE_NAMES
 from .records import ResultsError, Run, RunKey, board_model_of
 
 __all__ = ["Imported", "read_history", "read_baselines"]

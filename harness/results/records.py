@@ -18,9 +18,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
-from ..config import BRANCHES
-from ..errors import HarnessError
-from ..steptimes import STAGE_NAMES
+from ..model.config import BRANCHES
+from ..core.errors import HarnessError
+from ..lifecycle.steptimes import STAGE_NAMES
 
 __all__ = ["ResultsError", "RunKey", "Run", "SubgraphTime", "utc_now", "board_model_of", "STACK_FIELDS"]
 
@@ -37,7 +37,7 @@ def utc_now() -> str:
 
 
 def board_model_of(board_id: str) -> str:
-    """The board model of a board id (harness.telemetry.board_id: model slug, then the serial's hash):
+    """The board model of a board id (harness.results.telemetry.board_id: model slug, then the serial's hash):
     the boards of one model are one fleet."""
     return re.sub(r"-[0-9a-f]{8}$", "", board_id) or board_id
 

@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from harness.config import REPO_ROOT
+from harness.model.config import REPO_ROOT
 from harness.results.store import ResultsStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.results]      # ~10 s per gate session on the 2-core CI machine

@@ -18,13 +18,13 @@ from dataclasses import replace
 
 import pytest
 
-from harness.errors import HarnessError
-from harness.gates import benchmark_info
+from harness.core.errors import HarnessError
+from harness.gates.runner import benchmark_info
 from harness.pytest_plugin.baselines import comparison_of
 from harness.pytest_plugin.state import BENCH_RESULTS, BOARD, INVALID_RUNS, STEP_SPLITS, append_to
-from harness.spectrum import DEFAULT_PRESET, PRESETS
-from harness.steptimes import STAGE_NAMES
-from harness.telemetry import TelemetryWindow
+from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
+from harness.lifecycle.steptimes import STAGE_NAMES
+from harness.results.telemetry import TelemetryWindow
 
 pytestmark = [pytest.mark.npu, pytest.mark.benchmark]
 

@@ -9,8 +9,8 @@ artifacts/runs/<case>-ab.json.
 """
 import pytest
 
-from harness.atomic import atomic_write_json
-from harness.errors import HarnessError
+from harness.core.atomic import atomic_write_json
+from harness.core.errors import HarnessError
 from harness.results.ab import Side, baseline_options, run_session
 
 pytestmark = [pytest.mark.npu, pytest.mark.benchmark]

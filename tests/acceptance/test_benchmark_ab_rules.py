@@ -4,7 +4,7 @@ naming the figure, its shift, interval and threshold; the same partition against
 """
 import pytest
 
-from harness.config import EMBEDDED_DIR, REPO_ROOT
+from harness.model.config import EMBEDDED_DIR, REPO_ROOT
 
 pytestmark = pytest.mark.slow       # two gate sessions of 1 + 4 rounds each
 

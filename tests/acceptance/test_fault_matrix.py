@@ -31,8 +31,8 @@ import numpy as np
 import psutil
 import pytest
 
-from harness.config import REPO_ROOT
-from harness.golden import GoldenStore, load_cases
+from harness.model.config import REPO_ROOT
+from harness.gates.golden import GoldenStore, load_cases
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
 from tests.helpers import make_random_model_dir
@@ -247,7 +247,7 @@ for name, (via, argv) in jobs.items():
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
         try:
             if via == "cli":
-                from harness.cli import main
+                from harness.cli.main import main
                 code = main(argv)
             else:
                 import pytest

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from harness.config import REPO_ROOT
+from harness.model.config import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 

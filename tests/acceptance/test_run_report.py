@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from harness.config import REPO_ROOT
+from harness.model.config import REPO_ROOT
 
 pytestmark = pytest.mark.slow       # one 20-step case plus a 1-step benchmark, ~30 s here
 CHROMIUM = "/usr/bin/chromium"

@@ -15,10 +15,10 @@ from harness.backends import create_context
 from harness.backends.board_sim import normalize_options
 from harness.backends.faults import FaultInjectionContext
 from harness.board_drift import Drift, load_drift_model
-from harness.config import REPO_ROOT
-from harness.errors import ConfigError
+from harness.model.config import REPO_ROOT
+from harness.core.errors import ConfigError
 from harness.partition.manifest import load_manifest
-from harness.reference_run import sample_settings
+from harness.sampling.reference_run import sample_settings
 from harness.results.ab import Side, baseline_options, judge_pairs, run_session
 from tests.helpers import export_fp32, random_bundle
 

@@ -5,16 +5,16 @@ import json
 import numpy as np
 import pytest
 
-from harness.accept import accept_golden
-from harness.cli import main
-from harness.compare import compare_rows, load_view, slowest_subgraphs
-from harness.errors import ConfigError
-from harness.reference_run import sample_settings
-from harness.golden import GoldenRefused, GoldenStale, GoldenStore, load_cases
-from harness.memory import MemoryGuard
+from harness.cli.accept import accept_golden
+from harness.cli.main import main
+from harness.results.compare import compare_rows, load_view, slowest_subgraphs
+from harness.core.errors import ConfigError
+from harness.sampling.reference_run import sample_settings
+from harness.gates.golden import GoldenRefused, GoldenStale, GoldenStore, load_cases
+from harness.memory.guard import MemoryGuard
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
-from harness.run import run_partitioned
+from harness.runtime.run import run_partitioned
 
 STEPS = 1
 
@@ -23,7 +23,7 @@ STEPS = 1
 def embedded(tmp_path_factory):
     """The embedded model and its FP16 partition, from the suite's partition cache (keyed by the
     weights' digest, as the gates use it; exported on first use)."""
-    from harness.config import EMBEDDED_DIR, REPO_ROOT
+    from harness.model.config import EMBEDDED_DIR, REPO_ROOT
     from harness.partition.manifest import default_partition_dir
     from harness.partition.manifest import manifest_path
     model = load_bundle(EMBEDDED_DIR)

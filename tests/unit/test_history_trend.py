@@ -5,10 +5,10 @@ import io
 import pytest
 from rich.console import Console
 
-from harness.imageio import load_png
+from harness.core.imageio import load_png
 from harness.results.records import ResultsError
 from harness.results.store import ResultsStore
-from harness.trend import add_command, render_table, trend
+from harness.results.trend import add_command, render_table, trend
 from tests.results_data import VERSIONS_NEW, make_run
 
 
@@ -51,7 +51,7 @@ def test_trend_command_reads_the_store(tmp_path, capsys):
 def test_trend_draws_one_line_per_board_learns_its_band_and_marks_changes(tmp_path):
     from matplotlib.figure import Figure
 
-    from harness.trend import _plot_step_time, trend_rows, version_changes
+    from harness.results.trend import _plot_step_time, trend_rows, version_changes
     # board A: ten quiet runs, then the driver changes; board B: a level shift after run 6
     a = [make_run(f"a{i}", 1.0 + 0.01 * (i % 3), minute=i) for i in range(10)]
     a.append(make_run("a10", 1.2, minute=10, versions=VERSIONS_NEW))

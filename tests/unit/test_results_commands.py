@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from harness.cli import main
+from harness.cli.main import main
 from harness.results.judge import FIRST, HISTORY, UPGRADE, judge_run
 from harness.results.store import ResultsStore
 from tests.results_data import VERSIONS_NEW, make_run

@@ -14,7 +14,7 @@ import time
 import pytest
 from sqlalchemy import insert, text
 
-from harness.config import REPO_ROOT
+from harness.model.config import REPO_ROOT
 from harness.results.records import ResultsError
 from harness.results.store import ResultsStore
 from harness.results.tables import metadata, runs

@@ -12,8 +12,8 @@ import sys
 import pytest
 from ruamel.yaml import YAML
 
-from harness.config import REPO_ROOT
-from harness.pytest_plugin.options import OPTIONS
+from harness.model.config import REPO_ROOT
+from harness.cli.options import OPTIONS
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "npu-acceptance.yml"
 LAVA_JOB = REPO_ROOT / "lava" / "npu-acceptance.yaml"
@@ -188,7 +188,7 @@ def test_harness_commands_in_the_workflow_parse():
     """Every `bin/harness ...` line of the workflow parses with this harness's own CLI, with the job's
     env (and a planned target's matrix values) filled in."""
     import os
-    from harness.cli import build_parser
+    from harness.cli.main import build_parser
     parser = build_parser()
     commands = sorted({sub for action in parser._subparsers._group_actions for sub in action.choices})
     lines = []

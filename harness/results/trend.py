@@ -20,11 +20,11 @@ import argparse
 from datetime import datetime
 from pathlib import Path
 
-from .atomic import atomic_path
-from .errors import ConfigError
-from .results.records import ResultsError, Run
-from .results.verdicts import change_points, history_verdict
-from .steptimes import STAGE_NAMES
+from ..core.atomic import atomic_path
+from ..core.errors import ConfigError
+from .records import ResultsError, Run
+from .verdicts import change_points, history_verdict
+from ..lifecycle.steptimes import STAGE_NAMES
 
 __all__ = ["trend", "trend_rows", "group_of", "version_changes", "render_table", "add_command", "DEFAULT_TREND_PNG"]
 
@@ -187,7 +187,7 @@ def render_table(rows: list[dict], console=None) -> None:
     """Print the rows as a rich table (stdout unless a console is given)."""
     from rich.table import Table
 
-    from .terminal import console as make_console
+    from ..report.terminal import console as make_console
 
     models = ", ".join(sorted({r["model"] for r in rows}))
     title = f"benchmark runs: {models} (seconds; lifecycle stages per step)"
@@ -206,7 +206,7 @@ def render_table(rows: list[dict], console=None) -> None:
 
 def add_command(subparsers) -> argparse.ArgumentParser:
     """Register `trend` on the CLI's subparsers."""
-    from .results.commands import add_results_option
+    from .commands import add_results_option
     parser = subparsers.add_parser("trend", help="plot step and lifecycle time over the runs in the results store")
     add_results_option(parser)
     parser.add_argument("--out", type=Path, default=DEFAULT_TREND_PNG, help="PNG path (default: %(default)s)")
@@ -221,8 +221,8 @@ def add_command(subparsers) -> argparse.ArgumentParser:
 def _cmd_trend(args) -> int:
     if args.out.suffix.lower() != ".png":
         raise ConfigError(f"--out {args.out}: the trend is written as PNG; use a .png path")
-    from .results.judge import parse_threshold
-    from .results.store import ResultsStore
+    from .judge import parse_threshold
+    from .store import ResultsStore
     with ResultsStore(args.results, create=False) as store:
         runs = store.runs()
     rows = trend(runs, args.out, board=args.board, backend=args.backend, threshold_pct=parse_threshold(args.threshold))

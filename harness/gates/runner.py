@@ -12,17 +12,17 @@ from pathlib import Path
 
 import numpy as np
 
-from .compare import slowest_subgraphs
-from .atomic import atomic_save_npy
-from .errors import ConfigError, HarnessError
-from .steptimes import STAGE_NAMES
-from .golden import GoldenCase
-from .imageio import save_png
-from .model.bundle import ModelBundle, load_bundle
+from ..results.compare import slowest_subgraphs
+from ..core.atomic import atomic_save_npy
+from ..core.errors import ConfigError, HarnessError
+from ..lifecycle.steptimes import STAGE_NAMES
+from .cases import GoldenCase
+from ..core.imageio import save_png
+from ..model.bundle import ModelBundle, load_bundle
 from .golden import latent_preview
-from .partition.manifest import default_partition_dir, load_manifest, manifest_path, manifest_sha256
+from ..partition.manifest import default_partition_dir, load_manifest, manifest_path, manifest_sha256
 from .quality import QualityResult, compare, compare_latents, diff_figure
-from .run import RunResult, run_partitioned
+from ..runtime.run import RunResult, run_partitioned
 
 __all__ = ["GateRunner", "CaseRun", "quality_check", "quality_line", "benchmark_info"]
 
@@ -67,12 +67,12 @@ class GateRunner:
 
     def _cached_export(self) -> Path:
         if self.s.backend == "rknn-sim":       # the converted partition, converted on first use
-            from .toolkit.cached import cached_conversion
+            from ..runtime.converted import cached_conversion
             return cached_conversion(self.bundle, self.s.cache_dir, self.s.precision, self.s.calibration)
         if self.s.backend == "rknnlite":
             raise ConfigError("--partition (or the board profile's `partition`) must name the converted "
                               ".rknn subgraphs when the backend is rknnlite")
-        from .partition.onnx_export import export_partition
+        from ..partition.onnx_export import export_partition
         out = self._cache_path()
         if not manifest_path(out).exists():
             export_partition(self.bundle.weights_source, self.bundle.cfg, out, dtype=self.s.precision,
@@ -130,8 +130,8 @@ class GateRunner:
     def prepare(self) -> None:
         """Everything a run needs before it is measured: weights, the verified partition and the
         backend's module, so neither a memory baseline nor a benchmark round pays for loading."""
-        from .backends.base import backend_class
-        from .run import open_partition
+        from ..backends.base import backend_class
+        from ..runtime.run import open_partition
         if not self._prepared:
             manifest = open_partition(self.bundle, self.partition, verify=True)
             backend_class(self.s.backend)       # import the runtime now, not inside a measured run
@@ -142,7 +142,7 @@ class GateRunner:
     def _build_in_simulator(self, manifest) -> None:
         """rknn-sim builds each model in its worker on first load (seconds each, 85 of them): do that
         here, once, so no measured step or memory baseline includes building."""
-        from .backends.base import create_context
+        from ..backends.base import create_context
         for entry in manifest.entries():
             ctx = create_context(self.s.backend, entry.label, **self.s.backend_options)
             try:
@@ -175,7 +175,7 @@ class GateRunner:
             save_png(result.image, self.s.artifacts / "runs" / f"{name}.png")
 
     def keep(self, result: RunResult, name: str) -> None:
-        from .atomic import atomic_write_json
+        from ..core.atomic import atomic_write_json
         atomic_write_json(self.s.artifacts / "runs" / f"{name}.json", result.report)
         self._save_outputs(result, name)
 

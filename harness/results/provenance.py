@@ -11,7 +11,7 @@ import uuid
 from datetime import datetime, timezone
 from functools import lru_cache
 
-from .config import REPO_ROOT
+from ..model.config import REPO_ROOT
 
 __all__ = ["run_id", "git_revision", "ci_url", "comparable_versions", "VERSION_FIELDS"]
 

@@ -12,10 +12,10 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from .config import BRANCHES
-from .errors import ConfigError
-from .results.records import Run
-from .steptimes import STAGE_NAMES
+from ..model.config import BRANCHES
+from ..core.errors import ConfigError
+from .records import Run
+from ..lifecycle.steptimes import STAGE_NAMES
 
 __all__ = ["RunView", "load_view", "view_of_report", "view_of_run", "slowest_subgraphs",
            "compare_lines", "add_command"]
@@ -74,7 +74,7 @@ def view_of_run(run: Run, label: str) -> RunView:
 def load_view(spec: str, results: str | None = None) -> RunView:
     """'report.json', or 'run:RUN_ID[/CASE]' from the results store at `results`."""
     if spec.startswith("run:"):
-        from .results.store import DEFAULT_RESULTS, ResultsStore
+        from .store import DEFAULT_RESULTS, ResultsStore
         run_id, _, case = spec[4:].partition("/")
         with ResultsStore(results or DEFAULT_RESULTS, create=False) as store:
             run = store.run(run_id, case or None)
@@ -127,7 +127,7 @@ def compare_lines(a: RunView, b: RunView) -> list[str]:
 
 
 def add_command(subparsers) -> argparse.ArgumentParser:
-    from .results.commands import add_results_option
+    from .commands import add_results_option
     parser = subparsers.add_parser("compare", help="compare two run reports or two runs of the results store")
     parser.add_argument("a", help="run report JSON, or run:RUN_ID[/CASE] in the results store")
     parser.add_argument("b", help="run report JSON, or run:RUN_ID[/CASE] in the results store")

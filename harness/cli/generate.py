@@ -11,8 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-from .config import EMBEDDED_DIR
-from .errors import ConfigError, HarnessError, RunStopped
+from ..model.config import EMBEDDED_DIR
+from ..core.errors import ConfigError, HarnessError, RunStopped
 
 __all__ = ["main", "build_parser"]
 
@@ -46,18 +46,18 @@ def _checked(parse):
 
 
 def _size(text: str) -> str:
-    from .memory import parse_size
+    from ..memory.guard import parse_size
     parse_size(text)
     return text
 
 
 def _core_mask(text: str) -> str:
-    from .backends.rknnlite import parse_core_mask
+    from ..backends.rknnlite import parse_core_mask
     return parse_core_mask(text)
 
 
 def _lifecycle(text: str) -> str:
-    from .lifecycle import parse_lifecycle
+    from ..lifecycle import parse_lifecycle
     return str(parse_lifecycle(text))
 
 
@@ -70,7 +70,7 @@ def add_board_sim_options(parser) -> None:
 
 
 def board_sim_options(args) -> dict:
-    from .backends.board_sim import normalize_options
+    from ..backends.board_sim import normalize_options
     raw = {"core_mask": args.core_mask}
     if args.board_profile_data is not None:
         raw["profile_data"] = str(args.board_profile_data)
@@ -131,17 +131,17 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--quiet", action="store_true", help="no progress bar or tables")
     gen.set_defaults(func=_cmd_generate)
 
-    from .partition.commands import add_commands
+    from .partition import add_commands
     from .accept import add_command as add_accept
     from .compare import add_command as add_compare
-    from .planner import add_command as add_plan
-    from .probe import add_command as add_probe
+    from .plan import add_command as add_plan
+    from .probe_memory import add_command as add_probe
     from .trend import add_command as add_trend
-    from .results.commands import add_command as add_results
-    from .calibration import add_command as add_capture
-    from .accuracy_cli import add_command as add_accuracy
-    from .toolkit.commands import add_commands as add_toolkit_commands
-    from .results.ab import add_command as add_bench_ab
+    from ..results.commands import add_command as add_results
+    from .capture import add_command as add_capture
+    from .accuracy import add_command as add_accuracy
+    from .toolkit import add_commands as add_toolkit_commands
+    from ..results.ab import add_command as add_bench_ab
     add_commands(sub)
     add_toolkit_commands(sub)
     add_trend(sub)
@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_sampler_options(gen) -> None:
-    from .spectrum import DEFAULT_PRESET, PRESETS, SAMPLERS
+    from ..sampling.spectrum import DEFAULT_PRESET, PRESETS, SAMPLERS
     gen.add_argument("--sampler", choices=SAMPLERS, default="flow-euler",
                      help="flow-euler (every step runs the 84 subgraphs) or spectrum (some steps forecast the "
                           "last hidden state and run only the final layer); default: %(default)s")
@@ -178,7 +178,7 @@ def _add_sampler_options(gen) -> None:
 
 def _spectrum_params(args):
     """The Spectrum parameters from the command line, or None; options without the sampler are an error."""
-    from .spectrum import params_from
+    from ..sampling.spectrum import params_from
     names = ("warmup", "window", "flex", "degree", "ridge", "blend", "tail")
     given = {n: getattr(args, f"spectrum_{n}") for n in names if getattr(args, f"spectrum_{n}") is not None}
     if args.spectrum_preset is not None:
@@ -191,8 +191,8 @@ def _spectrum_params(args):
 
 
 def _cmd_generate(args) -> int:
-    from .model.bundle import load_bundle
-    from .reference_run import sample_settings
+    from ..model.bundle import load_bundle
+    from ..sampling.reference_run import sample_settings
 
     _preflight(args)
     if args.text_emb is not None and args.prompt is not None:
@@ -209,7 +209,7 @@ def _cmd_generate(args) -> int:
                           "rknnlite, board-sim), not the monolithic reference")
     text_embs = None
     if args.text_emb is not None:
-        from .reference_run import text_emb_streams
+        from ..sampling.reference_run import text_emb_streams
         text_embs = text_emb_streams(bundle, args.text_emb, args.uncond_text_emb, s["cfg_scale"])
         prompt = f"<text embedding {args.text_emb.name}>"
     else:
@@ -229,14 +229,14 @@ def _cmd_generate(args) -> int:
             raise
         raise type(exc)(f"{exc} (report: {_refused_report(args, exc)})") from None
     if image is None:
-        from .atomic import atomic_save_npy
+        from ..core.atomic import atomic_save_npy
         latent_path = args.out.with_suffix(".latent.npy")
         latent_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_save_npy(latent_path, latent)
         print(f"{latent_path}  (no decoder: the final latent {list(latent.shape)}) seed={s['seed']} "
               f"steps={s['steps']} cfg={s['cfg_scale']} backend={args.backend}")
         return 0
-    from .imageio import save_png
+    from ..core.imageio import save_png
     if image.ndim == 4:         # --images N: out.png, out-1.png, ...
         for k, one in enumerate(image):
             save_png(one, args.out if k == 0 else args.out.with_name(f"{args.out.stem}-{k}.png"))
@@ -245,7 +245,7 @@ def _cmd_generate(args) -> int:
     print(f"{args.out}  prompt='{prompt}' seed={s['seed']} steps={s['steps']} cfg={s['cfg_scale']} "
           f"backend={args.backend} sampler={s['sampler']}")
     if s["sampler"] == "spectrum":
-        from .spectrum import SpectrumParams, schedule, schedule_text
+        from ..sampling.spectrum import SpectrumParams, schedule, schedule_text
         plan = schedule(s["steps"], SpectrumParams(**s["spectrum"]))
         print(f"Spectrum schedule, {sum(plan)} computed of {len(plan)} steps (C computed, F forecast): "
               f"{schedule_text(plan)}")
@@ -254,10 +254,10 @@ def _cmd_generate(args) -> int:
 
 def _preflight(args) -> None:
     """Everything that can be refused before the run spends time or touches a file."""
-    from .atomic import sweep_temporaries
-    from .backends.faults import parse_fault
-    from .memory import parse_size
-    from .outputs import check_free_space
+    from ..core.atomic import sweep_temporaries
+    from ..backends.faults import parse_fault
+    from ..memory.guard import parse_size
+    from ..core.outputs import check_free_space
     if args.out.suffix.lower() != ".png":
         raise ConfigError(f"--out {args.out}: the image is written as PNG; use a .png path")
     _check_writable_dir(args.out)
@@ -270,29 +270,29 @@ def _preflight(args) -> None:
 
 def _generate_reference(bundle, prompt, s, quiet, text_embs):
     import numpy as np
-    from .reference_run import sample_reference
-    from .terminal import progress_bar
+    from ..sampling.reference_run import sample_reference
+    from ..report.terminal import progress_bar
     with progress_bar(s["steps"], "denoising (reference)", disable=quiet) as advance:
         latents = sample_reference(bundle, [prompt], [s["seed"]], s["steps"], s["cfg_scale"],
                                    s["shift"], on_step=lambda i: advance(), settings=s, text_embs=text_embs)
     has_decoder = bundle.cfg.decoder.get("onnx") or bundle.cfg.latent_channels == 1 and bundle.cfg.decoder
     if not has_decoder:
         return latents[0], None
-    from .pipeline import check_image_finite
+    from ..runtime.pipeline import check_image_finite
     image = bundle.decode(latents[0])
     check_image_finite(np.asarray(image), f"model {bundle.cfg.name} (reference forward and decoder)")
     return latents[0], image
 
 
 def _generate_partitioned(bundle, prompt, s, args, text_embs):
-    from .memory import MemoryGuard, read_system_memory
-    from .terminal import print_run_tables, progress_bar
-    from .run import run_partitioned
+    from ..memory.guard import MemoryGuard, read_system_memory
+    from ..report.terminal import print_run_tables, progress_bar
+    from ..runtime.run import run_partitioned
     partition = args.partition or _default_partition(bundle, args)
     options = ({"core_mask": args.core_mask} if args.backend == "rknnlite"
                else board_sim_options(args) if args.backend == "board-sim" else {})
     if args.backend == "faults":
-        from .backends.faults import FaultInjectionContext
+        from ..backends.faults import FaultInjectionContext
         options = FaultInjectionContext.parse_options({"fault": args.fault}, bundle.cfg)
     report_path = args.out.with_suffix(".json")
     guard = MemoryGuard(args.mem_floor, args.swap_limit, interval=0.25, max_staleness=0.1,
@@ -312,8 +312,8 @@ def _generate_partitioned(bundle, prompt, s, args, text_embs):
 
 def _refused_report(args, exc) -> Path:
     """The report of a run stopped or failed before the pipeline wrote its own."""
-    from .atomic import atomic_write_json
-    from .signals import stop_status
+    from ..core.atomic import atomic_write_json
+    from ..core.signals import stop_status
     path = args.out.with_suffix(".json")
     status = "failed" if isinstance(exc, HarnessError) else stop_status(exc)
     atomic_write_json(path, {"status": status, "error": str(exc), "error_kind": type(exc).__name__,
@@ -335,12 +335,12 @@ def _check_writable_dir(out: Path) -> None:
 def _default_partition(bundle, args) -> Path:
     """The export command's default directory for these weights: exported on first use, so new
     weights never run against subgraphs exported from old ones."""
-    from .partition.manifest import default_partition_dir, manifest_path
+    from ..partition.manifest import default_partition_dir, manifest_path
     partition = default_partition_dir(bundle.cfg, bundle.digest, args.dtype)
     if args.backend == "rknnlite":
         raise ConfigError("--backend rknnlite needs --partition DIR with the converted .rknn subgraphs")
     if not manifest_path(partition).exists():
-        from .partition.commands import export_with_progress
+        from ..runtime.partitions import export_with_progress
         print(f"exporting the partition to {partition} ({args.dtype}, first use)", file=sys.stderr)
         export_with_progress(bundle.weights_source, bundle.cfg, partition, quiet=args.quiet, dtype=args.dtype)
     return partition
@@ -349,7 +349,7 @@ def _default_partition(bundle, args) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from .signals import StopSignals
+    from ..core.signals import StopSignals
     try:
         with StopSignals(f"harness {args.command}"):
             return args.func(args)
