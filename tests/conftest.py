@@ -1,10 +1,16 @@
 """Fixtures shared by the test modules (the suite's own options and gate fixtures live in
 harness/pytest_plugin/)."""
+import alembic.command  # noqa: F401 - see below
 import pytest
+import sqlalchemy.dialects.postgresql  # noqa: F401 - see below
 
 from harness.model.config import EMBEDDED_DIR
 from tests.fakes import forget_rknnlite, use_fake_rknnlite
 from tests.helpers import missing_tool
+
+# The results store's libraries are imported here, before pytester's in-process runs take their
+# snapshot of sys.modules: imported inside each run and forgotten after it, SQLAlchemy re-registers its
+# PostgreSQL functions every time and warns about it ("GenericFunction ... is already registered").
 
 
 @pytest.fixture
@@ -53,3 +59,28 @@ def anima_block(tmp_path_factory):
     manifest = export_partition(weights, cfg, tmp_path_factory.mktemp("anima-block"), dtype="float32",
                                 streams=1, blocks=[0])
     return cfg, weights, manifest
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """A throw-away PostgreSQL server (tests/postgres.py) for the session; in CI a missing server fails."""
+    import os
+
+    from tests.postgres import PostgresCluster, find_pg_bin
+    bin_dir = find_pg_bin()
+    if bin_dir is None:
+        message = "no PostgreSQL server (initdb) here: install Debian's postgresql (bin/debian-packages.txt)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    cluster = PostgresCluster(bin_dir).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def results_url(request, tmp_path):
+    """A fresh, empty results store's URL: every store test runs on SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'results.sqlite'}"
+    return request.getfixturevalue("postgres_cluster").database()

@@ -28,6 +28,11 @@ Context options (`normalize_options` checks and completes them; the suite's --bo
     core_mask     auto, 0, 1, 2, 0_1, 0_1_2 (as rknnlite); default auto
     lock_dir      directory of the per-core lock files (default: a fresh one per parsing process)
     reuse_sessions  build each subgraph's onnxruntime session once per process (default true)
+    slowdown      per-branch factor on every stage's board time: 'x1.03' (every branch) or
+                  'ffn=x1.03,self_attn=x1.02'; a candidate made slower on purpose (default none)
+    drift         seed of the board's run-to-run drift (harness/backends/board_drift.py, from
+                  boards/data/board-drift.toml): every stage's time follows its branch's drift level
+                  at that moment, so runs far apart differ as the board's runs do (default: no drift)
 """
 from __future__ import annotations
 
@@ -42,13 +47,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .board_profile import load_board_profile
+from .board_drift import Drift, load_drift_model
+from .board_profile import BRANCH_ORDER, load_board_profile
 from ..core.errors import ConfigError
 from ..core.locks import acquire, release
 from .onnxruntime import OnnxRuntimeContext
 from .rknnlite import parse_core_mask
 
-__all__ = ["BoardSimContext", "normalize_options", "CORES_OF_MASK"]
+__all__ = ["BoardSimContext", "normalize_options", "parse_slowdown", "CORES_OF_MASK"]
 
 CORES_OF_MASK = {"auto": (), "0": (0,), "1": (1,), "2": (2,), "0_1": (0, 1), "0_1_2": (0, 1, 2)}
 _BRANCH = re.compile(r"\((?:block \d+ )?([a-z_]+)\)")
@@ -74,7 +80,8 @@ def _fresh_lock_dir() -> str:
 def normalize_options(options: dict, lock_dir: bool = True) -> dict:
     """Checked, complete options (idempotent: the parent completes them, workers get the result).
     lock_dir=False only checks: no lock directory is made for a run that may not use this backend."""
-    known = {"profile_data", "time_scale", "memory_scale", "core_mask", "lock_dir", "threads", "reuse_sessions"}
+    known = {"profile_data", "time_scale", "memory_scale", "core_mask", "lock_dir", "threads", "reuse_sessions",
+             "slowdown", "drift"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise ConfigError(f"board-sim: unknown option '{unknown[0]}' (known: {', '.join(sorted(known))})")
@@ -87,7 +94,47 @@ def normalize_options(options: dict, lock_dir: bool = True) -> dict:
             "time_scale": _scale(options, "time_scale", profile.sim("time_scale")),
             "memory_scale": _scale(options, "memory_scale", profile.sim("memory_scale")),
             **({"lock_dir": str(options.get("lock_dir") or _fresh_lock_dir())} if lock_dir or options.get("lock_dir") else {}),
-            "reuse_sessions": _flag(options, "reuse_sessions", True)}
+            "reuse_sessions": _flag(options, "reuse_sessions", True),
+            "slowdown": parse_slowdown(options.get("slowdown")), "drift": _seed(options.get("drift"))}
+
+
+def parse_slowdown(spec) -> dict[str, float]:
+    """'x1.03' -> every branch 1.03; 'ffn=x1.03,self_attn=x1.02' -> those; a dict passes checked."""
+    if isinstance(spec, dict):
+        items = list(spec.items())
+    else:
+        parts = [p.strip() for p in str(spec or "").split(",") if p.strip()]
+        items = [(p.partition("=")[0], p.partition("=")[2]) if "=" in p else ("*", p) for p in parts]
+    out: dict[str, float] = {}
+    for branch, text in items:
+        try:
+            factor = float(str(text).removeprefix("x"))
+        except ValueError:
+            factor = math.nan
+        if branch not in (*BRANCH_ORDER, "*") or not 0.1 <= factor <= 100:
+            raise ConfigError(f"board-sim option 'slowdown' {spec!r}: expected xFACTOR or BRANCH=xFACTOR "
+                              f"(branches {', '.join(BRANCH_ORDER)}; factor 0.1-100)")
+        out.update({b: factor for b in BRANCH_ORDER} if branch == "*" else {branch: factor})
+    return out
+
+
+def _seed(value) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"board-sim option 'drift' is {value!r}: expected a seed (a whole number >= 0)")
+    return value
+
+
+_DRIFTS: dict[int, Drift] = {}      # per process and seed: one board, whatever runs on it
+
+
+def _drift(seed: int | None) -> Drift | None:
+    if seed is None:
+        return None
+    if seed not in _DRIFTS:
+        _DRIFTS[seed] = Drift(load_drift_model(), seed)
+    return _DRIFTS[seed]
 
 
 def _flag(options: dict, key: str, default: bool) -> bool:
@@ -144,6 +191,8 @@ class BoardSimContext(OnnxRuntimeContext):
         self.cores = CORES_OF_MASK[opts["core_mask"]]
         self.npu_cores = profile.sim("npu_cores", int)
         self.lock_dir = Path(opts["lock_dir"])
+        self.slowdown = opts["slowdown"].get(self.branch, 1.0)
+        self.drift = _drift(opts["drift"])
         self._memory: mmap.mmap | None = None
         self.last_queue_s = 0.0
 
@@ -151,7 +200,7 @@ class BoardSimContext(OnnxRuntimeContext):
         start = time.perf_counter()
         super().load(path)
         self._memory = _hold(self.context_bytes)
-        _pad(start, self.stage_s["load"])
+        _pad(start, self.stage_s["load"] * self._factor())
 
     def init(self) -> None:
         start = time.perf_counter()
@@ -164,7 +213,7 @@ class BoardSimContext(OnnxRuntimeContext):
                 super().init()
                 _SESSIONS[key] = (self._session, self._input_names)
             self._session, self._input_names = _SESSIONS[key]
-        _pad(start, self.stage_s["init"])
+        _pad(start, self.stage_s["init"] * self._factor())
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         rows = int(inputs[0].shape[0]) if inputs and np.ndim(inputs[0]) else 1
@@ -174,7 +223,7 @@ class BoardSimContext(OnnxRuntimeContext):
             start = time.perf_counter()
             self.last_queue_s = start - queued
             outputs = super().run(inputs)
-            _pad(start, self.run_s_per_row * rows, "path")
+            _pad(start, self.run_s_per_row * rows * self._factor(), "path")
         finally:
             for fd in fds:
                 release(fd)
@@ -185,9 +234,15 @@ class BoardSimContext(OnnxRuntimeContext):
         try:
             super().release()
             _free(self._memory)
-            _pad(start, self.stage_s["release"])
+            _pad(start, self.stage_s["release"] * self._factor())
         finally:
             self._memory = None
+
+    def _factor(self) -> float:
+        """This stage's slowdown and, with drift, the branch's drift level now (in board time)."""
+        if self.drift is None:
+            return self.slowdown
+        return self.slowdown * self.drift.factor(self.branch, time.perf_counter() / self.options["time_scale"])
 
     # -- the NPU cores ------------------------------------------------------------------------
     def _lock(self, core: int, blocking: bool) -> int | None:

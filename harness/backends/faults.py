@@ -8,9 +8,10 @@ Options (the suite's `--fault` sets them):
                   [2, N, D] is declared): a wrong-shape output that numpy would broadcast.
     delay:        seconds slept inside every run(): a deliberately slowed backend for the benchmark
                   compare gate.
-    slowdown:     factor by which every load, init and run is stretched (it sleeps factor - 1 times
-                  the stage's own time). Unlike a fixed delay, it scales with the machine's load,
-                  so a slowed run stays that many times slower when a shared CI box is busy.
+    slowdown:     factor by which every load, init and run is stretched (it waits factor - 1 times
+                  the stage's own time; the last 2 ms of a wait spin, so a small factor is exact).
+                  Unlike a fixed delay, it scales with the machine's load, so a slowed run stays
+                  that many times slower when a shared CI box is busy.
     crash_subgraph: index of the subgraph whose run() kills its own process with SIGKILL, as a
                   crashing NPU runtime would. Only for runs whose contexts live in worker processes
                   (--lifecycle prefetch:K): anywhere else it kills the caller.
@@ -68,6 +69,19 @@ def parse_fault(spec: str | None) -> dict:
     return options
 
 
+# A sleep overshoots by ~0.1 ms, more than 1 % of a 0.4 ms invocation would be: shorter waits spin,
+# so slow=x1.02 stretches a stage by 2 % and not by whatever the scheduler adds.
+_SPIN_BELOW_S = 0.002
+
+
+def _wait_until(deadline: float) -> None:
+    left = deadline - time.perf_counter()
+    if left > _SPIN_BELOW_S:
+        time.sleep(left - _SPIN_BELOW_S)
+    while time.perf_counter() < deadline:
+        pass
+
+
 class FaultInjectionContext(OnnxRuntimeContext):
     backend_name = "faults"
     option_names = ("fault",)
@@ -101,7 +115,7 @@ class FaultInjectionContext(OnnxRuntimeContext):
         started = time.perf_counter()
         result = stage(*args)
         if self.slowdown > 1:
-            time.sleep((self.slowdown - 1) * (time.perf_counter() - started))
+            _wait_until(started + self.slowdown * (time.perf_counter() - started))
         return result
 
     def load(self, path) -> None:

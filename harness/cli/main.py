@@ -10,8 +10,8 @@ import contextlib
 import sys
 
 from ..core.errors import HarnessError, RunStopped
-from . import (accept, accuracy, capture, compare, generate, partition, plan, probe_memory, search_precision, toolkit,
-               trend)
+from . import (accept, accuracy, bench_ab, capture, compare, generate, partition, plan, probe_memory, results,
+               search_precision, toolkit, trend)
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -21,6 +21,7 @@ COMMANDS = [
     partition,          # export, inspect, inspect-checkpoint
     toolkit,            # convert, compare-toolkits
     trend,              # trend
+    results,            # results import, export, check, boards, push
     compare,            # compare
     accept,             # accept-golden
     probe_memory,       # probe-memory
@@ -28,6 +29,7 @@ COMMANDS = [
     capture,            # capture-calibration
     accuracy,           # accuracy
     search_precision,   # search-precision
+    bench_ab,           # bench-ab
 ]
 
 

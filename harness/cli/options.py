@@ -160,17 +160,26 @@ OPTIONS: dict[str, Option] = {
     "bench_steps": Option(None, "sampler steps per benchmark round (default: the golden case's)", kind="count"),
     "bench_sampler": Option(None, "sampler of the benchmark rounds: flow-euler or spectrum (13-of-28 preset; "
                                   "default: the case's)"),
-    "history": Option(".benchmarks/history.jsonl", "benchmark run history (JSONL) for `python -m harness trend`",
-                      kind="path"),
+    # The interleaved A/B session (harness/results/ab.py): the suite's partition is the candidate.
+    "ab_baseline": Option(None, "benchmark: also run an interleaved A/B session against this baseline partition; "
+                                "--fault then applies to the candidate only; a regression fails with its verdict",
+                          kind="path"),
+    "ab_rounds": Option(6, "judged rounds (pairs) of the --ab-baseline session", kind="count"),
+    "ab_threshold": Option("2%", "smallest paired shift that fails the --ab-baseline session"),
+    "results": Option("sqlite:///.benchmarks/results.sqlite", "results store every benchmark run is written to and "
+                      "judged against: a database URL in SQLAlchemy's form (sqlite:///relative.sqlite, "
+                      "sqlite:////absolute.sqlite, postgresql://user@host/db for a fleet)"),
     "fault": Option(None, "fault injection for proving gates fail: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS, "
                           "slow=xFACTOR (backend faults)"),
     "cache_dir": Option(".cache", "where exported partitions are cached", kind="path"),
-    # Baselines with rules (harness/results/baseline.py): saved only when asked, from valid passing runs.
+    # Baselines with rules (harness/pytest_plugin/baselines.py): saved only when asked, from valid passing runs.
     "save_baseline": Option(False, "save this run's benchmark timings as the baselines (CI: main branch only); "
                                    "never from an INVALID run, only when the whole session passed", kind="flag"),
-    "baseline_threshold": Option("10%", "a benchmark fails when its mean is this much over the baseline of the "
-                                        "same key"),
-    "baselines": Option(".benchmarks/baselines", "baseline store (one folder per board)", kind="path"),
+    "accept_upgrade": Option(False, "after an upgrade comparison (new NPU stack or manifest) that passed, make this "
+                                    "run the board's baseline for the new stack; only when the whole session passed",
+                             kind="flag"),
+    "baseline_threshold": Option("10%", "with too few earlier runs for a learned threshold, a benchmark fails when "
+                                        "a figure is this much over the reference run's"),
     "npu_timeout": Option(None, "seconds before an npu test is stopped (pytest-timeout): a hung NPU call fails "
                                 "its test instead of the job", kind="count"),
     "lifecycle": Option("on-demand", "context strategy: on-demand, resident, lru:K, pinned:K, pinned:@I,J,A-B, "

@@ -1,26 +1,25 @@
-"""`harness trend`: step and lifecycle time over the benchmark history (harness.results.trend)."""
+"""`harness trend`: step and lifecycle time over the runs in the results store (harness.results.trend)."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..results.history import DEFAULT_HISTORY, load_history
 from ..results.trend import DEFAULT_TREND_PNG, render_table, trend
+from .results import add_results_option
 
 __all__ = ["add_command"]
 
 
 def add_command(subparsers) -> argparse.ArgumentParser:
     """Register `trend` on the CLI's subparsers."""
-    parser = subparsers.add_parser("trend", help="plot step and lifecycle time over the benchmark history")
-    parser.add_argument("--history", type=Path, default=DEFAULT_HISTORY,
-                        help="benchmark history JSONL (default: %(default)s)")
+    parser = subparsers.add_parser("trend", help="plot step and lifecycle time over the runs in the results store")
+    add_results_option(parser)
     parser.add_argument("--out", type=Path, default=DEFAULT_TREND_PNG, help="PNG path (default: %(default)s)")
     parser.add_argument("--board", help="only the runs of this board_id")
     parser.add_argument("--backend", help="only the runs of this backend (e.g. leave out 'faults')")
-    parser.add_argument("--threshold", default="10%", help="regression threshold shaded above each line "
-                        "(default: %(default)s, as --baseline-threshold)")
+    parser.add_argument("--threshold", default="10%", help="threshold shaded above a line with too few runs "
+                        "for a learned one (default: %(default)s, as --baseline-threshold)")
     parser.set_defaults(func=_cmd_trend)
     return parser
 
@@ -28,9 +27,11 @@ def add_command(subparsers) -> argparse.ArgumentParser:
 def _cmd_trend(args) -> int:
     if args.out.suffix.lower() != ".png":
         raise ConfigError(f"--out {args.out}: the trend is written as PNG; use a .png path")
-    from ..results.baseline import parse_threshold
-    rows = trend(load_history(args.history), args.out, board=args.board, backend=args.backend,
-                 threshold_pct=parse_threshold(args.threshold))
+    from ..results.judge import parse_threshold
+    from ..results.store import ResultsStore
+    with ResultsStore(args.results, create=False) as store:
+        runs = store.runs()
+    rows = trend(runs, args.out, board=args.board, backend=args.backend, threshold_pct=parse_threshold(args.threshold))
     render_table(rows)
     print(f"{args.out}  {len(rows)} runs")
     return 0

@@ -18,7 +18,6 @@ from ..model.config import BRANCHES
 from ..core.errors import ConfigError, HarnessError
 from ..lifecycle.steptimes import STAGE_NAMES
 from .cases import GoldenCase, case_inputs, run_key
-from ..results.history import utc_now
 from ..core.imageio import save_png
 from ..model.bundle import ModelBundle, load_bundle
 from .golden import latent_preview
@@ -26,7 +25,7 @@ from ..partition.manifest import default_partition_dir, load_manifest, manifest_
 from .quality import QualityResult, compare, compare_latents, diff_figure
 from ..runtime.run import run_partitioned, RunRequest, RunResult
 
-__all__ = ["GateRunner", "CaseRun", "derived_case", "quality_check", "quality_line", "history_record", "benchmark_info"]
+__all__ = ["GateRunner", "CaseRun", "derived_case", "quality_check", "quality_line", "benchmark_info"]
 
 
 @dataclass
@@ -279,20 +278,4 @@ def benchmark_info(report: dict) -> dict:
         "computed_step_s": t["per_image"]["per_computed_step"],
         "forecast_step_s": t["per_image"]["per_forecast_step"],
         "image_s": t["per_image"]["denoise"],
-    }
-
-
-def history_record(info: dict, identity: dict, board: str, backend: str, model: str,
-                   manifest_hash: str, telemetry: dict, precision: str, case: str) -> dict:
-    from ..results.provenance import comparable_versions, git_revision, run_id
-    return {
-        "time": utc_now(), "board_id": board, "backend": backend, "model": model, "case": case,
-        "precision": precision, "steps": info["steps"], "versions": comparable_versions(identity),
-        "git_revision": git_revision(), "run_id": run_id(),
-        "manifest_hash": manifest_hash, "valid": telemetry["valid"], "invalid_reasons": telemetry["reasons"],
-        "mean_step_s": info["mean_step_s"], "total_denoise_s": info["denoise_s"],
-        "branch_s_per_step": {b: info["core_s_per_step"].get(b, 0.0) for b in BRANCHES},
-        "lifecycle_s_per_step": info["lifecycle_s_per_step"],
-        "slowest_subgraphs": info["slowest_subgraphs"], "peak_pss_added_bytes": info["peak_pss_added_bytes"],
-        "kernel": identity.get("kernel"), "runtime_lib": identity.get("runtime_lib"),
     }

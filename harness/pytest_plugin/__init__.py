@@ -4,10 +4,10 @@ keeps apart:
     options.py   the options table, board-profile settings and their validation (pytest_addoption)
     hooks.py     configure, report header, test generation, the --require-npu check, summaries
     fixtures.py  what the gate modules ask for: suite, gate_runner, golden_cases, artifacts, npu_guard
-    storage.py   pytest-benchmark integration: per-board baseline storage, atomic saves, machine info
+    storage.py   pytest-benchmark integration: --benchmark-json written atomically, machine info
     session.py   one run end to end: outputs checked first, artifacts locked, signals, session.json
     state.py     the keys under which the session's state lives in `config.stash`
-    baselines.py the benchmark baselines' rules: refused autosave, comparison by key, saving at the end
+    baselines.py benchmark runs into the results store (--results), their verdicts, baselines saved at the end
     reporting.py step progress in logs, the markdown summary and the HTML report of each run
     duration.py  the smoke tier first; a board session's expected length from the board profile
 

@@ -1,30 +1,39 @@
-"""The benchmark gate's baselines (harness/results/baseline.py) inside pytest.
+"""The benchmark gate's results inside pytest: every benchmark run goes to the results store (--results),
+is judged against its reference there (harness/results/judge.py), and may become its board's baseline.
 
-pytest-benchmark's own --benchmark-autosave/--benchmark-save store every run, failed, INVALID and
-pull-request runs included, and its --benchmark-compare-fail judges against the last of them in the
-terminal summary (the test stays "passed" in JUnit, and an empty store ends the session with exit 4).
-The suite refuses --benchmark-compare-fail and judges by rule instead: the benchmark test compares
-against the baseline of the same key and fails itself on a regression; baselines offered by valid runs
-are written at session end, only when --save-baseline is given and the whole session passed.
-pytest-benchmark's saved runs stay what they are, an archive (written atomically, storage.py) that no
-verdict reads.
+pytest-benchmark only times the rounds. Its own storage (--benchmark-autosave, --benchmark-save) and its
+--benchmark-compare-fail are refused: they would keep a second store beside the results store and judge
+mean against mean with no noise estimate. Baselines are written at session end, from valid runs only,
+and only when the whole session passed: with --save-baseline, or with --accept-upgrade after an upgrade
+comparison (a new NPU stack or manifest) that passed.
 """
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from ..results.baseline import REGRESSED, WITHIN, BaselineKey, BaselineStore, Comparison, judge
-from ..results.provenance import comparable_versions, git_revision, run_id
-from .state import BASELINE_OFFERS, BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, IDENTITY, SETTINGS, append_to
+from ..core.errors import HarnessError
+from ..results.judge import FIRST, STEP, UPGRADE, Judgement, judge_run
+from ..results.records import Run, RunKey, SubgraphTime, board_model_of, utc_now
+from ..results.store import ResultsStore
+from .state import (BASELINE_OFFERS, BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, IDENTITY, QUALITY_RESULTS, SETTINGS,
+                    append_to)
 
-__all__ = ["BaselineGate", "baseline_gate", "pytest_configure", "pytest_collection_modifyitems",
-           "pytest_sessionfinish", "pytest_terminal_summary", "REFUSED_BENCHMARK_OPTIONS"]
+__all__ = ["ResultsGate", "results_gate", "pytest_configure", "pytest_collection_modifyitems",
+           "pytest_sessionfinish", "pytest_unconfigure", "pytest_terminal_summary", "REFUSED_BENCHMARK_OPTIONS",
+           "comparison_of"]
 
+_INSTEAD = "the results store (--results URL), which every benchmark run is written to"
 # pytest-benchmark option -> what replaces it
 REFUSED_BENCHMARK_OPTIONS = {
-    "benchmark_compare_fail": "--baseline-threshold=PERCENT (the benchmark test itself fails, against the "
-                              "baseline of its own key; --save-baseline writes baselines)",
+    "benchmark_compare_fail": "--baseline-threshold=PERCENT (the benchmark test itself fails on a verdict "
+                              "against the history of its own key; --save-baseline saves baselines)",
+    "benchmark_autosave": _INSTEAD,
+    "benchmark_save": _INSTEAD,
 }
+_STORE = pytest.StashKey[ResultsStore]()
+_RECORDED = pytest.StashKey[list]()         # the runs this session wrote, for their quality metrics
 
 
 @pytest.hookimpl(trylast=True)
@@ -45,60 +54,132 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.timeout(seconds))
 
 
-class BaselineGate:
-    """What test_benchmark.py asks: the key of its run, the comparison, and the offer to save."""
+def _store(config) -> ResultsStore:
+    """The session's store, opened on first use (a session without benchmarks never opens it)."""
+    if _STORE not in config.stash:
+        config.stash[_STORE] = ResultsStore(config.stash[SETTINGS].results)
+    return config.stash[_STORE]
+
+
+def _subgraph_times(report: dict, computed: int) -> tuple:
+    """Core (run-stage) seconds per computed step of every subgraph, from the run's lifecycle records."""
+    total: dict[tuple, float] = {}
+    for r in report["lifecycle_records"]:
+        if r["stage"] == "run":
+            key = (r["subgraph"], r["block"], r["branch"])
+            total[key] = total.get(key, 0.0) + r["seconds"]
+    return tuple(SubgraphTime(str(s), b, br, t / max(computed, 1)) for (s, b, br), t in total.items())
+
+
+class ResultsGate:
+    """What test_benchmark.py asks: its run as the store keeps it, the verdict, the write, the offer."""
 
     def __init__(self, config):
         self.config = config
         self.settings = config.stash[SETTINGS]
-        self.store = BaselineStore(self.settings.baselines, config.stash[BOARD])
 
-    def key(self, case: str, steps: int, precision: str, manifest_hash: str) -> BaselineKey:
-        return BaselineKey(case=case, steps=steps, precision=precision, backend=self.settings.backend,
-                           manifest_hash=manifest_hash,
-                           versions=comparable_versions(self.config.stash[IDENTITY]))
+    @property
+    def store(self) -> ResultsStore:
+        return _store(self.config)
 
-    def compare(self, key: BaselineKey, mean_s: float) -> Comparison:
-        return judge(self.store, key, mean_s, self.settings.baseline_threshold)
+    def run_of(self, case: str, info: dict, report: dict, telemetry: dict, precision: str,
+               manifest_hash: str, model: str) -> Run:
+        from ..results.provenance import ci_url, comparable_versions, git_revision, run_id
+        identity, board = self.config.stash[IDENTITY], self.config.stash[BOARD]
+        return Run(
+            run_id=run_id(), time=utc_now(), board_id=board, board_model=board_model_of(board), model=model,
+            key=RunKey(case=case, steps=info["steps"], precision=precision, backend=self.settings.backend,
+                       manifest_hash=manifest_hash, versions=comparable_versions(identity)),
+            valid=telemetry["valid"], invalid_reasons=tuple(telemetry["reasons"]),
+            mean_step_s=info["mean_step_s"], total_denoise_s=info["denoise_s"],
+            stages=dict(info["lifecycle_s_per_step"]), branches=dict(info["core_s_per_step"]),
+            step_s=tuple(report["step_seconds"]), subgraphs=_subgraph_times(report, info["computed_steps"]),
+            git_revision=git_revision(), ci_url=ci_url(), kernel=identity.get("kernel"),
+            peak_pss_added_bytes=info["peak_pss_added_bytes"])
 
-    def offer(self, nodeid: str, key: BaselineKey, mean_s: float, telemetry: dict) -> None:
-        """Queue this timing as the next baseline; written at session end if the rules allow."""
-        if not self.settings.save_baseline:
+    def judge(self, run: Run) -> Judgement:
+        return judge_run(self.store, run, self.settings.baseline_threshold)
+
+    def record(self, run: Run) -> None:
+        self.store.add_run(run)
+        append_to(self.config, _RECORDED, run)
+
+    def offer(self, nodeid: str, run: Run, judgement: Judgement) -> None:
+        """Queue this run as its board's next baseline; written at session end if the rules allow."""
+        accept = self.settings.accept_upgrade and judgement.kind == UPGRADE
+        if not (self.settings.save_baseline or accept):
             return
-        if not telemetry["valid"]:
+        if not run.valid:
             append_to(self.config, BASELINE_OUTCOMES,
-                      (nodeid, None, "baseline not saved: the run is INVALID (" + "; ".join(telemetry["reasons"]) + ")"))
+                      (nodeid, None, "baseline not saved: the run is INVALID (" + "; ".join(run.invalid_reasons) + ")"))
             return
-        provenance = {"run_id": run_id(), "git_revision": git_revision(), "test": nodeid}
-        append_to(self.config, BASELINE_OFFERS, (nodeid, key, mean_s, provenance))
+        if judgement.regressed:
+            append_to(self.config, BASELINE_OUTCOMES, (nodeid, None, "baseline not saved: the run regressed"))
+            return
+        append_to(self.config, BASELINE_OFFERS, (nodeid, run, "upgrade accepted" if accept else "saved"))
+
+
+def comparison_of(run: Run, judgement: Judgement) -> dict:
+    """The run summary's row: status, message and the step's shift against the reference."""
+    step = next((v for v in judgement.verdicts if v.label == STEP), None)
+    status = ("regressed" if judgement.regressed else FIRST if judgement.kind == FIRST
+              else f"{judgement.kind}: within threshold")
+    reference = judgement.reference_run
+    return {"status": status, "message": judgement.headline(), "mean_s": run.total_denoise_s,
+            "threshold_pct": step.threshold_pct if step else float("nan"),
+            "baseline_mean_s": reference.total_denoise_s if reference else None,
+            "delta_pct": step.shift_pct if step else None, **judgement.as_dict()}
 
 
 @pytest.fixture
-def baseline_gate(request) -> BaselineGate:
-    return BaselineGate(request.config)
+def results_gate(request) -> ResultsGate:
+    return ResultsGate(request.config)
+
+
+def _store_quality(config) -> None:
+    """SSIM and PSNR of each recorded run's case, once the quality gate has judged the run's image
+    (PSNR of identical images is infinite: a store holds finite numbers only, so it is left out)."""
+    for run in config.stash.get(_RECORDED, []):
+        for q in config.stash.get(QUALITY_RESULTS, []):
+            if q["case"] == run.key.case:
+                metrics = {f"{q['kind']}_{m}": q[m] for m in ("ssim", "psnr") if math.isfinite(q[m])}
+                _store(config).add_quality(run, metrics)
+                break
 
 
 @pytest.hookimpl(tryfirst=True)     # before the run summary, which reports what was saved
 def pytest_sessionfinish(session, exitstatus):
+    try:
+        _store_quality(session.config)
+    except HarnessError as exc:
+        append_to(session.config, BASELINE_OUTCOMES, ("quality", None, f"quality metrics not stored: {exc}"))
     offers = session.config.stash.get(BASELINE_OFFERS, [])
-    if not offers:
-        return
-    gate = BaselineGate(session.config)
     passed = exitstatus == 0 and session.testsfailed == 0
-    for nodeid, key, mean_s, provenance in offers:
-        if passed:
-            path = gate.store.save(key, mean_s, provenance)
-            append_to(session.config, BASELINE_OUTCOMES, (nodeid, str(path), f"baseline saved: {path}"))
-        else:
+    for nodeid, run, reason in offers:
+        if not passed:
             append_to(session.config, BASELINE_OUTCOMES,
                       (nodeid, None, f"baseline not saved: the session did not pass "
                                      f"({session.testsfailed} failed, exit status {int(exitstatus)})"))
+            continue
+        store = _store(session.config)
+        try:
+            store.set_baseline(run, reason)
+        except HarnessError as exc:
+            append_to(session.config, BASELINE_OUTCOMES, (nodeid, None, f"baseline not saved: {exc}"))
+            continue
+        append_to(session.config, BASELINE_OUTCOMES,
+                  (nodeid, store.where, f"baseline {reason}: run {run.run_id} in {store.where}"))
+
+
+def pytest_unconfigure(config):
+    if _STORE in config.stash:
+        config.stash[_STORE].close()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for bench in config.stash.get(BENCH_RESULTS, []):
         c = bench["comparison"]
         terminalreporter.write_line(f"{bench['test']}: {c['message']}",
-                                    red=c["status"] == REGRESSED, yellow=c["status"] != WITHIN)
+                                    red=c["status"] == "regressed", yellow=c["status"] == FIRST)
     for nodeid, path, message in config.stash.get(BASELINE_OUTCOMES, []):
         terminalreporter.write_line(f"{nodeid}: {message}", green=path is not None, yellow=path is None)

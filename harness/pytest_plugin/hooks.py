@@ -14,7 +14,7 @@ __all__ = ["pytest_configure", "pytest_report_header", "pytest_pyfunc_call", "py
            "pytest_terminal_summary"]
 
 
-@pytest.hookimpl(tryfirst=True)     # before storage.py's configure, which keys baselines by board
+@pytest.hookimpl(tryfirst=True)     # before the other parts' configure, which read the settings
 def pytest_configure(config):
     from ..results.telemetry import board_id, board_identity
     cli = {name: config.getoption(name) for name in OPTIONS}
@@ -61,6 +61,8 @@ def pytest_report_header(config):
         f"anima: memory guard floor {s.mem_floor / 2**30:.2f} GiB, swap limit {s.swap_limit / 2**20:.0f} MiB"
         + (f", require-npu ({'met' if not s.npu_problem else 'NOT met: ' + s.npu_problem})" if s.require_npu else ""),
     ]
+    from ..results.store import describe_url
+    lines.append(f"anima: results store {describe_url(s.results)}")
     if s.board_profile:
         lines.append(f"anima: board profile {s.board_profile}")
     return lines

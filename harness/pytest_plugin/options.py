@@ -104,6 +104,9 @@ def typed_value(name: str, value, source: str):
         except ConfigError as exc:
             raise ConfigError(f"{source}: --{name.replace('_', '-')}: {exc}") from None
         return value
+    if name == "results":
+        from ..results.store import absolute_url
+        return absolute_url(str(value), Path.cwd())
     if name in _PATHS:
         path = Path(value).expanduser()
         return path if path.is_absolute() else (Path.cwd() / path)
@@ -113,7 +116,7 @@ def typed_value(name: str, value, source: str):
 def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     """Merge command line, board profile and defaults, and decide the backend."""
     from ..backends import backend_options
-    from ..results.baseline import parse_threshold
+    from ..results.judge import parse_threshold
     from ..memory.guard import parse_size
     from ..results.telemetry import detect_rk3588
     profile_file = Path(profile_path) if profile_path else None
@@ -149,7 +152,8 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     typed.update({name: parse_size(values[name]) for name in _SIZES if values[name]})
     typed.update(backend=backend, golden_dir=golden_dir, cases=cases, lifecycle=lifecycle,
                  pss_budget=parse_size(budget) if budget else None,
-                 baseline_threshold=parse_threshold(values["baseline_threshold"]))
+                 baseline_threshold=parse_threshold(values["baseline_threshold"]),
+                 ab_threshold=parse_threshold(values["ab_threshold"], "--ab-threshold"))
     settings = SuiteSettings(**typed, backend_requested=requested, on_board=on_board, board_profile=profile_file,
                              backend_options=options, golden_dir_given=values["golden_dir"] is not None)
     settings.npu_problem = _npu_problem(settings)

@@ -140,15 +140,16 @@ def _curve_files(config) -> list:
 
 def _trend_png(config, artifacts: Path) -> bytes | None:
     from ..core.errors import HarnessError
+    from ..results.store import ResultsStore
     from ..results.trend import trend
     s = config.stash[SETTINGS]
-    if not Path(s.history).is_file():
-        return None
     try:
-        from ..results.history import load_history
+        with ResultsStore(s.results, create=False) as store:
+            runs = store.runs(board=config.stash[BOARD], backend=s.backend)
+        if not runs:
+            return None
         out = artifacts / "trend.png"
-        trend(load_history(s.history), out, board=config.stash[BOARD], backend=s.backend,
-              threshold_pct=s.baseline_threshold)
+        trend(runs, out, threshold_pct=s.baseline_threshold)
         return out.read_bytes()
     except HarnessError:
         return None

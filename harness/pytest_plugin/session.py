@@ -37,12 +37,20 @@ class SessionRun:
 def start_run(config, settings) -> None:
     """At configure time, before collection: outputs writable with room to spare, and JUnit XML
     into the artifacts for bin/test. Raises HarnessError naming the option and the path."""
-    for option, folder in (("--artifacts", settings.artifacts), ("--history", settings.history.parent)):
+    for option, folder in (("--artifacts", settings.artifacts), *_results_folder(settings)):
         check_writable(folder, option)
         check_free_space(folder, settings.min_free, option)
     _check_golden_dir(settings.golden_dir, explicit=settings.golden_dir_given)
     if settings.suite_run and not getattr(config.option, "xmlpath", None):
         config.option.xmlpath = str(settings.artifacts / "junit.xml")
+
+
+def _results_folder(settings) -> list[tuple[str, object]]:
+    """('--results', folder) of a SQLite results store: it must have room for the run (a fleet's
+    PostgreSQL server has its own disk)."""
+    from ..results.store import sqlite_path
+    path = sqlite_path(settings.results)
+    return [("--results", path.parent)] if path else []
 
 
 def _check_golden_dir(golden_dir, explicit: bool) -> None:
@@ -73,8 +81,7 @@ def pytest_sessionstart(session):
             raise
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
-    for folder in (settings.golden_dir, settings.history.parent):
-        sweep_temporaries(folder)
+    sweep_temporaries(settings.golden_dir)
     config.stash[RUN] = _current["run"] = SessionRun(lock, StopSignals("the test session").__enter__())
     _write_running(config, config.stash[RUN], None)
 

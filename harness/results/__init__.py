@@ -1,2 +1,5 @@
-"""Results of runs over time: benchmark history, trend, run comparison, provenance, telemetry."""
+"""Benchmark results: the store every run is written to (store.py), its records (records.py), tables and
+schema migrations, the statistics that judge a run (verdicts.py: history, A/B sessions, change points)
+and the commands that read them."""
+
 __all__: list[str] = []

@@ -1,8 +1,8 @@
 """`python -m harness compare A B`: two runs side by side, B against A.
 
 A and B are each a run report (the JSON beside a generated image, or artifacts/runs/<case>.json) or a
-benchmark history record (`history.jsonl#N`, N counted from 0, negative from the end). Both become one
-view: mean step time, lifecycle seconds per step by stage, core seconds per step by branch, the 10
+run in the results store (`run:RUN_ID`, or `run:RUN_ID/CASE` when the id has several cases; --results
+names the store). Both become one view: mean step time, lifecycle seconds per step by stage, core seconds per step by branch, the 10
 slowest subgraphs (all stages, per step) and the memory peak; the command prints each with the delta.
 """
 from __future__ import annotations
@@ -14,11 +14,10 @@ from ..model.config import BRANCHES
 from ..core.errors import ConfigError
 from ..core.schema import read_json
 from ..core.run_report import check_run_report
-from .history import check_record, load_history
+from .records import Run
 from ..lifecycle.steptimes import STAGE_NAMES
 
-__all__ = ["RunView", "load_view", "view_of_report", "view_of_record", "slowest_subgraphs",
-           "compare_lines"]
+__all__ = ["RunView", "load_view", "view_of_report", "view_of_run", "slowest_subgraphs", "compare_lines"]
 
 SLOWEST = 10
 
@@ -61,32 +60,29 @@ def view_of_report(report: dict, label: str) -> RunView:
         peak_pss_bytes=memory.get("run_peak_pss_added_bytes"))
 
 
-def view_of_record(record: dict, label: str) -> RunView:
-    check_record(record, label)
+def view_of_run(run: Run, label: str) -> RunView:
+    slowest = sorted(({"subgraph": g.subgraph, "block": g.block, "branch": g.branch,
+                       "seconds_per_step": g.seconds_per_step} for g in run.subgraphs),
+                     key=lambda r: r["seconds_per_step"], reverse=True)
     return RunView(
-        label=label, backend=record["backend"], steps=record.get("steps"), valid=record["valid"],
-        precision=record.get("precision", "unknown"), step_s=record["mean_step_s"],
-        lifecycle=dict(record["lifecycle_s_per_step"]), core=dict(record["branch_s_per_step"]),
-        slowest=record.get("slowest_subgraphs") or [], peak_pss_bytes=record.get("peak_pss_added_bytes"))
+        label=label, backend=run.key.backend, steps=run.key.steps, valid=run.valid, precision=run.key.precision,
+        step_s=run.mean_step_s, lifecycle=dict(run.stages), core=dict(run.branches), slowest=slowest,
+        peak_pss_bytes=run.peak_pss_added_bytes)
 
 
-def load_view(spec: str) -> RunView:
-    """'report.json', 'history.jsonl#N' or a file holding one history record."""
-    path_text, _, index = spec.partition("#")
-    path = Path(path_text)
-    if index or path.suffix == ".jsonl":
-        records = load_history(path)
-        try:
-            n = int(index or -1)
-            return view_of_record(records[n], f"{path} run {n if n >= 0 else len(records) + n}")
-        except (ValueError, IndexError):
-            raise ConfigError(f"{spec}: no run '{index}' in {path} ({len(records)} runs: #0..#{len(records) - 1})") from None
-    data = read_json(path, "file")
+def load_view(spec: str, results: str | None = None) -> RunView:
+    """'report.json', or 'run:RUN_ID[/CASE]' from the results store at `results`."""
+    if spec.startswith("run:"):
+        from .store import DEFAULT_RESULTS, ResultsStore
+        run_id, _, case = spec[4:].partition("/")
+        with ResultsStore(results or DEFAULT_RESULTS, create=False) as store:
+            run = store.run(run_id, case or None)
+            return view_of_run(run, f"{store.where} {run.label()}")
+    path = Path(spec)
+    data = read_json(path, "run report")
     if isinstance(data, dict) and "status" in data:
         check_run_report(data, str(path))
-    if isinstance(data, dict) and "tables" in data:
-        return view_of_report(data, str(path))
-    return view_of_record(data, str(path))
+    return view_of_report(data, str(path))
 
 
 def _delta(a, b, unit: str = "s", scale: float = 1.0) -> list[str]:

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from ..model.config import REPO_ROOT
 
-__all__ = ["run_id", "git_revision", "comparable_versions", "VERSION_FIELDS"]
+__all__ = ["run_id", "git_revision", "ci_url", "comparable_versions", "VERSION_FIELDS"]
 
 # Identity fields whose change makes two timings different experiments (a new NPU driver or runtime
 # can move the step time on its own). The kernel is reported, but it changes with every security
@@ -46,6 +46,14 @@ def git_revision() -> str | None:
         return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def ci_url() -> str | None:
+    """The CI job's page (GitHub Actions' run, a LAVA job when LAVA_JOB_URL is set), or None by hand."""
+    if os.environ.get("GITHUB_RUN_ID") and os.environ.get("GITHUB_REPOSITORY"):
+        server = os.environ.get("GITHUB_SERVER_URL", "https://github.com")
+        return f"{server}/{os.environ['GITHUB_REPOSITORY']}/actions/runs/{os.environ['GITHUB_RUN_ID']}"
+    return os.environ.get("LAVA_JOB_URL") or None
 
 
 def comparable_versions(identity: dict) -> dict:

@@ -1,4 +1,4 @@
-"""`python -m harness trend`: step time and lifecycle time over the benchmark history.
+"""`python -m harness trend`: step time and lifecycle time over the runs in the results store.
 
 Two panels over the runs (x = run index, dates as tick labels): mean step seconds, and the per-step
 lifecycle seconds stacked by stage (load, init, run, release) — on the board the load/init/release
@@ -9,7 +9,10 @@ they stay visible but do not pass for real measurements.
 The step-time panel draws one line per (board, backend, model, precision): a fault-injection or FP32
 run is another experiment, not a point on the FP16 line. A change of the NPU stack's versions within a
 line is marked (dotted rule, labelled with what changed), and each line shades its threshold band: from
-the median of its valid runs since the last version change up to that plus the regression threshold.
+the centre of its valid runs since the last version change up to the threshold the history verdict
+learns from their spread (harness/results/verdicts.py; the fixed threshold while there are too few runs).
+A change point in a line (verdicts.change_points over its valid runs) is marked with a red triangle.
+Several boards in the store draw one line each.
 """
 from __future__ import annotations
 
@@ -17,7 +20,9 @@ from datetime import datetime
 from pathlib import Path
 
 from ..core.atomic import atomic_path
-from .history import HistoryError, check_record
+from ..core.errors import ConfigError
+from .records import ResultsError, Run
+from .verdicts import change_points, history_verdict
 from ..lifecycle.steptimes import STAGE_NAMES
 
 __all__ = ["trend", "trend_rows", "group_of", "version_changes", "render_table", "DEFAULT_TREND_PNG"]
@@ -27,30 +32,29 @@ _STAGE_COLOURS = {"load": "tab:blue", "init": "tab:orange", "run": "tab:green", 
 _MAX_TICKS = 12
 
 
-def trend_rows(history: list[dict], board: str | None = None, backend: str | None = None) -> list[dict]:
-    """One table row per run (optionally of one board / backend), in history order."""
-    for index, record in enumerate(history):
-        check_record(record, f"history run {index}")
-    runs = [r for r in history if (board is None or r["board_id"] == board)
-            and (backend is None or r["backend"] == backend)]
-    if not history:
-        raise HistoryError("the benchmark history is empty: nothing to plot")
+def trend_rows(runs: list[Run], board: str | None = None, backend: str | None = None) -> list[dict]:
+    """One table row per run (optionally of one board / backend), in time order."""
     if not runs:
-        boards = sorted({r["board_id"] for r in history})
-        raise HistoryError(f"no runs of board '{board}' in the history; boards present: {boards}")
+        raise ResultsError("the results store has no runs: nothing to plot (run the benchmark gate, "
+                           "pytest -m benchmark, or `results import` the old history)")
+    chosen = [r for r in runs if (board is None or r.board_id == board)
+              and (backend is None or r.key.backend == backend)]
+    if not chosen:
+        boards = sorted({r.board_id for r in runs})
+        raise ResultsError(f"no runs of board '{board}' and backend '{backend}' in the store; boards present: {boards}")
     return [{
         "index": index,
-        "time": record["time"],
-        "board": record["board_id"],
-        "backend": record["backend"],
-        "model": record["model"],
-        "precision": record.get("precision", "unknown"),
-        "versions": record.get("versions") or {},
-        "valid": record["valid"],
-        "step_s": float(record["mean_step_s"]),
-        "denoise_s": float(record["total_denoise_s"]),
-        **{stage: float(record["lifecycle_s_per_step"][stage]) for stage in STAGE_NAMES},
-    } for index, record in enumerate(runs)]
+        "time": run.time,
+        "board": run.board_id,
+        "backend": run.key.backend,
+        "model": run.model,
+        "precision": run.key.precision,
+        "versions": run.key.versions,
+        "valid": run.valid,
+        "step_s": run.mean_step_s,
+        "denoise_s": run.total_denoise_s,
+        **{stage: run.stages.get(stage, 0.0) for stage in STAGE_NAMES},
+    } for index, run in enumerate(chosen)]
 
 
 def _date_label(iso: str) -> str:
@@ -86,13 +90,22 @@ def version_changes(rows: list[dict]) -> list[tuple[dict, str]]:
 
 
 def _band(rows: list[dict], changed_at: set[int], threshold_pct: float) -> tuple[float, float, float] | None:
-    """(x from, reference, reference * (1 + threshold)) of one line, or None without valid runs."""
+    """(x from, centre, centre * (1 + threshold)) of one line, or None without valid runs. The threshold
+    is the history verdict's, learned from the spread of the valid runs since the last version change."""
     start = max([r["index"] for r in rows if r["index"] in changed_at], default=rows[0]["index"])
-    valid = sorted(r["step_s"] for r in rows if r["valid"] and r["index"] >= start)
+    valid = [r["step_s"] for r in rows if r["valid"] and r["index"] >= start]
     if not valid:
         return None
-    ref = valid[len(valid) // 2]
-    return start, ref, ref * (1 + threshold_pct / 100)
+    learned = history_verdict("step", valid[:-1], valid[-1]) if len(valid) > 1 else None
+    ref = sorted(valid)[len(valid) // 2]
+    return start, ref, ref * (1 + (learned.threshold_pct if learned else threshold_pct) / 100)
+
+
+def _plot_change_points(ax, members: list[dict], colour: str) -> None:
+    valid = [r for r in members if r["valid"]]
+    for index in change_points([r["step_s"] for r in valid]):
+        ax.scatter([valid[index]["index"]], [valid[index]["step_s"]], marker="v", s=90, color="tab:red",
+                   edgecolors=colour, zorder=4, label="change point")
 
 
 def _plot_step_time(ax, rows: list[dict], threshold_pct: float | None = None) -> None:
@@ -109,11 +122,12 @@ def _plot_step_time(ax, rows: list[dict], threshold_pct: float | None = None) ->
         label = "/".join(key[1:]) + (f" @ {key[0]}" if several_boards else "")
         ax.plot([r["index"] for r in members], [r["step_s"] for r in members], color=colour,
                 linewidth=1.2, marker="o", markersize=4, zorder=2, label=label)
+        _plot_change_points(ax, members, colour)
         band = _band(members, changed_at, threshold_pct) if threshold_pct else None
         if band:
             start, low, high = band
             ax.fill_between([start - 0.4, last_x + 0.4], low, high, color=colour, alpha=0.12, zorder=0,
-                            label=f"+{threshold_pct:g} % band ({key[1]}/{key[3]})")
+                            label=f"threshold band ({key[1]}/{key[3]})")
     for row, what in changes:
         ax.axvline(row["index"] - 0.5, color="0.3", linestyle=":", linewidth=1, zorder=1)
         ax.annotate(what, (row["index"] - 0.45, 0.02), xycoords=("data", "axes fraction"), rotation=90,
@@ -146,13 +160,13 @@ def _plot_lifecycle(ax, rows: list[dict]) -> None:
     ax.legend(loc="upper left", fontsize="small", ncols=4)
 
 
-def trend(history: list[dict], out_png: str | Path, board: str | None = None, backend: str | None = None,
+def trend(runs: list[Run], out_png: str | Path, board: str | None = None, backend: str | None = None,
           threshold_pct: float | None = 10.0) -> list[dict]:
     """Write the two-panel trend PNG (atomically) and return the table rows."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    rows = trend_rows(history, board, backend)
+    rows = trend_rows(runs, board, backend)
     fig = Figure(figsize=(min(24.0, max(8.0, 0.35 * len(rows))), 7), layout="constrained")
     FigureCanvasAgg(fig)
     ax_step, ax_life = fig.subplots(2, 1, sharex=True)
@@ -175,7 +189,7 @@ def render_table(rows: list[dict], console=None) -> None:
     from ..report.terminal import console as make_console
 
     models = ", ".join(sorted({r["model"] for r in rows}))
-    title = f"benchmark history: {models} (seconds; lifecycle stages per step)"
+    title = f"benchmark runs: {models} (seconds; lifecycle stages per step)"
     table = Table(title=title, box=None, padding=(0, 1, 0, 0), pad_edge=False)
     for header in ("#", "UTC time", "board", "backend", "precision", "valid"):
         table.add_column(header, no_wrap=header == "UTC time")

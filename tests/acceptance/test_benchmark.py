@@ -1,5 +1,8 @@
-"""Gate: denoise time against the baseline of the same key (harness/results/baseline.py); a regression fails
-this test itself, so JUnit and CI's test view show it.
+"""Gate: denoise time against the results store (--results): the run's step, branch and stage times are
+judged against its reference there (harness/results/judge.py): the history of its key, or after an NPU
+stack upgrade the runs of the previous stack (an upgrade comparison, never a skip). A regression fails
+this test itself, naming the branch or stage, its shift, interval and threshold, so JUnit and CI's test
+view show it.
 
 extra_info holds the board profile's tables for the run: mean step time, core time per branch per
 step, lifecycle time per stage per step, and the step split (lifecycle / host math / rest). A run during
@@ -9,16 +12,14 @@ With `--bench-sampler spectrum` the rounds run the 13-of-28 Spectrum preset; ext
 computed and forecast steps apart (time per computed step and per image).
 
 It also asserts what makes the figures it hands over trustworthy: every invocation of every computed
-step was recorded, the step split adds up without double counting, and the run reached the history.
+step was recorded, the step split adds up without double counting, and the run reached the store.
 """
 import pytest
 
-from harness.results.baseline import KEY_MISMATCH, REGRESSED
 from harness.core.errors import HarnessError
-from harness.gates.runner import benchmark_info, derived_case, history_record
-from harness.results.history import append_run
-from harness.pytest_plugin.state import (BENCH_RESULTS, BOARD, IDENTITY, INVALID_RUNS, STEP_SPLITS,
-                                         append_to)
+from harness.gates.runner import benchmark_info, derived_case
+from harness.pytest_plugin.baselines import comparison_of
+from harness.pytest_plugin.state import BENCH_RESULTS, BOARD, INVALID_RUNS, STEP_SPLITS, append_to
 from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
 from harness.lifecycle.steptimes import STAGE_NAMES
 from harness.results.telemetry import TelemetryWindow
@@ -26,7 +27,7 @@ from harness.results.telemetry import TelemetryWindow
 pytestmark = [pytest.mark.npu, pytest.mark.benchmark]
 
 
-def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, baseline_gate, request,
+def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, results_gate, request,
                       record_property):
     case = golden_cases[0]
     if suite.bench_sampler and suite.bench_sampler != case.sampler:     # --bench-sampler spectrum
@@ -45,22 +46,24 @@ def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, ba
         benchmark.has_error = True      # no timings to save or compare
         pytest.fail(f"{case.name}: no benchmark: {exc}", pytrace=False)
     try:
-        record_run(benchmark, case, gate_runner, window, results[-1], suite, request, baseline_gate,
+        record_run(benchmark, case, gate_runner, window, results[-1], suite, request, results_gate,
                    record_property)
     except (HarnessError, OSError) as exc:
         pytest.fail(f"{case.name}: benchmark ran but was not recorded: {exc}", pytrace=False)
 
 
-def record_run(benchmark, case, gate_runner, window, result, suite, request, baseline_gate, record_property):
+def record_run(benchmark, case, gate_runner, window, result, suite, request, results_gate, record_property):
     verdict = window.verdict()
     info = benchmark_info(result.report)
     config = request.config
-    key = baseline_gate.key(case.name, info["steps"], gate_runner.precision, gate_runner.manifest_hash)
-    check = baseline_gate.compare(key, benchmark.stats.stats.mean)
+    run = results_gate.run_of(case.name, info, result.report, verdict, gate_runner.precision,
+                              gate_runner.manifest_hash, gate_runner.bundle.cfg.name)
+    judgement = results_gate.judge(run)
+    comparison = comparison_of(run, judgement)
     benchmark.extra_info.update(info, valid=verdict["valid"], invalid_reasons=verdict["reasons"],
-                                board_id=config.stash[BOARD], baseline=check.as_dict(), baseline_key=key.as_dict())
-    record_property("baseline", check.status)
-    record_property("baseline_delta_pct", check.delta_pct)
+                                board_id=config.stash[BOARD], verdict=judgement.as_dict(), key=run.key.as_dict())
+    record_property("baseline", judgement.kind)
+    record_property("baseline_delta_pct", comparison["delta_pct"])
     if not verdict["valid"]:
         append_to(config, INVALID_RUNS, (request.node.name, verdict["reasons"]))
     append_to(config, STEP_SPLITS, (request.node.name, info))
@@ -68,22 +71,13 @@ def record_run(benchmark, case, gate_runner, window, result, suite, request, bas
                                       "valid": verdict["valid"], "reasons": verdict["reasons"],
                                       "memory": result.report.get("memory"),
                                       "lifecycle": result.report.get("lifecycle"),
-                                      "comparison": check.as_dict(), "key": key.as_dict()})
-    runs_before = _history_lines(suite.history)
-    append_run(suite.history, history_record(info, config.stash[IDENTITY], config.stash[BOARD], suite.backend,
-                                             gate_runner.bundle.cfg.name, gate_runner.manifest_hash, verdict,
-                                             gate_runner.precision, case.name))
-    assert _history_lines(suite.history) == runs_before + 1, f"{suite.history}: the run was not appended"
+                                      "comparison": comparison, "key": run.key.as_dict()})
+    results_gate.record(run)
+    assert results_gate.store.run(run.run_id, case.name) == run, f"{results_gate.store.where}: the run was not stored"
     _assert_figures_add_up(info, suite.bench_steps or case.steps, gate_runner.bundle.cfg.subgraphs)
-    baseline_gate.offer(request.node.nodeid, key, benchmark.stats.stats.mean, verdict)
-    if check.status == REGRESSED:
-        pytest.fail(f"benchmark regression: {check.message}", pytrace=False)
-    if check.status == KEY_MISMATCH:
-        pytest.skip(check.message)
-
-
-def _history_lines(path) -> int:
-    return len(path.read_text().splitlines()) if path.exists() else 0
+    results_gate.offer(request.node.nodeid, run, judgement)
+    if judgement.regressed:
+        pytest.fail(f"benchmark regression: {judgement.headline()}", pytrace=False)
 
 
 def _assert_figures_add_up(info: dict, steps: int, subgraphs: int) -> None:

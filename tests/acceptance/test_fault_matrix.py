@@ -90,8 +90,10 @@ FAULTS = [
     cli("cli-output-shape", (*GEN, "--backend=faults", "--fault=shape@5"), 2, r"subgraph 5 .*output 'y' is float32 \[1, 64, 64\]", "failed"),
     cli("cli-nan-decoder", (*GEN, "--backend=faults", "--fault=nan@84"), 3, r"NaN/Inf in the image from subgraph 84 \(decoder\)", "failed"),
     cli("cli-guard-trip", (*GEN, "--mem-floor=1000TiB"), 4, r"memory guard tripped: MemAvailable", "failed"),
-    cli("cli-trend-history-torn", ("trend", "--history={torn_history}", "--out={dir}/trend.png"), 2,
-        r"torn\.jsonl line 1: not valid JSON"),
+    cli("cli-trend-store-not-a-database", ("trend", "--results=sqlite:///{torn_history}", "--out={dir}/trend.png"), 2,
+        r"results store sqlite:///.*torn\.jsonl: cannot open \(file is not a database\)"),
+    cli("cli-results-not-a-url", ("results", "export", "--results=results.sqlite"), 2,
+        r"--results 'results\.sqlite': not a database URL"),
     # pytest: refused at configure time, one "ERROR:" line
     gate("pytest-mem-floor-abc", ("--mem-floor=abc",), 4, r"--mem-floor: memory size 'abc'"),
     gate("pytest-profile-mem-floor-float", ("--board-profile={profile}",), 4, r"board\.toml \[suite\]: --mem-floor: memory size 1\.5"),
@@ -100,7 +102,7 @@ FAULTS = [
     gate("pytest-case-unknown", ("--cases=nosuch",), 4, r"--cases: no golden case 'nosuch'"),
     gate("pytest-backend-unknown", ("--backend=bogus",), 4, r"--backend bogus: unknown"),
     gate("pytest-artifacts-under-a-file", ("--artifacts={file}/art",), 4, r"--artifacts=.*is not a folder"),
-    gate("pytest-history-under-a-file", ("--history={file}/h.jsonl",), 4, r"--history=.*is not a folder"),
+    gate("pytest-results-under-a-file", ("--results=sqlite:///{file}/r.sqlite",), 4, r"--results=.*is not a folder"),
     gate("pytest-disk-full", ("--min-free=100TiB",), 4, r"--artifacts=.*MiB free.*--min-free"),
     gate("pytest-artifacts-foreign", ("--artifacts={foreign}",), 4, r"--artifacts=.*not a suite run's"),
     gate("pytest-artifacts-in-use", ("--artifacts={busy}",), 4, r"--artifacts=.*in use by pid \d+.*--artifacts=OTHER"),
@@ -148,7 +150,7 @@ ROWS = {name: kind for kind, names in KIND_OF.items() for name in names}
 FAULTS = [replace(f, kind=ROWS.get(f.name, "")) for f in FAULTS]
 GATE_COMMON = ("-p", "no:cacheprovider", "-p", "no:faulthandler", "-q", "--suite-run", "--model-dir={model}",
                "--partition={partition}", "--golden-dir={golden}", "--artifacts={dir}/artifacts",
-               "--history={dir}/history.jsonl", "--cache-dir={dir}/cache")
+               "--results=sqlite:///{dir}/results.sqlite", "--cache-dir={dir}/cache")
 
 CASES = """[defaults]
 ssim_min = 0.9999

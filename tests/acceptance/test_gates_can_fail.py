@@ -29,7 +29,7 @@ def run_suite(pytester, suite, monkeypatch):
         args = [str(REPO_ROOT / a) if a.startswith("tests/") else a for a in args]
         return pytester.runpytest_subprocess(
             "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}", "-p", "no:cacheprovider", "-q",
-            f"--artifacts={tmp_path / 'artifacts'}", f"--history={tmp_path / 'history.jsonl'}",
+            f"--artifacts={tmp_path / 'artifacts'}", f"--results=sqlite:///{tmp_path / 'results.sqlite'}",
             f"--cache-dir={suite.cache_dir}", "--benchmark-storage=file://./bench", *args, timeout=300)
     return run
 

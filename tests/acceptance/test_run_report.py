@@ -26,8 +26,8 @@ def w8a8_run(tmp_path_factory):
     cmd = ["-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}", "-p", "no:cacheprovider",
            str(REPO_ROOT / "tests/acceptance/test_quality.py"), str(REPO_ROOT / "tests/acceptance/test_memory.py"),
            str(REPO_ROOT / "tests/acceptance/test_benchmark.py"), "--cases=seven", "--fake-quant=ffn-w8a8",
-           "--bench-steps=1", f"--artifacts={tmp / 'artifacts'}", f"--history={tmp / 'history.jsonl'}",
-           f"--cache-dir={tmp / 'cache'}", f"--baselines={tmp / 'baselines'}", f"--junitxml={tmp / 'junit.xml'}"]
+           "--bench-steps=1", f"--artifacts={tmp / 'artifacts'}", f"--results=sqlite:///{tmp / 'results.sqlite'}",
+           f"--cache-dir={tmp / 'cache'}", f"--junitxml={tmp / 'junit.xml'}"]
     return cmd, tmp, step_summary
 
 

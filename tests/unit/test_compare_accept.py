@@ -73,18 +73,18 @@ def test_compare_two_run_reports_per_stage_branch_subgraph_and_memory(reports, c
         assert title in out
 
 
-def test_compare_history_records_by_index(tmp_path, capsys):
-    from tests.unit.test_history_trend import _record
-    from harness.results.history import append_run
-    history = tmp_path / "history.jsonl"
-    append_run(history, _record(1, 1.0))
-    append_run(history, {**_record(2, 1.25), "lifecycle_s_per_step": {"load": 0.5, "init": 0.6, "run": 0.6,
-                                                                     "release": 0.05}})
-    assert main(["compare", f"{history}#0", f"{history}#-1"]) == 0
+def test_compare_two_runs_of_the_results_store(tmp_path, capsys):
+    from harness.results.store import ResultsStore
+    from tests.results_data import make_run
+    url = f"sqlite:///{tmp_path / 'results.sqlite'}"
+    with ResultsStore(url) as store:
+        store.add_run(make_run("r1", 1.0))
+        store.add_run(make_run("r2", 1.25, minute=1))
+    assert main(["compare", "run:r1", "run:r2/cat", "--results", url]) == 0
     out = capsys.readouterr().out
-    assert "+25.0 %" in out and "+50.0 %" in out      # step 1.0 -> 1.25 s, init 0.4 -> 0.6 s
-    assert main(["compare", f"{history}#7", f"{history}#0"]) == 2
-    assert "no run '7'" in capsys.readouterr().err
+    assert "+25.0 %" in out and "block00_ffn" in out     # step 1.0 -> 1.25 s, subgraphs from the store
+    assert main(["compare", "run:r7", "run:r1", "--results", url]) == 2
+    assert "no run 'r7'" in capsys.readouterr().err
 
 
 def test_slowest_subgraphs_sums_stages_per_subgraph():

@@ -1,4 +1,6 @@
 """Suite settings: command line > board profile > defaults; backend auto-detection; the header."""
+import re
+
 import pytest
 
 from harness.model.config import REPO_ROOT
@@ -80,6 +82,7 @@ def test_report_header_names_board_runtime_and_backend(pytester):
     assert "anima: backend onnxruntime (asked: onnxruntime)" in header
     assert "on RK3588: True" in header and "ROCK 5C" in header
     assert "librknnrt" in header and "NPU driver" in header
+    assert re.search(r"anima: results store sqlite:////\S+/\.benchmarks/results\.sqlite", header)
     assert "anima: partition " in header and ("manifest sha256" in header or "exported on first use" in header)
 
 

@@ -20,13 +20,10 @@ from tests.helpers import missing_tool
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "npu-acceptance.yml"
 LAVA_SESSION = REPO_ROOT / "lava" / "board-session"     # what the LAVA jobs (lava/*.yaml) run
 BOARD_LABELS = ["self-hosted", "linux", "ARM64", "rk3588", "${{ matrix.board }}"]
-# Options the suite gains from the results store's branch (the benchmark's upgrade verdict): assumed
-# here until that branch is merged, then `pytest --help` lists them.
-PENDING_OPTIONS = {"--accept-upgrade"}
 # Options that take a path: written --opt=PATH (with a space pytest may read PATH as a test location).
 PATH_OPTIONS = {"--board-profile"} | {"--" + n.replace("_", "-") for n in
-                                      ("model_dir", "partition", "golden_dir", "artifacts", "history",
-                                       "baselines", "cache_dir", "telemetry_root")}
+                                      ("model_dir", "partition", "golden_dir", "artifacts", "results",
+                                       "cache_dir", "telemetry_root")}
 
 
 def load_yaml(text: str):
@@ -137,7 +134,7 @@ def workflow_problems(text: str, known: set[str]) -> list[str]:
     upgrade = [c for run in workflow_scripts(wf)["upgrade"] for c in pytest_commands(run)]
     if not any(any(t.startswith("--accept-upgrade=") for t in c) for c in upgrade):
         problems.append("upgrade does not ask the benchmark for its upgrade verdict")
-    problems += option_problems(commands + upgrade, known | PENDING_OPTIONS)
+    problems += option_problems(commands + upgrade, known)
     if not any(s.get("if") == "failure()" and ".ci/board-diagnostics" in s.get("run", "") for s in board["steps"]):
         problems.append("board does not keep dmesg / NPU driver state on failure")
     for job in jobs.values():

@@ -1,0 +1,233 @@
+"""`bin/harness results ...`: the results store from the command line.
+
+    results import [--history FILE]... [--baselines DIR]   the old history.jsonl and baseline files
+    results export [--out FILE.csv]                        one CSV row per run (Otava, a spreadsheet)
+    results check                                          each series' latest run and its change points
+    results boards                                         the boards of one board model, outliers named
+    results push --to URL                                  this store's runs into another (a fleet's)
+
+Every subcommand takes --results URL (SQLAlchemy's form, default sqlite:///.benchmarks/results.sqlite).
+`check` and `boards` exit 1 when they find a regression or an outlier board, so CI can act on them.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from ..core.atomic import atomic_write_text
+from ..model.config import BRANCHES
+from ..core.errors import ConfigError
+from ..lifecycle.steptimes import STAGE_NAMES
+from ..results.judge import judge_figures, parse_threshold
+from ..results.legacy import Imported, read_baselines, read_history
+from ..results.records import Run
+from ..results.store import DEFAULT_RESULTS, ResultsStore
+from ..results.verdicts import change_points, history_verdict
+
+__all__ = ["add_command", "add_results_option", "import_into", "export_csv", "check_lines", "board_lines",
+           "series"]
+
+
+def add_results_option(parser) -> None:
+    parser.add_argument("--results", default=DEFAULT_RESULTS,
+                        help="results store URL, SQLAlchemy's form: sqlite:///relative.sqlite, "
+                             "sqlite:////absolute.sqlite or postgresql://user@host/db (default: %(default)s)")
+
+
+def add_command(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("results", help="the benchmark results store: import, export, check, "
+                                                   "compare boards, push to a fleet store")
+    sub = parser.add_subparsers(dest="results_command", required=True)
+    imp = sub.add_parser("import", help="read the old history.jsonl and per-board baseline files")
+    imp.add_argument("--history", type=Path, action="append", default=[], help="history JSONL (repeatable)")
+    imp.add_argument("--baselines", type=Path, help="baseline folder (<board>/<case>/<digest>.json)")
+    imp.set_defaults(func=_cmd_import)
+    exp = sub.add_parser("export", help="write every run as one CSV row")
+    exp.add_argument("--out", type=Path, help="CSV file (default: standard output)")
+    exp.set_defaults(func=_cmd_export)
+    chk = sub.add_parser("check", help="judge each series' latest run against its history; change points")
+    chk.add_argument("--board", help="only this board")
+    chk.add_argument("--threshold", default="10%", help="the fixed rule's threshold while a history has too few "
+                     "runs for a learned one (default: %(default)s, as --baseline-threshold)")
+    chk.set_defaults(func=_cmd_check)
+    brd = sub.add_parser("boards", help="compare the boards of one board model on one key")
+    brd.add_argument("--board-model", help="only this board model (default: every one with several boards)")
+    brd.set_defaults(func=_cmd_boards)
+    push = sub.add_parser("push", help="copy the runs another store lacks into it (idempotent)")
+    push.add_argument("--to", required=True, help="target store URL (e.g. the fleet's postgresql://...)")
+    push.set_defaults(func=_cmd_push)
+    for command in (imp, exp, chk, brd, push):
+        add_results_option(command)
+    return parser
+
+
+# -- import --------------------------------------------------------------------------------------------
+
+def import_into(store: ResultsStore, found: Imported) -> tuple[int, list[str]]:
+    """Add the runs and baselines read from the old files; (runs added, lines about what was skipped)."""
+    added, skipped = 0, []
+    for run in found.runs:
+        if store.has_run(run.run_id, run.key.case):
+            skipped.append(f"run {run.run_id} ({run.key.case}): already in the store, skipped")
+            continue
+        store.add_run(run)
+        added += 1
+    for run in found.baselines:
+        if not store.has_run(run.run_id, run.key.case):     # a baseline whose run the history lacked
+            store.add_run(run)
+            added += 1
+        store.set_baseline(store.run(run.run_id, run.key.case), "imported")
+    return added, skipped
+
+
+def _cmd_import(args) -> int:
+    if not args.history and not args.baselines:
+        raise ConfigError("results import: name --history FILE and/or --baselines DIR")
+    found = Imported()
+    for path in args.history:
+        read_history(path, found)
+    if args.baselines:
+        if not args.baselines.is_dir():
+            raise ConfigError(f"--baselines {args.baselines}: no such folder")
+        read_baselines(args.baselines, found)
+    with ResultsStore(args.results) as store:
+        added, skipped = import_into(store, found)
+        for line in found.torn + found.problems + skipped:
+            print(line, file=sys.stderr)
+        print(f"{store.where}: {added} run(s) imported, {len(found.baselines)} baseline(s); "
+              f"{len(found.torn) + len(found.problems)} record(s) skipped")
+    return 1 if found.problems else 0
+
+
+# -- export --------------------------------------------------------------------------------------------
+
+_VERSION_COLUMNS = ("npu_driver", "runtime_lib", "toolkit_lite", "onnxruntime")
+
+
+def export_csv(runs: list[Run]) -> str:
+    """One row per run: identity, key, validity and every figure; Otava reads `time` and the figures."""
+    header = ["time", "run_id", "case", "board_id", "board_model", "model", "backend", "precision", "steps",
+              "manifest_hash", *_VERSION_COLUMNS, "git_revision", "ci_url", "valid", "invalid_reasons",
+              "mean_step_s", "total_denoise_s", *(f"core_{b}_s" for b in BRANCHES),
+              *(f"stage_{s}_s" for s in STAGE_NAMES), "peak_pss_added_bytes"]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    for r in runs:
+        writer.writerow([r.time, r.run_id, r.key.case, r.board_id, r.board_model, r.model, r.key.backend,
+                         r.key.precision, r.key.steps, r.key.manifest_hash,
+                         *(r.key.versions.get(v) or "" for v in _VERSION_COLUMNS), r.git_revision or "",
+                         r.ci_url or "", int(r.valid), "; ".join(r.invalid_reasons), repr(r.mean_step_s),
+                         repr(r.total_denoise_s), *(_cell(r.branches.get(b)) for b in BRANCHES),
+                         *(_cell(r.stages.get(s)) for s in STAGE_NAMES), _cell(r.peak_pss_added_bytes)])
+    return out.getvalue()
+
+
+def _cell(value) -> str:
+    return "" if value is None else repr(value)
+
+
+def _cmd_export(args) -> int:
+    with ResultsStore(args.results, create=False) as store:
+        runs = store.runs()
+    text = export_csv(runs)
+    if args.out:
+        atomic_write_text(args.out, text)
+        print(f"{args.out}: {len(runs)} run(s)")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+# -- check ---------------------------------------------------------------------------------------------
+
+def series(runs: list[Run]) -> dict[tuple, list[Run]]:
+    """(board, key digest) -> the valid runs of that history, oldest first."""
+    out: dict[tuple, list[Run]] = defaultdict(list)
+    for run in runs:
+        if run.valid:
+            out[(run.board_id, run.key.digest)].append(run)
+    return out
+
+
+def check_lines(runs: list[Run], threshold_pct: float) -> tuple[list[str], bool]:
+    """Per series: the latest run's verdicts against the runs before it, and the change points."""
+    lines, regressed = [], False
+    for (board, _), members in series(runs).items():
+        latest = members[-1]
+        lines.append(f"{latest.key.case} on {board} ({latest.key.backend}, {latest.key.precision}, "
+                     f"{latest.key.steps} steps): {len(members)} valid run(s)")
+        verdicts = judge_figures(members[:-1], latest, threshold_pct) if len(members) > 1 else []
+        lines += [f"  latest run {latest.run_id}: {v.line()} ({v.kind}, n={v.n})" for v in verdicts]
+        regressed |= any(v.regression for v in verdicts)
+        values = [r.mean_step_s for r in members]
+        for index in change_points(values):
+            before, after = values[index - 1], values[index]
+            lines.append(f"  change point at run {members[index].run_id} ({members[index].time}): step "
+                         f"{sum(values[:index]) / index:.4f} s -> {sum(values[index:]) / (len(values) - index):.4f} s"
+                         f" (last before {before:.4f}, first after {after:.4f})")
+    return lines, regressed
+
+
+def _cmd_check(args) -> int:
+    with ResultsStore(args.results, create=False) as store:
+        runs = store.runs(board=args.board)
+    if not runs:
+        raise ConfigError(f"{args.results}: no runs" + (f" of board {args.board}" if args.board else ""))
+    lines, regressed = check_lines(runs, parse_threshold(args.threshold, "--threshold"))
+    print("\n".join(lines))
+    return 1 if regressed else 0
+
+
+# -- boards --------------------------------------------------------------------------------------------
+
+def board_lines(runs: list[Run], board_model: str | None = None) -> tuple[list[str], list[str]]:
+    """(lines, outlier boards): each board of a model against the pooled runs of its other boards."""
+    groups: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for (board, digest), members in series(runs).items():
+        model = members[-1].board_model
+        if board_model is None or model == board_model:
+            groups[(model, digest, members[-1].key.case)][board] = [r.mean_step_s for r in members]
+    lines, outliers = [], []
+    for (model, _, case), boards in groups.items():
+        if len(boards) < 2:
+            continue
+        lines.append(f"board model {model}, {case}: {len(boards)} boards")
+        for board, values in sorted(boards.items()):
+            others = [v for b, vs in boards.items() if b != board for v in vs]
+            verdict = history_verdict(f"board {board}", others, values)
+            if verdict is None:
+                lines.append(f"  board {board}: too few runs of the other boards for a verdict")
+                continue
+            outlier = abs(verdict.shift_pct) > verdict.threshold_pct
+            lines.append(f"  {'OUTLIER ' if outlier else ''}{verdict.line()} against the other boards "
+                         f"({len(values)} run(s) vs {verdict.n})")
+            if outlier:
+                outliers.append(board)
+    return lines, outliers
+
+
+def _cmd_boards(args) -> int:
+    with ResultsStore(args.results, create=False) as store:
+        runs = store.runs(board_model=args.board_model)
+    lines, outliers = board_lines(runs, args.board_model)
+    if not lines:
+        raise ConfigError(f"{args.results}: no board model with runs of several boards on one key"
+                          + (f" ({args.board_model})" if args.board_model else ""))
+    print("\n".join(lines))
+    if outliers:
+        print(f"outlier board(s): {', '.join(outliers)}")
+    return 1 if outliers else 0
+
+
+# -- push ----------------------------------------------------------------------------------------------
+
+def _cmd_push(args) -> int:
+    with ResultsStore(args.results, create=False) as local, ResultsStore(args.to) as fleet:
+        copied, had = local.push(fleet)
+        print(f"{local.where} -> {fleet.where}: {copied} run(s) pushed, {had} already there")
+    return 0

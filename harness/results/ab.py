@@ -1,0 +1,122 @@
+"""Interleaved A/B benchmark session: `bin/harness bench-ab --baseline DIR --candidate DIR`.
+
+The baseline partition (or stack) and the candidate run alternately in one session, round by round
+(baseline first on even rounds, candidate first on odd ones, so neither always runs warmer), and
+each round's figures form one pair: the mean step time, the core time per step of every branch and
+the lifecycle seconds per pass of every stage. Drift of the machine or board between rounds hits
+both sides of a pair alike and cancels in the pair's ratio; the paired verdict
+(harness.results.verdicts) then judges each figure with its interval. A round is one run, so the
+unit of independence is the run, never an invocation inside it.
+
+Every figure is one test, so each is judged at the session's confidence shared out over the
+figures (Bonferroni): the chance that a session with nothing changed flags any of them stays
+within 1 - confidence.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..core.errors import ConfigError
+from ..runtime.run import run_partitioned
+from .verdicts import Verdict, paired_verdict
+
+__all__ = ["Side", "ABSession", "run_session", "judge_pairs", "session_figures", "side_options",
+           "baseline_options", "DEFAULT_THRESHOLD_PCT"]
+
+# A shift under this is not worth failing a board for, however certain: the paired interval is
+# narrow enough on the board to call +2 % real, but the gate is for regressions that matter.
+DEFAULT_THRESHOLD_PCT = 2.0
+_STAGES = ("load", "init", "release")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of the session: its partition, backend and context options."""
+    name: str
+    partition: Path
+    backend: str
+    options: dict = field(default_factory=dict)
+
+
+@dataclass
+class ABSession:
+    pairs: list[dict]               # per round: {"baseline": {figure: s}, "candidate": {figure: s}}
+    verdicts: list[Verdict]
+
+    @property
+    def regressions(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.regression]
+
+    def as_dict(self) -> dict:
+        return {"pairs": self.pairs, "verdicts": [v.as_dict() for v in self.verdicts],
+                "regression": bool(self.regressions)}
+
+
+def session_figures(report: dict) -> dict[str, float]:
+    """One run's figures: 'step', '<branch> core' per branch and the lifecycle stages per pass."""
+    tables = report["tables"]
+    figures = {"step": tables["step_split"]["step"]}
+    figures.update({f"{b} core": s for b, s in sorted(tables["core_per_step"].items())})
+    figures.update({s: tables["lifecycle_pass"][s] for s in _STAGES})
+    return figures
+
+
+def judge_pairs(pairs: list[dict], threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+                confidence: float = 0.99) -> list[Verdict]:
+    """A paired verdict per figure both sides have with a time in every round (a stage a resident
+    strategy never repeats is 0 and has nothing to judge)."""
+    names = [n for n in pairs[0]["baseline"]
+             if all(p["baseline"].get(n, 0) > 0 and p["candidate"].get(n, 0) > 0 for p in pairs)]
+    each = 1.0 - (1.0 - confidence) / max(len(names), 1)
+    return [paired_verdict(n, [p["baseline"][n] for p in pairs], [p["candidate"][n] for p in pairs],
+                           threshold_pct=threshold_pct, confidence=each) for n in names]
+
+
+def run_session(bundle, baseline: Side, candidate: Side, settings: dict, *, rounds: int, warmup: int = 1,
+                lifecycle: str = "on-demand", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+                confidence: float = 0.99, on_pair: Callable[[int, dict], None] | None = None,
+                prompt: str | None = None, text_embs: dict | None = None, guard=None) -> ABSession:
+    """`warmup` rounds first (a process's first run of a partition builds its sessions), then
+    `rounds` pairs, judged. Both partitions are verified on the first round only."""
+    if rounds < 2:
+        raise ConfigError(f"{rounds} A/B rounds: a paired verdict needs at least 2")
+    prompt = prompt if prompt is not None else bundle.cfg.prompt["default"]
+    pairs: list[dict] = []
+    for r in range(warmup + rounds):
+        order = (baseline, candidate) if r % 2 == 0 else (candidate, baseline)
+        pair = {side.name: session_figures(
+            run_partitioned(bundle, side.partition, side.backend, prompt, settings, side.options,
+                            lifecycle=lifecycle, verify=r == 0, text_embs=text_embs,
+                            guard=guard).report) for side in order}
+        if r >= warmup:
+            pairs.append(pair)
+            if on_pair:
+                on_pair(len(pairs), pair)
+    return ABSession(pairs, judge_pairs(pairs, threshold_pct, confidence))
+
+
+def baseline_options(options: dict, fault: str | None) -> dict:
+    """The suite's context options less its --fault: in a suite A/B session the fault is the
+    candidate's defect, and the baseline runs the same backend without it."""
+    from ..backends.faults import parse_fault
+    injected = set(parse_fault(fault))
+    return {k: v for k, v in options.items() if k not in injected}
+
+
+def side_options(backend: str, fault: str | None = None, slowdown: str | None = None,
+                 drift: int | None = None, time_scale: float | None = None) -> dict:
+    """Context options of one side: a fault (backend faults) or a slowdown and drift (board-sim)."""
+    if fault and backend != "faults":
+        raise ConfigError(f"--fault needs --backend faults (got --backend {backend})")
+    if (slowdown or drift is not None or time_scale is not None) and backend != "board-sim":
+        raise ConfigError(f"--slowdown, --drift and --time-scale need --backend board-sim (got {backend})")
+    if backend == "faults":
+        from ..backends.faults import parse_fault
+        return parse_fault(fault)
+    if backend == "board-sim":
+        from ..backends.board_sim import normalize_options
+        raw = {"slowdown": slowdown, "drift": drift}
+        return normalize_options({**raw, **({"time_scale": time_scale} if time_scale is not None else {})})
+    return {}

@@ -1,0 +1,322 @@
+"""The results store: every benchmark run of every board, in SQLite (one file) or PostgreSQL (a fleet).
+
+    store = ResultsStore("sqlite:///.benchmarks/results.sqlite")    # or postgresql://user@host/db
+    store.add_run(run)                  # one transaction: the whole run or nothing
+    store.runs(board="rock-5c-1a2b", key=run.key.digest, valid=True)
+    store.set_baseline(run, "saved")    # the board's accepted reference for the run's experiment
+
+The URL is SQLAlchemy's: `sqlite:///relative.sqlite`, `sqlite:////absolute.sqlite`, `postgresql://...`
+(psycopg 3 is the driver). Opening a store brings its schema to the newest alembic revision, under a
+lock (SQLite's write lock, PostgreSQL's advisory lock) so two processes opening one store at once do not
+both migrate it.
+
+SQLite runs in WAL mode: readers never wait for the writer, and a writer killed mid-run (SIGKILL, power)
+leaves a journal that the next open rolls back, so the run is whole or absent. Each write takes the write
+lock at its start (BEGIN IMMEDIATE) and waits up to BUSY_SECONDS for another writer: two runs finishing
+at once are written one after the other, neither is lost.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+from sqlalchemy import create_engine, delete, event, insert, select, text
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
+
+from .records import ResultsError, Run, RunKey, SubgraphTime, utc_now
+from .tables import baselines, run_branches, run_quality, run_stages, run_steps, run_subgraphs, runs
+
+__all__ = ["ResultsStore", "DEFAULT_RESULTS", "BUSY_SECONDS", "describe_url", "absolute_url", "sqlite_path"]
+
+DEFAULT_RESULTS = "sqlite:///.benchmarks/results.sqlite"
+BUSY_SECONDS = 60
+_MIGRATIONS = Path(__file__).with_name("migrations")
+_MIGRATION_LOCK = 0x616E696D61       # PostgreSQL advisory lock id of the schema upgrade ("anima")
+_WRITE = "anima_write"               # execution option of a connection that writes
+
+
+def describe_url(url) -> str:
+    """The URL without its password, for messages and reports."""
+    try:
+        return make_url(str(url)).render_as_string(hide_password=True)
+    except ArgumentError:
+        return str(url)
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a sqlite:/// URL, None for another database (or a URL that is none)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    return Path(parsed.database) if parsed.get_backend_name() == "sqlite" and parsed.database else None
+
+
+def absolute_url(url: str, base: Path) -> str:
+    """`url` with a relative SQLite file made absolute under `base`: the store a run writes to must
+    not depend on where a later command is started."""
+    path = sqlite_path(url)
+    if path is None or path.is_absolute() or str(path) == ":memory:":
+        return url
+    return make_url(url).set(database=str(base / path)).render_as_string(hide_password=False)
+
+
+def _engine(url: str) -> Engine:
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ResultsError(f"--results {url!r}: not a database URL (e.g. sqlite:///.benchmarks/results.sqlite "
+                           "or postgresql://user@host/db)") from None
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(parsed)
+    if parsed.get_backend_name() == "postgresql":
+        if parsed.drivername == "postgresql":
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+    raise ResultsError(f"--results {describe_url(url)}: choose a sqlite:/// or postgresql:// URL "
+                       f"(not {parsed.get_backend_name()})")
+
+
+def _sqlite_engine(parsed) -> Engine:
+    if not parsed.database or parsed.database == ":memory:":
+        raise ResultsError(f"--results {parsed}: name a file (sqlite:///.benchmarks/results.sqlite); "
+                           "an in-memory store forgets every run")
+    Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(parsed, connect_args={"timeout": BUSY_SECONDS})
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi, _record):
+        # pysqlite's own transaction handling defers BEGIN and cannot take the write lock up front:
+        # turn it off and begin explicitly below.
+        dbapi.isolation_level = None
+        for pragma in ("journal_mode=WAL", "synchronous=FULL", "foreign_keys=ON",
+                       f"busy_timeout={BUSY_SECONDS * 1000}"):
+            dbapi.execute(f"PRAGMA {pragma}")
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn):
+        # a write takes the write lock up front (a deferred one could fail to upgrade to it); a read
+        # takes none: in WAL mode it reads the last committed state and never waits for a writer
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN")
+    return engine
+
+
+class ResultsStore:
+    """One results database (see the module docstring)."""
+
+    def __init__(self, url: str = DEFAULT_RESULTS, create: bool = True):
+        """`create=False` (the commands that only read): a SQLite file that is not there is an error,
+        not a new empty store made by a typo."""
+        self.url = str(url)
+        path = sqlite_path(self.url)
+        if not create and path is not None and not path.expanduser().is_file():
+            raise ResultsError(f"no results store at {path}: run the benchmark gate (pytest -m benchmark) "
+                               "or `bin/harness results import` first")
+        self.engine = _engine(self.url)
+        try:
+            self._upgrade()
+        except DBAPIError as exc:       # no server, wrong password, not a database file
+            self.engine.dispose()
+            raise ResultsError(f"results store {describe_url(self.url)}: cannot open "
+                               f"({str(exc.orig).strip() or type(exc.orig).__name__})") from None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextlib.contextmanager
+    def _writing(self):
+        """A connection in a write transaction: committed when the block ends, rolled back on error."""
+        with self.engine.connect() as conn:
+            conn.execution_options(**{_WRITE: True})
+            with conn.begin():
+                yield conn
+
+    @property
+    def where(self) -> str:
+        return describe_url(self.url)
+
+    def _upgrade(self) -> None:
+        from alembic import command
+        from alembic.config import Config
+        config = Config()
+        config.set_main_option("script_location", str(_MIGRATIONS))
+        with self._writing() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK})
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+
+    # -- writing -------------------------------------------------------------------------------------
+
+    def add_run(self, run: Run) -> None:
+        """Write `run` whole in one transaction; a run id already stored for its case is an error."""
+        try:
+            with self._writing() as conn:
+                _insert_run(conn, run)
+        except IntegrityError as exc:
+            if self.has_run(run.run_id, run.key.case):
+                raise ResultsError(f"results store {self.where}: run {run.run_id!r} of case {run.key.case!r} "
+                                   "is already stored (run ids are unique)") from None
+            raise ResultsError(f"results store {self.where}: run {run.run_id!r} rejected "
+                               f"({str(exc.orig).splitlines()[0]})") from None
+        except OperationalError as exc:     # locked past BUSY_SECONDS, or the server went away
+            raise ResultsError(f"results store {self.where}: run {run.run_id!r} not written "
+                               f"({str(exc.orig).splitlines()[0]}); the store is as it was") from None
+
+    def add_quality(self, run: Run, metrics: dict) -> None:
+        """The quality metrics of the stored `run`'s case, measured after its timing (one transaction)."""
+        checked = replace(run, quality={**run.quality, **metrics}).quality      # checked as a Run's are
+        with self._writing() as conn:
+            pk = _run_pk(conn, run.run_id, run.key.case)
+            if pk is None:
+                raise ResultsError(f"results store {self.where}: run {run.run_id!r} is not stored")
+            conn.execute(insert(run_quality), [{"run": pk, "metric": m, "value": checked[m]} for m in metrics])
+
+    def set_baseline(self, run: Run, reason: str) -> None:
+        """Make the stored `run` its board's baseline for its experiment (replacing the one before)."""
+        with self._writing() as conn:
+            pk = _run_pk(conn, run.run_id, run.key.case)
+            if pk is None:
+                raise ResultsError(f"results store {self.where}: run {run.run_id!r} is not stored, "
+                                   "so it cannot be a baseline")
+            conn.execute(delete(baselines).where(baselines.c.board_id == run.board_id,
+                                                 baselines.c.experiment == run.key.experiment))
+            conn.execute(insert(baselines).values(board_id=run.board_id, experiment=run.key.experiment,
+                                                  run=pk, saved=utc_now(), reason=reason))
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    def has_run(self, run_id: str, case: str) -> bool:
+        with self.engine.connect() as conn:
+            return _run_pk(conn, run_id, case) is not None
+
+    def runs(self, *, board: str | None = None, board_model: str | None = None, key: str | None = None,
+             experiment: str | None = None, valid: bool | None = None, case: str | None = None,
+             backend: str | None = None, run_id: str | None = None) -> list[Run]:
+        """Stored runs matching every filter given, oldest first."""
+        query = select(runs)
+        for column, value in (("board_id", board), ("board_model", board_model), ("key_digest", key),
+                              ("experiment", experiment), ("valid", valid), ("case_name", case),
+                              ("backend", backend), ("run_id", run_id)):
+            if value is not None:
+                query = query.where(runs.c[column] == value)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query.order_by(runs.c.time, runs.c.id)).mappings().all()
+            return _with_children(conn, rows)
+
+    def run(self, run_id: str, case: str | None = None) -> Run:
+        """The run with this id (and case, when the id has several)."""
+        found = self.runs(case=case, run_id=run_id)
+        if len(found) != 1:
+            cases = ", ".join(r.key.case for r in found)
+            raise ResultsError(f"results store {self.where}: " + (
+                f"no run {run_id!r}" if not found else f"run {run_id!r} has several cases ({cases}): name one"))
+        return found[0]
+
+    def baseline(self, board: str, experiment: str) -> tuple[Run, str] | None:
+        """(run, reason) of the board's baseline for the experiment, or None."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(runs, baselines.c.reason).join(baselines, baselines.c.run == runs.c.id)
+                               .where(baselines.c.board_id == board, baselines.c.experiment == experiment)
+                               ).mappings().first()
+            return (_with_children(conn, [row])[0], row["reason"]) if row else None
+
+    def fleet_baseline(self, board_model: str, experiment: str, exclude_board: str) -> tuple[Run, str] | None:
+        """(run, reason) of the newest baseline of another board of the same model, or None."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(runs, baselines.c.reason).join(baselines, baselines.c.run == runs.c.id)
+                               .where(runs.c.board_model == board_model, baselines.c.experiment == experiment,
+                                      baselines.c.board_id != exclude_board)
+                               .order_by(baselines.c.saved.desc(), baselines.c.id.desc())).mappings().first()
+            return (_with_children(conn, [row])[0], row["reason"]) if row else None
+
+    def baseline_pairs(self) -> list[tuple[str, str, str, str]]:
+        """(board, run id, case, reason) of every baseline: what `push` copies besides the runs."""
+        with self.engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(
+                select(baselines.c.board_id, runs.c.run_id, runs.c.case_name, baselines.c.reason)
+                .join(runs, baselines.c.run == runs.c.id))]
+
+    def push(self, target: "ResultsStore") -> tuple[int, int]:
+        """Copy the runs and baselines `target` lacks; (runs copied, runs it had). Idempotent."""
+        copied = had = 0
+        for run in self.runs():
+            if target.has_run(run.run_id, run.key.case):
+                had += 1
+                continue
+            target.add_run(run)
+            copied += 1
+        theirs = {(b, r, c) for b, r, c, _ in target.baseline_pairs()}
+        for board, run_id, case, reason in self.baseline_pairs():
+            if (board, run_id, case) not in theirs:
+                target.set_baseline(target.run(run_id, case), reason)
+        return copied, had
+
+
+def _run_pk(conn, run_id: str, case: str) -> int | None:
+    return conn.execute(select(runs.c.id).where(runs.c.run_id == run_id, runs.c.case_name == case)).scalar()
+
+
+def _insert_run(conn, run: Run) -> None:
+    k = run.key
+    pk = conn.execute(insert(runs).values(
+        run_id=run.run_id, case_name=k.case, time=run.time, board_id=run.board_id, board_model=run.board_model,
+        model=run.model, backend=k.backend, precision=k.precision, steps=k.steps, manifest_hash=k.manifest_hash,
+        versions=json.dumps(k.versions, sort_keys=True), key_digest=k.digest, experiment=k.experiment,
+        valid=run.valid, invalid_reasons=json.dumps(list(run.invalid_reasons)), mean_step_s=run.mean_step_s,
+        total_denoise_s=run.total_denoise_s, peak_pss_added_bytes=run.peak_pss_added_bytes,
+        git_revision=run.git_revision, ci_url=run.ci_url, kernel=run.kernel)).inserted_primary_key[0]
+    children = (
+        (run_stages, [{"stage": s, "seconds_per_step": v} for s, v in run.stages.items()]),
+        (run_branches, [{"branch": b, "seconds_per_step": v} for b, v in run.branches.items()]),
+        (run_steps, [{"step": i, "seconds": v} for i, v in enumerate(run.step_s)]),
+        (run_subgraphs, [{"subgraph": s.subgraph, "block": s.block, "branch": s.branch,
+                          "seconds_per_step": s.seconds_per_step} for s in run.subgraphs]),
+        (run_quality, [{"metric": m, "value": v} for m, v in run.quality.items()]),
+    )
+    for table, rows in children:
+        if rows:
+            conn.execute(insert(table), [{"run": pk, **row} for row in rows])
+
+
+def _with_children(conn, rows) -> list[Run]:
+    ids = [row["id"] for row in rows]
+    if not ids:
+        return []
+    per = defaultdict(lambda: defaultdict(list))
+    for table, name in ((run_stages, "stages"), (run_branches, "branches"), (run_steps, "steps"),
+                        (run_subgraphs, "subgraphs"), (run_quality, "quality")):
+        for child in conn.execute(select(table).where(table.c.run.in_(ids))).mappings():
+            per[child["run"]][name].append(child)
+    return [_run_of(row, per[row["id"]]) for row in rows]
+
+
+def _run_of(row, children) -> Run:
+    try:
+        return Run(
+            run_id=row["run_id"], time=row["time"], board_id=row["board_id"], board_model=row["board_model"],
+            model=row["model"], valid=bool(row["valid"]), mean_step_s=row["mean_step_s"],
+            total_denoise_s=row["total_denoise_s"],
+            key=RunKey(case=row["case_name"], steps=row["steps"], precision=row["precision"],
+                       backend=row["backend"], manifest_hash=row["manifest_hash"],
+                       versions=json.loads(row["versions"])),
+            stages={c["stage"]: c["seconds_per_step"] for c in children["stages"]},
+            branches={c["branch"]: c["seconds_per_step"] for c in children["branches"]},
+            step_s=tuple(c["seconds"] for c in sorted(children["steps"], key=lambda c: c["step"])),
+            subgraphs=tuple(SubgraphTime(c["subgraph"], c["block"], c["branch"], c["seconds_per_step"])
+                            for c in children["subgraphs"]),
+            quality={c["metric"]: c["value"] for c in children["quality"]},
+            invalid_reasons=tuple(json.loads(row["invalid_reasons"])), git_revision=row["git_revision"],
+            ci_url=row["ci_url"], kernel=row["kernel"], peak_pss_added_bytes=row["peak_pss_added_bytes"])
+    except (ValueError, SQLAlchemyError) as exc:
+        raise ResultsError(f"run {row['run_id']!r}: stored row unreadable ({exc})") from None

@@ -1,0 +1,88 @@
+"""The results store's tables (SQLAlchemy Core), the same on SQLite and PostgreSQL.
+
+The schema's versions are alembic migrations (harness/results/migrations); a test compares the head
+migration with these tables, so the two cannot drift apart. CHECK constraints repeat the checks of
+records.Run in the database itself: a row written by another tool is held to the same rules. The upper
+bound on seconds also rejects NaN and Infinity on PostgreSQL (where NaN sorts above every number);
+SQLite stores NaN as NULL, which NOT NULL rejects.
+"""
+from __future__ import annotations
+
+from sqlalchemy import (Boolean, CheckConstraint, Column, Float, ForeignKey, Integer, MetaData, String,
+                        Table, Text, UniqueConstraint, BigInteger)
+
+__all__ = ["metadata", "runs", "run_stages", "run_branches", "run_steps", "run_subgraphs", "run_quality",
+           "baselines", "MAX_SECONDS"]
+
+MAX_SECONDS = 1e9       # 31 years: larger is a unit mistake, and the bound keeps NaN/Infinity out
+
+metadata = MetaData()
+
+
+def _seconds(name: str, positive: bool = False) -> tuple[Column, CheckConstraint]:
+    low = ">" if positive else ">="
+    return (Column(name, Float, nullable=False),
+            CheckConstraint(f"{name} {low} 0 AND {name} <= {MAX_SECONDS:.0f}", name=f"ck_{name}_range"))
+
+
+def _child(name: str, *columns) -> Table:
+    """A per-run table: deleted with its run, never without it."""
+    return Table(name, metadata,
+                 Column("run", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False, index=True),
+                 *columns)
+
+
+runs = Table(
+    "runs", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(200), nullable=False),
+    Column("case_name", String(200), nullable=False),
+    Column("time", String(40), nullable=False),
+    Column("board_id", String(200), nullable=False, index=True),
+    Column("board_model", String(200), nullable=False, index=True),
+    Column("model", String(200), nullable=False),
+    Column("backend", String(100), nullable=False),
+    Column("precision", String(100), nullable=False),
+    Column("steps", Integer, CheckConstraint("steps > 0", name="ck_steps_positive"), nullable=False),
+    Column("manifest_hash", String(100), nullable=False),
+    Column("versions", Text, nullable=False),                # JSON object: component -> version
+    Column("key_digest", String(16), nullable=False, index=True),
+    Column("experiment", String(16), nullable=False, index=True),
+    Column("valid", Boolean, nullable=False),
+    Column("invalid_reasons", Text, nullable=False),         # JSON list
+    *_seconds("mean_step_s", positive=True),
+    *_seconds("total_denoise_s", positive=True),
+    Column("peak_pss_added_bytes", BigInteger, CheckConstraint("peak_pss_added_bytes >= 0", name="ck_peak_pss"),
+           nullable=True),
+    Column("git_revision", String(100)),
+    Column("ci_url", Text),
+    Column("kernel", String(200)),
+    UniqueConstraint("run_id", "case_name", name="uq_run_case"),
+)
+
+run_stages = _child("run_stages", Column("stage", String(20), nullable=False), *_seconds("seconds_per_step"),
+                    UniqueConstraint("run", "stage", name="uq_stage"))
+run_branches = _child("run_branches", Column("branch", String(20), nullable=False), *_seconds("seconds_per_step"),
+                      UniqueConstraint("run", "branch", name="uq_branch"))
+run_steps = _child("run_steps", Column("step", Integer, nullable=False), *_seconds("seconds", positive=True),
+                   UniqueConstraint("run", "step", name="uq_step"))
+run_subgraphs = _child("run_subgraphs", Column("subgraph", String(200), nullable=False), Column("block", Integer),
+                       Column("branch", String(20), nullable=False), *_seconds("seconds_per_step"),
+                       UniqueConstraint("run", "subgraph", name="uq_subgraph"))
+run_quality = _child("run_quality", Column("metric", String(100), nullable=False),
+                     Column("value", Float, CheckConstraint("value > -1e300 AND value < 1e300", name="ck_quality_finite"),
+                            nullable=False),
+                     UniqueConstraint("run", "metric", name="uq_metric"))
+
+# The accepted reference of one board for one experiment: a pointer to a valid run. Saved from a
+# passing session with --save-baseline, or --accept-upgrade after an upgrade comparison passed.
+baselines = Table(
+    "baselines", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("board_id", String(200), nullable=False),
+    Column("experiment", String(16), nullable=False),
+    Column("run", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("saved", String(40), nullable=False),
+    Column("reason", String(40), nullable=False),
+    UniqueConstraint("board_id", "experiment", name="uq_baseline"),
+)

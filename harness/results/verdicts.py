@@ -1,0 +1,211 @@
+"""Benchmark verdicts with a noise model: one run against the history of its key, an interleaved A/B
+session judged by paired differences, and change points over a history.
+
+The unit of independence is the run (or, in an A/B session, the pair): every value handed in here is
+one number per run or per pair (a run's mean step time, a branch's core time per step), never the
+per-invocation samples of one run, which share that run's conditions and so are not independent
+samples of the stack.
+
+Shifts are relative: a history is judged on the scale of its own centre and a pair by the log of its
+ratio, so one threshold in % serves a 0.4 ms CPU invocation and a 25 s board step alike.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import ruptures
+from scipy import stats
+
+__all__ = ["Verdict", "history_verdict", "change_points", "paired_verdict", "fixed_verdict",
+           "MIN_HISTORY", "HISTORY_FLOOR_PCT", "FIXED_THRESHOLD_PCT"]
+
+# Fewer earlier runs than this give no spread worth a threshold: the caller says "too few runs".
+MIN_HISTORY = 5
+# The smallest shift a history verdict calls a regression, however quiet the history: below it a
+# statistically clear shift is too small to fail a board for.
+HISTORY_FLOOR_PCT = 3.0
+# Today's rule: candidate mean over the baseline mean by more than 10 %.
+FIXED_THRESHOLD_PCT = 10.0
+# Earlier runs further than this many robust standard deviations from the median are outliers
+# (a run disturbed by another job): they are left out of the spread, not allowed to widen it.
+_OUTLIER_Z = 5.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One judged shift. `shift_pct` and `ci_pct` are in % of the baseline (positive is slower);
+    `n` counts the independent units behind it (earlier runs, or pairs)."""
+
+    kind: str                      # "history" | "paired" | "fixed"
+    label: str                     # what was judged, e.g. "ffn core"
+    shift_pct: float
+    ci_pct: tuple[float, float]
+    threshold_pct: float
+    regression: bool
+    n: int
+    confidence: float = 0.95
+
+    def line(self) -> str:
+        """'ffn core +6.8 % [5.9, 7.7] over the 3 % threshold'; 'within the' when the shift is
+        under it, 'not clearly over the' when it is over but its interval still reaches 0."""
+        low, high = self.ci_pct
+        where = "over" if self.regression else \
+            "not clearly over" if self.shift_pct > self.threshold_pct else "within"
+        return (f"{self.label} {self.shift_pct:+.1f} % [{low:.1f}, {high:.1f}] {where} the "
+                f"{_pct(self.threshold_pct)} % threshold")
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "label": self.label, "shift_pct": self.shift_pct,
+                "ci_pct": list(self.ci_pct), "threshold_pct": self.threshold_pct,
+                "regression": self.regression, "n": self.n, "confidence": self.confidence}
+
+
+def _pct(value: float) -> str:
+    return f"{round(value, 1):g}"
+
+
+def _finite_positive(name: str, values: Sequence[float]) -> np.ndarray:
+    array = np.asarray(values, dtype=float).ravel()
+    if not np.all(np.isfinite(array)) or np.any(array <= 0):
+        raise ValueError(f"{name}: every value must be a finite time > 0")
+    return array
+
+
+def _robust_centre_spread(logs: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """The runs kept after the outlier screen, and the mean and standard deviation of their logs.
+
+    The screen uses the median and the MAD (robust to a few wild runs); what is kept is then
+    summarised by mean and standard deviation, which are efficient for the normal-looking bulk, so
+    the t-quantile below keeps its meaning and the false-positive rate stays where it is set."""
+    median = float(np.median(logs))
+    mad = float(stats.median_abs_deviation(logs, scale="normal"))
+    kept = logs if mad == 0 else logs[np.abs(logs - median) <= _OUTLIER_Z * mad]
+    return kept, float(np.mean(kept)), float(np.std(kept, ddof=1)) if kept.size > 1 else 0.0
+
+
+def history_verdict(label: str, history: Sequence[float], value: float | Sequence[float], *,
+                    confidence: float = 0.99, floor_pct: float = HISTORY_FLOOR_PCT,
+                    lookback: int = 30, min_runs: int = MIN_HISTORY) -> Verdict | None:
+    """Judge `value` (one run's figure, or the figures of the latest few runs) against the earlier
+    valid runs of the same key and board, oldest first.
+
+    As Conbench's lookback z-score: the threshold is learned from the spread of the last `lookback`
+    runs (after an outlier screen), here as the half-width of a prediction interval at `confidence`
+    for the mean of the new runs, so it widens for a short or noisy history; it never drops below
+    `floor_pct`. Times are judged by their logs (run-to-run factors multiply), so the interval is
+    exact for log-normal noise. None when fewer than `min_runs` earlier runs survive."""
+    earlier = np.log(_finite_positive(f"{label} history", history)[-lookback:])
+    new = np.log(_finite_positive(f"{label} value", np.atleast_1d(value)))
+    kept, centre, spread = _robust_centre_spread(earlier)
+    if kept.size < min_runs:
+        return None
+    half = float(stats.t.ppf(0.5 + confidence / 2, kept.size - 1)) * spread \
+        * math.sqrt(1.0 / new.size + 1.0 / kept.size)
+    delta = float(np.mean(new)) - centre
+    shift, low, high = (_to_pct(x) for x in (delta, delta - half, delta + half))
+    threshold = max(floor_pct, _to_pct(half))
+    return Verdict("history", label, shift, (low, high), threshold, bool(shift > threshold),
+                   int(kept.size), confidence)
+
+
+def _to_pct(log_ratio: float) -> float:
+    return 100.0 * math.expm1(log_ratio)
+
+
+def change_points(values: Sequence[float], *, alpha: float = 0.005, min_size: int = 3) -> list[int]:
+    """Indices where a new level starts in a history (oldest first), e.g. [12] when runs 12.. are
+    slower or faster than runs ..11.
+
+    E-Divisive's structure (Apache Otava's algorithm): binary segmentation, every split kept only
+    when a permutation test says the two sides differ (p < `alpha`), then both sides searched
+    again. ruptures' Binseg finds each segment's best split (least squares: a shift of the mean)
+    and scipy's permutation test judges it by the same statistic over reorderings of the segment,
+    so the best-of-all-splits selection is part of the null and `alpha` is the false-alarm rate
+    per search. Otava itself is not a dependency: it pins numpy 2.2 and scipy < 1.17 (the suite
+    runs newer ones) and brings the BigQuery, Slack and Graphite clients along."""
+    series = np.asarray(values, dtype=float).ravel()
+    if not np.all(np.isfinite(series)):
+        raise ValueError("change_points: every value must be finite")
+    found: list[int] = []
+    _split(series, 0, series.size, alpha, min_size, found)
+    return sorted(found)
+
+
+def _split(series: np.ndarray, start: int, stop: int, alpha: float, min_size: int,
+           found: list[int]) -> None:
+    segment = series[start:stop]
+    if segment.size < 2 * min_size or np.ptp(segment) == 0:
+        return
+    algo = ruptures.Binseg(model="l2", min_size=min_size, jump=1).fit(segment.reshape(-1, 1))
+    cut = algo.predict(n_bkps=1)[0]
+    test = stats.permutation_test((segment,), lambda x, axis: _best_split_gain(x, axis, min_size),
+                                  permutation_type="pairings", vectorized=True, n_resamples=1999,
+                                  alternative="greater", rng=np.random.default_rng(start))
+    if test.pvalue >= alpha:
+        return
+    found.append(start + cut)
+    _split(series, start, start + cut, alpha, min_size, found)
+    _split(series, start + cut, stop, alpha, min_size, found)
+
+
+def _best_split_gain(x: np.ndarray, axis: int, min_size: int) -> np.ndarray:
+    """The largest drop in squared error that one split into a left and a right mean gives (what
+    Binseg's l2 cost maximises), over splits leaving `min_size` values each side."""
+    x = np.moveaxis(x, axis, -1)
+    n = x.shape[-1]
+    total = np.cumsum(x, axis=-1)
+    k = np.arange(1, n)
+    diff = total[..., :-1] / k - (total[..., -1:] - total[..., :-1]) / (n - k)
+    gain = k * (n - k) / n * diff * diff
+    return gain[..., min_size - 1:n - min_size].max(axis=-1)
+
+
+def paired_verdict(label: str, baseline: Sequence[float], candidate: Sequence[float], *,
+                   threshold_pct: float, confidence: float = 0.95, method: str = "t") -> Verdict:
+    """Judge an interleaved A/B session: baseline[i] and candidate[i] were timed side by side (one
+    pair per round or per step), so drift common to both cancels in their ratio.
+
+    The effect is the geometric mean of candidate/baseline (a t interval on the log ratios, or a
+    BCa bootstrap with `method="bootstrap"`), in %. A regression needs both: the interval lies
+    above 0 (the shift is real at `confidence`) and the shift is over `threshold_pct` (it is
+    large enough to fail for)."""
+    base = _finite_positive(f"{label} baseline", baseline)
+    cand = _finite_positive(f"{label} candidate", candidate)
+    if base.size != cand.size:
+        raise ValueError(f"{label}: {base.size} baseline and {cand.size} candidate values do not pair")
+    if base.size < 2:
+        raise ValueError(f"{label}: a paired verdict needs at least 2 pairs, got {base.size}")
+    logs = np.log(cand / base)
+    low, high = _mean_interval(logs, confidence, method)
+    shift, ci = _to_pct(float(np.mean(logs))), (_to_pct(low), _to_pct(high))
+    return Verdict("paired", label, shift, ci, float(threshold_pct),
+                   bool(ci[0] > 0 and shift > threshold_pct), int(base.size), confidence)
+
+
+def _mean_interval(sample: np.ndarray, confidence: float, method: str) -> tuple[float, float]:
+    mean = float(np.mean(sample))
+    if np.ptp(sample) == 0:
+        return mean, mean
+    if method == "bootstrap":
+        result = stats.bootstrap((sample,), np.mean, confidence_level=confidence, n_resamples=2000,
+                                 method="BCa", random_state=np.random.default_rng(0))
+        return float(result.confidence_interval.low), float(result.confidence_interval.high)
+    if method != "t":
+        raise ValueError(f"paired_verdict method {method!r}: expected 't' or 'bootstrap'")
+    half = stats.t.ppf(0.5 + confidence / 2, sample.size - 1) * stats.sem(sample)
+    return mean - half, mean + half
+
+
+def fixed_verdict(label: str, baseline: Sequence[float], candidate: Sequence[float], *,
+                  threshold_pct: float = FIXED_THRESHOLD_PCT) -> Verdict:
+    """Today's rule, kept to compare against: the candidate's mean over the baseline's mean by more
+    than `threshold_pct`, with no noise estimate (the interval is the point itself)."""
+    base = _finite_positive(f"{label} baseline", baseline)
+    cand = _finite_positive(f"{label} candidate", candidate)
+    shift = 100.0 * (float(np.mean(cand)) - float(np.mean(base))) / float(np.mean(base))
+    return Verdict("fixed", label, shift, (shift, shift), float(threshold_pct),
+                   bool(shift > threshold_pct), int(cand.size), 1.0)

@@ -1,0 +1,168 @@
+"""The interleaved A/B session and what it is measured with: board-sim's per-branch slowdown and
+drift model, the faults backend's exact small slowdown, the session's verdicts, and the
+`bench-ab` command (real runs of the embedded model on onnxruntime)."""
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from harness.backends import create_context
+from harness.backends.board_sim import normalize_options
+from harness.backends.faults import FaultInjectionContext
+from harness.backends.board_drift import Drift, load_drift_model
+from harness.model.config import REPO_ROOT
+from harness.core.errors import ConfigError
+from harness.partition.manifest import load_manifest
+from harness.sampling.reference_run import sample_settings
+from harness.results.ab import Side, baseline_options, judge_pairs, run_session
+from tests.helpers import export_fp32, random_bundle
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return random_bundle(tmp_path_factory, seed=17)
+
+
+@pytest.fixture(scope="module")
+def partition(model, tmp_path_factory):
+    return export_fp32(model, tmp_path_factory)
+
+
+def _run_seconds(manifest, branch, **options):
+    from harness.backends import board_sim
+    entry = next(e for e in manifest.subgraphs if e.branch == branch)
+    ctx = create_context("board-sim", entry.label, **normalize_options({"time_scale": 0.01, **options}))
+    ctx.load(manifest.path_of(entry))
+    ctx.init()
+    try:
+        inputs = [np.zeros(s.shape, s.dtype) for s in entry.inputs]
+        took = []
+        for _ in range(3):
+            board_sim._CLOCK = board_sim._Clock()   # no overshoot debt to shorten this run
+            start = time.perf_counter()
+            ctx.run(inputs)
+            took.append(time.perf_counter() - start)
+        return min(took), ctx.run_s_per_row * inputs[0].shape[0], ctx.slowdown
+    finally:
+        ctx.release()
+
+
+def test_board_sim_slows_only_the_named_branch(partition):
+    manifest = load_manifest(partition)
+    slow, target, factor = _run_seconds(manifest, "ffn", slowdown="ffn=x1.5")
+    assert factor == 1.5 and slow >= 1.5 * target       # a pause never ends early
+    _, _, factor = _run_seconds(manifest, "self_attn", slowdown="ffn=x1.5")
+    assert factor == 1.0
+
+
+@pytest.mark.parametrize("spec", ["ffn=1.5x", "mlp=x1.1", "x0", "x1e9", "x nan"])
+def test_bad_slowdowns_name_the_option(spec):
+    with pytest.raises(ConfigError, match="'slowdown'"):
+        normalize_options({"slowdown": spec})
+
+
+def test_drift_seed_must_be_a_whole_number():
+    with pytest.raises(ConfigError, match="'drift'"):
+        normalize_options({"drift": -1})
+    assert normalize_options({"drift": 3, "slowdown": "x1.03"})["slowdown"] == \
+        {"self_attn": 1.03, "cross_attn": 1.03, "ffn": 1.03}
+
+
+def test_drift_spread_comes_from_the_measured_pairs(tmp_path):
+    data = tmp_path / "drift.toml"
+    data.write_text("[measured.a]\ncore_per_step = [10.0, 11.0]\n[measured.b]\ncore_per_step = [4.0, 4.0]\n"
+                    "[model]\ncorrelation_s = 100.0\ninvocation_jitter = 0.0\n")
+    model = load_drift_model(data)
+    assert model.sigma == pytest.approx(math.log(1.1) / 2)      # mean of (log 1.1)^2 and 0, halved
+    data.write_text("[measured.a]\ncore_per_step = [10.0]\n[model]\ncorrelation_s = 1\ninvocation_jitter = 0\n")
+    with pytest.raises(ConfigError, match=str(data)):
+        load_drift_model(data)
+
+
+def test_drift_is_shared_at_short_range_and_forgotten_at_long_range():
+    model = load_drift_model()
+    drift = Drift(model, seed=1, trials=20000)
+    start = drift.mean_factor("ffn", 0.0, 28)
+    soon = drift.mean_factor("ffn", 0.01 * model.correlation_s, 28)
+    later = drift.mean_factor("ffn", 20 * model.correlation_s, 28)
+    assert np.std(np.log(start)) == pytest.approx(model.sigma, rel=0.05)
+    assert np.corrcoef(np.log(start), np.log(soon))[0, 1] > 0.9
+    assert abs(np.corrcoef(np.log(start), np.log(later))[0, 1]) < 0.05
+
+
+def test_faults_slowdown_is_exact_for_short_stages():
+    ctx = FaultInjectionContext("subgraph 0 (block 0 ffn)", slowdown=1.05)
+
+    def stage():
+        start = time.perf_counter()
+        while time.perf_counter() < start + 0.002:
+            pass
+        inner.append(time.perf_counter() - start)
+    inner, ratios = [], []
+    for _ in range(15):
+        start = time.perf_counter()
+        ctx._stretched(stage)
+        ratios.append((time.perf_counter() - start) / inner[-1])
+    assert statistics.median(ratios) == pytest.approx(1.05, abs=0.01)
+
+
+def _pairs(base, cand):
+    return [{"baseline": b, "candidate": c} for b, c in zip(base, cand)]
+
+
+def test_session_judges_every_figure_with_a_time_and_shares_the_confidence():
+    rng = np.random.default_rng(0)
+    base = [{"step": 1.0 * f, "ffn core": 0.5 * f, "load": 0.0} for f in np.exp(rng.normal(0, 0.1, 8))]
+    cand = [{"step": b["step"] * 1.001, "ffn core": b["ffn core"] * 1.10, "load": 0.0} for b in base]
+    verdicts = judge_pairs(_pairs(base, cand), threshold_pct=2, confidence=0.99)
+    assert [v.label for v in verdicts] == ["step", "ffn core"]           # load never took time
+    assert all(v.confidence == pytest.approx(0.995) for v in verdicts)
+    assert [v.label for v in verdicts if v.regression] == ["ffn core"]
+
+
+def test_the_suites_fault_is_the_candidates_only():
+    options = {"slowdown": 3.0, "threads": 1}
+    assert baseline_options(options, "slow=x3") == {"threads": 1}
+    assert baseline_options(options, None) == options
+
+
+@pytest.mark.slow
+def test_a_session_finds_a_slowed_candidate_and_passes_an_unchanged_one(model, partition):
+    settings = sample_settings(model, steps=1)
+    same = run_session(model, Side("baseline", partition, "faults"), Side("candidate", partition, "faults"),
+                       settings, rounds=5)
+    slowed = run_session(model, Side("baseline", partition, "faults"),
+                         Side("candidate", partition, "faults", {"slowdown": 3.0}), settings, rounds=5)
+    assert len(same.pairs) == 5 and not same.regressions, [v.line() for v in same.regressions]
+    flagged = {v.label for v in slowed.regressions}
+    assert "step" in flagged and "init" in flagged
+    assert "release" not in flagged         # the fault does not stretch release
+
+
+def _bench_ab(*args):
+    return subprocess.run([sys.executable, "-m", "harness", "bench-ab", *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_bench_ab_fails_a_slowed_candidate_naming_the_figure(model, partition, tmp_path):
+    out = tmp_path / "ab.json"
+    run = _bench_ab("--baseline", str(partition), "--candidate", str(partition), "--model-dir",
+                    str(model.model_dir), "--backend", "faults", "--fault", "slow=x3",
+                    "--steps", "1", "--rounds", "4", "--out", str(out))
+    assert run.returncode == 1, run.stderr
+    assert any(line.startswith("REGRESSION init +") and "over the 2 % threshold" in line
+               for line in run.stdout.splitlines()), run.stdout
+    assert json.loads(out.read_text())["regression"] is True
+
+
+def test_bench_ab_bad_option_is_one_line():
+    run = _bench_ab("--baseline", "x", "--candidate", "y", "--fault", "slow=x2")
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines()[-1].endswith("--fault needs --backend faults (got --backend onnxruntime)")
+    assert "Traceback" not in run.stderr

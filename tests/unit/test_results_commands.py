@@ -1,0 +1,200 @@
+"""`bin/harness results ...` and the verdicts of a run against its store, on real stores (SQLite and
+PostgreSQL) and real files of the old formats."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+
+import pytest
+
+from harness.cli.main import main
+from harness.results.judge import FIRST, HISTORY, UPGRADE, judge_run
+from harness.results.store import ResultsStore
+from tests.results_data import VERSIONS_NEW, make_run
+
+pytestmark = pytest.mark.results
+
+_NOISE = (0.0, 0.012, -0.008, 0.005, -0.011, 0.009, -0.004, 0.007, -0.006, 0.003)  # ~0.8 % spread
+
+
+def _old_record(day: int, step_s: float) -> dict:
+    """A record as harness/history.py appended it."""
+    return {"time": f"2026-08-{day:02d}T09:30:00+00:00", "board_id": "rock5c-01", "backend": "rknnlite",
+            "model": "embedded-digits", "manifest_hash": "sha256:abc", "valid": True, "case": "cat",
+            "mean_step_s": step_s, "total_denoise_s": step_s * 20, "precision": "float16", "steps": 20,
+            "branch_s_per_step": {"self_attn": 0.2, "cross_attn": 0.1, "ffn": 0.3},
+            "lifecycle_s_per_step": {"load": 0.5, "init": 0.4, "run": 0.6, "release": 0.05},
+            "versions": {"npu_driver": "0.9.8"}, "git_revision": "abc123", "run_id": f"gh-{day}-1"}
+
+
+def test_import_skips_a_torn_last_line_and_keeps_the_rest(results_url, tmp_path, capsys):
+    history = tmp_path / "history.jsonl"
+    good = "".join(json.dumps(_old_record(d, 1.0 + d / 100)) + "\n" for d in (1, 2, 3))
+    history.write_text(good + json.dumps(_old_record(4, 1.1))[:57])      # killed mid-append
+    assert main(["results", "import", "--history", str(history), "--results", results_url]) == 0
+    captured = capsys.readouterr()
+    assert f"{history} line 4: torn last line" in captured.err and "3 run(s) imported" in captured.out
+    with ResultsStore(results_url) as store:
+        assert [r.run_id for r in store.runs()] == ["gh-1-1", "gh-2-1", "gh-3-1"]
+        assert store.runs()[0].branches == {"self_attn": 0.2, "cross_attn": 0.1, "ffn": 0.3}
+    # a second import of the same file adds nothing and says why
+    assert main(["results", "import", "--history", str(history), "--results", results_url]) == 0
+    assert "already in the store" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mean", [math.nan, math.inf, -2.0, 0.0])
+def test_import_refuses_a_baseline_that_would_judge_every_run_within_or_divide_by_zero(results_url, tmp_path,
+                                                                                       capsys, mean):
+    folder = tmp_path / "baselines" / "rock5c-01" / "cat"
+    folder.mkdir(parents=True)
+    key = {"case": "cat", "steps": 20, "precision": "float16", "backend": "rknnlite", "manifest_hash": "h",
+           "versions": {}}
+    (folder / "bad.json").write_text(json.dumps({"key": key, "mean_s": mean, "board_id": "rock5c-01",
+                                                 "saved_utc": "2026-08-01T09:30:00+00:00", "run_id": "gh-9"}))
+    (folder / "good.json").write_text(json.dumps({"key": key, "mean_s": 20.0, "board_id": "rock5c-01",
+                                                  "saved_utc": "2026-08-02T09:30:00+00:00", "run_id": "gh-10"}))
+    assert main(["results", "import", "--baselines", str(tmp_path / "baselines"), "--results", results_url]) == 1
+    err = capsys.readouterr().err
+    assert "bad.json: skipped: mean_s must be a finite number of seconds > 0" in err
+    with ResultsStore(results_url) as store:
+        (run,) = store.runs()
+        assert run.run_id == "gh-10" and run.mean_step_s == 1.0
+        assert store.baseline("rock5c-01", run.key.experiment)[1] == "imported"
+        # the imported baseline now judges a slower run instead of calling it "within"
+        slower = make_run("new", 1.5, board="rock5c-01")
+        slower = type(slower)(**{**slower.__dict__, "key": run.key, "board_model": run.board_model})
+        assert judge_run(store, slower, 10.0).regressed
+
+
+def test_export_writes_one_csv_row_per_run(results_url, capsys):
+    with ResultsStore(results_url) as store:
+        store.add_run(make_run("r1", 1.0))
+        store.add_run(make_run("r2", 1.5, minute=1, valid=False))
+    assert main(["results", "export", "--results", results_url]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [(r["run_id"], float(r["mean_step_s"]), r["valid"]) for r in rows] == [("r1", 1.0, "1"), ("r2", 1.5, "0")]
+    assert float(rows[1]["core_ffn_s"]) == pytest.approx(0.375) and rows[0]["runtime_lib"] == "2.3.2"
+
+
+def _history(store, count=8, step=1.0, **kw):
+    for i in range(count):
+        store.add_run(make_run(f"old{i}", step * (1 + _NOISE[i % len(_NOISE)]), minute=i, **kw))
+
+
+def test_a_first_run_starts_the_history_and_a_later_one_is_judged_by_it(results_url):
+    with ResultsStore(results_url) as store:
+        assert judge_run(store, make_run("first"), 10.0).kind == FIRST
+        _history(store)
+        ok = judge_run(store, make_run("same", 1.001, minute=50), 10.0)
+        assert ok.kind == HISTORY and not ok.regressed
+        assert {v.kind for v in ok.verdicts} == {"history"} and len(ok.verdicts) == 8
+        slow = judge_run(store, make_run("slow", 1.0, minute=50, branch_factor={"ffn": 1.07}), 10.0)
+        assert slow.regressed and [v.label for v in slow.regressions][0] == "ffn core"
+        assert re.search(r"ffn core \+[67]\.\d % \[[\d.]+, [\d.]+\] over the [345](\.\d)? % threshold", slow.headline())
+
+
+def test_a_stack_upgrade_is_an_upgrade_comparison_and_a_slower_branch_fails_naming_it(results_url):
+    with ResultsStore(results_url) as store:
+        _history(store)
+        store.set_baseline(store.runs()[-1], "saved")
+        same = judge_run(store, make_run("new", 1.0, minute=50, versions=VERSIONS_NEW, manifest_hash="m2"), 10.0)
+        assert same.kind == UPGRADE and not same.regressed
+        assert "runtime_lib 2.3.2 -> 2.5.0" in same.differences and "manifest_hash m1 -> m2" in same.differences
+        assert "8 valid run(s) of the previous stack" in same.reference
+        worse = judge_run(store, make_run("new", 1.0, minute=50, versions=VERSIONS_NEW,
+                                          branch_factor={"cross_attn": 1.10}), 10.0)
+        assert worse.regressed and worse.regressions[0].label == "cross_attn core"
+        assert worse.headline().startswith("upgrade comparison against")
+
+
+def test_a_new_board_starts_from_the_fleet_baseline_of_its_model(results_url):
+    with ResultsStore(results_url) as store:
+        _history(store, board="rock-5c-aaaa")
+        store.set_baseline(store.runs()[-1], "saved")
+        fresh = judge_run(store, make_run("fresh", 1.2, board="rock-5c-ffff", minute=60), 10.0)
+        assert fresh.kind == HISTORY and "fleet's baseline of board model Radxa ROCK 5C" in fresh.reference
+        assert fresh.regressed                              # 20 % slower than the fleet: not "no baseline yet"
+        other_model = judge_run(store, make_run("x", board="orange-5", board_model="Orange Pi 5"), 10.0)
+        assert other_model.kind == FIRST
+
+
+def test_boards_names_the_board_that_is_8_percent_slower(results_url, capsys):
+    with ResultsStore(results_url) as store:
+        for b, (board, step) in enumerate((("rock-5c-aaaa", 1.0), ("rock-5c-bbbb", 1.08), ("rock-5c-cccc", 1.0))):
+            for i in range(6):
+                store.add_run(make_run(f"{board}-{i}", step * (1 + _NOISE[(i + 3 * b) % len(_NOISE)]),
+                                       board=board, minute=10 * b + i))
+    assert main(["results", "boards", "--results", results_url]) == 1
+    out = capsys.readouterr().out
+    assert "outlier board(s): rock-5c-bbbb" in out
+    (line,) = [l for l in out.splitlines() if "OUTLIER" in l]
+    assert re.search(r"board rock-5c-bbbb \+[78]\.\d % \[[\d.]+, [\d.]+\] over the", line)
+
+
+def test_check_reports_the_latest_regression_and_the_change_point(results_url, capsys):
+    with ResultsStore(results_url) as store:
+        _history(store, count=8)
+        for i in range(6):
+            store.add_run(make_run(f"new{i}", 1.2 * (1 + _NOISE[i]), minute=20 + i))
+    assert main(["results", "check", "--results", results_url]) == 1
+    out = capsys.readouterr().out
+    assert "change point at run new0" in out and "denoise step +" in out
+
+
+def test_push_twice_copies_once(tmp_path, postgres_cluster, capsys):
+    local = f"sqlite:///{tmp_path / 'board.sqlite'}"
+    fleet = postgres_cluster.database()
+    with ResultsStore(local) as store:
+        _history(store, count=3)
+    assert main(["results", "push", "--results", local, "--to", fleet]) == 0
+    assert main(["results", "push", "--results", local, "--to", fleet]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("3 run(s) pushed, 0 already there") and out[1].endswith("0 run(s) pushed, 3 already there")
+
+
+def test_a_reading_command_never_makes_a_store(tmp_path, capsys):
+    missing = tmp_path / "typo.sqlite"
+    assert main(["results", "export", "--results", f"sqlite:///{missing}"]) == 2
+    assert f"no results store at {missing}" in capsys.readouterr().err and not missing.exists()
+
+
+def test_an_imported_baseline_points_at_its_run_from_the_history(results_url, tmp_path):
+    history = tmp_path / "history.jsonl"
+    history.write_text("".join(json.dumps(_old_record(d, 1.0)) + "\n" for d in (1, 2)))
+    folder = tmp_path / "baselines" / "rock5c-01" / "cat"
+    folder.mkdir(parents=True)
+    key = {"case": "cat", "steps": 20, "precision": "float16", "backend": "rknnlite", "manifest_hash": "sha256:abc",
+           "versions": {"npu_driver": "0.9.8"}}
+    (folder / "k.json").write_text(json.dumps({"key": key, "mean_s": 20.4, "board_id": "rock5c-01", "run_id": "gh-2-1",
+                                               "saved_utc": "2026-08-02T10:00:00+00:00"}))
+    assert main(["results", "import", "--history", str(history), "--baselines", str(tmp_path / "baselines"),
+                 "--results", results_url]) == 0
+    with ResultsStore(results_url) as store:
+        runs = store.runs()
+        assert [r.run_id for r in runs] == ["gh-1-1", "gh-2-1"]
+        assert store.baseline("rock5c-01", runs[1].key.experiment) == (runs[1], "imported")
+
+
+def test_a_run_with_nothing_changed_fails_about_1_percent_of_the_time_over_all_its_figures():
+    # 400 A/A runs against 10 earlier ones, every figure with its own 5 % log-normal noise: the eight
+    # figures share the run's 99 % (each judged alone at 99 %, the run failed 5 % of the time)
+    from dataclasses import replace
+
+    import numpy as np
+
+    from harness.results.judge import judge_figures
+    rng = np.random.default_rng(1)
+
+    def noisy(i):
+        run = make_run(f"r{i}")
+        jitter = lambda v: float(v * np.exp(rng.normal(0, 0.05)))  # noqa: E731
+        return replace(run, mean_step_s=jitter(run.mean_step_s),
+                       branches={k: jitter(v) for k, v in run.branches.items()},
+                       stages={k: jitter(v) for k, v in run.stages.items()})
+
+    failed = sum(any(v.regression for v in judge_figures([noisy(i) for i in range(10)], noisy(99), 10.0))
+                 for _ in range(400))
+    assert failed <= 10, f"{failed} of 400 A/A runs failed"

@@ -1,0 +1,192 @@
+"""The results store on a real SQLite file and a real PostgreSQL server: what goes in comes out whole,
+a corrupt value never gets in, two writers lose nothing, a writer killed mid-run leaves no half run."""
+from __future__ import annotations
+
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from sqlalchemy import insert, text
+
+from harness.model.config import REPO_ROOT
+from harness.results.records import ResultsError
+from harness.results.store import ResultsStore
+from harness.results.tables import metadata, runs
+from tests.results_data import make_run
+
+pytestmark = pytest.mark.results
+
+
+def test_a_run_comes_back_whole(results_url):
+    with ResultsStore(results_url) as store:
+        run = make_run("r1", 1.25)
+        store.add_run(run)
+        assert store.runs() == [run]
+        assert store.runs(board="another") == []
+        store.set_baseline(run, "saved")
+        assert store.baseline(run.board_id, run.key.experiment) == (run, "saved")
+
+
+def test_run_ids_are_unique(results_url):
+    with ResultsStore(results_url) as store:
+        store.add_run(make_run("r1"))
+        with pytest.raises(ResultsError, match="run 'r1' of case 'cat' is already stored"):
+            store.add_run(make_run("r1", 2.0))
+        assert [r.mean_step_s for r in store.runs()] == [1.0]
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -1.0, 0.0])
+def test_a_corrupt_figure_never_becomes_a_run(value):
+    with pytest.raises(ResultsError, match="mean_step_s must be"):
+        make_run("r1", value)
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-1", "0"])
+def test_the_database_itself_rejects_a_corrupt_row(results_url, value):
+    # Another tool writing SQL straight into the store is held to the same rules by CHECK constraints.
+    with ResultsStore(results_url) as store:
+        row = dict(run_id="x", case_name="c", time="2026-11-01T00:00:00+00:00", board_id="b", board_model="m",
+                   model="e", backend="onnxruntime", precision="float16", steps=4, manifest_hash="h", versions="{}",
+                   key_digest="k", experiment="e", valid=True, invalid_reasons="[]", total_denoise_s=1.0)
+        with pytest.raises(Exception), store.engine.begin() as conn:
+            conn.execute(insert(runs).values(**row, mean_step_s=text(f"CAST('{value}' AS REAL)")
+                                             if store.engine.dialect.name == "sqlite" else float(value)))
+        assert store.runs() == []
+
+
+def test_schema_migrations_match_the_tables(results_url):
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+    with ResultsStore(results_url) as store, store.engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+
+
+_WRITER = textwrap.dedent("""
+    import sys
+    from harness.results.store import ResultsStore
+    from tests.results_data import make_run
+    url, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    store = ResultsStore(url)
+    print("open", flush=True)
+    sys.stdin.readline()                    # both writers start together
+    for i in range(count):
+        store.add_run(make_run(f"{name}-{i}", 1.0 + i / 1000, minute=i))
+""")
+
+
+def test_two_writers_at_once_lose_nothing(results_url):
+    count = 40
+    writers = [subprocess.Popen([sys.executable, "-c", _WRITER, results_url, name, str(count)], cwd=REPO_ROOT,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for name in ("a", "b")]
+    for w in writers:
+        assert w.stdout.readline().strip() == "open", w.stderr.read()
+    for w in writers:
+        w.stdin.write("go\n")
+        w.stdin.flush()
+    for w in writers:
+        assert w.wait(timeout=300) == 0, w.stderr.read()
+    with ResultsStore(results_url) as store:
+        stored = store.runs()
+    assert sorted(r.run_id for r in stored) == sorted(f"{n}-{i}" for n in "ab" for i in range(count))
+    assert all(len(r.subgraphs) == 6 and len(r.step_s) == 4 for r in stored)
+
+
+# The writer stops inside its transaction, after the run's row and before its subgraph rows, and
+# says so; the test kills it there with SIGKILL.
+_KILLED = textwrap.dedent("""
+    import sys, time
+    from sqlalchemy import event
+    from harness.results.store import ResultsStore
+    from tests.results_data import make_run
+    store = ResultsStore(sys.argv[1])
+    store.add_run(make_run("before"))
+    @event.listens_for(store.engine, "before_cursor_execute")
+    def pause(conn, cursor, statement, *args):
+        if "run_subgraphs" in statement:
+            print("mid-write", flush=True)
+            time.sleep(600)
+    store.add_run(make_run("killed"))
+""")
+
+
+def test_a_writer_killed_mid_run_leaves_the_store_readable_without_the_half_run(results_url):
+    child = subprocess.Popen([sys.executable, "-c", _KILLED, results_url], cwd=REPO_ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "mid-write", child.stderr.read()
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    with ResultsStore(results_url) as store:
+        assert [r.run_id for r in store.runs()] == ["before"]
+        with store.engine.connect() as conn:    # no orphaned stage or step rows of the killed run
+            assert conn.execute(text("SELECT COUNT(*) FROM run_steps")).scalar() == 4
+        store.add_run(make_run("after", minute=1))
+        assert [r.run_id for r in store.runs()] == ["before", "after"]
+
+
+def test_a_writer_killed_at_a_random_moment_leaves_only_whole_runs(results_url):
+    # no pause this time: killed wherever it is in a stream of writes, once it has written a run
+    child = subprocess.Popen([sys.executable, "-c", _WRITER, results_url, "k", "5000"], cwd=REPO_ROOT,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "open", child.stderr.read()
+    with ResultsStore(results_url) as watcher:
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        deadline = time.monotonic() + 120
+        while not watcher.has_run("k-0", "cat") and time.monotonic() < deadline:
+            time.sleep(0.005)
+    time.sleep(random.uniform(0, 0.05))
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(timeout=60)
+    with ResultsStore(results_url) as store:
+        stored = store.runs()
+        with store.engine.connect() as conn:
+            rows = {t: conn.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar()
+                    for t in ("run_stages", "run_branches", "run_steps", "run_subgraphs", "run_quality")}
+    assert 0 < len(stored) < 5000, "the writer was to be killed part way"
+    assert all(len(r.stages) == 4 and len(r.subgraphs) == 6 for r in stored)
+    n = len(stored)
+    assert rows == {"run_stages": 4 * n, "run_branches": 3 * n, "run_steps": 4 * n, "run_subgraphs": 6 * n,
+                    "run_quality": n}, "rows of a run that is not in the store"
+
+
+def test_push_copies_what_the_fleet_store_lacks_once(tmp_path, postgres_cluster):
+    local = ResultsStore(f"sqlite:///{tmp_path / 'board.sqlite'}")
+    fleet = ResultsStore(postgres_cluster.database())
+    for i in range(3):
+        local.add_run(make_run(f"r{i}", minute=i))
+    local.set_baseline(local.runs()[1], "saved")
+    fleet.add_run(make_run("r0"))
+    assert local.push(fleet) == (2, 1)
+    assert local.push(fleet) == (0, 3)          # idempotent: a second push copies nothing
+    assert [r.run_id for r in fleet.runs()] == ["r0", "r1", "r2"]
+    run = fleet.runs()[1]
+    assert fleet.baseline(run.board_id, run.key.experiment) == (run, "saved")
+
+
+def test_a_bad_url_is_one_line():
+    with pytest.raises(ResultsError, match="not a database URL"):
+        ResultsStore("results.sqlite")
+    with pytest.raises(ResultsError, match="choose a sqlite:/// or postgresql://"):
+        ResultsStore("mysql://x/y")
+
+
+@pytest.mark.parametrize("ci, outcome", [("true", {"errors": 1}), ("", {"skipped": 1})])
+def test_a_missing_postgresql_server_fails_in_ci_and_skips_elsewhere(pytester, monkeypatch, ci, outcome):
+    monkeypatch.setenv("CI", ci)
+    pytester.makeconftest("import tests.postgres\n"
+                          "tests.postgres.find_pg_bin = lambda: None      # a machine without initdb\n"
+                          "from tests.conftest import postgres_cluster  # noqa: F401\n")
+    pytester.makepyfile(test_needs_server="def test_server(postgres_cluster):\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:harness.pytest_plugin", "-rs")
+    result.assert_outcomes(**outcome)
+    result.stdout.fnmatch_lines(["*no PostgreSQL server (initdb) here: install Debian's postgresql*"])

@@ -1,0 +1,270 @@
+"""Verdict benchmark, run by hand: false positives and detection of the three verdicts side by side.
+
+    .venv/bin/python tools/bench_verdicts.py [--trials 2000] [--only board-sim|real-board-sim|onnxruntime]
+
+For A/A comparisons (nothing changed) and injected slowdowns of +2, +3, +5 and +10 % it counts how
+often each verdict says "regression":
+  fixed      today's rule: one candidate run's mean step time over one baseline run's by > 10 %;
+  history    one new run, or the mean of the 5 runs after the change, against the 20 earlier valid
+             runs (history_verdict), and a change point found at the change in those 25 runs;
+  A/B        one interleaved session of --rounds pairs, every figure judged (judge_pairs): the
+             session fails when any figure does.
+(a) the simulated board: the board-sim timing model (boards/data/rock5c-anima.toml) with the drift
+    model of boards/data/board-drift.toml, vectorised over --trials independent boards (a Monte
+    Carlo of what board-sim does run by run, without its sleeps); the slowdown stretches every NPU
+    stage (load, init, run, release) of every branch, as board-sim's `slowdown` option does. Runs of
+    the history are --history-steps long and far apart (independent drift levels); an A/B round is
+    one --ab-steps run per side, back to back.
+(a') a few real board-sim A/B sessions (scaled sleeps, drift on) at A/A and +3 %, as a check of (a).
+(b) onnxruntime here: the embedded model, real runs through the faults backend (slow=xFACTOR
+    stretches load, init and run of every subgraph), one long interleaved stream of baseline and
+    candidate runs per condition, cut into sessions and history windows.
+Rates are printed with a 95 % Clopper-Pearson interval. Nothing is asserted: this is a measurement.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harness.core.atomic import atomic_write_json  # noqa: E402
+from harness.backends.board_drift import Drift, load_drift_model  # noqa: E402
+from harness.backends.board_profile import BRANCH_ORDER, load_board_profile  # noqa: E402
+from harness.results.ab import DEFAULT_THRESHOLD_PCT, judge_pairs  # noqa: E402
+from harness.results.verdicts import change_points, fixed_verdict, history_verdict  # noqa: E402
+
+SLOWDOWNS = (0.0, 0.02, 0.03, 0.05, 0.10)
+STAGES = ("load", "init", "run", "release")
+HISTORY_RUNS, AFTER_RUNS = 20, 5
+
+
+class SimulatedBoard:
+    """board-sim's step, vectorised: per branch and stage, the profile's seconds x slowdown x the
+    branch's drift factor now, summed over the branch's subgraphs; plus the host's fixed time."""
+
+    def __init__(self, drift: Drift):
+        profile = load_board_profile()
+        self.drift = drift
+        self.blocks = profile.blocks
+        self.seconds = {b: {**profile.stage_seconds(b), "run": profile.core_per_invocation(b)} for b in BRANCH_ORDER}
+        self.host = profile.host_per_invocation() * profile.subgraphs
+        self.t = 0.0
+
+    def run(self, steps: int, slow: float) -> dict[str, np.ndarray]:
+        """One run's figures (as harness.results.ab.session_figures names them), per trial."""
+        totals: dict[str, np.ndarray] = {}
+        for _ in range(steps):
+            step = self.host
+            for b in BRANCH_ORDER:
+                for stage in STAGES:
+                    x = self.blocks * self.seconds[b][stage] * (1 + slow) * self.drift.mean_factor(b, self.t, self.blocks)
+                    name = f"{b} core" if stage == "run" else stage
+                    totals[name] = totals.get(name, 0) + x
+                    step = step + x
+                    self.t += float(np.mean(x))
+            totals["step"] = totals.get("step", 0) + step
+            self.t += self.host
+        return {k: v / steps for k, v in totals.items()}
+
+    def idle(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def rate(hits: int, n: int) -> str:
+    """'1.2 % [0.6, 2.1]': the rate and its 95 % Clopper-Pearson interval."""
+    ci = stats.binomtest(hits, n).proportion_ci(0.95)
+    return f"{100 * hits / n:5.1f} % [{100 * ci.low:.1f}, {100 * ci.high:.1f}]"
+
+
+def per_trial(figures: dict[str, np.ndarray], i: int) -> dict[str, float]:
+    return {k: float(v[i]) for k, v in figures.items()}
+
+
+def board_history(model, trials: int, slow: float, steps: int, seed: int) -> dict[str, int]:
+    board = SimulatedBoard(Drift(model, seed, trials=trials))
+    runs = []
+    for k in range(HISTORY_RUNS + AFTER_RUNS):
+        runs.append(board.run(steps, slow if k >= HISTORY_RUNS else 0.0)["step"])
+        board.idle(10 * model.correlation_s)        # the next run: another day, another level
+    series = np.stack(runs, axis=1)                 # [trials, runs]
+    hits = {"fixed 1 run vs 1 run": 0, "history 1 run": 0, "history 5 runs": 0, "change point 5 runs": 0}
+    for row in series:
+        before, after = row[:HISTORY_RUNS], row[HISTORY_RUNS:]
+        hits["fixed 1 run vs 1 run"] += fixed_verdict("step", before[-1:], after[:1]).regression
+        hits["history 1 run"] += history_verdict("step", before, after[0]).regression
+        hits["history 5 runs"] += history_verdict("step", before, after).regression
+        found = change_points(row)
+        hits["change point 5 runs"] += (any(abs(p - HISTORY_RUNS) <= 1 for p in found) if slow
+                                        else bool(found))
+    return hits
+
+
+def board_ab(model, trials: int, slow: float, steps: int, rounds: int, threshold: float, seed: int) -> int:
+    board = SimulatedBoard(Drift(model, seed, trials=trials))
+    pairs = []
+    for r in range(rounds):
+        order = ("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline")
+        pairs.append({side: board.run(steps, slow if side == "candidate" else 0.0) for side in order})
+    flagged = 0
+    for i in range(trials):
+        session = [{side: per_trial(p[side], i) for side in p} for p in pairs]
+        flagged += any(v.regression for v in judge_pairs(session, threshold))
+    return flagged
+
+
+def section_board(args) -> dict:
+    model = load_drift_model()
+    print(f"(a) simulated board: drift sigma {100 * model.sigma:.2f} % per branch (from {model.pairs}), "
+          f"correlation {model.correlation_s:g} s, invocation jitter {100 * model.jitter:g} %; "
+          f"{args.trials} trials per cell")
+    out = {"sigma": model.sigma, "correlation_s": model.correlation_s, "jitter": model.jitter, "rows": {}}
+    taus = [model.correlation_s, *args.tau]
+    for slow in SLOWDOWNS:
+        hits = board_history(model, args.trials, slow, args.history_steps, seed=int(1000 * slow) + 1)
+        for tau in taus:
+            m = model.scaled(correlation_s=tau)
+            name = "A/B session" + ("" if tau == model.correlation_s else f" (tau {tau:g} s)")
+            hits[name] = board_ab(m, args.trials, slow, args.ab_steps, args.rounds, args.ab_threshold,
+                                  seed=int(1000 * slow) + 7)
+        out["rows"][f"{slow:+.0%}"] = hits
+        print_row(slow, hits, args.trials)
+    return out
+
+
+def print_row(slow: float, hits: dict, n: int) -> None:
+    what = "A/A (false positives)" if slow == 0 else f"+{100 * slow:g} % (detection)"
+    print(f"  {what}")
+    for name, h in hits.items():
+        print(f"    {name:<28} {rate(h, n)}")
+
+
+def ort_stream(bundle, part, slow: float, runs: int, steps: int) -> list[dict]:
+    """`runs` rounds of a baseline run and a faults-backend candidate run, alternating order (the
+    A/B session's own loop; its round 0 builds the sessions and is not counted)."""
+    from harness.sampling.reference_run import sample_settings
+    from harness.results.ab import Side, run_session
+    candidate = {"slowdown": 1 + slow} if slow else {}
+    return run_session(bundle, Side("baseline", part, "faults"), Side("candidate", part, "faults", candidate),
+                       sample_settings(bundle, steps=steps), rounds=runs, warmup=1).pairs
+
+
+def section_real_board_sim(args) -> dict:
+    """A few real board-sim A/B sessions (sleeping through the scaled board time, drift on): the
+    check that the vectorised model above is what board-sim does."""
+    from harness.backends.board_sim import normalize_options
+    from harness.model.bundle import load_bundle
+    from harness.sampling.reference_run import sample_settings
+    from harness.results.ab import Side, run_session
+    from tools.bench_lifecycle import partition
+    bundle = load_bundle(ROOT / "models" / "embedded")
+    part = partition(bundle, "float16")
+    print(f"(a') real board-sim sessions: {args.real_sessions} per condition, {args.rounds} rounds, "
+          f"time scale {args.time_scale:g}, drift on")
+    out = {}
+    for slow in (0.0, 0.03):
+        flagged, shifts = 0, []
+        for k in range(args.real_sessions):
+            base = normalize_options({"time_scale": args.time_scale, "drift": 100 + k})
+            cand = {**base, "slowdown": f"x{1 + slow}"}
+            session = run_session(bundle, Side("baseline", part, "board-sim", base),
+                                  Side("candidate", part, "board-sim", cand),
+                                  sample_settings(bundle, steps=args.ab_steps), rounds=args.rounds,
+                                  threshold_pct=args.ab_threshold)
+            flagged += bool(session.regressions)
+            shifts.append(next(v.shift_pct for v in session.verdicts if v.label == "step"))
+        out[f"{slow:+.0%}"] = {"flagged": flagged, "n": args.real_sessions, "step_shift_pct": shifts}
+        print(f"  {'A/A' if slow == 0 else '+3 %'}: {rate(flagged, args.real_sessions)} of sessions flagged; "
+              f"step shift {np.mean(shifts):+.2f} % (sd {np.std(shifts):.2f}), load {os.getloadavg()[0]:.2f}")
+    return out
+
+
+def section_onnxruntime(args) -> dict:
+    from harness.model.bundle import load_bundle
+    from tools.bench_lifecycle import partition
+    bundle = load_bundle(ROOT / "models" / "embedded")
+    part = partition(bundle, "float16")
+    print(f"(b) onnxruntime here: embedded model, {args.ort_runs} rounds (baseline + candidate run, "
+          f"{args.ort_steps} step each) per condition, A/B sessions of {args.rounds} rounds")
+    out = {"rows": {}}
+    for slow in SLOWDOWNS:
+        started = time.perf_counter()
+        pairs = ort_stream(bundle, part, slow, args.ort_runs, args.ort_steps)
+        base = np.array([p["baseline"]["step"] for p in pairs])
+        cand = np.array([p["candidate"]["step"] for p in pairs])
+        hits, n = judge_stream(pairs, base, cand, args.rounds, args.ab_threshold)
+        cv = float(np.std(np.log(base), ddof=1))
+        out["rows"][f"{slow:+.0%}"] = {"hits": hits, "n": n, "baseline_step_log_sd": cv,
+                                      "seconds": time.perf_counter() - started}
+        print(f"  {'A/A (false positives)' if slow == 0 else f'+{100 * slow:g} % (detection)'}: run-to-run sd "
+              f"of the step {100 * cv:.1f} %, {time.perf_counter() - started:.0f} s, load {os.getloadavg()[0]:.2f}")
+        for name, h in hits.items():
+            print(f"    {name:<28} {rate(h, n[name])}")
+    return out
+
+
+def judge_stream(pairs, base, cand, rounds: int, threshold: float):
+    """The stream cut into non-overlapping A/B sessions, and history windows sliding over it."""
+    hits = {"fixed 1 run vs 1 run": 0, "history 1 run": 0, "history 5 runs": 0, "A/B session": 0}
+    n = dict.fromkeys(hits, 0)
+    for i in range(len(pairs)):
+        hits["fixed 1 run vs 1 run"] += fixed_verdict("step", base[i:i + 1], cand[i:i + 1]).regression
+        n["fixed 1 run vs 1 run"] += 1
+    for i in range(HISTORY_RUNS, len(pairs) - AFTER_RUNS + 1, AFTER_RUNS):
+        history = base[i - HISTORY_RUNS:i]
+        hits["history 1 run"] += history_verdict("step", history, cand[i]).regression
+        hits["history 5 runs"] += history_verdict("step", history, cand[i:i + AFTER_RUNS]).regression
+        n["history 1 run"] += 1
+        n["history 5 runs"] += 1
+    for i in range(0, len(pairs) - rounds + 1, rounds):
+        hits["A/B session"] += any(v.regression for v in judge_pairs(pairs[i:i + rounds], threshold))
+        n["A/B session"] += 1
+    return hits, n
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trials", type=int, default=2000, help="simulated boards per cell (default %(default)s)")
+    p.add_argument("--rounds", type=int, default=12, help="pairs per A/B session (default %(default)s)")
+    p.add_argument("--ab-steps", type=int, default=1, help="board steps per A/B run (default %(default)s)")
+    p.add_argument("--ab-threshold", type=float, default=DEFAULT_THRESHOLD_PCT,
+                   help="A/B threshold in %% (default %(default)s)")
+    p.add_argument("--history-steps", type=int, default=20, help="board steps per history run (default %(default)s)")
+    p.add_argument("--tau", type=float, action="append", default=[],
+                   help="also run the A/B rows with this drift correlation time in board seconds")
+    p.add_argument("--ort-runs", type=int, default=240, help="onnxruntime rounds per condition (default %(default)s)")
+    p.add_argument("--ort-steps", type=int, default=1)
+    p.add_argument("--real-sessions", type=int, default=5,
+                   help="real board-sim A/B sessions per condition in section real-board-sim (default %(default)s)")
+    p.add_argument("--time-scale", type=float, default=0.005, help="board-sim time scale for those")
+    p.add_argument("--only", choices=("board-sim", "real-board-sim", "onnxruntime"), action="append")
+    p.add_argument("--out", type=Path, default=ROOT / "out" / "bench-verdicts.json")
+    args = p.parse_args()
+    only = set(args.only or ("board-sim", "real-board-sim", "onnxruntime"))
+    result = {"args": {k: str(v) for k, v in vars(args).items()}, "machine": platform.platform(),
+              "cpus": os.cpu_count(), "load_start": os.getloadavg()}
+    print(f"{platform.node()}: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; A/B threshold "
+          f"{args.ab_threshold:g} %, history floor 3 %, fixed rule 10 %")
+    if "board-sim" in only:
+        result["board_sim"] = section_board(args)
+    if "real-board-sim" in only:
+        result["real_board_sim"] = section_real_board_sim(args)
+    if "onnxruntime" in only:
+        result["onnxruntime"] = section_onnxruntime(args)
+    result["load_end"] = os.getloadavg()
+    atomic_write_json(args.out, json.loads(json.dumps(result, default=float)))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
