@@ -128,12 +128,12 @@ KIND_OF = {
     "argument": ["cli-steps-zero", "cli-mem-floor-abc", "cli-cfg-out-of-range", "cli-fault-unknown",
                  "cli-fault-wrong-backend", "cli-core-mask-bad", "pytest-mem-floor-abc",
                  "pytest-profile-mem-floor-float", "pytest-golden-dir-missing", "pytest-profile-missing",
-                 "pytest-case-unknown", "pytest-backend-unknown"],
+                 "pytest-case-unknown", "pytest-backend-unknown", "cli-results-not-a-url"],
     "output": ["cli-out-not-png", "cli-out-under-a-file", "cli-out-report-is-a-folder", "cli-disk-full",
-               "pytest-artifacts-under-a-file", "pytest-history-under-a-file", "pytest-disk-full",
+               "pytest-artifacts-under-a-file", "pytest-results-under-a-file", "pytest-disk-full",
                "pytest-artifacts-foreign", "pytest-artifacts-in-use"],
     "input file": ["cli-weights-truncated", "cli-no-manifest", "cli-manifest-nul-name", "cli-subgraph-truncated",
-                   "cli-other-weights", "cli-subgraphs-swapped", "cli-onnx-garbage", "cli-trend-history-torn",
+                   "cli-other-weights", "cli-subgraphs-swapped", "cli-onnx-garbage", "cli-trend-store-not-a-database",
                    "pytest-subgraph-truncated", "pytest-weights-truncated", "pytest-golden-wrong-shape"],
     "numerics": ["cli-nan-subgraph", "cli-output-shape", "cli-nan-decoder", "pytest-nan-subgraph",
                  "pytest-output-shape", "pytest-nan-decoder"],
@@ -789,15 +789,14 @@ def test_the_pss_gate_of_a_prefetch_run_counts_its_workers_and_names_the_lifecyc
 @pytest.mark.slow
 def test_a_clock_moving_mid_benchmark_marks_it_invalid_and_no_baseline(world):
     """The NPU clock changes while the benchmark's rounds run: the run is flagged INVALID in the
-    benchmark JSON and the history, and is not saved as a baseline even with --save-baseline."""
+    benchmark JSON and the results store, and is not saved as a baseline even with --save-baseline."""
     sysfs = world["root"] / "clock-moves-sysfs"          # the board's clocks, as this run will read them
     shutil.copytree(REPO_ROOT / "tests" / "data" / "sysfs-rk3588", sysfs)
     npu_clock = sysfs / "sys/class/devfreq/fdab0000.npu/cur_freq"
     before = npu_clock.read_text().strip()
-    baselines = world["root"] / "clock-moves-baselines"
     run = SignalRun("bin-test-clock-moves-mid-benchmark", world,
                     [*BIN_TEST, "--fault=slow=0.01", "--bench-steps=20", f"--telemetry-root={sysfs}",
-                     "--save-baseline", f"--baselines={baselines}",
+                     "--save-baseline",
                      str(REPO_ROOT / "tests/acceptance/test_benchmark.py")], 0, _in_test("test_denoise_time"))
     fault_dir = run.dir
     _wait_for(lambda: run.ready(run.dir) or run.proc.poll() is not None, "the benchmark's rounds")
@@ -810,9 +809,11 @@ def test_a_clock_moving_mid_benchmark_marks_it_invalid_and_no_baseline(world):
     assert info["valid"] is False, info
     moved = f"frequency changed during the window: {int(before) / 1e6:g} MHz -> {int(before) // 2 / 1e6:g} MHz"
     assert any(moved in reason for reason in info["invalid_reasons"]), info["invalid_reasons"]
-    history = [json.loads(line) for line in (fault_dir / "history.jsonl").read_text().splitlines()]
-    assert history[-1]["valid"] is False and history[-1]["invalid_reasons"] == info["invalid_reasons"]
-    assert not list(baselines.rglob("*.json")), "an INVALID run became a baseline"
+    from harness.results.store import ResultsStore
+    with ResultsStore(f"sqlite:///{fault_dir / 'results.sqlite'}", create=False) as store:
+        [stored] = store.runs()
+        assert stored.valid is False and list(stored.invalid_reasons) == info["invalid_reasons"]
+        assert store.baseline_pairs() == [], "an INVALID run became a baseline"
     assert "INVALID" in out and "Traceback" not in out, out
     assert code == 0, out            # the gate passed; its figures are marked, not trusted
     assert_no_leftover_process(world["root"])

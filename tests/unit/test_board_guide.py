@@ -64,8 +64,8 @@ def _offboard(script: str, tmp: Path) -> str:
     for old, new in rooted.items():
         script = script.replace(old, str(new))
     script = re.sub(r"(?<![\w/.-])out/", f"{tmp}/out/", script)
-    # The board profile's own paths (history, baselines, artifacts) also go to the temporary folder.
-    state = f"--history={tmp}/state/history.jsonl --baselines={tmp}/state/baselines --artifacts={tmp}/artifacts"
+    # The board profile's own paths (the results store, artifacts) also go to the temporary folder.
+    state = f"--results=sqlite:///{tmp}/state/results.sqlite --artifacts={tmp}/artifacts"
     return re.sub(r"(?m)^(\s*)bin/test ", rf"\1bin/test --telemetry-root={TREE} {state} ", script)
 
 

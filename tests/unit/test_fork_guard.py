@@ -2,7 +2,7 @@
 pins the head commit a maintainer's approving review is of, plans no licensed target and says "fork";
 the board job then runs the suite through .ci/board-run, which for a fork keeps every write in the job's
 temp folder and seals the run with .ci/untrusted-run (bubblewrap): the licensed folder reads as empty and
-the board's shared state (baselines, history, shared venv) cannot be written. Both scripts run for real
+the board's shared state (the results store, shared venv) cannot be written. Both scripts run for real
 here, with temporary folders standing in for /opt/anima and /var/lib/anima-ci."""
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import subprocess
 import sys
 
 import pytest
+
+from tests.helpers import missing_tool
 
 from harness.model.config import REPO_ROOT
 
@@ -78,12 +80,9 @@ def test_a_toolkit_change_plans_old_and_new(tmp_path):
 def board(tmp_path):
     """A checkout whose bin/test reports what it was given and tries what fork code might try."""
     if shutil.which("bwrap") is None:
-        message = "bubblewrap is not installed (bin/debian-packages.txt; bin/test installs it as root)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing_tool("bubblewrap is not installed (bin/debian-packages.txt; bin/test installs it as root)")
     checkout, licensed, shared, temp = (tmp_path / n for n in ("checkout", "licensed", "shared", "runner-temp"))
-    for d in (checkout / "bin", checkout / ".ci", licensed, shared / "baselines", temp):
+    for d in (checkout / "bin", checkout / ".ci", licensed, shared, temp):
         d.mkdir(parents=True)
     (licensed / "dit.safetensors").write_text("licensed weights")
     (checkout / "pyproject.toml").write_text("[project]\n")
@@ -93,7 +92,7 @@ def board(tmp_path):
 echo "args: $*"
 echo "venv: $ANIMA_VENV"
 cat {licensed}/dit.safetensors 2>/dev/null && echo "read licensed: yes" || echo "read licensed: no"
-touch {shared}/baselines/poisoned 2>/dev/null && echo "wrote baselines: yes" || echo "wrote baselines: no"
+touch {shared}/results.sqlite 2>/dev/null && echo "wrote results: yes" || echo "wrote results: no"
 mkdir -p {shared}/venvs/x 2>/dev/null && echo "wrote shared venv: yes" || echo "wrote shared venv: no"
 touch artifacts-ok && echo "wrote checkout: yes"
 """)
@@ -113,16 +112,16 @@ touch artifacts-ok && echo "wrote checkout: yes"
 def test_a_fork_board_run_writes_no_shared_state_and_reads_no_licensed_input(board):
     out = board("fork")
     assert "read licensed: no" in out and "licensed weights" not in out
-    assert "wrote baselines: no" in out and "wrote shared venv: no" in out
+    assert "wrote results: no" in out and "wrote shared venv: no" in out
     assert "wrote checkout: yes" in out
-    assert f"--history={board.temp}/anima-state/history.jsonl --baselines={board.temp}/anima-state/baselines " \
+    assert f"--results=sqlite:///{board.temp}/anima-state/results.sqlite " \
            f"--no-save-baseline -m smoke or npu --require-npu" in out
     assert f"venv: {board.temp}/anima-state/venvs/" in out
-    assert not (board.shared / "baselines" / "poisoned").exists() and not (board.shared / "venvs").exists()
+    assert not (board.shared / "results.sqlite").exists() and not (board.shared / "venvs").exists()
 
 
 def test_a_trusted_board_run_uses_the_shared_state(board):
     out = board("main")
-    assert "wrote baselines: yes" in out and "read licensed: yes" in out
-    assert f"--history={board.shared}/history.jsonl --baselines={board.shared}/baselines --save-baseline" in out
+    assert "wrote results: yes" in out and "read licensed: yes" in out
+    assert f"--results=sqlite:///{board.shared}/results.sqlite --save-baseline" in out
     assert "--no-save-baseline" in board("branch")
