@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sqlite3
+import time
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -81,6 +83,20 @@ def _engine(url: str) -> Engine:
                        f"(not {parsed.get_backend_name()})")
 
 
+def _wal(dbapi) -> None:
+    """WAL mode, kept in the file once set. Switching to it needs the database to itself, and SQLite
+    answers "locked" at once instead of waiting when another process opens the new file at the same
+    moment (two first runs): the switch is retried until BUSY_SECONDS have passed."""
+    deadline = time.monotonic() + BUSY_SECONDS
+    while dbapi.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+        try:
+            dbapi.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def _sqlite_engine(parsed) -> Engine:
     if not parsed.database or parsed.database == ":memory:":
         raise ResultsError(f"--results {parsed}: name a file (sqlite:///.benchmarks/results.sqlite); "
@@ -93,9 +109,9 @@ def _sqlite_engine(parsed) -> Engine:
         # pysqlite's own transaction handling defers BEGIN and cannot take the write lock up front:
         # turn it off and begin explicitly below.
         dbapi.isolation_level = None
-        for pragma in ("journal_mode=WAL", "synchronous=FULL", "foreign_keys=ON",
-                       f"busy_timeout={BUSY_SECONDS * 1000}"):
+        for pragma in (f"busy_timeout={BUSY_SECONDS * 1000}", "synchronous=FULL", "foreign_keys=ON"):
             dbapi.execute(f"PRAGMA {pragma}")
+        _wal(dbapi)
 
     @event.listens_for(engine, "begin")
     def _begin(conn):
