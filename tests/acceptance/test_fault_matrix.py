@@ -11,7 +11,7 @@
 
 Faults run in batches, several per interpreter (cli.main and pytest.main in one subprocess), on a
 small random model with one sampler step; signals need processes of their own and run in parallel.
-Every row has a kind (KIND_OF); docs/hardening.md's table of kinds is read by
+Every row has a kind (KIND_OF); docs/faults.md's table of kinds is read by
 test_every_kind_in_the_table_has_rows, which fails for a kind without a row or a row without a kind.
 Rows that take long (more signals, outside memory pressure, telemetry, name collisions) are `slow`,
 the conversion rows `toolkit`.
@@ -53,7 +53,7 @@ class Fault:
     code: int
     names: str               # regex the one error line must match
     report: str | None       # expected report status; None: refused before the run started
-    kind: str = ""           # from KIND_OF: one of the kinds docs/hardening.md lists
+    kind: str = ""           # from KIND_OF: one of the kinds docs/faults.md lists
 
 
 def cli(name, args, code, names, report=None):
@@ -123,7 +123,7 @@ SIGNALS = ["cli-sigterm", "cli-sigint", "bin-test-sigterm", "bin-test-ctrl-c-in-
 # slow: SIGHUP (an SSH drop on the board) and SIGQUIT (Ctrl-backslash), stopping a run like SIGTERM
 STOP_SIGNALS = [("cli-sighup", signal.SIGHUP, 129), ("cli-sigquit", signal.SIGQUIT, 131),
                 ("bin-test-sighup", signal.SIGHUP, 129), ("bin-test-sigquit", signal.SIGQUIT, 131)]
-# Every row of the matrix by kind; the kinds themselves are docs/hardening.md's table.
+# Every row of the matrix by kind; the kinds themselves are docs/faults.md's table.
 KIND_OF = {
     "argument": ["cli-steps-zero", "cli-mem-floor-abc", "cli-cfg-out-of-range", "cli-fault-unknown",
                  "cli-fault-wrong-backend", "cli-core-mask-bad", "pytest-mem-floor-abc",
@@ -422,8 +422,8 @@ def test_a_killed_golden_updates_leftovers_are_swept_by_the_next_suite_run(resul
 
 
 def _table_kinds() -> list[str]:
-    """The kinds in docs/hardening.md's fault-kind table (its first column, header and rule skipped)."""
-    text = (REPO_ROOT / "docs" / "hardening.md").read_text()
+    """The kinds in docs/faults.md's fault-kind table (its first column, header and rule skipped)."""
+    text = (REPO_ROOT / "docs" / "faults.md").read_text()
     table = text.split("<!-- fault kinds -->", 1)[1].split("<!-- /fault kinds -->", 1)[0]
     rows = [line.strip().strip("|").split("|") for line in table.splitlines() if line.strip().startswith("|")]
     return [cells[0].strip().strip("`") for cells in rows[2:]]
@@ -434,7 +434,7 @@ def test_every_kind_in_the_table_has_rows_and_every_row_a_kind_of_the_table():
     assert kinds and len(set(kinds)) == len(kinds), kinds
     untyped = [f.name for f in FAULTS if not f.kind]
     assert not untyped, f"rows without a kind in KIND_OF: {untyped}"
-    assert set(KIND_OF) == set(kinds), (f"kinds in KIND_OF but not docs/hardening.md: {set(KIND_OF) - set(kinds)}; "
+    assert set(KIND_OF) == set(kinds), (f"kinds in KIND_OF but not docs/faults.md: {set(KIND_OF) - set(kinds)}; "
                                         f"in the table without a row: {set(kinds) - set(KIND_OF)}")
     assert all(KIND_OF[k] for k in kinds), [k for k in kinds if not KIND_OF[k]]
     assert len(ROWS) == sum(len(v) for v in KIND_OF.values()), "a row listed under two kinds"
