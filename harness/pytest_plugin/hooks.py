@@ -33,19 +33,27 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Checks of the board itself (marker `board`: its NPU device node, its runtime's versions) have
-    nothing to look at off an RK3588. There they are deselected, said in one line, rather than skipped;
-    --require-npu asks for the board, and then they run and fail naming what is missing."""
+    """Tests with nothing to look at here are deselected, said in one line, rather than skipped: checks
+    of the board itself (marker `board`: its NPU device node, its runtime's versions) off an RK3588
+    unless --require-npu asks for the board (then they run and fail naming what is missing), and the
+    interleaved A/B session (marker `ab`) without --ab-baseline."""
     s = config.stash[SETTINGS]
-    board_only = [i for i in items if i.get_closest_marker("board")]
-    if s.on_board or s.require_npu or not board_only:
+    if not (s.on_board or s.require_npu):
+        _deselect(config, items, "board", "board-only check(s) deselected: not an RK3588 "
+                                          "(--require-npu runs them, and they fail off the board)")
+    if s.ab_baseline is None:
+        _deselect(config, items, "ab", "A/B session(s) deselected: no --ab-baseline partition to run against")
+
+
+def _deselect(config, items: list, marker: str, why: str) -> None:
+    chosen = [i for i in items if i.get_closest_marker(marker)]
+    if not chosen:
         return
-    items[:] = [i for i in items if not i.get_closest_marker("board")]
-    config.hook.pytest_deselected(items=board_only)
+    items[:] = [i for i in items if not i.get_closest_marker(marker)]
+    config.hook.pytest_deselected(items=chosen)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.write_line(f"anima: {len(board_only)} board-only check(s) deselected: not an RK3588 "
-                            f"(--require-npu runs them, and they fail off the board)")
+        reporter.write_line(f"anima: {len(chosen)} {why}")
 
 
 def pytest_report_header(config):

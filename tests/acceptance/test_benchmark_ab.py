@@ -11,23 +11,24 @@ import pytest
 
 from harness.core.atomic import atomic_write_json
 from harness.core.errors import HarnessError
+from harness.gates.cases import case_inputs
 from harness.results.ab import Side, baseline_options, run_session
 
-pytestmark = [pytest.mark.npu, pytest.mark.benchmark]
+# Marker ab: deselected, said in one line, when no --ab-baseline names the partition to run against.
+pytestmark = [pytest.mark.npu, pytest.mark.benchmark, pytest.mark.ab]
 
 
 def test_denoise_time_ab(suite, gate_runner, golden_cases, npu_guard, record_property):
-    if suite.ab_baseline is None:
-        pytest.skip("no --ab-baseline: the interleaved A/B session needs a baseline partition to run against")
     case = golden_cases[0]
     try:
         gate_runner.prepare()
+        inputs = case_inputs(case, gate_runner.bundle.cfg, suite.golden_dir, suite.bench_steps)
         session = run_session(
             gate_runner.bundle,
             Side("baseline", suite.ab_baseline, suite.backend, baseline_options(suite.backend_options, suite.fault)),
             Side("candidate", gate_runner.partition, suite.backend, suite.backend_options),
-            gate_runner.settings_for(case, suite.bench_steps), rounds=suite.ab_rounds, lifecycle=suite.lifecycle,
-            threshold_pct=suite.ab_threshold, prompt=case.prompt, text_embs=gate_runner.case_text_embs(case),
+            inputs.settings, rounds=suite.ab_rounds, lifecycle=suite.lifecycle,
+            threshold_pct=suite.ab_threshold, prompt=inputs.prompt, text_embs=inputs.text_embs,
             guard=npu_guard)
         atomic_write_json(suite.artifacts / "runs" / f"{case.name}-ab.json", session.as_dict())
     except HarnessError as exc:
