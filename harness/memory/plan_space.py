@@ -13,57 +13,21 @@ with the least added memory.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
+from ..backends.board_profile import fits
 from ..core.errors import ConfigError
 from ..partition.granularity import BRANCH, Granularity, parse_granularity
 from .budget import derived_budget
 from .planner import PlanInputs, inputs_from_profile, plan
 
-__all__ = ["Fits", "fits", "CORE_MASKS", "GRANULARITIES", "inputs_for", "plan_space", "choose", "assumptions",
+__all__ = ["CORE_MASKS", "GRANULARITIES", "inputs_for", "plan_space", "choose", "assumptions",
            "budget_effect"]
 
 CORE_MASKS = ("auto", "stream-per-core", "all-cores")
 GRANULARITIES = ("branch", "block", "blocks:2", "blocks:4", "blocks:7", "blocks:14")
-_KNOWN_MODELS = {"lifecycle_model": "fixed + per MiB", "pss_model": "fixed + per MiB",
-                 "npu_model": "unchanged", "host_model": "unchanged"}
-
-
-@dataclass(frozen=True)
-class Fits:
-    weights_mib: dict[str, float]      # branch -> weight MiB
-    lifecycle: tuple[float, float]     # seconds: fixed per context, per weight MiB
-    pss: tuple[float, float]           # added MiB: fixed per context, per weight MiB
-
-    def pss_of(self, weight_mib: float) -> float:
-        return self.pss[0] + self.pss[1] * weight_mib
-
-    def lifecycle_of(self, weight_mib: float) -> float:
-        return self.lifecycle[0] + self.lifecycle[1] * weight_mib
-
-
-def _check_models(profile) -> None:
-    for key, known in _KNOWN_MODELS.items():
-        named = profile.get(f"plan.{key}", str)
-        if named != known:
-            raise ConfigError(f"{profile.path}: [plan] {key} = '{named}': the planner knows '{known}'")
-
-
-def fits(profile) -> Fits:
-    """Least-squares fits of lifecycle and PSS per context against the contexts' weight MiB."""
-    _check_models(profile)
-    branches = profile.get("model.branches", list)
-    weights = {b: profile.get(f"plan.context_weights_mib.{b}") for b in branches}
-    a = np.array([[1.0, weights[b]] for b in branches])
-    y = np.array([profile.lifecycle_of(b) for b in branches])
-    life = np.linalg.lstsq(a, y, rcond=None)[0]
-    rows = profile.probe_rows()
-    a = np.array([[r["contexts"], sum(weights[branches[i % len(branches)]] for i in range(int(r["contexts"])))]
-                  for r in rows], dtype=float)
-    pss = np.linalg.lstsq(a, np.array([r["pss_added_mib"] for r in rows], dtype=float), rcond=None)[0]
-    return Fits(weights, (float(life[0]), float(life[1])), (float(pss[0]), float(pss[1])))
 
 
 def _streams(profile, core_mask: str) -> tuple[int, float]:

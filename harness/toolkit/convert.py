@@ -246,7 +246,7 @@ def _assemble(source, work, out, version, precision, target, calibration, built,
         rknn = work / f"{stem}.rknn"
         entries.append(SubgraphEntry(index=entry.index, block=entry.block, branch=entry.branch,
                                      file=rknn.name, sha256=_sha256(rknn), bytes=rknn.stat().st_size,
-                                     inputs=entry.inputs, outputs=entry.outputs))
+                                     inputs=entry.inputs, outputs=entry.outputs, blocks=entry.blocks))
         records.append({"file": rknn.name, "onnx_file": entry.file, "onnx_sha256": entry.sha256,
                         "build_seconds": event["seconds"], "layers": len(layers),
                         "cpu_ops": cpu_ops[stem],
