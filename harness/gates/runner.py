@@ -102,6 +102,12 @@ class GateRunner:
         return (cfg.latent_size[0] * scale, cfg.latent_size[1] * scale, 3)
 
     @property
+    def subgraphs(self) -> int:
+        """Body subgraphs of the partition under test (84 for the branch partition of 28 blocks,
+        fewer for a fused granularity)."""
+        return len(load_manifest(self.partition).subgraphs)
+
+    @property
     def manifest_hash(self) -> str:
         return manifest_sha256(self.partition)
 

@@ -74,7 +74,7 @@ def record_run(benchmark, case, gate_runner, window, result, suite, request, bas
                                              gate_runner.bundle.cfg.name, gate_runner.manifest_hash, verdict,
                                              gate_runner.precision, case.name))
     assert _history_lines(suite.history) == runs_before + 1, f"{suite.history}: the run was not appended"
-    _assert_figures_add_up(info, suite.bench_steps or case.steps, gate_runner.bundle.cfg.subgraphs)
+    _assert_figures_add_up(info, suite.bench_steps or case.steps, gate_runner.subgraphs)
     baseline_gate.offer(request.node.nodeid, key, benchmark.stats.stats.mean, verdict)
     if check.status == REGRESSED:
         pytest.fail(f"benchmark regression: {check.message}", pytrace=False)
