@@ -223,3 +223,18 @@ def test_default_settings_give_the_boards_on_demand_to_resident_ratio(tmp_path):
     ratio = statistics.median(steps["on-demand"]) / statistics.median(steps["resident"])
     board = 120.40 / (120.40 - 33.84)
     assert abs(ratio / board - 1) <= 0.05, (ratio, steps)
+
+
+def test_a_sessions_one_build_is_no_debt_for_later_stages(manifest, monkeypatch):
+    """The process builds each subgraph's session once (reuse_sessions); that build is not a board
+    init, so its seconds must not shorten the later, steady steps' lifecycle stages."""
+    from harness.backends import board_sim
+    import time
+    monkeypatch.setattr(board_sim, "_SESSIONS", {})
+    entry = _ffn(manifest)
+    start = time.perf_counter()
+    ctx = _ctx(manifest, entry, time_scale=1e-6)        # board stages of microseconds: all real work
+    built = time.perf_counter() - start
+    ctx.release()
+    assert built > 0.002                                # an onnxruntime session takes milliseconds to build
+    assert board_sim._CLOCK.debt["lifecycle"] < 0.5 * built
