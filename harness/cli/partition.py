@@ -120,7 +120,7 @@ def render_inspection(report: dict, console=None) -> None:
     from ..report.terminal import console as make_console
     console = console or make_console(stderr=False)
     head = Table(title=f"partition {report['directory']}", show_header=False)
-    for key in ("model", "format", "dtype", "streams", "opset", "latent_size", "tokens",
+    for key in ("model", "format", "granularity", "dtype", "streams", "opset", "latent_size", "tokens",
                 "context_tokens", "subgraphs", "total_bytes", "weights_sha256", "fp32_islands",
                 "toolkit", "target", "precision", "build_seconds", "cpu_ops"):
         if key in report:
