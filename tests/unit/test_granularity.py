@@ -112,3 +112,14 @@ def test_export_command_takes_granularity(model, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["export", "--granularity", "fused", "--out", str(tmp_path / "q")])
     assert "--granularity fused" in capsys.readouterr().err
+
+
+def test_the_suites_granularity_chooses_the_partition_the_gates_export(tmp_path):
+    from harness.gates.runner import GateRunner
+    from harness.pytest_plugin.options import resolve_settings
+    runner = GateRunner(resolve_settings({"granularity": "blocks:4", "cache_dir": str(tmp_path)}, None))
+    assert runner.partition.name.endswith("-blocks4")
+    manifest = load_manifest(runner.partition)
+    assert manifest.granularity == "blocks:4" and runner.subgraphs == 7
+    with pytest.raises(ConfigError, match="--granularity"):
+        resolve_settings({"granularity": "blocks:x"}, None)
