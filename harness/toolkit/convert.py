@@ -191,6 +191,10 @@ def convert_partition(partition, out, version: str | None = None, precision: str
     out = Path(out)
     _check_out(out)
     source = _source(partition)
+    if precision != "fp16" and source.granularity != "branch":
+        # INT8 is chosen per branch subgraph (the FFNs); a fused subgraph would silently stay FP16
+        raise ConfigError(f"--precision {precision} quantises the FFN subgraphs of a branch partition: "
+                          f"{source.file} is granularity {source.granularity} (convert it as fp16)")
     toolkit_python(version)                 # an absent environment fails before any work
     started = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
