@@ -22,14 +22,16 @@ MOD_PARTS = ("shift", "scale", "gate")
 
 
 def mod_input(block: int, branch: str, part: str) -> str:
-    """The graph input carrying one branch's shift, scale or AdaLN gate, [1, 1, D]."""
+    """The graph input carrying one branch's shift, scale or AdaLN gate, [S, 1, D] (one row per
+    stream, all equal: rknn-toolkit2 2.3.2 dies with SIGSEGV building a LayerNorm followed by a
+    modulation of shape [1, 1, D] or [D], while [S, 1, D] builds)."""
     return f"b{block}_{branch}_{part}"
 
 
 def fused_inputs(g: _Graph, cfg: ModelConfig, blocks: list[int], streams: int) -> list:
     inputs = [helper.make_tensor_value_info("x", g.elem, [streams, cfg.tokens, cfg.width]),
               helper.make_tensor_value_info("context", g.elem, [streams, cfg.context_tokens, cfg.context_dim])]
-    inputs += [helper.make_tensor_value_info(mod_input(b, branch, part), g.elem, [1, 1, cfg.width])
+    inputs += [helper.make_tensor_value_info(mod_input(b, branch, part), g.elem, [streams, 1, cfg.width])
                for b in blocks for branch in BRANCHES for part in MOD_PARTS]
     return inputs
 

@@ -168,11 +168,12 @@ class PartitionedPipeline:
         return self._emb[1:]
 
     def _fused_stream(self, x: np.ndarray, mods: dict, step: int) -> np.ndarray:
-        """Fused subgraphs in order: each takes the stream and its blocks' modulations, returns the
-        delta of the stream, added here in FP32."""
+        """Fused subgraphs in order: each takes the stream and its blocks' modulations (one row per
+        stream row, all equal), returns the delta of the stream, added here in FP32."""
+        rows = (len(x), 1, x.shape[-1])
         for entry in self.manifest.subgraphs:
             with self.host.timed(step, "adaln"):
-                feeds = {mod_input(b, branch, part): value[:, None, :]
+                feeds = {mod_input(b, branch, part): np.broadcast_to(value[:, None, :], rows)
                          for b in entry.blocks for branch in BRANCHES
                          for part, value in zip(MOD_PARTS, mods[(b, branch)])}
             delta = self._invoke(entry, step, x, feeds)
@@ -182,7 +183,7 @@ class PartitionedPipeline:
 
     def _invoke(self, entry, step: int, h: np.ndarray, feeds: dict | None = None) -> np.ndarray:
         """One subgraph: `h` as its x, the text embedding as its context, `feeds` (a fused
-        subgraph's modulations, the same for every stream row: never split or padded) by name."""
+        subgraph's modulations, one row per stream row like x) by name."""
         for hook in self.between:       # memory guard: abort between invocations, never inside one
             hook()
         feeds = feeds or {}
@@ -191,13 +192,11 @@ class PartitionedPipeline:
                       else feeds[spec.name].astype(spec.dtype) if spec.name in feeds
                       else self._text_emb_as(spec.dtype) for spec in entry.inputs]
         batch = batch_of(entry)
-        rowed = [spec.name not in feeds for spec in entry.inputs]
         if entry.index not in self._checked:
             # Shapes are static for the whole run: check each subgraph's inputs against the manifest
             # on its first invocation (step 0), not on every one of the run's thousands of calls.
-            for spec, array, by_row in zip(entry.inputs, inputs, rowed):
-                check_input(entry, spec.name, array if not by_row else
-                            pad_batch(array, batch) if batch > len(array) else array[:batch])
+            for spec, array in zip(entry.inputs, inputs):
+                check_input(entry, spec.name, pad_batch(array, batch) if batch > len(array) else array[:batch])
             self._checked.add(entry.index)
         rows = len(self.rows)
         if rows % batch and batch < rows:
@@ -208,11 +207,10 @@ class PartitionedPipeline:
             if batch == rows:
                 outs = [self._run(ctx, entry, step, inputs)]
             elif batch > rows:          # one stream (CFG 1) on a partition exported for two
-                outs = [self._run(ctx, entry, step, [pad_batch(a, batch) if r else a
-                                                     for a, r in zip(inputs, rowed)])[:rows]]
+                outs = [self._run(ctx, entry, step, [pad_batch(a, batch) for a in inputs])[:rows]]
                 self.padded_to = batch
             else:                       # several calls while the context stays loaded
-                outs = [self._run(ctx, entry, step, [a[k:k + batch] if r else a for a, r in zip(inputs, rowed)])
+                outs = [self._run(ctx, entry, step, [a[k:k + batch] for a in inputs])
                         for k in range(0, rows, batch)]
         finally:
             self.strategy.finish(entry, step)

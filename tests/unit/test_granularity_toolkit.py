@@ -46,15 +46,52 @@ def test_fused_partitions_convert_with_no_op_on_the_cpu(bundle, tmp_path, toolki
     assert cos > 0.999, cos
 
 
-@pytest.mark.toolkit
-def test_a_toolkit_crash_names_the_fused_subgraph_it_was_building(bundle, tmp_path):
-    """rknn-toolkit2 2.3.2 (the board write-up's) dies with SIGSEGV on a fused block here (measured
-    December 2026); the error names the subgraph instead of only the exit code."""
+def _toolkit(version: str) -> str:
     from harness.toolkit.envs import toolkit_python
     try:
-        toolkit_python("2.3.2")
+        toolkit_python(version)
     except ToolkitError:
-        missing_tool("no rknn-toolkit2 2.3.2 environment: create it with bin/toolkit-env 2.3.2")
-    with pytest.raises(ToolkitError, match=r"2\.3\.2 worker exited with code -11 while building 00_block00"):
-        convert_partition(_export(bundle, tmp_path, "block", blocks=[0]), tmp_path / "rknn", version="2.3.2",
-                          quiet=True, allow_cpu_ops=True)
+        missing_tool(f"no rknn-toolkit2 {version} environment: create it with bin/toolkit-env {version}")
+    return version
+
+
+@pytest.mark.toolkit
+@pytest.mark.slow
+def test_the_board_write_ups_toolkit_converts_a_fused_block(bundle, tmp_path):
+    """rknn-toolkit2 2.3.2 (the board's) builds the fused block too: its modulations are fed
+    [S, 1, D] (see the next test for the shape it dies on)."""
+    result = convert_partition(_export(bundle, tmp_path, "block", blocks=[0]), tmp_path / "rknn",
+                               version=_toolkit("2.3.2"), quiet=True)
+    assert all(not ops for ops in result.cpu_ops.values()), result.cpu_ops
+
+
+def _layer_norm_then_modulation(path, mod_shape):
+    """LN(x) * (1 + scale) + shift, scale and shift graph inputs of `mod_shape`, then a MatMul."""
+    import onnx
+    from onnx import helper
+    from harness.partition.fused import _layer_norm
+    from harness.partition.graph import _Graph
+    g = _Graph("float32", 17)
+    inputs = [helper.make_tensor_value_info("x", g.elem, [2, 16, 32])]
+    inputs += [helper.make_tensor_value_info(n, g.elem, mod_shape) for n in ("scale", "shift")]
+    one_plus = g.op("Add", [g.const("one", 1.0), "scale"], "one_plus_scale")
+    h = g.op("Add", [g.op("Mul", [_layer_norm(g, "x", 1e-6), one_plus], "modulated"), "shift"], "h")
+    g.op("MatMul", [h, g.const("w", np.eye(32, dtype=np.float32))], "y")
+    onnx.save(g.model("probe", inputs, [helper.make_tensor_value_info("y", g.elem, [2, 16, 32])], "probe", {}),
+              path)
+    return str(path)
+
+
+@pytest.mark.toolkit
+def test_a_toolkit_crash_names_the_subgraph_it_was_building(tmp_path):
+    """2.3.2 dies with SIGSEGV on a LayerNorm followed by a [1, 1, D] modulation (measured December
+    2026; [S, 1, D] builds): the error names the subgraph being built, not only the exit code."""
+    from harness.toolkit.process import run_worker
+    version = _toolkit("2.3.2")
+    items = [{"name": name, "onnx": _layer_norm_then_modulation(tmp_path / f"{name}.onnx", shape),
+              "rknn": f"{name}.rknn", "quantization": None}
+             for name, shape in (("rows_s1d", [2, 1, 32]), ("rows_11d", [1, 1, 32]))]
+    job = {"out_dir": str(tmp_path), "items": items,
+           "config": {"target_platform": "rk3588", "float_dtype": "float16", "optimization_level": 3}}
+    with pytest.raises(ToolkitError, match=r"2\.3\.2 worker exited with code -11 while building rows_11d"):
+        run_worker(version, job, tmp_path / "job.json", lambda event: None)
