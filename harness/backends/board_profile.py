@@ -11,10 +11,12 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ..model.config import REPO_ROOT
 from ..core.errors import ConfigError
 
-__all__ = ["BoardProfile", "load_board_profile", "DEFAULT_BOARD_DATA", "BRANCH_ORDER"]
+__all__ = ["BoardProfile", "load_board_profile", "DEFAULT_BOARD_DATA", "BRANCH_ORDER", "Fits", "fits"]
 
 DEFAULT_BOARD_DATA = REPO_ROOT / "boards" / "data" / "rock5c-anima.toml"
 BRANCH_ORDER = ("self_attn", "cross_attn", "ffn")
@@ -98,6 +100,45 @@ class BoardProfile:
 
     def sim(self, key: str, kind=float):
         return self.get(f"sim.{key}", kind)
+
+
+_KNOWN_MODELS = {"lifecycle_model": "fixed + per MiB", "pss_model": "fixed + per MiB",
+                 "npu_model": "unchanged", "host_model": "unchanged"}
+
+
+@dataclass(frozen=True)
+class Fits:
+    weights_mib: dict[str, float]      # branch -> weight MiB
+    lifecycle: tuple[float, float]     # seconds: fixed per context, per weight MiB
+    pss: tuple[float, float]           # added MiB: fixed per context, per weight MiB
+
+    def pss_of(self, weight_mib: float) -> float:
+        return self.pss[0] + self.pss[1] * weight_mib
+
+    def lifecycle_of(self, weight_mib: float) -> float:
+        return self.lifecycle[0] + self.lifecycle[1] * weight_mib
+
+
+def _check_models(profile) -> None:
+    for key, known in _KNOWN_MODELS.items():
+        named = profile.get(f"plan.{key}", str)
+        if named != known:
+            raise ConfigError(f"{profile.path}: [plan] {key} = '{named}': the planner knows '{known}'")
+
+
+def fits(profile) -> Fits:
+    """Least-squares fits of lifecycle and PSS per context against the contexts' weight MiB."""
+    _check_models(profile)
+    branches = profile.get("model.branches", list)
+    weights = {b: profile.get(f"plan.context_weights_mib.{b}") for b in branches}
+    a = np.array([[1.0, weights[b]] for b in branches])
+    y = np.array([profile.lifecycle_of(b) for b in branches])
+    life = np.linalg.lstsq(a, y, rcond=None)[0]
+    rows = profile.probe_rows()
+    a = np.array([[r["contexts"], sum(weights[branches[i % len(branches)]] for i in range(int(r["contexts"])))]
+                  for r in rows], dtype=float)
+    pss = np.linalg.lstsq(a, np.array([r["pss_added_mib"] for r in rows], dtype=float), rcond=None)[0]
+    return Fits(weights, (float(life[0]), float(life[1])), (float(pss[0]), float(pss[1])))
 
 
 @functools.lru_cache(maxsize=8)

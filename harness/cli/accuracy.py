@@ -72,7 +72,10 @@ def _cmd_accuracy(args) -> int:
     inputs = chosen_inputs(bundle, args.case, args.golden_dir, args.prompt, args.steps, args.cfg_scale, args.seed)
     partition = args.partition or default_partition(bundle, args.backend, args.precision, True, args.calibration,
                                                     args.cache_dir)
-    reference = args.reference or exported_partition(bundle, "float32")
+    from ..partition.manifest import load_manifest
+    # the reference holds the same subgraphs as the partition under test: the same granularity
+    reference = args.reference or exported_partition(bundle, "float32",
+                                                     granularity=load_manifest(partition).granularity)
     analysis, error = analyze(bundle, partition, args.backend, options, reference, inputs.prompt,
                               inputs.settings, args.threshold, args.out, text_embs=inputs.text_embs)
     what = f"{args.backend} vs onnxruntime FP32"

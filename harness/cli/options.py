@@ -12,7 +12,7 @@ from typing import Any, Callable
 from ..core.errors import ConfigError, HarnessError
 from ..model.config import EMBEDDED_DIR
 
-__all__ = ["ranged", "checked", "size", "core_mask", "lifecycle", "positive_int", "cfg_scale", "seed",
+__all__ = ["ranged", "checked", "size", "core_mask", "granularity", "lifecycle", "positive_int", "cfg_scale", "seed",
            "BACKEND_CHOICES", "add_board_sim_options", "board_sim_options", "default_partition", "Option",
            "OPTIONS", "SUITE_OPTIONS", "PRECISIONS", "add_options", "check_precision", "resolve_backend",
            "options_table", "flag_of"]
@@ -55,6 +55,11 @@ def size(text: str) -> str:
 def core_mask(text: str) -> str:
     from ..backends.rknnlite import parse_core_mask
     return parse_core_mask(text)
+
+
+def granularity(text: str) -> str:
+    from ..partition.granularity import parse_granularity
+    return str(parse_granularity(text))
 
 
 def lifecycle(text: str) -> str:
@@ -139,6 +144,9 @@ OPTIONS: dict[str, Option] = {
                         choices=PRECISIONS, aliases=("--dtype",)),
     "calibration": Option(None, "rknn-sim w8a8-ffn: calibration directory (default: captured on first use)",
                           kind="path"),
+    "granularity": Option("branch", "subgraph size: branch (3 per block, the board's 84), block (one per block, "
+                                    "AdaLN and gated residual inside) or blocks:K (K consecutive blocks)",
+                          parse=checked(granularity)),
     "fake_quant": Option(None, "export the partition with simulated INT8 (ffn-w8a8): a what-if the quality gate "
                                "judges"),
     "golden_dir": Option(None, "golden images and cases.toml; default: golden/<model name>", kind="path"),

@@ -62,6 +62,7 @@ def add_command(subparsers) -> None:
     exp.add_argument("--streams", type=_streams, default=2, help="CFG streams per run (default: 2)")
     exp.add_argument("--opset", type=_opset, default=17, help="ONNX opset, at most 19 (default: 17)")
     exp.add_argument("--blocks", help="blocks to export: N, N-M or a comma list (default: all)")
+    add_options(exp, "granularity")
     exp.add_argument("--quiet", action="store_true", help="no progress bar")
     exp.set_defaults(func=cmd_export)
 
@@ -101,14 +102,15 @@ def cmd_export(args) -> int:
     cfg, checkpoint, source = _load_model(args)
     print(checkpoint.summary_line(), file=sys.stderr)
     blocks = parse_blocks(args.blocks, cfg.blocks) if args.blocks else None
-    out = args.out or default_partition_dir(cfg, checkpoint.digest(), args.precision, args.fake_quant, blocks)
+    out = args.out or default_partition_dir(cfg, checkpoint.digest(), args.precision, args.fake_quant, blocks,
+                                            args.granularity)
     manifest = export_with_progress(checkpoint, cfg, out, quiet=args.quiet, dtype=args.precision,
                                     streams=args.streams, fake_quant=args.fake_quant, opset=args.opset,
-                                    blocks=blocks, weights_source=str(source))
+                                    blocks=blocks, weights_source=str(source), granularity=args.granularity)
     size = sum(e.bytes for e in manifest.entries())
     print(f"{manifest.file}  {len(manifest.subgraphs)} subgraphs"
           f"{' + decoder' if manifest.decoder else ''}, {size / 1e6:.1f} MB, {args.precision}, "
-          f"{args.streams} streams, opset {args.opset}")
+          f"{args.streams} streams, opset {args.opset}, granularity {manifest.granularity}")
     return 0
 
 
@@ -118,7 +120,7 @@ def render_inspection(report: dict, console=None) -> None:
     from ..report.terminal import console as make_console
     console = console or make_console(stderr=False)
     head = Table(title=f"partition {report['directory']}", show_header=False)
-    for key in ("model", "format", "dtype", "streams", "opset", "latent_size", "tokens",
+    for key in ("model", "format", "granularity", "dtype", "streams", "opset", "latent_size", "tokens",
                 "context_tokens", "subgraphs", "total_bytes", "weights_sha256", "fp32_islands",
                 "toolkit", "target", "precision", "build_seconds", "cpu_ops"):
         if key in report:

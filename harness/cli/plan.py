@@ -14,8 +14,8 @@ def add_command(sub) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--profile", type=Path, help="board profile data file (default: boards/data/rock5c-anima.toml)")
     src.add_argument("--report", type=Path, help="a measured on-demand run's JSON report")
-    p.add_argument("--budget", help="added memory allowed, e.g. 2GiB (default: the profile's "
-                                    "[sim] context_budget_mib; none for a report)")
+    p.add_argument("--budget", help="added memory allowed, e.g. 2GiB (default: derived from the profile's "
+                                    "RAM, MemAvailable floor and residency probe; none for a report)")
     p.add_argument("--context-mib", type=float, help="with --report: added MiB per live context")
     p.add_argument("--json", type=Path, help="also write the plan as JSON")
     p.set_defaults(func=_cmd_plan)
@@ -28,10 +28,57 @@ def _cmd_plan(args) -> int:
            else inputs_from_profile(args.profile, budget))
     result = plan(inp)
     print_plan(result)
+    if not args.report:
+        result["space"] = _plan_space(args.profile, budget)      # the measured case stays on top
     if args.json:
         from ..core.atomic import atomic_write_json
         atomic_write_json(args.json, result)
     return 0
+
+
+def _plan_space(profile_path, budget):
+    """Granularities x core masks beside the strategies; the choice, its estimate and its reason."""
+    from ..backends.board_profile import load_board_profile
+    from ..memory.plan_space import assumptions, budget_effect, plan_space
+    from ..report.terminal import console
+    profile = load_board_profile(profile_path)
+    result = plan_space(profile, budget)
+    print_space(result)
+    con = console(stderr=False)
+    con.print(f"budget derived from RAM: {result['derived_budget']['mib']:.1f} MiB = "
+              f"{result['derived_budget']['how']}", markup=False)
+    if budget is not None:
+        derived = plan_space(profile)
+        con.print(budget_effect(derived["choice"], result["choice"], derived["budget_mib"], budget), markup=False)
+    choice = result["choice"]
+    if choice:
+        con.print(f"estimate for a 28-step Spectrum image at the choice: {choice['seconds']:.1f} s "
+                  f"({choice['seconds'] / 60:.1f} min), {choice['added_mib']:.0f} MiB added; it assumes:",
+                  markup=False)
+        for line in assumptions(profile, result)[1:]:      # the budget's is the line above
+            con.print(f"  - {line}", markup=False)
+    con.print(f"choice: {choice['reason']}" if choice else "choice: none, nothing fits the budget", markup=False)
+    return result
+
+
+def print_space(result: dict) -> None:
+    from rich import box
+    from rich.table import Table
+    from ..report.terminal import console
+    t = Table(box=box.SIMPLE, title=f"granularity x core mask, per 28-step Spectrum image, budget {result['budget_mib']:.0f} MiB")
+    for col in ("granularity", "core mask", "contexts", "on-demand s", "resident s", "resident MiB",
+                "best fitting", "s", "MiB"):
+        t.add_column(col, no_wrap=True,
+                     justify="left" if col in ("granularity", "core mask", "best fitting") else "right")
+    for r in result["rows"]:
+        best, res = r["best"], r["resident"]
+        t.add_row(r["granularity"], r["core_mask"], str(r["contexts"]), f"{r['on_demand']['seconds']:.1f}",
+                  f"{res['seconds']:.1f}", f"{res['added_mib']:.0f}" + ("" if res["fits"] else " (over)"),
+                  best["strategy"] if best else "-", f"{best['seconds']:.1f}" if best else "-",
+                  f"{best['added_mib']:.0f}" if best else "-")
+    con = console(stderr=False)
+    con.width = max(con.width, 112)          # the nine columns on one line each
+    con.print(t)
 
 
 def print_plan(result: dict) -> None:
@@ -57,5 +104,5 @@ def print_plan(result: dict) -> None:
     for note in result["notes"]:
         con.print(f"note: {escape(note)}")
     best = result["best"]
-    con.print(f"best within the budget: {best['strategy']} ({best['seconds']:.2f} s, {best['added_mib']:.0f} MiB)"
+    con.print(f"best for this partition as measured: {best['strategy']} ({best['seconds']:.2f} s, {best['added_mib']:.0f} MiB)"
               if best else "no strategy fits the budget")

@@ -66,18 +66,19 @@ class GateRunner:
     def _cache_path(self) -> Path:
         b = self.bundle
         return self.s.cache_dir / "partitions" / default_partition_dir(
-            b.cfg, b.digest, self.s.precision, self.s.fake_quant).name
+            b.cfg, b.digest, self.s.precision, self.s.fake_quant, granularity=self.s.granularity).name
 
     def _cached_export(self) -> Path:
         if self.s.backend == "rknn-sim":       # the converted partition, converted on first use
             from ..runtime.converted import cached_conversion
-            return cached_conversion(self.bundle, self.s.cache_dir, self.s.precision, self.s.calibration)
+            return cached_conversion(self.bundle, self.s.cache_dir, self.s.precision, self.s.calibration,
+                                     granularity=self.s.granularity)
         if self.s.backend == "rknnlite":
             raise ConfigError("--partition (or the board profile's `partition`) must name the converted "
                               ".rknn subgraphs when the backend is rknnlite")
         from ..runtime.partitions import exported_partition
         return exported_partition(self.bundle, self.s.precision, self.s.fake_quant,
-                                  root=self.s.cache_dir / "partitions")
+                                  root=self.s.cache_dir / "partitions", granularity=self.s.granularity)
 
     def describe_partition(self) -> str:
         """For the report header: the partition and its manifest hash, without exporting anything."""
@@ -99,6 +100,12 @@ class GateRunner:
             return None
         scale = int(cfg.decoder.get("scale", 4))
         return (cfg.latent_size[0] * scale, cfg.latent_size[1] * scale, 3)
+
+    @property
+    def subgraphs(self) -> int:
+        """Body subgraphs of the partition under test (84 for the branch partition of 28 blocks,
+        fewer for a fused granularity)."""
+        return len(load_manifest(self.partition).subgraphs)
 
     @property
     def manifest_hash(self) -> str:

@@ -50,6 +50,7 @@ class PlanInputs:
     budget_mib: float | None
     fit_rows: int = 2
     notes: list[str] = field(default_factory=list)
+    context_weight: float = 1.0            # one context's memory in measured (probe) contexts
 
     @property
     def subgraphs(self) -> int:
@@ -61,7 +62,10 @@ def _order(blocks: int, branches) -> list[str]:
 
 
 def inputs_from_profile(path: str | Path | None = None, budget_mib: float | None = None) -> PlanInputs:
+    """The branch partition on one core, as measured; without `budget_mib` the budget is derived
+    from the board RAM (budget.derived_budget)."""
     from ..backends.board_profile import load_board_profile
+    from .budget import derived_budget
     p = load_board_profile(path)
     branches = p.get("model.branches", list)
     order = _order(p.blocks, branches)
@@ -70,7 +74,7 @@ def inputs_from_profile(path: str | Path | None = None, budget_mib: float | None
     host = p.host_per_invocation()
     passes = p.get("spectrum_28.compute_steps", int)
     probe = [(int(r["contexts"]), float(r["pss_added_mib"])) for r in p.probe_rows()]
-    budget = budget_mib if budget_mib is not None else p.sim("context_budget_mib")
+    budget = budget_mib if budget_mib is not None else derived_budget(p).mib
     return PlanInputs(
         source=str(p.path), order=order, stages={b: p.stage_seconds(b) for b in branches}, run=core,
         host_per_invocation=host, passes=passes, image_total=p.get("spectrum_28.image_total_mean"),
@@ -144,6 +148,7 @@ def memory_mib(inp: PlanInputs, contexts: int) -> float:
     """Added PSS with `contexts` live: the measured table inside its range, the marginal growth of
     its last `fit_rows` rows beyond it."""
     from .residency import extrapolate
+    contexts = contexts * inp.context_weight
     c = [r[0] for r in inp.probe]
     p = [r[1] for r in inp.probe]
     if contexts <= c[-1] and len(c) > 1:

@@ -96,9 +96,14 @@ class _Graph:
         self.int_names: set[str] = set()
         self.islands: list[str] = []
         self.fp32_of: dict[str, str] = {}
+        # A fused subgraph holds several bodies: each names its tensors under its own prefix, and the
+        # name a body reads as its input ("x") is an alias of the modulated stream it is given.
+        self.prefix = ""
+        self.alias: dict[str, str] = {}
 
     def const(self, name: str, value, source: str | None = None) -> str:
         """A float constant in the graph dtype; float16 overflow is a weights error naming `source`."""
+        name = self.prefix + name
         with np.errstate(over="ignore"):        # overflow is checked just below, with the key named
             array = np.asarray(np.asarray(value, dtype=np.float32), dtype=self.np_dtype)
         if not np.all(np.isfinite(array)):
@@ -110,6 +115,7 @@ class _Graph:
         return name
 
     def ints(self, name: str, values) -> str:
+        name = self.prefix + name
         self.inits.append(numpy_helper.from_array(np.asarray(values, dtype=np.int64), name))
         self.int_names.add(name)
         return name
@@ -121,6 +127,8 @@ class _Graph:
         return self.const(name, np.ascontiguousarray(np.asarray(w[key], dtype=np.float32).T), source=key)
 
     def op(self, op_type: str, inputs: list[str], name: str, **attrs) -> str:
+        name = self.prefix + name
+        inputs = [self.alias.get(src, src) for src in inputs]
         if op_type not in self.missing:
             self.nodes.append(helper.make_node(op_type, inputs, [name], name=name, **attrs))
             return name

@@ -23,7 +23,7 @@ def inspect_partition(directory) -> dict:
         report.update(verdict="failed", reasons=[str(exc)])
         return report
     ex = manifest.export
-    report.update(model=manifest.model.get("name"), format=manifest.format,
+    report.update(model=manifest.model.get("name"), format=manifest.format, granularity=manifest.granularity,
                   weights_sha256=manifest.weights_sha256, weights_source=manifest.weights_source,
                   **{k: ex.get(k) for k in ("dtype", "streams", "opset", "latent_size", "tokens",
                                             "context_tokens", "blocks")},

@@ -13,15 +13,20 @@ from pathlib import Path, PurePosixPath
 
 from ..core.atomic import atomic_write_json
 from ..model.config import BRANCHES, NETWORK_KEYS, ModelConfig
-from ..core.errors import ManifestError
+from ..core.errors import ConfigError, ManifestError
+from .granularity import parse_granularity
 from ..core.schema import Field, check_table, is_int, list_of, non_empty_str, one_of, positive_int, read_json
 
-__all__ = ["manifest_sha256", "default_partition_dir", "FORMAT", "READABLE_FORMATS", "MANIFEST_FILE", "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest", "manifest_path", "network_settings", "subgraph_index"]
+__all__ = ["manifest_sha256", "default_partition_dir", "FORMAT", "FORMATS", "FUSED_BRANCH", "MANIFEST_FILE", "TensorSpec",
+           "SubgraphEntry", "Manifest", "load_manifest", "manifest_path", "network_settings", "subgraph_index"]
 
-FORMAT = "anima-partition/2"
-# Formats still read: /1 named the cross-attention subgraphs' text-embedding input `context` (now
-# `text_emb`); the backends feed inputs by position, so a /1 partition runs unchanged.
-READABLE_FORMATS = (FORMAT, "anima-partition/1")
+# /3 names the cross-attention subgraphs' text-embedding input `text_emb` and records the partition's
+# granularity (export.granularity) and, for fused subgraphs, the blocks each holds. Still read: /2
+# (one of the two: the input `text_emb`, or a granularity with the input `context`) and /1 (branch
+# subgraphs, the input `context`); the backends feed inputs by position, so both run unchanged.
+FORMAT = "anima-partition/3"
+FORMATS = ("anima-partition/1", "anima-partition/2", FORMAT)
+FUSED_BRANCH = "block"         # the branch name of a fused subgraph (one or more whole blocks)
 MANIFEST_FILE = "manifest.json"
 DECODER_BRANCH = "decoder"
 def manifest_path(directory) -> Path:
@@ -29,12 +34,14 @@ def manifest_path(directory) -> Path:
 
 
 def default_partition_dir(cfg: ModelConfig, digest: str, dtype: str, fake_quant: str | None = None,
-                          blocks=None) -> Path:
+                          blocks=None, granularity: str = "branch") -> Path:
     """out/partitions/<model>-<dtype>[-<fake quant>]-<weights digest>[-blocks-...]: one directory per
     distinct export, so `generate` never runs subgraphs from other weights or a partial export."""
     name = f"{cfg.name}-{dtype}" + (f"-{fake_quant}" if fake_quant else "") + f"-{digest[:12]}"
     if blocks is not None and list(blocks) != list(range(cfg.blocks)):
         name += "-blocks-" + "_".join(str(b) for b in blocks)
+    if granularity != "branch":
+        name += "-" + granularity.replace(":", "")
     return Path("out/partitions") / name
 
 
@@ -73,11 +80,15 @@ class SubgraphEntry:
     bytes: int
     inputs: list[TensorSpec] = field(default_factory=list)
     outputs: list[TensorSpec] = field(default_factory=list)
+    blocks: list[int] | None = None      # a fused subgraph's blocks; None for a branch subgraph
 
     @property
     def label(self) -> str:
         if self.branch == DECODER_BRANCH:
             return f"subgraph {self.index} (decoder)"
+        if self.blocks is not None:
+            held = f"block {self.blocks[0]}" if len(self.blocks) == 1 else f"blocks {self.blocks[0]}-{self.blocks[-1]}"
+            return f"subgraph {self.index} ({held})"
         return f"subgraph {self.index} (block {self.block} {self.branch})"
 
     def input(self, name: str) -> TensorSpec:
@@ -90,7 +101,8 @@ class SubgraphEntry:
     def to_dict(self) -> dict:
         return {"index": self.index, "block": self.block, "branch": self.branch, "file": self.file,
                 "sha256": self.sha256, "bytes": self.bytes,
-                "inputs": [s.to_dict() for s in self.inputs], "outputs": [s.to_dict() for s in self.outputs]}
+                "inputs": [s.to_dict() for s in self.inputs], "outputs": [s.to_dict() for s in self.outputs],
+                **({"blocks": list(self.blocks)} if self.blocks is not None else {})}
 
 
 @dataclass
@@ -110,6 +122,15 @@ class Manifest:
     @property
     def file(self) -> Path:
         return manifest_path(self.directory)
+
+    @property
+    def granularity(self) -> str:
+        """branch, block or blocks:K (format /1 has branch subgraphs only)."""
+        return str(self.export.get("granularity", "branch"))
+
+    def blocks_held(self) -> set[int]:
+        """Every block some subgraph computes (a fused subgraph holds several)."""
+        return {b for e in self.subgraphs for b in (e.blocks if e.blocks is not None else [e.block])}
 
     def entries(self) -> list[SubgraphEntry]:
         return self.subgraphs + ([self.decoder] if self.decoder else [])
@@ -149,13 +170,54 @@ class Manifest:
     def verify_structure(self) -> None:
         """Format tag, execution order, indices, complete blocks, decoder placement."""
         where = self.file
-        if self.format not in READABLE_FORMATS:
-            raise ManifestError(f"{where}: format '{self.format}' is not one of {list(READABLE_FORMATS)}")
+        if self.format not in FORMATS:
+            raise ManifestError(f"{where}: format '{self.format}' is not one of {', '.join(FORMATS)}")
         if not self.subgraphs:
             raise ManifestError(f"{where}: lists no subgraphs")
         blocks = self.model.get("network", {}).get("blocks")
         if not isinstance(blocks, int) or blocks <= 0:
             raise ManifestError(f"{where}: model.network.blocks is missing or not a positive number")
+        if self.granularity != "branch":
+            self._verify_fused(blocks)
+        else:
+            self._verify_branches(blocks)
+        files = [e.file for e in self.entries()]
+        dupes = sorted({f for f in files if files.count(f) > 1})
+        if dupes:
+            raise ManifestError(f"{where}: file '{dupes[0]}' is listed for more than one subgraph")
+        for e in self.entries():
+            self.path_of(e)
+
+    def _verify_decoder(self, index: int) -> None:
+        if self.decoder is not None and (self.decoder.branch != DECODER_BRANCH or self.decoder.index != index):
+            raise ManifestError(f"{self.file}: decoder entry must have branch '{DECODER_BRANCH}' and index "
+                                f"{index} (file {self.decoder.file})")
+
+    def _verify_fused(self, blocks: int) -> None:
+        """Fused subgraphs: in order, each a run of consecutive blocks following the previous one."""
+        where = self.file
+        if self.format == FORMATS[0]:
+            raise ManifestError(f"{where}: format '{self.format}' has branch subgraphs only, "
+                                f"not granularity {self.granularity}")
+        try:
+            parse_granularity(self.granularity, blocks)
+        except ConfigError as exc:       # worded for the option: said of this file instead
+            raise ManifestError(f"{where}: export.granularity: {exc}") from None
+        expected = None
+        for pos, e in enumerate(self.subgraphs):
+            held = e.blocks
+            if e.branch != FUSED_BRANCH or not isinstance(held, list) or not held \
+                    or not all(isinstance(b, int) and 0 <= b < blocks for b in held) \
+                    or held != list(range(held[0], held[0] + len(held))) or e.block != held[0]:
+                raise ManifestError(f"{where}: subgraphs[{pos}] ({e.file}): a {self.granularity} subgraph needs "
+                                    f"branch '{FUSED_BRANCH}' and blocks, consecutive, within 0..{blocks - 1}")
+            if e.index != pos or (expected is not None and held[0] != expected):
+                raise ManifestError(f"{where}: {e.label} is out of execution order (file {e.file})")
+            expected = held[-1] + 1
+        self._verify_decoder(len(self.subgraphs))
+
+    def _verify_branches(self, blocks: int) -> None:
+        where = self.file
         previous = -1
         for pos, e in enumerate(self.subgraphs):
             if e.branch not in BRANCHES:
@@ -177,16 +239,7 @@ class Manifest:
             missing = [b for b in BRANCHES if (block, b) not in listed]
             if missing:
                 raise ManifestError(f"{where}: block {block} lacks its {', '.join(missing)} subgraph")
-        if self.decoder is not None and (self.decoder.branch != DECODER_BRANCH
-                                         or self.decoder.index != blocks * len(BRANCHES)):
-            raise ManifestError(f"{where}: decoder entry must have branch '{DECODER_BRANCH}' and index "
-                                f"{blocks * len(BRANCHES)} (file {self.decoder.file})")
-        files = [e.file for e in self.entries()]
-        dupes = sorted({f for f in files if files.count(f) > 1})
-        if dupes:
-            raise ManifestError(f"{where}: file '{dupes[0]}' is listed for more than one subgraph")
-        for e in self.entries():
-            self.path_of(e)
+        self._verify_decoder(blocks * len(BRANCHES))
 
     def verify_entry(self, entry: SubgraphEntry) -> None:
         """The entry's file exists, has the recorded size and sha256."""
@@ -246,7 +299,7 @@ def _tensor(obj, where: str) -> TensorSpec:
 def _entry(obj, where: str, decoder: bool = False) -> SubgraphEntry:
     check_table(obj, _DECODER if decoder else _ENTRY, where, error=ManifestError, extra=True)
     e = SubgraphEntry(index=obj["index"], block=obj.get("block"), branch=obj["branch"], file=obj["file"],
-                      sha256=obj["sha256"], bytes=obj["bytes"])
+                      sha256=obj["sha256"], bytes=obj["bytes"], blocks=obj.get("blocks"))
     where = f"{where} ({e.label}, file {e.file})"
     e.inputs = [_tensor(t, f"{where} input {k}") for k, t in enumerate(obj["inputs"])]
     e.outputs = [_tensor(t, f"{where} output {k}") for k, t in enumerate(obj["outputs"])]

@@ -26,12 +26,15 @@ from ..model.config import BRANCHES, ModelConfig
 from ..core.errors import ConfigError
 from ..model.embedded import interp_matrix
 from ..model.weights import combine_digests, tensor_digest
-from .manifest import (FORMAT, Manifest, SubgraphEntry, TensorSpec, manifest_path, network_settings,
-                       subgraph_index)
+from .manifest import (FORMAT, FUSED_BRANCH, Manifest, SubgraphEntry, TensorSpec, manifest_path,
+                       network_settings, subgraph_index)
+from .fused import build_fused_body, fused_inputs
+from .granularity import Granularity, parse_granularity
 from .graph import DEFAULT_OPSET, DTYPES, _Graph, check_opset
 from .bodies import _BODIES, _check_fake_quant, _ffn
 
-__all__ = ["export_partition", "build_subgraph", "build_decoder", "subgraph_file", "planned_files", "DECODER_FILE"]
+__all__ = ["export_partition", "build_subgraph", "build_decoder", "subgraph_file", "fused_file", "planned_files",
+           "DECODER_FILE"]
 
 DECODER_FILE = "decoder.onnx"
 
@@ -85,6 +88,24 @@ def _build(weights: dict, cfg: ModelConfig, block: int, branch: str, dtype: str,
                     f"{cfg.name} subgraph {index}: block {block} {branch} body ({dtype})",
                     {"model": cfg.name, "block": block, "branch": branch, "index": index, "dtype": dtype})
     return model, g.islands
+
+
+def _build_fused(weights: dict, cfg: ModelConfig, blocks: list[int], dtype: str, streams: int, opset: int,
+                 fake_quant: str | None = None) -> tuple[onnx.ModelProto, list[str]]:
+    g = _Graph(_check_dtype(dtype), check_opset(opset))
+    inputs = fused_inputs(g, cfg, blocks, _check_streams(streams))
+    build_fused_body(g, weights, cfg, blocks, streams, _check_fake_quant(fake_quant))
+    outputs = [helper.make_tensor_value_info("y", g.elem, [streams, cfg.tokens, cfg.width])]
+    held = f"block {blocks[0]}" if len(blocks) == 1 else f"blocks {blocks[0]}-{blocks[-1]}"
+    model = g.model(f"blocks{blocks[0]}_{blocks[-1]}", inputs, outputs,
+                    f"{cfg.name}: {held} fused, AdaLN and gated residual inside; y = the residual delta ({dtype})",
+                    {"model": cfg.name, "blocks": ",".join(map(str, blocks)), "branch": FUSED_BRANCH, "dtype": dtype})
+    return model, g.islands
+
+
+def fused_file(index: int, blocks: list[int]) -> str:
+    held = f"block{blocks[0]:02d}" if len(blocks) == 1 else f"blocks{blocks[0]:02d}-{blocks[-1]:02d}"
+    return f"{index:02d}_{held}.onnx"
 
 
 def build_subgraph(weights: dict, cfg: ModelConfig, block: int, branch: str, dtype: str = "float32",
@@ -159,14 +180,29 @@ def _has_decoder(cfg: ModelConfig) -> bool:
     return _decoder_source(cfg) is not None or (cfg.latent_channels == 1 and bool(cfg.decoder))
 
 
-def planned_files(cfg: ModelConfig, blocks=None) -> int:
+def _groups(chosen: list[int], granularity: Granularity) -> list[list[int]]:
+    """The fused subgraphs' blocks: runs of `granularity.blocks` consecutive chosen blocks."""
+    runs: list[list[int]] = []
+    for b in chosen:
+        if runs and runs[-1][-1] == b - 1 and len(runs[-1]) < granularity.blocks:
+            runs[-1].append(b)
+        else:
+            runs.append([b])
+    return runs
+
+
+def planned_files(cfg: ModelConfig, blocks=None, granularity: str = "branch") -> int:
     """How many ONNX files an export of `blocks` writes (for a caller's progress display)."""
-    return len(_select_blocks(cfg, blocks)) * len(BRANCHES) + int(_has_decoder(cfg))
+    g = parse_granularity(granularity, cfg.blocks)
+    chosen = _select_blocks(cfg, blocks)
+    bodies = len(_groups(chosen, g)) if g.fused else len(chosen) * len(BRANCHES)
+    return bodies + int(_has_decoder(cfg))
 
 
 def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32", streams: int = 2,
                      opset: int = DEFAULT_OPSET, blocks=None, on_file: Callable[[], None] | None = None,
-                     weights_source: str | None = None, fake_quant: str | None = None) -> Manifest:
+                     weights_source: str | None = None, fake_quant: str | None = None,
+                     granularity: str = "branch") -> Manifest:
     """Write one ONNX file per subgraph (+ decoder.onnx when the model has one) and manifest.json.
 
     `weights` is a Checkpoint (or its path) or a dict of tensors. Tensors are read one block at a time
@@ -176,7 +212,9 @@ def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32",
     fake_quant="ffn-w8a8" simulates INT8 FFN linears (weights and activations) in the graph dtype.
     on_file() is called after each file is written (the CLI draws its progress bar with it; the
     exporter itself prints nothing).
+    granularity: branch (3 subgraphs per block), block or blocks:K (fused: harness/partition/fused.py).
     """
+    gran = parse_granularity(granularity, cfg.blocks)
     _check_dtype(dtype)
     _check_fake_quant(fake_quant)
     _check_streams(streams)
@@ -191,29 +229,40 @@ def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32",
     advance = on_file or (lambda: None)
     entries, islands, hashes = [], {}, {}
     known = source.known_digest()       # e.g. computed for the default directory name
-    for block in chosen:
-        w = source.block_tensors(block)
+    for group in (_groups(chosen, gran) if gran.fused else [[b] for b in chosen]):
+        w = {}
+        for block in group:
+            w.update(source.block_tensors(block))
         if known is None:
             hashes.update((k, tensor_digest(k, v)) for k, v in w.items())
+        if gran.fused:
+            model, islands[FUSED_BRANCH] = _build_fused(w, cfg, group, dtype, streams, opset, fake_quant)
+            entry = _write(model, out_dir, fused_file(len(entries), group), len(entries), group[0], FUSED_BRANCH)
+            entry.blocks = list(group)
+            entries.append(entry)
+            advance()
+            continue
         for branch in BRANCHES:
-            model, wrapped = _build(w, cfg, block, branch, dtype, streams, opset, fake_quant)
+            model, wrapped = _build(w, cfg, group[0], branch, dtype, streams, opset, fake_quant)
             islands[branch] = wrapped
-            entries.append(_write(model, out_dir, subgraph_file(block, branch),
-                                  subgraph_index(block, branch), block, branch))
+            entries.append(_write(model, out_dir, subgraph_file(group[0], branch),
+                                  subgraph_index(group[0], branch), group[0], branch))
             del model
             advance()
         del w
     decoder = None
     if _has_decoder(cfg):
         model = onnx.load(decoder_file) if decoder_file else build_decoder(cfg, opset)
-        decoder = _write(model, out_dir, DECODER_FILE, cfg.subgraphs, None, "decoder")
+        decoder = _write(model, out_dir, DECODER_FILE, len(entries) if gran.fused else cfg.subgraphs,
+                         None, "decoder")
         advance()
     for key in source.keys() if known is None else ():   # the rest: host tensors, blocks not exported
         if key not in hashes:
             hashes[key] = tensor_digest(key, source.read([key])[key])
     export = {"dtype": dtype, "streams": streams, "opset": opset, "latent_size": list(cfg.latent_size),
               "tokens": cfg.tokens, "context_tokens": cfg.context_tokens, "blocks": chosen,
-              "fp32_islands": {b: islands[b] for b in BRANCHES if islands.get(b)}}
+              "fp32_islands": {b: islands[b] for b in (*BRANCHES, FUSED_BRANCH) if islands.get(b)},
+              "granularity": str(gran)}
     if fake_quant:
         export["fake_quant"] = fake_quant
     if decoder_file:

@@ -135,6 +135,8 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     backend = resolve_backend(requested, on_board)
     from ..lifecycle import parse_lifecycle
     lifecycle = str(parse_lifecycle(values["lifecycle"]))
+    from ..partition.granularity import parse_granularity
+    values["granularity"] = str(parse_granularity(values["granularity"]))
     check_precision(backend, values["precision"])
     from ..partition.bodies import FAKE_QUANT
     if values["fake_quant"] not in (None, *FAKE_QUANT):

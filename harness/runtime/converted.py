@@ -20,9 +20,9 @@ __all__ = ["cached_conversion", "cached_calibration", "cached_fp32_export", "TOO
 TOOLKIT_PRECISIONS = {"float16": "fp16", "fp16": "fp16", "w8a8-ffn": "w8a8-ffn"}
 
 
-def cached_fp32_export(bundle, cache_dir: Path) -> Path:
+def cached_fp32_export(bundle, cache_dir: Path, granularity: str = "branch") -> Path:
     from .partitions import exported_partition
-    return exported_partition(bundle, "float32", root=Path(cache_dir) / "partitions")
+    return exported_partition(bundle, "float32", root=Path(cache_dir) / "partitions", granularity=granularity)
 
 
 def cached_calibration(bundle, cache_dir: Path, source: Path) -> Path:
@@ -39,7 +39,7 @@ def cached_calibration(bundle, cache_dir: Path, source: Path) -> Path:
 
 
 def cached_conversion(bundle, cache_dir: Path, precision: str, calibration: Path | None = None,
-                      version: str | None = None) -> Path:
+                      version: str | None = None, granularity: str = "branch") -> Path:
     """A converted partition of these weights for the rknn-sim backend, converted on first use."""
     from ..toolkit.convert import convert_partition
     from ..toolkit.envs import default_version, toolkit_python
@@ -48,7 +48,7 @@ def cached_conversion(bundle, cache_dir: Path, precision: str, calibration: Path
     precision = TOOLKIT_PRECISIONS[precision]
     version = version or default_version()
     toolkit_python(version)              # absent environment: one line naming bin/toolkit-env
-    source = cached_fp32_export(bundle, cache_dir)
+    source = cached_fp32_export(bundle, cache_dir, granularity)
     if precision != "fp16" and calibration is None:
         calibration = cached_calibration(bundle, cache_dir, source)
     name = f"{source.name}-rknn-{version}-{precision}"

@@ -16,21 +16,21 @@ def export_with_progress(weights: dict, cfg: ModelConfig, out, quiet: bool = Fal
     """export_partition with a progress bar on stderr (the exporter itself prints nothing)."""
     from ..report.terminal import progress_bar
     from ..partition.onnx_export import export_partition, planned_files
-    total = planned_files(cfg, options.get("blocks"))
+    total = planned_files(cfg, options.get("blocks"), options.get("granularity", "branch"))
     with progress_bar(total, f"export {cfg.name} {options.get('dtype', 'float32')}", disable=quiet) as advance:
         return export_partition(weights, cfg, out, on_file=advance, **options)
 
 
 def exported_partition(bundle, dtype: str, fake_quant: str | None = None, quiet: bool = True,
-                       root: Path | None = None) -> Path:
+                       root: Path | None = None, granularity: str = "branch") -> Path:
     """The export command's default directory for these weights (under `root` if given, e.g. the
     suite's cache), exported on first use."""
     from ..partition.manifest import manifest_path
-    partition = default_partition_dir(bundle.cfg, bundle.digest, dtype, fake_quant)
+    partition = default_partition_dir(bundle.cfg, bundle.digest, dtype, fake_quant, granularity=granularity)
     if root is not None:
         partition = Path(root) / partition.name
     if not manifest_path(partition).exists():
         print(f"exporting the partition to {partition} ({dtype}, first use)", file=sys.stderr)
         export_with_progress(bundle.weights_source, bundle.cfg, partition, quiet=quiet, dtype=dtype,
-                             fake_quant=fake_quant)
+                             fake_quant=fake_quant, granularity=granularity)
     return partition

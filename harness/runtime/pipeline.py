@@ -7,6 +7,9 @@ runs the branch body for the CFG streams -> gate + FP32 residual on the host. Th
 The two halves are separate (`hidden_state`, `final_velocity`) so that Spectrum can forecast the
 last hidden state on a step where no subgraph runs.
 Every output is checked for NaN/Inf as it arrives; the first bad one stops the run naming where.
+A fused partition (granularity block or blocks:K) does LayerNorm, modulation and the gated residual
+inside each subgraph: the host feeds it the stream and each branch's shift, scale and AdaLN gate,
+and adds the delta it returns to the FP32 residual stream (harness/partition/fused.py says why).
 
 Host math is timed by category (`HostTimes`) beside the lifecycle records, so a step splits into
 lifecycle stages, host math and the rest (harness bookkeeping).
@@ -23,7 +26,9 @@ from threadpoolctl import threadpool_limits
 from ..core.errors import ManifestError, NumericsError
 from ..model import ops, reference as R
 from ..model.bundle import ModelBundle
+from ..model.config import BRANCHES
 from ..partition.checks import check_input, check_outputs
+from ..partition.fused import MOD_PARTS, mod_input
 from ..core.imageio import as_rgb
 from ..core.timing import Timed
 
@@ -147,9 +152,12 @@ class PartitionedPipeline:
         with host.timed(step, "embed"), _host_blas():
             tokens = ops.linear(R.patchify(latent, cfg), w["x_embedder.proj.1.weight"])
             x = np.concatenate([tokens] * len(self.streams))                    # [S*N, T, D] FP32
-        x = R.residual_stream(x, mods, cfg.norm_eps, ((e.block, e.branch, e) for e in self.manifest.subgraphs),
-                              lambda entry, h: self._invoke(entry, step, h),
-                              timed=lambda category: host.timed(step, category))
+        if self.manifest.granularity != "branch":
+            x = self._fused_stream(x, mods, step)
+        else:
+            x = R.residual_stream(x, mods, cfg.norm_eps, ((e.block, e.branch, e) for e in self.manifest.subgraphs),
+                                  lambda entry, h: self._invoke(entry, step, h),
+                                  timed=lambda category: host.timed(step, category))
         n = self.images
         return {s: x[k * n:(k + 1) * n] for k, s in enumerate(self.streams)}
 
@@ -200,12 +208,30 @@ class PartitionedPipeline:
             self._emb = (step, *R.time_embedding(self.bundle.weights, self.cfg, np.array([sigma], np.float32)))
         return self._emb[1:]
 
-    def _invoke(self, entry, step: int, h: np.ndarray) -> np.ndarray:
+    def _fused_stream(self, x: np.ndarray, mods: dict, step: int) -> np.ndarray:
+        """Fused subgraphs in order: each takes the stream and its blocks' modulations (one row per
+        stream row, all equal), returns the delta of the stream, added here in FP32."""
+        rows = (len(x), 1, x.shape[-1])
+        for entry in self.manifest.subgraphs:
+            with self.host.timed(step, "adaln"):
+                feeds = {mod_input(b, branch, part): np.broadcast_to(value[:, None, :], rows)
+                         for b in entry.blocks for branch in BRANCHES
+                         for part, value in zip(MOD_PARTS, mods[(b, branch)])}
+            delta = self._invoke(entry, step, x, feeds)
+            with self.host.timed(step, "residual"):
+                x = x + delta
+        return x
+
+    def _invoke(self, entry, step: int, h: np.ndarray, feeds: dict | None = None) -> np.ndarray:
+        """One subgraph: `h` as its x, the text embedding as its context, `feeds` (a fused
+        subgraph's modulations, one row per stream row like x) by name."""
         for hook in self.between:       # memory guard: abort between invocations, never inside one
             hook()
+        feeds = feeds or {}
         with self.host.timed(step, "cast"):     # host FP32 -> the subgraph's dtype
-            inputs = [h.astype(spec.dtype, copy=False) if spec.name == "x" else self._text_emb_as(spec.dtype)
-                      for spec in entry.inputs]
+            inputs = [h.astype(spec.dtype, copy=False) if spec.name == "x"
+                      else feeds[spec.name].astype(spec.dtype) if spec.name in feeds
+                      else self._text_emb_as(spec.dtype) for spec in entry.inputs]
         batch = batch_of(entry)
         if entry.index not in self._checked:
             # Shapes are static for the whole run: check each subgraph's inputs against the manifest

@@ -82,7 +82,7 @@ def open_partition(bundle: ModelBundle, partition_dir: str | Path, verify: bool 
     if manifest.weights_sha256 != bundle.digest:
         raise ManifestError(f"{manifest.file}: exported from other weights (sha256 {manifest.weights_sha256[:12]}..., "
                             f"{bundle.model_dir} has {bundle.digest[:12]}...): export the partition again")
-    blocks = {e.block for e in manifest.subgraphs}
+    blocks = manifest.blocks_held()
     if blocks != set(range(bundle.cfg.blocks)):
         missing = sorted(set(range(bundle.cfg.blocks)) - blocks)
         raise ManifestError(f"{manifest.file}: a partial partition ({len(blocks)} of {bundle.cfg.blocks} "

@@ -192,6 +192,10 @@ def convert_partition(partition, out, version: str | None = None, precision: str
     out = Path(out)
     _check_out(out)
     source = _source(partition)
+    if precision != "fp16" and source.granularity != "branch":
+        # INT8 is chosen per branch subgraph (the FFNs); a fused subgraph would silently stay FP16
+        raise ConfigError(f"--precision {precision} quantises the FFN subgraphs of a branch partition: "
+                          f"{source.file} is granularity {source.granularity} (convert it as fp16)")
     toolkit_python(version)                 # an absent environment fails before any work
     started = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -247,7 +251,7 @@ def _assemble(source, work, out, version, precision, target, calibration, built,
         rknn = work / f"{stem}.rknn"
         entries.append(SubgraphEntry(index=entry.index, block=entry.block, branch=entry.branch,
                                      file=rknn.name, sha256=_sha256(rknn), bytes=rknn.stat().st_size,
-                                     inputs=entry.inputs, outputs=entry.outputs))
+                                     inputs=entry.inputs, outputs=entry.outputs, blocks=entry.blocks))
         records.append({"file": rknn.name, "onnx_file": entry.file, "onnx_sha256": entry.sha256,
                         "build_seconds": event["seconds"], "layers": len(layers),
                         "cpu_ops": cpu_ops[stem],

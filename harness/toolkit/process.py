@@ -45,7 +45,10 @@ def run_worker(version: str, job: dict, job_file: Path, on_event: Callable[[dict
             code = proc.wait()
     if code != 0 and not any(e.get("event") == "failed" for e in events):
         tail = [ln for ln in stderr_path.read_text(errors="replace").splitlines() if ln.strip()][-1:]
+        built = {e.get("name") for e in events if e.get("event") == "built"}
+        building = next((item["name"] for item in job.get("items", []) if item.get("name") not in built), None)
         raise ToolkitError(f"rknn-toolkit2 {version} worker exited with code {code}"
+                           + (f" while building {building}" if building else "")
                            + (f": {tail[0].strip()}" if tail else ""))
     return events
 

@@ -74,7 +74,7 @@ def record_run(benchmark, case, gate_runner, window, result, suite, request, res
                                       "comparison": comparison, "key": run.key.as_dict()})
     results_gate.record(run)
     assert results_gate.store.run(run.run_id, case.name) == run, f"{results_gate.store.where}: the run was not stored"
-    _assert_figures_add_up(info, suite.bench_steps or case.steps, gate_runner.bundle.cfg.subgraphs)
+    _assert_figures_add_up(info, suite.bench_steps or case.steps, gate_runner.subgraphs)
     results_gate.offer(request.node.nodeid, run, judgement)
     if judgement.regressed:
         pytest.fail(f"benchmark regression: {judgement.headline()}", pytrace=False)

@@ -21,5 +21,5 @@ def test_no_nan_or_inf_in_any_subgraph_output(golden_case, gate_runner, npu_guar
     assert len(sampler["computed_steps"]) + len(sampler["forecast_steps"]) == case.steps
     ran = {(r["step"], r["subgraph"]) for r in report["lifecycle_records"]
            if r["stage"] == "run" and r["branch"] != "decoder"}
-    assert ran == {(s, i) for s in sampler["computed_steps"] for i in range(gate_runner.bundle.cfg.subgraphs)}
+    assert ran == {(s, i) for s in sampler["computed_steps"] for i in range(gate_runner.subgraphs)}
     assert sampler.get("forecasts_checked", 0) == len(sampler["forecast_steps"]) * len(report["streams"])

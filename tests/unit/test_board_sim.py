@@ -188,3 +188,53 @@ def test_late_wake_ups_are_taken_off_the_next_pauses_of_their_kind():
     start = time.perf_counter()
     clock.pad(start, 0.03)                # the next 30 ms load is paid from the debt: no sleep
     assert time.perf_counter() - start < 0.02 and clock.debt["lifecycle"] >= 0.005
+
+
+def test_this_machines_host_work_is_taken_off_the_boards_host_pause():
+    from harness.backends.board_sim import _Clock
+    import time
+    clock = _Clock()
+    clock.pad(time.perf_counter(), 0.0, "path")     # a stage ends
+    time.sleep(0.03)                                 # the pipeline's own host math
+    start = time.perf_counter()
+    clock.host_pause(0.06)
+    assert time.perf_counter() - start < 0.05        # 60 ms of board host time, 30 ms of it already spent
+    assert clock.host_real >= 0.03 and clock.host_board == pytest.approx(0.06)
+    time.sleep(0.1)                                  # more host work than the pause: it pauses not at all
+    start = time.perf_counter()
+    clock.host_pause(0.06)
+    assert time.perf_counter() - start < 0.02 and clock.debt["path"] < 0.005   # no debt from the gap
+
+
+@pytest.mark.slow
+def test_default_settings_give_the_boards_on_demand_to_resident_ratio(tmp_path):
+    """`generate --backend board-sim` at its default time scale: the steady step of on-demand over
+    resident within 5 % of the board's 120.40 / (120.40 - 33.84), runs alternating."""
+    import json
+    import statistics
+    from harness.cli.main import main
+    steps = {"on-demand": [], "resident": []}
+    for round_ in range(2):
+        for spec in steps:
+            out = tmp_path / f"{spec}-{round_}.png"
+            assert main(["generate", "--backend", "board-sim", "--lifecycle", spec, "--steps", "4",
+                         "--out", str(out), "--quiet"]) == 0
+            steps[spec].append(statistics.median(json.loads(out.with_suffix(".json").read_text())["step_seconds"][1:]))
+    ratio = statistics.median(steps["on-demand"]) / statistics.median(steps["resident"])
+    board = 120.40 / (120.40 - 33.84)
+    assert abs(ratio / board - 1) <= 0.05, (ratio, steps)
+
+
+def test_a_sessions_one_build_is_no_debt_for_later_stages(manifest, monkeypatch):
+    """The process builds each subgraph's session once (reuse_sessions); that build is not a board
+    init, so its seconds must not shorten the later, steady steps' lifecycle stages."""
+    from harness.backends import board_sim
+    import time
+    monkeypatch.setattr(board_sim, "_SESSIONS", {})
+    entry = _ffn(manifest)
+    start = time.perf_counter()
+    ctx = _ctx(manifest, entry, time_scale=1e-6)        # board stages of microseconds: all real work
+    built = time.perf_counter() - start
+    ctx.release()
+    assert built > 0.002                                # an onnxruntime session takes milliseconds to build
+    assert board_sim._CLOCK.debt["lifecycle"] < 0.5 * built

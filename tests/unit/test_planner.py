@@ -78,3 +78,85 @@ def test_plan_command_from_profile_and_from_a_run_report(tmp_path, capsys):
     bad.write_text("{}")
     assert main(["plan", "--report", str(bad)]) == 2
     assert "--report" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- budget from RAM, granularities, core masks
+
+def _variant(tmp_path, ram_gib, **replace_lines):
+    """The board profile with another RAM total and no [sim] context_budget_mib (a 16 GB board has no probe)."""
+    from harness.backends.board_profile import DEFAULT_BOARD_DATA
+    lines = []
+    for line in DEFAULT_BOARD_DATA.read_text().splitlines():
+        key = line.split("=")[0].strip()
+        if key == "context_budget_mib":
+            continue
+        if key == "ram_total_gib":
+            line = f"ram_total_gib = {ram_gib}"
+        lines.append(replace_lines.get(key, line))
+    path = tmp_path / f"board-{ram_gib}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_budget_is_derived_from_ram_floor_and_the_last_row_within_the_gates(tmp_path):
+    from harness.backends.board_profile import load_board_profile
+    from harness.memory.budget import derived_budget
+    eight = derived_budget(load_board_profile())
+    assert eight.mib == pytest.approx(2144.4)                 # 16 contexts: the 18-row grew swap 21.4 > 16 MiB
+    assert "MemAvailable floor 1536 MiB" in eight.how and "RAM 7936 MiB" in eight.how
+    sixteen = derived_budget(load_board_profile(_variant(tmp_path, 15.5)))
+    assert sixteen.mib == pytest.approx(2144.4 + 7.75 * 1024)  # the doubled RAM goes to contexts
+    assert inputs_from_profile(_variant(tmp_path, 15.5)).budget_mib == pytest.approx(sixteen.mib)
+
+
+def test_plan_on_a_16_gib_board_derives_its_budget_and_chooses(tmp_path, capsys):
+    assert main(["plan", "--profile", str(_variant(tmp_path, 15.5)), "--json", str(tmp_path / "p.json")]) == 0
+    out = capsys.readouterr().out
+    assert "budget derived from RAM: 10080.4 MiB" in out and "choice: " in out
+    space = json.loads((tmp_path / "p.json").read_text())["space"]
+    branch = next(r for r in space["rows"] if r["granularity"] == "branch" and r["core_mask"] == "auto")
+    block = next(r for r in space["rows"] if r["granularity"] == "block" and r["core_mask"] == "auto")
+    assert not branch["resident"]["fits"] and block["resident"]["fits"]    # 11.3 GiB vs fewer fixed parts
+
+
+def test_budget_option_says_why_the_choice_stays_or_changes(capsys):
+    assert main(["plan", "--budget", "20GiB"]) == 0
+    assert "--budget 20480 MiB keeps" in capsys.readouterr().out
+    assert main(["plan", "--budget", "300MiB"]) == 0
+    out = capsys.readouterr().out
+    assert "--budget 300 MiB changes the choice from" in out and "over 300 MiB" in out
+
+
+def test_fused_contexts_pay_the_fitted_fixed_part_once():
+    from harness.backends.board_profile import load_board_profile
+    from harness.memory.plan_space import fits, inputs_for
+    from harness.partition.granularity import parse_granularity
+    profile = load_board_profile()
+    f = fits(profile)
+    weights = f.weights_mib
+    measured = [profile.lifecycle_of(b) for b in ("self_attn", "cross_attn", "ffn")]
+    assert sum(f.lifecycle_of(w) for w in weights.values()) == pytest.approx(sum(measured))
+    assert f.lifecycle[0] > 0 and f.pss[0] > 0
+    block = inputs_for(profile, parse_granularity("block"), "auto", 2144.4)
+    branch = inputs_from_profile()
+    assert block.subgraphs == 28
+    assert 28 * sum(measured) - block.pass_stage_sum == pytest.approx(28 * 2 * f.lifecycle[0])
+    assert sum(block.run.values()) == pytest.approx(sum(branch.run[b] for b in branch.order))
+
+
+def test_stream_per_core_halves_a_call_and_doubles_the_contexts():
+    from harness.backends.board_profile import load_board_profile
+    from harness.memory.plan_space import inputs_for
+    from harness.partition.granularity import BRANCH
+    profile = load_board_profile()
+    one, two = inputs_from_profile(), inputs_for(profile, BRANCH, "stream-per-core", 2144.4)
+    assert two.run["ffn"] == pytest.approx(one.run["ffn"] / 2)
+    assert two.pass_stage_sum == pytest.approx(2 * one.pass_stage_sum)
+    assert memory_mib(two, 8) == pytest.approx(memory_mib(one, 16))
+
+
+def test_a_model_the_planner_does_not_know_is_one_error_naming_the_key(tmp_path, capsys):
+    bad = _variant(tmp_path, 7.75, lifecycle_model='lifecycle_model = "proportional"')
+    assert main(["plan", "--profile", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "lifecycle_model" in err and str(bad) in err and "Traceback" not in err

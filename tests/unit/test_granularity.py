@@ -1,0 +1,132 @@
+"""Partition granularity: fused subgraphs (whole blocks, AdaLN and gated residual inside) compute the
+branch partition's image, the manifest records the granularity (format /2, /1 still read), and a
+malformed fused manifest is one error naming the subgraph."""
+import json
+
+import numpy as np
+import pytest
+
+from harness.cli.main import main
+from harness.core.errors import ConfigError, ManifestError
+from harness.partition.granularity import parse_granularity
+from harness.partition.manifest import FORMAT, load_manifest
+from harness.partition.onnx_export import export_partition
+from harness.runtime.run import RunRequest, run_partitioned
+from harness.sampling.reference_run import sample_settings
+from tests.helpers import random_bundle
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return random_bundle(tmp_path_factory, seed=11)
+
+
+@pytest.fixture(scope="module")
+def partitions(model, tmp_path_factory):
+    root = tmp_path_factory.mktemp("granularity")
+    out = {}
+    for text in ("branch", "block", "blocks:4"):
+        out[text] = root / text.replace(":", "")
+        export_partition(model.weights, model.cfg, out[text], dtype="float32", granularity=text)
+    return out
+
+
+def _latent(model, partition, backend="onnxruntime", lifecycle="on-demand", options=None):
+    settings = sample_settings(model, steps=2)
+    return run_partitioned(RunRequest(model, partition, backend, "the number 3", settings, lifecycle=lifecycle,
+                                      backend_options=options or {})).latent
+
+
+@pytest.mark.parametrize("text, words", [("blocks", "blocks:K"), ("blocks:0", "blocks:K"), ("fused", "branch"),
+                                         ("blocks:99", "has 28 blocks")])
+def test_bad_granularity_is_one_error_naming_the_option(text, words):
+    with pytest.raises(ConfigError, match="--granularity") as err:
+        parse_granularity(text, 28)
+    assert words in str(err.value)
+
+
+def test_fused_partitions_hold_whole_blocks_and_record_their_granularity(model, partitions):
+    blocks = model.cfg.blocks
+    for text, count in (("branch", 3 * blocks), ("block", blocks), ("blocks:4", -(-blocks // 4))):
+        m = load_manifest(partitions[text])
+        m.verify()
+        assert m.format == FORMAT and m.granularity == text and len(m.subgraphs) == count
+        assert m.blocks_held() == set(range(blocks))
+    fused = load_manifest(partitions["blocks:4"]).subgraphs[1]
+    assert fused.blocks == [4, 5, 6, 7] and fused.label == "subgraph 1 (blocks 4-7)"
+    names = [s.name for s in fused.inputs]
+    assert names[:2] == ["x", "context"] and "b7_ffn_gate" in names and len(names) == 2 + 4 * 9
+
+
+def test_fused_partitions_compute_the_branch_partitions_latent(model, partitions):
+    branch = _latent(model, partitions["branch"])
+    for text in ("block", "blocks:4"):
+        fused = _latent(model, partitions[text])
+        # FP32 throughout: only the order of the residual adds differs (x + (g1 o1 + g2 o2 + g3 o3))
+        assert np.max(np.abs(fused - branch)) < 1e-4 * max(1.0, float(np.max(np.abs(branch)))), text
+
+
+def test_every_strategy_and_the_simulated_board_run_a_fused_partition(model, partitions):
+    on_demand = _latent(model, partitions["block"])
+    for lifecycle in ("resident", "lru:4", "pinned:4", "prefetch:2"):
+        assert np.array_equal(_latent(model, partitions["block"], lifecycle=lifecycle), on_demand), lifecycle
+    sim = _latent(model, partitions["blocks:4"], "board-sim", "prefetch:2", {"time_scale": 1e-4})
+    assert np.array_equal(sim, _latent(model, partitions["blocks:4"]))
+
+
+def test_a_format_1_manifest_is_read_as_the_branch_partition(partitions, tmp_path):
+    import shutil
+    old = tmp_path / "old"
+    shutil.copytree(partitions["branch"], old)
+    data = json.loads((old / "manifest.json").read_text())
+    data["format"] = "anima-partition/1"
+    del data["export"]["granularity"]
+    (old / "manifest.json").write_text(json.dumps(data))
+    assert load_manifest(old).granularity == "branch"
+    fused = tmp_path / "fused"
+    shutil.copytree(partitions["block"], fused)
+    data = json.loads((fused / "manifest.json").read_text())
+    data["format"] = "anima-partition/1"
+    (fused / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(ManifestError, match="branch subgraphs only"):
+        load_manifest(fused)
+
+
+def test_a_fused_subgraph_out_of_order_is_named(partitions, tmp_path):
+    import shutil
+    bad = tmp_path / "bad"
+    shutil.copytree(partitions["blocks:4"], bad)
+    data = json.loads((bad / "manifest.json").read_text())
+    data["subgraphs"][1]["blocks"] = [5, 6, 7, 8]
+    data["subgraphs"][1]["block"] = 5
+    (bad / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(ManifestError, match=r"subgraph 1 \(blocks 5-8\) is out of execution order"):
+        load_manifest(bad)
+
+
+def test_export_command_takes_granularity(model, tmp_path, capsys):
+    out = tmp_path / "p"
+    assert main(["export", "--model-dir", str(model.model_dir), "--granularity", "blocks:7", "--out", str(out),
+                 "--quiet"]) == 0
+    assert "granularity blocks:7" in capsys.readouterr().out and load_manifest(out).granularity == "blocks:7"
+    with pytest.raises(SystemExit):
+        main(["export", "--granularity", "fused", "--out", str(tmp_path / "q")])
+    assert "--granularity fused" in capsys.readouterr().err
+
+
+def test_the_suites_granularity_chooses_the_partition_the_gates_export(tmp_path):
+    from harness.gates.runner import GateRunner
+    from harness.pytest_plugin.options import resolve_settings
+    runner = GateRunner(resolve_settings({"granularity": "blocks:4", "cache_dir": str(tmp_path)}, None))
+    assert runner.partition.name.endswith("-blocks4")
+    manifest = load_manifest(runner.partition)
+    assert manifest.granularity == "blocks:4" and runner.subgraphs == 7
+    with pytest.raises(ConfigError, match="--granularity"):
+        resolve_settings({"granularity": "blocks:x"}, None)
+
+
+def test_int8_ffn_conversion_of_a_fused_partition_is_refused_naming_the_file(partitions, tmp_path):
+    from harness.toolkit.convert import convert_partition
+    with pytest.raises(ConfigError, match=r"w8a8-ffn .* granularity block \(convert it as fp16\)") as err:
+        convert_partition(partitions["block"], tmp_path / "rknn", precision="w8a8-ffn")
+    assert str(partitions["block"]) in str(err.value) and not (tmp_path / "rknn").exists()
