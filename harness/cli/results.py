@@ -161,7 +161,7 @@ def check_lines(runs: list[Run], threshold_pct: float) -> tuple[list[str], bool]
         latest = members[-1]
         lines.append(f"{latest.key.case} on {board} ({latest.key.backend}, {latest.key.precision}, "
                      f"{latest.key.steps} steps): {len(members)} valid run(s)")
-        verdicts = judge_figures(members[:-1], latest, threshold_pct) if len(members) > 1 else []
+        verdicts = judge_figures(members[:-1], latest, threshold_pct, fixed=False) if len(members) > 1 else []
         lines += [f"  latest run {latest.run_id}: {v.line()} ({v.kind}, n={v.n})" for v in verdicts]
         regressed |= any(v.regression for v in verdicts)
         values = [r.mean_step_s for r in members]

@@ -9,8 +9,9 @@ When the reference has the run's own key the comparison is a *history* one: the 
 runs of its key on its board. When the keys differ only in the stack (manifest hash, NPU stack versions,
 see records.STACK_FIELDS) it is an *upgrade* comparison: the run against the latest valid runs of the
 previous stack. Either way each figure (the step, every branch's core time, every lifecycle stage) gets
-a history verdict, the threshold learned from the spread of those runs; with too few of them for a
-spread, the fixed rule against the latest one stands in and says so.
+a history verdict, the threshold learned from the spread of those runs. With too few of them for a
+spread, the fixed rule against the latest one stands in when the reference is a saved baseline; when
+it is only the board's latest run, there is no verdict yet, and the judgement says so.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from ..core.errors import ConfigError
 from ..lifecycle.steptimes import STAGE_NAMES
 from .records import Run
 from .store import ResultsStore
-from .verdicts import Verdict, fixed_verdict, history_verdict
+from .verdicts import MIN_HISTORY, Verdict, fixed_verdict, history_verdict
 
 __all__ = ["Judgement", "judge_run", "figures", "judge_figures", "parse_threshold", "HISTORY", "UPGRADE", "FIRST", "STEP",
            "LOOKBACK", "CONFIDENCE"]
@@ -75,7 +76,7 @@ class Judgement:
         if self.differences:
             what += " (" + "; ".join(self.differences) + ")"
         worst = self.regressions or self.verdicts[:1]
-        return what + ": " + ("; ".join(v.line() for v in worst) or "no figure of the reference to compare with")
+        return what + "".join(": " + v.line() for v in worst[:1]) + "".join("; " + v.line() for v in worst[1:])
 
     def lines(self) -> list[str]:
         return [self.headline(), *(f"  {v.line()} ({v.kind}, n={v.n})" for v in self.verdicts)]
@@ -85,11 +86,12 @@ class Judgement:
                 "regressed": self.regressed, "verdicts": [v.as_dict() for v in self.verdicts]}
 
 
-def judge_figures(pool: list[Run], run: Run, threshold_pct: float) -> list[Verdict]:
+def judge_figures(pool: list[Run], run: Run, threshold_pct: float, fixed: bool = True) -> list[Verdict]:
     """A verdict per figure of `run` against the runs of `pool` (oldest first); a figure that is 0
     somewhere (a stage a strategy skips) has no relative shift and is left out.
 
-    Too few earlier runs for a spread: the fixed rule against the latest one. It then fails the run on
+    Too few earlier runs for a spread: with `fixed`, the fixed rule against the latest one (without, no
+    verdict for that figure). It fails the run on
     the step alone and names the branches and stages over the threshold as the ones that moved: with no
     noise estimate a 0.4 ms branch moves 30 % between two identical runs on a busy CPU host, the step
     (the old rule's figure) a few %."""
@@ -103,25 +105,28 @@ def judge_figures(pool: list[Run], run: Run, threshold_pct: float) -> list[Verdi
     for label, value in judged.items():
         earlier = [h[label] for h in history if label in h]
         verdict = history_verdict(label, earlier, value, confidence=each)
-        verdicts.append(verdict or fixed_verdict(label, earlier[-1:], [value], threshold_pct=threshold_pct))
+        if verdict is None and fixed:
+            verdict = fixed_verdict(label, earlier[-1:], [value], threshold_pct=threshold_pct)
+        if verdict is not None:
+            verdicts.append(verdict)
     step = next((v for v in verdicts if v.label == STEP), None)
     if step is not None and step.kind == "fixed" and not step.regression:
         verdicts = [replace(v, regression=False) if v.kind == "fixed" else v for v in verdicts]
     return verdicts
 
 
-def _reference(store: ResultsStore, run: Run) -> tuple[Run, str, bool] | None:
-    """(reference run, how it was chosen, from the fleet?) or None."""
+def _reference(store: ResultsStore, run: Run) -> tuple[Run, str, bool, bool] | None:
+    """(reference run, how it was chosen, from the fleet?, a saved baseline?) or None."""
     saved = store.baseline(run.board_id, run.key.experiment)
     if saved:
-        return saved[0], f"the baseline of board {run.board_id} ({saved[1]}, run {saved[0].run_id})", False
+        return saved[0], f"the baseline of board {run.board_id} ({saved[1]}, run {saved[0].run_id})", False, True
     latest = store.runs(board=run.board_id, experiment=run.key.experiment, valid=True)
     if latest:
-        return latest[-1], f"the latest valid run of board {run.board_id} (run {latest[-1].run_id})", False
+        return latest[-1], f"the latest valid run of board {run.board_id} (run {latest[-1].run_id})", False, False
     fleet = store.fleet_baseline(run.board_model, run.key.experiment, exclude_board=run.board_id)
     if fleet:
         return fleet[0], (f"the fleet's baseline of board model {run.board_model} (board {fleet[0].board_id}, "
-                          f"run {fleet[0].run_id}): this board has none of its own yet"), True
+                          f"run {fleet[0].run_id}): this board has none of its own yet"), True, True
     return None
 
 
@@ -131,12 +136,18 @@ def judge_run(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
     if found is None:
         return Judgement(FIRST, f"no baseline yet for {run.key.case} on board {run.board_id} or its board model "
                                 f"{run.board_model}: this run starts the history")
-    reference, how, from_fleet = found
+    reference, how, from_fleet, saved = found
     scope = {"board_model": run.board_model} if from_fleet else {"board": run.board_id}
     pool = [r for r in store.runs(key=reference.key.digest, valid=True, **scope)
             if r.board_id != run.board_id or not from_fleet]
     kind = HISTORY if reference.key.digest == run.key.digest else UPGRADE
     if kind == UPGRADE:
         how = f"{len(pool)} valid run(s) of the previous stack, reference {how}"
-    return Judgement(kind, how, judge_figures(pool, run, threshold_pct),
-                     run.key.differences(reference.key) if kind == UPGRADE else [], reference)
+    # The fixed rule stands in for a short history only against a baseline someone saved: runs that
+    # merely happened before (a developer's repeated local runs on a busy machine) judge a run once
+    # there are enough of them for a learned threshold.
+    verdicts = judge_figures(pool, run, threshold_pct, fixed=saved)
+    if not verdicts:
+        how += (f": {len(pool)} earlier valid run(s), too few for a learned threshold ({MIN_HISTORY} needed) "
+                "and no saved baseline, so no verdict yet")
+    return Judgement(kind, how, verdicts, run.key.differences(reference.key) if kind == UPGRADE else [], reference)

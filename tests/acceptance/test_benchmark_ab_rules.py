@@ -1,12 +1,12 @@
 """The --ab-baseline gate, run under pytester as CI runs it: a candidate slowed on purpose (the
-faults backend's slow=x3, the candidate's only) fails the benchmark test with the verdict line
+faults backend's slow=x4, the candidate's only) fails the benchmark test with the verdict line
 naming the figure, its shift, interval and threshold; the same partition against itself passes.
 """
 import pytest
 
 from harness.model.config import EMBEDDED_DIR, REPO_ROOT
 
-pytestmark = pytest.mark.slow       # two gate sessions of 1 + 4 rounds each
+pytestmark = pytest.mark.slow       # two gate sessions of 1 + 8 rounds each
 
 
 @pytest.fixture(scope="module")
@@ -26,12 +26,12 @@ def gate(pytester, tmp_path, baseline_partition):
             "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}", "-p", "no:cacheprovider",
             str(REPO_ROOT / "tests/acceptance/test_benchmark_ab.py"), "--bench-steps=1", "--cases=seven",
             f"--artifacts={tmp_path / 'artifacts'}", f"--cache-dir={tmp_path / 'cache'}",
-            f"--ab-baseline={baseline_partition}", "--ab-rounds=4", "--backend=faults", *args)
+            f"--ab-baseline={baseline_partition}", "--ab-rounds=8", "--backend=faults", *args)
     return run
 
 
 def test_a_slowed_candidate_fails_with_the_verdict_line(gate):
-    result = gate("--fault=slow=x3")
+    result = gate("--fault=slow=x4")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*A/B regression against *init +* % [[]*, *] over the 2 % threshold*"])
 

@@ -133,12 +133,14 @@ def test_the_suites_fault_is_the_candidates_only():
 
 @pytest.mark.slow
 def test_a_session_finds_a_slowed_candidate_and_passes_an_unchanged_one(model, partition):
+    # 8 pairs: on a loaded 2-CPU machine the log ratios of 0.4 ms stages spread by 0.3-0.5, and the
+    # session's 99 % shared over 7 figures needs that many pairs to call even a 4x slowdown.
     settings = sample_settings(model, steps=1)
     same = run_session(model, Side("baseline", partition, "faults"), Side("candidate", partition, "faults"),
-                       settings, rounds=5)
+                       settings, rounds=8)
     slowed = run_session(model, Side("baseline", partition, "faults"),
-                         Side("candidate", partition, "faults", {"slowdown": 3.0}), settings, rounds=5)
-    assert len(same.pairs) == 5 and not same.regressions, [v.line() for v in same.regressions]
+                         Side("candidate", partition, "faults", {"slowdown": 4.0}), settings, rounds=8)
+    assert len(same.pairs) == 8 and not same.regressions, [v.line() for v in same.regressions]
     flagged = {v.label for v in slowed.regressions}
     assert "step" in flagged and "init" in flagged
     assert "release" not in flagged         # the fault does not stretch release
@@ -153,8 +155,8 @@ def _bench_ab(*args):
 def test_bench_ab_fails_a_slowed_candidate_naming_the_figure(model, partition, tmp_path):
     out = tmp_path / "ab.json"
     run = _bench_ab("--baseline", str(partition), "--candidate", str(partition), "--model-dir",
-                    str(model.model_dir), "--backend", "faults", "--fault", "slow=x3",
-                    "--steps", "1", "--rounds", "4", "--out", str(out))
+                    str(model.model_dir), "--backend", "faults", "--fault", "slow=x4",
+                    "--steps", "1", "--rounds", "8", "--out", str(out))
     assert run.returncode == 1, run.stderr
     assert any(line.startswith("REGRESSION init +") and "over the 2 % threshold" in line
                for line in run.stdout.splitlines()), run.stdout
@@ -166,3 +168,14 @@ def test_bench_ab_bad_option_is_one_line():
     assert run.returncode == 2
     assert run.stderr.strip().splitlines()[-1].endswith("--fault needs --backend faults (got --backend onnxruntime)")
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.slow
+def test_bench_ab_on_the_simulated_board_names_the_slowed_branch(model, partition):
+    run = _bench_ab("--baseline", str(partition), "--candidate", str(partition), "--model-dir",
+                    str(model.model_dir), "--backend", "board-sim", "--slowdown", "ffn=x1.5", "--drift", "1",
+                    "--time-scale", "0.01", "--steps", "1", "--rounds", "6")
+    assert run.returncode == 1, run.stderr
+    lines = run.stdout.splitlines()
+    assert any(line.startswith("REGRESSION ffn core +") for line in lines), run.stdout
+    assert not any(line.startswith(("REGRESSION self_attn", "REGRESSION cross_attn")) for line in lines), run.stdout

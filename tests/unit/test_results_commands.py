@@ -198,3 +198,14 @@ def test_a_run_with_nothing_changed_fails_about_1_percent_of_the_time_over_all_i
     failed = sum(any(v.regression for v in judge_figures([noisy(i) for i in range(10)], noisy(99), 10.0))
                  for _ in range(400))
     assert failed <= 10, f"{failed} of 400 A/A runs failed"
+
+
+def test_runs_that_merely_happened_before_judge_only_once_they_are_enough(results_url):
+    # a developer's repeated runs on a busy machine: 20 % slower than the last, but no saved baseline
+    with ResultsStore(results_url) as store:
+        _history(store, count=3)
+        early = judge_run(store, make_run("new", 1.2, minute=50), 10.0)
+        assert not early.regressed and early.verdicts == []
+        assert "too few for a learned threshold (5 needed) and no saved baseline, so no verdict yet" in early.headline()
+        store.set_baseline(store.runs()[-1], "saved")
+        assert judge_run(store, make_run("new", 1.2, minute=50), 10.0).regressed     # the fixed rule, saved
