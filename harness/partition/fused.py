@@ -30,7 +30,7 @@ def mod_input(block: int, branch: str, part: str) -> str:
 
 def fused_inputs(g: _Graph, cfg: ModelConfig, blocks: list[int], streams: int) -> list:
     inputs = [helper.make_tensor_value_info("x", g.elem, [streams, cfg.tokens, cfg.width]),
-              helper.make_tensor_value_info("context", g.elem, [streams, cfg.context_tokens, cfg.context_dim])]
+              helper.make_tensor_value_info("text_emb", g.elem, [streams, cfg.context_tokens, cfg.context_dim])]
     inputs += [helper.make_tensor_value_info(mod_input(b, branch, part), g.elem, [streams, 1, cfg.width])
                for b in blocks for branch in BRANCHES for part in MOD_PARTS]
     return inputs

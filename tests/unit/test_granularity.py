@@ -55,7 +55,7 @@ def test_fused_partitions_hold_whole_blocks_and_record_their_granularity(model, 
     fused = load_manifest(partitions["blocks:4"]).subgraphs[1]
     assert fused.blocks == [4, 5, 6, 7] and fused.label == "subgraph 1 (blocks 4-7)"
     names = [s.name for s in fused.inputs]
-    assert names[:2] == ["x", "context"] and "b7_ffn_gate" in names and len(names) == 2 + 4 * 9
+    assert names[:2] == ["x", "text_emb"] and "b7_ffn_gate" in names and len(names) == 2 + 4 * 9
 
 
 def test_fused_partitions_compute_the_branch_partitions_latent(model, partitions):
