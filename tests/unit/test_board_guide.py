@@ -110,6 +110,7 @@ def test_a_misspelt_command_is_found(suite_options, old, new, problem):
     assert len(found) == 1 and problem in found[0], found
 
 
+@pytest.mark.slow          # runs the guide's blocks twice each (a pytest session among them)
 @pytest.mark.parametrize("old, new", [
     ("grep -H DRIVER /sys/class/drm/renderD*", "grep -H DRIVER /sys/class/dmr/renderD*"),
     ("bin/test -m smoke --board-profile=", "bin/test -m smoek --board-profile="),

@@ -98,6 +98,7 @@ def test_smoke_passes_off_the_board_in_under_a_minute(tmp_path):
     assert seconds < 60, f"smoke tier took {seconds:.1f} s off the board"
 
 
+@pytest.mark.slow          # a pytest session of its own
 def test_smoke_with_require_npu_fails_off_the_board_naming_the_device_node(tmp_path):
     proc, _ = _smoke(tmp_path, "--require-npu")
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -119,6 +120,7 @@ def _collect(tmp_path, *extra) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow          # two collections of the whole suite
 def test_a_session_prints_its_expected_length_and_a_tier_shortens_it(tmp_path):
     from harness.model.config import EMBEDDED_DIR, load_model_dir
     from harness.gates.cases import golden_dir_for, load_cases
