@@ -38,7 +38,7 @@ from harness.partition.onnx_export import export_partition  # noqa: E402
 from harness.gates.quality import compare, compare_latents  # noqa: E402
 from harness.runtime.run import run_partitioned, RunRequest  # noqa: E402
 
-VARIANTS = (("fp32", "float32", None), ("fp16", "float16", None), ("w8a8", "float16", "ffn-w8a8"))
+VARIANTS = (("fp32", "float32", None), ("fp16", "float16", None), ("w8a8", "float16", "w8a8-ffn"))
 PAIRS = (("fp16 vs fp32", "fp16", "fp32"), ("w8a8 vs fp16", "w8a8", "fp16"))
 
 

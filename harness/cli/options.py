@@ -147,7 +147,7 @@ OPTIONS: dict[str, Option] = {
     "granularity": Option("branch", "subgraph size: branch (3 per block, the board's 84), block (one per block, "
                                     "AdaLN and gated residual inside) or blocks:K (K consecutive blocks)",
                           parse=checked(granularity)),
-    "fake_quant": Option(None, "export the partition with simulated INT8 (ffn-w8a8): a what-if the quality gate "
+    "fake_quant": Option(None, "export the partition with simulated INT8 (w8a8-ffn): a what-if the quality gate "
                                "judges"),
     "golden_dir": Option(None, "golden images and cases.toml; default: golden/<model name>", kind="path"),
     "cases": Option(None, "comma-separated golden case names to run (default: all)"),

@@ -35,7 +35,7 @@ def add_command(sub) -> None:
     p.add_argument("--limit", type=positive_int, help="most contexts to hold (default: the subgraph count)")
     add_options(p, "mem_floor", "swap_limit")
     p.add_argument("--pss-budget", type=checked(size),
-                   help="gate: most PSS the held contexts may add (default on board-sim: the data file's "
+                   help="memory gate: most PSS the held contexts may add (default on board-sim: the data file's "
                         "[sim] context_budget_mib x memory_scale; elsewhere none)")
     p.add_argument("--fit-rows", type=positive_int, default=2,
                    help="rows at the top of the table the growth is fitted over (default: %(default)s)")
@@ -160,7 +160,7 @@ def _plot(path: Path, result, info: dict) -> None:
     ax.plot(c, [-r.mem_available_delta_mib for r in result.rows], "s--", label="MemAvailable drop")
     ax.plot(c, [r.swap_growth_mib for r in result.rows], "^:", label="swap growth")
     if info["pss_budget_bytes"]:
-        ax.axhline(info["pss_budget_bytes"] / MiB, color="red", label="gate: PSS budget")
+        ax.axhline(info["pss_budget_bytes"] / MiB, color="red", label="memory gate: PSS budget")
     headroom = result.mem_available_start_mib - info["floor_bytes"] / MiB
     if 0 < headroom < 4 * max(r.pss_added_mib for r in result.rows):
         ax.axhline(headroom, color="darkred", linestyle="-.", label="gate: MemAvailable floor")

@@ -118,7 +118,7 @@ class GateRunner:
 
     @property
     def precision(self) -> str:
-        """The partition's precision as goldens name it: float16, or e.g. float16+ffn-w8a8."""
+        """The partition's precision as goldens name it: float16, or e.g. float16+w8a8-ffn."""
         manifest = load_manifest(self.partition)
         if manifest.conversion:      # a converted partition: what the toolkit built
             return {"fp16": "float16"}.get(manifest.conversion["precision"], manifest.conversion["precision"])

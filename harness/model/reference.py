@@ -101,7 +101,7 @@ def unpatchify(tokens: np.ndarray, cfg: ModelConfig, latent_hw: tuple[int, int])
     return x.reshape(b, c, h, w)
 
 
-# ---------------------------------------------------------------- host: AdaLN in, gate out
+# ---------------------------------------------------------------- host: AdaLN in, AdaLN gate out
 
 def branch_input(x: np.ndarray, shift: np.ndarray, scale: np.ndarray, eps: float) -> np.ndarray:
     """LayerNorm (no affine) then modulation: what a branch subgraph receives."""

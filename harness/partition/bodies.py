@@ -10,11 +10,13 @@ from ..core.errors import ConfigError
 from ..model.reference import make_rope
 from .graph import _Graph, _attention, _heads, _linear, _rms_norm, _rope
 
-__all__ = ["FAKE_QUANT"]
+__all__ = ["FAKE_QUANT", "OLD_FAKE_QUANT"]
 
 
 # Fake quantisation variants an export can simulate (what-if analysis before converting for INT8).
-FAKE_QUANT = ("ffn-w8a8",)
+FAKE_QUANT = ("w8a8-ffn",)
+# The INT8 FFN is one word, as the toolkit precision says it; the old spelling is still taken on input.
+OLD_FAKE_QUANT = {"ffn-w8a8": "w8a8-ffn"}
 
 
 def _self_attn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int) -> None:
@@ -71,7 +73,7 @@ def _int8_activation(g: _Graph, x: str, name: str) -> str:
 def _ffn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int, fake_quant: str | None = None) -> None:
     p = f"blocks.{i}.mlp."
     x = "x"
-    if fake_quant == "ffn-w8a8":
+    if fake_quant == "w8a8-ffn":
         # The board's FFN W8A8 what-if: INT8 weights and activations into both FFN linears,
         # GELU and everything else at the graph dtype.
         w = _int8_weights(w, (p + "layer1.weight", p + "layer2.weight"))
@@ -83,7 +85,7 @@ def _ffn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int, fake_quant:
     erf = g.op("Erf", [g.op("Div", [h, g.const("gelu/sqrt2", math.sqrt(2.0))], "gelu/scaled")], "gelu/erf")
     gate = g.op("Add", [erf, g.const("gelu/one", 1.0)], "gelu/one_plus_erf")
     act = g.op("Mul", [g.op("Mul", [h, g.const("gelu/half", 0.5)], "gelu/half_x"), gate], "gelu")
-    if fake_quant == "ffn-w8a8":
+    if fake_quant == "w8a8-ffn":
         act = _int8_activation(g, act, "quant_hidden")
     g.op("MatMul", [act, g.weight_t("layer2.weight_t", w, p + "layer2.weight")], "y")
 

@@ -209,7 +209,7 @@ def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32",
     and dropped when the block's three subgraphs are written, so peak memory is one block's tensors
     and one subgraph's graph, not the model. The weights digest is hashed tensor by tensor on the way
     (the blocks not exported are read for it too, one tensor at a time).
-    fake_quant="ffn-w8a8" simulates INT8 FFN linears (weights and activations) in the graph dtype.
+    fake_quant="w8a8-ffn" simulates INT8 FFN linears (weights and activations) in the graph dtype.
     on_file() is called after each file is written (the CLI draws its progress bar with it; the
     exporter itself prints nothing).
     granularity: branch (3 subgraphs per block), block or blocks:K (fused: harness/partition/fused.py).

@@ -3,7 +3,7 @@
 Host (FP32): timestep embedding and every block's modulation once per step (or, when the schedule is
 known before the first step, for every step at once: `precompute_modulations`), patch embed, then for
 each subgraph in manifest order LayerNorm + modulation -> cast to the subgraph dtype -> the backend
-runs the branch body for the CFG streams -> gate + FP32 residual on the host. Then the final layer.
+runs the branch body for the CFG streams -> AdaLN gate + FP32 residual on the host. Then the final layer.
 The two halves are separate (`hidden_state`, `final_velocity`) so that Spectrum can forecast the
 last hidden state on a step where no subgraph runs.
 Every output is checked for NaN/Inf as it arrives; the first bad one stops the run naming where.
@@ -135,7 +135,7 @@ class PartitionedPipeline:
         self._text_embs: dict[str, np.ndarray] = {}
         self._emb: tuple | None = None
         self._schedule: dict[float, int] = {}      # sigma -> row of the precomputed modulations
-        self._mods: list[dict] = []              # per schedule row: {(block, branch): (shift, scale, gate)}
+        self._mods: list[dict] = []              # per schedule row: {(block, branch): (shift, scale, AdaLN gate)}
         self.padded_to: int | None = None       # set when a subgraph's batch was padded past the streams
 
     # ------------------------------------------------------------------ one step

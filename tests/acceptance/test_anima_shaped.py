@@ -26,7 +26,7 @@ def test_every_gate_passes_on_the_anima_shaped_model(run_suite):
 
 
 def test_latent_gate_fails_ffn_w8a8_with_margins(run_suite, pytester):
-    result = run_suite("tests/acceptance/test_quality.py", MODEL, "--fake-quant=ffn-w8a8")
+    result = run_suite("tests/acceptance/test_quality.py", MODEL, "--fake-quant=w8a8-ffn")
     out = result.stdout.str()
     result.assert_outcomes(failed=3)
     for case in CASES:

@@ -44,7 +44,7 @@ def test_numerics_gate_names_the_subgraph_that_emits_nan(run_suite):
 def test_quality_gate_fails_on_int8_ffn_with_a_diff_artifact(run_suite, pytester):
     # The board's FFN W8A8 what-if (INT8 FFN weights and activations, simulated in the FP16 graph)
     # against the committed FP16 goldens: it must fail SSIM and leave the diff heat map behind.
-    result = run_suite("tests/acceptance/test_quality.py", "--cases=seven", "--fake-quant=ffn-w8a8")
+    result = run_suite("tests/acceptance/test_quality.py", "--cases=seven", "--fake-quant=w8a8-ffn")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*fails SSIM >= 0.999915*"])
     diffs = list((pytester.path / "artifacts").rglob("seven-diff.png"))
@@ -64,10 +64,10 @@ def _golden_dir(pytester, steps: int | None = None):
 
 def test_goldens_are_not_written_from_int8_unless_forced(run_suite, pytester):
     golden = _golden_dir(pytester)
-    result = run_suite("tests/acceptance/test_quality.py", "--cases=seven", "--fake-quant=ffn-w8a8",
+    result = run_suite("tests/acceptance/test_quality.py", "--cases=seven", "--fake-quant=w8a8-ffn",
                        f"--golden-dir={golden}", "--update-goldens")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*refusing to write a golden from a 'float16+ffn-w8a8' run*"])
+    result.stdout.fnmatch_lines(["*refusing to write a golden from a 'float16+w8a8-ffn' run*"])
     assert not (golden / "seven.npy").exists()
 
 

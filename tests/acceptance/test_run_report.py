@@ -25,7 +25,7 @@ def w8a8_run(tmp_path_factory):
     step_summary.write_text("earlier step's summary\n")
     cmd = ["-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}", "-p", "no:cacheprovider",
            str(REPO_ROOT / "tests/acceptance/test_quality.py"), str(REPO_ROOT / "tests/acceptance/test_memory.py"),
-           str(REPO_ROOT / "tests/acceptance/test_benchmark.py"), "--cases=seven", "--fake-quant=ffn-w8a8",
+           str(REPO_ROOT / "tests/acceptance/test_benchmark.py"), "--cases=seven", "--fake-quant=w8a8-ffn",
            "--bench-steps=1", f"--artifacts={tmp / 'artifacts'}", f"--results=sqlite:///{tmp / 'results.sqlite'}",
            f"--cache-dir={tmp / 'cache'}", f"--junitxml={tmp / 'junit.xml'}"]
     return cmd, tmp, step_summary
@@ -54,7 +54,7 @@ def test_markdown_summary_in_artifacts_and_the_github_step_summary(ran):
     assert ssim < 0.9999
     assert re.search(rf"\| seven \| {ssim:.6f} \| >= 0.9999 \| [\d.]+ dB \| >= 50 dB \| ❌ fail \|", text), text
     assert "| seven | " in text and "no baseline yet" in text and "| valid |" in text
-    assert "precision `float16+ffn-w8a8`" in text
+    assert "precision `float16+w8a8-ffn`" in text
     slow_rows = re.findall(r"^\| \d+ \| \d+ \| (self_attn|cross_attn|ffn) \| [\d.]+ \|$", text, re.M)
     assert len(slow_rows) == 10
     assert "### Memory" in text and "seven (benchmark)" in text

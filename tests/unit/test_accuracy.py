@@ -54,7 +54,7 @@ def test_fp32_partition_matches_the_reference_and_fp16_clears_the_bar(embedded_f
 def test_fake_quantised_ffns_come_first_and_the_first_one_is_named(embedded_fp32, tmp_path):
     bundle, _ = embedded_fp32
     quant = tmp_path / "w8a8"
-    export_partition(bundle.weights, bundle.cfg, quant, dtype="float16", fake_quant="ffn-w8a8")
+    export_partition(bundle.weights, bundle.cfg, quant, dtype="float16", fake_quant="w8a8-ffn")
     analysis, _ = _analyze(embedded_fp32, quant, tmp_path / "acc")
     ranked = worst_first(analysis.rows)
     assert {r.branch for r in ranked[:bundle.cfg.blocks * STEPS]} == {"ffn"}

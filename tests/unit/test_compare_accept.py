@@ -140,9 +140,9 @@ def test_accept_golden_refuses_like_update_goldens(kept_run):
     tmp_path, golden, case, _ = kept_run
     report = tmp_path / "artifacts" / "runs" / "one.json"
     data = json.loads(report.read_text())
-    data["export"]["fake_quant"] = "ffn-w8a8"
+    data["export"]["fake_quant"] = "w8a8-ffn"
     report.write_text(json.dumps(data))
-    with pytest.raises(GoldenRefused, match="refusing to write a golden from a 'float16\\+ffn-w8a8' run"):
+    with pytest.raises(GoldenRefused, match="refusing to write a golden from a 'float16\\+w8a8-ffn' run"):
         accept_golden("one", tmp_path / "artifacts", golden)
     data["export"]["fake_quant"] = None
     data["settings"]["steps"] = 5

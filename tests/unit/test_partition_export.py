@@ -241,7 +241,7 @@ def test_fp16_kernel_probe_covers_every_op_the_export_uses(embedded):
     cfg, w = embedded
     assert _lacks_fp16_kernel("Transpose", 17) is False
     models = [build_subgraph(w, cfg, 0, branch, "float16") for branch in BRANCHES]
-    models.append(_build(w, cfg, 0, "ffn", "float16", 2, 17, fake_quant="ffn-w8a8")[0])
+    models.append(_build(w, cfg, 0, "ffn", "float16", 2, 17, fake_quant="w8a8-ffn")[0])
     used = {n.op_type for m in models for n in m.graph.node}
     unprobed = used - set(_COMPUTE_OPS) - _DATA_MOVEMENT
     assert not unprobed, f"the float16 export uses {sorted(unprobed)}, which fp16_missing_kernels never probes"
@@ -268,7 +268,7 @@ def test_ffn_w8a8_fake_quant_matches_an_independent_simulation():
     x = np.random.default_rng(9).standard_normal((2, cfg.tokens, cfg.width)).astype(np.float32)
     model = build_subgraph(w, cfg, 1, "ffn", "float32", streams=2)
     from harness.partition.onnx_export import _build
-    quant, _ = _build(w, cfg, 1, "ffn", "float32", 2, 17, fake_quant="ffn-w8a8")
+    quant, _ = _build(w, cfg, 1, "ffn", "float32", 2, 17, fake_quant="w8a8-ffn")
 
     def q8(a, axis=None):
         s = np.abs(a).max(axis=axis, keepdims=axis is not None) / 127.0

@@ -121,3 +121,10 @@ def test_bad_option_is_one_line_and_a_usage_error(pytester):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --fault 'nan@x': expected nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS or slow=xFACTOR"])
     assert "Traceback" not in str(result.stderr) + str(result.stdout)
+
+
+def test_the_old_spelling_of_the_int8_ffn_is_read_as_the_one_word():
+    # `ffn-w8a8` was the fake-quant name of what the toolkit calls `w8a8-ffn`: one word now, the old read.
+    from harness.pytest_plugin.options import resolve_settings
+    assert resolve_settings({"fake_quant": "ffn-w8a8"}, None).fake_quant == "w8a8-ffn"
+    assert resolve_settings({"fake_quant": "w8a8-ffn"}, None).fake_quant == "w8a8-ffn"
