@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..core.errors import ConfigError
-from ..runtime.run import run_partitioned
+from ..runtime.run import RunRequest, run_partitioned
 from .verdicts import Verdict, paired_verdict
 
 __all__ = ["Side", "ABSession", "run_session", "judge_pairs", "session_figures", "side_options",
@@ -87,8 +87,8 @@ def run_session(bundle, baseline: Side, candidate: Side, settings: dict, *, roun
     for r in range(warmup + rounds):
         order = (baseline, candidate) if r % 2 == 0 else (candidate, baseline)
         pair = {side.name: session_figures(
-            run_partitioned(bundle, side.partition, side.backend, prompt, settings, side.options,
-                            lifecycle=lifecycle, verify=r == 0, text_embs=text_embs,
+            run_partitioned(RunRequest(bundle, side.partition, side.backend, prompt, settings, side.options,
+                                       lifecycle=lifecycle, verify=r == 0, text_embs=text_embs),
                             guard=guard).report) for side in order}
         if r >= warmup:
             pairs.append(pair)
