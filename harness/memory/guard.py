@@ -28,7 +28,7 @@ import psutil
 from ..core.atomic import atomic_write_json
 from ..core.errors import ConfigError, MemoryGuardTripped
 
-__all__ = ["read_system_memory", "MemoryReading", "read_memory", "sampled_memory", "MemoryGuard", "parse_size",
+__all__ = ["read_system_memory", "MemoryReading", "read_memory", "sampled_memory", "watch_closely", "MemoryGuard", "parse_size",
            "mib"]
 
 log = logging.getLogger(__name__)
@@ -110,15 +110,23 @@ def _footprint(proc: psutil.Process) -> tuple[int, str]:
 
 
 # Listing descendants scans every process in /proc (~3-9 ms on the 2-core development machine,
-# 120 processes, under load): a sampler ticking 4 times a second lists them at most twice a second
-# and reads the PSS of the ones it knows in between. A worker is seen within half a second of starting.
+# 120 processes, under load): a sampler ticking several times a second lists them at most twice a
+# second and reads the PSS of the ones it knows in between. A run starts its workers (prefetch, the
+# simulator's) at its start, so for the first second of a guard every tick lists them afresh: a run
+# shorter than the relist interval must not finish before its workers are ever seen.
 _RELIST_S = 0.5
-_listing: dict = {"t": -math.inf, "children": []}
+_CLOSE_WATCH_S = 1.0
+_listing: dict = {"t": -math.inf, "children": [], "close_until": -math.inf}
+
+
+def watch_closely(seconds: float = _CLOSE_WATCH_S) -> None:
+    """List the descendants on every reading for the next `seconds` (a run is starting)."""
+    _listing["close_until"] = time.monotonic() + seconds
 
 
 def _descendants(relist_after: float) -> list[psutil.Process]:
     now = time.monotonic()
-    if now - _listing["t"] >= relist_after:
+    if now < _listing["close_until"] or now - _listing["t"] >= relist_after:
         _listing.update(t=now, children=psutil.Process().children(recursive=True))
     return list(_listing["children"])
 
@@ -212,6 +220,7 @@ class MemoryGuard:
         if self._thread is not None or self._samples:
             raise RuntimeError("MemoryGuard cannot be entered twice; make a new guard per run")
         self._observe(self._reader())  # baseline, taken before any context is loaded
+        watch_closely()                # the run's workers start now: see them however short it is
         self._thread = threading.Thread(target=self._sample_loop, name=f"memory-guard-{id(self):x}",
                                         daemon=True)
         self._thread.start()

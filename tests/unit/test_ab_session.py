@@ -111,6 +111,11 @@ def test_faults_slowdown_is_exact_for_short_stages():
     assert statistics.median(ratios) == pytest.approx(1.05, abs=0.01)
 
 
+def test_faults_slowdown_leaves_release_alone():
+    from harness.backends.onnxruntime import OnnxRuntimeContext
+    assert FaultInjectionContext.release is OnnxRuntimeContext.release
+
+
 def _pairs(base, cand):
     return [{"baseline": b, "candidate": c} for b, c in zip(base, cand)]
 
@@ -142,8 +147,10 @@ def test_a_session_finds_a_slowed_candidate_and_passes_an_unchanged_one(model, p
                          Side("candidate", partition, "faults", {"slowdown": 4.0}), settings, rounds=8)
     assert len(same.pairs) == 8 and not same.regressions, [v.line() for v in same.regressions]
     flagged = {v.label for v in slowed.regressions}
+    # The fault stretches load, init and run and leaves release alone
+    # (test_faults_slowdown_leaves_release_alone); a release right after a 4x slower init is itself
+    # measured slower on a busy host, so the session's release figure is no evidence either way.
     assert "step" in flagged and "init" in flagged
-    assert "release" not in flagged         # the fault does not stretch release
 
 
 def _bench_ab(*args):
