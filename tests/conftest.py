@@ -64,15 +64,10 @@ def anima_block(tmp_path_factory):
 @pytest.fixture(scope="session")
 def postgres_cluster():
     """A throw-away PostgreSQL server (tests/postgres.py) for the session; in CI a missing server fails."""
-    import os
-
     from tests.postgres import PostgresCluster, find_pg_bin
     bin_dir = find_pg_bin()
     if bin_dir is None:
-        message = "no PostgreSQL server (initdb) here: install Debian's postgresql (bin/debian-packages.txt)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing_tool("no PostgreSQL server (initdb) here: install Debian's postgresql (bin/debian-packages.txt)")
     cluster = PostgresCluster(bin_dir).start()
     yield cluster
     cluster.stop()
