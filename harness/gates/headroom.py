@@ -30,9 +30,11 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..model.config import BRANCHES
+from ..partition.manifest import FUSED_BRANCH
 from ..runtime.pipeline import Invocation, batch_of
 
-__all__ = ["FP16_MAX", "DEFAULT_MIN_HEADROOM", "PROBE_TENSORS", "Peak", "probe_model", "OnnxProbe",
+__all__ = ["FP16_MAX", "DEFAULT_MIN_HEADROOM", "PROBE_TENSORS", "probe_tensors", "Peak", "probe_model", "OnnxProbe",
            "SimProbe", "make_probe", "HeadroomObserver", "min_headroom_of", "headroom_failures", "REPORT_KEY"]
 
 FP16_MAX = float(np.finfo(np.float16).max)      # 65504
@@ -48,6 +50,16 @@ PROBE_TENSORS = {
     "self_attn": ("attn/qk", "attn/scores"),
     "cross_attn": ("attn/qk", "attn/scores"),
 }
+
+
+def probe_tensors(entry) -> tuple[str, ...]:
+    """The intermediates watched in one subgraph: its branch's, or in a fused subgraph every branch's
+    of every block it holds, under the `b{block}/{branch}/` prefix its bodies are named with
+    (harness/partition/fused.py), so a failure names the block and branch inside the subgraph."""
+    if entry.branch != FUSED_BRANCH:
+        return PROBE_TENSORS[entry.branch]
+    return tuple(f"b{block}/{branch}/{name}" for block in entry.blocks for branch in BRANCHES
+                 for name in PROBE_TENSORS[branch])
 
 
 @dataclass
@@ -100,7 +112,7 @@ class OnnxProbe:
         if entry.index not in self._sessions:
             import onnxruntime as ort
             from ..backends.onnxruntime import session_options
-            model = probe_model(self.manifest.path_of(entry), PROBE_TENSORS[entry.branch])
+            model = probe_model(self.manifest.path_of(entry), probe_tensors(entry))
             self._sessions[entry.index] = ort.InferenceSession(
                 model, sess_options=session_options(1), providers=["CPUExecutionProvider"])
         return self._sessions[entry.index]
@@ -127,7 +139,7 @@ class SimProbe:
         if entry.index not in self._keys:
             from ..backends.rknn_sim import conversion_record, worker_for
             record = conversion_record(self.manifest.path_of(entry))
-            model = probe_model(Path(record["onnx"]), PROBE_TENSORS[entry.branch])
+            model = probe_model(Path(record["onnx"]), probe_tensors(entry))
             path = self._dir / f"probe_{entry.index:02d}.onnx"
             path.write_bytes(model)
             key = "probe-" + hashlib.sha256(model + record["key"].encode()).hexdigest()[:24]
@@ -200,7 +212,7 @@ class HeadroomObserver:
             if len(chunk[0]) < batch:       # one stream on a partition exported for two
                 chunk = [np.concatenate([a, np.repeat(a[-1:], batch - len(a), 0)]) for a in chunk]
             outs = self.probe.run(entry, chunk)
-            for name, out in zip(PROBE_TENSORS[entry.branch], outs):
+            for name, out in zip(probe_tensors(entry), outs):
                 self._see(entry.index, name, np.asarray(out)[:rows - k], inv, offset=k)
 
     def _see(self, index: int, tensor: str, array, inv: Invocation, offset: int = 0) -> None:

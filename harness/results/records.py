@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
 from ..model.config import BRANCHES
+from ..partition.manifest import FUSED_BRANCH
 from ..core.errors import HarnessError
 from ..lifecycle.steptimes import STAGE_NAMES
 
@@ -134,7 +135,8 @@ class Run:
         _seconds(self.mean_step_s, where, "mean_step_s", positive=True)
         _seconds(self.total_denoise_s, where, "total_denoise_s", positive=True)
         _table(self.stages, STAGE_NAMES, where, "stage")
-        _table(self.branches, BRANCHES, where, "branch")
+        # a fused partition's subgraphs are all of branch "block" (harness/partition/manifest.py)
+        _table(self.branches, BRANCHES + (FUSED_BRANCH,), where, "branch")
         for index, seconds in enumerate(self.step_s):
             _seconds(seconds, where, f"step {index}", positive=True)
         for sub in self.subgraphs:

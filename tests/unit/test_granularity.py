@@ -130,3 +130,40 @@ def test_int8_ffn_conversion_of_a_fused_partition_is_refused_naming_the_file(par
     with pytest.raises(ConfigError, match=r"w8a8-ffn .* granularity block \(convert it as fp16\)") as err:
         convert_partition(partitions["block"], tmp_path / "rknn", precision="w8a8-ffn")
     assert str(partitions["block"]) in str(err.value) and not (tmp_path / "rknn").exists()
+
+
+def test_the_headroom_gate_watches_every_block_inside_a_fused_subgraph(model, partitions):
+    from harness.gates.headroom import HeadroomObserver, OnnxProbe
+    manifest = load_manifest(partitions["blocks:4"])
+    observer = HeadroomObserver(OnnxProbe(manifest))
+    settings = sample_settings(model, steps=1)
+    try:
+        run_partitioned(RunRequest(model, partitions["blocks:4"], "onnxruntime", "the number 3", settings),
+                        observers=[observer])
+    finally:
+        observer.close()
+    summary = {s["subgraph"]: s for s in observer.summary()}
+    assert sorted(summary) == list(range(len(manifest.subgraphs)))
+    watched = set(summary[1]["tensors"])
+    # every branch of every block the subgraph holds, under the name its body has inside the graph
+    assert {f"b{b}/{br}/{t}" for b in (4, 5, 6, 7) for br, t in (("ffn", "layer1"), ("ffn", "gelu"),
+            ("self_attn", "attn/qk"), ("cross_attn", "attn/scores"))} <= watched
+    assert all(0 < float(p["peak"]) < float("inf") for p in summary[1]["tensors"].values())
+
+
+def test_a_fused_runs_benchmark_is_recorded_by_the_results_store(model, partitions, tmp_path):
+    from harness.gates.runner import benchmark_info
+    from harness.results.records import Run, RunKey
+    from harness.results.store import ResultsStore
+    settings = sample_settings(model, steps=1)
+    report = run_partitioned(RunRequest(model, partitions["block"], "onnxruntime", "the number 3", settings),
+                             report_path=tmp_path / "report.json").report
+    info = benchmark_info(report)
+    assert set(info["core_s_per_step"]) == {"block"}
+    run = Run(run_id="fused-1", time="2026-12-01T10:00:00+00:00", board_id="host", board_model="x86", model="embedded",
+              key=RunKey(case="three", steps=1, precision="float16", backend="onnxruntime", manifest_hash="m"),
+              valid=True, mean_step_s=info["mean_step_s"], total_denoise_s=info["denoise_s"],
+              stages=dict(info["lifecycle_s_per_step"]), branches=dict(info["core_s_per_step"]))
+    with ResultsStore(f"sqlite:///{tmp_path / 'results.db'}") as store:
+        store.add_run(run)
+        assert store.runs()[0].branches == run.branches
