@@ -27,7 +27,7 @@ from ..core.errors import ConfigError, ManifestError, StorageError, ToolkitError
 from ..partition.manifest import Manifest, SubgraphEntry, load_manifest, manifest_sha256
 from .precisions import absolute_dataset, precisions, quantization_for, recipe
 from .envs import default_version, toolkit_python
-from .layers import check_no_cpu_ops, cpu_fallbacks, parse_layer_table
+from .layers import check_no_cpu_ops, cpu_fallbacks, parse_layer_table, register_overflow
 from .process import run_worker
 
 __all__ = ["PRECISIONS", "DEFAULT_TARGET", "BUILD_LOG", "ConvertResult", "convert_partition",
@@ -247,7 +247,13 @@ def _assemble(source, work, out, version, precision, target, calibration, built,
         log_text = Path(event["log"]).read_text(errors="replace")
         logs.append(f"===== {entry.label}: {entry.file} -> {stem}.rknn =====\n{log_text}")
         layers = parse_layer_table(log_text, where=f"{entry.label} ({stem}.rknn)")
-        cpu_ops[stem] = cpu_fallbacks(layers)
+        cpu_ops[stem] = cpu_fallbacks(layers, log_text)
+        overflow = register_overflow(layers, log_text)
+        if overflow:
+            # not a CPU fallback --allow-cpu-ops could keep: the board would run the truncated fields
+            # (the simulator does not execute register tasks, so no later gate would see it)
+            raise ToolkitError(f"rknn-toolkit2 {version}: register limit: {entry.label} ({stem}.rknn): {overflow}"
+                               f"{_kept_log(Path(event['log']), out, 'build log')}")
         rknn = work / f"{stem}.rknn"
         entries.append(SubgraphEntry(index=entry.index, block=entry.block, branch=entry.branch,
                                      file=rknn.name, sha256=_sha256(rknn), bytes=rknn.stat().st_size,

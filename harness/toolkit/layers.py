@@ -7,6 +7,19 @@ what the partition was designed for. The input and output operators are always l
 (they only hand buffers over), so the gate leaves them aside.
 
 If the toolkit prints the table more than once in one log, the last one describes the exported model.
+
+Size limits (docs/granularity.md, measured with rknn-toolkit2 2.5.0 and 2.3.2 on single-op graphs and
+on the full-size model): the toolkit moves an op to the CPU when a tensor is too large for the
+NPU's register fields, and says so in its log without naming the op:
+  - "Transpose will fallback to CPU, because input shape has exceeded the max limit, height(H) *
+    width(W) = P, required product no larger than 8192!" (2.5.0; the full-size self-attention's
+    q/k transposes at 16 heads x 1024 tokens);
+  - "channel is too large, may produce thousands of regtask, fallback to cpu!" (a layout transpose of
+    a MatMul with a dimension over 8192: 8192 stays on the NPU, 8193 does not);
+and when it cannot, it writes the register anyway: "REGTASK: The bit width of field value exceeds
+the limit, ... limit: 0x1fff, value: 0x2010" (13-bit fields: 8191; a softmax over 16383+ values).
+The simulator does not execute register tasks, so only the log shows that the board would run
+truncated fields. `size_limits` reads these lines; the gates tie them to the ops of the layer table.
 """
 from __future__ import annotations
 
@@ -15,7 +28,8 @@ from dataclasses import dataclass
 
 from ..core.errors import ToolkitError
 
-__all__ = ["Layer", "parse_layer_table", "cpu_fallbacks", "check_no_cpu_ops", "BOUNDARY_OPS"]
+__all__ = ["Layer", "SizeLimit", "parse_layer_table", "size_limits", "cpu_fallbacks", "check_no_cpu_ops",
+           "register_overflow", "BOUNDARY_OPS", "CHANNEL_LIMIT"]
 
 TITLE = "Network Layer Information Table"
 BOUNDARY_OPS = ("InputOperator", "OutputOperator")
@@ -23,6 +37,15 @@ BOUNDARY_OPS = ("InputOperator", "OutputOperator")
 _PREFIX = re.compile(r"^\s*(?:[DIWE]\s+RKNN:\s*)?(?:\[[0-9:.]+\]\s*)?")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _RULE = re.compile(r"^-{20,}\s*$")
+# The limit behind "channel is too large" (the message states none): measured by bisection on a
+# MatMul's output width and token count, 8192 on the NPU and 8193 on the CPU (2.5.0 and 2.3.2).
+CHANNEL_LIMIT = 8192
+_TRANSPOSE_LIMIT = re.compile(r"Transpose will fallback to CPU, because input shape has exceeded the max "
+                              r"limit, height\((\d+)\) \* width\((\d+)\) = (\d+), required product no "
+                              r"larger than (\d+)")
+_CHANNEL_LIMIT = re.compile(r"channel is too large, may produce thousands of regtask, fallback to cpu")
+_REGTASK = re.compile(r"REGTASK: The bit width of field value exceeds the limit, .*limit: (0x[0-9a-fA-F]+), "
+                      r"value: (0x[0-9a-fA-F]+)")
 
 
 @dataclass(frozen=True)
@@ -32,6 +55,12 @@ class Layer:
     data_type: str
     target: str
     full_name: str
+    input_shape: str = ""       # as the table prints it, e.g. "(2,128,16,1024)"; "" if not printed
+    output_shape: str = ""
+
+    def dims(self) -> list[int]:
+        """Every dimension of its input and output shapes."""
+        return [int(d) for d in re.findall(r"\d+", self.input_shape + " " + self.output_shape)]
 
     @property
     def name(self) -> str:
@@ -58,6 +87,7 @@ def parse_layer_table(text: str, where: str = "build log") -> list[Layer]:
     if any(col not in header for col in needed) or header[:4] != list(needed[:4]):
         raise ToolkitError(f"{where}: layer table header {' '.join(header) or '(none)'} lacks "
                            f"ID OpType DataType Target ... FullName")
+    shapes = header[4:6] == ["InputShape", "OutputShape"]
     layers = []
     for line in lines[k + 1:]:
         if _RULE.match(line):
@@ -69,16 +99,87 @@ def parse_layer_table(text: str, where: str = "build log") -> list[Layer]:
             break
         # FullName is "OpType:node"; some fused ops have none, and the row then ends at RW(KB).
         layers.append(Layer(id=int(cells[0]), op_type=cells[1], data_type=cells[2],
-                            target=cells[3].upper(), full_name=cells[-1] if ":" in cells[-1] else ""))
+                            target=cells[3].upper(), full_name=cells[-1] if ":" in cells[-1] else "",
+                            input_shape=_shape_cell(cells[4]) if shapes and len(cells) > 5 else "",
+                            output_shape=_shape_cell(cells[5]) if shapes and len(cells) > 5 else ""))
     if not layers:
         raise ToolkitError(f"{where}: the layer table lists no ops")
     return layers
 
 
-def cpu_fallbacks(layers: list[Layer]) -> list[dict]:
-    """The ops placed off the NPU, input and output operators aside."""
-    return [{"id": l.id, "op": l.op_type, "name": l.name, "target": l.target} for l in layers
-            if l.target != "NPU" and l.op_type not in BOUNDARY_OPS]
+def _shape_cell(cell: str) -> str:
+    return "" if cell == "\\" else cell
+
+
+@dataclass(frozen=True)
+class SizeLimit:
+    """One size-limit line of a build log: what the toolkit measured against which limit."""
+    kind: str               # "transpose", "channel" or "register"
+    limit: int
+    value: int | None       # the product / field value the toolkit named; None if it named none
+    dims: tuple = ()        # (height, width) for "transpose"
+
+
+def size_limits(text: str) -> list[SizeLimit]:
+    """Every size-limit line of one subgraph's build log, in order."""
+    found = []
+    for line in _lines(text):
+        if m := _TRANSPOSE_LIMIT.search(line):
+            found.append(SizeLimit("transpose", int(m[4]), int(m[3]), (int(m[1]), int(m[2]))))
+        elif _CHANNEL_LIMIT.search(line):
+            found.append(SizeLimit("channel", CHANNEL_LIMIT, None))
+        elif m := _REGTASK.search(line):
+            found.append(SizeLimit("register", int(m[1], 16), int(m[2], 16)))
+    return found
+
+
+def _why(layer: Layer, limits: list[SizeLimit]) -> str | None:
+    """The size limit that moved this op to the CPU, if the log names one that fits its shapes."""
+    for lim in limits:
+        # the toolkit's height x width is of its own packed layout: the width is the input's last
+        # dimension, the height not always one of the input's (16 heads x 16 channels show as 8)
+        if lim.kind == "transpose" and layer.op_type == "Transpose" \
+                and layer.input_shape.split("),")[0].endswith(f",{lim.dims[1]})"):
+            return (f"input {layer.input_shape}: the toolkit's height {lim.dims[0]} x width {lim.dims[1]} = {lim.value}, "
+                    f"over its limit {lim.limit}")
+        if lim.kind == "channel" and max(layer.dims(), default=0) > lim.limit:
+            return (f"dimension {max(layer.dims())} of {layer.input_shape or layer.output_shape} over the "
+                    f"toolkit's channel limit {lim.limit} ('channel is too large ... fallback to cpu')")
+    return None
+
+
+def cpu_fallbacks(layers: list[Layer], log_text: str = "") -> list[dict]:
+    """The ops placed off the NPU, input and output operators aside; with the build log, each op a
+    size limit moved there carries `why` (its shape, the dimension and the limit)."""
+    limits = [lim for lim in size_limits(log_text) if lim.kind != "register"]
+    out = []
+    for l in layers:
+        if l.target == "NPU" or l.op_type in BOUNDARY_OPS:
+            continue
+        op = {"id": l.id, "op": l.op_type, "name": l.name, "target": l.target}
+        if l.input_shape:
+            op["input"] = l.input_shape
+        why = _why(l, limits)
+        if why:
+            op["why"] = why
+        out.append(op)
+    return out
+
+
+def register_overflow(layers: list[Layer], log_text: str) -> str | None:
+    """What the toolkit compiled past a register field's limit (None if nothing): the fields, their
+    limit, the largest value, and the ops whose shapes have a dimension over that limit."""
+    over = [lim for lim in size_limits(log_text) if lim.kind == "register"]
+    if not over:
+        return None
+    limit = min(lim.limit for lim in over)
+    largest = max(lim.value for lim in over)
+    suspects = [f"{l.op_type}{' ' + repr(l.name) if l.name else ''} {l.input_shape or l.output_shape}"
+                for l in layers if l.op_type not in BOUNDARY_OPS and max(l.dims(), default=0) > limit]
+    suspects = list(dict.fromkeys(suspects))
+    named = ", ".join(suspects[:3]) + (f" and {len(suspects) - 3} more" if len(suspects) > 3 else "")
+    return (f"{len(over)} register field(s) written past their limit {limit:#x} ({limit}), largest "
+            f"{largest:#x} ({largest}); op(s) with a dimension over {limit}: {named or 'none in the layer table'}")
 
 
 def check_no_cpu_ops(by_subgraph: dict[str, list[dict]]) -> None:
@@ -89,6 +190,8 @@ def check_no_cpu_ops(by_subgraph: dict[str, list[dict]]) -> None:
     label, ops = next(iter(bad.items()))
     first = ops[0]
     more = sum(len(o) for o in bad.values()) - 1
+    # the toolkit's size limit when it named one (its why holds the shape), else the op's input shape
+    why = f": {first['why']}" if first.get("why") else f" (input {first['input']})" if first.get("input") else ""
     raise ToolkitError(f"CPU fallback: {label}: op {first['op']} '{first['name']}' runs on the "
-                       f"{first['target']}" + (f" (and {more} more op(s) in {len(bad)} subgraph(s))"
-                                               if more else ""))
+                       f"{first['target']}{why}"
+                       + (f" (and {more} more op(s) in {len(bad)} subgraph(s))" if more else ""))

@@ -1,0 +1,64 @@
+"""The toolkit's size limits, triggered for real by the smallest partitions that reach them (one block
+of the Anima-shaped model, width 64): `convert` fails with one line naming the subgraph, the op, the
+dimension and the limit, and leaves no partition behind.
+
+- 2304 image tokens (a 96x96 latent): the self-attention's q/k Transposes exceed rknn-toolkit2 2.5.0's
+  "height * width <= 8192" and move to the CPU (the full-size model reaches it at 1024 tokens and 16
+  heads: docs/granularity.md);
+- 16384 text tokens: the cross-attention's softmax over them needs register fields wider than their
+  13 bits (limit 0x1fff = 8191); the toolkit writes them anyway and the build returns 0.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.core.errors import ToolkitError
+from harness.model.config import REPO_ROOT, load_model_dir
+from harness.partition.onnx_export import export_partition
+from harness.toolkit.convert import convert_partition
+from tools.make_checkpoint import write_random_checkpoint
+
+pytestmark = pytest.mark.toolkit
+
+
+def _partition(root: Path, edits: dict) -> Path:
+    """One block of the Anima-shaped model with `edits` to its model.toml, exported in FP32."""
+    model = root / "model"
+    model.mkdir()
+    text = (REPO_ROOT / "models" / "anima-shaped" / "model.toml").read_text()
+    for old, new in {"blocks = 4": "blocks = 1", **edits}.items():
+        assert old in text
+        text = text.replace(old, new)
+    (model / "model.toml").write_text(text)
+    cfg = load_model_dir(model)
+    write_random_checkpoint(cfg, model / "dit.safetensors", "bf16", prefix="net.", seed=5)
+    export_partition(model / "dit.safetensors", cfg, root / "fp32", dtype="float32")
+    return root / "fp32"
+
+
+def test_a_transpose_over_the_height_width_limit_is_named(tmp_path, toolkit_version):
+    source = _partition(tmp_path, {"latent_size = [16, 16]": "latent_size = [96, 96]"})
+    with pytest.raises(ToolkitError) as err:
+        convert_partition(source, tmp_path / "rknn", version=toolkit_version, quiet=True)
+    line = str(err.value)
+    assert "\n" not in line
+    assert line.startswith("CPU fallback: subgraph 0 (block 0 self_attn) (00_block00_self_attn.rknn): op Transpose "
+                           "'attn/"), line
+    assert "input (2,16,4,2304): the toolkit's height 8 x width 2304 = 18432, over its limit 8192" in line, line
+    assert not (tmp_path / "rknn").exists() and (tmp_path / "rknn.failed.log").is_file()
+
+
+def test_register_fields_over_their_limit_fail_the_conversion_even_with_cpu_ops_allowed(tmp_path, toolkit_version):
+    source = _partition(tmp_path, {"context_tokens = 16": "context_tokens = 16384"})
+    with pytest.raises(ToolkitError) as err:
+        # --allow-cpu-ops keeps CPU fallbacks, not a board file whose registers the toolkit truncated
+        convert_partition(source, tmp_path / "rknn", version=toolkit_version, quiet=True, allow_cpu_ops=True)
+    line = str(err.value)
+    assert "\n" not in line
+    assert line.startswith(f"rknn-toolkit2 {toolkit_version}: register limit: subgraph 1 (block 0 cross_attn) "
+                           f"(01_block00_cross_attn.rknn): "), line
+    assert "register field(s) written past their limit 0x1fff (8191)" in line
+    assert "op(s) with a dimension over 8191: " in line and ",16384)" in line, line
+    assert not (tmp_path / "rknn").exists()
