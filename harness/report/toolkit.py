@@ -62,6 +62,11 @@ def print_convert_summary(result, rows=None, file=sys.stdout) -> None:
     print(f"{m.file}  {len(m.subgraphs)} subgraphs{' + decoder' if m.decoder else ''}, "
           f"{size / 1e6:.1f} MB, rknn-toolkit2 {conv['toolkit_version']}, {conv['target']}, "
           f"{conv['precision']}, {result.seconds:.1f} s, {cpu} op(s) on the CPU", file=file)
+    labels = {Path(e.file).stem: e.label for e in m.entries()}
+    for stem, ops in result.cpu_ops.items():      # kept by --allow-cpu-ops: each one said, and why
+        for op in ops:
+            why = op.get("why") or (f"input {op['input']}" if op.get("input") else "the build log gives no reason")
+            print(f"  {labels.get(stem, stem)}: op {op['op']} '{op['name']}' on the {op['target']}: {why}", file=file)
     if rows:
         worst = sorted(rows, key=lambda r: r["cosine"])
         print("\nsimulator vs onnxruntime FP32 (random unit-scale inputs), worst first:\n", file=file)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.cli.main import main
 from harness.core.errors import ToolkitError
 from harness.model.config import REPO_ROOT, load_model_dir
 from harness.partition.onnx_export import export_partition
@@ -38,16 +39,22 @@ def _partition(root: Path, edits: dict) -> Path:
     return root / "fp32"
 
 
-def test_a_transpose_over_the_height_width_limit_is_named(tmp_path, toolkit_version):
+def test_a_transpose_over_the_height_width_limit_is_named(tmp_path, toolkit_version, capsys):
     source = _partition(tmp_path, {"latent_size = [16, 16]": "latent_size = [96, 96]"})
-    with pytest.raises(ToolkitError) as err:
-        convert_partition(source, tmp_path / "rknn", version=toolkit_version, quiet=True)
-    line = str(err.value)
-    assert "\n" not in line
-    assert line.startswith("CPU fallback: subgraph 0 (block 0 self_attn) (00_block00_self_attn.rknn): op Transpose "
-                           "'attn/"), line
-    assert "input (2,16,4,2304): the toolkit's height 8 x width 2304 = 18432, over its limit 8192" in line, line
-    assert not (tmp_path / "rknn").exists() and (tmp_path / "rknn.failed.log").is_file()
+    out = tmp_path / "rknn"
+    assert main(["convert", str(source), "--out", str(out), "--toolkit", toolkit_version, "--quiet"]) != 0
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert line.startswith("error: CPU fallback: subgraph 0 (block 0 self_attn) (00_block00_self_attn.rknn): "
+                           "op Transpose 'attn/"), line
+    limit = "input (2,16,4,2304): the toolkit's height 8 x width 2304 = 18432, over its limit 8192"
+    assert limit in line, line
+    assert not out.exists() and (tmp_path / "rknn.failed.log").is_file()
+    # kept with --allow-cpu-ops, the summary still says each op and why
+    assert main(["convert", str(source), "--out", str(out), "--toolkit", toolkit_version, "--quiet",
+                 "--allow-cpu-ops"]) == 0
+    said = capsys.readouterr().out
+    assert f"subgraph 1 (block 0 cross_attn): op Transpose 'attn/q_t_tp' on the CPU: {limit}" in said, said
 
 
 def test_register_fields_over_their_limit_fail_the_conversion_even_with_cpu_ops_allowed(tmp_path, toolkit_version):
