@@ -61,7 +61,8 @@ class Context(abc.ABC):
 
     @classmethod
     def between_invocations(cls, options: dict) -> list:
-        """Callables the pipeline calls before every invocation (a simulated board's host time)."""
+        """Callables the pipeline calls with the next subgraph's manifest entry before every invocation
+        (a simulated board's host time)."""
         return []
 
     def __init__(self, label: str, **options):

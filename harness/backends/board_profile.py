@@ -89,6 +89,16 @@ class BoardProfile:
         per_step = self.get("denoise_20_steps.fp16.per_step")
         return (per_step - core - self.get("lifecycle_pass.wall_with_loop")) / self.subgraphs
 
+    def host_before(self, bodies: int) -> float:
+        """The board's host seconds before one invocation of a subgraph holding `bodies` branch
+        bodies (1 for a branch subgraph or the decoder, 3 x K for K fused blocks), by [plan]
+        host_model "unchanged": a step's host seconds are the branch partition's at every
+        granularity, each subgraph's share in proportion to the bodies it holds (an upper bound for
+        fused subgraphs, whose AdaLN moved to the NPU). The planner's estimate and board-sim's
+        pause before each invocation both come from here, so they agree."""
+        _check_models(self, ("host_model",))
+        return self.host_per_invocation() * bodies
+
     # -- memory ---------------------------------------------------------------------------------
     def probe_rows(self) -> list[dict]:
         rows = self.get("residency_probe", list)
@@ -119,8 +129,10 @@ class Fits:
         return self.lifecycle[0] + self.lifecycle[1] * weight_mib
 
 
-def _check_models(profile) -> None:
+def _check_models(profile, keys=None) -> None:
     for key, known in _KNOWN_MODELS.items():
+        if keys is not None and key not in keys:
+            continue
         named = profile.get(f"plan.{key}", str)
         if named != known:
             raise ConfigError(f"{profile.path}: [plan] {key} = '{named}': the planner knows '{known}'")

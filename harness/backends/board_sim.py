@@ -9,8 +9,9 @@ assumptions), a context of branch b
     run      takes  core_per_step[b] / blocks x rows / 2 x time_scale, holding an NPU core:
              contexts on different cores run concurrently, on the same core they queue;
     release  takes  the release share, and frees the memory;
-and before every invocation the pipeline pauses for the board's host CPU time (0.123 s, derived
-from the measured step, x time_scale; `between_invocations`), so a simulated step is the board's.
+and before every invocation the pipeline pauses for the board's host CPU time (0.123 s per branch
+body the subgraph holds, derived from the measured step, x time_scale; `between_invocations`; [plan]
+host_model, the planner's too), so a simulated step is the board's.
 This machine's own host work since the last simulated stage (the pipeline's AdaLN, casts, loop) is
 measured and taken off that pause: it is part of the host time, not extra to it.
 A stage never takes less than the real work under it. Cores are file locks under `lock_dir`, so
@@ -53,6 +54,8 @@ from .board_drift import Drift, load_drift_model
 from .board_profile import BRANCH_ORDER, fits, load_board_profile
 from ..core.errors import ConfigError
 from ..core.locks import acquire, release
+from ..partition.granularity import BRANCHES_PER_BLOCK
+from ..partition.manifest import FUSED_BRANCH
 from .onnxruntime import OnnxRuntimeContext
 from .rknnlite import parse_core_mask
 
@@ -177,8 +180,9 @@ class BoardSimContext(OnnxRuntimeContext):
         profile = load_board_profile(opts["profile_data"])
         if not profile.sim("simulate_host", bool):
             return []
-        seconds = profile.host_per_invocation() * opts["time_scale"]
-        return [lambda: _CLOCK.host_pause(seconds)]
+        scale = opts["time_scale"]
+        # per subgraph: a fused one holds several branch bodies and their host share ([plan] host_model)
+        return [lambda entry: _CLOCK.host_pause(profile.host_before(_bodies(entry)) * scale)]
 
     def __init__(self, label: str, **options):
         opts = normalize_options(options)
@@ -270,6 +274,11 @@ class BoardSimContext(OnnxRuntimeContext):
         return [self._lock(0, blocking=True)]
 
 
+def _bodies(entry) -> int:
+    """Branch bodies one subgraph holds: 3 per block of a fused subgraph, else 1 (a branch, the decoder)."""
+    return BRANCHES_PER_BLOCK * len(entry.blocks) if entry.branch == FUSED_BRANCH else 1
+
+
 def _fused_figures(profile, match) -> tuple[dict, float, float]:
     """A fused context of K blocks: lifecycle and memory from the profile's [plan] models (a fixed
     part per context + a part per weight MiB, fitted to the branch figures; ASSUMPTIONS), inference
@@ -316,6 +325,7 @@ class _Clock:
         self.debt = {"path": 0.0, "lifecycle": 0.0}
         self.last_end: float | None = None      # when this process's last simulated stage ended
         self.host_real = 0.0                    # this machine's host seconds counted as the board's
+        self.asked = 0.0                        # scaled board seconds of every stage and pause asked for
         self.host_board = 0.0                   # the board's host seconds asked for
 
     def host_pause(self, target: float) -> None:
@@ -332,6 +342,7 @@ class _Clock:
     def pad(self, start: float, target: float, kind: str = "lifecycle") -> None:
         """Sleep until `target` seconds after `start`, less this kind's debt (a stage never takes
         less than its real work)."""
+        self.asked += target
         left = target - (time.perf_counter() - start) - self.debt[kind]
         if left > 0:
             time.sleep(left)

@@ -5,7 +5,8 @@ as measured). Every other case is modelled from that case's figures with the mod
 profile's [plan] table names (boards/data/rock5c-anima.toml), each an assumption:
   - lifecycle and PSS per context: a fixed part per context + a part per weight MiB, fitted to the
     per-branch lifecycle means and to the residency probe (`fits`);
-  - inference and host seconds per step: the branch partition's, whatever the granularity;
+  - inference and host seconds per step: the branch partition's, whatever the granularity (the host
+    part per subgraph from the profile's `host_before`, which board-sim pauses too);
   - core masks: "stream-per-core" (a context per CFG stream, each on its own core) and
     "all-cores" (one context on 0_1_2 at [sim] multi_core_speedup).
 The choice is the fastest within the budget; among those within [plan] equal_within of it, the one
@@ -70,7 +71,8 @@ def inputs_for(profile, granularity: Granularity, core_mask: str, budget_mib: fl
     pass_sum = (measured.pass_stage_sum * per_context if not granularity.fused
                 else sum(sum(stages[n].values()) for n in names))
     npu_saved = sum(measured.run[b] for b in measured.order) - sum(run[n] for n in names)
-    host_step = measured.host_per_invocation * measured.subgraphs
+    # [plan] host_model through the profile, as board-sim pauses it: per subgraph, its branch bodies' share
+    host_step = sum(profile.host_before(len(g) * len(branches) if granularity.fused else 1) for g in groups)
     mean_weight = sum(f.weights_mib.values()) / len(branches)
     weight_of_one = f.pss_of(float(np.mean(weights))) * per_context / f.pss_of(mean_weight)
     total = measured.image_total + measured.passes * (pass_sum - measured.pass_stage_sum - npu_saved)

@@ -29,6 +29,7 @@ from ..model.bundle import ModelBundle
 from ..model.config import BRANCHES
 from ..partition.checks import check_input, check_outputs
 from ..partition.fused import MOD_PARTS, mod_input
+from ..partition.manifest import SubgraphEntry
 from ..core.imageio import as_rgb
 from ..core.timing import Timed
 
@@ -115,7 +116,7 @@ class PartitionedPipeline:
     """Velocity of the partitioned network for one latent and its CFG streams."""
 
     def __init__(self, bundle: ModelBundle, manifest, strategy, text_embs: dict[str, np.ndarray],
-                 between_invocations: Iterable[Callable[[], None]] = (),
+                 between_invocations: Iterable[Callable[[SubgraphEntry], None]] = (),
                  observers: Iterable[Callable[[Invocation], None]] = ()):
         self.bundle = bundle
         self.cfg = bundle.cfg
@@ -226,7 +227,7 @@ class PartitionedPipeline:
         """One subgraph: `h` as its x, the text embedding as its context, `feeds` (a fused
         subgraph's modulations, one row per stream row like x) by name."""
         for hook in self.between:       # memory guard: abort between invocations, never inside one
-            hook()
+            hook(entry)
         feeds = feeds or {}
         with self.host.timed(step, "cast"):     # host FP32 -> the subgraph's dtype
             inputs = [h.astype(spec.dtype, copy=False) if spec.name == "x"
@@ -285,7 +286,7 @@ class PartitionedPipeline:
             raise ManifestError(f"{entry.label} ({entry.file}) takes {spec.name} {list(spec.shape)}; the "
                                 f"final latent is {list(latent.shape[1:])} per image")
         for hook in self.between:
-            hook()
+            hook(entry)
         ctx = self.strategy.acquire(entry, step)
         try:           # one decoder context serves every image in flight, one call each
             outs = [np.asarray(self._run(ctx, entry, step, [one.reshape(spec.shape).astype(spec.dtype)]),

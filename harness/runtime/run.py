@@ -146,7 +146,7 @@ def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | N
         streams = ({s: np.repeat(c, images, axis=0) for s, c in text_embs.items()} if text_embs
                    else stream_text_embs(bundle, [prompt] * images, settings["cfg_scale"]))
         pipeline = PartitionedPipeline(bundle, manifest, strategy, streams,
-                                       between_invocations=([guard.check] if guard else [])
+                                       between_invocations=([lambda entry: guard.check()] if guard else [])
                                        + backend_class(backend).between_invocations(options),
                                        observers=observers)
         report["streams"] = pipeline.streams

@@ -142,7 +142,7 @@ def test_the_profile_says_which_figures_are_measured_and_which_assumed():
         assert key in profile.data["sim"]
 
 
-def test_the_boards_host_time_falls_before_every_invocation(tmp_path):
+def test_the_boards_host_time_falls_before_every_invocation(tmp_path, manifest):
     from harness.backends.board_sim import BoardSimContext
     import time
     opts = normalize_options({"time_scale": 0.01})
@@ -151,7 +151,7 @@ def test_the_boards_host_time_falls_before_every_invocation(tmp_path):
     assert host == pytest.approx((120.40 - (44.76 + 24.00 + 7.45) - 33.84) / 84)
     start = time.perf_counter()
     for pause in pauses:
-        pause()
+        pause(manifest.subgraphs[0])
     assert time.perf_counter() - start >= host * 0.01
     text = Path(DEFAULT_BOARD_DATA).read_text().replace("simulate_host = true", "simulate_host = false")
     off = tmp_path / "board.toml"

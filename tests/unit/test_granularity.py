@@ -167,3 +167,28 @@ def test_a_fused_runs_benchmark_is_recorded_by_the_results_store(model, partitio
     with ResultsStore(f"sqlite:///{tmp_path / 'results.db'}") as store:
         store.add_run(run)
         assert store.runs()[0].branches == run.branches
+
+
+@pytest.mark.parametrize("granularity", ["block", "blocks:4"])
+def test_board_sims_fused_step_is_the_planners_estimate(model, partitions, granularity):
+    """One model of host time per step ([plan] host_model) for both: board-sim pauses each fused
+    subgraph's share of it, so the board seconds its simulated step asks for (every stage, inference
+    and host pause, summed by its clock whatever this machine's load does to the sleeps) are the
+    step the planner estimates."""
+    from harness.backends import board_sim
+    from harness.backends.board_profile import load_board_profile
+    from harness.memory.plan_space import inputs_for
+    profile = load_board_profile()
+    inp = inputs_for(profile, parse_granularity(granularity, model.cfg.blocks), "auto", 2048.0)
+    host_step = inp.host_per_invocation * inp.subgraphs
+    step = sum(sum(inp.stages[n].values()) + inp.run[n] for n in inp.order) + host_step
+    # the branch partition's host seconds per step, whatever the granularity
+    assert host_step == pytest.approx(profile.host_per_invocation() * 3 * model.cfg.blocks)
+    scale = profile.sim("time_scale")
+    clock = board_sim._CLOCK
+    before, host_before = clock.asked, clock.host_board
+    run_partitioned(RunRequest(model, partitions[granularity], "board-sim", "the number 3",
+                               sample_settings(model, steps=2), lifecycle="on-demand"))
+    decoder = profile.host_before(1) + profile.lifecycle_of("decoder")     # once per image
+    assert (clock.host_board - host_before) / scale == pytest.approx(2 * host_step + profile.host_before(1))
+    assert ((clock.asked - before) / scale - decoder) / 2 == pytest.approx(step, rel=1e-6)
