@@ -140,8 +140,8 @@ def _why(layer: Layer, limits: list[SizeLimit]) -> str | None:
         # dimension, the height not always one of the input's (16 heads x 16 channels show as 8)
         if lim.kind == "transpose" and layer.op_type == "Transpose" \
                 and layer.input_shape.split("),")[0].endswith(f",{lim.dims[1]})"):
-            return (f"input {layer.input_shape}: the toolkit's height {lim.dims[0]} x width {lim.dims[1]} = {lim.value}, "
-                    f"over its limit {lim.limit}")
+            return (f"input {layer.input_shape}: the toolkit's height {lim.dims[0]} x width {lim.dims[1]} = "
+                    f"{lim.value}, over its limit {lim.limit}")
         if lim.kind == "channel" and max(layer.dims(), default=0) > lim.limit:
             return (f"dimension {max(layer.dims())} of {layer.input_shape or layer.output_shape} over the "
                     f"toolkit's channel limit {lim.limit} ('channel is too large ... fallback to cpu')")
