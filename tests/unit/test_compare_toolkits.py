@@ -63,5 +63,5 @@ def test_per_subgraph_table_and_verdict(block0, tmp_path, toolkit_version):
     assert all(float(cell) >= 0.9999 for r in rows for cell in r.split(" | ")[1:3])
     assert "**2.5.0 passes**" in text
     reverse = compare_toolkits("2.5.0", "2.3.2", block0, tmp_path / "cmp2", quiet=True, images=False)
-    assert "**2.3.2 fails**: 5 op(s) on the CPU in 3 subgraph(s), first Reshape 'q_norm/mean_rs' in 00_block00_self_attn" \
-        in reverse
+    assert ("**2.3.2 fails**: 5 op(s) on the CPU in 3 subgraph(s), first Reshape 'q_norm/mean_rs' in "
+            "00_block00_self_attn") in reverse
