@@ -29,8 +29,8 @@ def _self_attn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int) -> No
     v = _heads(g, _linear(g, "x", w, p + "v_proj.weight", "v_proj"), heads, "v_heads")
     rope = make_rope(cfg)
     half = cfg.head_dim // 2
-    cos = g.const("rope.cos", rope.cos.reshape(n, 1, half))
-    sin = g.const("rope.sin", rope.sin.reshape(n, 1, half))
+    cos = g.const("rope.cos", rope.cos.reshape(n, half))    # [N, half] broadcast over S*H
+    sin = g.const("rope.sin", rope.sin.reshape(n, half))
     q, k = _rope(g, q, cos, sin, half, "q_rope"), _rope(g, k, cos, sin, half, "k_rope")
     o = _attention(g, q, k, v, cfg.head_dim, [streams, n, cfg.width])
     g.op("MatMul", [o, g.weight_t("output_proj.weight_t", w, p + "output_proj.weight")], "y")

@@ -177,11 +177,22 @@ def _rms_norm(g: _Graph, x: str, w: dict, key: str, eps: float, name: str) -> st
 
 
 def _heads(g: _Graph, x: str, shape: list[int], name: str) -> str:
-    return g.op("Reshape", [x, g.ints(f"{name}/shape", shape)], name)
+    """[S, N, H*d] -> head-major [S*H, N, d] (shape is [S, N, H, d]).
+
+    Head-major before the norm and RoPE, not after: rknn-toolkit2 lays a rank-3 [S*H, N, d] out as the
+    [S*H, d, 1, N] its fused attention reads, so no Transpose is left after RoPE. A [S, N, H, d]
+    tensor is laid out [S, d, H, N], and its Transpose to [S, H, d, N] (a d*N plane: 131,072 elements
+    at N = 1024, d = 128) overflows the NPU's 65,536-element surface and falls back to the CPU. The
+    norm and RoPE act on each row of d alone, so the values are unchanged.
+    """
+    s, n, h, d = shape
+    split = g.op("Reshape", [x, g.ints(f"{name}/shape", shape)], f"{name}/split")
+    major = g.op("Transpose", [split], f"{name}/t", perm=[0, 2, 1, 3])
+    return g.op("Reshape", [major, g.ints(f"{name}/major_shape", [s * h, n, d])], name)
 
 
 def _rope(g: _Graph, x: str, cos: str, sin: str, half: int, name: str) -> str:
-    # ops.apply_rope: split-half pairs (k, k + half); cos/sin [N, 1, half] broadcast over heads.
+    # ops.apply_rope: split-half pairs (k, k + half); cos/sin [N, half] broadcast over the S*H head-major batch.
     axis = g.ints(f"{name}/axis", [-1])
     x1 = g.op("Slice", [x, g.ints(f"{name}/s0", [0]), g.ints(f"{name}/e0", [half]), axis], f"{name}/x1")
     x2 = g.op("Slice", [x, g.ints(f"{name}/s1", [half]), g.ints(f"{name}/e1", [2 * half]), axis], f"{name}/x2")
@@ -193,12 +204,13 @@ def _rope(g: _Graph, x: str, cos: str, sin: str, half: int, name: str) -> str:
 
 
 def _attention(g: _Graph, q: str, k: str, v: str, head_dim: int, out_shape: list[int]) -> str:
-    # ops.attention: softmax((q k^T) * 1/sqrt(d)) v over [S, heads, N, d]
-    qt = g.op("Transpose", [q], "attn/q_t", perm=[0, 2, 1, 3])
-    kt = g.op("Transpose", [k], "attn/k_t", perm=[0, 2, 3, 1])
-    vt = g.op("Transpose", [v], "attn/v_t", perm=[0, 2, 1, 3])
-    scores = g.op("Mul", [g.op("MatMul", [qt, kt], "attn/qk"),
+    # ops.attention: softmax((q k^T) * 1/sqrt(d)) v over head-major [S*H, N, d] (see _heads)
+    s, n, width = out_shape
+    kt = g.op("Transpose", [k], "attn/k_t", perm=[0, 2, 1])
+    scores = g.op("Mul", [g.op("MatMul", [q, kt], "attn/qk"),
                           g.const("attn/scale", 1.0 / math.sqrt(head_dim))], "attn/scores")
     probs = g.op("Softmax", [scores], "attn/softmax", axis=-1)
-    o = g.op("Transpose", [g.op("MatMul", [probs, vt], "attn/pv")], "attn/o", perm=[0, 2, 1, 3])
+    pv = g.op("MatMul", [probs, v], "attn/pv")
+    heads = g.op("Reshape", [pv, g.ints("attn/heads_shape", [s, width // head_dim, n, head_dim])], "attn/heads")
+    o = g.op("Transpose", [heads], "attn/o", perm=[0, 2, 1, 3])
     return g.op("Reshape", [o, g.ints("attn/merge_shape", out_shape)], "attn/merge")

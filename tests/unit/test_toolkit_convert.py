@@ -261,18 +261,21 @@ def test_cli_wrong_target_is_one_line_and_non_zero(block0, tmp_path, toolkit_ver
 @pytest.mark.toolkit
 @pytest.mark.slow
 def test_cpu_fallback_gate_on_a_real_conversion(block0, tmp_path, toolkit_version):
-    # rknn-toolkit2 2.3.2 does not fuse the GELU: its Erf lands on the CPU. The gate names it, and
-    # nothing is written but the build log that shows it.
+    # rknn-toolkit2 2.3.2 fuses neither the head-major q/k RMS norm nor the GELU: the norm's mean
+    # reshape and the Erf land on the CPU. The gate names the first, and nothing is written but the
+    # build log that shows them.
     from harness.toolkit.envs import toolkit_python
     try:
         toolkit_python("2.3.2")
     except ToolkitError:
         missing_tool("no rknn-toolkit2 2.3.2 environment: create it with bin/toolkit-env 2.3.2")
-    with pytest.raises(ToolkitError, match=r"CPU fallback: subgraph 2 \(block 0 ffn\) \(02_block00_ffn\.rknn\): "
-                                           r"op Erf 'gelu/erf' runs on the CPU"):
+    with pytest.raises(ToolkitError, match=r"CPU fallback: subgraph 0 \(block 0 self_attn\) "
+                                           r"\(00_block00_self_attn\.rknn\): op Reshape 'q_norm/mean_rs' runs on the CPU "
+                                           r"\(and 4 more op\(s\) in 3 subgraph\(s\)\)"):
         convert_partition(block0, tmp_path / "conv", version="2.3.2", quiet=True)
     assert _leftovers(tmp_path, "conv") == ["conv.failed.log"]
-    assert "Erf:gelu/erf" in (tmp_path / "conv.failed.log").read_text()
+    log = (tmp_path / "conv.failed.log").read_text()
+    assert "Reshape:q_norm/mean_rs" in log and "Erf:gelu/erf" in log
     kept = convert_partition(block0, tmp_path / "kept", version="2.3.2", allow_cpu_ops=True, quiet=True)
     assert [(o["op"], o["name"]) for o in kept.cpu_ops["02_block00_ffn"]] == [("Erf", "gelu/erf")]
     assert load_manifest(tmp_path / "kept").conversion["subgraphs"][2]["cpu_ops"] == kept.cpu_ops["02_block00_ffn"]
