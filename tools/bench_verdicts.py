@@ -41,6 +41,7 @@ from harness.core.atomic import atomic_write_json  # noqa: E402
 from harness.backends.board_drift import Drift, load_drift_model  # noqa: E402
 from harness.backends.board_profile import BRANCH_ORDER, load_board_profile  # noqa: E402
 from harness.results.ab import DEFAULT_THRESHOLD_PCT, judge_pairs  # noqa: E402
+from harness.results.judge import NPU_CORE, STEP, judge_values, npu_core  # noqa: E402
 from harness.results.verdicts import change_points, fixed_verdict, history_verdict  # noqa: E402
 
 SLOWDOWNS = (0.0, 0.02, 0.03, 0.05, 0.10)
@@ -90,21 +91,39 @@ def per_trial(figures: dict[str, np.ndarray], i: int) -> dict[str, float]:
     return {k: float(v[i]) for k, v in figures.items()}
 
 
-def board_history(model, trials: int, slow: float, steps: int, seed: int) -> dict[str, int]:
+def product_figures(sim: dict[str, np.ndarray], i: int) -> dict[str, float]:
+    """Trial i's run as harness.results.judge.figures names it: step, NPU core, branches, stages."""
+    branches = {b: float(sim[f"{b} core"][i]) for b in BRANCH_ORDER}
+    out = {STEP: float(sim["step"][i]), NPU_CORE: npu_core(branches), **{f"{b} core": v for b, v in branches.items()}}
+    out.update({f"{s} stage": float(sim[s][i]) for s in ("load", "init", "release")})
+    out["run stage"] = sum(branches.values())
+    return out
+
+
+def board_history(model, trials: int, slow: float, steps: int, seed: int, history_runs: int) -> dict[str, int]:
+    """The history verdict as the store gives it (judge_values: every figure, the run's confidence
+    shared out), run by run after the change: look k judges the group of the first k runs."""
     board = SimulatedBoard(Drift(model, seed, trials=trials))
     runs = []
-    for k in range(HISTORY_RUNS + AFTER_RUNS):
-        runs.append(board.run(steps, slow if k >= HISTORY_RUNS else 0.0)["step"])
+    for k in range(history_runs + AFTER_RUNS):
+        runs.append(board.run(steps, slow if k >= history_runs else 0.0))
         board.idle(10 * model.correlation_s)        # the next run: another day, another level
-    series = np.stack(runs, axis=1)                 # [trials, runs]
-    hits = {"fixed 1 run vs 1 run": 0, "history 1 run": 0, "history 5 runs": 0, "change point 5 runs": 0}
-    for row in series:
-        before, after = row[:HISTORY_RUNS], row[HISTORY_RUNS:]
+    series = np.stack([r["step"] for r in runs], axis=1)                 # [trials, runs]
+    hits = {"fixed 1 run vs 1 run": 0, "step alone, 5 runs": 0, "history 1 run": 0, "history 5 runs": 0,
+            "history any of runs 1-5": 0, "change point 5 runs": 0}
+    for i, row in enumerate(series):
+        before, after = row[:history_runs], row[history_runs:]
         hits["fixed 1 run vs 1 run"] += fixed_verdict("step", before[-1:], after[:1]).regression
-        hits["history 1 run"] += history_verdict("step", before, after[0]).regression
-        hits["history 5 runs"] += history_verdict("step", before, after).regression
+        hits["step alone, 5 runs"] += history_verdict("step", before, after).regression
+        figs = [product_figures(r, i) for r in runs]
+        looks = [any(v.regression for v in judge_values(figs[:history_runs], figs[history_runs:history_runs + k],
+                                                        figs[history_runs + k], 10.0))
+                 for k in range(AFTER_RUNS)]
+        hits["history 1 run"] += looks[0]
+        hits["history 5 runs"] += looks[-1]
+        hits["history any of runs 1-5"] += any(looks)
         found = change_points(row)
-        hits["change point 5 runs"] += (any(abs(p - HISTORY_RUNS) <= 1 for p in found) if slow
+        hits["change point 5 runs"] += (any(abs(p - history_runs) <= 1 for p in found) if slow
                                         else bool(found))
     return hits
 
@@ -128,9 +147,10 @@ def section_board(args) -> dict:
           f"correlation {model.correlation_s:g} s, invocation jitter {100 * model.jitter:g} %; "
           f"{args.trials} trials per cell")
     out = {"sigma": model.sigma, "correlation_s": model.correlation_s, "jitter": model.jitter, "rows": {}}
-    taus = [model.correlation_s, *args.tau]
+    taus = [] if args.no_ab else [model.correlation_s, *args.tau]
     for slow in SLOWDOWNS:
-        hits = board_history(model, args.trials, slow, args.history_steps, seed=int(1000 * slow) + 1)
+        hits = board_history(model, args.trials, slow, args.history_steps, seed=int(1000 * slow) + 1,
+                             history_runs=args.history_runs)
         for tau in taus:
             m = model.scaled(correlation_s=tau)
             name = "A/B session" + ("" if tau == model.correlation_s else f" (tau {tau:g} s)")
@@ -241,6 +261,9 @@ def main() -> int:
     p.add_argument("--ab-threshold", type=float, default=DEFAULT_THRESHOLD_PCT,
                    help="A/B threshold in %% (default %(default)s)")
     p.add_argument("--history-steps", type=int, default=20, help="board steps per history run (default %(default)s)")
+    p.add_argument("--history-runs", type=int, default=HISTORY_RUNS,
+                   help="earlier runs before the change (default %(default)s; the store looks back on 30)")
+    p.add_argument("--no-ab", action="store_true", help="board-sim: the history rows only")
     p.add_argument("--tau", type=float, action="append", default=[],
                    help="also run the A/B rows with this drift correlation time in board seconds")
     p.add_argument("--ort-runs", type=int, default=240, help="onnxruntime rounds per condition (default %(default)s)")

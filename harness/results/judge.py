@@ -42,7 +42,7 @@ from .records import Run
 from .store import ResultsStore
 from .verdicts import MIN_HISTORY, Verdict, fixed_verdict, history_verdict
 
-__all__ = ["Judgement", "judge_run", "figures", "judge_figures", "parse_threshold", "since_change", "comparability",
+__all__ = ["Judgement", "judge_run", "figures", "judge_figures", "judge_values", "parse_threshold", "since_change", "comparability", "npu_core",
            "HISTORY", "UPGRADE", "FIRST", "NOT_COMPARABLE", "STEP", "NPU_CORE", "LOOKBACK", "CONFIDENCE",
            "GROUP_RUNS", "PRIMARY_SHARE"]
 
@@ -71,13 +71,22 @@ def parse_threshold(text, option: str = "--baseline-threshold") -> float:
     return value
 
 
+def npu_core(branches: dict[str, float]) -> float | None:
+    """The NPU core figure: the geometric mean of the branches' core seconds per step (its log is the
+    mean of their logs, so each branch's relative shift counts alike), None with fewer than two."""
+    cores = [branches[b] for b in BRANCHES if b in branches]
+    if len(cores) < 2 or not all(c > 0 for c in cores):
+        return None
+    return math.exp(sum(math.log(c) for c in cores) / len(cores))
+
+
 def figures(run: Run) -> dict[str, float]:
     """label -> value of every figure judged: 'denoise step', 'NPU core' (with two branches or more),
     '<branch> core', '<stage> stage'."""
     out = {STEP: run.mean_step_s}
-    cores = [run.branches[b] for b in BRANCHES if b in run.branches]
-    if len(cores) > 1 and all(c > 0 for c in cores):
-        out[NPU_CORE] = math.exp(sum(math.log(c) for c in cores) / len(cores))
+    npu = npu_core(run.branches)
+    if npu is not None:
+        out[NPU_CORE] = npu
     out.update({f"{b} core": run.branches[b] for b in BRANCHES if b in run.branches})
     out.update({f"{s} stage": run.stages[s] for s in STAGE_NAMES if s in run.stages})
     return out
@@ -165,17 +174,22 @@ def judge_figures(pool: list[Run], run: Run, threshold_pct: float, fixed: bool =
     the step alone and names the branches and stages over the threshold as the ones that moved: with no
     noise estimate a 0.4 ms branch moves 30 % between two identical runs on a busy CPU host, the step
     (the old rule's figure) a few %."""
+    return judge_values([figures(r) for r in pool[-LOOKBACK:]], [figures(g) for g in group], figures(run),
+                        threshold_pct, fixed)
+
+
+def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pct: float,
+                 fixed: bool = True) -> list[Verdict]:
+    """judge_figures on the figures themselves (label -> value per run, as `figures` gives them)."""
     verdicts = []
-    history = [figures(r) for r in pool[-LOOKBACK:]]
-    judged = {label: value for label, value in figures(run).items()
+    judged = {label: value for label, value in new.items()
               if value > 0 and all(h.get(label, 1.0) > 0 for h in history) and any(label in h for h in history)}
     # every figure is one test: the run's confidence shared out over them, so a run with nothing
     # changed fails on any figure with at most 1 - CONFIDENCE
     confidence = _confidences(list(judged))
-    earlier_group = [figures(g) for g in group]
     for label, value in judged.items():
         earlier = [h[label] for h in history if label in h]
-        values = [g[label] for g in earlier_group if g.get(label, 0) > 0] + [value]
+        values = [g[label] for g in group if g.get(label, 0) > 0] + [value]
         verdict = history_verdict(label, earlier, values, confidence=confidence[label])
         if verdict is None and fixed:
             verdict = fixed_verdict(label, earlier[-1:], [value], threshold_pct=threshold_pct)
