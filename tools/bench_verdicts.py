@@ -19,6 +19,10 @@ often each verdict says "regression":
 (b) onnxruntime here: the embedded model, real runs through the faults backend (slow=xFACTOR
     stretches load, init and run of every subgraph), one long interleaved stream of baseline and
     candidate runs per condition, cut into sessions and history windows.
+(b') the same while the load trends: CPU burners switched on in every second block of rounds, every
+    run inside a HostCondition (CPU count, load, calibration probe); history windows judged by the
+    step alone (the verdict before the host's condition was recorded) and by the store's verdict with
+    it, which answers "not comparable" across a change of load, counted apart from regressions.
 Rates are printed with a 95 % Clopper-Pearson interval. Nothing is asserted: this is a measurement.
 """
 from __future__ import annotations
@@ -234,6 +238,150 @@ def section_onnxruntime(args) -> dict:
     return out
 
 
+class Burners:
+    """CPU-burning processes (a busy loop each) switched on and off: the machine's load trend made on
+    purpose, so the run does not wait for other jobs to make one."""
+
+    def __init__(self, count: int):
+        self.count, self.procs = count, []
+
+    def set(self, on: bool) -> None:
+        import subprocess
+        if on and not self.procs:
+            self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.count)]
+        elif not on:
+            self.stop()
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait()
+        self.procs = []
+
+
+def _product(fig: dict) -> dict:
+    """An A/B run's figures (session_figures) named as harness.results.judge.figures names them."""
+    branches = {k[:-5]: v for k, v in fig.items() if k.endswith(" core")}
+    out = {STEP: fig["step"], **{f"{b} core": v for b, v in branches.items()},
+           **{f"{s} stage": fig[s] for s in ("load", "init", "release")}, "run stage": sum(branches.values())}
+    npu = npu_core(branches)
+    return {**out, NPU_CORE: npu} if npu else out
+
+
+def ort_load_stream(bundle, part, slow: float, rounds: int, block: int, burners: Burners):
+    """`rounds` rounds of a baseline and a faults-backend candidate run (alternating order), each run
+    inside a HostCondition; the burners run in every second block of `block` rounds."""
+    from harness.results.ab import session_figures
+    from harness.results.condition import HostCondition
+    from harness.runtime.run import RunRequest, run_partitioned
+    from harness.sampling.reference_run import sample_settings
+    settings, prompt = sample_settings(bundle, steps=1), bundle.cfg.prompt["default"]
+    pairs, hosts, loaded = [], [], []
+    for r in range(rounds + 1):                     # round 0 builds the sessions: not counted
+        on = r > 0 and ((r - 1) // block) % 2 == 1
+        burners.set(on)
+        pair, host = {}, {}
+        for side in (("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline")):
+            options = {"slowdown": 1 + slow} if side == "candidate" and slow else {}
+            with HostCondition() as cond:
+                report = run_partitioned(RunRequest(bundle, part, "faults", prompt, settings, options,
+                                                    lifecycle="on-demand", verify=r == 0)).report
+            pair[side], host[side] = session_figures(report), cond
+        if r > 0:
+            pairs.append(pair), hosts.append(host), loaded.append(on)
+    burners.stop()
+    return pairs, hosts, loaded
+
+
+def judge_load_windows(pairs, hosts, loaded) -> dict[str, dict[str, list[int]]]:
+    """History windows (20 baseline runs, then 5 candidate runs) sliding by 5 rounds, judged by the
+    step alone without the host's condition (the verdict before it was recorded) and by the store's
+    verdict with it (judge.comparability, then judge_values), look 1 and the group of 5; windows in
+    one load condition and windows across a change of load counted apart.
+    Returns {window class: {verdict: [regression, not comparable, windows]}}."""
+    from harness.results.judge import comparability
+    out: dict[str, dict[str, list[int]]] = {}
+    for i in range(HISTORY_RUNS, len(pairs) - AFTER_RUNS + 1, AFTER_RUNS):
+        span = loaded[i - HISTORY_RUNS:i + AFTER_RUNS]
+        where = ("loaded" if span[0] else "quiet") if len(set(span)) == 1 else "load changed"
+        cells = out.setdefault(where, {})
+        base = [pairs[j]["baseline"]["step"] for j in range(i - HISTORY_RUNS, i)]
+        cand = [pairs[j]["candidate"]["step"] for j in range(i, i + AFTER_RUNS)]
+        history = [_product(pairs[j]["baseline"]) for j in range(i - HISTORY_RUNS, i)]
+        pool = [_cond(hosts[j]["baseline"]) for j in range(i - HISTORY_RUNS, i)]
+        group = [_product(pairs[j]["candidate"]) for j in range(i, i + AFTER_RUNS)]
+        conds = [_cond(hosts[j]["candidate"]) for j in range(i, i + AFTER_RUNS)]
+        results = {"step alone, 1 run": (history_verdict("step", base, cand[0]).regression, False),
+                   "step alone, 5 runs": (history_verdict("step", base, cand).regression, False)}
+        looks = []
+        for k in range(AFTER_RUNS):
+            _, _, why = comparability(pool, conds[:k + 1])
+            looks.append((False, True) if why else
+                         (any(v.regression for v in judge_values(history, group[:k], group[k], 10.0)), False))
+        results["store, 1 run"], results["store, 5 runs"] = looks[0], looks[-1]
+        for name, (regressed, not_comparable) in results.items():
+            cell = cells.setdefault(name, [0, 0, 0])
+            cell[0] += regressed
+            cell[1] += not_comparable
+            cell[2] += 1
+    return out
+
+
+def _cond(host):
+    from types import SimpleNamespace
+    return SimpleNamespace(host_cpus=host.cpus, host_load=host.load_per_cpu, host_probe_s=host.probe_s)
+
+
+def section_onnxruntime_load(args) -> dict:
+    """(b') onnxruntime here while the load trends: blocks of rounds with and without CPU burners."""
+    from harness.model.bundle import load_bundle
+    from tools.bench_lifecycle import partition
+    bundle = load_bundle(ROOT / "models" / "embedded")
+    part = partition(bundle, "float16")
+    burners = Burners(args.burners or os.cpu_count() or 1)
+    print(f"(b') onnxruntime while the load trends: {args.load_rounds} rounds per condition, "
+          f"{burners.count} CPU burner(s) on in every second block of {args.load_block} rounds")
+    out = {}
+    try:
+        for slow in (0.0, *args.load_slow):
+            started = time.perf_counter()
+            pairs, hosts, loaded = ort_load_stream(bundle, part, slow, args.load_rounds, args.load_block, burners)
+            out[f"{slow:+.0%}"] = row = _load_row(pairs, hosts, loaded, args)
+            row["seconds"] = time.perf_counter() - started
+            print(f"  {'A/A (false positives)' if slow == 0 else f'+{100 * slow:g} % (detection)'}: "
+                  f"{row['seconds']:.0f} s, load {os.getloadavg()[0]:.2f}")
+            for name, value in row["noise"].items():
+                print(f"    {name}: {value}")
+            for where, cells in row["windows"].items():
+                for name, (hits, nc, n) in cells.items():
+                    print(f"    {where:<13} {name:<20} regression {rate(hits, n)}, not comparable {nc} of {n}")
+            print(f"    A/B sessions: {rate(*row['ab'])}; fixed rule: {rate(*row['fixed'])}")
+    finally:
+        burners.stop()
+    return out
+
+
+def _load_row(pairs, hosts, loaded, args) -> dict:
+    windows = judge_load_windows(pairs, hosts, loaded)
+    noise = {}
+    for state, name in ((False, "quiet"), (True, "loaded")):
+        steps = np.array([p["baseline"]["step"] for p, on in zip(pairs, loaded) if on == state])
+        probes = np.array([h["baseline"].probe_s for h, on in zip(hosts, loaded) if on == state])
+        load = [h["baseline"].load_per_cpu for h, on in zip(hosts, loaded) if on == state]
+        if steps.size > 1:
+            noise[name] = (f"step {np.median(steps):.3f} s, run-to-run sd {100 * np.std(np.log(steps), ddof=1):.1f} %; "
+                           f"probe {1000 * np.median(probes):.2f} ms (sd {100 * np.std(np.log(probes), ddof=1):.1f} %); "
+                           f"load per CPU {min(load):.2f}-{max(load):.2f}")
+    ab = [any(v.regression for v in judge_pairs(pairs[i:i + args.rounds], args.ab_threshold))
+          for i in range(0, len(pairs) - args.rounds + 1, args.rounds)]
+    fixed = [fixed_verdict("step", [p["baseline"]["step"]], [p["candidate"]["step"]]).regression for p in pairs]
+    return {"windows": windows, "noise": noise, "ab": (sum(ab), len(ab)), "fixed": (sum(fixed), len(fixed)),
+            "steps": [[p["baseline"]["step"], p["candidate"]["step"]] for p in pairs],
+            "probes": [[h["baseline"].probe_s, h["candidate"].probe_s] for h in hosts],
+            "loads": [[h["baseline"].load_per_cpu, h["candidate"].load_per_cpu] for h in hosts], "loaded": loaded}
+
+
 def judge_stream(pairs, base, cand, rounds: int, threshold: float):
     """The stream cut into non-overlapping A/B sessions, and history windows sliding over it."""
     hits = {"fixed 1 run vs 1 run": 0, "history 1 run": 0, "history 5 runs": 0, "A/B session": 0}
@@ -271,10 +419,17 @@ def main() -> int:
     p.add_argument("--real-sessions", type=int, default=5,
                    help="real board-sim A/B sessions per condition in section real-board-sim (default %(default)s)")
     p.add_argument("--time-scale", type=float, default=0.005, help="board-sim time scale for those")
-    p.add_argument("--only", choices=("board-sim", "real-board-sim", "onnxruntime"), action="append")
+    p.add_argument("--load-rounds", type=int, default=120, help="(b') rounds per condition (default %(default)s)")
+    p.add_argument("--load-block", type=int, default=30, help="(b') rounds per load block (default %(default)s)")
+    p.add_argument("--load-slow", type=float, action="append", default=[],
+                   help="(b') slowdowns to detect under load, e.g. 0.1 (default: 0.1 and 0.3)")
+    p.add_argument("--burners", type=int, help="(b') CPU burners (default: one per CPU)")
+    p.add_argument("--only", choices=("board-sim", "real-board-sim", "onnxruntime", "onnxruntime-load"),
+                   action="append")
     p.add_argument("--out", type=Path, default=ROOT / "out" / "bench-verdicts.json")
     args = p.parse_args()
-    only = set(args.only or ("board-sim", "real-board-sim", "onnxruntime"))
+    only = set(args.only or ("board-sim", "real-board-sim", "onnxruntime", "onnxruntime-load"))
+    args.load_slow = args.load_slow or [0.1, 0.3]
     result = {"args": {k: str(v) for k, v in vars(args).items()}, "machine": platform.platform(),
               "cpus": os.cpu_count(), "load_start": os.getloadavg()}
     print(f"{platform.node()}: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; A/B threshold "
@@ -285,6 +440,8 @@ def main() -> int:
         result["real_board_sim"] = section_real_board_sim(args)
     if "onnxruntime" in only:
         result["onnxruntime"] = section_onnxruntime(args)
+    if "onnxruntime-load" in only:
+        result["onnxruntime_load"] = section_onnxruntime_load(args)
     result["load_end"] = os.getloadavg()
     atomic_write_json(args.out, json.loads(json.dumps(result, default=float)))
     print(f"\nwrote {args.out}")

@@ -42,7 +42,7 @@ from .records import Run
 from .store import ResultsStore
 from .verdicts import MIN_HISTORY, Verdict, fixed_verdict, history_verdict
 
-__all__ = ["Judgement", "judge_run", "figures", "judge_figures", "judge_values", "parse_threshold", "since_change", "comparability", "npu_core",
+__all__ = ["Judgement", "judge_run", "figures", "judge_figures", "judge_values", "parse_threshold", "since_change", "comparability", "npu_core", "group_note",
            "HISTORY", "UPGRADE", "FIRST", "NOT_COMPARABLE", "STEP", "NPU_CORE", "LOOKBACK", "CONFIDENCE",
            "GROUP_RUNS", "PRIMARY_SHARE"]
 
@@ -127,7 +127,7 @@ class Judgement:
         return "".join(f"; {v.label} {v.shift_pct:+.1f} % [{v.ci_pct[0]:.1f}, {v.ci_pct[1]:.1f}]" for v in branches)
 
     def lines(self) -> list[str]:
-        return [self.headline(), *(f"  {v.line()} ({v.kind}, n={v.n}{_group(v)})" for v in self.verdicts)]
+        return [self.headline(), *(f"  {v.line()} ({v.kind}, n={v.n}{group_note(v)})" for v in self.verdicts)]
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "reference": self.reference, "differences": self.differences,
@@ -135,7 +135,8 @@ class Judgement:
                 "condition": self.condition.as_dict() if self.condition else None}
 
 
-def _group(verdict: Verdict) -> str:
+def group_note(verdict: Verdict) -> str:
+    """', mean of the 3 runs since the change' for a group verdict, '' for one run."""
     return f", mean of the {verdict.runs} runs since the change" if verdict.runs > 1 else ""
 
 
