@@ -104,7 +104,8 @@ def product_figures(sim: dict[str, np.ndarray], i: int) -> dict[str, float]:
     return out
 
 
-def board_history(model, trials: int, slow: float, steps: int, seed: int, history_runs: int) -> dict[str, int]:
+def board_history(model, trials: int, slow: float, steps: int, seed: int, history_runs: int,
+                  sequence: bool = False) -> dict[str, int]:
     """The history verdict as the store gives it (judge_values: every figure, the run's confidence
     shared out), run by run after the change: look k judges the group of the first k runs."""
     board = SimulatedBoard(Drift(model, seed, trials=trials))
@@ -114,7 +115,7 @@ def board_history(model, trials: int, slow: float, steps: int, seed: int, histor
         board.idle(10 * model.correlation_s)        # the next run: another day, another level
     series = np.stack([r["step"] for r in runs], axis=1)                 # [trials, runs]
     hits = {"fixed 1 run vs 1 run": 0, "step alone, 5 runs": 0, "history 1 run": 0, "history 5 runs": 0,
-            "history any of runs 1-5": 0, "change point 5 runs": 0}
+            "history any of runs 1-5": 0, "each alone, any of 1-5": 0, "change point 5 runs": 0}
     for i, row in enumerate(series):
         before, after = row[:history_runs], row[history_runs:]
         hits["fixed 1 run vs 1 run"] += fixed_verdict("step", before[-1:], after[:1]).regression
@@ -126,6 +127,9 @@ def board_history(model, trials: int, slow: float, steps: int, seed: int, histor
         hits["history 1 run"] += looks[0]
         hits["history 5 runs"] += looks[-1]
         hits["history any of runs 1-5"] += any(looks)
+        if sequence:        # the same 5 runs each judged alone (no group): the sequence's rate without it
+            hits["each alone, any of 1-5"] += any(any(v.regression for v in judge_values(
+                figs[:history_runs], [], figs[history_runs + k], 10.0)) for k in range(AFTER_RUNS))
         found = change_points(row)
         hits["change point 5 runs"] += (any(abs(p - history_runs) <= 1 for p in found) if slow
                                         else bool(found))
@@ -154,7 +158,9 @@ def section_board(args) -> dict:
     taus = [] if args.no_ab else [model.correlation_s, *args.tau]
     for slow in SLOWDOWNS:
         hits = board_history(model, args.trials, slow, args.history_steps, seed=int(1000 * slow) + 1,
-                             history_runs=args.history_runs)
+                             history_runs=args.history_runs, sequence=args.sequence)
+        if not args.sequence:
+            del hits["each alone, any of 1-5"]
         for tau in taus:
             m = model.scaled(correlation_s=tau)
             name = "A/B session" + ("" if tau == model.correlation_s else f" (tau {tau:g} s)")
@@ -412,6 +418,8 @@ def main() -> int:
     p.add_argument("--history-runs", type=int, default=HISTORY_RUNS,
                    help="earlier runs before the change (default %(default)s; the store looks back on 30)")
     p.add_argument("--no-ab", action="store_true", help="board-sim: the history rows only")
+    p.add_argument("--sequence", action="store_true",
+                   help="board-sim: also judge each of the 5 runs after the change alone (doubles the time)")
     p.add_argument("--tau", type=float, action="append", default=[],
                    help="also run the A/B rows with this drift correlation time in board seconds")
     p.add_argument("--ort-runs", type=int, default=240, help="onnxruntime rounds per condition (default %(default)s)")
