@@ -376,8 +376,9 @@ def _load_row(pairs, hosts, loaded, args) -> dict:
         probes = np.array([h["baseline"].probe_s for h, on in zip(hosts, loaded) if on == state])
         load = [h["baseline"].load_per_cpu for h, on in zip(hosts, loaded) if on == state]
         if steps.size > 1:
-            noise[name] = (f"step {np.median(steps):.3f} s, run-to-run sd {100 * np.std(np.log(steps), ddof=1):.1f} %; "
-                           f"probe {1000 * np.median(probes):.2f} ms (sd {100 * np.std(np.log(probes), ddof=1):.1f} %); "
+            sd = {k: 100 * np.std(np.log(v), ddof=1) for k, v in (("step", steps), ("probe", probes))}
+            noise[name] = (f"step {np.median(steps):.3f} s, run-to-run sd {sd['step']:.1f} %; "
+                           f"probe {1000 * np.median(probes):.2f} ms (sd {sd['probe']:.1f} %); "
                            f"load per CPU {min(load):.2f}-{max(load):.2f}")
     ab = [any(v.regression for v in judge_pairs(pairs[i:i + args.rounds], args.ab_threshold))
           for i in range(0, len(pairs) - args.rounds + 1, args.rounds)]

@@ -117,8 +117,9 @@ class ResultsGate:
             append_to(self.config, BASELINE_OUTCOMES,
                       (nodeid, None, "baseline not saved: the run is INVALID (" + "; ".join(run.invalid_reasons) + ")"))
             return
-        if judgement.regressed:
-            append_to(self.config, BASELINE_OUTCOMES, (nodeid, None, "baseline not saved: the run regressed"))
+        if judgement.regressed or judgement.kind == NOT_COMPARABLE:
+            why = "regressed" if judgement.regressed else "is not comparable with its history"
+            append_to(self.config, BASELINE_OUTCOMES, (nodeid, None, f"baseline not saved: the run {why}"))
             return
         append_to(self.config, BASELINE_OFFERS, (nodeid, run, "upgrade accepted" if accept else "saved"))
 

@@ -42,9 +42,9 @@ from .records import Run
 from .store import ResultsStore
 from .verdicts import MIN_HISTORY, Verdict, fixed_verdict, history_verdict
 
-__all__ = ["Judgement", "judge_run", "figures", "judge_figures", "judge_values", "parse_threshold", "since_change", "comparability", "npu_core", "group_note",
-           "HISTORY", "UPGRADE", "FIRST", "NOT_COMPARABLE", "STEP", "NPU_CORE", "LOOKBACK", "CONFIDENCE",
-           "GROUP_RUNS", "PRIMARY_SHARE"]
+__all__ = ["Judgement", "judge_run", "figures", "judge_figures", "judge_values", "parse_threshold", "since_change",
+           "comparability", "npu_core", "group_note", "HISTORY", "UPGRADE", "FIRST", "NOT_COMPARABLE", "STEP",
+           "NPU_CORE", "LOOKBACK", "CONFIDENCE", "GROUP_RUNS", "PRIMARY_SHARE"]
 
 HISTORY, UPGRADE, FIRST, NOT_COMPARABLE = "history", "upgrade comparison", "no baseline yet", "not comparable"
 STEP = "denoise step"
@@ -110,8 +110,10 @@ class Judgement:
         return bool(self.regressions)
 
     def headline(self) -> str:
-        if self.kind in (FIRST, NOT_COMPARABLE):
-            return f"{NOT_COMPARABLE}: {self.reference}" if self.kind == NOT_COMPARABLE else self.reference
+        if self.kind == FIRST:
+            return self.reference
+        if self.kind == NOT_COMPARABLE:
+            return f"{NOT_COMPARABLE}: {self.reference}"
         what = f"{self.kind} against {self.reference}"
         if self.differences:
             what += " (" + "; ".join(self.differences) + ")"
@@ -157,7 +159,7 @@ def since_change(pool: list[Run], run: Run) -> tuple[list[Run], list[Run]]:
     GROUP_RUNS runs counting `run`; else (pool, []), `run` alone."""
     revision = run.git_revision
     trailing = 0
-    while trailing < len(pool) and revision is not None and pool[len(pool) - 1 - trailing].git_revision == revision:
+    while revision is not None and trailing < len(pool) and pool[-1 - trailing].git_revision == revision:
         trailing += 1
     if trailing == 0 or trailing == len(pool) or trailing + 1 > GROUP_RUNS:
         return pool, []

@@ -86,7 +86,8 @@ def test_a_shift_of_the_whole_npu_fails_on_the_npu_core_and_names_every_branch(r
 
 def _with_host(runs, probe_s: float, load: float = 0.2, cpus: int = 2):
     return [replace(r, host_cpus=cpus, host_load=load,
-                    host_probe_s=probe_s * float(np.exp(_NOISE[(i + 7) % len(_NOISE)] / 2))) for i, r in enumerate(runs)]
+                    host_probe_s=probe_s * float(np.exp(_NOISE[(i + 7) % len(_NOISE)] / 2)))
+            for i, r in enumerate(runs)]
 
 
 def test_a_run_on_a_slower_machine_is_not_comparable_rather_than_a_regression(results_url):
