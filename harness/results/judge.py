@@ -194,7 +194,9 @@ def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pc
         earlier = [h[label] for h in history if label in h]
         values = [g[label] for g in group if g.get(label, 0) > 0] + [value]
         verdict = history_verdict(label, earlier, values, confidence=confidence[label])
-        if verdict is None and fixed:
+        # the NPU core is there to average the branches' drift away: the fixed rule has no noise
+        # estimate to gain from it, and the branches name the shift themselves
+        if verdict is None and fixed and label != NPU_CORE:
             verdict = fixed_verdict(label, earlier[-1:], [value], threshold_pct=threshold_pct)
         if verdict is not None:
             verdicts.append(verdict)
