@@ -1,12 +1,16 @@
 """Verdict benchmark, run by hand: false positives and detection of the three verdicts side by side.
 
-    .venv/bin/python tools/bench_verdicts.py [--trials 2000] [--only board-sim|real-board-sim|onnxruntime]
+    .venv/bin/python tools/bench_verdicts.py [--trials 2000]
+        [--only board-sim|real-board-sim|onnxruntime|onnxruntime-load]
 
 For A/A comparisons (nothing changed) and injected slowdowns of +2, +3, +5 and +10 % it counts how
 often each verdict says "regression":
   fixed      today's rule: one candidate run's mean step time over one baseline run's by > 10 %;
-  history    one new run, or the mean of the 5 runs after the change, against the 20 earlier valid
-             runs (history_verdict), and a change point found at the change in those 25 runs;
+  history    on the simulated board the store's verdict (judge.judge_values: every figure, the NPU
+             core first) on each of the 5 runs after the change, each with the runs before it since
+             the change as its group, against the 20 earlier valid runs; the step alone as it was
+             judged before (history_verdict on the 5-run mean); and a change point found at the
+             change in those 25 runs. On onnxruntime (b) the step alone;
   A/B        one interleaved session of --rounds pairs, every figure judged (judge_pairs): the
              session fails when any figure does.
 (a) the simulated board: the board-sim timing model (boards/data/rock5c-anima.toml) with the drift
