@@ -52,7 +52,7 @@ def probe_seconds(repeats: int = _REPEATS) -> float:
 def _load_per_cpu(cpus: int) -> float | None:
     try:
         return os.getloadavg()[0] / cpus
-    except OSError:                         # no load average on this platform
+    except (OSError, AttributeError):       # no load average on this platform
         return None
 
 
