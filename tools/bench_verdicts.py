@@ -1,12 +1,16 @@
 """Verdict benchmark, run by hand: false positives and detection of the three verdicts side by side.
 
-    .venv/bin/python tools/bench_verdicts.py [--trials 2000] [--only board-sim|real-board-sim|onnxruntime]
+    .venv/bin/python tools/bench_verdicts.py [--trials 2000]
+        [--only board-sim|real-board-sim|onnxruntime|onnxruntime-load]
 
 For A/A comparisons (nothing changed) and injected slowdowns of +2, +3, +5 and +10 % it counts how
 often each verdict says "regression":
   fixed      today's rule: one candidate run's mean step time over one baseline run's by > 10 %;
-  history    one new run, or the mean of the 5 runs after the change, against the 20 earlier valid
-             runs (history_verdict), and a change point found at the change in those 25 runs;
+  history    on the simulated board the store's verdict (judge.judge_values: every figure, the NPU
+             core first) on each of the 5 runs after the change, each with the runs before it since
+             the change as its group, against the 20 earlier valid runs; the step alone as it was
+             judged before (history_verdict on the 5-run mean); and a change point found at the
+             change in those 25 runs. On onnxruntime (b) the step alone;
   A/B        one interleaved session of --rounds pairs, every figure judged (judge_pairs): the
              session fails when any figure does.
 (a) the simulated board: the board-sim timing model (boards/data/rock5c-anima.toml) with the drift
@@ -19,6 +23,10 @@ often each verdict says "regression":
 (b) onnxruntime here: the embedded model, real runs through the faults backend (slow=xFACTOR
     stretches load, init and run of every subgraph), one long interleaved stream of baseline and
     candidate runs per condition, cut into sessions and history windows.
+(b') the same while the load trends: CPU burners switched on in every second block of rounds, every
+    run inside a HostCondition (CPU count, load, calibration probe); history windows judged by the
+    step alone (the verdict before the host's condition was recorded) and by the store's verdict with
+    it, which answers "not comparable" across a change of load, counted apart from regressions.
 Rates are printed with a 95 % Clopper-Pearson interval. Nothing is asserted: this is a measurement.
 """
 from __future__ import annotations
@@ -41,6 +49,7 @@ from harness.core.atomic import atomic_write_json  # noqa: E402
 from harness.backends.board_drift import Drift, load_drift_model  # noqa: E402
 from harness.backends.board_profile import BRANCH_ORDER, load_board_profile  # noqa: E402
 from harness.results.ab import DEFAULT_THRESHOLD_PCT, judge_pairs  # noqa: E402
+from harness.results.judge import NPU_CORE, STEP, judge_values, npu_core  # noqa: E402
 from harness.results.verdicts import change_points, fixed_verdict, history_verdict  # noqa: E402
 
 SLOWDOWNS = (0.0, 0.02, 0.03, 0.05, 0.10)
@@ -90,21 +99,43 @@ def per_trial(figures: dict[str, np.ndarray], i: int) -> dict[str, float]:
     return {k: float(v[i]) for k, v in figures.items()}
 
 
-def board_history(model, trials: int, slow: float, steps: int, seed: int) -> dict[str, int]:
+def product_figures(sim: dict[str, np.ndarray], i: int) -> dict[str, float]:
+    """Trial i's run as harness.results.judge.figures names it: step, NPU core, branches, stages."""
+    branches = {b: float(sim[f"{b} core"][i]) for b in BRANCH_ORDER}
+    out = {STEP: float(sim["step"][i]), NPU_CORE: npu_core(branches), **{f"{b} core": v for b, v in branches.items()}}
+    out.update({f"{s} stage": float(sim[s][i]) for s in ("load", "init", "release")})
+    out["run stage"] = sum(branches.values())
+    return out
+
+
+def board_history(model, trials: int, slow: float, steps: int, seed: int, history_runs: int,
+                  sequence: bool = False) -> dict[str, int]:
+    """The history verdict as the store gives it (judge_values: every figure, the run's confidence
+    shared out), run by run after the change: look k judges the group of the first k runs."""
     board = SimulatedBoard(Drift(model, seed, trials=trials))
     runs = []
-    for k in range(HISTORY_RUNS + AFTER_RUNS):
-        runs.append(board.run(steps, slow if k >= HISTORY_RUNS else 0.0)["step"])
+    for k in range(history_runs + AFTER_RUNS):
+        runs.append(board.run(steps, slow if k >= history_runs else 0.0))
         board.idle(10 * model.correlation_s)        # the next run: another day, another level
-    series = np.stack(runs, axis=1)                 # [trials, runs]
-    hits = {"fixed 1 run vs 1 run": 0, "history 1 run": 0, "history 5 runs": 0, "change point 5 runs": 0}
-    for row in series:
-        before, after = row[:HISTORY_RUNS], row[HISTORY_RUNS:]
+    series = np.stack([r["step"] for r in runs], axis=1)                 # [trials, runs]
+    hits = {"fixed 1 run vs 1 run": 0, "step alone, 5 runs": 0, "history 1 run": 0, "history 5 runs": 0,
+            "history any of runs 1-5": 0, "each alone, any of 1-5": 0, "change point 5 runs": 0}
+    for i, row in enumerate(series):
+        before, after = row[:history_runs], row[history_runs:]
         hits["fixed 1 run vs 1 run"] += fixed_verdict("step", before[-1:], after[:1]).regression
-        hits["history 1 run"] += history_verdict("step", before, after[0]).regression
-        hits["history 5 runs"] += history_verdict("step", before, after).regression
+        hits["step alone, 5 runs"] += history_verdict("step", before, after).regression
+        figs = [product_figures(r, i) for r in runs]
+        looks = [any(v.regression for v in judge_values(figs[:history_runs], figs[history_runs:history_runs + k],
+                                                        figs[history_runs + k], 10.0))
+                 for k in range(AFTER_RUNS)]
+        hits["history 1 run"] += looks[0]
+        hits["history 5 runs"] += looks[-1]
+        hits["history any of runs 1-5"] += any(looks)
+        if sequence:        # the same 5 runs each judged alone (no group): the sequence's rate without it
+            hits["each alone, any of 1-5"] += any(any(v.regression for v in judge_values(
+                figs[:history_runs], [], figs[history_runs + k], 10.0)) for k in range(AFTER_RUNS))
         found = change_points(row)
-        hits["change point 5 runs"] += (any(abs(p - HISTORY_RUNS) <= 1 for p in found) if slow
+        hits["change point 5 runs"] += (any(abs(p - history_runs) <= 1 for p in found) if slow
                                         else bool(found))
     return hits
 
@@ -128,9 +159,12 @@ def section_board(args) -> dict:
           f"correlation {model.correlation_s:g} s, invocation jitter {100 * model.jitter:g} %; "
           f"{args.trials} trials per cell")
     out = {"sigma": model.sigma, "correlation_s": model.correlation_s, "jitter": model.jitter, "rows": {}}
-    taus = [model.correlation_s, *args.tau]
+    taus = [] if args.no_ab else [model.correlation_s, *args.tau]
     for slow in SLOWDOWNS:
-        hits = board_history(model, args.trials, slow, args.history_steps, seed=int(1000 * slow) + 1)
+        hits = board_history(model, args.trials, slow, args.history_steps, seed=int(1000 * slow) + 1,
+                             history_runs=args.history_runs, sequence=args.sequence)
+        if not args.sequence:
+            del hits["each alone, any of 1-5"]
         for tau in taus:
             m = model.scaled(correlation_s=tau)
             name = "A/B session" + ("" if tau == model.correlation_s else f" (tau {tau:g} s)")
@@ -214,6 +248,151 @@ def section_onnxruntime(args) -> dict:
     return out
 
 
+class Burners:
+    """CPU-burning processes (a busy loop each) switched on and off: the machine's load trend made on
+    purpose, so the run does not wait for other jobs to make one."""
+
+    def __init__(self, count: int):
+        self.count, self.procs = count, []
+
+    def set(self, on: bool) -> None:
+        import subprocess
+        if on and not self.procs:
+            self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.count)]
+        elif not on:
+            self.stop()
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait()
+        self.procs = []
+
+
+def _product(fig: dict) -> dict:
+    """An A/B run's figures (session_figures) named as harness.results.judge.figures names them."""
+    branches = {k[:-5]: v for k, v in fig.items() if k.endswith(" core")}
+    out = {STEP: fig["step"], **{f"{b} core": v for b, v in branches.items()},
+           **{f"{s} stage": fig[s] for s in ("load", "init", "release")}, "run stage": sum(branches.values())}
+    npu = npu_core(branches)
+    return {**out, NPU_CORE: npu} if npu else out
+
+
+def ort_load_stream(bundle, part, slow: float, rounds: int, block: int, burners: Burners):
+    """`rounds` rounds of a baseline and a faults-backend candidate run (alternating order), each run
+    inside a HostCondition; the burners run in every second block of `block` rounds."""
+    from harness.results.ab import session_figures
+    from harness.results.condition import HostCondition
+    from harness.runtime.run import RunRequest, run_partitioned
+    from harness.sampling.reference_run import sample_settings
+    settings, prompt = sample_settings(bundle, steps=1), bundle.cfg.prompt["default"]
+    pairs, hosts, loaded = [], [], []
+    for r in range(rounds + 1):                     # round 0 builds the sessions: not counted
+        on = r > 0 and ((r - 1) // block) % 2 == 1
+        burners.set(on)
+        pair, host = {}, {}
+        for side in (("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline")):
+            options = {"slowdown": 1 + slow} if side == "candidate" and slow else {}
+            with HostCondition() as cond:
+                report = run_partitioned(RunRequest(bundle, part, "faults", prompt, settings, options,
+                                                    lifecycle="on-demand", verify=r == 0)).report
+            pair[side], host[side] = session_figures(report), cond
+        if r > 0:
+            pairs.append(pair), hosts.append(host), loaded.append(on)
+    burners.stop()
+    return pairs, hosts, loaded
+
+
+def judge_load_windows(pairs, hosts, loaded) -> dict[str, dict[str, list[int]]]:
+    """History windows (20 baseline runs, then 5 candidate runs) sliding by 5 rounds, judged by the
+    step alone without the host's condition (the verdict before it was recorded) and by the store's
+    verdict with it (judge.comparability, then judge_values), look 1 and the group of 5; windows in
+    one load condition and windows across a change of load counted apart.
+    Returns {window class: {verdict: [regression, not comparable, windows]}}."""
+    from harness.results.judge import comparability
+    out: dict[str, dict[str, list[int]]] = {}
+    for i in range(HISTORY_RUNS, len(pairs) - AFTER_RUNS + 1, AFTER_RUNS):
+        span = loaded[i - HISTORY_RUNS:i + AFTER_RUNS]
+        where = ("loaded" if span[0] else "quiet") if len(set(span)) == 1 else "load changed"
+        cells = out.setdefault(where, {})
+        base = [pairs[j]["baseline"]["step"] for j in range(i - HISTORY_RUNS, i)]
+        cand = [pairs[j]["candidate"]["step"] for j in range(i, i + AFTER_RUNS)]
+        history = [_product(pairs[j]["baseline"]) for j in range(i - HISTORY_RUNS, i)]
+        pool = [_cond(hosts[j]["baseline"]) for j in range(i - HISTORY_RUNS, i)]
+        group = [_product(pairs[j]["candidate"]) for j in range(i, i + AFTER_RUNS)]
+        conds = [_cond(hosts[j]["candidate"]) for j in range(i, i + AFTER_RUNS)]
+        results = {"step alone, 1 run": (history_verdict("step", base, cand[0]).regression, False),
+                   "step alone, 5 runs": (history_verdict("step", base, cand).regression, False)}
+        looks = []
+        for k in range(AFTER_RUNS):
+            _, _, why = comparability(pool, conds[:k + 1])
+            looks.append((False, True) if why else
+                         (any(v.regression for v in judge_values(history, group[:k], group[k], 10.0)), False))
+        results["store, 1 run"], results["store, 5 runs"] = looks[0], looks[-1]
+        for name, (regressed, not_comparable) in results.items():
+            cell = cells.setdefault(name, [0, 0, 0])
+            cell[0] += regressed
+            cell[1] += not_comparable
+            cell[2] += 1
+    return out
+
+
+def _cond(host):
+    from types import SimpleNamespace
+    return SimpleNamespace(host_cpus=host.cpus, host_load=host.load_per_cpu, host_probe_s=host.probe_s)
+
+
+def section_onnxruntime_load(args) -> dict:
+    """(b') onnxruntime here while the load trends: blocks of rounds with and without CPU burners."""
+    from harness.model.bundle import load_bundle
+    from tools.bench_lifecycle import partition
+    bundle = load_bundle(ROOT / "models" / "embedded")
+    part = partition(bundle, "float16")
+    burners = Burners(args.burners or os.cpu_count() or 1)
+    print(f"(b') onnxruntime while the load trends: {args.load_rounds} rounds per condition, "
+          f"{burners.count} CPU burner(s) on in every second block of {args.load_block} rounds")
+    out = {}
+    try:
+        for slow in (0.0, *args.load_slow):
+            started = time.perf_counter()
+            pairs, hosts, loaded = ort_load_stream(bundle, part, slow, args.load_rounds, args.load_block, burners)
+            out[f"{slow:+.0%}"] = row = _load_row(pairs, hosts, loaded, args)
+            row["seconds"] = time.perf_counter() - started
+            print(f"  {'A/A (false positives)' if slow == 0 else f'+{100 * slow:g} % (detection)'}: "
+                  f"{row['seconds']:.0f} s, load {os.getloadavg()[0]:.2f}")
+            for name, value in row["noise"].items():
+                print(f"    {name}: {value}")
+            for where, cells in row["windows"].items():
+                for name, (hits, nc, n) in cells.items():
+                    print(f"    {where:<13} {name:<20} regression {rate(hits, n)}, not comparable {nc} of {n}")
+            print(f"    A/B sessions: {rate(*row['ab'])}; fixed rule: {rate(*row['fixed'])}")
+    finally:
+        burners.stop()
+    return out
+
+
+def _load_row(pairs, hosts, loaded, args) -> dict:
+    windows = judge_load_windows(pairs, hosts, loaded)
+    noise = {}
+    for state, name in ((False, "quiet"), (True, "loaded")):
+        steps = np.array([p["baseline"]["step"] for p, on in zip(pairs, loaded) if on == state])
+        probes = np.array([h["baseline"].probe_s for h, on in zip(hosts, loaded) if on == state])
+        load = [h["baseline"].load_per_cpu for h, on in zip(hosts, loaded) if on == state]
+        if steps.size > 1:
+            sd = {k: 100 * np.std(np.log(v), ddof=1) for k, v in (("step", steps), ("probe", probes))}
+            noise[name] = (f"step {np.median(steps):.3f} s, run-to-run sd {sd['step']:.1f} %; "
+                           f"probe {1000 * np.median(probes):.2f} ms (sd {sd['probe']:.1f} %); "
+                           f"load per CPU {min(load):.2f}-{max(load):.2f}")
+    ab = [any(v.regression for v in judge_pairs(pairs[i:i + args.rounds], args.ab_threshold))
+          for i in range(0, len(pairs) - args.rounds + 1, args.rounds)]
+    fixed = [fixed_verdict("step", [p["baseline"]["step"]], [p["candidate"]["step"]]).regression for p in pairs]
+    return {"windows": windows, "noise": noise, "ab": (sum(ab), len(ab)), "fixed": (sum(fixed), len(fixed)),
+            "steps": [[p["baseline"]["step"], p["candidate"]["step"]] for p in pairs],
+            "probes": [[h["baseline"].probe_s, h["candidate"].probe_s] for h in hosts],
+            "loads": [[h["baseline"].load_per_cpu, h["candidate"].load_per_cpu] for h in hosts], "loaded": loaded}
+
+
 def judge_stream(pairs, base, cand, rounds: int, threshold: float):
     """The stream cut into non-overlapping A/B sessions, and history windows sliding over it."""
     hits = {"fixed 1 run vs 1 run": 0, "history 1 run": 0, "history 5 runs": 0, "A/B session": 0}
@@ -241,6 +420,11 @@ def main() -> int:
     p.add_argument("--ab-threshold", type=float, default=DEFAULT_THRESHOLD_PCT,
                    help="A/B threshold in %% (default %(default)s)")
     p.add_argument("--history-steps", type=int, default=20, help="board steps per history run (default %(default)s)")
+    p.add_argument("--history-runs", type=int, default=HISTORY_RUNS,
+                   help="earlier runs before the change (default %(default)s; the store looks back on 30)")
+    p.add_argument("--no-ab", action="store_true", help="board-sim: the history rows only")
+    p.add_argument("--sequence", action="store_true",
+                   help="board-sim: also judge each of the 5 runs after the change alone (doubles the time)")
     p.add_argument("--tau", type=float, action="append", default=[],
                    help="also run the A/B rows with this drift correlation time in board seconds")
     p.add_argument("--ort-runs", type=int, default=240, help="onnxruntime rounds per condition (default %(default)s)")
@@ -248,10 +432,17 @@ def main() -> int:
     p.add_argument("--real-sessions", type=int, default=5,
                    help="real board-sim A/B sessions per condition in section real-board-sim (default %(default)s)")
     p.add_argument("--time-scale", type=float, default=0.005, help="board-sim time scale for those")
-    p.add_argument("--only", choices=("board-sim", "real-board-sim", "onnxruntime"), action="append")
+    p.add_argument("--load-rounds", type=int, default=120, help="(b') rounds per condition (default %(default)s)")
+    p.add_argument("--load-block", type=int, default=30, help="(b') rounds per load block (default %(default)s)")
+    p.add_argument("--load-slow", type=float, action="append", default=[],
+                   help="(b') slowdowns to detect under load, e.g. 0.1 (default: 0.1 and 0.3)")
+    p.add_argument("--burners", type=int, help="(b') CPU burners (default: one per CPU)")
+    p.add_argument("--only", choices=("board-sim", "real-board-sim", "onnxruntime", "onnxruntime-load"),
+                   action="append")
     p.add_argument("--out", type=Path, default=ROOT / "out" / "bench-verdicts.json")
     args = p.parse_args()
-    only = set(args.only or ("board-sim", "real-board-sim", "onnxruntime"))
+    only = set(args.only or ("board-sim", "real-board-sim", "onnxruntime", "onnxruntime-load"))
+    args.load_slow = args.load_slow or [0.1, 0.3]
     result = {"args": {k: str(v) for k, v in vars(args).items()}, "machine": platform.platform(),
               "cpus": os.cpu_count(), "load_start": os.getloadavg()}
     print(f"{platform.node()}: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; A/B threshold "
@@ -262,6 +453,8 @@ def main() -> int:
         result["real_board_sim"] = section_real_board_sim(args)
     if "onnxruntime" in only:
         result["onnxruntime"] = section_onnxruntime(args)
+    if "onnxruntime-load" in only:
+        result["onnxruntime_load"] = section_onnxruntime_load(args)
     result["load_end"] = os.getloadavg()
     atomic_write_json(args.out, json.loads(json.dumps(result, default=float)))
     print(f"\nwrote {args.out}")

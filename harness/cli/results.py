@@ -22,7 +22,7 @@ from ..core.atomic import atomic_write_text
 from ..model.config import BRANCHES
 from ..core.errors import ConfigError
 from ..lifecycle.steptimes import STAGE_NAMES
-from ..results.judge import judge_figures, parse_threshold
+from ..results.judge import NOT_COMPARABLE, comparability, group_note, judge_figures, parse_threshold, since_change
 from ..results.legacy import Imported, read_baselines, read_history
 from ..results.records import Run
 from ..results.store import DEFAULT_RESULTS, ResultsStore
@@ -161,8 +161,13 @@ def check_lines(runs: list[Run], threshold_pct: float) -> tuple[list[str], bool]
         latest = members[-1]
         lines.append(f"{latest.key.case} on {board} ({latest.key.backend}, {latest.key.precision}, "
                      f"{latest.key.steps} steps): {len(members)} valid run(s)")
-        verdicts = judge_figures(members[:-1], latest, threshold_pct, fixed=False) if len(members) > 1 else []
-        lines += [f"  latest run {latest.run_id}: {v.line()} ({v.kind}, n={v.n})" for v in verdicts]
+        history, group = since_change(members[:-1], latest)
+        history, _, why = comparability(history, [*group, latest])
+        if why:
+            lines.append(f"  latest run {latest.run_id}: {NOT_COMPARABLE}: {why}")
+        verdicts = judge_figures(history, latest, threshold_pct, fixed=False, group=group) \
+            if len(members) > 1 and not why else []
+        lines += [f"  latest run {latest.run_id}: {v.line()} ({v.kind}, n={v.n}{group_note(v)})" for v in verdicts]
         regressed |= any(v.regression for v in verdicts)
         values = [r.mean_step_s for r in members]
         for index in change_points(values):

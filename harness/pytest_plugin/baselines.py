@@ -14,7 +14,7 @@ import math
 import pytest
 
 from ..core.errors import HarnessError
-from ..results.judge import FIRST, STEP, UPGRADE, Judgement, judge_run
+from ..results.judge import FIRST, NOT_COMPARABLE, STEP, UPGRADE, Judgement, judge_run
 from ..results.records import Run, RunKey, SubgraphTime, board_model_of, utc_now
 from ..results.store import ResultsStore
 from .state import (BASELINE_OFFERS, BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, IDENTITY, QUALITY_RESULTS, SETTINGS,
@@ -83,7 +83,9 @@ class ResultsGate:
         return _store(self.config)
 
     def run_of(self, case: str, info: dict, report: dict, telemetry: dict, precision: str,
-               manifest_hash: str, model: str) -> Run:
+               manifest_hash: str, model: str, host=None) -> Run:
+        """The run as the store keeps it; `host` (a finished condition.HostCondition) is the host's
+        condition during the timed rounds."""
         from ..results.provenance import ci_url, comparable_versions, git_revision, run_id
         identity, board = self.config.stash[IDENTITY], self.config.stash[BOARD]
         return Run(
@@ -95,7 +97,9 @@ class ResultsGate:
             stages=dict(info["lifecycle_s_per_step"]), branches=dict(info["core_s_per_step"]),
             step_s=tuple(report["step_seconds"]), subgraphs=_subgraph_times(report, info["computed_steps"]),
             git_revision=git_revision(), ci_url=ci_url(), kernel=identity.get("kernel"),
-            peak_pss_added_bytes=info["peak_pss_added_bytes"])
+            peak_pss_added_bytes=info["peak_pss_added_bytes"],
+            host_cpus=host.cpus if host else None, host_load=host.load_per_cpu if host else None,
+            host_probe_s=host.probe_s if host else None)
 
     def judge(self, run: Run) -> Judgement:
         return judge_run(self.store, run, self.settings.baseline_threshold)
@@ -113,8 +117,9 @@ class ResultsGate:
             append_to(self.config, BASELINE_OUTCOMES,
                       (nodeid, None, "baseline not saved: the run is INVALID (" + "; ".join(run.invalid_reasons) + ")"))
             return
-        if judgement.regressed:
-            append_to(self.config, BASELINE_OUTCOMES, (nodeid, None, "baseline not saved: the run regressed"))
+        if judgement.regressed or judgement.kind == NOT_COMPARABLE:
+            why = "regressed" if judgement.regressed else "is not comparable with its history"
+            append_to(self.config, BASELINE_OUTCOMES, (nodeid, None, f"baseline not saved: the run {why}"))
             return
         append_to(self.config, BASELINE_OFFERS, (nodeid, run, "upgrade accepted" if accept else "saved"))
 
@@ -122,7 +127,7 @@ class ResultsGate:
 def comparison_of(run: Run, judgement: Judgement) -> dict:
     """The run summary's row: status, message and the step's shift against the reference."""
     step = next((v for v in judgement.verdicts if v.label == STEP), None)
-    status = ("regressed" if judgement.regressed else FIRST if judgement.kind == FIRST
+    status = ("regressed" if judgement.regressed else judgement.kind if judgement.kind in (FIRST, NOT_COMPARABLE)
               else f"{judgement.kind}: within threshold")
     reference = judgement.reference_run
     return {"status": status, "message": judgement.headline(), "mean_s": run.total_denoise_s,
@@ -180,6 +185,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for bench in config.stash.get(BENCH_RESULTS, []):
         c = bench["comparison"]
         terminalreporter.write_line(f"{bench['test']}: {c['message']}",
-                                    red=c["status"] == "regressed", yellow=c["status"] == FIRST)
+                                    red=c["status"] == "regressed", yellow=c["status"] in (FIRST, NOT_COMPARABLE))
     for nodeid, path, message in config.stash.get(BASELINE_OUTCOMES, []):
         terminalreporter.write_line(f"{nodeid}: {message}", green=path is not None, yellow=path is None)

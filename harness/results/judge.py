@@ -12,25 +12,51 @@ previous stack. Either way each figure (the step, every branch's core time, ever
 a history verdict, the threshold learned from the spread of those runs. With too few of them for a
 spread, the fixed rule against the latest one stands in when the reference is a saved baseline; when
 it is only the board's latest run, there is no verdict yet, and the judgement says so.
+
+The runs since a change are judged as one group: after a new git revision (history) or a new stack
+(upgrade), the run and the earlier runs of the new revision or stack, up to GROUP_RUNS of them, against
+the runs before the change. The interval of a group's mean narrows with its size, so a +5 % shift that
+one run cannot tell from drift is clear after a few; once a change has had GROUP_RUNS runs its verdict
+is given and later runs are judged alone again (a sudden jump within one revision is not diluted).
+
+The figures of one run are one family sharing the run's confidence (Bonferroni, weighted): the *NPU
+core* (the geometric mean of the branches' core times: a shift of the whole NPU, what a stack upgrade
+does, with a relative noise of about sigma / sqrt(branches) when the branches drift independently, and
+a threshold learned from its own history whatever their correlation) gets PRIMARY_SHARE of it, the step,
+each branch and each stage share the rest; a regression of the NPU core names every branch's shift.
+
+A run whose host ran faster or slower than in its history (the calibration probe of
+harness/results/condition.py outside its history's spread, or another CPU count) is NOT COMPARABLE:
+neither a pass nor a regression, and the judgement says why.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from ..model.config import BRANCHES
 from ..core.errors import ConfigError
 from ..lifecycle.steptimes import STAGE_NAMES
+from .condition import condition_line, probe_verdict
 from .records import Run
 from .store import ResultsStore
 from .verdicts import MIN_HISTORY, Verdict, fixed_verdict, history_verdict
 
-__all__ = ["Judgement", "judge_run", "figures", "judge_figures", "parse_threshold", "HISTORY", "UPGRADE", "FIRST", "STEP",
-           "LOOKBACK", "CONFIDENCE"]
+__all__ = ["Judgement", "judge_run", "figures", "judge_figures", "judge_values", "parse_threshold", "since_change",
+           "comparability", "npu_core", "group_note", "HISTORY", "UPGRADE", "FIRST", "NOT_COMPARABLE", "STEP",
+           "NPU_CORE", "LOOKBACK", "CONFIDENCE", "GROUP_RUNS", "PRIMARY_SHARE"]
 
-HISTORY, UPGRADE, FIRST = "history", "upgrade comparison", "no baseline yet"
+HISTORY, UPGRADE, FIRST, NOT_COMPARABLE = "history", "upgrade comparison", "no baseline yet", "not comparable"
 STEP = "denoise step"
+NPU_CORE = "NPU core"   # geometric mean of the branches' core times per step
 LOOKBACK = 30       # earlier runs a verdict looks back on (Conbench's lookback window)
 CONFIDENCE = 0.99   # of a run's verdict over all its figures
+# Runs since a change judged as one group: the target is a +5 % shift of the whole NPU found within
+# 5 runs, so a change's first 5 runs are its group.
+GROUP_RUNS = 5
+# The NPU core's share of the run's confidence: half for the shift of the whole NPU (the regression an
+# upgrade brings), half for the figures that locate a shift (step, branches, stages).
+PRIMARY_SHARE = 0.5
 
 
 def parse_threshold(text, option: str = "--baseline-threshold") -> float:
@@ -45,9 +71,22 @@ def parse_threshold(text, option: str = "--baseline-threshold") -> float:
     return value
 
 
+def npu_core(branches: dict[str, float]) -> float | None:
+    """The NPU core figure: the geometric mean of the branches' core seconds per step (its log is the
+    mean of their logs, so each branch's relative shift counts alike), None with fewer than two."""
+    cores = [branches[b] for b in BRANCHES if b in branches]
+    if len(cores) < 2 or not all(c > 0 for c in cores):
+        return None
+    return math.exp(sum(math.log(c) for c in cores) / len(cores))
+
+
 def figures(run: Run) -> dict[str, float]:
-    """label -> value of every figure judged: 'denoise step', '<branch> core', '<stage> stage'."""
+    """label -> value of every figure judged: 'denoise step', 'NPU core' (with two branches or more),
+    '<branch> core', '<stage> stage'."""
     out = {STEP: run.mean_step_s}
+    npu = npu_core(run.branches)
+    if npu is not None:
+        out[NPU_CORE] = npu
     out.update({f"{b} core": run.branches[b] for b in BRANCHES if b in run.branches})
     out.update({f"{s} stage": run.stages[s] for s in STAGE_NAMES if s in run.stages})
     return out
@@ -55,11 +94,12 @@ def figures(run: Run) -> dict[str, float]:
 
 @dataclass
 class Judgement:
-    kind: str                       # HISTORY, UPGRADE or FIRST
+    kind: str                       # HISTORY, UPGRADE, FIRST or NOT_COMPARABLE
     reference: str                  # what the run was compared with, in words
     verdicts: list = field(default_factory=list)     # Verdict per figure
     differences: list = field(default_factory=list)  # stack fields that changed (upgrade)
     reference_run: Run | None = None
+    condition: Verdict | None = None                 # the calibration probe against its history
 
     @property
     def regressions(self) -> list[Verdict]:
@@ -72,40 +112,91 @@ class Judgement:
     def headline(self) -> str:
         if self.kind == FIRST:
             return self.reference
+        if self.kind == NOT_COMPARABLE:
+            return f"{NOT_COMPARABLE}: {self.reference}"
         what = f"{self.kind} against {self.reference}"
         if self.differences:
             what += " (" + "; ".join(self.differences) + ")"
         worst = self.regressions or self.verdicts[:1]
-        return what + "".join(": " + v.line() for v in worst[:1]) + "".join("; " + v.line() for v in worst[1:])
+        return what + "".join(": " + v.line() for v in worst[:1]) + "".join("; " + v.line() for v in worst[1:]) \
+            + self._branches_of_npu(worst)
+
+    def _branches_of_npu(self, shown: list[Verdict]) -> str:
+        """A regression of the whole NPU names each branch's own shift and interval."""
+        if not any(v.label == NPU_CORE and v.regression for v in shown):
+            return ""
+        branches = [v for v in self.verdicts if v.label.endswith(" core") and v.label != NPU_CORE and v not in shown]
+        return "".join(f"; {v.label} {v.shift_pct:+.1f} % [{v.ci_pct[0]:.1f}, {v.ci_pct[1]:.1f}]" for v in branches)
 
     def lines(self) -> list[str]:
-        return [self.headline(), *(f"  {v.line()} ({v.kind}, n={v.n})" for v in self.verdicts)]
+        return [self.headline(), *(f"  {v.line()} ({v.kind}, n={v.n}{group_note(v)})" for v in self.verdicts)]
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "reference": self.reference, "differences": self.differences,
-                "regressed": self.regressed, "verdicts": [v.as_dict() for v in self.verdicts]}
+                "regressed": self.regressed, "verdicts": [v.as_dict() for v in self.verdicts],
+                "condition": self.condition.as_dict() if self.condition else None}
 
 
-def judge_figures(pool: list[Run], run: Run, threshold_pct: float, fixed: bool = True) -> list[Verdict]:
-    """A verdict per figure of `run` against the runs of `pool` (oldest first); a figure that is 0
-    somewhere (a stage a strategy skips) has no relative shift and is left out.
+def group_note(verdict: Verdict) -> str:
+    """', mean of the 3 runs since the change' for a group verdict, '' for one run."""
+    return f", mean of the {verdict.runs} runs since the change" if verdict.runs > 1 else ""
+
+
+def _confidences(labels: list[str]) -> dict[str, float]:
+    """Each figure's confidence: the run's 1 - CONFIDENCE shared out (weighted Bonferroni, which
+    holds whatever the figures' correlation): PRIMARY_SHARE to the NPU core, the rest evenly."""
+    alpha = 1.0 - CONFIDENCE
+    others = [label for label in labels if label != NPU_CORE]
+    if NPU_CORE not in labels or not others:
+        return {label: 1.0 - alpha / max(len(labels), 1) for label in labels}
+    return {label: 1.0 - (alpha * PRIMARY_SHARE if label == NPU_CORE else alpha * (1 - PRIMARY_SHARE) / len(others))
+            for label in labels}
+
+
+def since_change(pool: list[Run], run: Run) -> tuple[list[Run], list[Run]]:
+    """(history, group): the runs of `pool` (oldest first) before the change and the earlier runs of
+    `run`'s git revision after it, when the revision changed within the pool and has had fewer than
+    GROUP_RUNS runs counting `run`; else (pool, []), `run` alone."""
+    revision = run.git_revision
+    trailing = 0
+    while revision is not None and trailing < len(pool) and pool[-1 - trailing].git_revision == revision:
+        trailing += 1
+    if trailing == 0 or trailing == len(pool) or trailing + 1 > GROUP_RUNS:
+        return pool, []
+    return pool[:-trailing], pool[-trailing:]
+
+
+def judge_figures(pool: list[Run], run: Run, threshold_pct: float, fixed: bool = True,
+                  group: list[Run] = ()) -> list[Verdict]:
+    """A verdict per figure of `run` (with `group`, the earlier runs since the change: their mean)
+    against the runs of `pool` (oldest first); a figure that is 0 somewhere (a stage a strategy
+    skips) has no relative shift and is left out.
 
     Too few earlier runs for a spread: with `fixed`, the fixed rule against the latest one (without, no
     verdict for that figure). It fails the run on
     the step alone and names the branches and stages over the threshold as the ones that moved: with no
     noise estimate a 0.4 ms branch moves 30 % between two identical runs on a busy CPU host, the step
     (the old rule's figure) a few %."""
+    return judge_values([figures(r) for r in pool[-LOOKBACK:]], [figures(g) for g in group], figures(run),
+                        threshold_pct, fixed)
+
+
+def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pct: float,
+                 fixed: bool = True) -> list[Verdict]:
+    """judge_figures on the figures themselves (label -> value per run, as `figures` gives them)."""
     verdicts = []
-    history = [figures(r) for r in pool[-LOOKBACK:]]
-    judged = {label: value for label, value in figures(run).items()
+    judged = {label: value for label, value in new.items()
               if value > 0 and all(h.get(label, 1.0) > 0 for h in history) and any(label in h for h in history)}
-    # every figure is one test: the run's confidence shared out over them (Bonferroni), so a run with
-    # nothing changed fails on any figure with at most 1 - CONFIDENCE
-    each = 1.0 - (1.0 - CONFIDENCE) / max(len(judged), 1)
+    # every figure is one test: the run's confidence shared out over them, so a run with nothing
+    # changed fails on any figure with at most 1 - CONFIDENCE
+    confidence = _confidences(list(judged))
     for label, value in judged.items():
         earlier = [h[label] for h in history if label in h]
-        verdict = history_verdict(label, earlier, value, confidence=each)
-        if verdict is None and fixed:
+        values = [g[label] for g in group if g.get(label, 0) > 0] + [value]
+        verdict = history_verdict(label, earlier, values, confidence=confidence[label])
+        # the NPU core is there to average the branches' drift away: the fixed rule has no noise
+        # estimate to gain from it, and the branches name the shift themselves
+        if verdict is None and fixed and label != NPU_CORE:
             verdict = fixed_verdict(label, earlier[-1:], [value], threshold_pct=threshold_pct)
         if verdict is not None:
             verdicts.append(verdict)
@@ -141,13 +232,58 @@ def judge_run(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
     pool = [r for r in store.runs(key=reference.key.digest, valid=True, **scope)
             if r.board_id != run.board_id or not from_fleet]
     kind = HISTORY if reference.key.digest == run.key.digest else UPGRADE
+    pool, group = _split(store, pool, run, kind, from_fleet)
     if kind == UPGRADE:
         how = f"{len(pool)} valid run(s) of the previous stack, reference {how}"
+    differences = run.key.differences(reference.key) if kind == UPGRADE else []
+    pool, condition, why = comparability(pool, [*group, run])
+    if why:
+        return Judgement(NOT_COMPARABLE, why, [], differences, reference, condition)
     # The fixed rule stands in for a short history only against a baseline someone saved: runs that
     # merely happened before (a developer's repeated local runs on a busy machine) judge a run once
     # there are enough of them for a learned threshold.
-    verdicts = judge_figures(pool, run, threshold_pct, fixed=saved)
+    verdicts = judge_figures(pool, run, threshold_pct, fixed=saved, group=group)
     if not verdicts:
         how += (f": {len(pool)} earlier valid run(s), too few for a learned threshold ({MIN_HISTORY} needed) "
                 "and no saved baseline, so no verdict yet")
-    return Judgement(kind, how, verdicts, run.key.differences(reference.key) if kind == UPGRADE else [], reference)
+    return Judgement(kind, how, verdicts, differences, reference, condition)
+
+
+def _split(store: ResultsStore, pool: list[Run], run: Run, kind: str, from_fleet: bool) -> tuple[list[Run], list[Run]]:
+    """(history, group since the change): for an upgrade the group is the board's earlier valid runs
+    of the new stack while they are fewer than GROUP_RUNS; for a history, see since_change."""
+    if from_fleet:
+        return pool, []
+    if kind == HISTORY:
+        return since_change(pool, run)
+    ours = store.runs(key=run.key.digest, board=run.board_id, valid=True)
+    return pool, ours if len(ours) + 1 <= GROUP_RUNS else []
+
+
+def comparability(pool: list[Run], judged: list[Run]) -> tuple[list[Run], Verdict | None, str | None]:
+    """(the history runs of the judged runs' CPU count, the probe's verdict, why not comparable or None).
+
+    The judged runs (the group since the change and the new run, last) are compared with the runs of
+    `pool` on the same number of CPUs; when the new run and enough of those carry a calibration probe,
+    the judged runs' probes are judged against theirs, both ways (condition.probe_verdict)."""
+    run = judged[-1]
+    if run.host_cpus is not None:
+        same = [r for r in pool if r.host_cpus in (None, run.host_cpus)]
+        if pool and not same:
+            cpus = sorted({r.host_cpus for r in pool})
+            return pool, None, f"the history ran on {cpus} CPUs, this run on {run.host_cpus}"
+        pool = same
+    probes = [r.host_probe_s for r in pool[-LOOKBACK:] if r.host_probe_s is not None]
+    mine = [r.host_probe_s for r in judged if r.host_probe_s is not None]
+    if run.host_probe_s is None or not mine:
+        return pool, None, None
+    verdict = probe_verdict(probes, mine, CONFIDENCE)
+    if verdict is None or not verdict.regression:
+        return pool, verdict, None
+    then = [r.host_load for r in pool[-LOOKBACK:] if r.host_load is not None]
+    history = f"load {sum(then) / len(then):.2f} per CPU on average" if then else "no load recorded"
+    faster = "faster" if verdict.shift_pct < 0 else "slower"
+    return pool, verdict, (f"{verdict.line()}: this machine ran {faster} than in the {verdict.n} runs it would be "
+                           f"judged against ({condition_line(run.host_cpus, run.host_load, run.host_probe_s)} "
+                           f"now; {history} in the history), so its times say nothing about the stack; "
+                           f"run it on a quiet machine or use the interleaved A/B session")

@@ -114,6 +114,10 @@ class Run:
     ci_url: str | None = None
     kernel: str | None = None
     peak_pss_added_bytes: int | None = None
+    # the host's condition during the run (harness/results/condition.py); None where not recorded
+    host_cpus: int | None = None
+    host_load: float | None = None                      # load average per CPU, the higher of start and end
+    host_probe_s: float | None = None                   # calibration probe seconds: the machine-speed index
 
     def __post_init__(self):
         where = f"run {self.run_id!r}"
@@ -147,6 +151,16 @@ class Run:
         if self.peak_pss_added_bytes is not None and (not isinstance(self.peak_pss_added_bytes, int)
                                                       or self.peak_pss_added_bytes < 0):
             raise ResultsError(f"{where}: peak_pss_added_bytes must be bytes >= 0, got {self.peak_pss_added_bytes!r}")
+        self._check_host(where)
+
+    def _check_host(self, where: str) -> None:
+        if self.host_cpus is not None and (isinstance(self.host_cpus, bool) or not isinstance(self.host_cpus, int)
+                                           or self.host_cpus < 1):
+            raise ResultsError(f"{where}: host_cpus must be a whole number >= 1, got {self.host_cpus!r}")
+        if self.host_load is not None:
+            _seconds(self.host_load, where, "host_load")
+        if self.host_probe_s is not None:
+            _seconds(self.host_probe_s, where, "host_probe_s", positive=True)
 
     def label(self) -> str:
         return f"{self.key.case} on {self.board_id} ({self.time}, run {self.run_id})"

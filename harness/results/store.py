@@ -291,7 +291,8 @@ def _insert_run(conn, run: Run) -> None:
         versions=json.dumps(k.versions, sort_keys=True), key_digest=k.digest, experiment=k.experiment,
         valid=run.valid, invalid_reasons=json.dumps(list(run.invalid_reasons)), mean_step_s=run.mean_step_s,
         total_denoise_s=run.total_denoise_s, peak_pss_added_bytes=run.peak_pss_added_bytes,
-        git_revision=run.git_revision, ci_url=run.ci_url, kernel=run.kernel)).inserted_primary_key[0]
+        git_revision=run.git_revision, ci_url=run.ci_url, kernel=run.kernel, host_cpus=run.host_cpus,
+        host_load=run.host_load, host_probe_s=run.host_probe_s)).inserted_primary_key[0]
     children = (
         (run_stages, [{"stage": s, "seconds_per_step": v} for s, v in run.stages.items()]),
         (run_branches, [{"branch": b, "seconds_per_step": v} for b, v in run.branches.items()]),
@@ -333,6 +334,7 @@ def _run_of(row, children) -> Run:
                             for c in children["subgraphs"]),
             quality={c["metric"]: c["value"] for c in children["quality"]},
             invalid_reasons=tuple(json.loads(row["invalid_reasons"])), git_revision=row["git_revision"],
-            ci_url=row["ci_url"], kernel=row["kernel"], peak_pss_added_bytes=row["peak_pss_added_bytes"])
+            ci_url=row["ci_url"], kernel=row["kernel"], peak_pss_added_bytes=row["peak_pss_added_bytes"],
+            host_cpus=row["host_cpus"], host_load=row["host_load"], host_probe_s=row["host_probe_s"])
     except (ValueError, SQLAlchemyError) as exc:
         raise ResultsError(f"run {row['run_id']!r}: stored row unreadable ({exc})") from None

@@ -48,6 +48,7 @@ class Verdict:
     regression: bool
     n: int
     confidence: float = 0.95
+    runs: int = 1                  # new runs judged together (history: the runs since the change)
 
     def line(self) -> str:
         """'ffn core +6.8 % [5.9, 7.7] over the 3 % threshold'; 'within the' when the shift is
@@ -61,7 +62,7 @@ class Verdict:
     def as_dict(self) -> dict:
         return {"kind": self.kind, "label": self.label, "shift_pct": self.shift_pct,
                 "ci_pct": list(self.ci_pct), "threshold_pct": self.threshold_pct,
-                "regression": self.regression, "n": self.n, "confidence": self.confidence}
+                "regression": self.regression, "n": self.n, "confidence": self.confidence, "runs": self.runs}
 
 
 def _pct(value: float) -> str:
@@ -90,26 +91,33 @@ def _robust_centre_spread(logs: np.ndarray) -> tuple[np.ndarray, float, float]:
 def history_verdict(label: str, history: Sequence[float], value: float | Sequence[float], *,
                     confidence: float = 0.99, floor_pct: float = HISTORY_FLOOR_PCT,
                     lookback: int = 30, min_runs: int = MIN_HISTORY) -> Verdict | None:
-    """Judge `value` (one run's figure, or the figures of the latest few runs) against the earlier
-    valid runs of the same key and board, oldest first.
+    """Judge `value` (one run's figure, or the figures of the runs since a change, judged as one
+    group) against the earlier valid runs of the same key and board, oldest first.
 
     As Conbench's lookback z-score: the threshold is learned from the spread of the last `lookback`
     runs (after an outlier screen), here as the half-width of a prediction interval at `confidence`
-    for the mean of the new runs, so it widens for a short or noisy history; it never drops below
-    `floor_pct`. Times are judged by their logs (run-to-run factors multiply), so the interval is
-    exact for log-normal noise. None when fewer than `min_runs` earlier runs survive."""
+    for the mean of the new runs, so it widens for a short or noisy history and narrows as the group
+    grows (sqrt(1/k + 1/n)); it never drops below `floor_pct`. With several new runs their own
+    spread joins the history's (a pooled variance, n + k - 2 degrees of freedom): with nothing
+    changed, and under a shift of the level alone, both samples have one variance, so the test stays
+    exact and uses every run. Times are judged by their logs (run-to-run factors multiply), so the
+    interval is exact for log-normal noise. None when fewer than `min_runs` earlier runs survive."""
     earlier = np.log(_finite_positive(f"{label} history", history)[-lookback:])
     new = np.log(_finite_positive(f"{label} value", np.atleast_1d(value)))
     kept, centre, spread = _robust_centre_spread(earlier)
     if kept.size < min_runs:
         return None
-    half = float(stats.t.ppf(0.5 + confidence / 2, kept.size - 1)) * spread \
-        * math.sqrt(1.0 / new.size + 1.0 / kept.size)
+    df = kept.size - 1
+    if new.size > 1:
+        pooled = df * spread ** 2 + (new.size - 1) * float(np.var(new, ddof=1))
+        df += new.size - 1
+        spread = math.sqrt(pooled / df)
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * spread * math.sqrt(1.0 / new.size + 1.0 / kept.size)
     delta = float(np.mean(new)) - centre
     shift, low, high = (_to_pct(x) for x in (delta, delta - half, delta + half))
     threshold = max(floor_pct, _to_pct(half))
     return Verdict("history", label, shift, (low, high), threshold, bool(shift > threshold),
-                   int(kept.size), confidence)
+                   int(kept.size), confidence, int(new.size))
 
 
 def _to_pct(log_ratio: float) -> float:

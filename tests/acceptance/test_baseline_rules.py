@@ -75,6 +75,7 @@ def test_empty_store_passes_with_no_baseline_yet(gate, tmp_path):
     result.stdout.fnmatch_lines(["*no baseline yet for seven on board *"])
     (run,) = stored(tmp_path)
     assert run.key.steps == 1 and len(run.step_s) == 1 and run.subgraphs and run.branches
+    assert run.host_cpus >= 1 and run.host_probe_s > 0 and run.host_load >= 0, "the host's condition is stored"
     assert baseline_of(tmp_path, run) is None, "no baseline without --save-baseline"
 
 

@@ -22,6 +22,7 @@ from harness.pytest_plugin.baselines import comparison_of
 from harness.pytest_plugin.state import BENCH_RESULTS, BOARD, INVALID_RUNS, STEP_SPLITS, append_to
 from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
 from harness.lifecycle.steptimes import STAGE_NAMES
+from harness.results.condition import HostCondition
 from harness.results.telemetry import TelemetryWindow
 
 pytestmark = [pytest.mark.npu, pytest.mark.benchmark]
@@ -36,7 +37,7 @@ def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, re
     results = []
     try:        # the suite's own errors (weights, manifest, a guard trip) are one line, not a traceback
         gate_runner.prepare()
-        with TelemetryWindow(suite.telemetry_root) as window:
+        with TelemetryWindow(suite.telemetry_root) as window, HostCondition() as host:
             benchmark.pedantic(lambda: results.append(gate_runner.run(case, npu_guard, suite.bench_steps, keep=False)),
                                rounds=suite.bench_rounds, iterations=1, warmup_rounds=0)
         gate_runner.keep(results[-1], f"{case.name}+bench")
@@ -47,17 +48,18 @@ def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, re
         pytest.fail(f"{case.name}: no benchmark: {exc}", pytrace=False)
     try:
         record_run(benchmark, case, gate_runner, window, results[-1], suite, request, results_gate,
-                   record_property)
+                   record_property, host)
     except (HarnessError, OSError) as exc:
         pytest.fail(f"{case.name}: benchmark ran but was not recorded: {exc}", pytrace=False)
 
 
-def record_run(benchmark, case, gate_runner, window, result, suite, request, results_gate, record_property):
+def record_run(benchmark, case, gate_runner, window, result, suite, request, results_gate, record_property,
+               host=None):
     verdict = window.verdict()
     info = benchmark_info(result.report)
     config = request.config
     run = results_gate.run_of(case.name, info, result.report, verdict, gate_runner.precision,
-                              gate_runner.manifest_hash, gate_runner.bundle.cfg.name)
+                              gate_runner.manifest_hash, gate_runner.bundle.cfg.name, host)
     judgement = results_gate.judge(run)
     comparison = comparison_of(run, judgement)
     benchmark.extra_info.update(info, valid=verdict["valid"], invalid_reasons=verdict["reasons"],

@@ -1,0 +1,170 @@
+"""The history verdict judges the runs since a change as one group, tests a shift of the whole NPU on
+the NPU core (naming every branch), and refuses to compare runs whose host ran at another speed.
+
+The store is real (SQLite and PostgreSQL through `results_url`); the runs are built the way the
+benchmark gate builds them (tests/results_data.py)."""
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.model.config import BRANCHES
+from harness.results.condition import HostCondition, probe_seconds
+from harness.results.judge import (GROUP_RUNS, HISTORY, NOT_COMPARABLE, NPU_CORE, judge_run, since_change)
+from harness.results.records import ResultsError
+from harness.results.store import ResultsStore
+from harness.results.verdicts import history_verdict
+from tests.results_data import make_run
+
+pytestmark = pytest.mark.results
+
+# log-noise of the earlier runs: 2 % spread, fixed so the verdicts are fixed too
+_NOISE = np.random.default_rng(3).normal(0, 0.02, 40)
+
+
+def _runs(prefix: str, count: int, step: float, start: int, revision: str = "r1", noise_from: int = 0, **kw):
+    return [replace(make_run(f"{prefix}{i}", step * float(np.exp(_NOISE[(noise_from + i) % len(_NOISE)])),
+                             minute=start + i, **kw), git_revision=revision) for i in range(count)]
+
+
+def _store_with(store: ResultsStore, runs) -> None:
+    for run in runs:
+        store.add_run(run)
+
+
+def test_the_mean_of_the_runs_since_a_change_is_caught_where_each_run_alone_is_not(results_url):
+    history = _runs("old", 12, 1.0, 0)
+    after = _runs("new", GROUP_RUNS, 1.06, 100, revision="r2", noise_from=20)
+    with ResultsStore(results_url) as store:
+        _store_with(store, history)
+        alone = judge_run(store, after[0], 10.0)
+        assert alone.kind == HISTORY and not alone.regressed, alone.lines()
+        _store_with(store, after[:-1])
+        grouped = judge_run(store, after[-1], 10.0)
+    assert grouped.regressed, grouped.lines()
+    worst = grouped.regressions[0]
+    assert worst.runs == GROUP_RUNS and worst.n == 12
+    assert "mean of the 5 runs since the change" in "\n".join(grouped.lines())
+    # each of the 5 runs alone: within its threshold
+    for run in after:
+        v = history_verdict("s", [r.mean_step_s for r in history], run.mean_step_s, confidence=0.99)
+        assert not v.regression
+
+
+def test_a_change_is_grouped_for_its_first_runs_only():
+    pool = _runs("old", 10, 1.0, 0) + _runs("new", 3, 1.0, 50, revision="r2")
+    run = _runs("x", 1, 1.0, 60, revision="r2")[0]
+    history, group = since_change(pool, run)
+    assert len(history) == 10 and [r.run_id for r in group] == ["new0", "new1", "new2"]
+    late = pool + _runs("more", GROUP_RUNS, 1.0, 70, revision="r2")
+    assert since_change(late, run) == (late, [])              # the change has had its 5 runs
+    assert since_change(pool[:10], replace(run, git_revision="r1")) == (pool[:10], [])   # no change
+    assert since_change(pool, replace(run, git_revision=None)) == (pool, [])             # unknown revision
+
+
+def test_a_shift_of_the_whole_npu_fails_on_the_npu_core_and_names_every_branch(results_url):
+    # each branch drifts on its own (2 %): their mean moves less than any one, so a +7 % shift of
+    # every branch is clear on the NPU core while no branch alone is over its threshold
+    def drifting(i):
+        run = make_run(f"old{i}", 1.0, minute=i)
+        noise = {b: float(np.exp(_NOISE[(i + 13 * k) % len(_NOISE)])) for k, b in enumerate(BRANCHES)}
+        return replace(run, git_revision="r1", branches={b: v * noise[b] for b, v in run.branches.items()})
+
+    with ResultsStore(results_url) as store:
+        _store_with(store, [drifting(i) for i in range(12)])
+        slower = replace(make_run("slow", 1.0, minute=200, branch_factor=dict.fromkeys(BRANCHES, 1.07)),
+                         git_revision="r1")
+        judged = judge_run(store, slower, 10.0)
+    regressed = [v.label for v in judged.regressions]
+    assert regressed[0] == NPU_CORE and not any(f"{b} core" in regressed for b in BRANCHES), judged.lines()
+    assert 5 < judged.regressions[0].shift_pct < 9
+    headline = judged.headline()
+    for branch in BRANCHES:
+        assert re.search(rf"; {branch} core \+\d+\.\d % \[-?[\d.]+, [\d.]+\]", headline), headline
+
+
+def _with_host(runs, probe_s: float, load: float = 0.2, cpus: int = 2):
+    return [replace(r, host_cpus=cpus, host_load=load,
+                    host_probe_s=probe_s * float(np.exp(_NOISE[(i + 7) % len(_NOISE)] / 2)))
+            for i, r in enumerate(runs)]
+
+
+def test_a_run_on_a_slower_machine_is_not_comparable_rather_than_a_regression(results_url):
+    history = _with_host(_runs("old", 12, 1.0, 0), 0.010)
+    loaded = _with_host(_runs("new", 1, 1.4, 100), 0.016, load=2.5)[0]     # every figure 40 % slower
+    with ResultsStore(results_url) as store:
+        _store_with(store, history)
+        judged = judge_run(store, loaded, 10.0)
+        assert store.runs()[0].host_probe_s == history[0].host_probe_s     # the condition is stored
+    assert judged.kind == NOT_COMPARABLE and not judged.regressed, judged.lines()
+    assert judged.headline().startswith("not comparable: calibration probe +")
+    assert "ran slower" in judged.headline() and "load 2.50 per CPU" in judged.headline()
+    assert judged.condition is not None and judged.condition.shift_pct > 30
+
+
+def test_a_real_slowdown_at_the_same_condition_still_fails(results_url):
+    history = _with_host(_runs("old", 12, 1.0, 0), 0.010)
+    slower = _with_host(_runs("new", 1, 1.4, 100), 0.010)[0]
+    with ResultsStore(results_url) as store:
+        _store_with(store, history)
+        judged = judge_run(store, slower, 10.0)
+    assert judged.kind == HISTORY and judged.regressed, judged.lines()
+    assert judged.condition is not None and not judged.condition.regression
+
+
+def test_another_cpu_count_is_not_comparable(results_url):
+    history = _with_host(_runs("old", 12, 1.0, 0), 0.010, cpus=8)
+    run = _with_host(_runs("new", 1, 1.0, 100), 0.010, cpus=2)[0]
+    with ResultsStore(results_url) as store:
+        _store_with(store, history)
+        judged = judge_run(store, run, 10.0)
+    assert judged.kind == NOT_COMPARABLE and "the history ran on [8] CPUs, this run on 2" in judged.headline()
+
+
+def test_a_host_condition_that_cannot_be_is_refused():
+    with pytest.raises(ResultsError, match="host_probe_s"):
+        replace(make_run("x"), host_probe_s=0.0)
+    with pytest.raises(ResultsError, match="host_cpus"):
+        replace(make_run("x"), host_cpus=0)
+
+
+def test_host_condition_measures_this_machine():
+    with HostCondition() as host:
+        pass
+    assert host.cpus >= 1 and host.probe_s > 0
+    assert host.load_per_cpu is None or host.load_per_cpu >= 0
+    assert probe_seconds(repeats=1) > 0
+
+
+def test_a_store_of_the_previous_revision_keeps_its_runs_and_gains_the_host_columns(results_url):
+    # a store written before revision 0002: its runs read back with no host condition
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine, text
+
+    import harness.results.store as store_module
+    engine = create_engine(results_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    config = Config()
+    config.set_main_option("script_location", str(Path(store_module.__file__).with_name("migrations")))
+    old = make_run("before")
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0001")
+        conn.execute(text(
+            "INSERT INTO runs (run_id, case_name, time, board_id, board_model, model, backend, precision, steps, "
+            "manifest_hash, versions, key_digest, experiment, valid, invalid_reasons, mean_step_s, total_denoise_s) "
+            "VALUES (:run_id, :case, :time, :board, :bm, 'embedded', :backend, :precision, :steps, :mh, :versions, "
+            ":digest, :experiment, true, '[]', 1.0, 4.0)"),
+            {"run_id": old.run_id, "case": old.key.case, "time": old.time, "board": old.board_id, "bm": old.board_model,
+             "backend": old.key.backend, "precision": old.key.precision, "steps": old.key.steps,
+             "mh": old.key.manifest_hash, "versions": json.dumps(old.key.versions, sort_keys=True),
+             "digest": old.key.digest, "experiment": old.key.experiment})
+    engine.dispose()
+    with ResultsStore(results_url) as store:
+        (run,) = store.runs()
+        assert run.run_id == "before" and run.host_probe_s is None and run.host_cpus is None
+        store.add_run(replace(make_run("after", minute=5), host_cpus=2, host_load=0.5, host_probe_s=0.01))
+        assert store.run("after", "cat").host_probe_s == 0.01
