@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 from sqlalchemy import insert, text
 
@@ -18,6 +21,7 @@ from harness.model.config import REPO_ROOT
 from harness.results.records import ResultsError
 from harness.results.store import ResultsStore
 from harness.results.tables import metadata, runs
+from tests.postgres import reap_stale_clusters
 from tests.results_data import make_run
 
 pytestmark = pytest.mark.results
@@ -190,3 +194,79 @@ def test_a_missing_postgresql_server_fails_in_ci_and_skips_elsewhere(pytester, m
     result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:harness.pytest_plugin", "-rs")
     result.assert_outcomes(**outcome)
     result.stdout.fnmatch_lines(["*no PostgreSQL server (initdb) here: install Debian's postgresql*"])
+
+
+# A test session holding the cluster fixture, stopped inside its test until it is killed.
+_HOLDER = textwrap.dedent("""
+    import time
+    def test_hold(postgres_cluster):
+        print("cluster", postgres_cluster.root, flush=True)
+        time.sleep(600)
+""")
+
+
+def _held_cluster(pytester):
+    """A real pytest process holding a cluster: (the process, the cluster's folder, its server's pid)."""
+    pytester.makeconftest("from tests.conftest import postgres_cluster  # noqa: F401\n")
+    pytester.makepyfile(test_holder=_HOLDER)
+    child = subprocess.Popen([sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", "test_holder.py"], cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    for line in child.stdout:       # "test_holder.py cluster /tmp/anima-pg-..."
+        if "cluster " in line:
+            root = Path(line.split("cluster ", 1)[1].strip())
+            return child, root, int((root / "data" / "postmaster.pid").read_text().split()[0])
+    child.wait(timeout=60)
+    pytest.fail(f"the holding session ended without a cluster (exit {child.returncode})")
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _gone(pid: int, root: Path, seconds: float = 30) -> bool:
+    """The server `pid` has stopped and its folder is removed, within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while _running(pid) or root.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _kill_leftover(root: Path, pid: int) -> None:
+    """What the test found left behind, stopped so the machine is as it was whatever the outcome."""
+    if _running(pid):
+        os.kill(pid, signal.SIGQUIT)        # the server's immediate shutdown
+    shutil.rmtree(root, ignore_errors=True)
+    assert _gone(pid, root), f"postgres -D {root / 'data'} did not stop"
+
+
+def test_a_sigkilled_test_session_leaves_no_postgresql_server_behind(pytester, postgres_cluster):
+    child, root, server = _held_cluster(pytester)
+    try:
+        assert psutil.Process(server).cmdline()[:3] == [str(postgres_cluster.bin / "postgres"), "-D", str(root / "data")]
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
+        assert _gone(server, root), f"postgres -D {root / 'data'} still runs after its test session was killed"
+    finally:
+        _kill_leftover(root, server)
+
+
+def test_a_cluster_whose_owner_and_watchdog_were_killed_is_reaped_at_the_next_start(pytester, postgres_cluster):
+    child, root, server = _held_cluster(pytester)
+    try:
+        watchdog = next(p for p in psutil.Process(child.pid).children() if "postgres.py" in " ".join(p.cmdline()))
+        watchdog.kill()         # in a session of its own: killed apart, as an OOM kill would
+        while _running(watchdog.pid):
+            time.sleep(0.05)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
+        assert _running(server), "nothing was to stop the server yet"
+        assert reap_stale_clusters(postgres_cluster.bin) == [root]
+        assert _gone(server, root)
+        assert postgres_cluster.root.exists(), "the reaper stopped a cluster whose owner is alive"
+    finally:
+        _kill_leftover(root, server)
