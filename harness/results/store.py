@@ -1,7 +1,7 @@
 """The results store: every benchmark run of every board, in SQLite (one file) or PostgreSQL (a fleet).
 
     store = ResultsStore("sqlite:///.benchmarks/results.sqlite")    # or postgresql://user@host/db
-    store.add_run(run)                  # one transaction: the whole run or nothing
+    store.add_run(run)                  # one transaction: the whole run (quality metrics too) or nothing
     store.runs(board="rock-5c-1a2b", key=run.key.digest, valid=True)
     store.set_baseline(run, "saved")    # the board's accepted reference for the run's experiment
 
@@ -22,7 +22,6 @@ import json
 import sqlite3
 import time
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 
 from sqlalchemy import create_engine, delete, event, insert, select, text
@@ -174,11 +173,15 @@ class ResultsStore:
 
     # -- writing -------------------------------------------------------------------------------------
 
-    def add_run(self, run: Run) -> None:
-        """Write `run` whole in one transaction; a run id already stored for its case is an error."""
+    def add_run(self, run: Run, baseline: str | None = None) -> None:
+        """Write `run` whole in one transaction, its quality metrics included; with `baseline` (why,
+        e.g. "saved") it becomes its board's baseline for its experiment in the same transaction. A
+        run id already stored for its case is an error."""
         try:
             with self._writing() as conn:
-                _insert_run(conn, run)
+                pk = _insert_run(conn, run)
+                if baseline is not None:
+                    _point_baseline(conn, run, pk, baseline)
         except IntegrityError as exc:
             if self.has_run(run.run_id, run.key.case):
                 raise ResultsError(f"results store {self.where}: run {run.run_id!r} of case {run.key.case!r} "
@@ -189,15 +192,6 @@ class ResultsStore:
             raise ResultsError(f"results store {self.where}: run {run.run_id!r} not written "
                                f"({str(exc.orig).splitlines()[0]}); the store is as it was") from None
 
-    def add_quality(self, run: Run, metrics: dict) -> None:
-        """The quality metrics of the stored `run`'s case, measured after its timing (one transaction)."""
-        checked = replace(run, quality={**run.quality, **metrics}).quality      # checked as a Run's are
-        with self._writing() as conn:
-            pk = _run_pk(conn, run.run_id, run.key.case)
-            if pk is None:
-                raise ResultsError(f"results store {self.where}: run {run.run_id!r} is not stored")
-            conn.execute(insert(run_quality), [{"run": pk, "metric": m, "value": checked[m]} for m in metrics])
-
     def set_baseline(self, run: Run, reason: str) -> None:
         """Make the stored `run` its board's baseline for its experiment (replacing the one before)."""
         with self._writing() as conn:
@@ -205,10 +199,7 @@ class ResultsStore:
             if pk is None:
                 raise ResultsError(f"results store {self.where}: run {run.run_id!r} is not stored, "
                                    "so it cannot be a baseline")
-            conn.execute(delete(baselines).where(baselines.c.board_id == run.board_id,
-                                                 baselines.c.experiment == run.key.experiment))
-            conn.execute(insert(baselines).values(board_id=run.board_id, experiment=run.key.experiment,
-                                                  run=pk, saved=utc_now(), reason=reason))
+            _point_baseline(conn, run, pk, reason)
 
     # -- reading -------------------------------------------------------------------------------------
 
@@ -283,7 +274,16 @@ def _run_pk(conn, run_id: str, case: str) -> int | None:
     return conn.execute(select(runs.c.id).where(runs.c.run_id == run_id, runs.c.case_name == case)).scalar()
 
 
-def _insert_run(conn, run: Run) -> None:
+def _point_baseline(conn, run: Run, pk: int, reason: str) -> None:
+    """Make the run with primary key `pk` its board's baseline for its experiment (replacing the one before)."""
+    conn.execute(delete(baselines).where(baselines.c.board_id == run.board_id,
+                                         baselines.c.experiment == run.key.experiment))
+    conn.execute(insert(baselines).values(board_id=run.board_id, experiment=run.key.experiment,
+                                          run=pk, saved=utc_now(), reason=reason))
+
+
+def _insert_run(conn, run: Run) -> int:
+    """The run's row and its children; its primary key."""
     k = run.key
     pk = conn.execute(insert(runs).values(
         run_id=run.run_id, case_name=k.case, time=run.time, board_id=run.board_id, board_model=run.board_model,
@@ -303,6 +303,7 @@ def _insert_run(conn, run: Run) -> None:
     for table, rows in children:
         if rows:
             conn.execute(insert(table), [{"run": pk, **row} for row in rows])
+    return pk
 
 
 def _with_children(conn, rows) -> list[Run]:
