@@ -138,19 +138,24 @@ def test_the_suites_fault_is_the_candidates_only():
 
 @pytest.mark.slow
 def test_a_session_finds_a_slowed_candidate_and_passes_an_unchanged_one(model, partition):
-    # 8 pairs: on a loaded 2-CPU machine the log ratios of 0.4 ms stages spread by 0.3-0.5, and the
-    # session's 99 % shared over 7 figures needs that many pairs to call even a 4x slowdown.
+    # The unchanged candidate gets 8 pairs, the slowed one 16. Under load the x4 verdict had the
+    # thinner margin: with 10 sessions of each at load average 10-17 (bursty CPU burners beside the
+    # other jobs, 2026-12-01), the A/A figures' t statistics stayed within |2.7| of the 5.08 a
+    # figure needs at 8 pairs (99 % shared over 7 figures), while the x4 step's fell to 6.2: a
+    # busier host spreads the step's log ratios further and the slowed session stops calling it.
+    # 16 pairs raise the x4 step's t by sqrt(2) and lower the bar to 4.0; the A/A session keeps
+    # its 8, so its false-positive check is as strict as before.
     settings = sample_settings(model, steps=1)
     same = run_session(model, Side("baseline", partition, "faults"), Side("candidate", partition, "faults"),
                        settings, rounds=8)
     slowed = run_session(model, Side("baseline", partition, "faults"),
-                         Side("candidate", partition, "faults", {"slowdown": 4.0}), settings, rounds=8)
+                         Side("candidate", partition, "faults", {"slowdown": 4.0}), settings, rounds=16)
     assert len(same.pairs) == 8 and not same.regressions, [v.line() for v in same.regressions]
     flagged = {v.label for v in slowed.regressions}
     # The fault stretches load, init and run and leaves release alone
     # (test_faults_slowdown_leaves_release_alone); a release right after a 4x slower init is itself
     # measured slower on a busy host, so the session's release figure is no evidence either way.
-    assert "step" in flagged and "init" in flagged
+    assert "step" in flagged and "init" in flagged, [v.line() for v in slowed.verdicts]
 
 
 def _bench_ab(*args):
