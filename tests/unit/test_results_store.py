@@ -22,7 +22,7 @@ from harness.results.records import ResultsError
 from harness.results.store import ResultsStore
 from harness.results.tables import metadata, runs
 from tests.postgres import reap_stale_clusters
-from tests.results_data import make_run
+from tests.results_data import make_ab_record, make_run
 
 pytestmark = pytest.mark.results
 
@@ -270,3 +270,48 @@ def test_a_cluster_whose_owner_and_watchdog_were_killed_is_reaped_at_the_next_st
         assert postgres_cluster.root.exists(), "the reaper stopped a cluster whose owner is alive"
     finally:
         _kill_leftover(root, server)
+
+
+def test_an_ab_session_comes_back_whole_and_its_sides_are_runs_of_their_own_keys(results_url):
+    record = make_ab_record("s1", 1.10)
+    with ResultsStore(results_url) as store:
+        store.add_ab_session(record)
+        (back,) = store.ab_sessions()
+        assert back == record
+        assert back.regression and {v.label for v in back.verdicts if v.regression} == {"step", "ffn core", "init"}
+        # the sides are runs like any other, each under its own partition's key
+        assert store.runs(key=record.candidate.key.digest) == [record.candidate]
+        assert store.runs(key=record.baseline.key.digest) == [record.baseline]
+        with pytest.raises(ResultsError, match="A/B session 's1' of case 'cat' rejected"):
+            store.add_ab_session(record)
+        assert len(store.ab_sessions()) == 1 and len(store.runs()) == 2
+
+
+_KILLED_SESSION = textwrap.dedent("""
+    import sys, time
+    from sqlalchemy import event
+    from harness.results.store import ResultsStore
+    from tests.results_data import make_ab_record
+    store = ResultsStore(sys.argv[1])
+    @event.listens_for(store.engine, "before_cursor_execute")
+    def pause(conn, cursor, statement, *args):
+        if "INSERT INTO ab_verdicts" in statement:
+            print("mid-write", flush=True)
+            time.sleep(600)
+    store.add_ab_session(make_ab_record("killed"))
+""")
+
+
+def test_an_ab_session_killed_mid_write_leaves_nothing_of_it(results_url):
+    # killed after both sides' runs and the rounds are written, before the verdicts
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_SESSION, results_url], cwd=REPO_ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "mid-write", child.stderr.read()
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
+    with ResultsStore(results_url) as store:
+        assert store.ab_sessions() == [] and store.runs() == []
+        with store.engine.connect() as conn:
+            assert conn.execute(text("SELECT COUNT(*) FROM ab_rounds")).scalar() == 0
