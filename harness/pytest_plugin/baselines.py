@@ -19,7 +19,8 @@ import pytest
 
 from ..core.errors import HarnessError
 from ..results.judge import FIRST, STEP, UPGRADE, Judgement, judge_run
-from ..results.records import Run, RunKey, SubgraphTime, board_model_of, utc_now
+from ..results.records import Run, RunKey, board_model_of, utc_now
+from ..results.sessions import ABRecord, ab_record, subgraph_times
 from ..results.store import ResultsStore
 from .state import (BASELINE_OFFERS, BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, IDENTITY, QUALITY_RESULTS, SETTINGS,
                     append_to)
@@ -65,16 +66,6 @@ def _store(config) -> ResultsStore:
     return config.stash[_STORE]
 
 
-def _subgraph_times(report: dict, computed: int) -> tuple:
-    """Core (run-stage) seconds per computed step of every subgraph, from the run's lifecycle records."""
-    total: dict[tuple, float] = {}
-    for r in report["lifecycle_records"]:
-        if r["stage"] == "run":
-            key = (r["subgraph"], r["block"], r["branch"])
-            total[key] = total.get(key, 0.0) + r["seconds"]
-    return tuple(SubgraphTime(str(s), b, br, t / max(computed, 1)) for (s, b, br), t in total.items())
-
-
 class ResultsGate:
     """What test_benchmark.py asks: its run as the store keeps it, the verdict, the write, the offer."""
 
@@ -97,9 +88,18 @@ class ResultsGate:
             valid=telemetry["valid"], invalid_reasons=tuple(telemetry["reasons"]),
             mean_step_s=info["mean_step_s"], total_denoise_s=info["denoise_s"],
             stages=dict(info["lifecycle_s_per_step"]), branches=dict(info["core_s_per_step"]),
-            step_s=tuple(report["step_seconds"]), subgraphs=_subgraph_times(report, info["computed_steps"]),
+            step_s=tuple(report["step_seconds"]), subgraphs=subgraph_times([report]),
             git_revision=git_revision(), ci_url=ci_url(), kernel=identity.get("kernel"),
             peak_pss_added_bytes=info["peak_pss_added_bytes"])
+
+    def record_ab(self, session, case: str, sides: dict, telemetry: dict, **how) -> ABRecord:
+        """Write the interleaved A/B session `session` (both sides, the pairs, the verdicts) now, in one
+        transaction: it has no quality metrics to wait for. `how`: threshold_pct, confidence, warmup."""
+        record = ab_record(session, case=case, sides=sides, identity=self.config.stash[IDENTITY],
+                           board=self.config.stash[BOARD], telemetry=telemetry, lifecycle=self.settings.lifecycle,
+                           **how)
+        self.store.add_ab_session(record)
+        return record
 
     def judge(self, run: Run) -> Judgement:
         return judge_run(self.store, run, self.settings.baseline_threshold)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..lifecycle.steptimes import STAGE_NAMES
 from ..partition.manifest import manifest_sha256, partition_precision
-from .records import ResultsError, Run, RunKey, SubgraphTime, board_model_of
+from .records import ResultsError, Run, RunKey, SubgraphTime, board_model_of, utc_now
 from .verdicts import Verdict
 
 __all__ = ["ABRecord", "SIDES", "subgraph_times", "side_run", "ab_record", "verdict_of"]
@@ -99,11 +99,14 @@ def side_run(run_id: str, reports: list[dict], *, case: str, partition: Path, ba
         peak_pss_added_bytes=max((p for p in peaks if p is not None), default=None), **provenance)
 
 
-def ab_record(session, session_id: str, *, case: str, sides: dict, identity: dict, board: str, time: str,
-              telemetry: dict, provenance: dict, threshold_pct: float, confidence: float, lifecycle: str,
-              warmup: int) -> ABRecord:
-    """The store's record of a finished `session` (harness.results.ab.ABSession, with its reports);
-    `sides` maps "baseline" and "candidate" to their ab.Side."""
+def ab_record(session, *, case: str, sides: dict, identity: dict, board: str, telemetry: dict,
+              threshold_pct: float, confidence: float, lifecycle: str, warmup: int) -> ABRecord:
+    """The store's record of a finished `session` (harness.results.ab.ABSession, with its reports) run
+    by this process: `sides` maps "baseline" and "candidate" to their ab.Side, `telemetry` is the
+    session's TelemetryWindow verdict (a clock change or thermal trip makes both sides INVALID)."""
+    from .provenance import ci_url, git_revision, run_id
+    session_id, time = f"{run_id()}-ab", utc_now()
+    provenance = {"git_revision": git_revision(), "ci_url": ci_url()}
     runs = {name: side_run(f"{session_id}-{name}", session.reports[name], case=case, partition=side.partition,
                            backend=side.backend, identity=identity, board=board, time=time, telemetry=telemetry,
                            provenance=provenance)
