@@ -131,7 +131,8 @@ ab_rounds = _session_child(
 
 _PCT = "> -1e6 AND {0} < 1e6"       # a shift in %: finite (keeps NaN out on PostgreSQL, see above)
 ab_verdicts = _session_child(
-    "ab_verdicts", Column("place", Integer, nullable=False), Column("figure", String(100), nullable=False), Column("kind", String(20), nullable=False),
+    "ab_verdicts", Column("place", Integer, nullable=False),      # its position in the session's list
+    Column("figure", String(100), nullable=False), Column("kind", String(20), nullable=False),
     *(Column(c, Float, CheckConstraint(f"{c} {_PCT.format(c)}", name=f"ck_ab_{c}"), nullable=False)
       for c in ("shift_pct", "ci_low_pct", "ci_high_pct", "threshold_pct")),
     Column("confidence", Float, nullable=False), Column("regression", Boolean, nullable=False),

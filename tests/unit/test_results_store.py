@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -102,32 +103,41 @@ def test_two_writers_at_once_lose_nothing(results_url):
     assert all(len(r.subgraphs) == 6 and len(r.step_s) == 4 for r in stored)
 
 
-# The writer stops inside its transaction, after the run's row and before its subgraph rows, and
-# says so; the test kills it there with SIGKILL.
+def _killed_at(url: str, statement: str, script: str) -> subprocess.Popen:
+    """Run `script` (given the store's URL) in a child that stops before the first SQL statement holding
+    `statement` (tests/pause_writes.py), and kill it there with SIGKILL."""
+    paused = Path(tempfile.mkdtemp()) / "paused"
+    child = subprocess.Popen([sys.executable, "-c", "import tests.pause_writes\n" + script, url], cwd=REPO_ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PAUSE_AT": statement, "PAUSE_FILE": str(paused)})
+    try:
+        deadline = time.monotonic() + 120
+        while not paused.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert paused.exists(), child.stderr.read() if child.poll() is not None else "never reached"
+    finally:
+        child.kill()
+        child.wait(timeout=60)
+        shutil.rmtree(paused.parent, ignore_errors=True)
+    return child
+
+
+# The writer stops inside its transaction, after the run's row and before its subgraph rows; the
+# test kills it there with SIGKILL.
 _KILLED = textwrap.dedent("""
-    import sys, time
-    from sqlalchemy import event
+    import os, sys
     from harness.results.store import ResultsStore
     from tests.results_data import make_run
     store = ResultsStore(sys.argv[1])
+    pause_at = os.environ.pop("PAUSE_AT")       # not in the first run: it is to be stored whole
     store.add_run(make_run("before"))
-    @event.listens_for(store.engine, "before_cursor_execute")
-    def pause(conn, cursor, statement, *args):
-        if "run_subgraphs" in statement:
-            print("mid-write", flush=True)
-            time.sleep(600)
+    os.environ["PAUSE_AT"] = pause_at
     store.add_run(make_run("killed"))
 """)
 
 
 def test_a_writer_killed_mid_run_leaves_the_store_readable_without_the_half_run(results_url):
-    child = subprocess.Popen([sys.executable, "-c", _KILLED, results_url], cwd=REPO_ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline().strip() == "mid-write", child.stderr.read()
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=60)
+    child = _killed_at(results_url, "INSERT INTO run_subgraphs", _KILLED)
     assert child.returncode == -signal.SIGKILL
     with ResultsStore(results_url) as store:
         assert [r.run_id for r in store.runs()] == ["before"]
@@ -287,30 +297,11 @@ def test_an_ab_session_comes_back_whole_and_its_sides_are_runs_of_their_own_keys
         assert len(store.ab_sessions()) == 1 and len(store.runs()) == 2
 
 
-_KILLED_SESSION = textwrap.dedent("""
-    import sys, time
-    from sqlalchemy import event
-    from harness.results.store import ResultsStore
-    from tests.results_data import make_ab_record
-    store = ResultsStore(sys.argv[1])
-    @event.listens_for(store.engine, "before_cursor_execute")
-    def pause(conn, cursor, statement, *args):
-        if "INSERT INTO ab_verdicts" in statement:
-            print("mid-write", flush=True)
-            time.sleep(600)
-    store.add_ab_session(make_ab_record("killed"))
-""")
-
-
 def test_an_ab_session_killed_mid_write_leaves_nothing_of_it(results_url):
     # killed after both sides' runs and the rounds are written, before the verdicts
-    child = subprocess.Popen([sys.executable, "-c", _KILLED_SESSION, results_url], cwd=REPO_ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline().strip() == "mid-write", child.stderr.read()
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=60)
+    _killed_at(results_url, "INSERT INTO ab_verdicts", "import sys\nfrom harness.results.store import ResultsStore\n"
+               "from tests.results_data import make_ab_record\n"
+               "ResultsStore(sys.argv[1]).add_ab_session(make_ab_record('killed'))")
     with ResultsStore(results_url) as store:
         assert store.ab_sessions() == [] and store.runs() == []
         with store.engine.connect() as conn:

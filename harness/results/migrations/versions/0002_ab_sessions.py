@@ -54,7 +54,8 @@ def upgrade() -> None:
         sa.CheckConstraint("side IN ('baseline', 'candidate')", name="ck_ab_side"),
         sa.UniqueConstraint("session", "round", "side", "figure", name="uq_ab_round"))
     _session_child(
-        "ab_verdicts", sa.Column("place", sa.Integer, nullable=False), sa.Column("figure", sa.String(100), nullable=False), sa.Column("kind", sa.String(20), nullable=False),
+        "ab_verdicts", sa.Column("place", sa.Integer, nullable=False),
+        sa.Column("figure", sa.String(100), nullable=False), sa.Column("kind", sa.String(20), nullable=False),
         *(sa.Column(c, sa.Float, sa.CheckConstraint(f"{c} {_PCT.format(c)}", name=f"ck_ab_{c}"), nullable=False)
           for c in ("shift_pct", "ci_low_pct", "ci_high_pct", "threshold_pct")),
         sa.Column("confidence", sa.Float, nullable=False), sa.Column("regression", sa.Boolean, nullable=False),
