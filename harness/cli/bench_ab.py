@@ -10,8 +10,11 @@ from ..core.atomic import atomic_write_json
 from ..core.errors import ConfigError
 from ..model.config import EMBEDDED_DIR
 from ..results.ab import DEFAULT_THRESHOLD_PCT, Side, run_session, side_options
+from .results import add_results_option
 
-__all__ = ["add_command"]
+__all__ = ["add_command", "DEFAULT_CASE"]
+
+DEFAULT_CASE = "default-prompt"
 
 
 def add_command(sub) -> None:
@@ -35,6 +38,9 @@ def add_command(sub) -> None:
     p.add_argument("--confidence", type=float, default=0.99,
                    help="session confidence, shared over the figures (default: %(default)s)")
     p.add_argument("--out", type=Path, help="write the pairs and verdicts as JSON here")
+    p.add_argument("--case", default=DEFAULT_CASE,
+                   help="the case name the session is stored under (default: %(default)s, the model's default prompt)")
+    add_results_option(p)
     p.set_defaults(func=_cmd_bench_ab)
 
 
@@ -42,6 +48,9 @@ def _cmd_bench_ab(args) -> int:
     from ..results.judge import parse_threshold
     from ..model.bundle import load_bundle
     from ..sampling.reference_run import sample_settings
+    from ..results.sessions import ab_record
+    from ..results.store import ResultsStore
+    from ..results.telemetry import TelemetryWindow, board_id, board_identity
 
     threshold = parse_threshold(args.threshold, "--threshold")
     if not 0.5 <= args.confidence < 1:
@@ -54,15 +63,24 @@ def _cmd_bench_ab(args) -> int:
     cand_opts = side_options(args.backend, args.fault, args.slowdown, args.drift, args.time_scale)
     if args.backend == "board-sim":     # one board: the candidate's cores are the baseline's
         cand_opts["lock_dir"] = base_opts["lock_dir"]
-    session = run_session(bundle, Side("baseline", args.baseline, args.backend, base_opts),
-                          Side("candidate", args.candidate, args.backend, cand_opts),
-                          sample_settings(bundle, steps=args.steps), rounds=args.rounds, warmup=args.warmup,
-                          lifecycle=args.lifecycle, threshold_pct=threshold, confidence=args.confidence,
-                          on_pair=lambda i, p: print(f"round {i}: step {p['baseline']['step']:.4f} s / "
-                                                     f"{p['candidate']['step']:.4f} s", file=sys.stderr))
-    for verdict in session.verdicts:
-        print(("REGRESSION " if verdict.regression else "") + verdict.line())
-    if args.out:
-        atomic_write_json(args.out, session.as_dict())
+    sides = {"baseline": Side("baseline", args.baseline, args.backend, base_opts),
+             "candidate": Side("candidate", args.candidate, args.backend, cand_opts)}
+    with ResultsStore(args.results) as store:      # opened first: a store that cannot be written fails early
+        with TelemetryWindow() as window:
+            session = run_session(bundle, sides["baseline"], sides["candidate"],
+                                  sample_settings(bundle, steps=args.steps), rounds=args.rounds, warmup=args.warmup,
+                                  lifecycle=args.lifecycle, threshold_pct=threshold, confidence=args.confidence,
+                                  on_pair=lambda i, p: print(f"round {i}: step {p['baseline']['step']:.4f} s / "
+                                                             f"{p['candidate']['step']:.4f} s", file=sys.stderr))
+        for verdict in session.verdicts:
+            print(("REGRESSION " if verdict.regression else "") + verdict.line())
+        if args.out:
+            atomic_write_json(args.out, session.as_dict())
+        identity = board_identity()
+        record = ab_record(session, case=args.case, sides=sides, identity=identity, board=board_id(identity),
+                           telemetry=window.verdict(), threshold_pct=threshold, confidence=args.confidence,
+                           lifecycle=args.lifecycle, warmup=args.warmup)
+        store.add_ab_session(record)
+        print(f"A/B session {record.session_id} written to {store.where}", file=sys.stderr)
     print(json.dumps({"pairs": len(session.pairs), "regressions": len(session.regressions)}))
     return 1 if session.regressions else 0

@@ -1,8 +1,8 @@
 """`bin/harness results ...`: the results store from the command line.
 
     results import [--history FILE]... [--baselines DIR]   the old history.jsonl and baseline files
-    results export [--out FILE.csv]                        one CSV row per run (Otava, a spreadsheet)
-    results check                                          each series' latest run and its change points
+    results export [--out FILE.csv] [--ab-out FILE.csv]    one CSV row per run (Otava, a spreadsheet); per A/B verdict
+    results check                                          each series' latest run, its change points, A/B sessions
     results boards                                         the boards of one board model, outliers named
     results push --to URL                                  this store's runs into another (a fleet's)
 
@@ -28,8 +28,8 @@ from ..results.records import Run
 from ..results.store import DEFAULT_RESULTS, ResultsStore
 from ..results.verdicts import change_points, history_verdict
 
-__all__ = ["add_command", "add_results_option", "import_into", "export_csv", "check_lines", "board_lines",
-           "series"]
+__all__ = ["add_command", "add_results_option", "import_into", "export_csv", "export_ab_csv", "check_lines",
+           "ab_check_lines", "board_lines", "series"]
 
 
 def add_results_option(parser) -> None:
@@ -48,6 +48,7 @@ def add_command(subparsers) -> argparse.ArgumentParser:
     imp.set_defaults(func=_cmd_import)
     exp = sub.add_parser("export", help="write every run as one CSV row")
     exp.add_argument("--out", type=Path, help="CSV file (default: standard output)")
+    exp.add_argument("--ab-out", type=Path, help="also write one CSV row per figure of every A/B session here")
     exp.set_defaults(func=_cmd_export)
     chk = sub.add_parser("check", help="judge each series' latest run against its history; change points")
     chk.add_argument("--board", help="only this board")
@@ -127,6 +128,27 @@ def export_csv(runs: list[Run]) -> str:
     return out.getvalue()
 
 
+def export_ab_csv(sessions: list) -> str:
+    """One row per judged figure of every A/B session: both sides' identity and key, the effect and its
+    interval. The sides' runs are rows of export_csv too (run ids `<session>-baseline`, `-candidate`)."""
+    header = ["time", "session_id", "case", "board_id", "rounds", "lifecycle", "baseline_run_id",
+              "baseline_partition", "baseline_manifest_hash", "candidate_run_id", "candidate_partition",
+              "candidate_manifest_hash", *(f"{side}_{v}" for side in ("baseline", "candidate") for v in _VERSION_COLUMNS),
+              "figure", "shift_pct", "ci_low_pct", "ci_high_pct", "threshold_pct", "confidence", "n", "regression"]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    for s in sessions:
+        b, c = s.baseline, s.candidate
+        identity = [b.time, s.session_id, s.case, b.board_id, len(s.pairs), s.lifecycle, b.run_id,
+                    s.baseline_partition, b.key.manifest_hash, c.run_id, s.candidate_partition, c.key.manifest_hash,
+                    *(r.key.versions.get(v) or "" for r in (b, c) for v in _VERSION_COLUMNS)]
+        for v in s.verdicts:
+            writer.writerow([*identity, v.label, repr(v.shift_pct), repr(v.ci_pct[0]), repr(v.ci_pct[1]),
+                             repr(v.threshold_pct), repr(v.confidence), v.n, int(v.regression)])
+    return out.getvalue()
+
+
 def _cell(value) -> str:
     return "" if value is None else repr(value)
 
@@ -134,6 +156,10 @@ def _cell(value) -> str:
 def _cmd_export(args) -> int:
     with ResultsStore(args.results, create=False) as store:
         runs = store.runs()
+        sessions = store.ab_sessions() if args.ab_out else []
+    if args.ab_out:
+        atomic_write_text(args.ab_out, export_ab_csv(sessions))
+        print(f"{args.ab_out}: {len(sessions)} A/B session(s)", file=sys.stderr if not args.out else sys.stdout)
     text = export_csv(runs)
     if args.out:
         atomic_write_text(args.out, text)
@@ -178,14 +204,30 @@ def check_lines(runs: list[Run], threshold_pct: float) -> tuple[list[str], bool]
     return lines, regressed
 
 
+def ab_check_lines(sessions: list) -> tuple[list[str], bool]:
+    """Per pair of keys (board, case, baseline key, candidate key): its latest A/B session's verdicts."""
+    latest = {}
+    for s in sessions:          # oldest first: the last one of a pair of keys stays
+        latest[(s.baseline.board_id, s.case, s.baseline.key.digest, s.candidate.key.digest)] = s
+    lines = []
+    for s in latest.values():
+        differences = "; ".join(s.candidate.key.differences(s.baseline.key)) or "same key"
+        lines.append(f"A/B {s.case} on {s.baseline.board_id}: {s.candidate_partition} against "
+                     f"{s.baseline_partition} ({differences}), session {s.session_id}, {len(s.pairs)} pairs")
+        lines += [f"  {'REGRESSION ' if v.regression else ''}{v.line()} ({v.kind}, n={v.n})" for v in s.verdicts]
+    return lines, any(s.regression for s in latest.values())
+
+
 def _cmd_check(args) -> int:
     with ResultsStore(args.results, create=False) as store:
         runs = store.runs(board=args.board)
+        sessions = store.ab_sessions(board=args.board)
     if not runs:
         raise ConfigError(f"{args.results}: no runs" + (f" of board {args.board}" if args.board else ""))
     lines, regressed = check_lines(runs, parse_threshold(args.threshold, "--threshold"))
-    print("\n".join(lines))
-    return 1 if regressed else 0
+    ab_lines, ab_regressed = ab_check_lines(sessions)
+    print("\n".join(lines + ab_lines))
+    return 1 if regressed or ab_regressed else 0
 
 
 # -- boards --------------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from .cases import GoldenCase, case_inputs, run_key
 from ..core.imageio import save_png
 from ..model.bundle import ModelBundle, load_bundle
 from .golden import latent_preview
-from ..partition.manifest import default_partition_dir, load_manifest, manifest_path, manifest_sha256
+from ..partition.manifest import (default_partition_dir, load_manifest, manifest_path, manifest_sha256,
+                                  partition_precision)
 from .quality import QualityResult, compare, compare_latents, diff_figure
 from ..runtime.run import run_partitioned, RunRequest, RunResult
 
@@ -119,12 +120,7 @@ class GateRunner:
     @property
     def precision(self) -> str:
         """The partition's precision as goldens name it: float16, or e.g. float16+w8a8-ffn."""
-        manifest = load_manifest(self.partition)
-        if manifest.conversion:      # a converted partition: what the toolkit built
-            return {"fp16": "float16"}.get(manifest.conversion["precision"], manifest.conversion["precision"])
-        export = manifest.export
-        quant = export.get("fake_quant")
-        return export.get("dtype", "unknown") + (f"+{quant}" if quant else "")
+        return partition_precision(self.partition)
 
     # -------------------------------------------------------------- runs
     def prepare(self) -> None:

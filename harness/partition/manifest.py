@@ -18,7 +18,8 @@ from .granularity import parse_granularity
 from ..core.schema import Field, check_table, is_int, list_of, non_empty_str, one_of, positive_int, read_json
 
 __all__ = ["manifest_sha256", "default_partition_dir", "FORMAT", "FORMATS", "FUSED_BRANCH", "MANIFEST_FILE", "TensorSpec",
-           "SubgraphEntry", "Manifest", "load_manifest", "manifest_path", "network_settings", "subgraph_index"]
+           "SubgraphEntry", "Manifest", "load_manifest", "manifest_path", "network_settings", "subgraph_index",
+           "partition_precision"]
 
 # /3 names the cross-attention subgraphs' text-embedding input `text_emb` and records the partition's
 # granularity (export.granularity) and, for fused subgraphs, the blocks each holds. Still read: /2
@@ -48,6 +49,15 @@ def default_partition_dir(cfg: ModelConfig, digest: str, dtype: str, fake_quant:
 def manifest_sha256(directory) -> str:
     """sha256 of manifest.json: the one id of a partition (it holds every subgraph's checksum)."""
     return hashlib.sha256(manifest_path(directory).read_bytes()).hexdigest()
+
+
+def partition_precision(directory) -> str:
+    """The partition's precision as goldens and result keys name it: float16, or e.g. float16+w8a8-ffn."""
+    manifest = load_manifest(directory)
+    if manifest.conversion:      # a converted partition: what the toolkit built
+        return {"fp16": "float16"}.get(manifest.conversion["precision"], manifest.conversion["precision"])
+    quant = manifest.export.get("fake_quant")
+    return manifest.export.get("dtype", "unknown") + (f"+{quant}" if quant else "")
 
 
 def subgraph_index(block: int, branch: str) -> int:

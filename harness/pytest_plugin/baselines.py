@@ -3,19 +3,24 @@ is judged against its reference there (harness/results/judge.py), and may become
 
 pytest-benchmark only times the rounds. Its own storage (--benchmark-autosave, --benchmark-save) and its
 --benchmark-compare-fail are refused: they would keep a second store beside the results store and judge
-mean against mean with no noise estimate. Baselines are written at session end, from valid runs only,
-and only when the whole session passed: with --save-baseline, or with --accept-upgrade after an upgrade
-comparison (a new NPU stack or manifest) that passed.
+mean against mean with no noise estimate. A run is judged when its benchmark test ends and written at
+session end, once the quality gate has measured its image: the run, its quality metrics and (when it
+becomes one) its baseline in one transaction, so a session killed at any moment leaves the whole run
+or none of it. Baselines come from valid runs only, and only when the whole session passed: with
+--save-baseline, or with --accept-upgrade after an upgrade comparison (a new NPU stack or manifest)
+that passed.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from ..core.errors import HarnessError
 from ..results.judge import FIRST, NOT_COMPARABLE, STEP, UPGRADE, Judgement, judge_run
-from ..results.records import Run, RunKey, SubgraphTime, board_model_of, utc_now
+from ..results.records import Run, RunKey, board_model_of, utc_now
+from ..results.sessions import ABRecord, ab_record, subgraph_times
 from ..results.store import ResultsStore
 from .state import (BASELINE_OFFERS, BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, IDENTITY, QUALITY_RESULTS, SETTINGS,
                     append_to)
@@ -33,7 +38,7 @@ REFUSED_BENCHMARK_OPTIONS = {
     "benchmark_save": _INSTEAD,
 }
 _STORE = pytest.StashKey[ResultsStore]()
-_RECORDED = pytest.StashKey[list]()         # the runs this session wrote, for their quality metrics
+_RECORDED = pytest.StashKey[list]()         # the runs this session judged, written at its end
 
 
 @pytest.hookimpl(trylast=True)
@@ -61,16 +66,6 @@ def _store(config) -> ResultsStore:
     return config.stash[_STORE]
 
 
-def _subgraph_times(report: dict, computed: int) -> tuple:
-    """Core (run-stage) seconds per computed step of every subgraph, from the run's lifecycle records."""
-    total: dict[tuple, float] = {}
-    for r in report["lifecycle_records"]:
-        if r["stage"] == "run":
-            key = (r["subgraph"], r["block"], r["branch"])
-            total[key] = total.get(key, 0.0) + r["seconds"]
-    return tuple(SubgraphTime(str(s), b, br, t / max(computed, 1)) for (s, b, br), t in total.items())
-
-
 class ResultsGate:
     """What test_benchmark.py asks: its run as the store keeps it, the verdict, the write, the offer."""
 
@@ -95,17 +90,26 @@ class ResultsGate:
             valid=telemetry["valid"], invalid_reasons=tuple(telemetry["reasons"]),
             mean_step_s=info["mean_step_s"], total_denoise_s=info["denoise_s"],
             stages=dict(info["lifecycle_s_per_step"]), branches=dict(info["core_s_per_step"]),
-            step_s=tuple(report["step_seconds"]), subgraphs=_subgraph_times(report, info["computed_steps"]),
+            step_s=tuple(report["step_seconds"]), subgraphs=subgraph_times([report]),
             git_revision=git_revision(), ci_url=ci_url(), kernel=identity.get("kernel"),
             peak_pss_added_bytes=info["peak_pss_added_bytes"],
             host_cpus=host.cpus if host else None, host_load=host.load_per_cpu if host else None,
             host_probe_s=host.probe_s if host else None)
 
+    def record_ab(self, session, case: str, sides: dict, telemetry: dict, **how) -> ABRecord:
+        """Write the interleaved A/B session `session` (both sides, the pairs, the verdicts) now, in one
+        transaction: it has no quality metrics to wait for. `how`: threshold_pct, confidence, warmup."""
+        record = ab_record(session, case=case, sides=sides, identity=self.config.stash[IDENTITY],
+                           board=self.config.stash[BOARD], telemetry=telemetry, lifecycle=self.settings.lifecycle,
+                           **how)
+        self.store.add_ab_session(record)
+        return record
+
     def judge(self, run: Run) -> Judgement:
         return judge_run(self.store, run, self.settings.baseline_threshold)
 
     def record(self, run: Run) -> None:
-        self.store.add_run(run)
+        """Keep the judged run for the session's end (pytest_sessionfinish writes it)."""
         append_to(self.config, _RECORDED, run)
 
     def offer(self, nodeid: str, run: Run, judgement: Judgement) -> None:
@@ -141,39 +145,53 @@ def results_gate(request) -> ResultsGate:
     return ResultsGate(request.config)
 
 
-def _store_quality(config) -> None:
-    """SSIM and PSNR of each recorded run's case, once the quality gate has judged the run's image
-    (PSNR of identical images is infinite: a store holds finite numbers only, so it is left out)."""
+def _quality_of(config, run: Run) -> dict:
+    """SSIM and PSNR of the run's case, when the quality gate judged the run's image (PSNR of identical
+    images is infinite: a store holds finite numbers only, so it is left out)."""
+    for q in config.stash.get(QUALITY_RESULTS, []):
+        if q["case"] == run.key.case:
+            return {f"{q['kind']}_{m}": q[m] for m in ("ssim", "psnr") if math.isfinite(q[m])}
+    return {}
+
+
+def _baseline_reason(session, exitstatus, offer: tuple | None) -> str | None:
+    """Why the run offered as `offer` (nodeid, reason) becomes its board's baseline now, or None."""
+    if offer is None:
+        return None
+    if exitstatus == 0 and session.testsfailed == 0:
+        return offer[1]
+    append_to(session.config, BASELINE_OUTCOMES,
+              (offer[0], None, f"baseline not saved: the session did not pass "
+                               f"({session.testsfailed} failed, exit status {int(exitstatus)})"))
+    return None
+
+
+def _write_runs(session, exitstatus) -> None:
+    """Every judged run with its quality metrics and baseline, one transaction each. A run not
+    written fails the session (its benchmark test had passed)."""
+    config = session.config
+    offers = {(run.run_id, run.key.case): (nodeid, reason)
+              for nodeid, run, reason in config.stash.get(BASELINE_OFFERS, [])}
     for run in config.stash.get(_RECORDED, []):
-        for q in config.stash.get(QUALITY_RESULTS, []):
-            if q["case"] == run.key.case:
-                metrics = {f"{q['kind']}_{m}": q[m] for m in ("ssim", "psnr") if math.isfinite(q[m])}
-                _store(config).add_quality(run, metrics)
-                break
+        offer = offers.get((run.run_id, run.key.case))
+        reason = _baseline_reason(session, exitstatus, offer)
+        nodeid = offer[0] if offer else run.key.case
+        try:
+            whole = replace(run, quality={**run.quality, **_quality_of(config, run)})
+            store = _store(config)
+            store.add_run(whole, baseline=reason)
+        except HarnessError as exc:
+            append_to(config, BASELINE_OUTCOMES, (nodeid, None, f"benchmark run not written: {exc}"))
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            continue
+        if reason is not None:
+            append_to(config, BASELINE_OUTCOMES,
+                      (nodeid, store.where, f"baseline {reason}: run {run.run_id} in {store.where}"))
 
 
 @pytest.hookimpl(tryfirst=True)     # before the run summary, which reports what was saved
 def pytest_sessionfinish(session, exitstatus):
-    try:
-        _store_quality(session.config)
-    except HarnessError as exc:
-        append_to(session.config, BASELINE_OUTCOMES, ("quality", None, f"quality metrics not stored: {exc}"))
-    offers = session.config.stash.get(BASELINE_OFFERS, [])
-    passed = exitstatus == 0 and session.testsfailed == 0
-    for nodeid, run, reason in offers:
-        if not passed:
-            append_to(session.config, BASELINE_OUTCOMES,
-                      (nodeid, None, f"baseline not saved: the session did not pass "
-                                     f"({session.testsfailed} failed, exit status {int(exitstatus)})"))
-            continue
-        store = _store(session.config)
-        try:
-            store.set_baseline(run, reason)
-        except HarnessError as exc:
-            append_to(session.config, BASELINE_OUTCOMES, (nodeid, None, f"baseline not saved: {exc}"))
-            continue
-        append_to(session.config, BASELINE_OUTCOMES,
-                  (nodeid, store.where, f"baseline {reason}: run {run.run_id} in {store.where}"))
+    _write_runs(session, exitstatus)
 
 
 def pytest_unconfigure(config):

@@ -44,6 +44,7 @@ class Side:
 class ABSession:
     pairs: list[dict]               # per round: {"baseline": {figure: s}, "candidate": {figure: s}}
     verdicts: list[Verdict]
+    reports: dict = field(default_factory=dict)     # side name -> its judged rounds' run reports (the store's)
 
     @property
     def regressions(self) -> list[Verdict]:
@@ -84,17 +85,19 @@ def run_session(bundle, baseline: Side, candidate: Side, settings: dict, *, roun
         raise ConfigError(f"{rounds} A/B rounds: a paired verdict needs at least 2")
     prompt = prompt if prompt is not None else bundle.cfg.prompt["default"]
     pairs: list[dict] = []
+    reports: dict[str, list] = {baseline.name: [], candidate.name: []}
     for r in range(warmup + rounds):
         order = (baseline, candidate) if r % 2 == 0 else (candidate, baseline)
-        pair = {side.name: session_figures(
-            run_partitioned(RunRequest(bundle, side.partition, side.backend, prompt, settings, side.options,
-                                       lifecycle=lifecycle, verify=r == 0, text_embs=text_embs),
-                            guard=guard).report) for side in order}
+        ran = {side.name: run_partitioned(RunRequest(bundle, side.partition, side.backend, prompt, settings,
+                                                     side.options, lifecycle=lifecycle, verify=r == 0,
+                                                     text_embs=text_embs), guard=guard).report for side in order}
         if r >= warmup:
-            pairs.append(pair)
+            pairs.append({name: session_figures(report) for name, report in ran.items()})
+            for name, report in ran.items():
+                reports[name].append(report)
             if on_pair:
-                on_pair(len(pairs), pair)
-    return ABSession(pairs, judge_pairs(pairs, threshold_pct, confidence))
+                on_pair(len(pairs), pairs[-1])
+    return ABSession(pairs, judge_pairs(pairs, threshold_pct, confidence), reports)
 
 
 def baseline_options(options: dict, fault: str | None) -> dict:

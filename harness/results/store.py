@@ -1,9 +1,10 @@
 """The results store: every benchmark run of every board, in SQLite (one file) or PostgreSQL (a fleet).
 
     store = ResultsStore("sqlite:///.benchmarks/results.sqlite")    # or postgresql://user@host/db
-    store.add_run(run)                  # one transaction: the whole run or nothing
+    store.add_run(run)                  # one transaction: the whole run (quality metrics too) or nothing
     store.runs(board="rock-5c-1a2b", key=run.key.digest, valid=True)
     store.set_baseline(run, "saved")    # the board's accepted reference for the run's experiment
+    store.add_ab_session(record)        # an interleaved A/B session: both sides' runs, pairs, verdicts
 
 The URL is SQLAlchemy's: `sqlite:///relative.sqlite`, `sqlite:////absolute.sqlite`, `postgresql://...`
 (psycopg 3 is the driver). Opening a store brings its schema to the newest alembic revision, under a
@@ -22,7 +23,6 @@ import json
 import sqlite3
 import time
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 
 from sqlalchemy import create_engine, delete, event, insert, select, text
@@ -30,7 +30,9 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
 from .records import ResultsError, Run, RunKey, SubgraphTime, utc_now
-from .tables import baselines, run_branches, run_quality, run_stages, run_steps, run_subgraphs, runs
+from .sessions import SIDES, ABRecord, verdict_of
+from .tables import (ab_rounds, ab_sessions, ab_verdicts, baselines, run_branches, run_quality, run_stages,
+                     run_steps, run_subgraphs, runs)
 
 __all__ = ["ResultsStore", "DEFAULT_RESULTS", "BUSY_SECONDS", "describe_url", "absolute_url", "sqlite_path"]
 
@@ -174,11 +176,15 @@ class ResultsStore:
 
     # -- writing -------------------------------------------------------------------------------------
 
-    def add_run(self, run: Run) -> None:
-        """Write `run` whole in one transaction; a run id already stored for its case is an error."""
+    def add_run(self, run: Run, baseline: str | None = None) -> None:
+        """Write `run` whole in one transaction, its quality metrics included; with `baseline` (why,
+        e.g. "saved") it becomes its board's baseline for its experiment in the same transaction. A
+        run id already stored for its case is an error."""
         try:
             with self._writing() as conn:
-                _insert_run(conn, run)
+                pk = _insert_run(conn, run)
+                if baseline is not None:
+                    _point_baseline(conn, run, pk, baseline)
         except IntegrityError as exc:
             if self.has_run(run.run_id, run.key.case):
                 raise ResultsError(f"results store {self.where}: run {run.run_id!r} of case {run.key.case!r} "
@@ -189,14 +195,30 @@ class ResultsStore:
             raise ResultsError(f"results store {self.where}: run {run.run_id!r} not written "
                                f"({str(exc.orig).splitlines()[0]}); the store is as it was") from None
 
-    def add_quality(self, run: Run, metrics: dict) -> None:
-        """The quality metrics of the stored `run`'s case, measured after its timing (one transaction)."""
-        checked = replace(run, quality={**run.quality, **metrics}).quality      # checked as a Run's are
-        with self._writing() as conn:
-            pk = _run_pk(conn, run.run_id, run.key.case)
-            if pk is None:
-                raise ResultsError(f"results store {self.where}: run {run.run_id!r} is not stored")
-            conn.execute(insert(run_quality), [{"run": pk, "metric": m, "value": checked[m]} for m in metrics])
+    def add_ab_session(self, record: ABRecord) -> None:
+        """Write an A/B session whole in one transaction: both sides' runs, every round's figures and
+        the verdicts (harness.results.sessions)."""
+        try:
+            with self._writing() as conn:
+                _insert_session(conn, record)
+        except IntegrityError as exc:
+            raise ResultsError(f"results store {self.where}: A/B session {record.session_id!r} of case "
+                               f"{record.case!r} rejected ({str(exc.orig).splitlines()[0]}); is it stored "
+                               "already?") from None
+        except OperationalError as exc:
+            raise ResultsError(f"results store {self.where}: A/B session {record.session_id!r} not written "
+                               f"({str(exc.orig).splitlines()[0]}); the store is as it was") from None
+
+    def ab_sessions(self, *, board: str | None = None, case: str | None = None) -> list[ABRecord]:
+        """Stored A/B sessions matching the filters, oldest first."""
+        query = select(ab_sessions)
+        if board is not None:
+            query = query.where(ab_sessions.c.board_id == board)
+        if case is not None:
+            query = query.where(ab_sessions.c.case_name == case)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query.order_by(ab_sessions.c.time, ab_sessions.c.id)).mappings().all()
+            return [_session_of(conn, row) for row in rows]
 
     def set_baseline(self, run: Run, reason: str) -> None:
         """Make the stored `run` its board's baseline for its experiment (replacing the one before)."""
@@ -205,10 +227,7 @@ class ResultsStore:
             if pk is None:
                 raise ResultsError(f"results store {self.where}: run {run.run_id!r} is not stored, "
                                    "so it cannot be a baseline")
-            conn.execute(delete(baselines).where(baselines.c.board_id == run.board_id,
-                                                 baselines.c.experiment == run.key.experiment))
-            conn.execute(insert(baselines).values(board_id=run.board_id, experiment=run.key.experiment,
-                                                  run=pk, saved=utc_now(), reason=reason))
+            _point_baseline(conn, run, pk, reason)
 
     # -- reading -------------------------------------------------------------------------------------
 
@@ -266,7 +285,17 @@ class ResultsStore:
     def push(self, target: "ResultsStore") -> tuple[int, int]:
         """Copy the runs and baselines `target` lacks; (runs copied, runs it had). Idempotent."""
         copied = had = 0
+        sessions = self.ab_sessions()
+        sides = {(r.run_id, r.key.case) for s in sessions for r in (s.baseline, s.candidate)}
+        for session in sessions:
+            if target.has_run(session.baseline.run_id, session.case):
+                had += 2
+                continue
+            target.add_ab_session(session)
+            copied += 2
         for run in self.runs():
+            if (run.run_id, run.key.case) in sides:
+                continue
             if target.has_run(run.run_id, run.key.case):
                 had += 1
                 continue
@@ -283,7 +312,16 @@ def _run_pk(conn, run_id: str, case: str) -> int | None:
     return conn.execute(select(runs.c.id).where(runs.c.run_id == run_id, runs.c.case_name == case)).scalar()
 
 
-def _insert_run(conn, run: Run) -> None:
+def _point_baseline(conn, run: Run, pk: int, reason: str) -> None:
+    """Make the run with primary key `pk` its board's baseline for its experiment (replacing the one before)."""
+    conn.execute(delete(baselines).where(baselines.c.board_id == run.board_id,
+                                         baselines.c.experiment == run.key.experiment))
+    conn.execute(insert(baselines).values(board_id=run.board_id, experiment=run.key.experiment,
+                                          run=pk, saved=utc_now(), reason=reason))
+
+
+def _insert_run(conn, run: Run) -> int:
+    """The run's row and its children; its primary key."""
     k = run.key
     pk = conn.execute(insert(runs).values(
         run_id=run.run_id, case_name=k.case, time=run.time, board_id=run.board_id, board_model=run.board_model,
@@ -304,6 +342,43 @@ def _insert_run(conn, run: Run) -> None:
     for table, rows in children:
         if rows:
             conn.execute(insert(table), [{"run": pk, **row} for row in rows])
+    return pk
+
+
+def _insert_session(conn, record: ABRecord) -> None:
+    pks = {side: _insert_run(conn, record.side(side)) for side in SIDES}
+    pk = conn.execute(insert(ab_sessions).values(
+        session_id=record.session_id, case_name=record.case, time=record.baseline.time,
+        board_id=record.baseline.board_id, baseline_run=pks["baseline"], candidate_run=pks["candidate"],
+        baseline_partition=record.baseline_partition, candidate_partition=record.candidate_partition,
+        baseline_options=json.dumps(record.baseline_options, sort_keys=True),
+        candidate_options=json.dumps(record.candidate_options, sort_keys=True), lifecycle=record.lifecycle,
+        rounds=len(record.pairs), warmup=record.warmup, threshold_pct=record.threshold_pct,
+        confidence=record.confidence, regression=record.regression)).inserted_primary_key[0]
+    conn.execute(insert(ab_rounds), [{"session": pk, "round": i, "side": side, "figure": figure, "seconds": seconds}
+                                     for i, pair in enumerate(record.pairs) for side in SIDES
+                                     for figure, seconds in pair[side].items()])
+    if record.verdicts:
+        conn.execute(insert(ab_verdicts), [
+            {"session": pk, "place": i, "figure": v.label, "kind": v.kind, "shift_pct": v.shift_pct, "ci_low_pct": v.ci_pct[0],
+             "ci_high_pct": v.ci_pct[1], "threshold_pct": v.threshold_pct, "confidence": v.confidence,
+             "regression": v.regression, "n": v.n} for i, v in enumerate(record.verdicts)])
+
+
+def _session_of(conn, row) -> ABRecord:
+    sides = {side: _with_children(conn, conn.execute(select(runs).where(runs.c.id == row[f"{side}_run"]))
+                                  .mappings().all())[0] for side in SIDES}
+    pairs = [{side: {} for side in SIDES} for _ in range(row["rounds"])]
+    for r in conn.execute(select(ab_rounds).where(ab_rounds.c.session == row["id"])).mappings():
+        pairs[r["round"]][r["side"]][r["figure"]] = r["seconds"]
+    verdicts = [verdict_of(v) for v in conn.execute(select(ab_verdicts).where(ab_verdicts.c.session == row["id"])
+                                                    .order_by(ab_verdicts.c.place)).mappings()]
+    return ABRecord(session_id=row["session_id"], baseline=sides["baseline"], candidate=sides["candidate"],
+                    baseline_partition=row["baseline_partition"], candidate_partition=row["candidate_partition"],
+                    pairs=tuple(pairs), verdicts=tuple(verdicts), threshold_pct=row["threshold_pct"],
+                    confidence=row["confidence"], lifecycle=row["lifecycle"], warmup=row["warmup"],
+                    baseline_options=json.loads(row["baseline_options"]),
+                    candidate_options=json.loads(row["candidate_options"]))
 
 
 def _with_children(conn, rows) -> list[Run]:

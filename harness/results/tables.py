@@ -12,7 +12,7 @@ from sqlalchemy import (Boolean, CheckConstraint, Column, Float, ForeignKey, Int
                         Table, Text, UniqueConstraint, BigInteger)
 
 __all__ = ["metadata", "runs", "run_stages", "run_branches", "run_steps", "run_subgraphs", "run_quality",
-           "baselines", "MAX_SECONDS"]
+           "baselines", "ab_sessions", "ab_rounds", "ab_verdicts", "MAX_SECONDS"]
 
 MAX_SECONDS = 1e9       # 31 years: larger is a unit mistake, and the bound keeps NaN/Infinity out
 
@@ -92,3 +92,55 @@ baselines = Table(
     Column("reason", String(40), nullable=False),
     UniqueConstraint("board_id", "experiment", name="uq_baseline"),
 )
+
+# An interleaved A/B session (harness/results/ab.py): each side is one run in `runs` (its figures the
+# mean over the session's rounds, keyed by its own partition and stack), the rounds' figures pair by
+# pair, and the paired verdict per figure with its effect and interval. Deleting a side's run deletes
+# its session.
+ab_sessions = Table(
+    "ab_sessions", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("session_id", String(200), nullable=False),
+    Column("case_name", String(200), nullable=False),
+    Column("time", String(40), nullable=False),
+    Column("board_id", String(200), nullable=False, index=True),
+    Column("baseline_run", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("candidate_run", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("baseline_partition", Text, nullable=False),
+    Column("candidate_partition", Text, nullable=False),
+    Column("baseline_options", Text, nullable=False),       # JSON object: the side's backend options
+    Column("candidate_options", Text, nullable=False),
+    Column("lifecycle", String(100), nullable=False),
+    Column("rounds", Integer, CheckConstraint("rounds >= 2", name="ck_ab_rounds"), nullable=False),
+    Column("warmup", Integer, CheckConstraint("warmup >= 0", name="ck_ab_warmup"), nullable=False),
+    Column("threshold_pct", Float, CheckConstraint("threshold_pct > 0 AND threshold_pct < 1000",
+                                                   name="ck_ab_threshold"), nullable=False),
+    Column("confidence", Float, CheckConstraint("confidence > 0 AND confidence < 1", name="ck_ab_confidence"),
+           nullable=False),
+    Column("regression", Boolean, nullable=False),
+    UniqueConstraint("session_id", "case_name", name="uq_ab_session_case"),
+)
+
+
+def _session_child(name: str, *columns) -> Table:
+    return Table(name, metadata,
+                 Column("session", Integer, ForeignKey("ab_sessions.id", ondelete="CASCADE"), nullable=False,
+                        index=True),
+                 *columns)
+
+
+ab_rounds = _session_child(
+    "ab_rounds", Column("round", Integer, nullable=False), Column("side", String(20), nullable=False),
+    Column("figure", String(100), nullable=False), *_seconds("seconds"),
+    CheckConstraint("side IN ('baseline', 'candidate')", name="ck_ab_side"),
+    UniqueConstraint("session", "round", "side", "figure", name="uq_ab_round"))
+
+_PCT = "> -1e6 AND {0} < 1e6"       # a shift in %: finite (keeps NaN out on PostgreSQL, see above)
+ab_verdicts = _session_child(
+    "ab_verdicts", Column("place", Integer, nullable=False),      # its position in the session's list
+    Column("figure", String(100), nullable=False), Column("kind", String(20), nullable=False),
+    *(Column(c, Float, CheckConstraint(f"{c} {_PCT.format(c)}", name=f"ck_ab_{c}"), nullable=False)
+      for c in ("shift_pct", "ci_low_pct", "ci_high_pct", "threshold_pct")),
+    Column("confidence", Float, nullable=False), Column("regression", Boolean, nullable=False),
+    Column("n", Integer, nullable=False),
+    UniqueConstraint("session", "figure", name="uq_ab_figure"))

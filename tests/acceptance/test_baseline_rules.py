@@ -9,10 +9,16 @@ librknnrt versions changed (what `board_identity` reads); the simulated board (b
 stage from the board's measured profile. The regression is the same board with every stage 3x as
 slow (--time-scale): ~+200 %, so no load on this machine can hide it.
 """
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
+from sqlalchemy import text
 
 from harness.model.config import REPO_ROOT
 from harness.results.store import ResultsStore
@@ -149,3 +155,33 @@ def test_the_runs_quality_metrics_reach_the_store(pytester, tmp_path, partition_
     result.assert_outcomes(passed=2)
     (run,) = stored(tmp_path)
     assert set(run.quality) == {"image_ssim", "image_psnr"} and 0.9999 <= run.quality["image_ssim"] <= 1
+
+
+def test_a_session_killed_between_a_run_and_its_quality_metrics_leaves_no_run_without_them(
+        tmp_path, partition_cache, results_url):
+    # A real gate session (benchmark, then the quality gate on the run's image), stopped where the
+    # run's quality rows are about to be written and killed there with SIGKILL: the run and its
+    # metrics are one transaction, so the store holds the whole run or nothing of it.
+    paused = tmp_path / "paused"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}",
+         "-p", "no:cacheprovider", "-p", "tests.pause_writes", str(REPO_ROOT / "tests/acceptance/test_benchmark.py"),
+         str(REPO_ROOT / "tests/acceptance/test_quality.py"), "--cases=seven", f"--artifacts={tmp_path / 'artifacts'}",
+         f"--cache-dir={partition_cache}", f"--results={results_url}", "-q"],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PAUSE_AT": "INSERT INTO run_quality", "PAUSE_FILE": str(paused)})
+    try:
+        deadline = time.monotonic() + 600
+        while not paused.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert paused.exists(), f"the session never wrote quality metrics: {child.communicate(timeout=60)[0][-2000:]}"
+    finally:
+        child.kill()
+        child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    with ResultsStore(results_url) as store:
+        runs = store.runs()
+        assert [r.run_id for r in runs if not r.quality] == [], "a run was left without its quality metrics"
+        with store.engine.connect() as conn:
+            counts = {t: conn.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar() for t in ("run_steps", "run_quality")}
+    assert counts == {"run_steps": sum(len(r.step_s) for r in runs), "run_quality": sum(len(r.quality) for r in runs)}

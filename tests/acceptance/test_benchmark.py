@@ -12,7 +12,8 @@ With `--bench-sampler spectrum` the rounds run the 13-of-28 Spectrum preset; ext
 computed and forecast steps apart (time per computed step and per image).
 
 It also asserts what makes the figures it hands over trustworthy: every invocation of every computed
-step was recorded, the step split adds up without double counting, and the run reached the store.
+step was recorded, the step split adds up without double counting. The run is written to the store at session end, with the
+quality gate's metrics of its image, in one transaction.
 """
 import pytest
 
@@ -74,8 +75,7 @@ def record_run(benchmark, case, gate_runner, window, result, suite, request, res
                                       "memory": result.report.get("memory"),
                                       "lifecycle": result.report.get("lifecycle"),
                                       "comparison": comparison, "key": run.key.as_dict()})
-    results_gate.record(run)
-    assert results_gate.store.run(run.run_id, case.name) == run, f"{results_gate.store.where}: the run was not stored"
+    results_gate.record(run)        # written at session end with its quality metrics (harness/pytest_plugin/baselines.py)
     _assert_figures_add_up(info, suite.bench_steps or case.steps, gate_runner.subgraphs)
     results_gate.offer(request.node.nodeid, run, judgement)
     if judgement.regressed:

@@ -1,10 +1,13 @@
 """The --ab-baseline gate, run under pytester as CI runs it: a candidate slowed on purpose (the
 faults backend's slow=x4, the candidate's only) fails the benchmark test with the verdict line
 naming the figure, its shift, interval and threshold; the same partition against itself passes.
+Either way the session reaches the results store, both sides keyed by their own partition.
 """
 import pytest
 
 from harness.model.config import EMBEDDED_DIR, REPO_ROOT
+from harness.partition.manifest import manifest_sha256
+from harness.results.store import ResultsStore
 
 pytestmark = pytest.mark.slow       # two gate sessions of 1 + 8 rounds each
 
@@ -26,14 +29,28 @@ def gate(pytester, tmp_path, baseline_partition):
             "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}", "-p", "no:cacheprovider",
             str(REPO_ROOT / "tests/acceptance/test_benchmark_ab.py"), "--bench-steps=1", "--cases=seven",
             f"--artifacts={tmp_path / 'artifacts'}", f"--cache-dir={tmp_path / 'cache'}",
-            f"--ab-baseline={baseline_partition}", "--ab-rounds=8", "--backend=faults", *args)
+            f"--ab-baseline={baseline_partition}", "--ab-rounds=8", "--backend=faults",
+            f"--results=sqlite:///{tmp_path / 'results.sqlite'}", *args)
     return run
 
 
-def test_a_slowed_candidate_fails_with_the_verdict_line(gate):
+def stored_session(tmp_path):
+    with ResultsStore(f"sqlite:///{tmp_path / 'results.sqlite'}") as store:
+        (session,) = store.ab_sessions()
+        return session, store.runs()
+
+
+def test_a_slowed_candidate_fails_with_the_verdict_line(gate, tmp_path, baseline_partition):
     result = gate("--fault=slow=x4")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*A/B regression against *init +* % [[]*, *] over the 2 % threshold*"])
+    session, runs = stored_session(tmp_path)
+    assert session.regression and session.case == "seven" and len(session.pairs) == 8
+    assert session.baseline_partition == str(baseline_partition) and session.candidate_options == {"slowdown": 4.0}
+    assert session.baseline.key.manifest_hash == manifest_sha256(baseline_partition)
+    # the suite's own export of the same model is another folder with the same manifest: one key
+    assert session.candidate_partition != session.baseline_partition and session.candidate.key == session.baseline.key
+    assert {r.run_id for r in runs} == {session.baseline.run_id, session.candidate.run_id}
 
 
 def test_an_unchanged_candidate_passes(gate, tmp_path, baseline_partition):
@@ -41,3 +58,5 @@ def test_an_unchanged_candidate_passes(gate, tmp_path, baseline_partition):
     # per cent here (where each copy's pages sit), which is a difference, and the session says so.
     gate(f"--partition={baseline_partition}").assert_outcomes(passed=1)
     assert (tmp_path / "artifacts" / "runs" / "seven-ab.json").exists()
+    session, _ = stored_session(tmp_path)
+    assert not session.regression and session.candidate.key == session.baseline.key

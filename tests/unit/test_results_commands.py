@@ -13,7 +13,7 @@ import pytest
 from harness.cli.main import main
 from harness.results.judge import FIRST, HISTORY, UPGRADE, judge_run
 from harness.results.store import ResultsStore
-from tests.results_data import VERSIONS_NEW, make_run
+from tests.results_data import VERSIONS_NEW, make_ab_record, make_run
 
 pytestmark = pytest.mark.results
 
@@ -209,3 +209,39 @@ def test_runs_that_merely_happened_before_judge_only_once_they_are_enough(result
         assert "too few for a learned threshold (5 needed) and no saved baseline, so no verdict yet" in early.headline()
         store.set_baseline(store.runs()[-1], "saved")
         assert judge_run(store, make_run("new", 1.2, minute=50), 10.0).regressed     # the fixed rule, saved
+
+
+def test_export_and_check_read_the_ab_sessions(results_url, tmp_path, capsys):
+    with ResultsStore(results_url) as store:
+        store.add_ab_session(make_ab_record("s1", 1.0))
+        store.add_ab_session(make_ab_record("s2", 1.10, minute=5))     # the latest of the same two keys
+    out, ab = tmp_path / "runs.csv", tmp_path / "ab.csv"
+    assert main(["results", "export", "--results", results_url, "--out", str(out), "--ab-out", str(ab)]) == 0
+    runs = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert [r["run_id"] for r in runs] == ["s1-baseline", "s1-candidate", "s2-baseline", "s2-candidate"]
+    rows = list(csv.DictReader(io.StringIO(ab.read_text())))
+    step = [r for r in rows if r["figure"] == "step"]
+    assert [(r["session_id"], r["regression"]) for r in step] == [("s1", "0"), ("s2", "1")]
+    s2 = step[1]
+    assert (s2["baseline_manifest_hash"], s2["candidate_manifest_hash"], s2["candidate_run_id"]) == ("m1", "m2", "s2-candidate")
+    assert float(s2["ci_low_pct"]) < float(s2["shift_pct"]) < float(s2["ci_high_pct"]) and 9 < float(s2["shift_pct"]) < 11
+    capsys.readouterr()
+    assert main(["results", "check", "--results", results_url]) == 1
+    text = capsys.readouterr().out
+    assert "A/B cat on rock-5c-aaaa: /parts/new against /parts/old (manifest_hash m1 -> m2), session s2, 6 pairs" in text
+    assert re.search(r"REGRESSION step \+\d+\.\d % \[[\d.]+, [\d.]+\] over the 2 % threshold \(paired, n=6\)", text)
+    assert "session s1" not in text
+
+
+def test_an_unchanged_ab_session_passes_check_and_push_copies_it_once(results_url, tmp_path, capsys):
+    local = f"sqlite:///{tmp_path / 'board.sqlite'}"
+    with ResultsStore(local) as store:
+        store.add_ab_session(make_ab_record("s1", 1.0))
+        store.add_run(make_run("plain", minute=9))
+    assert main(["results", "check", "--results", local]) == 0
+    assert "session s1" in capsys.readouterr().out
+    assert main(["results", "push", "--results", local, "--to", results_url]) == 0
+    assert main(["results", "push", "--results", local, "--to", results_url]) == 0
+    assert "0 run(s) pushed, 3 already there" in capsys.readouterr().out
+    with ResultsStore(local) as board, ResultsStore(results_url) as fleet:
+        assert fleet.ab_sessions() == board.ab_sessions() and len(fleet.runs()) == 3

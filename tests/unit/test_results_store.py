@@ -5,12 +5,16 @@ from __future__ import annotations
 import math
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 from sqlalchemy import insert, text
 
@@ -18,7 +22,8 @@ from harness.model.config import REPO_ROOT
 from harness.results.records import ResultsError
 from harness.results.store import ResultsStore
 from harness.results.tables import metadata, runs
-from tests.results_data import make_run
+from tests.postgres import reap_stale_clusters
+from tests.results_data import make_ab_record, make_run
 
 pytestmark = pytest.mark.results
 
@@ -98,32 +103,41 @@ def test_two_writers_at_once_lose_nothing(results_url):
     assert all(len(r.subgraphs) == 6 and len(r.step_s) == 4 for r in stored)
 
 
-# The writer stops inside its transaction, after the run's row and before its subgraph rows, and
-# says so; the test kills it there with SIGKILL.
+def _killed_at(url: str, statement: str, script: str) -> subprocess.Popen:
+    """Run `script` (given the store's URL) in a child that stops before the first SQL statement holding
+    `statement` (tests/pause_writes.py), and kill it there with SIGKILL."""
+    paused = Path(tempfile.mkdtemp()) / "paused"
+    child = subprocess.Popen([sys.executable, "-c", "import tests.pause_writes\n" + script, url], cwd=REPO_ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PAUSE_AT": statement, "PAUSE_FILE": str(paused)})
+    try:
+        deadline = time.monotonic() + 120
+        while not paused.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert paused.exists(), child.stderr.read() if child.poll() is not None else "never reached"
+    finally:
+        child.kill()
+        child.wait(timeout=60)
+        shutil.rmtree(paused.parent, ignore_errors=True)
+    return child
+
+
+# The writer stops inside its transaction, after the run's row and before its subgraph rows; the
+# test kills it there with SIGKILL.
 _KILLED = textwrap.dedent("""
-    import sys, time
-    from sqlalchemy import event
+    import os, sys
     from harness.results.store import ResultsStore
     from tests.results_data import make_run
     store = ResultsStore(sys.argv[1])
+    pause_at = os.environ.pop("PAUSE_AT")       # not in the first run: it is to be stored whole
     store.add_run(make_run("before"))
-    @event.listens_for(store.engine, "before_cursor_execute")
-    def pause(conn, cursor, statement, *args):
-        if "run_subgraphs" in statement:
-            print("mid-write", flush=True)
-            time.sleep(600)
+    os.environ["PAUSE_AT"] = pause_at
     store.add_run(make_run("killed"))
 """)
 
 
 def test_a_writer_killed_mid_run_leaves_the_store_readable_without_the_half_run(results_url):
-    child = subprocess.Popen([sys.executable, "-c", _KILLED, results_url], cwd=REPO_ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline().strip() == "mid-write", child.stderr.read()
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=60)
+    child = _killed_at(results_url, "INSERT INTO run_subgraphs", _KILLED)
     assert child.returncode == -signal.SIGKILL
     with ResultsStore(results_url) as store:
         assert [r.run_id for r in store.runs()] == ["before"]
@@ -190,3 +204,105 @@ def test_a_missing_postgresql_server_fails_in_ci_and_skips_elsewhere(pytester, m
     result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:harness.pytest_plugin", "-rs")
     result.assert_outcomes(**outcome)
     result.stdout.fnmatch_lines(["*no PostgreSQL server (initdb) here: install Debian's postgresql*"])
+
+
+# A test session holding the cluster fixture, stopped inside its test until it is killed.
+_HOLDER = textwrap.dedent("""
+    import time
+    def test_hold(postgres_cluster):
+        print("cluster", postgres_cluster.root, flush=True)
+        time.sleep(600)
+""")
+
+
+def _held_cluster(pytester):
+    """A real pytest process holding a cluster: (the process, the cluster's folder, its server's pid)."""
+    pytester.makeconftest("from tests.conftest import postgres_cluster  # noqa: F401\n")
+    pytester.makepyfile(test_holder=_HOLDER)
+    child = subprocess.Popen([sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", "test_holder.py"], cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    for line in child.stdout:       # "test_holder.py cluster /tmp/anima-pg-..."
+        if "cluster " in line:
+            root = Path(line.split("cluster ", 1)[1].strip())
+            return child, root, int((root / "data" / "postmaster.pid").read_text().split()[0])
+    child.wait(timeout=60)
+    pytest.fail(f"the holding session ended without a cluster (exit {child.returncode})")
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _gone(pid: int, root: Path, seconds: float = 30) -> bool:
+    """The server `pid` has stopped and its folder is removed, within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while _running(pid) or root.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _kill_leftover(root: Path, pid: int) -> None:
+    """What the test found left behind, stopped so the machine is as it was whatever the outcome."""
+    if _running(pid):
+        os.kill(pid, signal.SIGQUIT)        # the server's immediate shutdown
+    shutil.rmtree(root, ignore_errors=True)
+    assert _gone(pid, root), f"postgres -D {root / 'data'} did not stop"
+
+
+def test_a_sigkilled_test_session_leaves_no_postgresql_server_behind(pytester, postgres_cluster):
+    child, root, server = _held_cluster(pytester)
+    try:
+        assert psutil.Process(server).cmdline()[:3] == [str(postgres_cluster.bin / "postgres"), "-D", str(root / "data")]
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
+        assert _gone(server, root), f"postgres -D {root / 'data'} still runs after its test session was killed"
+    finally:
+        _kill_leftover(root, server)
+
+
+def test_a_cluster_whose_owner_and_watchdog_were_killed_is_reaped_at_the_next_start(pytester, postgres_cluster):
+    child, root, server = _held_cluster(pytester)
+    try:
+        watchdog = next(p for p in psutil.Process(child.pid).children() if "postgres.py" in " ".join(p.cmdline()))
+        watchdog.kill()         # in a session of its own: killed apart, as an OOM kill would
+        while _running(watchdog.pid):
+            time.sleep(0.05)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
+        assert _running(server), "nothing was to stop the server yet"
+        assert reap_stale_clusters(postgres_cluster.bin) == [root]
+        assert _gone(server, root)
+        assert postgres_cluster.root.exists(), "the reaper stopped a cluster whose owner is alive"
+    finally:
+        _kill_leftover(root, server)
+
+
+def test_an_ab_session_comes_back_whole_and_its_sides_are_runs_of_their_own_keys(results_url):
+    record = make_ab_record("s1", 1.10)
+    with ResultsStore(results_url) as store:
+        store.add_ab_session(record)
+        (back,) = store.ab_sessions()
+        assert back == record
+        assert back.regression and {v.label for v in back.verdicts if v.regression} == {"step", "ffn core", "init"}
+        # the sides are runs like any other, each under its own partition's key
+        assert store.runs(key=record.candidate.key.digest) == [record.candidate]
+        assert store.runs(key=record.baseline.key.digest) == [record.baseline]
+        with pytest.raises(ResultsError, match="A/B session 's1' of case 'cat' rejected"):
+            store.add_ab_session(record)
+        assert len(store.ab_sessions()) == 1 and len(store.runs()) == 2
+
+
+def test_an_ab_session_killed_mid_write_leaves_nothing_of_it(results_url):
+    # killed after both sides' runs and the rounds are written, before the verdicts
+    _killed_at(results_url, "INSERT INTO ab_verdicts", "import sys\nfrom harness.results.store import ResultsStore\n"
+               "from tests.results_data import make_ab_record\n"
+               "ResultsStore(sys.argv[1]).add_ab_session(make_ab_record('killed'))")
+    with ResultsStore(results_url) as store:
+        assert store.ab_sessions() == [] and store.runs() == []
+        with store.engine.connect() as conn:
+            assert conn.execute(text("SELECT COUNT(*) FROM ab_rounds")).scalar() == 0

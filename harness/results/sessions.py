@@ -1,0 +1,131 @@
+"""An interleaved A/B session as the results store keeps it: each side one run, the pairs and the verdicts.
+
+A session (harness/results/ab.py) times the baseline and the candidate alternately, round by round. The
+store keeps each side as one Run keyed by that side's own partition (manifest hash, precision) and NPU
+stack, its figures the mean over the session's rounds: one run per side and session, because the rounds
+of one session share its conditions and are not independent runs of the stack. A history of the key,
+`results check` and an upgrade comparison read these runs like any other. Beside them the store keeps
+what the paired verdict was computed from (every round's figures, side by side) and the verdict of each
+figure with its effect size and interval, all written in one transaction (ResultsStore.add_ab_session).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..lifecycle.steptimes import STAGE_NAMES
+from ..partition.manifest import manifest_sha256, partition_precision
+from .records import ResultsError, Run, RunKey, SubgraphTime, board_model_of, utc_now
+from .verdicts import Verdict
+
+__all__ = ["ABRecord", "SIDES", "subgraph_times", "side_run", "ab_record", "verdict_of"]
+
+SIDES = ("baseline", "candidate")
+
+
+@dataclass(frozen=True)
+class ABRecord:
+    """One stored session: both sides' runs and partitions, the pairs, the verdicts and how it ran."""
+    session_id: str
+    baseline: Run
+    candidate: Run
+    baseline_partition: str
+    candidate_partition: str
+    pairs: tuple                    # per round: {"baseline": {figure: s}, "candidate": {figure: s}}
+    verdicts: tuple                 # Verdict per figure
+    threshold_pct: float
+    confidence: float
+    lifecycle: str
+    warmup: int
+    baseline_options: dict = field(default_factory=dict)
+    candidate_options: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        where = f"A/B session {self.session_id!r}"
+        if self.baseline.key.case != self.candidate.key.case or self.baseline.board_id != self.candidate.board_id:
+            raise ResultsError(f"{where}: both sides must be one case on one board")
+        if len(self.pairs) < 2 or any(set(p) != set(SIDES) for p in self.pairs):
+            raise ResultsError(f"{where}: needs at least 2 rounds, each with a baseline and a candidate")
+
+    @property
+    def case(self) -> str:
+        return self.baseline.key.case
+
+    @property
+    def regression(self) -> bool:
+        return any(v.regression for v in self.verdicts)
+
+    def side(self, name: str) -> Run:
+        return self.baseline if name == "baseline" else self.candidate
+
+
+def subgraph_times(reports: list[dict]) -> tuple:
+    """Core (run-stage) seconds per computed step of every subgraph, over the runs' lifecycle records
+    (one row per subgraph, not one per invocation)."""
+    total: dict[tuple, float] = {}
+    computed = sum(max(r["steps"]["computed"], 1) for r in reports)
+    for report in reports:
+        for rec in report["lifecycle_records"]:
+            if rec["stage"] == "run":
+                key = (rec["subgraph"], rec["block"], rec["branch"])
+                total[key] = total.get(key, 0.0) + rec["seconds"]
+    return tuple(SubgraphTime(str(s), b, br, t / computed) for (s, b, br), t in total.items())
+
+
+def _mean(values) -> float:
+    return float(np.mean(values))
+
+
+def side_run(run_id: str, reports: list[dict], *, case: str, partition: Path, backend: str, identity: dict,
+             board: str, time: str, telemetry: dict, provenance: dict) -> Run:
+    """One side of a session as one run: each figure the mean over the session's rounds of that side."""
+    from .provenance import comparable_versions
+    tables = [r["tables"] for r in reports]
+    steps = len(reports[0]["step_seconds"])
+    peaks = [(r.get("memory") or {}).get("run_peak_pss_added_bytes") for r in reports]
+    return Run(
+        run_id=run_id, time=time, board_id=board, board_model=board_model_of(board), model=reports[0]["model"],
+        key=RunKey(case=case, steps=steps, precision=partition_precision(partition), backend=backend,
+                   manifest_hash=manifest_sha256(partition), versions=comparable_versions(identity)),
+        valid=telemetry["valid"], invalid_reasons=tuple(telemetry["reasons"]),
+        mean_step_s=_mean([r["denoise_seconds"] / steps for r in reports]),
+        total_denoise_s=_mean([r["denoise_seconds"] for r in reports]),
+        stages={s: _mean([t["lifecycle_pass"][s] for t in tables]) for s in STAGE_NAMES},
+        branches={b: _mean([t["core_per_step"][b] for t in tables]) for b in tables[0]["core_per_step"]},
+        step_s=tuple(_mean(column) for column in zip(*(r["step_seconds"] for r in reports))),
+        subgraphs=subgraph_times(reports), kernel=identity.get("kernel"),
+        peak_pss_added_bytes=max((p for p in peaks if p is not None), default=None), **provenance)
+
+
+def ab_record(session, *, case: str, sides: dict, identity: dict, board: str, telemetry: dict,
+              threshold_pct: float, confidence: float, lifecycle: str, warmup: int) -> ABRecord:
+    """The store's record of a finished `session` (harness.results.ab.ABSession, with its reports) run
+    by this process: `sides` maps "baseline" and "candidate" to their ab.Side, `telemetry` is the
+    session's TelemetryWindow verdict (a clock change or thermal trip makes both sides INVALID)."""
+    from .provenance import ci_url, git_revision, run_id
+    session_id, time = f"{run_id()}-ab", utc_now()
+    provenance = {"git_revision": git_revision(), "ci_url": ci_url()}
+    runs = {name: side_run(f"{session_id}-{name}", session.reports[name], case=case, partition=side.partition,
+                           backend=side.backend, identity=identity, board=board, time=time, telemetry=telemetry,
+                           provenance=provenance)
+            for name, side in sides.items()}
+    return ABRecord(session_id=session_id, baseline=runs["baseline"], candidate=runs["candidate"],
+                    baseline_partition=str(sides["baseline"].partition),
+                    candidate_partition=str(sides["candidate"].partition), pairs=tuple(session.pairs),
+                    verdicts=tuple(session.verdicts), threshold_pct=threshold_pct, confidence=confidence,
+                    lifecycle=lifecycle, warmup=warmup, baseline_options=_plain(sides["baseline"].options),
+                    candidate_options=_plain(sides["candidate"].options))
+
+
+def _plain(options: dict) -> dict:
+    """The options as JSON keeps them (a board-sim slowdown table, a lock folder path)."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}
+
+
+def verdict_of(row) -> Verdict:
+    """A stored verdict row back as a Verdict."""
+    return Verdict(kind=row["kind"], label=row["figure"], shift_pct=row["shift_pct"],
+                   ci_pct=(row["ci_low_pct"], row["ci_high_pct"]), threshold_pct=row["threshold_pct"],
+                   regression=bool(row["regression"]), n=row["n"], confidence=row["confidence"])
