@@ -1,37 +1,54 @@
-"""The README stays on one screen and every command in it works: each `bin/harness` line parses with
-the harness's own parser (a misspelt or removed command or option fails), each `bin/test` line
-collects tests with pytest (a removed marker or path collects nothing and fails). The options table
-in docs/options.md is the option declaration's."""
+"""The README stays on one screen and every command in it works. Each `bin/harness` line parses with
+the harness's own parser and each `bin/test` line uses pytest's options and markers (fast); and every
+line of its ```bash blocks is run, in order, as a reader would paste it (slow): the main job and the
+other commands on the embedded model, so a misspelt or removed command or option fails. The options
+table in docs/options.md is the option declaration's.
+
+Running a README line here changes only where it works and how long it takes:
+- `bin/harness` runs in a temporary working folder (the real bin/harness works from the checkout), so
+  out/, artifacts/ and .benchmarks/ are the test's; what a line takes as given is made there first:
+  anima.safetensors (an anima-2b-shaped sparse checkpoint: inspect-checkpoint reads its header only)
+  and bench-ab's out/old and out/new (two FP16 exports of the embedded model);
+- `bin/test` runs the real bin/test with --artifacts and --results in that folder; `-m npu` (the gates,
+  whose runs `trend`, `results` and `accept-golden` read) runs its tests, every other line --collect-only
+  (the whole suite and the slow tiers are the suite's own runs, not this test's);
+- `accept-golden` writes into a copy of the golden folder, not into the checkout;
+- `search-precision` (13-20 minutes of conversions, docs/precision.md) runs for SEARCH_SECONDS and must
+  not have failed by then.
+A line whose comment says "exits N" must exit N; every other line must exit 0."""
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from harness.cli.main import build_parser
 from harness.cli.options import options_table
+from tests.doc_commands import FAILED, bash_blocks, command_lines, commands_of, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+SEARCH_SECONDS = 60
 
 
-def shell_commands(text: str, program: str) -> list[list[str]]:
-    """Every line of the markdown's bash blocks that runs `program`, as argv (comments dropped)."""
-    found = []
-    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
-        for line in block.splitlines():
-            argv = shlex.split(line, comments=True)
-            if argv and argv[0] == program:
-                found.append(argv[1:])
-    return found
+def readme_commands(program: str) -> list[list[str]]:
+    """The arguments of every README line that runs `program`."""
+    return [argv for _, block in bash_blocks(README.read_text()) for argv in commands_of(block, program)]
 
 
-HARNESS = shell_commands(README.read_text(), "bin/harness")
-TESTS = shell_commands(README.read_text(), "bin/test")
+def readme_lines() -> list[str]:
+    return [line for _, block in bash_blocks(README.read_text()) for line in command_lines(block)]
+
+
+HARNESS = readme_commands("bin/harness")
+TESTS = readme_commands("bin/test")
 
 
 def test_readme_is_one_screen():
@@ -89,7 +106,8 @@ def test_readme_test_command_collects(argv, tmp_path):
 
 
 def test_the_shell_extraction_finds_a_misspelt_command(capsys):
-    argv = shell_commands("```bash\nbin/harness genrate --seed 1   # misspelt\n```\n", "bin/harness")
+    [(_, block)] = bash_blocks("```bash\nbin/harness genrate --seed 1   # misspelt\n```\n")
+    argv = commands_of(block, "bin/harness")
     assert argv == [["genrate", "--seed", "1"]]
     with pytest.raises(SystemExit):
         build_parser().parse_args(argv[0])
@@ -99,3 +117,86 @@ def test_options_table_is_the_declaration():
     text = (ROOT / "docs/options.md").read_text()
     table = text.split("<!-- options table: generated -->\n", 1)[1].split("<!-- end of the options table -->", 1)[0]
     assert table == options_table(), "docs/options.md is stale: python -m harness.cli.options"
+
+
+def _wrappers(tmp: Path) -> None:
+    """tmp/bin/harness: the harness in the working folder; tmp/bin/test: the real bin/test, its
+    artifacts and results store in the working folder."""
+    (tmp / "bin").mkdir(parents=True, exist_ok=True)
+    state = f"--artifacts={tmp}/artifacts --results=sqlite:///{tmp}/.benchmarks/results.sqlite -p no:cacheprovider"
+    scripts = {"harness": f'exec "{sys.executable}" -m harness "$@"\n',
+               "test": f'exec "{ROOT}/bin/test" {state} "$@"\n'}
+    for name, body in scripts.items():
+        path = tmp / "bin" / name
+        path.write_text("#!/usr/bin/env bash\n" + body)
+        path.chmod(0o755)
+
+
+def _as_run(line: str, tmp: Path) -> tuple[str, set[int]]:
+    """The line as this test runs it (see the module's docstring) and the exit statuses it may end with."""
+    said = re.search(r"#.*\bexits (\d+)", line)
+    statuses = {int(said.group(1)) if said else 0}
+    argv = shlex.split(line, comments=True)
+    if argv[0] == "bin/test" and argv[1:] != ["-m", "npu"]:
+        line = f"{line.split('#')[0].rstrip()} --collect-only -q"
+    elif argv[:2] == ["bin/harness", "accept-golden"]:
+        line = f"{line.split('#')[0].rstrip()} --golden-dir={tmp}/golden"
+    elif argv[:2] == ["bin/harness", "search-precision"]:
+        line, statuses = f"timeout {SEARCH_SECONDS} {line}", statuses | {124}
+    return line, statuses
+
+
+def run_line(line: str, tmp: Path) -> str | None:
+    """Run one README line in the working folder; None, or what went wrong."""
+    script, statuses = _as_run(line, tmp)
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+    status, tail = run_script(script, tmp, env)
+    return None if status in statuses else f"`{line}` exited {status} (expected {sorted(statuses)}):\n{tail}"
+
+
+@pytest.fixture
+def workdir(tmp_path) -> Path:
+    _wrappers(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def readme_workdir(workdir) -> Path:
+    """The working folder with what the README's lines take as given."""
+    from harness.gates.cases import golden_dir_for
+    from harness.model.bundle import load_bundle
+    from harness.model.config import EMBEDDED_DIR, load_profile
+    from harness.model.safetensors_io import write_streamed
+    from harness.model.weights import expected_shapes
+    from harness.partition.onnx_export import export_partition
+    anima = load_profile("anima-2b")
+    write_streamed(workdir / "anima.safetensors", [(k, "BF16", s) for k, s in expected_shapes(anima).items()], None)
+    bundle = load_bundle(EMBEDDED_DIR)
+    for side in ("old", "new"):
+        export_partition(bundle.weights, bundle.cfg, workdir / "out" / side, dtype="float16")
+    shutil.copytree(golden_dir_for(bundle.cfg.name), workdir / "golden")
+    return workdir
+
+
+@pytest.mark.parametrize("old, new, said", [("bin/harness plan --budget", "bin/harness plna --budget", "invalid choice"),
+                                            ("plan --budget 2GiB", "plan --budgte 2GiB", "unrecognized arguments")])
+def test_a_misspelt_readme_command_fails_when_run(workdir, old, new, said):
+    [line] = [line for line in readme_lines() if old in line]
+    failure = run_line(line.replace(old, new), workdir)
+    assert failure is not None and FAILED in failure and said in failure, failure
+
+
+@pytest.mark.slow           # every README line: about 10 minutes, most of it rknn-toolkit2 conversions
+@pytest.mark.toolkit
+def test_every_readme_command_runs(readme_workdir, toolkit_version):
+    lines = readme_lines()
+    assert len(lines) >= 25 and lines[0].startswith("bin/harness generate")
+    failures, took = [], []
+    for line in lines:
+        start = time.monotonic()
+        failure = run_line(line, readme_workdir)
+        took.append(f"{time.monotonic() - start:6.1f} s  {line.split('#')[0].strip()}")
+        if failure:
+            failures.append(failure)
+    print("\n".join(took))
+    assert failures == [], "README commands that fail:\n" + "\n\n".join(failures)
