@@ -6,7 +6,8 @@ table in docs/options.md is the option declaration's.
 
 Running a README line here changes only where it works and how long it takes:
 - `bin/harness` runs in a temporary working folder (the real bin/harness works from the checkout), so
-  out/, artifacts/ and .benchmarks/ are the test's; what a line takes as given is made there first:
+  out/, artifacts/ and .benchmarks/ are the test's (models/, boards/ and toolkit/ are linked from the
+  checkout); what a line takes as given is made there first:
   anima.safetensors (an anima-2b-shaped sparse checkpoint: inspect-checkpoint reads its header only),
   bench-ab's out/old and out/new (two FP16 exports of the embedded model), and a fleet in the results
   store (three ROCK 5C boards' runs, built as tests/results_data.py builds them) for `results boards`;
@@ -37,6 +38,8 @@ from tests.doc_commands import FAILED, bash_blocks, command_lines, commands_of, 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 SEARCH_SECONDS = 60
+# The checkout's input folders, linked into the working folder (golden/ is copied: accept-golden writes it).
+READ_ONLY = ("models", "boards", "toolkit")
 # A steady fleet's step times (fractions of 1 s) for `results boards`: no board an outlier.
 FLEET_NOISE = (0.0, 0.004, -0.003, 0.002, -0.001, 0.003)
 
@@ -149,6 +152,8 @@ def run_line(line: str, tmp: Path) -> str | None:
 @pytest.fixture
 def workdir(tmp_path) -> Path:
     _wrappers(tmp_path)
+    for name in READ_ONLY:      # a line naming models/... finds what bin/harness finds from the checkout
+        (tmp_path / name).symlink_to(ROOT / name, target_is_directory=True)
     return tmp_path
 
 
