@@ -133,7 +133,8 @@ def _as_run(line: str, tmp: Path) -> tuple[str, set[int]]:
     statuses = {int(said.group(1)) if said else 0}
     argv = shlex.split(line, comments=True)
     if argv[0] == "bin/test" and argv[1:] != ["-m", "npu"]:
-        line = f"{line.split('#')[0].rstrip()} --collect-only -q"
+        # Its own artifacts folder: a run empties its folder, and accept-golden reads the npu run's.
+        line = f"{line.split('#')[0].rstrip()} --collect-only -q --artifacts={tmp}/collected"
     elif argv[:2] == ["bin/harness", "accept-golden"]:
         line = f"{line.split('#')[0].rstrip()} --golden-dir={tmp}/golden"
     elif argv[:2] == ["bin/harness", "search-precision"]:
