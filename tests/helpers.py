@@ -36,8 +36,8 @@ def make_random_model_dir(target: Path, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed + 1)
     vocab = len(cfg.prompt["vocab"])
     save_weights({
-        PROMPT_KEYS[0]: rng.standard_normal((vocab, cfg.context_dim)).astype(np.float32),
-        PROMPT_KEYS[1]: rng.standard_normal((cfg.context_tokens, cfg.context_dim)).astype(np.float32),
+        PROMPT_KEYS[0]: rng.standard_normal((vocab, cfg.text_emb_dim)).astype(np.float32),
+        PROMPT_KEYS[1]: rng.standard_normal((cfg.text_emb_tokens, cfg.text_emb_dim)).astype(np.float32),
     }, target / cfg.files["prompt_encoder"])
     return target
 

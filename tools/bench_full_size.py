@@ -175,7 +175,7 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
     digest_s = time.perf_counter() - digest_start
     rng = np.random.default_rng(0)
     cfg = bundle.cfg
-    contexts = {s: rng.standard_normal((1, cfg.context_tokens, cfg.context_dim), dtype=np.float32)
+    contexts = {s: rng.standard_normal((1, cfg.text_emb_tokens, cfg.text_emb_dim), dtype=np.float32)
                 for s in ("cond", "uncond")}
     between: list[int] = []
     progress = out.with_suffix(".progress.jsonl")

@@ -56,12 +56,12 @@ def write_decoder_onnx(cfg: ModelConfig, path: str | Path, seed: int = 0) -> Pat
 
 
 def write_text_embs(cfg: ModelConfig, directory: Path, seed: int = 0) -> list[Path]:
-    """Random text embeddings [context_tokens, context_dim] ~ N(0, 1) for the golden cases."""
+    """Random text embeddings [text_emb_tokens, text_emb_dim] ~ N(0, 1) for the golden cases."""
     rng = np.random.default_rng(seed)
     paths = []
     for name in TEXT_EMBS:
         path = directory / name
-        np.save(path, rng.standard_normal((cfg.context_tokens, cfg.context_dim)).astype(np.float32))
+        np.save(path, rng.standard_normal((cfg.text_emb_tokens, cfg.text_emb_dim)).astype(np.float32))
         paths.append(path)
     return paths
 

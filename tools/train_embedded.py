@@ -107,7 +107,7 @@ class Block(nn.Module):
         d, r, eps = cfg.width, cfg.adaln_lora_rank, cfg.norm_eps
         self.eps = eps
         self.self_attn = Attention(d, d, cfg.heads, eps)
-        self.cross_attn = Attention(d, cfg.context_dim, cfg.heads, eps)
+        self.cross_attn = Attention(d, cfg.text_emb_dim, cfg.heads, eps)
         self.mlp = MLP(d, cfg.ffn_hidden)
         self.adaln_modulation_self_attn = _modulation(d, r, 3)
         self.adaln_modulation_cross_attn = _modulation(d, r, 3)
@@ -271,7 +271,7 @@ def check_reference(console) -> float:
 
 def prompt_table(cfg: ModelConfig) -> torch.Tensor:
     """[10 digits, 2 * len(TEMPLATES), L] token ids: every template with the word and the numeral."""
-    vocab, length = cfg.prompt["vocab"], cfg.context_tokens
+    vocab, length = cfg.prompt["vocab"], cfg.text_emb_tokens
     rows = []
     for d, word in enumerate(DIGIT_WORDS):
         rows.append([tokenize(t.format(w=name), vocab, length) for t in TEMPLATES for name in (word, str(d))])
@@ -309,9 +309,9 @@ def train(args, cfg: ModelConfig, console):
     targets = torch.from_numpy(labels)
     table = prompt_table(cfg)
     n_templates = table.shape[1]
-    empty = torch.zeros(cfg.context_tokens, dtype=torch.long)
+    empty = torch.zeros(cfg.text_emb_tokens, dtype=torch.long)
 
-    model, enc = CosmosDiT(cfg), PromptEncoder(len(cfg.prompt["vocab"]), cfg.context_tokens, cfg.context_dim)
+    model, enc = CosmosDiT(cfg), PromptEncoder(len(cfg.prompt["vocab"]), cfg.text_emb_tokens, cfg.text_emb_dim)
     init_model(model)
     prior_steps = 0
     if args.init_from:
@@ -338,7 +338,7 @@ def train(args, cfg: ModelConfig, console):
             return args.lr * (step + 1) / warmup
         return args.lr * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, args.steps - warmup)))
 
-    ema_model, ema_enc = CosmosDiT(cfg), PromptEncoder(len(cfg.prompt["vocab"]), cfg.context_tokens, cfg.context_dim)
+    ema_model, ema_enc = CosmosDiT(cfg), PromptEncoder(len(cfg.prompt["vocab"]), cfg.text_emb_tokens, cfg.text_emb_dim)
     ema_model.load_state_dict(model.state_dict())
     ema_enc.load_state_dict(enc.state_dict())
     ema_params = list(ema_model.parameters()) + list(ema_enc.parameters())
@@ -435,7 +435,7 @@ def evaluate(model, enc, cfg, console, per_digit=10):
     clf = digit_classifier()
     latents, labels = digits_latents()
     real_acc = float((clf.predict(to_8x8(latents[:, 0])) == labels).mean())
-    ids = torch.from_numpy(np.array([tokenize(EVAL_PROMPT.format(w=w), cfg.prompt["vocab"], cfg.context_tokens)
+    ids = torch.from_numpy(np.array([tokenize(EVAL_PROMPT.format(w=w), cfg.prompt["vocab"], cfg.text_emb_tokens)
                                      for w in DIGIT_WORDS for _ in range(per_digit)]))
     want = np.repeat(np.arange(10), per_digit)
     seed = int(cfg.sampler.get("seed", 0))
@@ -498,7 +498,7 @@ def main(argv=None):
     if args.eval_only:
         from safetensors.numpy import load_file
         model = CosmosDiT(cfg)
-        enc = PromptEncoder(len(cfg.prompt["vocab"]), cfg.context_tokens, cfg.context_dim)
+        enc = PromptEncoder(len(cfg.prompt["vocab"]), cfg.text_emb_tokens, cfg.text_emb_dim)
         model.load_state_dict({k: torch.from_numpy(v) for k, v in load_file(str(out / "dit.safetensors")).items()})
         pe = load_file(str(out / "prompt_encoder.safetensors"))
         enc.token_embedding.weight.data = torch.from_numpy(pe[PROMPT_KEYS[0]])

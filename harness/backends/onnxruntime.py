@@ -89,9 +89,9 @@ class OnnxRuntimeContext(Context):
         try:
             model = path.read_bytes()
         except OSError as exc:
-            raise self.error("load", f"cannot read model file {path}: {exc.strerror or exc}") from exc
+            raise self.error("load", f"cannot read subgraph file {path}: {exc.strerror or exc}") from exc
         if not model:
-            raise self.error("load", f"model file {path} is empty")
+            raise self.error("load", f"subgraph file {path} is empty")
         self._model, self._path = model, path
         self._mark_live()
 

@@ -107,7 +107,7 @@ class RknnLiteContext(Context):
     def load(self, path: Path) -> None:
         path = Path(path)
         if not path.is_file():
-            raise self.error("load", f"model file {path} not found")
+            raise self.error("load", f"subgraph file {path} not found")
         rknn = self._call("load", lambda: self._api(verbose=False))
         ret = self._call("load", lambda: rknn.load_rknn(str(path)), cleanup=rknn)
         if ret != 0:

@@ -18,7 +18,7 @@ def add_command(sub) -> None:
     add_options(gen, "model_dir")
     gen.add_argument("--prompt", help="text prompt (default: the model's default prompt)")
     gen.add_argument("--text-emb", "--context", dest="text_emb", type=Path, metavar="COND.npy",
-                     help="text embedding [context_tokens, context_dim] instead of --prompt (a model "
+                     help="text embedding [text_emb_tokens, text_emb_dim] instead of --prompt (a model "
                           "without a prompt encoder here, e.g. Anima's Qwen3 + adapter output)")
     gen.add_argument("--uncond-text-emb", "--uncond-context", dest="uncond_text_emb", type=Path,
                      metavar="UNCOND.npy", help="text embedding of the empty prompt, for CFG != 1")

@@ -145,7 +145,7 @@ OPTIONS: dict[str, Option] = {
     "calibration": Option(None, "rknn-sim w8a8-ffn: calibration directory (default: captured on first use)",
                           kind="path"),
     "granularity": Option("branch", "subgraph size: branch (3 per block, the board's 84), block (one per block, "
-                                    "AdaLN and gated residual inside) or blocks:K (K consecutive blocks)",
+                                    "AdaLN modulation, AdaLN gate and residual add inside) or blocks:K (K consecutive blocks)",
                           parse=checked(granularity)),
     "fake_quant": Option(None, "export the partition with simulated INT8 (w8a8-ffn): a what-if the quality gate "
                                "judges"),

@@ -121,7 +121,7 @@ def render_inspection(report: dict, console=None) -> None:
     console = console or make_console(stderr=False)
     head = Table(title=f"partition {report['directory']}", show_header=False)
     for key in ("model", "format", "granularity", "dtype", "streams", "opset", "latent_size", "tokens",
-                "context_tokens", "subgraphs", "total_bytes", "weights_sha256", "fp32_islands",
+                "text_emb_tokens", "subgraphs", "total_bytes", "weights_sha256", "fp32_islands",
                 "toolkit", "target", "precision", "build_seconds", "cpu_ops"):
         if key in report:
             head.add_row(key, str(report[key]))

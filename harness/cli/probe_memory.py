@@ -64,7 +64,7 @@ def _cmd_probe(args) -> int:
     if budget is None and board is not None:
         budget = int(board.sim("context_budget_mib") * MiB * scale)
     limit = args.limit or len(manifest.subgraphs)
-    print(f"probe-memory: {args.backend}, up to {limit} contexts, gates: MemAvailable >= {args.mem_floor}, "
+    print(f"probe-memory: {args.backend}, up to {limit} contexts, memory gates: MemAvailable >= {args.mem_floor}, "
           f"swap growth <= {args.swap_limit}" + (f", PSS added <= {budget / MiB:.1f} MiB" if budget else ""))
     with MemoryGuard(args.mem_floor, args.swap_limit, interval=0.05) as guard:
         result = residency_probe(args.backend, manifest, guard, limit, budget_bytes=budget, warm_up=args.warm_up,
@@ -125,7 +125,7 @@ def verdict(result, subgraphs: int, fit_rows: int, scale: float, board, floor_by
         have_gib = (result.mem_available_start_mib * MiB - floor_bytes) / GiB
         where = f"this machine ({have_gib:.2f} GiB MemAvailable above the floor at the start)"
     fits = need_gib <= have_gib
-    lines = [f"stopped: {result.tripped or 'limit reached, no gate tripped'}",
+    lines = [f"stopped: {result.tripped or 'limit reached, no memory gate tripped'}",
              f"held {c[-1]} contexts, PSS added {p[-1]:.1f} MiB; released all in {result.release_seconds:.3f} s; "
              f"contexts loaded now: {result.live_after}",
              f"growth {slope:.2f} MiB per context (fit over the last {min(fit_rows, len(c))} rows)"
@@ -163,8 +163,8 @@ def _plot(path: Path, result, info: dict) -> None:
         ax.axhline(info["pss_budget_bytes"] / MiB, color="red", label="memory gate: PSS budget")
     headroom = result.mem_available_start_mib - info["floor_bytes"] / MiB
     if 0 < headroom < 4 * max(r.pss_added_mib for r in result.rows):
-        ax.axhline(headroom, color="darkred", linestyle="-.", label="gate: MemAvailable floor")
-    ax.axhline(info["swap_limit_bytes"] / MiB, color="orange", linestyle=":", label="gate: swap growth limit")
+        ax.axhline(headroom, color="darkred", linestyle="-.", label="memory gate: MemAvailable floor")
+    ax.axhline(info["swap_limit_bytes"] / MiB, color="orange", linestyle=":", label="memory gate: swap growth limit")
     ax.set_xlabel("contexts held")
     ax.set_ylabel("MiB (measured here)")
     ax.set_title(info["lines"][-1].replace("verdict: ", ""), fontsize=8)

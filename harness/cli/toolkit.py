@@ -41,7 +41,7 @@ def add_command(subparsers) -> None:
     conv.add_argument("--calibration", type=Path, help="calibration set directory (for w8a8-ffn)")
     conv.add_argument("--target", default=DEFAULT_TARGET, help="target platform (default: %(default)s)")
     conv.add_argument("--allow-cpu-ops", action="store_true",
-                      help="keep a conversion that places ops on the CPU (the gate then only reports)")
+                      help="keep a conversion that places ops on the CPU (the CPU-fallback gate then only reports)")
     conv.add_argument("--sim-samples", type=_non_negative, default=0,
                       help="run the PC simulator on N random inputs per subgraph and print the "
                            "cosine against onnxruntime FP32 (default: 0)")

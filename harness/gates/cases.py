@@ -53,7 +53,7 @@ class GoldenCase:
     ssim_min: float
     psnr_min: float
     # Instead of a prompt, a model without a prompt encoder here (Anima: Qwen3 + adapter) takes
-    # its text embeddings from .npy files [context_tokens, context_dim] beside cases.toml.
+    # its text embeddings from .npy files [text_emb_tokens, text_emb_dim] beside cases.toml.
     text_emb: str | None = None
     uncond_text_emb: str | None = None
     # Latent goldens also gate the cosine of obtained and golden latents (0: not gated).
@@ -192,9 +192,9 @@ def _text_emb_file(case: GoldenCase, name: str, cfg, golden_dir: Path) -> np.nda
         array = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
         raise ConfigError(f"golden case '{case.name}': cannot read text embedding {path}: {exc}") from None
-    if array.shape != (cfg.context_tokens, cfg.context_dim) or not np.isfinite(array).all():
+    if array.shape != (cfg.text_emb_tokens, cfg.text_emb_dim) or not np.isfinite(array).all():
         raise ConfigError(f"golden case '{case.name}': {path} is {array.dtype} {list(array.shape)}; "
-                          f"{cfg.name} takes finite [{cfg.context_tokens}, {cfg.context_dim}]")
+                          f"{cfg.name} takes finite [{cfg.text_emb_tokens}, {cfg.text_emb_dim}]")
     return array.astype(np.float32)[None]
 
 

@@ -44,6 +44,6 @@ def derived_budget(profile) -> Budget:
         raise ConfigError(f"{profile.path}: [board] ram_total_gib {ram / GiB_in_MiB:g} leaves no memory for "
                           f"contexts (floor {floor:.0f} MiB, other residents {other:.1f} MiB)")
     how = (f"RAM {ram:.0f} MiB - MemAvailable floor {floor:.0f} MiB - other residents {other:.1f} MiB "
-           f"(the probing board's {probe_ram:.0f} MiB - floor - its last row within the gates, "
+           f"(the probing board's {probe_ram:.0f} MiB - floor - its last row within the memory gates, "
            f"{row['contexts']} contexts at {float(row['pss_added_mib']):.1f} MiB; assumed not to grow with RAM)")
     return Budget(mib, how)

@@ -62,13 +62,13 @@ class HostWeights(Mapping):
 
 
 def check_text_emb(array, cfg: ModelConfig, where: str) -> np.ndarray:
-    """A text embedding [context_tokens, context_dim] (or [1, L, C]) as float32 [1, L, C]."""
+    """A text embedding [text_emb_tokens, text_emb_dim] (or [1, L, C]) as float32 [1, L, C]."""
     array = np.asarray(array)
-    want = (cfg.context_tokens, cfg.context_dim)
+    want = (cfg.text_emb_tokens, cfg.text_emb_dim)
     shape = tuple(array.shape[1:]) if array.ndim == 3 and array.shape[0] == 1 else tuple(array.shape)
     if shape != want or not np.issubdtype(array.dtype, np.floating):
         raise ConfigError(f"{where}: text embedding is {array.dtype} {list(array.shape)}; {cfg.name} takes "
-                          f"float [{want[0]}, {want[1]}] (context_tokens, context_dim)")
+                          f"float [{want[0]}, {want[1]}] (text_emb_tokens, text_emb_dim)")
     bad = int(array.size - np.count_nonzero(np.isfinite(array)))
     if bad:
         raise ConfigError(f"{where}: text embedding has {bad} NaN/Inf values")
@@ -84,7 +84,7 @@ class ModelBundle:
     checkpoint: Checkpoint | None = None
 
     def text_emb(self, prompt: str) -> np.ndarray:
-        """The prompt encoder's text embedding [context_tokens, context_dim], shape-checked."""
+        """The prompt encoder's text embedding [text_emb_tokens, text_emb_dim], shape-checked."""
         if self.encoder is None:
             raise ConfigError(f"model {self.cfg.name} has no prompt encoder here ({self.model_dir}); "
                               "give text-embedding files instead of a prompt (generate --text-emb, "

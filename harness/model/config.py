@@ -13,24 +13,30 @@ from ..core.errors import ConfigError
 from ..core.schema import Field, check_table, is_number, positive_int, read_toml
 
 __all__ = ["ModelConfig", "load_profile", "load_model_dir", "PROFILES_DIR", "EMBEDDED_DIR",
-           "REPO_ROOT", "BRANCHES", "NETWORK_KEYS"]
+           "REPO_ROOT", "BRANCHES", "NETWORK_KEYS", "FORMAT", "FORMATS", "OLD_KEYS"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROFILES_DIR = REPO_ROOT / "models" / "profiles"
 EMBEDDED_DIR = REPO_ROOT / "models" / "embedded"
+
+# model.toml / profile `format`: 2 names the text embedding's size text_emb_dim ([network]) and
+# text_emb_tokens ([image]); 1 (no `format` key) said context_dim and context_tokens, still read.
+FORMAT = 2
+FORMATS = (1, 2)
+OLD_KEYS = {"network": {"context_dim": "text_emb_dim"}, "image": {"context_tokens": "text_emb_tokens"}}
 
 # Execution order of the three branch bodies inside every block (the board's subgraph order).
 BRANCHES = ("self_attn", "cross_attn", "ffn")
 
 NETWORK_KEYS = {
     "blocks": int, "width": int, "heads": int, "ffn_ratio": int, "latent_channels": int,
-    "padding_mask": bool, "patch_spatial": int, "patch_temporal": int, "context_dim": int,
+    "padding_mask": bool, "patch_spatial": int, "patch_temporal": int, "text_emb_dim": int,
     "adaln_lora_rank": int, "rope_ratio_h": float, "rope_ratio_w": float, "rope_ratio_t": float,
     "timestep_multiplier": float, "norm_eps": float,
 }
 
 _POSITIVE = {"blocks", "width", "heads", "ffn_ratio", "latent_channels", "patch_spatial", "patch_temporal",
-             "context_dim", "adaln_lora_rank"}
+             "text_emb_dim", "adaln_lora_rank"}
 _NETWORK = {key: Field(positive_int, "a positive whole number") if key in _POSITIVE
             else Field(lambda v: isinstance(v, bool), "true or false") if kind is bool
             else Field(is_number, "a number") for key, kind in NETWORK_KEYS.items()}
@@ -47,7 +53,7 @@ class ModelConfig:
     padding_mask: bool
     patch_spatial: int
     patch_temporal: int
-    context_dim: int
+    text_emb_dim: int
     adaln_lora_rank: int
     rope_ratio_h: float
     rope_ratio_w: float
@@ -55,7 +61,7 @@ class ModelConfig:
     timestep_multiplier: float
     norm_eps: float
     latent_size: tuple[int, int]
-    context_tokens: int
+    text_emb_tokens: int
     sampler: dict = field(default_factory=dict)
     prompt: dict = field(default_factory=dict)
     decoder: dict = field(default_factory=dict)
@@ -99,7 +105,28 @@ class ModelConfig:
         return self.blocks * len(BRANCHES)
 
 
+def _current(data: dict, source: str) -> dict:
+    """The file in today's words: format 1's keys renamed; a file mixing the formats' keys is refused."""
+    version = data.get("format", 1)
+    if version not in FORMATS:
+        raise ConfigError(f"{source}: format {version!r} is not one this suite reads ({', '.join(map(str, FORMATS))})")
+    data = dict(data)
+    for table, renamed in OLD_KEYS.items():
+        section = data.get(table)
+        if not isinstance(section, dict):
+            continue
+        for old, new in renamed.items():
+            if old in section and new in section:
+                raise ConfigError(f"{source}: [{table}] has both {old} (format 1) and {new} (format {FORMAT}): "
+                                  f"keep {new} and write format = {FORMAT}")
+            if old in section and version != 1:
+                raise ConfigError(f"{source}: [{table}] {old} is format 1's name; a format {version} file says {new}")
+        data[table] = {renamed.get(key, key): value for key, value in section.items()}
+    return data
+
+
 def _parse(data: dict, source: str) -> ModelConfig:
+    data = _current(data, source)
     net = data.get("network")
     if not isinstance(net, dict):
         raise ConfigError(f"{source}: missing [network] table")
@@ -117,7 +144,7 @@ def _parse(data: dict, source: str) -> ModelConfig:
     return ModelConfig(
         name=str(data.get("name", Path(source).stem)),
         latent_size=latent_size,
-        context_tokens=int(image.get("context_tokens", 1)),
+        text_emb_tokens=int(image.get("text_emb_tokens", 1)),
         sampler=dict(data.get("sampler", {})),
         prompt=dict(data.get("prompt", {})),
         decoder=dict(data.get("decoder", {})),

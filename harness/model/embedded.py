@@ -1,6 +1,6 @@
 """The embedded model's text side and image side, in plain numpy.
 
-Prompt encoder: a fixed word vocabulary -> `context_tokens` tokens of `context_dim`, each the sum of a
+Prompt encoder: a fixed word vocabulary -> `text_emb_tokens` tokens of `text_emb_dim`, each the sum of a
 word embedding and a position embedding (padding fills the rest). The empty prompt is all padding:
 that is the unconditional stream CFG mixes against, and the one it was trained on with prompt dropout.
 
@@ -64,7 +64,7 @@ class PromptEncoder:
         return self.position_embedding.shape[0]
 
     def encode(self, prompt: str) -> np.ndarray:
-        """[context_tokens, context_dim] float32 context for one prompt."""
+        """[text_emb_tokens, text_emb_dim] float32 context for one prompt."""
         ids = tokenize(prompt, self.vocab, self.length)
         return self.token_embedding[ids] + self.position_embedding
 

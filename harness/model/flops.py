@@ -16,7 +16,7 @@ __all__ = ["branch_macs", "branch_flops", "step_flops"]
 
 def branch_macs(cfg: ModelConfig, branch: str) -> int:
     """Multiply-accumulates of one branch body for one stream."""
-    n, m, d, c, f = cfg.tokens, cfg.context_tokens, cfg.width, cfg.context_dim, cfg.ffn_hidden
+    n, m, d, c, f = cfg.tokens, cfg.text_emb_tokens, cfg.width, cfg.text_emb_dim, cfg.ffn_hidden
     if branch == "self_attn":
         return 4 * n * d * d + 2 * n * n * d
     if branch == "cross_attn":

@@ -6,7 +6,7 @@ subgraphs (self-attention, cross-attention, FFN). The partitioned pipeline calls
 here and runs the bodies through a backend, so both paths share one definition of the math.
 
 Shapes: latents [B, C, H, W] (image case, T = 1); tokens [B, N, D] in (h, w) order, w fastest;
-context [B, L, context_dim].
+context [B, L, text_emb_dim].
 """
 from __future__ import annotations
 

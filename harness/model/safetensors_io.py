@@ -151,11 +151,13 @@ class SafetensorsFile:
 
 
 def write_streamed(path: str | Path, specs: Iterable[tuple[str, str, tuple[int, ...]]],
-                   produce: Callable[[str], np.ndarray], metadata: dict | None = None) -> int:
+                   produce: Callable[[str], np.ndarray] | None, metadata: dict | None = None) -> int:
     """Write a safetensors file tensor by tensor; `produce(key)` returns the stored-dtype array.
 
     specs: (key, dtype tag, shape) in file order. Only one tensor is in memory at a time. Written to
     a temporary name and renamed, so a killed writer never leaves a file that looks complete.
+    produce None writes the header only and leaves the data a hole (a sparse file whose values read as
+    zeros): a full-size checkpoint for header-only readers without gigabytes on disk.
     Returns the file size.
     """
     from ..core.atomic import atomic_path
@@ -172,6 +174,9 @@ def write_streamed(path: str | Path, specs: Iterable[tuple[str, str, tuple[int, 
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         fh.write(struct.pack("<Q", len(text)))
         fh.write(text)
+        if produce is None:
+            fh.truncate(8 + len(text) + offset)
+            return 8 + len(text) + offset
         for key, dtype, shape in specs:
             array = np.ascontiguousarray(produce(key))
             stored, _ = FLOAT_DTYPES[dtype]

@@ -22,7 +22,7 @@ _BRANCH_ADALN = {"self_attn": "adaln_modulation_self_attn", "cross_attn": "adaln
 
 
 def block_keys(cfg: ModelConfig, i: int) -> dict[str, tuple[int, ...]]:
-    d, hd, r, c, f = cfg.width, cfg.head_dim, cfg.adaln_lora_rank, cfg.context_dim, cfg.ffn_hidden
+    d, hd, r, c, f = cfg.width, cfg.head_dim, cfg.adaln_lora_rank, cfg.text_emb_dim, cfg.ffn_hidden
     p = f"blocks.{i}."
     shapes = {}
     for proj in ("q_proj", "k_proj", "v_proj", "output_proj"):

@@ -37,7 +37,7 @@ def _self_attn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int) -> No
 
 
 def _cross_attn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int) -> None:
-    p, n, ctx, eps = f"blocks.{i}.cross_attn.", cfg.tokens, cfg.context_tokens, cfg.norm_eps
+    p, n, ctx, eps = f"blocks.{i}.cross_attn.", cfg.tokens, cfg.text_emb_tokens, cfg.norm_eps
     q = _rms_norm(g, _heads(g, _linear(g, "x", w, p + "q_proj.weight", "q_proj"),
                             [streams, n, cfg.heads, cfg.head_dim], "q_heads"),
                   w, p + "q_norm.weight", eps, "q_norm")

@@ -2,7 +2,7 @@
 residual adds inside, the host feeding each branch's shift, scale and AdaLN gate (computed per step
 from the timestep, as for the branch partition) as inputs.
 
-Its output is the sum of the gated branch outputs, `delta`, not the updated stream: the host adds
+Its output is the sum of the AdaLN-gated branch outputs, `delta`, not the updated stream: the host adds
 it to its FP32 residual stream (x += delta). Inside the subgraph the stream is the graph's dtype
 (x + the delta so far), but across subgraphs it stays the host's FP32, so a fused partition rounds
 the stream once per subgraph instead of never; returning the stream itself would round the whole
@@ -30,7 +30,7 @@ def mod_input(block: int, branch: str, part: str) -> str:
 
 def fused_inputs(g: _Graph, cfg: ModelConfig, blocks: list[int], streams: int) -> list:
     inputs = [helper.make_tensor_value_info("x", g.elem, [streams, cfg.tokens, cfg.width]),
-              helper.make_tensor_value_info("text_emb", g.elem, [streams, cfg.context_tokens, cfg.context_dim])]
+              helper.make_tensor_value_info("text_emb", g.elem, [streams, cfg.text_emb_tokens, cfg.text_emb_dim])]
     inputs += [helper.make_tensor_value_info(mod_input(b, branch, part), g.elem, [streams, 1, cfg.width])
                for b in blocks for branch in BRANCHES for part in MOD_PARTS]
     return inputs

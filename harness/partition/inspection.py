@@ -26,7 +26,7 @@ def inspect_partition(directory) -> dict:
     report.update(model=manifest.model.get("name"), format=manifest.format, granularity=manifest.granularity,
                   weights_sha256=manifest.weights_sha256, weights_source=manifest.weights_source,
                   **{k: ex.get(k) for k in ("dtype", "streams", "opset", "latent_size", "tokens",
-                                            "context_tokens", "blocks")},
+                                            "text_emb_tokens", "blocks")},
                   fp32_islands={b: len(v) for b, v in ex.get("fp32_islands", {}).items()},
                   subgraphs=len(manifest.subgraphs), total_bytes=sum(e.bytes for e in manifest.entries()))
     for entry in manifest.entries():

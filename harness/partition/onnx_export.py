@@ -77,7 +77,7 @@ def _build(weights: dict, cfg: ModelConfig, block: int, branch: str, dtype: str,
     inputs = [helper.make_tensor_value_info("x", g.elem, x_shape)]
     if branch == "cross_attn":
         inputs.append(helper.make_tensor_value_info("text_emb", g.elem,
-                                                    [streams, cfg.context_tokens, cfg.context_dim]))
+                                                    [streams, cfg.text_emb_tokens, cfg.text_emb_dim]))
     if branch == "ffn":
         _ffn(g, weights, cfg, block, streams, _check_fake_quant(fake_quant))
     else:
@@ -98,7 +98,7 @@ def _build_fused(weights: dict, cfg: ModelConfig, blocks: list[int], dtype: str,
     outputs = [helper.make_tensor_value_info("y", g.elem, [streams, cfg.tokens, cfg.width])]
     held = f"block {blocks[0]}" if len(blocks) == 1 else f"blocks {blocks[0]}-{blocks[-1]}"
     model = g.model(f"blocks{blocks[0]}_{blocks[-1]}", inputs, outputs,
-                    f"{cfg.name}: {held} fused, AdaLN and gated residual inside; y = the residual delta ({dtype})",
+                    f"{cfg.name}: {held} fused, AdaLN modulation, AdaLN gate and residual add inside; y = the residual delta ({dtype})",
                     {"model": cfg.name, "blocks": ",".join(map(str, blocks)), "branch": FUSED_BRANCH, "dtype": dtype})
     return model, g.islands
 
@@ -260,7 +260,7 @@ def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32",
         if key not in hashes:
             hashes[key] = tensor_digest(key, source.read([key])[key])
     export = {"dtype": dtype, "streams": streams, "opset": opset, "latent_size": list(cfg.latent_size),
-              "tokens": cfg.tokens, "context_tokens": cfg.context_tokens, "blocks": chosen,
+              "tokens": cfg.tokens, "text_emb_tokens": cfg.text_emb_tokens, "blocks": chosen,
               "fp32_islands": {b: islands[b] for b in (*BRANCHES, FUSED_BRANCH) if islands.get(b)},
               "granularity": str(gran)}
     if fake_quant:

@@ -7,7 +7,7 @@ runs the branch body for the CFG streams -> AdaLN gate + FP32 residual on the ho
 The two halves are separate (`hidden_state`, `final_velocity`) so that Spectrum can forecast the
 last hidden state on a step where no subgraph runs.
 Every output is checked for NaN/Inf as it arrives; the first bad one stops the run naming where.
-A fused partition (granularity block or blocks:K) does LayerNorm, modulation and the gated residual
+A fused partition (granularity block or blocks:K) does LayerNorm, modulation and the AdaLN-gated residual
 inside each subgraph: the host feeds it the stream and each branch's shift, scale and AdaLN gate,
 and adds the delta it returns to the FP32 residual stream (harness/partition/fused.py says why).
 

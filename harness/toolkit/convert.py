@@ -65,7 +65,7 @@ def _source(partition) -> Manifest:
     if dtype != "float32" or manifest.export.get("fake_quant"):
         raise ConfigError(f"{manifest.file}: exported as {dtype}"
                           f"{' with fake quantisation' if manifest.export.get('fake_quant') else ''}; "
-                          f"convert the plain FP32 export (bin/harness export --dtype float32): "
+                          f"convert the plain FP32 export (bin/harness export --precision float32): "
                           f"the toolkit builds FP16 and INT8 itself")
     return manifest
 

@@ -19,12 +19,12 @@ def test_full_width_block_from_bf16_checkpoint_to_latent(tmp_path, capsys):
     model.mkdir()
     text = (PROFILES_DIR / "anima-2b.toml").read_text()
     for old, new in (("blocks = 28", "blocks = 1"), ("latent_size = [64, 64]", "latent_size = [8, 8]"),
-                     ("context_tokens = 512", "context_tokens = 8"), ('name = "anima-2b"', 'name = "anima-2b-1block"')):
+                     ("text_emb_tokens = 512", "text_emb_tokens = 8"), ('name = "anima-2b"', 'name = "anima-2b-1block"')):
         assert old in text
         text = text.replace(old, new)
     (model / "model.toml").write_text('weights = "dit.safetensors"\n' + text)
     cfg = load_model_dir(model)
-    assert (cfg.width, cfg.ffn_hidden, cfg.context_dim, cfg.in_channels) == (2048, 8192, 1024, 17)
+    assert (cfg.width, cfg.ffn_hidden, cfg.text_emb_dim, cfg.in_channels) == (2048, 8192, 1024, 17)
     write_random_checkpoint(cfg, model / "dit.safetensors", "bf16", prefix="net.", llm_adapter=True, seed=5)
 
     assert main(["inspect-checkpoint", str(model / "dit.safetensors"), "--profile", str(model / "model.toml")]) == 0

@@ -231,7 +231,7 @@ def test_rknnlite_failed_load_releases_without_caller(fake, rknn_path):
 
 
 def test_rknnlite_missing_and_corrupt_files(fake, tmp_path, x):
-    with pytest.raises(BackendError, match=r"load failed: model file .*absent\.rknn not found"):
+    with pytest.raises(BackendError, match=r"load failed: subgraph file .*absent\.rknn not found"):
         _lifecycle(RknnLiteContext(LABEL), tmp_path / "absent.rknn", [x])
     corrupt = tmp_path / "corrupt.rknn"
     corrupt.write_bytes(b"RKNN\x00\x01 truncated")

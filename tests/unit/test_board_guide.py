@@ -10,38 +10,30 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from harness.model.config import EMBEDDED_DIR, REPO_ROOT
+from tests.doc_commands import FAILED, bash_blocks, commands_of, run_script
 from tests.unit.test_workflows import option_problems, pytest_commands, suite_options  # noqa: F401 (fixture)
 
 GUIDE = REPO_ROOT / "docs" / "board.md"
 TREE = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"
 FAKES = REPO_ROOT / "tests" / "fakes"
-_BLOCK = re.compile(r"^```bash([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
-
-
-def guide_blocks(text: str) -> list[tuple[str, str]]:
-    """(marker, script) of every ```bash block: marker "" (runs off the board), board-only or anima."""
-    return [(marker.strip(), body) for marker, body in _BLOCK.findall(text)]
+# A block's marker: "" (runs off the board), board-only or anima.
+guide_blocks = bash_blocks
 
 
 def harness_problems(script: str) -> list[str]:
     """Every `bin/harness ...` line that the harness's own parser refuses."""
     from harness.cli.main import build_parser
     problems = []
-    for line in re.sub(r"\\\n\s*", " ", script).splitlines():
-        tokens = shlex.split(line, comments=True)
-        if tokens[:1] != ["bin/harness"]:
-            continue
+    for argv in commands_of(script, "bin/harness"):
         try:
-            build_parser().parse_args(tokens[1:])
+            build_parser().parse_args(argv)
         except SystemExit:
-            problems.append(f"`{line.strip()}` does not parse")
+            problems.append(f"`bin/harness {' '.join(argv)}` does not parse")
     return problems
 
 
@@ -74,12 +66,8 @@ def run_block(script: str, tmp: Path) -> str | None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(FAKES), os.environ.get("PYTHONPATH")])),
            "LIBRKNNRT_PATH": str(TREE / "usr/lib/librknnrt.so")}
     env.pop("RKNNLITE_FAKE_FAIL", None)
-    wrapped = "set -eo pipefail\ntrap 'echo \"guide command failed: $BASH_COMMAND\" >&2' ERR\n" + _offboard(script, tmp)
-    proc = subprocess.run(["bash", "-c", wrapped], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=1800)
-    if proc.returncode == 0:
-        return None
-    return "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+    status, tail = run_script(_offboard(script, tmp), REPO_ROOT, env)
+    return None if status == 0 else tail
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +107,7 @@ def test_a_misspelt_offboard_command_fails_when_run(board_tmp, old, new):
     [script] = [s for m, s in guide_blocks(GUIDE.read_text()) if m == "" and old in s]
     assert run_block(script, board_tmp) is None, "the guide's own command fails"
     failure = run_block(script.replace(old, new), board_tmp)
-    assert failure is not None and "guide command failed:" in failure
+    assert failure is not None and FAILED in failure
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Partition granularity: fused subgraphs (whole blocks, AdaLN and gated residual inside) compute the
+"""Partition granularity: fused subgraphs (whole blocks, AdaLN modulation, AdaLN gate and residual add inside) compute the
 branch partition's image, the manifest records the granularity (format /2, /1 still read), and a
 malformed fused manifest is one error naming the subgraph."""
 import json

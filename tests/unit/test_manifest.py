@@ -13,7 +13,7 @@ from harness.core.errors import HarnessError, ManifestError
 from harness.cli.partition import add_command
 from harness.partition import (check_input, export_partition, inspect_partition,
                                load_manifest)
-from harness.partition.manifest import FORMAT, MANIFEST_FILE
+from harness.partition.manifest import FORMAT, MANIFEST_FILE, network_settings
 from harness.model.weights import random_weights, save_weights
 
 
@@ -49,7 +49,7 @@ def test_round_trip(part, exported):
     assert manifest.format == FORMAT
     assert manifest.model["name"] == cfg.name and manifest.model["network"]["blocks"] == 28
     ex = manifest.export
-    assert (ex["dtype"], ex["streams"], ex["opset"], ex["tokens"], ex["context_tokens"]) == \
+    assert (ex["dtype"], ex["streams"], ex["opset"], ex["tokens"], ex["text_emb_tokens"]) == \
         ("float32", 2, 17, 64, 8)
     assert ex["latent_size"] == [16, 16] and ex["fp32_islands"] == {}
     assert [(e.index, e.block, e.branch) for e in manifest.subgraphs] == \
@@ -299,5 +299,33 @@ def test_a_format_1_partition_is_still_read(part):
     assert [s.name for s in manifest.subgraphs[1].inputs] == ["x", "context"]
     edit_manifest(part, lambda data: data.update(format="anima-partition/9"))
     with pytest.raises(ManifestError, match=r"format 'anima-partition/9' is not one of anima-partition/1, "
-                                            r"anima-partition/2, anima-partition/3"):
+                                            r"anima-partition/2, anima-partition/3, anima-partition/4"):
         load_manifest(part).verify()
+
+
+def _to_format_3(data):
+    """A manifest as format /3 wrote it: the text embedding's size was context_dim / context_tokens."""
+    data["format"] = "anima-partition/3"
+    data["model"]["network"]["context_dim"] = data["model"]["network"].pop("text_emb_dim")
+    data["export"]["context_tokens"] = data["export"].pop("text_emb_tokens")
+
+
+def test_a_format_3_partition_is_read_in_todays_words(exported, part):
+    cfg, _ = exported
+    edit_manifest(part, _to_format_3)
+    manifest = load_manifest(part)
+    manifest.verify()
+    # What a run compares with the model (harness.runtime.run.open_partition): today's keys, same values.
+    assert manifest.model["network"] == network_settings(cfg)
+    assert manifest.export["text_emb_tokens"] == cfg.text_emb_tokens and "context_tokens" not in manifest.export
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda d: (_to_format_3(d), d["export"].update(text_emb_tokens=8)), "export has both context_tokens"),
+    (lambda d: (_to_format_3(d), d.update(format=FORMAT)), "network.context_dim is the format /3 name"),
+])
+def test_old_and_new_words_in_one_manifest_are_refused(part, change, said):
+    edit_manifest(part, change)
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(part)
+    assert str(part / MANIFEST_FILE) in str(caught.value) and said in str(caught.value)

@@ -36,7 +36,7 @@ def session(model, optimized_to: Path | None = None, disable_opt: bool = False) 
 def branch_inputs(cfg, streams: int, seed: int = 1):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((streams, cfg.tokens, cfg.width), dtype=np.float32)
-    context = rng.standard_normal((streams, cfg.context_tokens, cfg.context_dim), dtype=np.float32)
+    context = rng.standard_normal((streams, cfg.text_emb_tokens, cfg.text_emb_dim), dtype=np.float32)
     return x, context
 
 
@@ -186,7 +186,7 @@ def test_export_writes_every_subgraph_in_order(tmp_path):
     assert manifest.decoder is None
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([e.file for e in manifest.subgraphs]
                                                                 + ["manifest.json"])
-    assert manifest.subgraphs[1].inputs[1].shape == (1, cfg.context_tokens, cfg.context_dim)
+    assert manifest.subgraphs[1].inputs[1].shape == (1, cfg.text_emb_tokens, cfg.text_emb_dim)
     load_manifest(tmp_path).verify()
 
 

@@ -84,7 +84,7 @@ def test_block_with_zero_gates_is_identity():
     emb, lora = R.time_embedding(w, cfg, np.array([0.5], np.float32))
     mods = R.modulations(w, cfg, emb, lora, blocks=range(1))
     x = np.random.default_rng(0).standard_normal((2, cfg.tokens, d)).astype(np.float32)
-    ctx = np.random.default_rng(1).standard_normal((2, 6, cfg.context_dim)).astype(np.float32)
+    ctx = np.random.default_rng(1).standard_normal((2, 6, cfg.text_emb_dim)).astype(np.float32)
     np.testing.assert_array_equal(R.block_forward(w, cfg, 0, x, mods, ctx, R.make_rope(cfg)), x)
 
 
@@ -109,7 +109,7 @@ def test_full_width_anima_block_runs_and_matches_float64_spot_checks(anima_block
     cfg, w, _ = anima_block
     rng = np.random.default_rng(5)
     x = rng.standard_normal((1, cfg.tokens, cfg.width)).astype(np.float32)
-    ctx = rng.standard_normal((1, 16, cfg.context_dim)).astype(np.float32)
+    ctx = rng.standard_normal((1, 16, cfg.text_emb_dim)).astype(np.float32)
     emb, lora = R.time_embedding(w, cfg, np.array([0.6], np.float32))
     mods = R.modulations(w, cfg, emb, lora, blocks=range(1))
     out, rec = R.block_branches(w, cfg, 0, x, mods, ctx, R.make_rope(cfg))

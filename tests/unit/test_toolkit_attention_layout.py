@@ -25,8 +25,8 @@ _SURFACE = 65_536       # elements of one NPU surface plane (the toolkit's "alig
 @pytest.fixture(scope="module")
 def narrow_anima(tmp_path_factory):
     """Block 0 of anima-2b narrowed to two heads: full tokens and head_dim, FP32 export."""
-    cfg = dataclasses.replace(load_profile("anima-2b"), blocks=1, width=256, heads=2, context_tokens=8,
-                              context_dim=32, adaln_lora_rank=16)
+    cfg = dataclasses.replace(load_profile("anima-2b"), blocks=1, width=256, heads=2, text_emb_tokens=8,
+                              text_emb_dim=32, adaln_lora_rank=16)
     assert cfg.tokens == 1024 and cfg.head_dim == 128 and cfg.tokens * cfg.head_dim > _SURFACE
     out = tmp_path_factory.mktemp("narrow") / "fp32"
     export_partition(random_weights(cfg, seed=0), cfg, out, dtype="float32")

@@ -41,7 +41,7 @@ def _partition(root: Path, edits: dict) -> Path:
 
 
 def test_a_transpose_over_the_channel_limit_is_named(tmp_path, toolkit_version, capsys):
-    source = _partition(tmp_path, {"context_tokens = 16": "context_tokens = 8200"})
+    source = _partition(tmp_path, {"text_emb_tokens = 16": "text_emb_tokens = 8200"})
     out = tmp_path / "rknn"
     assert main(["convert", str(source), "--out", str(out), "--toolkit", toolkit_version, "--quiet"]) != 0
     line = capsys.readouterr().err.strip()
