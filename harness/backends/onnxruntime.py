@@ -11,10 +11,16 @@ Options:
              A full-width FP16 subgraph (25-67 MB of weights, 52-137 GFLOP per call of two streams)
              is dominated by its GEMMs and gets every core this process may use. Spinning is off
              either way.
+    A run-dominated subgraph also allocates from one CPU arena the process's sessions share
+    (`shared_arena`): a fresh session's own arena maps fresh pages for every intermediate, and
+    at full width the kernel's page faults on them were a fifth to a third of a subgraph's run
+    (60-120 thousand faults per call, docs/full-size.md); the shared arena keeps those pages from
+    one session to the next. The values computed do not change (tests/unit/test_session_choice.py).
 """
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +29,7 @@ from ..core.errors import ConfigError, ManifestError
 from ..partition.declared import check_identity
 from .base import Context
 
-__all__ = ["OnnxRuntimeContext", "session_options", "threads_for", "RUN_DOMINATED_BYTES"]
+__all__ = ["OnnxRuntimeContext", "session_options", "threads_for", "RUN_DOMINATED_BYTES", "shared_arena"]
 
 # The manifest's entry label: "subgraph 4 (block 1 cross_attn)" or "subgraph 84 (decoder)".
 
@@ -39,6 +45,28 @@ def threads_for(model_bytes: int) -> int:
     if model_bytes < RUN_DOMINATED_BYTES:
         return 1
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+_arena_lock = threading.Lock()
+_arena_registered = False
+
+
+def shared_arena(opts):
+    """`opts` set to allocate from the process's shared CPU arena (registered on first use).
+
+    The arena keeps what the largest run needed (its pages stay resident between invocations and
+    count in the host's PSS) instead of mapping and faulting it in afresh for every session."""
+    global _arena_registered
+    import onnxruntime as ort
+
+    with _arena_lock:
+        if not _arena_registered:
+            info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+            # No limit, onnxruntime's default extension strategy, chunk size and dead bytes.
+            ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
+            _arena_registered = True
+    opts.add_session_config_entry("session.use_env_allocators", "1")
+    return opts
 
 
 def session_options(threads: int = 1):
@@ -101,9 +129,11 @@ class OnnxRuntimeContext(Context):
         import onnxruntime as ort
 
         self.session_threads = self.threads or threads_for(len(self._model))
+        opts = session_options(self.session_threads)
+        if len(self._model) >= RUN_DOMINATED_BYTES:
+            shared_arena(opts)
         try:
-            session = ort.InferenceSession(self._model, sess_options=session_options(self.session_threads),
-                                           providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(self._model, sess_options=opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own pybind exception types for bad models
             raise self.error("init", f"onnxruntime rejected {self._path}: {exc}") from exc
         self._session = session

@@ -31,6 +31,7 @@ from ..partition.checks import check_input, check_outputs
 from ..partition.fused import MOD_PARTS, mod_input
 from ..core.imageio import as_rgb
 from ..core.timing import Timed
+from .casts import cast
 
 __all__ = ["PartitionedPipeline", "HostTimes", "Invocation", "check_finite", "check_image_finite", "batch_of",
            "pad_batch"]
@@ -229,7 +230,7 @@ class PartitionedPipeline:
             hook()
         feeds = feeds or {}
         with self.host.timed(step, "cast"):     # host FP32 -> the subgraph's dtype
-            inputs = [h.astype(spec.dtype, copy=False) if spec.name == "x"
+            inputs = [cast(h, spec.dtype) if spec.name == "x"
                       else feeds[spec.name].astype(spec.dtype) if spec.name in feeds
                       else self._text_emb_as(spec.dtype) for spec in entry.inputs]
         batch = batch_of(entry)
@@ -256,7 +257,7 @@ class PartitionedPipeline:
         finally:
             self.strategy.finish(entry, step)
         with self.host.timed(step, "cast"):     # back to the FP32 residual stream
-            out = np.asarray(outs[0] if len(outs) == 1 else np.concatenate(outs), dtype=np.float32)
+            out = cast(outs[0] if len(outs) == 1 else np.concatenate(outs), np.float32)
         if self.observers:
             # Before the NaN check, so an analysis still sees the invocation that stops the run.
             seen = Invocation(entry, step, self.sigma, tuple(self.rows), tuple(inputs), out)
@@ -268,7 +269,7 @@ class PartitionedPipeline:
     def _text_emb_as(self, dtype: str) -> np.ndarray:
         # The text embedding is the same for the whole run: cast it once per dtype, not per subgraph.
         if dtype not in self._text_embs:
-            self._text_embs[dtype] = self.text_emb.astype(dtype)
+            self._text_embs[dtype] = cast(self.text_emb, dtype)
         return self._text_embs[dtype]
 
     def _run(self, ctx, entry, step, inputs):
