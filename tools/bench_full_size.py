@@ -16,7 +16,8 @@ FLOPs / the median rate during the step. The last line is `step/FLOP-bound ratio
 wall time (host math included, the rate samples taken out) over that bound. --blocks N runs the
 profile at full width with N blocks. Host-side PSS is read between invocations, when no
 context is loaded: the host's weights and buffers (on the board the NPU contexts sit outside it);
-the process peak with one onnxruntime context loaded is printed too.
+the process peak with one onnxruntime context loaded is printed too. Both leave the rate probe's own
+process out.
 
     nice -n 10 .venv/bin/python tools/bench_full_size.py --work .cache/full-size
     .venv/bin/python tools/bench_full_size.py --blocks 2     # full width, 2 blocks: minutes, not hours
@@ -190,7 +191,10 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
         also goes to a progress file, so an interrupted run keeps its figures. Then, every `every`
         invocations, one GEMM-rate sample (its seconds are taken out of the step below)."""
         def check(self):
-            between.append(read_memory().pss)
+            # This process only: the rate probe is a process of its own (a descendant), and its
+            # GEMM buffers (about 0.2 GiB) are the instrument's, not the host path's.
+            reading = read_memory()
+            between.append(reading.pss - reading.pss_workers)
             if (len(between) - 1) % every == 0:
                 probe.sample()
             with open(progress, "a") as fh:
@@ -230,7 +234,8 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
                                    for k in bundle.weights.streamed),
         "pss_after_load_bytes": loaded,
         "host_pss_peak_between_invocations_bytes": max(between),
-        "process_pss_peak_bytes": report["memory"]["baseline_pss_bytes"] + report["memory"]["peak_pss_added_bytes"],
+        # The guard's samples (every 0.25 s) of this process alone, the rate probe left out.
+        "process_pss_peak_bytes": max(r.pss - r.pss_workers for r in guard.samples),
         "digest_seconds": digest_s,
         "weights_digest": report.get("weights_digest"),
         "streams": len(contexts),

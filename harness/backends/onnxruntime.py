@@ -2,6 +2,8 @@
 
 load() reads the model bytes (the board's load_rknn also only reads the file), init() builds the session
 (where the board's init_runtime builds the NPU context), run() is one inference, release() drops it all.
+A run-dominated subgraph (below) is only opened at load and read by onnxruntime at init: its load
+stage is then near zero and init holds the reading.
 
 Options:
     threads: intra-op threads per session (default: chosen per subgraph by what it costs, `threads_for`).
@@ -107,33 +109,40 @@ class OnnxRuntimeContext(Context):
         super().__init__(label, **options)
         self.threads = _threads_option(options)
         self.session_threads: int | None = None     # what init chose (threads, or threads_for the model)
-        self._model: bytes | None = None
+        self._model: bytes | None = None     # a small subgraph's bytes (a large one is read at init)
         self._path: Path | None = None
+        self._size = 0
         self._session = None
         self._input_names: list[str] = []
 
     def load(self, path: Path) -> None:
         path = Path(path)
         try:
-            model = path.read_bytes()
+            size = path.stat().st_size
+            # A run-dominated subgraph is read by onnxruntime itself at init: reading it here too
+            # made one more copy of its weights to fault in (docs/full-size.md).
+            model = path.read_bytes() if size < RUN_DOMINATED_BYTES else None
+            if model is None:
+                path.open("rb").close()
         except OSError as exc:
             raise self.error("load", f"cannot read model file {path}: {exc.strerror or exc}") from exc
-        if not model:
+        if not size:
             raise self.error("load", f"model file {path} is empty")
-        self._model, self._path = model, path
+        self._model, self._path, self._size = model, path, size
         self._mark_live()
 
     def init(self) -> None:
-        if self._model is None:
+        if self._path is None:
             raise self.error("init", "no model loaded (call load first)")
         import onnxruntime as ort
 
-        self.session_threads = self.threads or threads_for(len(self._model))
+        self.session_threads = self.threads or threads_for(self._size)
         opts = session_options(self.session_threads)
-        if len(self._model) >= RUN_DOMINATED_BYTES:
+        if self._size >= RUN_DOMINATED_BYTES:
             shared_arena(opts)
+        source = self._model if self._model is not None else str(self._path)
         try:
-            session = ort.InferenceSession(self._model, sess_options=opts, providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own pybind exception types for bad models
             raise self.error("init", f"onnxruntime rejected {self._path}: {exc}") from exc
         self._session = session
@@ -158,5 +167,6 @@ class OnnxRuntimeContext(Context):
     def release(self) -> None:
         self._session = None
         self._model = None
+        self._path = None
         self._input_names = []
         self._mark_released()
