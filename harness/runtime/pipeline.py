@@ -92,7 +92,8 @@ def check_finite(out: np.ndarray, streams: list[str], step: int, entry) -> None:
     # NaN and Inf survive a sum, so a finite sum clears the whole output in one reduction with no
     # temporary array (this runs after every one of a run's thousands of invocations). A sum that
     # overflows on finite values only sends us to the exact count below, which then finds nothing.
-    if np.isfinite(np.sum(out, dtype=np.float64)):
+    # In the output's own dtype: a float64 sum converts every element first, 4x slower at full width.
+    if np.isfinite(np.sum(out)):
         return
     for k, stream in enumerate(streams):
         bad = int(out[k].size - np.count_nonzero(np.isfinite(out[k])))
