@@ -14,10 +14,10 @@ Options:
              is dominated by its GEMMs and gets every core this process may use. Spinning is off
              either way.
     A run-dominated subgraph also allocates from one CPU arena the process's sessions share
-    (`shared_arena`): a fresh session's own arena maps fresh pages for every intermediate, and
-    at full width the kernel's page faults on them were a fifth to a third of a subgraph's run
-    (60-120 thousand faults per call, docs/full-size.md); the shared arena keeps those pages from
-    one session to the next. The values computed do not change (tests/unit/test_session_choice.py).
+    (`shared_arena`): a fresh session's own arena maps fresh pages for every intermediate (at
+    full width 60-120 thousand page faults per call), the shared arena keeps them from one session
+    to the next; the subgraphs' run time per full step fell to 0.54-0.74 of what it was
+    (docs/full-size.md). The values computed do not change (tests/unit/test_session_choice.py).
 """
 from __future__ import annotations
 
