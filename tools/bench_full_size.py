@@ -13,10 +13,11 @@ rate is measured in the same run, just before and just after the step ([2048 x 2
 numpy FP32, onnxruntime MatMul FP32 and FP16, every core) and sampled about 20 times during it
 (`RateProbe`), the step's FLOPs are counted from the profile (harness.model.flops), and the bound is
 FLOPs / the median rate during the step. The last line is `step/FLOP-bound ratio: X`, the step's
-wall time (host math included, the rate samples taken out) over that bound. --blocks N runs the
-profile at full width with N blocks. Host-side PSS is read between invocations, when no
+wall time (host math included, the rate samples and the per-invocation PSS readings taken out) over
+that bound. --blocks N runs the profile at full width with N blocks. Host-side PSS is read between invocations, when no
 context is loaded: the host's weights and buffers (on the board the NPU contexts sit outside it);
-the process peak with one onnxruntime context loaded is printed too.
+the process peak with one onnxruntime context loaded is printed too. Both leave the rate probe's own
+process out.
 
     nice -n 10 .venv/bin/python tools/bench_full_size.py --work .cache/full-size
     .venv/bin/python tools/bench_full_size.py --blocks 2     # full width, 2 blocks: minutes, not hours
@@ -161,10 +162,10 @@ def _model_dir(work: Path, checkpoint: Path, profile: str) -> Path:
     return model
 
 
-def phase_step(work: Path, partition: Path, out: Path) -> None:
+def phase_step(work: Path, partition: Path, out: Path, lifecycle: str = "on-demand") -> None:
     """In this process: load host tensors, run one step, write the figures as JSON."""
     import numpy as np
-    from harness.memory.guard import MemoryGuard, read_memory
+    from harness.memory.guard import MemoryGuard, read_memory, read_system_memory
     from harness.model.bundle import load_bundle
     from harness.runtime.run import RunRequest, run_partitioned
 
@@ -189,18 +190,29 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
         """A guard-shaped hook: PSS before each invocation, when no context is loaded; each reading
         also goes to a progress file, so an interrupted run keeps its figures. Then, every `every`
         invocations, one GEMM-rate sample (its seconds are taken out of the step below)."""
+        seconds = 0.0          # this hook's own reading and writing, taken out of the step like the probe
+
         def check(self):
-            between.append(read_memory().pss)
-            if (len(between) - 1) % every == 0:
-                probe.sample()
+            start = time.perf_counter()
+            # This process only: the rate probe is a process of its own (a descendant), and its
+            # GEMM buffers (about 0.2 GiB) are the instrument's, not the host path's.
+            reading = read_memory()
+            between.append(reading.pss - reading.pss_workers)
             with open(progress, "a") as fh:
                 fh.write(json.dumps({"t": time.perf_counter() - started, "invocation": len(between),
                                      "pss": between[-1]}) + "\n")
+            HostPss.seconds += time.perf_counter() - start
+            if (len(between) - 1) % every == 0:
+                probe.sample()
 
     settings = {"steps": 1, "cfg_scale": 4.0, "shift": 3.0, "seed": 20260812}
     report_path = out.with_suffix(".report.json")
     complete = True
-    with MemoryGuard(GiB, 2 ** 40, interval=0.25) as guard:
+    # The guard as the suite and `generate` run it: PSS sampled every 0.25 s, the checks between
+    # invocations reading MemAvailable and swap only (a PSS walk per check is the bench's own,
+    # in HostPss, and taken out of the step).
+    guard = MemoryGuard(GiB, 2 ** 40, interval=0.25, max_staleness=0.1, check_reader=read_system_memory)
+    with guard:
         hook = HostPss()
         guard_check = guard.check
 
@@ -214,7 +226,8 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
 
         try:
             result = run_partitioned(
-                RunRequest(bundle, partition, "onnxruntime", "", settings, verify=False, text_embs=contexts),
+                RunRequest(bundle, partition, "onnxruntime", "", settings, verify=False, text_embs=contexts,
+                           lifecycle=lifecycle),
                 guard=Both(), report_path=report_path)
             report, latent_ok = result.report, bool(np.isfinite(result.latent).all())
         except KeyboardInterrupt:       # stopped by hand: keep what the partial report measured
@@ -230,7 +243,8 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
                                    for k in bundle.weights.streamed),
         "pss_after_load_bytes": loaded,
         "host_pss_peak_between_invocations_bytes": max(between),
-        "process_pss_peak_bytes": report["memory"]["baseline_pss_bytes"] + report["memory"]["peak_pss_added_bytes"],
+        # The guard's samples (every 0.25 s) of this process alone, the rate probe left out.
+        "process_pss_peak_bytes": max(r.pss - r.pss_workers for r in guard.samples),
         "digest_seconds": digest_s,
         "weights_digest": report.get("weights_digest"),
         "streams": len(contexts),
@@ -239,6 +253,7 @@ def phase_step(work: Path, partition: Path, out: Path) -> None:
         "backend_options": report.get("backend_options"),
         "rates_during_step": probe.rates,
         "probe_seconds": probe.seconds,
+        "pss_hook_seconds": HostPss.seconds,
         "per_branch": _per_branch(report["lifecycle_records"]),
         "invocations": sum(1 for r in report["lifecycle_records"] if r["stage"] == "run"),
         "wall_seconds": time.perf_counter() - started,
@@ -292,8 +307,8 @@ def _ratio_table(figures: dict, export: dict) -> str:
 
 def _bound_lines(figures: dict, rates: list[dict], profile: str) -> list[str]:
     """The step against its FLOP bound; the ratio line last. The step is its wall time (host math
-    included) less the GEMM-rate samples taken during it; the bound is FLOPs over the median rate
-    sampled during the step, and, for comparison, over the best rate before or after it."""
+    included) less the GEMM-rate samples and PSS readings taken during it; the bound is FLOPs over
+    the median rate sampled during the step, and, for comparison, over the best rate before or after it."""
     import statistics
     from harness.model.config import load_profile
     from harness.model.flops import step_flops
@@ -314,9 +329,12 @@ def _bound_lines(figures: dict, rates: list[dict], profile: str) -> list[str]:
         lines.append("step/FLOP-bound ratio: n/a (the step did not complete)")
         return lines
     split = figures["step_split"]
-    step = figures["step_seconds"] - figures.get("probe_seconds", 0.0)
-    lines.append(f"step: {step:.2f} s wall without the rate samples (lifecycle {split['lifecycle']:.2f} s, "
-                 f"host math {split['host']:.2f} s); load {os.getloadavg()[0]:.1f}")
+    instrument = figures.get("probe_seconds", 0.0) + figures.get("pss_hook_seconds", 0.0)
+    step = figures["step_seconds"] - instrument
+    rest = split["rest"] - instrument
+    lines.append(f"step: {step:.2f} s wall without the rate samples and PSS readings (lifecycle "
+                 f"{split['lifecycle']:.2f} s, host math {split['host']:.2f} s, rest {rest:.2f} s); "
+                 f"load {os.getloadavg()[0]:.1f}")
     lines.append(f"step/FLOP-bound ratio at the best rate before/after: {step / (flops / best / 1e9):.2f}")
     lines.append(f"step/FLOP-bound ratio: {step / bound:.2f}")
     return lines
@@ -331,6 +349,8 @@ def main(argv=None) -> int:
                         help="subgraph precision (default: %(default)s, what the board runs and the goldens need)")
     parser.add_argument("--reuse-partition", action="store_true",
                         help="keep an already exported partition (its export is then not timed)")
+    parser.add_argument("--lifecycle", default="on-demand",
+                        help="context strategy (default: %(default)s, the board's; e.g. prefetch:2)")
     parser.add_argument("--phase", choices=("all", "step", "table"), default="all",
                         help="all; step: only the step (partition exported); table: print from the saved figures")
     args = parser.parse_args(argv)
@@ -344,7 +364,7 @@ def main(argv=None) -> int:
     checkpoint = work / f"{Path(args.profile).stem}-random-bf16.safetensors"
     partition = work / ("partition-fp16" if args.dtype == "float16" else "partition-fp32")
     if args.phase == "step":
-        phase_step(work, partition, work / f"step-{args.dtype}.json")
+        phase_step(work, partition, work / f"step-{args.dtype}.json", args.lifecycle)
         return 0
     if args.phase == "table":
         summary = work / f"summary-{args.dtype}.json"
@@ -375,7 +395,7 @@ def main(argv=None) -> int:
     _model_dir(work, checkpoint, args.profile)
     rates = [gemm_rates()]
     secs, rss, rc = _child([py, "tools/bench_full_size.py", "--work", str(work), "--phase", "step",
-                            "--dtype", args.dtype],
+                            "--dtype", args.dtype, "--lifecycle", args.lifecycle],
                            work / "step.log")
     print(f"step phase: {secs:.0f} s wall (load, digest, one step), peak RSS {rss / GiB:.2f} GiB, rc {rc}",
           flush=True)

@@ -215,7 +215,7 @@ class BoardSimContext(OnnxRuntimeContext):
 
     def init(self) -> None:
         start = time.perf_counter()
-        if not self.options["reuse_sessions"] or self._model is None:
+        if not self.options["reuse_sessions"] or self._path is None:
             super().init()
         else:
             st = self._path.stat()

@@ -2,6 +2,8 @@
 
 load() reads the model bytes (the board's load_rknn also only reads the file), init() builds the session
 (where the board's init_runtime builds the NPU context), run() is one inference, release() drops it all.
+A run-dominated subgraph (below) is only opened at load and read by onnxruntime at init: its load
+stage is then near zero and init holds the reading.
 
 Options:
     threads: intra-op threads per session (default: chosen per subgraph by what it costs, `threads_for`).
@@ -11,10 +13,16 @@ Options:
              A full-width FP16 subgraph (25-67 MB of weights, 52-137 GFLOP per call of two streams)
              is dominated by its GEMMs and gets every core this process may use. Spinning is off
              either way.
+    A run-dominated subgraph also allocates from one CPU arena the process's sessions share
+    (`shared_arena`): a fresh session's own arena maps fresh pages for every intermediate (at
+    full width 60-120 thousand page faults per call), the shared arena keeps them from one session
+    to the next; the subgraphs' run time per full step fell to 0.54-0.74 of what it was
+    (docs/full-size.md). The values computed do not change (tests/unit/test_session_choice.py).
 """
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +31,7 @@ from ..core.errors import ConfigError, ManifestError
 from ..partition.declared import check_identity
 from .base import Context
 
-__all__ = ["OnnxRuntimeContext", "session_options", "threads_for", "RUN_DOMINATED_BYTES"]
+__all__ = ["OnnxRuntimeContext", "session_options", "threads_for", "RUN_DOMINATED_BYTES", "shared_arena"]
 
 # The manifest's entry label: "subgraph 4 (block 1 cross_attn)" or "subgraph 84 (decoder)".
 
@@ -39,6 +47,28 @@ def threads_for(model_bytes: int) -> int:
     if model_bytes < RUN_DOMINATED_BYTES:
         return 1
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+_arena_lock = threading.Lock()
+_arena_registered = False
+
+
+def shared_arena(opts):
+    """`opts` set to allocate from the process's shared CPU arena (registered on first use).
+
+    The arena keeps what the largest run needed (its pages stay resident between invocations and
+    count in the host's PSS) instead of mapping and faulting it in afresh for every session."""
+    global _arena_registered
+    import onnxruntime as ort
+
+    with _arena_lock:
+        if not _arena_registered:
+            info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+            # No limit, onnxruntime's default extension strategy, chunk size and dead bytes.
+            ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
+            _arena_registered = True
+    opts.add_session_config_entry("session.use_env_allocators", "1")
+    return opts
 
 
 def session_options(threads: int = 1):
@@ -79,31 +109,40 @@ class OnnxRuntimeContext(Context):
         super().__init__(label, **options)
         self.threads = _threads_option(options)
         self.session_threads: int | None = None     # what init chose (threads, or threads_for the model)
-        self._model: bytes | None = None
+        self._model: bytes | None = None     # a small subgraph's bytes (a large one is read at init)
         self._path: Path | None = None
+        self._size = 0
         self._session = None
         self._input_names: list[str] = []
 
     def load(self, path: Path) -> None:
         path = Path(path)
         try:
-            model = path.read_bytes()
+            size = path.stat().st_size
+            # A run-dominated subgraph is read by onnxruntime itself at init: reading it here too
+            # made one more copy of its weights to fault in (docs/full-size.md).
+            model = path.read_bytes() if size < RUN_DOMINATED_BYTES else None
+            if model is None:
+                path.open("rb").close()
         except OSError as exc:
             raise self.error("load", f"cannot read subgraph file {path}: {exc.strerror or exc}") from exc
-        if not model:
+        if not size:
             raise self.error("load", f"subgraph file {path} is empty")
-        self._model, self._path = model, path
+        self._model, self._path, self._size = model, path, size
         self._mark_live()
 
     def init(self) -> None:
-        if self._model is None:
+        if self._path is None:
             raise self.error("init", "no model loaded (call load first)")
         import onnxruntime as ort
 
-        self.session_threads = self.threads or threads_for(len(self._model))
+        self.session_threads = self.threads or threads_for(self._size)
+        opts = session_options(self.session_threads)
+        if self._size >= RUN_DOMINATED_BYTES:
+            shared_arena(opts)
+        source = self._model if self._model is not None else str(self._path)
         try:
-            session = ort.InferenceSession(self._model, sess_options=session_options(self.session_threads),
-                                           providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own pybind exception types for bad models
             raise self.error("init", f"onnxruntime rejected {self._path}: {exc}") from exc
         self._session = session
@@ -128,5 +167,6 @@ class OnnxRuntimeContext(Context):
     def release(self) -> None:
         self._session = None
         self._model = None
+        self._path = None
         self._input_names = []
         self._mark_released()
