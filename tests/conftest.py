@@ -73,7 +73,9 @@ def postgres_cluster():
     cluster.stop()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+# The PostgreSQL half runs in the full suite (and in `-m results`), not in the fast tier: the same
+# code on the same schema, and about ten seconds of the fast tier's budget.
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def results_url(request, tmp_path):
     """A fresh, empty results store's URL: every store test runs on SQLite and on PostgreSQL."""
     if request.param == "sqlite":
