@@ -55,8 +55,17 @@ def _call(stage: str, fn, *args, **kwargs) -> None:
     except BuildFailed:
         raise
     except Exception as exc:
-        raise BuildFailed(stage, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from exc
+        raise BuildFailed(stage, _exception_line(exc)) from exc
     _check(stage, ret)
+
+
+def _exception_line(exc: Exception) -> str:
+    """One line for an exception. The toolkit re-raises some errors with a whole traceback as the
+    message (export_rknn on a full disk): its last line is the reason, its first only a header."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if lines and lines[0].startswith("Traceback"):
+        return lines[-1][:300]          # "OSError: [Errno 28] ...": it names its own type
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
 
 
 def build_rknn(onnx_path, config: dict, verbose: bool = True):
@@ -244,7 +253,10 @@ def _reason(log_path: Path) -> str:
         return ""
     found = [ln for ln in lines if _EXCEPTION.match(ln)]
     if not found:
-        found = [ln[2:].strip() for ln in lines if ln.startswith("E ") and "toolkit2 version" not in ln]
+        # A traceback's header is no reason (a log cut short by a full disk can end there): skip it,
+        # so the caller's own exception is said instead.
+        found = [ln[2:].strip() for ln in lines if ln.startswith("E ") and "toolkit2 version" not in ln
+                 and not ln.endswith("Traceback (most recent call last):")]
     if not found:
         return ""
     text = found[-1]
@@ -272,7 +284,7 @@ def _one(item: dict, config: dict, out_dir: Path, emit) -> None:
         return
     except Exception as exc:  # the toolkit raises on some bad models instead of returning -1
         emit({"event": "failed", "name": item["name"], "stage": stage,
-              "detail": _reason(log_path) or f"{type(exc).__name__}: {exc}".splitlines()[0][:300],
+              "detail": _reason(log_path) or _exception_line(exc),
               "log": str(log_path)})
         return
     finally:
