@@ -91,7 +91,16 @@ def pytest_generate_tests(metafunc):
     # Golden cases are data (golden/<model>/cases.toml): one gate test per case.
     if "golden_case" in metafunc.fixturenames:
         cases = selected_cases(metafunc.config.stash[SETTINGS])
-        metafunc.parametrize("golden_case", cases, ids=[c.name for c in cases])
+        metafunc.parametrize("golden_case", _fast_tier_split(cases, metafunc.module), ids=[c.name for c in cases])
+
+
+def _fast_tier_split(cases: list, module) -> list:
+    """A gate module may say FAST_TIER_CASES = N: its cases after the first N are also `slow`, so the
+    fast tier judges N of them and the full suite and `-m npu` judge every one."""
+    keep = getattr(module, "FAST_TIER_CASES", None)
+    if keep is None:
+        return cases
+    return [c if i < keep else pytest.param(c, marks=pytest.mark.slow) for i, c in enumerate(cases)]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -3,7 +3,10 @@ refusal names the results store that replaces it."""
 import pytest
 
 
-@pytest.mark.parametrize("option", ["--benchmark-autosave", "--benchmark-save=run", "--benchmark-compare-fail=mean:5%"])
+# One refusal in the fast tier; the same loop refuses the other two (full suite).
+@pytest.mark.parametrize("option", ["--benchmark-autosave",
+                                    pytest.param("--benchmark-save=run", marks=pytest.mark.slow),
+                                    pytest.param("--benchmark-compare-fail=mean:5%", marks=pytest.mark.slow)])
 def test_pytest_benchmarks_own_storage_is_refused(pytester, option):
     pytester.makepyfile(test_tiny="def test_tiny(benchmark):\n    benchmark.pedantic(sum, (range(10),), rounds=1)\n")
     result = pytester.runpytest_subprocess(

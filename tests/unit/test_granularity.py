@@ -169,7 +169,7 @@ def test_a_fused_runs_benchmark_is_recorded_by_the_results_store(model, partitio
         assert store.runs()[0].branches == run.branches
 
 
-@pytest.mark.parametrize("granularity", ["block", "blocks:4"])
+@pytest.mark.parametrize("granularity", ["block", pytest.param("blocks:4", marks=pytest.mark.slow)])
 def test_board_sims_fused_step_is_the_planners_estimate(model, partitions, granularity):
     """One model of host time per step ([plan] host_model) for both: board-sim pauses each fused
     subgraph's share of it, so the board seconds its simulated step asks for (every stage, inference
