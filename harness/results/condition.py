@@ -21,7 +21,7 @@ import hashlib
 import os
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .verdicts import Verdict, history_verdict
 
@@ -89,9 +89,7 @@ def probe_verdict(history: list[float], probes: list[float], confidence: float) 
     verdict = history_verdict(PROBE_LABEL, history, probes, confidence=confidence, floor_pct=PROBE_FLOOR_PCT)
     if verdict is None:
         return None
-    moved = abs(verdict.shift_pct) > verdict.threshold_pct
-    return Verdict(verdict.kind, PROBE_LABEL, verdict.shift_pct, verdict.ci_pct, verdict.threshold_pct, moved,
-                   verdict.n, confidence, verdict.runs)
+    return replace(verdict, regression=abs(verdict.shift_pct) > verdict.threshold_pct)
 
 
 def condition_line(cpus: int | None, load_per_cpu: float | None, probe_s: float | None) -> str:

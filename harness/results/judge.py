@@ -126,7 +126,7 @@ class Judgement:
         if not any(v.label == NPU_CORE and v.regression for v in shown):
             return ""
         branches = [v for v in self.verdicts if v.label.endswith(" core") and v.label != NPU_CORE and v not in shown]
-        return "".join(f"; {v.label} {v.shift_pct:+.1f} % [{v.ci_pct[0]:.1f}, {v.ci_pct[1]:.1f}]" for v in branches)
+        return "".join(f"; {v.shift()}" for v in branches)
 
     def lines(self) -> list[str]:
         return [self.headline(), *(f"  {v.line()} ({v.kind}, n={v.n}{group_note(v)})" for v in self.verdicts)]
@@ -275,7 +275,7 @@ def comparability(pool: list[Run], judged: list[Run]) -> tuple[list[Run], Verdic
         pool = same
     probes = [r.host_probe_s for r in pool[-LOOKBACK:] if r.host_probe_s is not None]
     mine = [r.host_probe_s for r in judged if r.host_probe_s is not None]
-    if run.host_probe_s is None or not mine:
+    if run.host_probe_s is None:
         return pool, None, None
     verdict = probe_verdict(probes, mine, CONFIDENCE)
     if verdict is None or not verdict.regression:

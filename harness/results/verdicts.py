@@ -50,14 +50,17 @@ class Verdict:
     confidence: float = 0.95
     runs: int = 1                  # new runs judged together (history: the runs since the change)
 
+    def shift(self) -> str:
+        """'ffn core +6.8 % [5.9, 7.7]': what was judged, its shift and the shift's interval."""
+        low, high = self.ci_pct
+        return f"{self.label} {self.shift_pct:+.1f} % [{low:.1f}, {high:.1f}]"
+
     def line(self) -> str:
         """'ffn core +6.8 % [5.9, 7.7] over the 3 % threshold'; 'within the' when the shift is
         under it, 'not clearly over the' when it is over but its interval still reaches 0."""
-        low, high = self.ci_pct
         where = "over" if self.regression else \
             "not clearly over" if self.shift_pct > self.threshold_pct else "within"
-        return (f"{self.label} {self.shift_pct:+.1f} % [{low:.1f}, {high:.1f}] {where} the "
-                f"{_pct(self.threshold_pct)} % threshold")
+        return f"{self.shift()} {where} the {_pct(self.threshold_pct)} % threshold"
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "label": self.label, "shift_pct": self.shift_pct,

@@ -12,8 +12,8 @@ Size limits (docs/granularity.md, measured with rknn-toolkit2 2.5.0 and 2.3.2 on
 on the full-size model): the toolkit moves an op to the CPU when a tensor is too large for the
 NPU's register fields, and says so in its log without naming the op:
   - "Transpose will fallback to CPU, because input shape has exceeded the max limit, height(H) *
-    width(W) = P, required product no larger than 8192!" (2.5.0; the full-size self-attention's
-    q/k transposes at 16 heads x 1024 tokens);
+    width(W) = P, required product no larger than 8192!" (2.5.0; the full-size attention's q/k
+    transposes at 16 heads x 1024 tokens, before the export split heads head-major);
   - "channel is too large, may produce thousands of regtask, fallback to cpu!" (a layout transpose of
     a MatMul with a dimension over 8192: 8192 stays on the NPU, 8193 does not);
 and when it cannot, it writes the register anyway: "REGTASK: The bit width of field value exceeds
