@@ -188,8 +188,11 @@ def ort_stream(bundle, part, slow: float, runs: int, steps: int) -> list[dict]:
     from harness.sampling.reference_run import sample_settings
     from harness.results.ab import Side, run_session
     candidate = {"slowdown": 1 + slow} if slow else {}
+    def progress(i: int, _pair: dict) -> None:
+        if i % 200 == 0:
+            print(f"    {i}/{runs} rounds, load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
     return run_session(bundle, Side("baseline", part, "faults"), Side("candidate", part, "faults", candidate),
-                       sample_settings(bundle, steps=steps), rounds=runs, warmup=1).pairs
+                       sample_settings(bundle, steps=steps), rounds=runs, warmup=1, on_pair=progress).pairs
 
 
 def section_real_board_sim(args) -> dict:
@@ -230,7 +233,7 @@ def section_onnxruntime(args) -> dict:
     print(f"(b) onnxruntime here: embedded model, {args.ort_runs} rounds (baseline + candidate run, "
           f"{args.ort_steps} step each) per condition, A/B sessions of {args.rounds} rounds")
     out = {"rows": {}}
-    for slow in SLOWDOWNS:
+    for slow in args.ort_slow or SLOWDOWNS:
         started = time.perf_counter()
         pairs = ort_stream(bundle, part, slow, args.ort_runs, args.ort_steps)
         base = np.array([p["baseline"]["step"] for p in pairs])
@@ -429,6 +432,8 @@ def main() -> int:
                    help="also run the A/B rows with this drift correlation time in board seconds")
     p.add_argument("--ort-runs", type=int, default=240, help="onnxruntime rounds per condition (default %(default)s)")
     p.add_argument("--ort-steps", type=int, default=1)
+    p.add_argument("--ort-slow", type=float, action="append", default=[],
+                   help="(b) only these slowdowns, e.g. 0 for the A/A row alone (default: 0, 0.02, 0.03, 0.05, 0.1)")
     p.add_argument("--real-sessions", type=int, default=5,
                    help="real board-sim A/B sessions per condition in section real-board-sim (default %(default)s)")
     p.add_argument("--time-scale", type=float, default=0.005, help="board-sim time scale for those")

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..core.atomic import atomic_write_json
 from ..core.errors import ConfigError
 from ..model.config import EMBEDDED_DIR
-from ..results.ab import DEFAULT_THRESHOLD_PCT, Side, run_session, side_options
+from ..results.ab import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD_PCT, Side, parse_confidence, run_session, side_options
 from .results import add_results_option
 
 __all__ = ["add_command", "DEFAULT_CASE"]
@@ -35,8 +35,8 @@ def add_command(sub) -> None:
     p.add_argument("--lifecycle", default="on-demand", help="context strategy (default: %(default)s)")
     p.add_argument("--threshold", default=f"{DEFAULT_THRESHOLD_PCT:g}%",
                    help="smallest shift that is a regression (default: %(default)s)")
-    p.add_argument("--confidence", type=float, default=0.99,
-                   help="session confidence, shared over the figures (default: %(default)s)")
+    p.add_argument("--confidence", default=f"{DEFAULT_CONFIDENCE:g}",
+                   help="session confidence, shared over the figures: 0.99 or 99%% (default: %(default)s)")
     p.add_argument("--out", type=Path, help="write the pairs and verdicts as JSON here")
     p.add_argument("--case", default=DEFAULT_CASE,
                    help="the case name the session is stored under (default: %(default)s, the model's default prompt)")
@@ -53,8 +53,7 @@ def _cmd_bench_ab(args) -> int:
     from ..results.telemetry import TelemetryWindow, board_id, board_identity
 
     threshold = parse_threshold(args.threshold, "--threshold")
-    if not 0.5 <= args.confidence < 1:
-        raise ConfigError(f"--confidence {args.confidence}: expected a number in [0.5, 1)")
+    args.confidence = parse_confidence(args.confidence, "--confidence")
     for flag, value, least in (("--steps", args.steps, 1), ("--rounds", args.rounds, 2), ("--warmup", args.warmup, 0)):
         if value < least:
             raise ConfigError(f"{flag} {value}: expected a whole number >= {least}")

@@ -174,6 +174,8 @@ OPTIONS: dict[str, Option] = {
                           kind="path"),
     "ab_rounds": Option(6, "judged rounds (pairs) of the --ab-baseline session", kind="count"),
     "ab_threshold": Option("2%", "smallest paired shift that fails the --ab-baseline session"),
+    "ab_confidence": Option("99%", "confidence of the --ab-baseline session over all its figures: an unchanged "
+                                   "candidate fails 1 - this of the time"),
     "results": Option("sqlite:///.benchmarks/results.sqlite", "results store every benchmark run is written to and "
                       "judged against: a database URL in SQLAlchemy's form (sqlite:///relative.sqlite, "
                       "sqlite:////absolute.sqlite, postgresql://user@host/db for a fleet)"),

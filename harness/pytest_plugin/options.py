@@ -117,6 +117,7 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     """Merge command line, board profile and defaults, and decide the backend."""
     from ..backends import backend_options
     from ..results.judge import parse_threshold
+    from ..results.ab import parse_confidence
     from ..memory.guard import parse_size
     from ..results.telemetry import detect_rk3588
     profile_file = Path(profile_path) if profile_path else None
@@ -156,7 +157,8 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     typed.update(backend=backend, golden_dir=golden_dir, cases=cases, lifecycle=lifecycle,
                  pss_budget=parse_size(budget) if budget else None,
                  baseline_threshold=parse_threshold(values["baseline_threshold"]),
-                 ab_threshold=parse_threshold(values["ab_threshold"], "--ab-threshold"))
+                 ab_threshold=parse_threshold(values["ab_threshold"], "--ab-threshold"),
+                 ab_confidence=parse_confidence(values["ab_confidence"], "--ab-confidence"))
     settings = SuiteSettings(**typed, backend_requested=requested, on_board=on_board, board_profile=profile_file,
                              backend_options=options, golden_dir_given=values["golden_dir"] is not None)
     settings.npu_problem = _npu_problem(settings)

@@ -1,12 +1,15 @@
 """Interleaved A/B benchmark session: `bin/harness bench-ab --baseline DIR --candidate DIR`.
 
-The baseline partition (or stack) and the candidate run alternately in one session, round by round
-(baseline first on even rounds, candidate first on odd ones, so neither always runs warmer), and
-each round's figures form one pair: the mean step time, the core time per step of every branch and
+The baseline partition (or stack) and the candidate run alternately in one session, round by round,
+and each round's figures form one pair: the mean step time, the core time per step of every branch and
 the lifecycle seconds per pass of every stage. Drift of the machine or board between rounds hits
 both sides of a pair alike and cancels in the pair's ratio; the paired verdict
 (harness.results.verdicts) then judges each figure with its interval. A round is one run, so the
 unit of independence is the run, never an invocation inside it.
+
+Which side runs first is drawn at random for every two rounds, the second of them reversed (see
+round_orders): each side runs first equally often, and no periodic disturbance of the host lines up
+with one side, as it does under a fixed alternation.
 
 Every figure is one test, so each is judged at the session's confidence shared out over the
 figures (Bonferroni): the chance that a session with nothing changed flags any of them stays
@@ -18,16 +21,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from ..core.errors import ConfigError
 from ..runtime.run import RunRequest, run_partitioned
 from .verdicts import Verdict, paired_verdict
 
 __all__ = ["Side", "ABSession", "run_session", "judge_pairs", "session_figures", "side_options",
-           "baseline_options", "DEFAULT_THRESHOLD_PCT"]
+           "baseline_options", "round_orders", "parse_confidence", "DEFAULT_THRESHOLD_PCT", "DEFAULT_CONFIDENCE"]
 
 # A shift under this is not worth failing a board for, however certain: the paired interval is
 # narrow enough on the board to call +2 % real, but the gate is for regressions that matter.
 DEFAULT_THRESHOLD_PCT = 2.0
+DEFAULT_CONFIDENCE = 0.99   # of a session's verdict over all its figures: 1 % false alarms
 _STAGES = ("load", "init", "release")
 
 
@@ -45,13 +51,14 @@ class ABSession:
     pairs: list[dict]               # per round: {"baseline": {figure: s}, "candidate": {figure: s}}
     verdicts: list[Verdict]
     reports: dict = field(default_factory=dict)     # side name -> its judged rounds' run reports (the store's)
+    first: list[str] = field(default_factory=list)  # per judged round: the side that ran first
 
     @property
     def regressions(self) -> list[Verdict]:
         return [v for v in self.verdicts if v.regression]
 
     def as_dict(self) -> dict:
-        return {"pairs": self.pairs, "verdicts": [v.as_dict() for v in self.verdicts],
+        return {"pairs": self.pairs, "first": self.first, "verdicts": [v.as_dict() for v in self.verdicts],
                 "regression": bool(self.regressions)}
 
 
@@ -65,7 +72,7 @@ def session_figures(report: dict) -> dict[str, float]:
 
 
 def judge_pairs(pairs: list[dict], threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-                confidence: float = 0.99) -> list[Verdict]:
+                confidence: float = DEFAULT_CONFIDENCE) -> list[Verdict]:
     """A paired verdict per figure both sides have with a time in every round (a stage a resident
     strategy never repeats is 0 and has nothing to judge)."""
     names = [n for n in pairs[0]["baseline"]
@@ -75,29 +82,60 @@ def judge_pairs(pairs: list[dict], threshold_pct: float = DEFAULT_THRESHOLD_PCT,
                            threshold_pct=threshold_pct, confidence=each) for n in names]
 
 
+def round_orders(rounds: int, rng: np.random.Generator) -> list[bool]:
+    """Per round, whether the baseline runs first: for every two rounds one order drawn at random and
+    then its reverse. The reverse keeps the sides first equally often (an order effect then adds
+    spread to the pairs, not a shift); the draw keeps any disturbance that comes every few runs (a
+    garbage collection every N allocations, a timer, an allocator's trim) from always meeting the
+    same side, which a fixed alternation B C | C B | B C ... does: there the 1st, 4th, 5th, 8th ... run
+    is always the baseline's."""
+    orders: list[bool] = []
+    while len(orders) < rounds:
+        first = bool(rng.integers(2))
+        orders += [first, not first]
+    return orders[:rounds]
+
+
+def parse_confidence(text, option: str = "--confidence") -> float:
+    """'0.99' or '99%' -> 0.99: a session's confidence over all its figures."""
+    raw = str(text).strip()
+    try:
+        # rounded: '99.99%' is 0.9999, not the 0.99989999... a division by 100 leaves
+        value = round(float(raw.removesuffix("%")) / (100 if raw.endswith("%") else 1), 12)
+    except ValueError:
+        raise ConfigError(f"{option} {text!r}: expected a confidence such as 0.99 or 99%") from None
+    if not 0.5 <= value < 1:
+        raise ConfigError(f"{option} {text!r}: expected a confidence in [0.5, 1) (or [50%, 100%))")
+    return value
+
+
 def run_session(bundle, baseline: Side, candidate: Side, settings: dict, *, rounds: int, warmup: int = 1,
                 lifecycle: str = "on-demand", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-                confidence: float = 0.99, on_pair: Callable[[int, dict], None] | None = None,
-                prompt: str | None = None, text_embs: dict | None = None, guard=None) -> ABSession:
+                confidence: float = DEFAULT_CONFIDENCE, on_pair: Callable[[int, dict], None] | None = None,
+                prompt: str | None = None, text_embs: dict | None = None, guard=None,
+                rng: np.random.Generator | None = None) -> ABSession:
     """`warmup` rounds first (a process's first run of a partition builds its sessions), then
-    `rounds` pairs, judged. Both partitions are verified on the first round only."""
+    `rounds` pairs, judged. Both partitions are verified on the first round only. The order within
+    each round comes from `rng` (fresh entropy by default: see round_orders)."""
     if rounds < 2:
         raise ConfigError(f"{rounds} A/B rounds: a paired verdict needs at least 2")
     prompt = prompt if prompt is not None else bundle.cfg.prompt["default"]
-    pairs: list[dict] = []
-    reports: dict[str, list] = {baseline.name: [], candidate.name: []}
-    for r in range(warmup + rounds):
-        order = (baseline, candidate) if r % 2 == 0 else (candidate, baseline)
+    session = ABSession([], [], {baseline.name: [], candidate.name: []})
+    orders = round_orders(warmup + rounds, rng if rng is not None else np.random.default_rng())
+    for r, baseline_first in enumerate(orders):
+        order = (baseline, candidate) if baseline_first else (candidate, baseline)
         ran = {side.name: run_partitioned(RunRequest(bundle, side.partition, side.backend, prompt, settings,
                                                      side.options, lifecycle=lifecycle, verify=r == 0,
                                                      text_embs=text_embs), guard=guard).report for side in order}
         if r >= warmup:
-            pairs.append({name: session_figures(report) for name, report in ran.items()})
+            session.pairs.append({name: session_figures(report) for name, report in ran.items()})
+            session.first.append(order[0].name)
             for name, report in ran.items():
-                reports[name].append(report)
+                session.reports[name].append(report)
             if on_pair:
-                on_pair(len(pairs), pairs[-1])
-    return ABSession(pairs, judge_pairs(pairs, threshold_pct, confidence), reports)
+                on_pair(len(session.pairs), session.pairs[-1])
+    session.verdicts = judge_pairs(session.pairs, threshold_pct, confidence)
+    return session
 
 
 def baseline_options(options: dict, fault: str | None) -> dict:

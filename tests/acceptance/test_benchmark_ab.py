@@ -19,7 +19,6 @@ from harness.results.telemetry import TelemetryWindow
 # Marker ab: deselected, said in one line, when no --ab-baseline names the partition to run against.
 pytestmark = [pytest.mark.npu, pytest.mark.benchmark, pytest.mark.ab]
 _WARMUP = 1             # rounds run first and not judged (a process's first run builds its sessions)
-_CONFIDENCE = 0.99      # of the session's verdict over all its figures
 
 
 def test_denoise_time_ab(suite, gate_runner, golden_cases, npu_guard, record_property, results_gate):
@@ -33,14 +32,14 @@ def test_denoise_time_ab(suite, gate_runner, golden_cases, npu_guard, record_pro
         with TelemetryWindow(suite.telemetry_root) as window:
             session = run_session(gate_runner.bundle, sides["baseline"], sides["candidate"], inputs.settings,
                                   rounds=suite.ab_rounds, warmup=_WARMUP, lifecycle=suite.lifecycle,
-                                  threshold_pct=suite.ab_threshold, confidence=_CONFIDENCE, prompt=inputs.prompt,
-                                  text_embs=inputs.text_embs, guard=npu_guard)
+                                  threshold_pct=suite.ab_threshold, confidence=suite.ab_confidence,
+                                  prompt=inputs.prompt, text_embs=inputs.text_embs, guard=npu_guard)
         atomic_write_json(suite.artifacts / "runs" / f"{case.name}-ab.json", session.as_dict())
     except HarnessError as exc:
         pytest.fail(f"{case.name}: no A/B session: {exc}", pytrace=False)
     try:
         results_gate.record_ab(session, case.name, sides, window.verdict(), threshold_pct=suite.ab_threshold,
-                               confidence=_CONFIDENCE, warmup=_WARMUP)
+                               confidence=suite.ab_confidence, warmup=_WARMUP)
     except HarnessError as exc:
         pytest.fail(f"{case.name}: A/B session ran but was not recorded: {exc}", pytrace=False)
     for verdict in session.verdicts:

@@ -19,7 +19,7 @@ from harness.model.config import REPO_ROOT
 from harness.core.errors import ConfigError
 from harness.partition.manifest import load_manifest, manifest_sha256
 from harness.sampling.reference_run import sample_settings
-from harness.results.ab import Side, baseline_options, judge_pairs, run_session
+from harness.results.ab import Side, baseline_options, judge_pairs, parse_confidence, round_orders, run_session
 from harness.results.store import ResultsStore
 from tests.helpers import export_fp32, random_bundle
 
@@ -131,6 +131,45 @@ def test_session_judges_every_figure_with_a_time_and_shares_the_confidence():
     assert [v.label for v in verdicts if v.regression] == ["ffn core"]
 
 
+def _disturbed_shift(orders, period=4, hit=0.05):
+    """The mean log ratio candidate/baseline when every `period`-th run is `hit` slower, both sides
+    otherwise identical: what a session run in these orders makes of a periodic disturbance."""
+    runs = [side for first in orders for side in (("baseline", "candidate") if first else ("candidate", "baseline"))]
+    slow = [math.log(1 + hit) if i % period == 0 else 0.0 for i in range(len(runs))]
+    per_round = [dict(zip(runs[2 * r:2 * r + 2], slow[2 * r:2 * r + 2])) for r in range(len(orders))]
+    return statistics.fmean(r["candidate"] - r["baseline"] for r in per_round)
+
+
+def test_round_orders_are_balanced_and_meet_a_periodic_disturbance_on_both_sides():
+    orders = round_orders(400, np.random.default_rng(5))
+    assert all(a != b for a, b in zip(orders[::2], orders[1::2]))      # each two rounds: an order and its reverse
+    assert sum(orders) == 200
+    # A fixed alternation (B C | C B | ...) puts every 4th run on the baseline: a 5 % disturbance
+    # there is a -2.5 % shift. Drawn orders leave it as spread: over 400 rounds the shift's sd is
+    # 5 % / sqrt(400) / 2 = 0.13 %.
+    assert _disturbed_shift([r % 2 == 0 for r in range(400)]) == pytest.approx(-math.log(1.05) / 2)
+    assert abs(_disturbed_shift(orders)) < 0.006
+    assert round_orders(3, np.random.default_rng(0))[:2] in ([True, False], [False, True])
+
+
+def test_a_sessions_order_is_recorded_and_drawn_afresh(model, partition):
+    settings = sample_settings(model, steps=1)
+    sessions = [run_session(model, Side("baseline", partition, "faults"), Side("candidate", partition, "faults"),
+                            settings, rounds=2, warmup=0, rng=np.random.default_rng(seed)) for seed in (1, 2)]
+    expected = [["baseline" if b else "candidate" for b in round_orders(2, np.random.default_rng(seed))]
+                for seed in (1, 2)]
+    assert [s.first for s in sessions] == expected and expected[0] != expected[1]
+    assert [s.as_dict()["first"] for s in sessions] == expected
+
+
+def test_confidence_is_a_fraction_or_a_percentage():
+    assert parse_confidence("0.99") == parse_confidence("99%") == 0.99
+    assert parse_confidence("99.99%") == 0.9999
+    for bad in ("1", "abc", "40%"):
+        with pytest.raises(ConfigError, match=f"--ab-confidence '{bad}'"):
+            parse_confidence(bad, "--ab-confidence")
+
+
 def test_the_suites_fault_is_the_candidates_only():
     options = {"slowdown": 3.0, "threads": 1}
     assert baseline_options(options, "slow=x3") == {"threads": 1}
@@ -144,11 +183,16 @@ def test_a_session_finds_a_slowed_candidate_and_passes_an_unchanged_one(model, p
     # other jobs, 2026-12-01), the A/A figures' t statistics stayed within |2.7| of the 5.08 a
     # figure needs at 8 pairs (99 % shared over 7 figures), while the x4 step's fell to 6.2: a
     # busier host spreads the step's log ratios further and the slowed session stops calling it.
-    # 16 pairs raise the x4 step's t by sqrt(2) and lower the bar to 4.0; the A/A session keeps
-    # its 8, so its false-positive check is as strict as before.
+    # 16 pairs raise the x4 step's t by sqrt(2) and lower the bar to 4.0.
+    # The A/A session is judged at 99.99 %: at the product's 99 % an unchanged candidate fails 1 % of
+    # sessions by design (tools/bench_verdicts.py measures that rate), and a test must not fail one
+    # CI run in a hundred for it. A verdict that took invocations for independent samples, or a
+    # session whose order let one side meet a periodic disturbance, still fails it: their t statistics
+    # run far past the 10.6 a figure needs at 99.99 % over 7 figures (an A/A figure's, 100 sessions
+    # here, quiet: within |5.7|).
     settings = sample_settings(model, steps=1)
     same = run_session(model, Side("baseline", partition, "faults"), Side("candidate", partition, "faults"),
-                       settings, rounds=8)
+                       settings, rounds=8, confidence=0.9999)
     slowed = run_session(model, Side("baseline", partition, "faults"),
                          Side("candidate", partition, "faults", {"slowdown": 4.0}), settings, rounds=16)
     assert len(same.pairs) == 8 and not same.regressions, [v.line() for v in same.regressions]
