@@ -6,11 +6,11 @@
 For A/A comparisons (nothing changed) and injected slowdowns of +2, +3, +5 and +10 % it counts how
 often each verdict says "regression":
   fixed      today's rule: one candidate run's mean step time over one baseline run's by > 10 %;
-  history    on the simulated board the store's verdict (judge.judge_values: every figure, the NPU
-             core first) on each of the 5 runs after the change, each with the runs before it since
-             the change as its group, against the 20 earlier valid runs; the step alone as it was
-             judged before (history_verdict on the 5-run mean); and a change point found at the
-             change in those 25 runs. On onnxruntime (b) the step alone;
+  history    the store's verdict (judge.judge_values: every figure, the NPU core first) on each
+             of the 5 runs after the change, each with the runs before it since the change as its
+             group, against the 20 earlier valid runs; the step alone as it was judged before
+             (history_verdict on the 5-run mean); on the simulated board also a change point found
+             at the change in those 25 runs;
   A/B        one interleaved session of --rounds pairs, every figure judged (judge_pairs): the
              session fails when any figure does.
 (a) the simulated board: the board-sim timing model (boards/data/rock5c-anima.toml) with the drift
@@ -22,7 +22,8 @@ often each verdict says "regression":
 (a') a few real board-sim A/B sessions (scaled sleeps, drift on) at A/A and +3 %, as a check of (a).
 (b) onnxruntime here: the embedded model, real runs through the faults backend (slow=xFACTOR
     stretches load, init and run of every subgraph), one long interleaved stream of baseline and
-    candidate runs per condition, cut into sessions and history windows.
+    candidate runs per condition (the session's own loop and order), cut into sessions and history
+    windows; the streams are kept in --out, and --ort-pairs judges a kept one again.
 (b') the same while the load trends: CPU burners switched on in every second block of rounds, every
     run inside a HostCondition (CPU count, load, calibration probe); history windows judged by the
     step alone (the verdict before the host's condition was recorded) and by the store's verdict with
@@ -48,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 from harness.core.atomic import atomic_write_json  # noqa: E402
 from harness.backends.board_drift import Drift, load_drift_model  # noqa: E402
 from harness.backends.board_profile import BRANCH_ORDER, load_board_profile  # noqa: E402
-from harness.results.ab import DEFAULT_THRESHOLD_PCT, judge_pairs  # noqa: E402
+from harness.results.ab import DEFAULT_THRESHOLD_PCT, judge_pairs, round_orders  # noqa: E402
 from harness.results.judge import NPU_CORE, STEP, judge_values, npu_core  # noqa: E402
 from harness.results.verdicts import change_points, fixed_verdict, history_verdict  # noqa: E402
 
@@ -143,8 +144,8 @@ def board_history(model, trials: int, slow: float, steps: int, seed: int, histor
 def board_ab(model, trials: int, slow: float, steps: int, rounds: int, threshold: float, seed: int) -> int:
     board = SimulatedBoard(Drift(model, seed, trials=trials))
     pairs = []
-    for r in range(rounds):
-        order = ("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline")
+    for baseline_first in round_orders(rounds, np.random.default_rng(seed)):     # as the session orders them
+        order = ("baseline", "candidate") if baseline_first else ("candidate", "baseline")
         pairs.append({side: board.run(steps, slow if side == "candidate" else 0.0) for side in order})
     flagged = 0
     for i in range(trials):
@@ -233,16 +234,20 @@ def section_onnxruntime(args) -> dict:
     print(f"(b) onnxruntime here: embedded model, {args.ort_runs} rounds (baseline + candidate run, "
           f"{args.ort_steps} step each) per condition, A/B sessions of {args.rounds} rounds")
     out = {"rows": {}}
+    recorded = json.loads(args.ort_pairs.read_text())["onnxruntime"]["rows"] if args.ort_pairs else {}
     for slow in args.ort_slow or SLOWDOWNS:
         started = time.perf_counter()
-        pairs = ort_stream(bundle, part, slow, args.ort_runs, args.ort_steps)
+        if args.ort_pairs:      # a recorded stream judged again (by today's verdicts): nothing is run
+            pairs = recorded[f"{slow:+.0%}"]["pairs"]
+        else:
+            pairs = ort_stream(bundle, part, slow, args.ort_runs, args.ort_steps)
         base = np.array([p["baseline"]["step"] for p in pairs])
         cand = np.array([p["candidate"]["step"] for p in pairs])
         hits, n = judge_stream(pairs, base, cand, args.rounds, args.ab_threshold)
         cv = float(np.std(np.log(base), ddof=1))
         pair_sd = float(np.std(np.log(cand / base), ddof=1))
         out["rows"][f"{slow:+.0%}"] = {"hits": hits, "n": n, "baseline_step_log_sd": cv, "pair_step_log_sd": pair_sd,
-                                      "seconds": time.perf_counter() - started}
+                                      "seconds": time.perf_counter() - started, "pairs": pairs}
         print(f"  {'A/A (false positives)' if slow == 0 else f'+{100 * slow:g} % (detection)'}: run-to-run sd "
               f"of the step {100 * cv:.1f} %, within a pair {100 * pair_sd:.1f} %, {time.perf_counter() - started:.0f} s, "
               f"load {os.getloadavg()[0]:.2f}")
@@ -291,11 +296,12 @@ def ort_load_stream(bundle, part, slow: float, rounds: int, block: int, burners:
     from harness.sampling.reference_run import sample_settings
     settings, prompt = sample_settings(bundle, steps=1), bundle.cfg.prompt["default"]
     pairs, hosts, loaded = [], [], []
+    orders = round_orders(rounds + 1, np.random.default_rng())      # as the session orders them
     for r in range(rounds + 1):                     # round 0 builds the sessions: not counted
         on = r > 0 and ((r - 1) // block) % 2 == 1
         burners.set(on)
         pair, host = {}, {}
-        for side in (("baseline", "candidate") if r % 2 == 0 else ("candidate", "baseline")):
+        for side in (("baseline", "candidate") if orders[r] else ("candidate", "baseline")):
             options = {"slowdown": 1 + slow} if side == "candidate" and slow else {}
             with HostCondition() as cond:
                 report = run_partitioned(RunRequest(bundle, part, "faults", prompt, settings, options,
@@ -397,18 +403,30 @@ def _load_row(pairs, hosts, loaded, args) -> dict:
 
 
 def judge_stream(pairs, base, cand, rounds: int, threshold: float):
-    """The stream cut into non-overlapping A/B sessions, and history windows sliding over it."""
-    hits = {"fixed 1 run vs 1 run": 0, "history 1 run": 0, "history 5 runs": 0, "A/B session": 0}
+    """The stream cut into non-overlapping A/B sessions, and history windows sliding over it: 20
+    baseline runs, then the 5 candidate runs after them, every 5 rounds (so neighbouring windows
+    share 15 of their 20 history runs: the rate is the rate, its interval is narrower than it should
+    be). The step alone (history_verdict) and the store's verdict (judge_values: every figure, the
+    NPU core first, the runs since the change as a group), look 1, look 5 and any of the 5."""
+    hits = {"fixed 1 run vs 1 run": 0, "step alone, 1 run": 0, "step alone, 5 runs": 0, "store, 1 run": 0,
+            "store, 5 runs": 0, "store, any of runs 1-5": 0, "A/B session": 0}
     n = dict.fromkeys(hits, 0)
     for i in range(len(pairs)):
         hits["fixed 1 run vs 1 run"] += fixed_verdict("step", base[i:i + 1], cand[i:i + 1]).regression
         n["fixed 1 run vs 1 run"] += 1
     for i in range(HISTORY_RUNS, len(pairs) - AFTER_RUNS + 1, AFTER_RUNS):
         history = base[i - HISTORY_RUNS:i]
-        hits["history 1 run"] += history_verdict("step", history, cand[i]).regression
-        hits["history 5 runs"] += history_verdict("step", history, cand[i:i + AFTER_RUNS]).regression
-        n["history 1 run"] += 1
-        n["history 5 runs"] += 1
+        hits["step alone, 1 run"] += history_verdict("step", history, cand[i]).regression
+        hits["step alone, 5 runs"] += history_verdict("step", history, cand[i:i + AFTER_RUNS]).regression
+        earlier = [_product(p["baseline"]) for p in pairs[i - HISTORY_RUNS:i]]
+        after = [_product(p["candidate"]) for p in pairs[i:i + AFTER_RUNS]]
+        looks = [any(v.regression for v in judge_values(earlier, after[:k], after[k], 10.0)) for k in range(AFTER_RUNS)]
+        hits["store, 1 run"] += looks[0]
+        hits["store, 5 runs"] += looks[-1]
+        hits["store, any of runs 1-5"] += any(looks)
+        for name in ("step alone, 1 run", "step alone, 5 runs", "store, 1 run", "store, 5 runs",
+                     "store, any of runs 1-5"):
+            n[name] += 1
     for i in range(0, len(pairs) - rounds + 1, rounds):
         hits["A/B session"] += any(v.regression for v in judge_pairs(pairs[i:i + rounds], threshold))
         n["A/B session"] += 1
@@ -432,6 +450,8 @@ def main() -> int:
                    help="also run the A/B rows with this drift correlation time in board seconds")
     p.add_argument("--ort-runs", type=int, default=240, help="onnxruntime rounds per condition (default %(default)s)")
     p.add_argument("--ort-steps", type=int, default=1)
+    p.add_argument("--ort-pairs", type=Path,
+                   help="(b) judge the streams recorded in this earlier --out file instead of running them")
     p.add_argument("--ort-slow", type=float, action="append", default=[],
                    help="(b) only these slowdowns, e.g. 0 for the A/A row alone (default: 0, 0.02, 0.03, 0.05, 0.1)")
     p.add_argument("--real-sessions", type=int, default=5,
