@@ -183,19 +183,6 @@ def print_row(slow: float, hits: dict, n: int) -> None:
         print(f"    {name:<28} {rate(h, n)}")
 
 
-def ort_stream(bundle, part, slow: float, runs: int, steps: int) -> list[dict]:
-    """`runs` rounds of a baseline run and a faults-backend candidate run, alternating order (the
-    A/B session's own loop; its round 0 builds the sessions and is not counted)."""
-    from harness.sampling.reference_run import sample_settings
-    from harness.results.ab import Side, run_session
-    candidate = {"slowdown": 1 + slow} if slow else {}
-    def progress(i: int, _pair: dict) -> None:
-        if i % 200 == 0:
-            print(f"    {i}/{runs} rounds, load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
-    return run_session(bundle, Side("baseline", part, "faults"), Side("candidate", part, "faults", candidate),
-                       sample_settings(bundle, steps=steps), rounds=runs, warmup=1, on_pair=progress).pairs
-
-
 def section_real_board_sim(args) -> dict:
     """A few real board-sim A/B sessions (sleeping through the scaled board time, drift on): the
     check that the vectorised model above is what board-sim does."""
@@ -232,28 +219,42 @@ def section_onnxruntime(args) -> dict:
     bundle = load_bundle(ROOT / "models" / "embedded")
     part = partition(bundle, "float16")
     print(f"(b) onnxruntime here: embedded model, {args.ort_runs} rounds (baseline + candidate run, "
-          f"{args.ort_steps} step each) per condition, A/B sessions of {args.rounds} rounds")
+          f"{args.ort_steps} step each, each inside a HostCondition) per condition, A/B sessions of {args.rounds} rounds")
     out = {"rows": {}}
     recorded = json.loads(args.ort_pairs.read_text())["onnxruntime"]["rows"] if args.ort_pairs else {}
     for slow in args.ort_slow or SLOWDOWNS:
         started = time.perf_counter()
         if args.ort_pairs:      # a recorded stream judged again (by today's verdicts): nothing is run
-            pairs = recorded[f"{slow:+.0%}"]["pairs"]
+            kept = recorded[f"{slow:+.0%}"]
+            pairs, hosts = kept["pairs"], [{side: _host(h) for side, h in pair.items()} for pair in kept["hosts"]]
         else:
-            pairs = ort_stream(bundle, part, slow, args.ort_runs, args.ort_steps)
+            pairs, hosts, _ = ort_load_stream(bundle, part, slow, args.ort_runs, args.ort_runs, Burners(0),
+                                              steps=args.ort_steps)
         base = np.array([p["baseline"]["step"] for p in pairs])
         cand = np.array([p["candidate"]["step"] for p in pairs])
         hits, n = judge_stream(pairs, base, cand, args.rounds, args.ab_threshold)
+        windows = judge_load_windows(pairs, hosts, [False] * len(pairs))["quiet"]
         cv = float(np.std(np.log(base), ddof=1))
         pair_sd = float(np.std(np.log(cand / base), ddof=1))
-        out["rows"][f"{slow:+.0%}"] = {"hits": hits, "n": n, "baseline_step_log_sd": cv, "pair_step_log_sd": pair_sd,
-                                      "seconds": time.perf_counter() - started, "pairs": pairs}
+        out["rows"][f"{slow:+.0%}"] = {"hits": hits, "n": n, "windows": windows, "baseline_step_log_sd": cv,
+                                      "pair_step_log_sd": pair_sd, "seconds": time.perf_counter() - started,
+                                      "pairs": pairs, "hosts": [{side: vars(_cond(h)) for side, h in pair.items()}
+                                                                for pair in hosts]}
         print(f"  {'A/A (false positives)' if slow == 0 else f'+{100 * slow:g} % (detection)'}: run-to-run sd "
               f"of the step {100 * cv:.1f} %, within a pair {100 * pair_sd:.1f} %, {time.perf_counter() - started:.0f} s, "
               f"load {os.getloadavg()[0]:.2f}")
         for name, h in hits.items():
             print(f"    {name:<28} {rate(h, n[name])}")
+        for name, (h, nc, total) in windows.items():
+            if name.startswith("store"):
+                print(f"    {name + ' + condition':<28} {rate(h, total)}, not comparable {nc} of {total}")
     return out
+
+
+def _host(kept: dict):
+    """A kept run's host condition in the shape HostCondition has."""
+    from types import SimpleNamespace
+    return SimpleNamespace(cpus=kept["host_cpus"], load_per_cpu=kept["host_load"], probe_s=kept["host_probe_s"])
 
 
 class Burners:
@@ -287,14 +288,14 @@ def _product(fig: dict) -> dict:
     return {**out, NPU_CORE: npu} if npu else out
 
 
-def ort_load_stream(bundle, part, slow: float, rounds: int, block: int, burners: Burners):
-    """`rounds` rounds of a baseline and a faults-backend candidate run (alternating order), each run
-    inside a HostCondition; the burners run in every second block of `block` rounds."""
+def ort_load_stream(bundle, part, slow: float, rounds: int, block: int, burners: Burners, steps: int = 1):
+    """`rounds` rounds of a baseline and a faults-backend candidate run (in the session's drawn order),
+    each run inside a HostCondition; the burners run in every second block of `block` rounds."""
     from harness.results.ab import session_figures
     from harness.results.condition import HostCondition
     from harness.runtime.run import RunRequest, run_partitioned
     from harness.sampling.reference_run import sample_settings
-    settings, prompt = sample_settings(bundle, steps=1), bundle.cfg.prompt["default"]
+    settings, prompt = sample_settings(bundle, steps=steps), bundle.cfg.prompt["default"]
     pairs, hosts, loaded = [], [], []
     orders = round_orders(rounds + 1, np.random.default_rng())      # as the session orders them
     for r in range(rounds + 1):                     # round 0 builds the sessions: not counted
@@ -309,6 +310,8 @@ def ort_load_stream(bundle, part, slow: float, rounds: int, block: int, burners:
             pair[side], host[side] = session_figures(report), cond
         if r > 0:
             pairs.append(pair), hosts.append(host), loaded.append(on)
+        if r % 200 == 0 and r:
+            print(f"    {r}/{rounds} rounds, load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
     burners.stop()
     return pairs, hosts, loaded
 
