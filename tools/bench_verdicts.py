@@ -1,6 +1,6 @@
 """Verdict benchmark, run by hand: false positives and detection of the three verdicts side by side.
 
-    .venv/bin/python tools/bench_verdicts.py [--trials 2000]
+    .venv/bin/python tools/bench_verdicts.py [--trials 2000] [--seed 0]
         [--only board-sim|real-board-sim|onnxruntime|onnxruntime-load]
 
 For A/A comparisons (nothing changed) and injected slowdowns of +2, +3, +5 and +10 % it counts how
@@ -8,9 +8,11 @@ often each verdict says "regression":
   fixed      today's rule: one candidate run's mean step time over one baseline run's by > 10 %;
   history    on the simulated board the store's verdict (judge.judge_values: every figure, the NPU
              core first) on each of the 5 runs after the change, each with the runs before it since
-             the change as its group, against the 20 earlier valid runs; the step alone as it was
-             judged before (history_verdict on the 5-run mean); and a change point found at the
-             change in those 25 runs. On onnxruntime (b) the step alone;
+             the change as its group and its look's part of the run's confidence (judge.look_alpha),
+             against the 20 earlier valid runs: each look, and a change flagged by any of them (the
+             sequence); the first run judged alone at the whole confidence (a single verdict); the
+             step alone as it was judged before (history_verdict on the 5-run mean); and a change
+             point found at the change in those 25 runs. On onnxruntime (b) the step alone;
   A/B        one interleaved session of --rounds pairs, every figure judged (judge_pairs): the
              session fails when any figure does.
 (a) the simulated board: the board-sim timing model (boards/data/rock5c-anima.toml) with the drift
@@ -118,19 +120,22 @@ def board_history(model, trials: int, slow: float, steps: int, seed: int, histor
         runs.append(board.run(steps, slow if k >= history_runs else 0.0))
         board.idle(10 * model.correlation_s)        # the next run: another day, another level
     series = np.stack([r["step"] for r in runs], axis=1)                 # [trials, runs]
-    hits = {"fixed 1 run vs 1 run": 0, "step alone, 5 runs": 0, "history 1 run": 0, "history 5 runs": 0,
-            "history any of runs 1-5": 0, "each alone, any of 1-5": 0, "change point 5 runs": 0}
+    hits = {"fixed 1 run vs 1 run": 0, "step alone, 5 runs": 0, "history 1 run alone": 0,
+            **{f"history look {k + 1}": 0 for k in range(AFTER_RUNS)}, "history any of looks 1-5": 0,
+            "each alone, any of 1-5": 0, "change point 5 runs": 0}
     for i, row in enumerate(series):
         before, after = row[:history_runs], row[history_runs:]
         hits["fixed 1 run vs 1 run"] += fixed_verdict("step", before[-1:], after[:1]).regression
         hits["step alone, 5 runs"] += history_verdict("step", before, after).regression
         figs = [product_figures(r, i) for r in runs]
+        hits["history 1 run alone"] += any(v.regression for v in judge_values(
+            figs[:history_runs], [], figs[history_runs], 10.0))
         looks = [any(v.regression for v in judge_values(figs[:history_runs], figs[history_runs:history_runs + k],
-                                                        figs[history_runs + k], 10.0))
+                                                        figs[history_runs + k], 10.0, look=k + 1))
                  for k in range(AFTER_RUNS)]
-        hits["history 1 run"] += looks[0]
-        hits["history 5 runs"] += looks[-1]
-        hits["history any of runs 1-5"] += any(looks)
+        for k, flagged in enumerate(looks):
+            hits[f"history look {k + 1}"] += flagged
+        hits["history any of looks 1-5"] += any(looks)
         if sequence:        # the same 5 runs each judged alone (no group): the sequence's rate without it
             hits["each alone, any of 1-5"] += any(any(v.regression for v in judge_values(
                 figs[:history_runs], [], figs[history_runs + k], 10.0)) for k in range(AFTER_RUNS))
@@ -157,11 +162,11 @@ def section_board(args) -> dict:
     model = load_drift_model()
     print(f"(a) simulated board: drift sigma {100 * model.sigma:.2f} % per branch (from {model.pairs}), "
           f"correlation {model.correlation_s:g} s, invocation jitter {100 * model.jitter:g} %; "
-          f"{args.trials} trials per cell")
-    out = {"sigma": model.sigma, "correlation_s": model.correlation_s, "jitter": model.jitter, "rows": {}}
+          f"{args.trials} trials per cell, seed {args.seed}")
+    out = {"seed": args.seed, "sigma": model.sigma, "correlation_s": model.correlation_s, "jitter": model.jitter, "rows": {}}
     taus = [] if args.no_ab else [model.correlation_s, *args.tau]
     for slow in SLOWDOWNS:
-        hits = board_history(model, args.trials, slow, args.history_steps, seed=int(1000 * slow) + 1,
+        hits = board_history(model, args.trials, slow, args.history_steps, seed=args.seed + int(1000 * slow) + 1,
                              history_runs=args.history_runs, sequence=args.sequence)
         if not args.sequence:
             del hits["each alone, any of 1-5"]
@@ -169,7 +174,7 @@ def section_board(args) -> dict:
             m = model.scaled(correlation_s=tau)
             name = "A/B session" + ("" if tau == model.correlation_s else f" (tau {tau:g} s)")
             hits[name] = board_ab(m, args.trials, slow, args.ab_steps, args.rounds, args.ab_threshold,
-                                  seed=int(1000 * slow) + 7)
+                                  seed=args.seed + int(1000 * slow) + 7)
         out["rows"][f"{slow:+.0%}"] = hits
         print_row(slow, hits, args.trials)
     return out
@@ -328,7 +333,8 @@ def judge_load_windows(pairs, hosts, loaded) -> dict[str, dict[str, list[int]]]:
         for k in range(AFTER_RUNS):
             _, _, why = comparability(pool, conds[:k + 1])
             looks.append((False, True) if why else
-                         (any(v.regression for v in judge_values(history, group[:k], group[k], 10.0)), False))
+                         (any(v.regression for v in judge_values(history, group[:k], group[k], 10.0, look=k + 1)),
+                          False))
         results["store, 1 run"], results["store, 5 runs"] = looks[0], looks[-1]
         for name, (regressed, not_comparable) in results.items():
             cell = cells.setdefault(name, [0, 0, 0])
@@ -423,6 +429,9 @@ def main() -> int:
     p.add_argument("--history-runs", type=int, default=HISTORY_RUNS,
                    help="earlier runs before the change (default %(default)s; the store looks back on 30)")
     p.add_argument("--no-ab", action="store_true", help="board-sim: the history rows only")
+    p.add_argument("--seed", type=int, default=0,
+                   help="board-sim: added to every cell's drift seed (default %(default)s; choose parameters on "
+                        "one seed, report them on another)")
     p.add_argument("--sequence", action="store_true",
                    help="board-sim: also judge each of the 5 runs after the change alone (doubles the time)")
     p.add_argument("--tau", type=float, action="append", default=[],

@@ -57,12 +57,13 @@ def test_the_mean_of_the_runs_since_a_change_is_caught_where_each_run_alone_is_n
 def test_a_change_is_grouped_for_its_first_runs_only():
     pool = _runs("old", 10, 1.0, 0) + _runs("new", 3, 1.0, 50, revision="r2")
     run = _runs("x", 1, 1.0, 60, revision="r2")[0]
-    history, group = since_change(pool, run)
-    assert len(history) == 10 and [r.run_id for r in group] == ["new0", "new1", "new2"]
+    history, group, look = since_change(pool, run)
+    assert len(history) == 10 and [r.run_id for r in group] == ["new0", "new1", "new2"] and look == 4
+    assert since_change(pool[:10], run) == (pool[:10], [], 1)   # the first run of the new revision
     late = pool + _runs("more", GROUP_RUNS, 1.0, 70, revision="r2")
-    assert since_change(late, run) == (late, [])              # the change has had its 5 runs
-    assert since_change(pool[:10], replace(run, git_revision="r1")) == (pool[:10], [])   # no change
-    assert since_change(pool, replace(run, git_revision=None)) == (pool, [])             # unknown revision
+    assert since_change(late, run) == (late, [], None)          # the change has had its 5 runs
+    assert since_change(pool[:10], replace(run, git_revision="r1")) == (pool[:10], [], None)   # no change
+    assert since_change(pool, replace(run, git_revision=None)) == (pool, [], None)             # unknown revision
 
 
 def test_a_shift_of_the_whole_npu_fails_on_the_npu_core_and_names_every_branch(results_url):
