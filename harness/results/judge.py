@@ -19,14 +19,15 @@ the runs before the change. The interval of a group's mean narrows with its size
 one run cannot tell from drift is clear after a few; once a change has had GROUP_RUNS runs its verdict
 is given and later runs are judged alone again (a sudden jump within one revision is not diluted).
 The GROUP_RUNS looks at one change are one family as well: look k spends a part of the run's
-1 - CONFIDENCE that grows with k (look_alpha), so a change with nothing in it is flagged by any of its
-looks at most 1 - CONFIDENCE of the time; a run judged alone has all of it.
+false-alarm rate that grows with k (look_alpha), so a change with nothing in it is flagged by any of
+its looks at most 1 - CONFIDENCE of the time; a run judged alone has all of it.
 
-The figures of one run are one family sharing the run's confidence (Bonferroni, weighted): the *NPU
-core* (the geometric mean of the branches' core times: a shift of the whole NPU, what a stack upgrade
-does, with a relative noise of about sigma / sqrt(branches) when the branches drift independently, and
-a threshold learned from its own history whatever their correlation) gets PRIMARY_SHARE of it, the step,
-each branch and each stage share the rest; a regression of the NPU core names every branch's shift.
+The figures of one run are one family sharing the run's false-alarm rate 1 - CONFIDENCE (Bonferroni,
+weighted; one-sided, as only a slowdown fails a run): the *NPU core* (the geometric mean of the
+branches' core times: a shift of the whole NPU, what a stack upgrade does, with a relative noise of
+about sigma / sqrt(branches) when the branches drift independently, and a threshold learned from its
+own history whatever their correlation) gets PRIMARY_SHARE of it, the step, each branch and each stage
+share the rest; a regression of the NPU core names every branch's shift.
 
 A run whose host ran faster or slower than in its history (the calibration probe of
 harness/results/condition.py outside its history's spread, or another CPU count) is NOT COMPARABLE:
@@ -53,13 +54,15 @@ HISTORY, UPGRADE, FIRST, NOT_COMPARABLE = "history", "upgrade comparison", "no b
 STEP = "denoise step"
 NPU_CORE = "NPU core"   # geometric mean of the branches' core times per step
 LOOKBACK = 30       # earlier runs a verdict looks back on (Conbench's lookback window)
-CONFIDENCE = 0.99   # of a run's verdict over all its figures
+CONFIDENCE = 0.99   # of a run's verdict over all its figures: 1 % of unchanged runs (or changes) fail
 # Runs since a change judged as one group: the target is a +5 % shift of the whole NPU found within
 # 5 runs, so a change's first 5 runs are its group.
 GROUP_RUNS = 5
-# The NPU core's share of the run's confidence: half for the shift of the whole NPU (the regression an
-# upgrade brings), half for the figures that locate a shift (step, branches, stages).
-PRIMARY_SHARE = 0.5
+# The NPU core's share of the run's false-alarm rate: three quarters for the shift of the whole NPU
+# (the regression an upgrade brings, which the NPU core sees with the least noise), a quarter for the
+# figures that locate a shift (step, branches, stages). Chosen with the alpha spending below by the
+# simulated board's Monte Carlo (tools/bench_verdicts.py, docs/results-statistics.md).
+PRIMARY_SHARE = 0.75
 # Alpha spending over the looks at one change (Kim-DeMets' power family, alpha x (k/K)^rho spent by
 # look k of K = GROUP_RUNS): rho 3 is close to O'Brien-Fleming's boundary, little for the early looks,
 # whose group is small, most for the last. The looks share most of their runs, so an exact
@@ -152,8 +155,9 @@ def group_note(verdict: Verdict) -> str:
 
 
 def look_alpha(look: int | None) -> float:
-    """The part of the run's 1 - CONFIDENCE that look `look` (1..GROUP_RUNS: the run and the runs
-    before it since the change) spends; a run judged alone (None) is its own family and spends all."""
+    """The part of the run's false-alarm rate 1 - CONFIDENCE that look `look` (1..GROUP_RUNS: the run
+    and the runs before it since the change) spends; a run judged alone (None) is its own family and
+    spends all of it."""
     alpha = 1.0 - CONFIDENCE
     if look is None:
         return alpha
@@ -163,12 +167,14 @@ def look_alpha(look: int | None) -> float:
 
 
 def _confidences(labels: list[str], alpha: float) -> dict[str, float]:
-    """Each figure's confidence: the look's `alpha` shared out (weighted Bonferroni, which holds
-    whatever the figures' correlation): PRIMARY_SHARE to the NPU core, the rest evenly."""
+    """Each figure's confidence: the look's false-alarm rate `alpha` shared out (weighted Bonferroni,
+    which holds whatever the figures' correlation): PRIMARY_SHARE to the NPU core, the rest evenly.
+    A figure's part a is one-sided (only a slowdown fails), so its interval is the two-sided 1 - 2a
+    one: its lower end is the one-sided bound the regression is decided by."""
     others = [label for label in labels if label != NPU_CORE]
     if NPU_CORE not in labels or not others:
-        return {label: 1.0 - alpha / max(len(labels), 1) for label in labels}
-    return {label: 1.0 - (alpha * PRIMARY_SHARE if label == NPU_CORE else alpha * (1 - PRIMARY_SHARE) / len(others))
+        return {label: 1.0 - 2 * alpha / max(len(labels), 1) for label in labels}
+    return {label: 1.0 - 2 * (alpha * PRIMARY_SHARE if label == NPU_CORE else alpha * (1 - PRIMARY_SHARE) / len(others))
             for label in labels}
 
 
@@ -205,14 +211,14 @@ def judge_figures(pool: list[Run], run: Run, threshold_pct: float, fixed: bool =
 def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pct: float,
                  fixed: bool = True, look: int | None = None) -> list[Verdict]:
     """judge_figures on the figures themselves (label -> value per run, as `figures` gives them).
-    `look`: 1 when `new` is the first run since a change (a group makes it len(group) + 1), None
-    when it is judged alone."""
+    `look`: `new`'s look at its change (len(group) + 1, as since_change gives it), None for a run
+    judged alone at the whole confidence."""
     verdicts = []
     judged = {label: value for label, value in new.items()
               if value > 0 and all(h.get(label, 1.0) > 0 for h in history) and any(label in h for h in history)}
     # every figure is one test: the look's part of the run's confidence shared out over them, so a
     # change with nothing in it fails on any figure at any of its looks with at most 1 - CONFIDENCE
-    confidence = _confidences(list(judged), look_alpha(len(group) + 1 if group else look))
+    confidence = _confidences(list(judged), look_alpha(look))
     for label, value in judged.items():
         earlier = [h[label] for h in history if label in h]
         values = [g[label] for g in group if g.get(label, 0) > 0] + [value]
