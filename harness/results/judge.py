@@ -18,12 +18,15 @@ The runs since a change are judged as one group: after a new git revision (histo
 the runs before the change. The interval of a group's mean narrows with its size, so a +5 % shift that
 one run cannot tell from drift is clear after a few; once a change has had GROUP_RUNS runs its verdict
 is given and later runs are judged alone again (a sudden jump within one revision is not diluted).
-The GROUP_RUNS looks at one change are one family as well: look k spends a part of the run's
-false-alarm rate that grows with k (look_alpha), so a change with nothing in it is flagged by any of
-its looks at most 1 - CONFIDENCE of the time; a run judged alone has all of it.
+The GROUP_RUNS looks at one change are one family as well: look k spends a part of the change's
+false-alarm rate 1 - CONFIDENCE (one-sided: only a slowdown fails) that grows with k (look_alpha), so
+a change with nothing in it is flagged by any of its looks at most 1 - CONFIDENCE of the time. A run
+judged alone keeps the two-sided CONFIDENCE it always had, (1 - CONFIDENCE) / 2 one-sided: at the
+whole 1 - CONFIDENCE one-sided, the outlier screen's small excess took it over that on the simulated
+board (docs/results-statistics.md).
 
-The figures of one run are one family sharing the run's false-alarm rate 1 - CONFIDENCE (Bonferroni,
-weighted; one-sided, as only a slowdown fails a run): the *NPU core* (the geometric mean of the
+The figures of one look are one family sharing its false-alarm rate (Bonferroni, weighted, which
+holds whatever the figures' correlation): the *NPU core* (the geometric mean of the
 branches' core times: a shift of the whole NPU, what a stack upgrade does, with a relative noise of
 about sigma / sqrt(branches) when the branches drift independently, and a threshold learned from its
 own history whatever their correlation) gets PRIMARY_SHARE of it, the step, each branch and each stage
@@ -54,17 +57,17 @@ HISTORY, UPGRADE, FIRST, NOT_COMPARABLE = "history", "upgrade comparison", "no b
 STEP = "denoise step"
 NPU_CORE = "NPU core"   # geometric mean of the branches' core times per step
 LOOKBACK = 30       # earlier runs a verdict looks back on (Conbench's lookback window)
-CONFIDENCE = 0.99   # of a run's verdict over all its figures: 1 % of unchanged runs (or changes) fail
+CONFIDENCE = 0.99   # two-sided, of a lone run over all its figures; 1 - CONFIDENCE of a change's looks
 # Runs since a change judged as one group: the target is a +5 % shift of the whole NPU found within
 # 5 runs, so a change's first 5 runs are its group.
 GROUP_RUNS = 5
-# The NPU core's share of the run's false-alarm rate: three quarters for the shift of the whole NPU
+# The NPU core's share of a look's false-alarm rate: three quarters for the shift of the whole NPU
 # (the regression an upgrade brings, which the NPU core sees with the least noise), a quarter for the
 # figures that locate a shift (step, branches, stages). Chosen with the alpha spending below by the
 # simulated board's Monte Carlo (tools/bench_verdicts.py, docs/results-statistics.md).
 PRIMARY_SHARE = 0.75
-# Alpha spending over the looks at one change (Kim-DeMets' power family, alpha x (k/K)^rho spent by
-# look k of K = GROUP_RUNS): rho 3 is close to O'Brien-Fleming's boundary, little for the early looks,
+# Alpha spending over the looks at one change (Kim-DeMets' power family, alpha x ((k/K)^rho -
+# ((k-1)/K)^rho) spent by look k of K = GROUP_RUNS): rho 3 is close to O'Brien-Fleming's boundary, little for the early looks,
 # whose group is small, most for the last. The looks share most of their runs, so an exact
 # group-sequential boundary would need their correlation; the spent parts sum to the run's alpha, so
 # by Bonferroni (the union bound) the sequence holds it whatever that correlation is.
@@ -155,12 +158,12 @@ def group_note(verdict: Verdict) -> str:
 
 
 def look_alpha(look: int | None) -> float:
-    """The part of the run's false-alarm rate 1 - CONFIDENCE that look `look` (1..GROUP_RUNS: the run
-    and the runs before it since the change) spends; a run judged alone (None) is its own family and
-    spends all of it."""
+    """The false-alarm rate (one-sided) of look `look` (1..GROUP_RUNS: the run and the runs before it
+    since the change), its part of the change's 1 - CONFIDENCE; a run judged alone (None) is its own
+    family, at the one-sided half of its two-sided CONFIDENCE."""
     alpha = 1.0 - CONFIDENCE
     if look is None:
-        return alpha
+        return alpha / 2
     if not 1 <= look <= GROUP_RUNS:
         raise ValueError(f"look {look}: a change has looks 1 to {GROUP_RUNS}")
     return alpha * ((look / GROUP_RUNS) ** SPENDING_RHO - ((look - 1) / GROUP_RUNS) ** SPENDING_RHO)

@@ -82,18 +82,18 @@ def _judge_and_add(store: ResultsStore, runs) -> list:
     return judgements
 
 
-def test_the_looks_at_one_change_share_the_runs_alpha_and_a_lone_run_has_all_of_it(results_url):
+def test_the_looks_at_one_change_share_its_alpha_and_a_lone_run_keeps_its_own(results_url):
     alpha = 1.0 - CONFIDENCE
     with ResultsStore(results_url) as store:
         _store_with(store, _runs("old", 12, 1.0, 0))
-        (alone,) = _judge_and_add(store, _runs("same", 1, 1.0, 50, noise_from=12))     # no change: one look
+        (alone,) = _judge_and_add(store, _runs("same", 1, 1.0, 50, noise_from=12))     # no change: alone
         looks = _judge_and_add(store, _runs("new", GROUP_RUNS + 1, 1.0, 100, revision="r2", noise_from=20))
-    assert alone.kind == HISTORY and len(alone.verdicts) == 9 and _spent(alone) == pytest.approx(alpha)
+    assert alone.kind == HISTORY and len(alone.verdicts) == 9 and _spent(alone) == pytest.approx(alpha / 2)
     spent = [_spent(j) for j in looks[:GROUP_RUNS]]
     assert [j.verdicts[0].runs for j in looks] == [*range(1, GROUP_RUNS + 1), 1]
     assert sum(spent) == pytest.approx(alpha)                       # the whole sequence: one family
     assert spent == sorted(spent) and spent[-1] > spent[-2]          # the fifth look spends most
-    assert _spent(looks[GROUP_RUNS]) == pytest.approx(alpha)         # after the change's runs: alone again
+    assert _spent(looks[GROUP_RUNS]) == pytest.approx(alpha / 2)     # after the change's runs: alone again
     for judgement, part in zip(looks, spent):                        # the NPU core's share of every look
         npu = next(v for v in judgement.verdicts if v.label == NPU_CORE)
         assert (1.0 - npu.confidence) / 2 == pytest.approx(PRIMARY_SHARE * part)
@@ -107,7 +107,7 @@ def test_the_looks_at_an_upgrade_share_the_runs_alpha(results_url):
                                        for r in _runs("new", GROUP_RUNS + 1, 1.0, 100, noise_from=20)])
     assert {j.kind for j in looks} == {UPGRADE}
     assert sum(_spent(j) for j in looks[:GROUP_RUNS]) == pytest.approx(1.0 - CONFIDENCE)
-    assert _spent(looks[GROUP_RUNS]) == pytest.approx(1.0 - CONFIDENCE)
+    assert _spent(looks[GROUP_RUNS]) == pytest.approx((1.0 - CONFIDENCE) / 2)
 
 
 def _sequence_flagged(trials: int, look_of, history: int = 10) -> int:
@@ -126,8 +126,8 @@ def _sequence_flagged(trials: int, look_of, history: int = 10) -> int:
 
 @pytest.mark.slow
 def test_a_steady_change_is_flagged_by_any_of_its_looks_at_most_the_runs_alpha():
-    # one figure, so each look's whole part goes to it; every look at the whole alpha (each judged as
-    # a lone run is) is the rule this replaces: measurably over the alpha on the same trials
+    # one figure, so each look's whole part goes to it; every look judged as a lone run is (the rule
+    # this replaces) is measurably over the alpha on the same trials
     trials, alpha = 2000, 1.0 - CONFIDENCE
     assert _sequence_flagged(trials, lambda look: look) <= alpha * trials
     every_look_whole = _sequence_flagged(trials, lambda look: None)
