@@ -29,6 +29,10 @@ often each verdict says "regression":
     run inside a HostCondition (CPU count, load, calibration probe); history windows judged by the
     step alone (the verdict before the host's condition was recorded) and by the store's verdict with
     it, which answers "not comparable" across a change of load, counted apart from regressions.
+(c) --spending-grid: the board-sim history of (a), every look's figures judged once, then the
+    sequence's false positives and detection within 5 runs for each alpha spending exponent (--rho)
+    and NPU core share (--share): how judge.SPENDING_RHO and judge.PRIMARY_SHARE were chosen (on one
+    --seed; the rates reported come from (a) on another).
 Rates are printed with a 95 % Clopper-Pearson interval. Nothing is asserted: this is a measurement.
 """
 from __future__ import annotations
@@ -51,8 +55,8 @@ from harness.core.atomic import atomic_write_json  # noqa: E402
 from harness.backends.board_drift import Drift, load_drift_model  # noqa: E402
 from harness.backends.board_profile import BRANCH_ORDER, load_board_profile  # noqa: E402
 from harness.results.ab import DEFAULT_THRESHOLD_PCT, judge_pairs  # noqa: E402
-from harness.results.judge import NPU_CORE, STEP, judge_values, npu_core  # noqa: E402
-from harness.results.verdicts import change_points, fixed_verdict, history_verdict  # noqa: E402
+from harness.results.judge import GROUP_RUNS, NPU_CORE, STEP, judge_values, look_alpha, npu_core  # noqa: E402
+from harness.results.verdicts import HISTORY_FLOOR_PCT, change_points, fixed_verdict, history_verdict  # noqa: E402
 
 SLOWDOWNS = (0.0, 0.02, 0.03, 0.05, 0.10)
 STAGES = ("load", "init", "run", "release")
@@ -143,6 +147,59 @@ def board_history(model, trials: int, slow: float, steps: int, seed: int, histor
         hits["change point 5 runs"] += (any(abs(p - history_runs) <= 1 for p in found) if slow
                                         else bool(found))
     return hits
+
+
+def look_pvalues(model, trials: int, slow: float, steps: int, seed: int, history_runs: int):
+    """(figure labels, one-sided p-values, shifts in %), each [trials, looks, figures]: every look's
+    figures judged once (history_verdict at 99 %) and the p-value read back from the interval, which
+    is delta +- t(df) x se, so that any level can be applied afterwards (regression: p < the
+    figure's level and the shift over the floor, as the verdict decides)."""
+    board = SimulatedBoard(Drift(model, seed, trials=trials))
+    runs = []
+    for k in range(history_runs + AFTER_RUNS):
+        runs.append(board.run(steps, slow if k >= history_runs else 0.0))
+        board.idle(10 * model.correlation_s)
+    labels = list(product_figures(runs[0], 0))
+    p = np.ones((trials, AFTER_RUNS, len(labels)))
+    shift = np.zeros_like(p)
+    for i in range(trials):
+        figs = [product_figures(r, i) for r in runs]
+        for k in range(AFTER_RUNS):
+            for j, label in enumerate(labels):
+                v = history_verdict(label, [f[label] for f in figs[:history_runs]],
+                                    [f[label] for f in figs[history_runs:history_runs + k + 1]], confidence=0.99)
+                df = v.n - 1 + v.runs - 1
+                half = (np.log1p(v.ci_pct[1] / 100) - np.log1p(v.ci_pct[0] / 100)) / 2
+                se = half / stats.t.ppf(0.995, df)
+                p[i, k, j] = stats.t.sf(np.log1p(v.shift_pct / 100) / se, df) if se > 0 else 0.5
+                shift[i, k, j] = v.shift_pct
+    return labels, p, shift
+
+
+def section_spending_grid(args) -> dict:
+    model = load_drift_model()
+    print(f"(c) alpha spending grid: {args.trials} trials per cell, seed {args.seed}; a change flagged by any "
+          f"of its {GROUP_RUNS} looks")
+    cells = {slow: look_pvalues(model, args.trials, slow, args.history_steps, args.seed + int(1000 * slow) + 1,
+                                args.history_runs) for slow in SLOWDOWNS}
+    out = {}
+    for rho in args.rho or [1.0, 2.0, 3.0, 4.0]:
+        for share in args.share or [0.5, 0.6, 0.7, 0.75, 0.8, 0.9]:
+            row = {f"{slow:+.0%}": _grid_flags(labels, p, shift, rho, share) for slow, (labels, p, shift) in cells.items()}
+            out[f"rho {rho:g}, share {share:g}"] = {k: int(v.any(axis=1).sum()) for k, v in row.items()}
+            first = np.where(row["+10%"].any(axis=1), row["+10%"].argmax(axis=1) + 1, GROUP_RUNS + 1)
+            print(f"  rho {rho:g}, NPU core share {share:g}: A/A {rate(int(row['+0%'].any(axis=1).sum()), args.trials)}; "
+                  + "; ".join(f"{k} {rate(int(v.any(axis=1).sum()), args.trials)}" for k, v in row.items() if k != "+0%")
+                  + f"; +10 % first flagged at look {first.mean():.2f} on average")
+    return out
+
+
+def _grid_flags(labels, p, shift, rho: float, share: float) -> np.ndarray:
+    """[trials, looks]: flagged by some figure, each look's level split as judge._confidences does."""
+    others = len(labels) - 1
+    level = np.array([[look_alpha(k + 1, rho) * (share if label == NPU_CORE else (1 - share) / others)
+                       for label in labels] for k in range(AFTER_RUNS)])
+    return ((p < level[None]) & (shift > HISTORY_FLOOR_PCT)).any(axis=2)
 
 
 def board_ab(model, trials: int, slow: float, steps: int, rounds: int, threshold: float, seed: int) -> int:
@@ -434,6 +491,11 @@ def main() -> int:
                         "one seed, report them on another)")
     p.add_argument("--sequence", action="store_true",
                    help="board-sim: also judge each of the 5 runs after the change alone (doubles the time)")
+    p.add_argument("--spending-grid", action="store_true",
+                   help="board-sim: the alpha spending grid (section c) instead of section (a)")
+    p.add_argument("--rho", type=float, action="append", help="(c) spending exponents (default 1, 2, 3, 4)")
+    p.add_argument("--share", type=float, action="append",
+                   help="(c) NPU core shares (default 0.5, 0.6, 0.7, 0.75, 0.8, 0.9)")
     p.add_argument("--tau", type=float, action="append", default=[],
                    help="also run the A/B rows with this drift correlation time in board seconds")
     p.add_argument("--ort-runs", type=int, default=240, help="onnxruntime rounds per condition (default %(default)s)")
@@ -456,7 +518,9 @@ def main() -> int:
               "cpus": os.cpu_count(), "load_start": os.getloadavg()}
     print(f"{platform.node()}: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; A/B threshold "
           f"{args.ab_threshold:g} %, history floor 3 %, fixed rule 10 %")
-    if "board-sim" in only:
+    if "board-sim" in only and args.spending_grid:
+        result["spending_grid"] = section_spending_grid(args)
+    elif "board-sim" in only:
         result["board_sim"] = section_board(args)
     if "real-board-sim" in only:
         result["real_board_sim"] = section_real_board_sim(args)

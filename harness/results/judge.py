@@ -157,16 +157,16 @@ def group_note(verdict: Verdict) -> str:
     return f", mean of the {verdict.runs} runs since the change" if verdict.runs > 1 else ""
 
 
-def look_alpha(look: int | None) -> float:
+def look_alpha(look: int | None, rho: float = SPENDING_RHO) -> float:
     """The false-alarm rate (one-sided) of look `look` (1..GROUP_RUNS: the run and the runs before it
     since the change), its part of the change's 1 - CONFIDENCE; a run judged alone (None) is its own
-    family, at the one-sided half of its two-sided CONFIDENCE."""
+    family, at the one-sided half of its two-sided CONFIDENCE. `rho`: the spending's exponent."""
     alpha = 1.0 - CONFIDENCE
     if look is None:
         return alpha / 2
     if not 1 <= look <= GROUP_RUNS:
         raise ValueError(f"look {look}: a change has looks 1 to {GROUP_RUNS}")
-    return alpha * ((look / GROUP_RUNS) ** SPENDING_RHO - ((look - 1) / GROUP_RUNS) ** SPENDING_RHO)
+    return alpha * ((look / GROUP_RUNS) ** rho - ((look - 1) / GROUP_RUNS) ** rho)
 
 
 def _confidences(labels: list[str], alpha: float) -> dict[str, float]:
