@@ -66,11 +66,11 @@ GROUP_RUNS = 5
 # figures that locate a shift (step, branches, stages). Chosen with the alpha spending below by the
 # simulated board's Monte Carlo (tools/bench_verdicts.py, docs/results-statistics.md).
 PRIMARY_SHARE = 0.75
-# Alpha spending over the looks at one change (Kim-DeMets' power family, alpha x ((k/K)^rho -
-# ((k-1)/K)^rho) spent by look k of K = GROUP_RUNS): rho 3 is close to O'Brien-Fleming's boundary, little for the early looks,
-# whose group is small, most for the last. The looks share most of their runs, so an exact
-# group-sequential boundary would need their correlation; the spent parts sum to the run's alpha, so
-# by Bonferroni (the union bound) the sequence holds it whatever that correlation is.
+# Alpha spending over the looks at one change (Kim-DeMets' power family: look k of K = GROUP_RUNS
+# spends alpha x ((k/K)^rho - ((k-1)/K)^rho)): rho 3 is close to O'Brien-Fleming's boundary, little
+# for the early looks, whose group is small, most for the last. The looks share most of their runs,
+# so an exact group-sequential boundary would need their correlation; the spent parts sum to the
+# change's alpha, so by Bonferroni (the union bound) the sequence holds it whatever that correlation.
 SPENDING_RHO = 3.0
 
 
@@ -198,9 +198,9 @@ def since_change(pool: list[Run], run: Run) -> tuple[list[Run], list[Run], int |
 def judge_figures(pool: list[Run], run: Run, threshold_pct: float, fixed: bool = True,
                   group: list[Run] = (), look: int | None = None) -> list[Verdict]:
     """A verdict per figure of `run` (with `group`, the earlier runs since the change: their mean)
-    against the runs of `pool` (oldest first), at the part of the run's confidence its `look` at the
-    change spends (look_alpha; None: judged alone); a figure that is 0 somewhere (a stage a strategy
-    skips) has no relative shift and is left out.
+    against the runs of `pool` (oldest first), at the false-alarm rate of its `look` at the change
+    (look_alpha; None: judged alone); a figure that is 0 somewhere (a stage a strategy skips) has no
+    relative shift and is left out.
 
     Too few earlier runs for a spread: with `fixed`, the fixed rule against the latest one (without, no
     verdict for that figure). It fails the run on
@@ -215,12 +215,13 @@ def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pc
                  fixed: bool = True, look: int | None = None) -> list[Verdict]:
     """judge_figures on the figures themselves (label -> value per run, as `figures` gives them).
     `look`: `new`'s look at its change (len(group) + 1, as since_change gives it), None for a run
-    judged alone at the whole confidence."""
+    judged alone."""
     verdicts = []
     judged = {label: value for label, value in new.items()
               if value > 0 and all(h.get(label, 1.0) > 0 for h in history) and any(label in h for h in history)}
-    # every figure is one test: the look's part of the run's confidence shared out over them, so a
-    # change with nothing in it fails on any figure at any of its looks with at most 1 - CONFIDENCE
+    # every figure is one test: the look's false-alarm rate shared out over them, so a change with
+    # nothing in it fails on some figure at some look at most 1 - CONFIDENCE of the time (a lone run
+    # with nothing changed: half that)
     confidence = _confidences(list(judged), look_alpha(look))
     for label, value in judged.items():
         earlier = [h[label] for h in history if label in h]
