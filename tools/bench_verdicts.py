@@ -185,11 +185,12 @@ def section_spending_grid(args) -> dict:
     out = {}
     for rho in args.rho or [1.0, 2.0, 3.0, 4.0]:
         for share in args.share or [0.5, 0.6, 0.7, 0.75, 0.8, 0.9]:
-            row = {f"{slow:+.0%}": _grid_flags(labels, p, shift, rho, share) for slow, (labels, p, shift) in cells.items()}
-            out[f"rho {rho:g}, share {share:g}"] = {k: int(v.any(axis=1).sum()) for k, v in row.items()}
+            row = {f"{slow:+.0%}": _grid_flags(*cell, rho, share) for slow, cell in cells.items()}
+            hits = {k: int(v.any(axis=1).sum()) for k, v in row.items()}
+            out[f"rho {rho:g}, share {share:g}"] = hits
             first = np.where(row["+10%"].any(axis=1), row["+10%"].argmax(axis=1) + 1, GROUP_RUNS + 1)
-            print(f"  rho {rho:g}, NPU core share {share:g}: A/A {rate(int(row['+0%'].any(axis=1).sum()), args.trials)}; "
-                  + "; ".join(f"{k} {rate(int(v.any(axis=1).sum()), args.trials)}" for k, v in row.items() if k != "+0%")
+            print(f"  rho {rho:g}, NPU core share {share:g}: A/A {rate(hits['+0%'], args.trials)}; "
+                  + "; ".join(f"{k} {rate(h, args.trials)}" for k, h in hits.items() if k != "+0%")
                   + f"; +10 % first flagged at look {first.mean():.2f} on average")
     return out
 
@@ -220,7 +221,8 @@ def section_board(args) -> dict:
     print(f"(a) simulated board: drift sigma {100 * model.sigma:.2f} % per branch (from {model.pairs}), "
           f"correlation {model.correlation_s:g} s, invocation jitter {100 * model.jitter:g} %; "
           f"{args.trials} trials per cell, seed {args.seed}")
-    out = {"seed": args.seed, "sigma": model.sigma, "correlation_s": model.correlation_s, "jitter": model.jitter, "rows": {}}
+    out = {"seed": args.seed, "sigma": model.sigma, "correlation_s": model.correlation_s, "jitter": model.jitter,
+           "rows": {}}
     taus = [] if args.no_ab else [model.correlation_s, *args.tau]
     for slow in SLOWDOWNS:
         hits = board_history(model, args.trials, slow, args.history_steps, seed=args.seed + int(1000 * slow) + 1,
