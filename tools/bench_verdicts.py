@@ -1,6 +1,6 @@
 """Verdict benchmark, run by hand: false positives and detection of the three verdicts side by side.
 
-    .venv/bin/python tools/bench_verdicts.py [--trials 2000]
+    .venv/bin/python tools/bench_verdicts.py [--trials 2000] [--seed 0]
         [--only board-sim|real-board-sim|onnxruntime|onnxruntime-load]
 
 For A/A comparisons (nothing changed) and injected slowdowns of +2, +3, +5 and +10 % it counts how
@@ -8,9 +8,11 @@ often each verdict says "regression":
   fixed      today's rule: one candidate run's mean step time over one baseline run's by > 10 %;
   history    the store's verdict (judge.judge_values: every figure, the NPU core first) on each
              of the 5 runs after the change, each with the runs before it since the change as its
-             group, against the 20 earlier valid runs; the step alone as it was judged before
-             (history_verdict on the 5-run mean); on the simulated board also a change point found
-             at the change in those 25 runs;
+             group and its look's part of the run's confidence (judge.look_alpha), against the 20
+             earlier valid runs: each look, and a change flagged by any of them (the sequence); the
+             first run judged alone at the whole confidence (a single verdict); the step alone as it
+             was judged before (history_verdict on the 5-run mean); on the simulated board also a
+             change point found at the change in those 25 runs;
   A/B        one interleaved session of --rounds pairs, every figure judged (judge_pairs): the
              session fails when any figure does.
 (a) the simulated board: the board-sim timing model (boards/data/rock5c-anima.toml) with the drift
@@ -28,6 +30,10 @@ often each verdict says "regression":
     run inside a HostCondition (CPU count, load, calibration probe); history windows judged by the
     step alone (the verdict before the host's condition was recorded) and by the store's verdict with
     it, which answers "not comparable" across a change of load, counted apart from regressions.
+(c) --spending-grid: the board-sim history of (a), every look's figures judged once, then the
+    sequence's false positives and detection within 5 runs for each alpha spending exponent (--rho)
+    and NPU core share (--share): how judge.SPENDING_RHO and judge.PRIMARY_SHARE were chosen (on one
+    --seed; the rates reported come from (a) on another).
 Rates are printed with a 95 % Clopper-Pearson interval. Nothing is asserted: this is a measurement.
 """
 from __future__ import annotations
@@ -50,8 +56,8 @@ from harness.core.atomic import atomic_write_json  # noqa: E402
 from harness.backends.board_drift import Drift, load_drift_model  # noqa: E402
 from harness.backends.board_profile import BRANCH_ORDER, load_board_profile  # noqa: E402
 from harness.results.ab import DEFAULT_THRESHOLD_PCT, judge_pairs, round_orders  # noqa: E402
-from harness.results.judge import NPU_CORE, STEP, judge_values, npu_core  # noqa: E402
-from harness.results.verdicts import change_points, fixed_verdict, history_verdict  # noqa: E402
+from harness.results.judge import GROUP_RUNS, NPU_CORE, STEP, judge_values, look_alpha, npu_core  # noqa: E402
+from harness.results.verdicts import HISTORY_FLOOR_PCT, change_points, fixed_verdict, history_verdict  # noqa: E402
 
 SLOWDOWNS = (0.0, 0.02, 0.03, 0.05, 0.10)
 STAGES = ("load", "init", "run", "release")
@@ -119,19 +125,22 @@ def board_history(model, trials: int, slow: float, steps: int, seed: int, histor
         runs.append(board.run(steps, slow if k >= history_runs else 0.0))
         board.idle(10 * model.correlation_s)        # the next run: another day, another level
     series = np.stack([r["step"] for r in runs], axis=1)                 # [trials, runs]
-    hits = {"fixed 1 run vs 1 run": 0, "step alone, 5 runs": 0, "history 1 run": 0, "history 5 runs": 0,
-            "history any of runs 1-5": 0, "each alone, any of 1-5": 0, "change point 5 runs": 0}
+    hits = {"fixed 1 run vs 1 run": 0, "step alone, 5 runs": 0, "history 1 run alone": 0,
+            **{f"history look {k + 1}": 0 for k in range(AFTER_RUNS)}, "history any of looks 1-5": 0,
+            "each alone, any of 1-5": 0, "change point 5 runs": 0}
     for i, row in enumerate(series):
         before, after = row[:history_runs], row[history_runs:]
         hits["fixed 1 run vs 1 run"] += fixed_verdict("step", before[-1:], after[:1]).regression
         hits["step alone, 5 runs"] += history_verdict("step", before, after).regression
         figs = [product_figures(r, i) for r in runs]
+        hits["history 1 run alone"] += any(v.regression for v in judge_values(
+            figs[:history_runs], [], figs[history_runs], 10.0))
         looks = [any(v.regression for v in judge_values(figs[:history_runs], figs[history_runs:history_runs + k],
-                                                        figs[history_runs + k], 10.0))
+                                                        figs[history_runs + k], 10.0, look=k + 1))
                  for k in range(AFTER_RUNS)]
-        hits["history 1 run"] += looks[0]
-        hits["history 5 runs"] += looks[-1]
-        hits["history any of runs 1-5"] += any(looks)
+        for k, flagged in enumerate(looks):
+            hits[f"history look {k + 1}"] += flagged
+        hits["history any of looks 1-5"] += any(looks)
         if sequence:        # the same 5 runs each judged alone (no group): the sequence's rate without it
             hits["each alone, any of 1-5"] += any(any(v.regression for v in judge_values(
                 figs[:history_runs], [], figs[history_runs + k], 10.0)) for k in range(AFTER_RUNS))
@@ -139,6 +148,60 @@ def board_history(model, trials: int, slow: float, steps: int, seed: int, histor
         hits["change point 5 runs"] += (any(abs(p - history_runs) <= 1 for p in found) if slow
                                         else bool(found))
     return hits
+
+
+def look_pvalues(model, trials: int, slow: float, steps: int, seed: int, history_runs: int):
+    """(figure labels, one-sided p-values, shifts in %), each [trials, looks, figures]: every look's
+    figures judged once (history_verdict at 99 %) and the p-value read back from the interval, which
+    is delta +- t(df) x se, so that any level can be applied afterwards (regression: p < the
+    figure's level and the shift over the floor, as the verdict decides)."""
+    board = SimulatedBoard(Drift(model, seed, trials=trials))
+    runs = []
+    for k in range(history_runs + AFTER_RUNS):
+        runs.append(board.run(steps, slow if k >= history_runs else 0.0))
+        board.idle(10 * model.correlation_s)
+    labels = list(product_figures(runs[0], 0))
+    p = np.ones((trials, AFTER_RUNS, len(labels)))
+    shift = np.zeros_like(p)
+    for i in range(trials):
+        figs = [product_figures(r, i) for r in runs]
+        for k in range(AFTER_RUNS):
+            for j, label in enumerate(labels):
+                v = history_verdict(label, [f[label] for f in figs[:history_runs]],
+                                    [f[label] for f in figs[history_runs:history_runs + k + 1]], confidence=0.99)
+                df = v.n - 1 + v.runs - 1
+                half = (np.log1p(v.ci_pct[1] / 100) - np.log1p(v.ci_pct[0] / 100)) / 2
+                se = half / stats.t.ppf(0.995, df)
+                p[i, k, j] = stats.t.sf(np.log1p(v.shift_pct / 100) / se, df) if se > 0 else 0.5
+                shift[i, k, j] = v.shift_pct
+    return labels, p, shift
+
+
+def section_spending_grid(args) -> dict:
+    model = load_drift_model()
+    print(f"(c) alpha spending grid: {args.trials} trials per cell, seed {args.seed}; a change flagged by any "
+          f"of its {GROUP_RUNS} looks")
+    cells = {slow: look_pvalues(model, args.trials, slow, args.history_steps, args.seed + int(1000 * slow) + 1,
+                                args.history_runs) for slow in SLOWDOWNS}
+    out = {}
+    for rho in args.rho or [1.0, 2.0, 3.0, 4.0]:
+        for share in args.share or [0.5, 0.6, 0.7, 0.75, 0.8, 0.9]:
+            row = {f"{slow:+.0%}": _grid_flags(*cell, rho, share) for slow, cell in cells.items()}
+            hits = {k: int(v.any(axis=1).sum()) for k, v in row.items()}
+            out[f"rho {rho:g}, share {share:g}"] = hits
+            first = np.where(row["+10%"].any(axis=1), row["+10%"].argmax(axis=1) + 1, GROUP_RUNS + 1)
+            print(f"  rho {rho:g}, NPU core share {share:g}: A/A {rate(hits['+0%'], args.trials)}; "
+                  + "; ".join(f"{k} {rate(h, args.trials)}" for k, h in hits.items() if k != "+0%")
+                  + f"; +10 % first flagged at look {first.mean():.2f} on average")
+    return out
+
+
+def _grid_flags(labels, p, shift, rho: float, share: float) -> np.ndarray:
+    """[trials, looks]: flagged by some figure, each look's level split as judge._confidences does."""
+    others = len(labels) - 1
+    level = np.array([[look_alpha(k + 1, rho) * (share if label == NPU_CORE else (1 - share) / others)
+                       for label in labels] for k in range(AFTER_RUNS)])
+    return ((p < level[None]) & (shift > HISTORY_FLOOR_PCT)).any(axis=2)
 
 
 def board_ab(model, trials: int, slow: float, steps: int, rounds: int, threshold: float, seed: int) -> int:
@@ -158,11 +221,12 @@ def section_board(args) -> dict:
     model = load_drift_model()
     print(f"(a) simulated board: drift sigma {100 * model.sigma:.2f} % per branch (from {model.pairs}), "
           f"correlation {model.correlation_s:g} s, invocation jitter {100 * model.jitter:g} %; "
-          f"{args.trials} trials per cell")
-    out = {"sigma": model.sigma, "correlation_s": model.correlation_s, "jitter": model.jitter, "rows": {}}
+          f"{args.trials} trials per cell, seed {args.seed}")
+    out = {"seed": args.seed, "sigma": model.sigma, "correlation_s": model.correlation_s, "jitter": model.jitter,
+           "rows": {}}
     taus = [] if args.no_ab else [model.correlation_s, *args.tau]
     for slow in SLOWDOWNS:
-        hits = board_history(model, args.trials, slow, args.history_steps, seed=int(1000 * slow) + 1,
+        hits = board_history(model, args.trials, slow, args.history_steps, seed=args.seed + int(1000 * slow) + 1,
                              history_runs=args.history_runs, sequence=args.sequence)
         if not args.sequence:
             del hits["each alone, any of 1-5"]
@@ -170,7 +234,7 @@ def section_board(args) -> dict:
             m = model.scaled(correlation_s=tau)
             name = "A/B session" + ("" if tau == model.correlation_s else f" (tau {tau:g} s)")
             hits[name] = board_ab(m, args.trials, slow, args.ab_steps, args.rounds, args.ab_threshold,
-                                  seed=int(1000 * slow) + 7)
+                                  seed=args.seed + int(1000 * slow) + 7)
         out["rows"][f"{slow:+.0%}"] = hits
         print_row(slow, hits, args.trials)
     return out
@@ -340,7 +404,8 @@ def judge_load_windows(pairs, hosts, loaded) -> dict[str, dict[str, list[int]]]:
         for k in range(AFTER_RUNS):
             _, _, why = comparability(pool, conds[:k + 1])
             looks.append((False, True) if why else
-                         (any(v.regression for v in judge_values(history, group[:k], group[k], 10.0)), False))
+                         (any(v.regression for v in judge_values(history, group[:k], group[k], 10.0, look=k + 1)),
+                          False))
         results["store, 1 run"], results["store, 5 runs"] = looks[0], looks[-1]
         for name, (regressed, not_comparable) in results.items():
             cell = cells.setdefault(name, [0, 0, 0])
@@ -423,7 +488,7 @@ def judge_stream(pairs, base, cand, rounds: int, threshold: float):
         hits["step alone, 5 runs"] += history_verdict("step", history, cand[i:i + AFTER_RUNS]).regression
         earlier = [_product(p["baseline"]) for p in pairs[i - HISTORY_RUNS:i]]
         after = [_product(p["candidate"]) for p in pairs[i:i + AFTER_RUNS]]
-        looks = [any(v.regression for v in judge_values(earlier, after[:k], after[k], 10.0)) for k in range(AFTER_RUNS)]
+        looks = [any(v.regression for v in judge_values(earlier, after[:k], after[k], 10.0, look=k + 1)) for k in range(AFTER_RUNS)]
         hits["store, 1 run"] += looks[0]
         hits["store, 5 runs"] += looks[-1]
         hits["store, any of runs 1-5"] += any(looks)
@@ -447,8 +512,16 @@ def main() -> int:
     p.add_argument("--history-runs", type=int, default=HISTORY_RUNS,
                    help="earlier runs before the change (default %(default)s; the store looks back on 30)")
     p.add_argument("--no-ab", action="store_true", help="board-sim: the history rows only")
+    p.add_argument("--seed", type=int, default=0,
+                   help="board-sim: added to every cell's drift seed (default %(default)s; choose parameters on "
+                        "one seed, report them on another)")
     p.add_argument("--sequence", action="store_true",
                    help="board-sim: also judge each of the 5 runs after the change alone (doubles the time)")
+    p.add_argument("--spending-grid", action="store_true",
+                   help="board-sim: the alpha spending grid (section c) instead of section (a)")
+    p.add_argument("--rho", type=float, action="append", help="(c) spending exponents (default 1, 2, 3, 4)")
+    p.add_argument("--share", type=float, action="append",
+                   help="(c) NPU core shares (default 0.5, 0.6, 0.7, 0.75, 0.8, 0.9)")
     p.add_argument("--tau", type=float, action="append", default=[],
                    help="also run the A/B rows with this drift correlation time in board seconds")
     p.add_argument("--ort-runs", type=int, default=240, help="onnxruntime rounds per condition (default %(default)s)")
@@ -475,7 +548,9 @@ def main() -> int:
               "cpus": os.cpu_count(), "load_start": os.getloadavg()}
     print(f"{platform.node()}: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; A/B threshold "
           f"{args.ab_threshold:g} %, history floor 3 %, fixed rule 10 %")
-    if "board-sim" in only:
+    if "board-sim" in only and args.spending_grid:
+        result["spending_grid"] = section_spending_grid(args)
+    elif "board-sim" in only:
         result["board_sim"] = section_board(args)
     if "real-board-sim" in only:
         result["real_board_sim"] = section_real_board_sim(args)

@@ -189,11 +189,11 @@ def check_lines(runs: list[Run], threshold_pct: float) -> tuple[list[str], bool]
         latest = members[-1]
         lines.append(f"{latest.key.case} on {board} ({latest.key.backend}, {latest.key.precision}, "
                      f"{latest.key.steps} steps): {len(members)} valid run(s)")
-        history, group = since_change(members[:-1], latest)
+        history, group, look = since_change(members[:-1], latest)
         history, _, why = comparability(history, [*group, latest])
         if why:
             lines.append(f"  latest run {latest.run_id}: {NOT_COMPARABLE}: {why}")
-        verdicts = judge_figures(history, latest, threshold_pct, fixed=False, group=group) \
+        verdicts = judge_figures(history, latest, threshold_pct, fixed=False, group=group, look=look) \
             if len(members) > 1 and not why else []
         lines += [f"  latest run {latest.run_id}: {v.line()} ({v.kind}, n={v.n}{group_note(v)})" for v in verdicts]
         regressed |= any(v.regression for v in verdicts)

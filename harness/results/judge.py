@@ -18,12 +18,19 @@ The runs since a change are judged as one group: after a new git revision (histo
 the runs before the change. The interval of a group's mean narrows with its size, so a +5 % shift that
 one run cannot tell from drift is clear after a few; once a change has had GROUP_RUNS runs its verdict
 is given and later runs are judged alone again (a sudden jump within one revision is not diluted).
+The GROUP_RUNS looks at one change are one family as well: look k spends a part of the change's
+false-alarm rate 1 - CONFIDENCE (one-sided: only a slowdown fails) that grows with k (look_alpha), so
+a change with nothing in it is flagged by any of its looks at most 1 - CONFIDENCE of the time. A run
+judged alone keeps the two-sided CONFIDENCE it always had, (1 - CONFIDENCE) / 2 one-sided: at the
+whole 1 - CONFIDENCE one-sided, the outlier screen's small excess took it over that on the simulated
+board (docs/results-statistics.md).
 
-The figures of one run are one family sharing the run's confidence (Bonferroni, weighted): the *NPU
-core* (the geometric mean of the branches' core times: a shift of the whole NPU, what a stack upgrade
-does, with a relative noise of about sigma / sqrt(branches) when the branches drift independently, and
-a threshold learned from its own history whatever their correlation) gets PRIMARY_SHARE of it, the step,
-each branch and each stage share the rest; a regression of the NPU core names every branch's shift.
+The figures of one look are one family sharing its false-alarm rate (Bonferroni, weighted, which
+holds whatever the figures' correlation): the *NPU core* (the geometric mean of the
+branches' core times: a shift of the whole NPU, what a stack upgrade does, with a relative noise of
+about sigma / sqrt(branches) when the branches drift independently, and a threshold learned from its
+own history whatever their correlation) gets PRIMARY_SHARE of it, the step, each branch and each stage
+share the rest; a regression of the NPU core names every branch's shift.
 
 A run whose host ran faster or slower than in its history (the calibration probe of
 harness/results/condition.py outside its history's spread, or another CPU count) is NOT COMPARABLE:
@@ -44,19 +51,27 @@ from .verdicts import MIN_HISTORY, Verdict, fixed_verdict, history_verdict
 
 __all__ = ["Judgement", "judge_run", "figures", "judge_figures", "judge_values", "parse_threshold", "since_change",
            "comparability", "npu_core", "group_note", "HISTORY", "UPGRADE", "FIRST", "NOT_COMPARABLE", "STEP",
-           "NPU_CORE", "LOOKBACK", "CONFIDENCE", "GROUP_RUNS", "PRIMARY_SHARE"]
+           "NPU_CORE", "LOOKBACK", "CONFIDENCE", "GROUP_RUNS", "PRIMARY_SHARE", "SPENDING_RHO", "look_alpha"]
 
 HISTORY, UPGRADE, FIRST, NOT_COMPARABLE = "history", "upgrade comparison", "no baseline yet", "not comparable"
 STEP = "denoise step"
 NPU_CORE = "NPU core"   # geometric mean of the branches' core times per step
 LOOKBACK = 30       # earlier runs a verdict looks back on (Conbench's lookback window)
-CONFIDENCE = 0.99   # of a run's verdict over all its figures
+CONFIDENCE = 0.99   # two-sided, of a lone run over all its figures; 1 - CONFIDENCE of a change's looks
 # Runs since a change judged as one group: the target is a +5 % shift of the whole NPU found within
 # 5 runs, so a change's first 5 runs are its group.
 GROUP_RUNS = 5
-# The NPU core's share of the run's confidence: half for the shift of the whole NPU (the regression an
-# upgrade brings), half for the figures that locate a shift (step, branches, stages).
-PRIMARY_SHARE = 0.5
+# The NPU core's share of a look's false-alarm rate: three quarters for the shift of the whole NPU
+# (the regression an upgrade brings, which the NPU core sees with the least noise), a quarter for the
+# figures that locate a shift (step, branches, stages). Chosen with the alpha spending below by the
+# simulated board's Monte Carlo (tools/bench_verdicts.py, docs/results-statistics.md).
+PRIMARY_SHARE = 0.75
+# Alpha spending over the looks at one change (Kim-DeMets' power family: look k of K = GROUP_RUNS
+# spends alpha x ((k/K)^rho - ((k-1)/K)^rho)): rho 3 is close to O'Brien-Fleming's boundary, little
+# for the early looks, whose group is small, most for the last. The looks share most of their runs,
+# so an exact group-sequential boundary would need their correlation; the spent parts sum to the
+# change's alpha, so by Bonferroni (the union bound) the sequence holds it whatever that correlation.
+SPENDING_RHO = 3.0
 
 
 def parse_threshold(text, option: str = "--baseline-threshold") -> float:
@@ -142,35 +157,50 @@ def group_note(verdict: Verdict) -> str:
     return f", mean of the {verdict.runs} runs since the change" if verdict.runs > 1 else ""
 
 
-def _confidences(labels: list[str]) -> dict[str, float]:
-    """Each figure's confidence: the run's 1 - CONFIDENCE shared out (weighted Bonferroni, which
-    holds whatever the figures' correlation): PRIMARY_SHARE to the NPU core, the rest evenly."""
+def look_alpha(look: int | None, rho: float = SPENDING_RHO) -> float:
+    """The false-alarm rate (one-sided) of look `look` (1..GROUP_RUNS: the run and the runs before it
+    since the change), its part of the change's 1 - CONFIDENCE; a run judged alone (None) is its own
+    family, at the one-sided half of its two-sided CONFIDENCE. `rho`: the spending's exponent."""
     alpha = 1.0 - CONFIDENCE
+    if look is None:
+        return alpha / 2
+    if not 1 <= look <= GROUP_RUNS:
+        raise ValueError(f"look {look}: a change has looks 1 to {GROUP_RUNS}")
+    return alpha * ((look / GROUP_RUNS) ** rho - ((look - 1) / GROUP_RUNS) ** rho)
+
+
+def _confidences(labels: list[str], alpha: float) -> dict[str, float]:
+    """Each figure's confidence: the look's false-alarm rate `alpha` shared out (weighted Bonferroni,
+    which holds whatever the figures' correlation): PRIMARY_SHARE to the NPU core, the rest evenly.
+    A figure's part a is one-sided (only a slowdown fails), so its interval is the two-sided 1 - 2a
+    one: its lower end is the one-sided bound the regression is decided by."""
     others = [label for label in labels if label != NPU_CORE]
     if NPU_CORE not in labels or not others:
-        return {label: 1.0 - alpha / max(len(labels), 1) for label in labels}
-    return {label: 1.0 - (alpha * PRIMARY_SHARE if label == NPU_CORE else alpha * (1 - PRIMARY_SHARE) / len(others))
+        return {label: 1.0 - 2 * alpha / max(len(labels), 1) for label in labels}
+    return {label: 1.0 - 2 * (alpha * PRIMARY_SHARE if label == NPU_CORE else alpha * (1 - PRIMARY_SHARE) / len(others))
             for label in labels}
 
 
-def since_change(pool: list[Run], run: Run) -> tuple[list[Run], list[Run]]:
-    """(history, group): the runs of `pool` (oldest first) before the change and the earlier runs of
-    `run`'s git revision after it, when the revision changed within the pool and has had fewer than
-    GROUP_RUNS runs counting `run`; else (pool, []), `run` alone."""
+def since_change(pool: list[Run], run: Run) -> tuple[list[Run], list[Run], int | None]:
+    """(history, group, look): the runs of `pool` (oldest first) before the change, the earlier runs of
+    `run`'s git revision after it and `run`'s look at the change (len(group) + 1: 1 for the first run
+    of a new revision), when the revision changed within the pool or with `run` and has had at most
+    GROUP_RUNS runs counting `run`; else (pool, [], None), `run` judged alone."""
     revision = run.git_revision
     trailing = 0
     while revision is not None and trailing < len(pool) and pool[-1 - trailing].git_revision == revision:
         trailing += 1
-    if trailing == 0 or trailing == len(pool) or trailing + 1 > GROUP_RUNS:
-        return pool, []
-    return pool[:-trailing], pool[-trailing:]
+    if revision is None or trailing == len(pool) or trailing + 1 > GROUP_RUNS:
+        return pool, [], None
+    return pool[:len(pool) - trailing], pool[len(pool) - trailing:], trailing + 1
 
 
 def judge_figures(pool: list[Run], run: Run, threshold_pct: float, fixed: bool = True,
-                  group: list[Run] = ()) -> list[Verdict]:
+                  group: list[Run] = (), look: int | None = None) -> list[Verdict]:
     """A verdict per figure of `run` (with `group`, the earlier runs since the change: their mean)
-    against the runs of `pool` (oldest first); a figure that is 0 somewhere (a stage a strategy
-    skips) has no relative shift and is left out.
+    against the runs of `pool` (oldest first), at the false-alarm rate of its `look` at the change
+    (look_alpha; None: judged alone); a figure that is 0 somewhere (a stage a strategy skips) has no
+    relative shift and is left out.
 
     Too few earlier runs for a spread: with `fixed`, the fixed rule against the latest one (without, no
     verdict for that figure). It fails the run on
@@ -178,18 +208,21 @@ def judge_figures(pool: list[Run], run: Run, threshold_pct: float, fixed: bool =
     noise estimate a 0.4 ms branch moves 30 % between two identical runs on a busy CPU host, the step
     (the old rule's figure) a few %."""
     return judge_values([figures(r) for r in pool[-LOOKBACK:]], [figures(g) for g in group], figures(run),
-                        threshold_pct, fixed)
+                        threshold_pct, fixed, look)
 
 
 def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pct: float,
-                 fixed: bool = True) -> list[Verdict]:
-    """judge_figures on the figures themselves (label -> value per run, as `figures` gives them)."""
+                 fixed: bool = True, look: int | None = None) -> list[Verdict]:
+    """judge_figures on the figures themselves (label -> value per run, as `figures` gives them).
+    `look`: `new`'s look at its change (len(group) + 1, as since_change gives it), None for a run
+    judged alone."""
     verdicts = []
     judged = {label: value for label, value in new.items()
               if value > 0 and all(h.get(label, 1.0) > 0 for h in history) and any(label in h for h in history)}
-    # every figure is one test: the run's confidence shared out over them, so a run with nothing
-    # changed fails on any figure with at most 1 - CONFIDENCE
-    confidence = _confidences(list(judged))
+    # every figure is one test: the look's false-alarm rate shared out over them, so a change with
+    # nothing in it fails on some figure at some look at most 1 - CONFIDENCE of the time (a lone run
+    # with nothing changed: half that)
+    confidence = _confidences(list(judged), look_alpha(look))
     for label, value in judged.items():
         earlier = [h[label] for h in history if label in h]
         values = [g[label] for g in group if g.get(label, 0) > 0] + [value]
@@ -232,7 +265,7 @@ def judge_run(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
     pool = [r for r in store.runs(key=reference.key.digest, valid=True, **scope)
             if r.board_id != run.board_id or not from_fleet]
     kind = HISTORY if reference.key.digest == run.key.digest else UPGRADE
-    pool, group = _split(store, pool, run, kind, from_fleet)
+    pool, group, look = _split(store, pool, run, kind, from_fleet)
     if kind == UPGRADE:
         how = f"{len(pool)} valid run(s) of the previous stack, reference {how}"
     differences = run.key.differences(reference.key) if kind == UPGRADE else []
@@ -242,22 +275,23 @@ def judge_run(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
     # The fixed rule stands in for a short history only against a baseline someone saved: runs that
     # merely happened before (a developer's repeated local runs on a busy machine) judge a run once
     # there are enough of them for a learned threshold.
-    verdicts = judge_figures(pool, run, threshold_pct, fixed=saved, group=group)
+    verdicts = judge_figures(pool, run, threshold_pct, fixed=saved, group=group, look=look)
     if not verdicts:
         how += (f": {len(pool)} earlier valid run(s), too few for a learned threshold ({MIN_HISTORY} needed) "
                 "and no saved baseline, so no verdict yet")
     return Judgement(kind, how, verdicts, differences, reference, condition)
 
 
-def _split(store: ResultsStore, pool: list[Run], run: Run, kind: str, from_fleet: bool) -> tuple[list[Run], list[Run]]:
-    """(history, group since the change): for an upgrade the group is the board's earlier valid runs
-    of the new stack while they are fewer than GROUP_RUNS; for a history, see since_change."""
+def _split(store: ResultsStore, pool: list[Run], run: Run, kind: str,
+           from_fleet: bool) -> tuple[list[Run], list[Run], int | None]:
+    """(history, group since the change, look): for an upgrade the group is the board's earlier valid
+    runs of the new stack while they are fewer than GROUP_RUNS; for a history, see since_change."""
     if from_fleet:
-        return pool, []
+        return pool, [], None
     if kind == HISTORY:
         return since_change(pool, run)
     ours = store.runs(key=run.key.digest, board=run.board_id, valid=True)
-    return pool, ours if len(ours) + 1 <= GROUP_RUNS else []
+    return (pool, ours, len(ours) + 1) if len(ours) + 1 <= GROUP_RUNS else (pool, [], None)
 
 
 def comparability(pool: list[Run], judged: list[Run]) -> tuple[list[Run], Verdict | None, str | None]:

@@ -98,7 +98,7 @@ def test_a_first_run_starts_the_history_and_a_later_one_is_judged_by_it(results_
         assert {v.kind for v in ok.verdicts} == {"history"} and len(ok.verdicts) == 9      # with the NPU core
         slow = judge_run(store, make_run("slow", 1.0, minute=50, branch_factor={"ffn": 1.07}), 10.0)
         assert slow.regressed and [v.label for v in slow.regressions][0] == "ffn core"
-        assert re.search(r"ffn core \+[67]\.\d % \[[\d.]+, [\d.]+\] over the [345](\.\d)? % threshold", slow.headline())
+        assert re.search(r"ffn core \+[67]\.\d % \[[\d.]+, [\d.]+\] over the [3-6](\.\d)? % threshold", slow.headline())
 
 
 def test_a_stack_upgrade_is_an_upgrade_comparison_and_a_slower_branch_fails_naming_it(results_url):
@@ -109,8 +109,14 @@ def test_a_stack_upgrade_is_an_upgrade_comparison_and_a_slower_branch_fails_nami
         assert same.kind == UPGRADE and not same.regressed
         assert "runtime_lib 2.3.2 -> 2.5.0" in same.differences and "manifest_hash m1 -> m2" in same.differences
         assert "8 valid run(s) of the previous stack" in same.reference
-        worse = judge_run(store, make_run("new", 1.0, minute=50, versions=VERSIONS_NEW,
-                                          branch_factor={"cross_attn": 1.10}), 10.0)
+        # the stack's first run is the first look at the change, with a small part of the run's
+        # false-alarm rate (judge.look_alpha); its second run judges the two together
+        slower = [make_run(f"new{i}", 1.0, minute=50 + i, versions=VERSIONS_NEW, branch_factor={"cross_attn": 1.10})
+                  for i in range(2)]
+        first = judge_run(store, slower[0], 10.0)
+        store.add_run(slower[0])
+        worse = judge_run(store, slower[1], 10.0)
+        assert first.kind == UPGRADE and not first.regressed
         assert worse.regressed and worse.regressions[0].label == "cross_attn core"
         assert worse.headline().startswith("upgrade comparison against")
 

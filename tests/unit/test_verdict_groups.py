@@ -10,14 +10,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from harness.model.config import BRANCHES
 from harness.results.condition import HostCondition, probe_seconds
-from harness.results.judge import (GROUP_RUNS, HISTORY, NOT_COMPARABLE, NPU_CORE, judge_run, since_change)
+from harness.results.judge import (CONFIDENCE, GROUP_RUNS, HISTORY, NOT_COMPARABLE, NPU_CORE, PRIMARY_SHARE, STEP,
+                                   UPGRADE, judge_run, judge_values, since_change)
 from harness.results.records import ResultsError
 from harness.results.store import ResultsStore
 from harness.results.verdicts import history_verdict
-from tests.results_data import make_run
+from tests.results_data import VERSIONS_NEW, make_run
 
 pytestmark = pytest.mark.results
 
@@ -57,12 +59,80 @@ def test_the_mean_of_the_runs_since_a_change_is_caught_where_each_run_alone_is_n
 def test_a_change_is_grouped_for_its_first_runs_only():
     pool = _runs("old", 10, 1.0, 0) + _runs("new", 3, 1.0, 50, revision="r2")
     run = _runs("x", 1, 1.0, 60, revision="r2")[0]
-    history, group = since_change(pool, run)
-    assert len(history) == 10 and [r.run_id for r in group] == ["new0", "new1", "new2"]
+    history, group, look = since_change(pool, run)
+    assert len(history) == 10 and [r.run_id for r in group] == ["new0", "new1", "new2"] and look == 4
+    assert since_change(pool[:10], run) == (pool[:10], [], 1)   # the first run of the new revision
     late = pool + _runs("more", GROUP_RUNS, 1.0, 70, revision="r2")
-    assert since_change(late, run) == (late, [])              # the change has had its 5 runs
-    assert since_change(pool[:10], replace(run, git_revision="r1")) == (pool[:10], [])   # no change
-    assert since_change(pool, replace(run, git_revision=None)) == (pool, [])             # unknown revision
+    assert since_change(late, run) == (late, [], None)          # the change has had its 5 runs
+    assert since_change(pool[:10], replace(run, git_revision="r1")) == (pool[:10], [], None)   # no change
+    assert since_change(pool, replace(run, git_revision=None)) == (pool, [], None)             # unknown revision
+
+
+def _spent(judgement) -> float:
+    """The part of the run's false-alarm rate a judgement spent: over its figures, the one-sided
+    level of each (its interval is the two-sided 1 - 2 x level one)."""
+    return sum((1.0 - v.confidence) / 2 for v in judgement.verdicts)
+
+
+def _judge_and_add(store: ResultsStore, runs) -> list:
+    judgements = []
+    for run in runs:
+        judgements.append(judge_run(store, run, 10.0))
+        store.add_run(run)
+    return judgements
+
+
+def test_the_looks_at_one_change_share_its_alpha_and_a_lone_run_keeps_its_own(results_url):
+    alpha = 1.0 - CONFIDENCE
+    with ResultsStore(results_url) as store:
+        _store_with(store, _runs("old", 12, 1.0, 0))
+        (alone,) = _judge_and_add(store, _runs("same", 1, 1.0, 50, noise_from=12))     # no change: alone
+        looks = _judge_and_add(store, _runs("new", GROUP_RUNS + 1, 1.0, 100, revision="r2", noise_from=20))
+    assert alone.kind == HISTORY and len(alone.verdicts) == 9 and _spent(alone) == pytest.approx(alpha / 2)
+    spent = [_spent(j) for j in looks[:GROUP_RUNS]]
+    assert [j.verdicts[0].runs for j in looks] == [*range(1, GROUP_RUNS + 1), 1]
+    assert sum(spent) == pytest.approx(alpha)                       # the whole sequence: one family
+    assert spent == sorted(spent) and spent[-1] > spent[-2]          # the fifth look spends most
+    assert _spent(looks[GROUP_RUNS]) == pytest.approx(alpha / 2)     # after the change's runs: alone again
+    for judgement, part in zip(looks, spent):                        # the NPU core's share of every look
+        npu = next(v for v in judgement.verdicts if v.label == NPU_CORE)
+        assert (1.0 - npu.confidence) / 2 == pytest.approx(PRIMARY_SHARE * part)
+
+
+def test_the_looks_at_an_upgrade_share_the_runs_alpha(results_url):
+    with ResultsStore(results_url) as store:
+        _store_with(store, _runs("old", 12, 1.0, 0))
+        store.set_baseline(store.runs()[-1], "saved")
+        looks = _judge_and_add(store, [replace(r, key=replace(r.key, versions=VERSIONS_NEW))
+                                       for r in _runs("new", GROUP_RUNS + 1, 1.0, 100, noise_from=20)])
+    assert {j.kind for j in looks} == {UPGRADE}
+    assert sum(_spent(j) for j in looks[:GROUP_RUNS]) == pytest.approx(1.0 - CONFIDENCE)
+    assert _spent(looks[GROUP_RUNS]) == pytest.approx((1.0 - CONFIDENCE) / 2)
+
+
+def _sequence_flagged(trials: int, look_of, history: int = 20) -> int:
+    """A/A: how many of `trials` changes with nothing in them (`history` runs before, 5 after, 5 %
+    log-normal noise, seeded) any of their 5 looks flags, look k judged at look_of(k)'s part of the
+    run's alpha."""
+    rows = np.exp(np.random.default_rng(17).normal(0.0, 0.05, (trials, history + GROUP_RUNS)))
+    flagged = 0
+    for row in rows:
+        runs = [{STEP: float(x)} for x in row]
+        flagged += any(any(v.regression for v in judge_values(runs[:history], runs[history:history + k],
+                                                              runs[history + k], 10.0, look=look_of(k + 1)))
+                       for k in range(GROUP_RUNS))
+    return flagged
+
+
+@pytest.mark.slow
+def test_a_steady_change_is_flagged_by_any_of_its_looks_at_most_the_runs_alpha():
+    # one figure, so each look's whole part goes to it; every look judged as a lone run is (the rule
+    # this replaces) is measurably over the alpha on the same trials
+    trials, alpha = 3000, 1.0 - CONFIDENCE
+    spent = _sequence_flagged(trials, lambda look: look)
+    assert stats.binomtest(spent, trials).proportion_ci(0.95).high < alpha, spent
+    every_look_alone = _sequence_flagged(trials, lambda look: None)
+    assert stats.binomtest(every_look_alone, trials).proportion_ci(0.95).low > alpha, every_look_alone
 
 
 def test_a_shift_of_the_whole_npu_fails_on_the_npu_core_and_names_every_branch(results_url):
