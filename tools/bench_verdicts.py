@@ -282,28 +282,31 @@ def section_onnxruntime(args) -> dict:
     from tools.bench_lifecycle import partition
     bundle = load_bundle(ROOT / "models" / "embedded")
     part = partition(bundle, "float16")
-    print(f"(b) onnxruntime here: embedded model, {args.ort_runs} rounds (baseline + candidate run, "
-          f"{args.ort_steps} step each, each inside a HostCondition) per condition, A/B sessions of {args.rounds} rounds")
+    streams = (f"the streams recorded in {args.ort_pairs}" if args.ort_pairs else
+               f"{args.ort_runs} rounds (baseline + candidate run, {args.ort_steps} step each, each inside a "
+               f"HostCondition) per condition")
+    print(f"(b) onnxruntime here: embedded model, {streams}, A/B sessions of {args.rounds} rounds")
     out = {"rows": {}}
     recorded = json.loads(args.ort_pairs.read_text())["onnxruntime"]["rows"] if args.ort_pairs else {}
     for slow in args.ort_slow or SLOWDOWNS:
         started = time.perf_counter()
         if args.ort_pairs:      # a recorded stream judged again (by today's verdicts): nothing is run
             kept = recorded[f"{slow:+.0%}"]
-            pairs, hosts = kept["pairs"], [{side: _host(h) for side, h in pair.items()} for pair in kept["hosts"]]
+            pairs = kept["pairs"]       # a stream kept without its hosts' conditions has no such windows
+            hosts = [{side: _host(h) for side, h in pair.items()} for pair in kept["hosts"]] if "hosts" in kept else None
         else:
             pairs, hosts, _ = ort_load_stream(bundle, part, slow, args.ort_runs, args.ort_runs, Burners(0),
                                               steps=args.ort_steps)
         base = np.array([p["baseline"]["step"] for p in pairs])
         cand = np.array([p["candidate"]["step"] for p in pairs])
         hits, n = judge_stream(pairs, base, cand, args.rounds, args.ab_threshold)
-        windows = judge_load_windows(pairs, hosts, [False] * len(pairs))["quiet"]
+        windows = judge_load_windows(pairs, hosts, [False] * len(pairs))["quiet"] if hosts else {}
         cv = float(np.std(np.log(base), ddof=1))
         pair_sd = float(np.std(np.log(cand / base), ddof=1))
         out["rows"][f"{slow:+.0%}"] = {"hits": hits, "n": n, "windows": windows, "baseline_step_log_sd": cv,
                                       "pair_step_log_sd": pair_sd, "seconds": time.perf_counter() - started,
                                       "pairs": pairs, "hosts": [{side: vars(_cond(h)) for side, h in pair.items()}
-                                                                for pair in hosts]}
+                                                                for pair in hosts or []]}
         print(f"  {'A/A (false positives)' if slow == 0 else f'+{100 * slow:g} % (detection)'}: run-to-run sd "
               f"of the step {100 * cv:.1f} %, within a pair {100 * pair_sd:.1f} %, {time.perf_counter() - started:.0f} s, "
               f"load {os.getloadavg()[0]:.2f}")
@@ -488,7 +491,8 @@ def judge_stream(pairs, base, cand, rounds: int, threshold: float):
         hits["step alone, 5 runs"] += history_verdict("step", history, cand[i:i + AFTER_RUNS]).regression
         earlier = [_product(p["baseline"]) for p in pairs[i - HISTORY_RUNS:i]]
         after = [_product(p["candidate"]) for p in pairs[i:i + AFTER_RUNS]]
-        looks = [any(v.regression for v in judge_values(earlier, after[:k], after[k], 10.0, look=k + 1)) for k in range(AFTER_RUNS)]
+        looks = [any(v.regression for v in judge_values(earlier, after[:k], after[k], 10.0, look=k + 1))
+                 for k in range(AFTER_RUNS)]
         hits["store, 1 run"] += looks[0]
         hits["store, 5 runs"] += looks[-1]
         hits["store, any of runs 1-5"] += any(looks)
