@@ -56,7 +56,8 @@ from harness.core.atomic import atomic_write_json  # noqa: E402
 from harness.backends.board_drift import Drift, load_drift_model  # noqa: E402
 from harness.backends.board_profile import BRANCH_ORDER, load_board_profile  # noqa: E402
 from harness.results.ab import DEFAULT_THRESHOLD_PCT, judge_pairs, round_orders  # noqa: E402
-from harness.results.judge import GROUP_RUNS, NPU_CORE, STEP, judge_values, look_alpha, npu_core  # noqa: E402
+from harness.results.judge import (FIRST_LOOK_SHARE, GROUP_RUNS, NPU_CORE, STEP, judge_values, look_alpha,  # noqa: E402
+                                   npu_core)
 from harness.results.verdicts import HISTORY_FLOOR_PCT, change_points, fixed_verdict, history_verdict  # noqa: E402
 
 SLOWDOWNS = (0.0, 0.02, 0.03, 0.05, 0.10)
@@ -181,25 +182,44 @@ def section_spending_grid(args) -> dict:
     model = load_drift_model()
     print(f"(c) alpha spending grid: {args.trials} trials per cell, seed {args.seed}; a change flagged by any "
           f"of its {GROUP_RUNS} looks")
-    cells = {slow: look_pvalues(model, args.trials, slow, args.history_steps, args.seed + int(1000 * slow) + 1,
-                                args.history_runs) for slow in SLOWDOWNS}
+    cells = _grid_cells(model, args)
     out = {}
     for rho in args.rho or [1.0, 2.0, 3.0, 4.0]:
         for share in args.share or [0.5, 0.6, 0.7, 0.75, 0.8, 0.9]:
-            row = {f"{slow:+.0%}": _grid_flags(*cell, rho, share) for slow, cell in cells.items()}
-            hits = {k: int(v.any(axis=1).sum()) for k, v in row.items()}
-            out[f"rho {rho:g}, share {share:g}"] = hits
-            first = np.where(row["+10%"].any(axis=1), row["+10%"].argmax(axis=1) + 1, GROUP_RUNS + 1)
-            print(f"  rho {rho:g}, NPU core share {share:g}: A/A {rate(hits['+0%'], args.trials)}; "
-                  + "; ".join(f"{k} {rate(h, args.trials)}" for k, h in hits.items() if k != "+0%")
-                  + f"; +10 % first flagged at look {first.mean():.2f} on average")
+            for first in args.first or [FIRST_LOOK_SHARE]:
+                row = {f"{slow:+.0%}": _grid_flags(*cell, rho, share, first) for slow, cell in cells.items()}
+                hits = {k: int(v.any(axis=1).sum()) for k, v in row.items()}
+                look1 = {k: int(v[:, 0].sum()) for k, v in row.items()}
+                out[f"rho {rho:g}, share {share:g}, first {first:g}"] = {"any": hits, "look 1": look1}
+                flagged = row["+10%"].any(axis=1)
+                at = np.where(flagged, row["+10%"].argmax(axis=1) + 1, GROUP_RUNS + 1)
+                print(f"  rho {rho:g}, NPU core share {share:g}, look 1's part {first:g}: A/A "
+                      f"{rate(hits['+0%'], args.trials)}; "
+                      + "; ".join(f"{k} {rate(h, args.trials)}" for k, h in hits.items() if k != "+0%")
+                      + f"; +10 % by look 1 {rate(look1['+10%'], args.trials)}, first flagged at look "
+                        f"{at.mean():.2f} on average")
     return out
 
 
-def _grid_flags(labels, p, shift, rho: float, share: float) -> np.ndarray:
+def _grid_cells(model, args) -> dict:
+    """Every condition's look p-values, computed once (the costly part) and kept in --grid-cells."""
+    if args.grid_cells and args.grid_cells.exists():
+        kept = np.load(args.grid_cells, allow_pickle=False)
+        labels = [str(x) for x in kept["labels"]]
+        return {slow: (labels, kept[f"p{i}"], kept[f"s{i}"]) for i, slow in enumerate(SLOWDOWNS)}
+    cells = {slow: look_pvalues(model, args.trials, slow, args.history_steps, args.seed + int(1000 * slow) + 1,
+                                args.history_runs) for slow in SLOWDOWNS}
+    if args.grid_cells:
+        labels = next(iter(cells.values()))[0]
+        np.savez(args.grid_cells, labels=np.array(labels), **{f"p{i}": c[1] for i, c in enumerate(cells.values())},
+                 **{f"s{i}": c[2] for i, c in enumerate(cells.values())})
+    return cells
+
+
+def _grid_flags(labels, p, shift, rho: float, share: float, first: float = FIRST_LOOK_SHARE) -> np.ndarray:
     """[trials, looks]: flagged by some figure, each look's level split as judge._confidences does."""
     others = len(labels) - 1
-    level = np.array([[look_alpha(k + 1, rho) * (share if label == NPU_CORE else (1 - share) / others)
+    level = np.array([[look_alpha(k + 1, rho, first) * (share if label == NPU_CORE else (1 - share) / others)
                        for label in labels] for k in range(AFTER_RUNS)])
     return ((p < level[None]) & (shift > HISTORY_FLOOR_PCT)).any(axis=2)
 
@@ -524,6 +544,10 @@ def main() -> int:
     p.add_argument("--spending-grid", action="store_true",
                    help="board-sim: the alpha spending grid (section c) instead of section (a)")
     p.add_argument("--rho", type=float, action="append", help="(c) spending exponents (default 1, 2, 3, 4)")
+    p.add_argument("--first", type=float, action="append",
+                   help="(c) look 1's parts of a change's false-alarm rate (default judge.FIRST_LOOK_SHARE)")
+    p.add_argument("--grid-cells", type=Path,
+                   help="(c) keep the looks' p-values in this .npz, or read them from it when it exists")
     p.add_argument("--share", type=float, action="append",
                    help="(c) NPU core shares (default 0.5, 0.6, 0.7, 0.75, 0.8, 0.9)")
     p.add_argument("--tau", type=float, action="append", default=[],
