@@ -152,6 +152,7 @@ def test_round_orders_are_balanced_and_meet_a_periodic_disturbance_on_both_sides
     assert round_orders(3, np.random.default_rng(0))[:2] in ([True, False], [False, True])
 
 
+@pytest.mark.slow      # real sessions; the fast tier keeps round_orders' own test
 def test_a_sessions_order_is_recorded_and_drawn_afresh(model, partition):
     settings = sample_settings(model, steps=1)
     sessions = [run_session(model, Side("baseline", partition, "faults"), Side("candidate", partition, "faults"),
