@@ -31,9 +31,10 @@ often each verdict says "regression":
     step alone (the verdict before the host's condition was recorded) and by the store's verdict with
     it, which answers "not comparable" across a change of load, counted apart from regressions.
 (c) --spending-grid: the board-sim history of (a), every look's figures judged once, then the
-    sequence's false positives and detection within 5 runs for each alpha spending exponent (--rho)
-    and NPU core share (--share): how judge.SPENDING_RHO and judge.PRIMARY_SHARE were chosen (on one
-    --seed; the rates reported come from (a) on another).
+    sequence's false positives and detection within 5 runs for each alpha spending exponent (--rho),
+    NPU core share (--share) and look 1's part (--first): how judge.SPENDING_RHO, PRIMARY_SHARE and
+    FIRST_LOOK_SHARE were chosen (on one --seed; the rates reported come from (a) on another);
+    --grid-cells keeps the looks' p-values so other rules are judged on them without running again.
 Rates are printed with a 95 % Clopper-Pearson interval. Nothing is asserted: this is a measurement.
 """
 from __future__ import annotations
@@ -423,12 +424,9 @@ def judge_load_windows(pairs, hosts, loaded) -> dict[str, dict[str, list[int]]]:
         conds = [_cond(hosts[j]["candidate"]) for j in range(i, i + AFTER_RUNS)]
         results = {"step alone, 1 run": (history_verdict("step", base, cand[0]).regression, False),
                    "step alone, 5 runs": (history_verdict("step", base, cand).regression, False)}
-        looks = []
-        for k in range(AFTER_RUNS):
-            _, _, why = comparability(pool, conds[:k + 1])
-            looks.append((False, True) if why else
-                         (any(v.regression for v in judge_values(history, group[:k], group[k], 10.0, look=k + 1)),
-                          False))
+        flags = _store_looks(history, group)
+        looks = [(False, True) if comparability(pool, conds[:k + 1])[2] else (flags[k], False)
+                 for k in range(AFTER_RUNS)]
         results["store, 1 run"], results["store, 5 runs"] = looks[0], looks[-1]
         for name, (regressed, not_comparable) in results.items():
             cell = cells.setdefault(name, [0, 0, 0])
@@ -493,6 +491,13 @@ def _load_row(pairs, hosts, loaded, args) -> dict:
             "loads": [[h["baseline"].load_per_cpu, h["candidate"].load_per_cpu] for h in hosts], "loaded": loaded}
 
 
+def _store_looks(history: list[dict], after: list[dict]) -> list[bool]:
+    """Per look k at a change: the store's verdict (judge_values) on the k-th run after it, with the
+    runs before it since the change as its group, at look k's part of the change's alpha."""
+    return [any(v.regression for v in judge_values(history, after[:k], after[k], 10.0, look=k + 1))
+            for k in range(len(after))]
+
+
 def judge_stream(pairs, base, cand, rounds: int, threshold: float):
     """The stream cut into non-overlapping A/B sessions, and history windows sliding over it: 20
     baseline runs, then the 5 candidate runs after them, every 5 rounds (so neighbouring windows
@@ -509,10 +514,8 @@ def judge_stream(pairs, base, cand, rounds: int, threshold: float):
         history = base[i - HISTORY_RUNS:i]
         hits["step alone, 1 run"] += history_verdict("step", history, cand[i]).regression
         hits["step alone, 5 runs"] += history_verdict("step", history, cand[i:i + AFTER_RUNS]).regression
-        earlier = [_product(p["baseline"]) for p in pairs[i - HISTORY_RUNS:i]]
-        after = [_product(p["candidate"]) for p in pairs[i:i + AFTER_RUNS]]
-        looks = [any(v.regression for v in judge_values(earlier, after[:k], after[k], 10.0, look=k + 1))
-                 for k in range(AFTER_RUNS)]
+        looks = _store_looks([_product(p["baseline"]) for p in pairs[i - HISTORY_RUNS:i]],
+                             [_product(p["candidate"]) for p in pairs[i:i + AFTER_RUNS]])
         hits["store, 1 run"] += looks[0]
         hits["store, 5 runs"] += looks[-1]
         hits["store, any of runs 1-5"] += any(looks)

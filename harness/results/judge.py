@@ -19,8 +19,9 @@ the runs before the change. The interval of a group's mean narrows with its size
 one run cannot tell from drift is clear after a few; once a change has had GROUP_RUNS runs its verdict
 is given and later runs are judged alone again (a sudden jump within one revision is not diluted).
 The GROUP_RUNS looks at one change are one family as well: look k spends a part of the change's
-false-alarm rate 1 - CONFIDENCE (one-sided: only a slowdown fails) that grows with k (look_alpha), so
-a change with nothing in it is flagged by any of its looks at most 1 - CONFIDENCE of the time. A run
+false-alarm rate 1 - CONFIDENCE (one-sided: only a slowdown fails; look_alpha: a large part on the
+first, the rest growing with k), so a change with nothing in it is flagged by any of its looks at
+most 1 - CONFIDENCE of the time. A run
 judged alone keeps the two-sided CONFIDENCE it always had, (1 - CONFIDENCE) / 2 one-sided: at the
 whole 1 - CONFIDENCE one-sided, the outlier screen's small excess took it over that on the simulated
 board (docs/results-statistics.md).
@@ -67,11 +68,12 @@ GROUP_RUNS = 5
 # figures that locate a shift (step, branches, stages). Chosen with the alpha spending below by the
 # simulated board's Monte Carlo (tools/bench_verdicts.py, docs/results-statistics.md).
 PRIMARY_SHARE = 0.75
-# Alpha spending over the looks at one change (Kim-DeMets' power family: look k of K = GROUP_RUNS
-# spends alpha x ((k/K)^rho - ((k-1)/K)^rho)): rho 3 is close to O'Brien-Fleming's boundary, little
-# for the early looks, whose group is small, most for the last. The looks share most of their runs,
-# so an exact group-sequential boundary would need their correlation; the spent parts sum to the
-# change's alpha, so by Bonferroni (the union bound) the sequence holds it whatever that correlation.
+# Alpha spending over looks 2..K of one change, K = GROUP_RUNS (Kim-DeMets' power family: look k
+# spends (1 - FIRST_LOOK_SHARE) x alpha x (((k-1)/(K-1))^rho - ((k-2)/(K-1))^rho)): rho 3 is close to
+# O'Brien-Fleming's boundary, little for the early looks, whose group is small, most for the last.
+# The looks share most of their runs, so an exact group-sequential boundary would need their
+# correlation; the spent parts sum to the change's alpha, so by Bonferroni (the union bound) the
+# sequence holds it whatever that correlation.
 SPENDING_RHO = 3.0
 # Look 1's part of a change's false-alarm rate (the later looks spend the rest by the power family):
 # 0.3 of the 1 % keeps most of a lone run's power on a change's first run (+10 % found 91 % of the
