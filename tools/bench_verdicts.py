@@ -9,7 +9,10 @@ often each verdict says "regression":
   history    the store's verdict (judge.judge_values: every figure, the NPU core first) on each
              of the 5 runs after the change, each with the runs before it since the change as its
              group and its look's part of the run's confidence (judge.look_alpha), against the 20
-             earlier valid runs: each look, and a change flagged by any of them (the sequence); the
+             earlier valid runs, the noise factor learned from the board's record (the latest
+             NOISE_LOOKBACK runs before the change: on the simulated board --record-runs more,
+             on onnxruntime the stream's baseline runs; harness/results/noise.py): each look, and
+             a change flagged by any of them (the sequence); the
              first run judged alone at the whole confidence (a single verdict); the step alone as it
              was judged before (history_verdict on the 5-run mean); on the simulated board also a
              change point found at the change in those 25 runs;
@@ -25,7 +28,9 @@ often each verdict says "regression":
 (b) onnxruntime here: the embedded model, real runs through the faults backend (slow=xFACTOR
     stretches load, init and run of every subgraph), one long interleaved stream of baseline and
     candidate runs per condition (the session's own loop and order), cut into sessions and history
-    windows; the streams are kept in --out, and --ort-pairs judges a kept one again.
+    windows (from the first round with MIN_POSITIONS positions of record before it, so that every
+    window is judged with a learned noise factor, and also without one to compare); the streams are
+    kept in --out, and --ort-pairs judges a kept one again.
 (b') the same while the load trends: CPU burners switched on in every second block of rounds, every
     run inside a HostCondition (CPU count, load, calibration probe); history windows judged by the
     step alone (the verdict before the host's condition was recorded) and by the store's verdict with
@@ -59,6 +64,7 @@ from harness.backends.board_profile import BRANCH_ORDER, load_board_profile  # n
 from harness.results.ab import DEFAULT_THRESHOLD_PCT, judge_pairs, round_orders  # noqa: E402
 from harness.results.judge import (FIRST_LOOK_SHARE, GROUP_RUNS, NPU_CORE, STEP, judge_values, look_alpha,  # noqa: E402
                                    npu_core)
+from harness.results.noise import MIN_POSITIONS, NOISE_LOOKBACK  # noqa: E402
 from harness.results.verdicts import HISTORY_FLOOR_PCT, change_points, fixed_verdict, history_verdict  # noqa: E402
 
 SLOWDOWNS = (0.0, 0.02, 0.03, 0.05, 0.10)
@@ -118,14 +124,16 @@ def product_figures(sim: dict[str, np.ndarray], i: int) -> dict[str, float]:
 
 
 def board_history(model, trials: int, slow: float, steps: int, seed: int, history_runs: int,
-                  sequence: bool = False) -> dict[str, int]:
+                  sequence: bool = False, record_runs: int = 0) -> dict[str, int]:
     """The history verdict as the store gives it (judge_values: every figure, the run's confidence
-    shared out), run by run after the change: look k judges the group of the first k runs."""
+    shared out, the noise factor learned from the board's record: the history and `record_runs`
+    runs before it), run by run after the change: look k judges the group of the first k runs."""
     board = SimulatedBoard(Drift(model, seed, trials=trials))
     runs = []
-    for k in range(history_runs + AFTER_RUNS):
-        runs.append(board.run(steps, slow if k >= history_runs else 0.0))
+    for k in range(record_runs + history_runs + AFTER_RUNS):
+        runs.append(board.run(steps, slow if k >= record_runs + history_runs else 0.0))
         board.idle(10 * model.correlation_s)        # the next run: another day, another level
+    earlier, runs = runs[:record_runs], runs[record_runs:]
     series = np.stack([r["step"] for r in runs], axis=1)                 # [trials, runs]
     hits = {"fixed 1 run vs 1 run": 0, "step alone, 5 runs": 0, "history 1 run alone": 0,
             **{f"history look {k + 1}": 0 for k in range(AFTER_RUNS)}, "history any of looks 1-5": 0,
@@ -135,17 +143,16 @@ def board_history(model, trials: int, slow: float, steps: int, seed: int, histor
         hits["fixed 1 run vs 1 run"] += fixed_verdict("step", before[-1:], after[:1]).regression
         hits["step alone, 5 runs"] += history_verdict("step", before, after).regression
         figs = [product_figures(r, i) for r in runs]
+        record = [[product_figures(r, i) for r in earlier] + figs[:history_runs]]
         hits["history 1 run alone"] += any(v.regression for v in judge_values(
-            figs[:history_runs], [], figs[history_runs], 10.0))
-        looks = [any(v.regression for v in judge_values(figs[:history_runs], figs[history_runs:history_runs + k],
-                                                        figs[history_runs + k], 10.0, look=k + 1))
-                 for k in range(AFTER_RUNS)]
+            figs[:history_runs], [], figs[history_runs], 10.0, record=record))
+        looks = _store_looks(figs[:history_runs], figs[history_runs:], record)
         for k, flagged in enumerate(looks):
             hits[f"history look {k + 1}"] += flagged
         hits["history any of looks 1-5"] += any(looks)
         if sequence:        # the same 5 runs each judged alone (no group): the sequence's rate without it
             hits["each alone, any of 1-5"] += any(any(v.regression for v in judge_values(
-                figs[:history_runs], [], figs[history_runs + k], 10.0)) for k in range(AFTER_RUNS))
+                figs[:history_runs], [], figs[history_runs + k], 10.0, record=record)) for k in range(AFTER_RUNS))
         found = change_points(row)
         hits["change point 5 runs"] += (any(abs(p - history_runs) <= 1 for p in found) if slow
                                         else bool(found))
@@ -248,7 +255,7 @@ def section_board(args) -> dict:
     taus = [] if args.no_ab else [model.correlation_s, *args.tau]
     for slow in SLOWDOWNS:
         hits = board_history(model, args.trials, slow, args.history_steps, seed=args.seed + int(1000 * slow) + 1,
-                             history_runs=args.history_runs, sequence=args.sequence)
+                             history_runs=args.history_runs, sequence=args.sequence, record_runs=args.record_runs)
         if not args.sequence:
             del hits["each alone, any of 1-5"]
         for tau in taus:
@@ -412,7 +419,7 @@ def judge_load_windows(pairs, hosts, loaded) -> dict[str, dict[str, list[int]]]:
     Returns {window class: {verdict: [regression, not comparable, windows]}}."""
     from harness.results.judge import comparability
     out: dict[str, dict[str, list[int]]] = {}
-    for i in range(HISTORY_RUNS, len(pairs) - AFTER_RUNS + 1, AFTER_RUNS):
+    for i in range(_first_window(), len(pairs) - AFTER_RUNS + 1, AFTER_RUNS):
         span = loaded[i - HISTORY_RUNS:i + AFTER_RUNS]
         where = ("loaded" if span[0] else "quiet") if len(set(span)) == 1 else "load changed"
         cells = out.setdefault(where, {})
@@ -424,7 +431,7 @@ def judge_load_windows(pairs, hosts, loaded) -> dict[str, dict[str, list[int]]]:
         conds = [_cond(hosts[j]["candidate"]) for j in range(i, i + AFTER_RUNS)]
         results = {"step alone, 1 run": (history_verdict("step", base, cand[0]).regression, False),
                    "step alone, 5 runs": (history_verdict("step", base, cand).regression, False)}
-        flags = _store_looks(history, group)
+        flags = _store_looks(history, group, _record(pairs, i))
         looks = [(False, True) if comparability(pool, conds[:k + 1])[2] else (flags[k], False)
                  for k in range(AFTER_RUNS)]
         results["store, 1 run"], results["store, 5 runs"] = looks[0], looks[-1]
@@ -491,11 +498,24 @@ def _load_row(pairs, hosts, loaded, args) -> dict:
             "loads": [[h["baseline"].load_per_cpu, h["candidate"].load_per_cpu] for h in hosts], "loaded": loaded}
 
 
-def _store_looks(history: list[dict], after: list[dict]) -> list[bool]:
+def _store_looks(history: list[dict], after: list[dict], record: list[list[dict]] = ()) -> list[bool]:
     """Per look k at a change: the store's verdict (judge_values) on the k-th run after it, with the
-    runs before it since the change as its group, at look k's part of the change's alpha."""
-    return [any(v.regression for v in judge_values(history, after[:k], after[k], 10.0, look=k + 1))
+    runs before it since the change as its group, at look k's part of the change's alpha, the noise
+    factor learned from `record` (the board's earlier runs, as judge.board_record gives them)."""
+    return [any(v.regression for v in judge_values(history, after[:k], after[k], 10.0, look=k + 1, record=record))
             for k in range(len(after))]
+
+
+def _record(pairs, i: int) -> list[list[dict]]:
+    """The board's record before round i of a stream: its latest NOISE_LOOKBACK baseline runs."""
+    return [[_product(p["baseline"]) for p in pairs[max(0, i - NOISE_LOOKBACK):i]]]
+
+
+def _first_window() -> int:
+    """The first round a history window starts at once the record is long enough for the noise
+    factor of a 5-run group (MIN_POSITIONS positions)."""
+    first = HISTORY_RUNS + AFTER_RUNS - 1 + MIN_POSITIONS
+    return first + (-(first - HISTORY_RUNS)) % AFTER_RUNS
 
 
 def judge_stream(pairs, base, cand, rounds: int, threshold: float):
@@ -505,22 +525,24 @@ def judge_stream(pairs, base, cand, rounds: int, threshold: float):
     be). The step alone (history_verdict) and the store's verdict (judge_values: every figure, the
     NPU core first, the runs since the change as a group), look 1, look 5 and any of the 5."""
     hits = {"fixed 1 run vs 1 run": 0, "step alone, 1 run": 0, "step alone, 5 runs": 0, "store, 1 run": 0,
-            "store, 5 runs": 0, "store, any of runs 1-5": 0, "A/B session": 0}
+            "store, 5 runs": 0, "store, any of runs 1-5": 0, "no noise factor, any of 1-5": 0, "A/B session": 0}
     n = dict.fromkeys(hits, 0)
     for i in range(len(pairs)):
         hits["fixed 1 run vs 1 run"] += fixed_verdict("step", base[i:i + 1], cand[i:i + 1]).regression
         n["fixed 1 run vs 1 run"] += 1
-    for i in range(HISTORY_RUNS, len(pairs) - AFTER_RUNS + 1, AFTER_RUNS):
+    for i in range(_first_window(), len(pairs) - AFTER_RUNS + 1, AFTER_RUNS):
         history = base[i - HISTORY_RUNS:i]
         hits["step alone, 1 run"] += history_verdict("step", history, cand[i]).regression
         hits["step alone, 5 runs"] += history_verdict("step", history, cand[i:i + AFTER_RUNS]).regression
-        looks = _store_looks([_product(p["baseline"]) for p in pairs[i - HISTORY_RUNS:i]],
-                             [_product(p["candidate"]) for p in pairs[i:i + AFTER_RUNS]])
+        before = [_product(p["baseline"]) for p in pairs[i - HISTORY_RUNS:i]]
+        after = [_product(p["candidate"]) for p in pairs[i:i + AFTER_RUNS]]
+        looks = _store_looks(before, after, _record(pairs, i))
         hits["store, 1 run"] += looks[0]
         hits["store, 5 runs"] += looks[-1]
         hits["store, any of runs 1-5"] += any(looks)
+        hits["no noise factor, any of 1-5"] += any(_store_looks(before, after))
         for name in ("step alone, 1 run", "step alone, 5 runs", "store, 1 run", "store, 5 runs",
-                     "store, any of runs 1-5"):
+                     "store, any of runs 1-5", "no noise factor, any of 1-5"):
             n[name] += 1
     for i in range(0, len(pairs) - rounds + 1, rounds):
         hits["A/B session"] += any(v.regression for v in judge_pairs(pairs[i:i + rounds], threshold))
@@ -538,6 +560,9 @@ def main() -> int:
     p.add_argument("--history-steps", type=int, default=20, help="board steps per history run (default %(default)s)")
     p.add_argument("--history-runs", type=int, default=HISTORY_RUNS,
                    help="earlier runs before the change (default %(default)s; the store looks back on 30)")
+    p.add_argument("--record-runs", type=int, default=NOISE_LOOKBACK - HISTORY_RUNS,
+                   help="board-sim: the board's earlier runs before the history, which the noise factor is learned "
+                        "from with it (default %(default)s: the store's NOISE_LOOKBACK)")
     p.add_argument("--no-ab", action="store_true", help="board-sim: the history rows only")
     p.add_argument("--seed", type=int, default=0,
                    help="board-sim: added to every cell's drift seed (default %(default)s; choose parameters on "

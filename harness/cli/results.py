@@ -22,7 +22,8 @@ from ..core.atomic import atomic_write_text
 from ..model.config import BRANCHES
 from ..core.errors import ConfigError
 from ..lifecycle.steptimes import STAGE_NAMES
-from ..results.judge import NOT_COMPARABLE, comparability, group_note, judge_figures, parse_threshold, since_change
+from ..results.judge import (NOT_COMPARABLE, comparability, group_note, judge_figures, parse_threshold, record_of,
+                             since_change)
 from ..results.legacy import Imported, read_baselines, read_history
 from ..results.records import Run
 from ..results.store import DEFAULT_RESULTS, ResultsStore
@@ -193,8 +194,10 @@ def check_lines(runs: list[Run], threshold_pct: float) -> tuple[list[str], bool]
         history, _, why = comparability(history, [*group, latest])
         if why:
             lines.append(f"  latest run {latest.run_id}: {NOT_COMPARABLE}: {why}")
-        verdicts = judge_figures(history, latest, threshold_pct, fixed=False, group=group, look=look) \
-            if len(members) > 1 and not why else []
+        record = record_of([r for r in runs if r.valid and r.board_id == board and r.run_id != latest.run_id
+                            and r.key.experiment == latest.key.experiment])
+        verdicts = judge_figures(history, latest, threshold_pct, fixed=False, group=group, look=look,
+                                 record=record) if len(members) > 1 and not why else []
         lines += [f"  latest run {latest.run_id}: {v.line()} ({v.kind}, n={v.n}{group_note(v)})" for v in verdicts]
         regressed |= any(v.regression for v in verdicts)
         values = [r.mean_step_s for r in members]

@@ -46,6 +46,7 @@ from ..model.config import BRANCHES
 from ..core.errors import ConfigError
 from ..lifecycle.steptimes import STAGE_NAMES
 from .condition import condition_line, probe_verdict
+from .noise import NOISE_LOOKBACK, NoiseFactor, noise_factor
 from .records import Run
 from .store import ResultsStore
 from .verdicts import MIN_HISTORY, Verdict, fixed_verdict, history_verdict
@@ -53,7 +54,7 @@ from .verdicts import MIN_HISTORY, Verdict, fixed_verdict, history_verdict
 __all__ = ["Judgement", "judge_run", "figures", "judge_figures", "judge_values", "parse_threshold", "since_change",
            "comparability", "npu_core", "group_note", "HISTORY", "UPGRADE", "FIRST", "NOT_COMPARABLE", "STEP",
            "NPU_CORE", "LOOKBACK", "CONFIDENCE", "GROUP_RUNS", "PRIMARY_SHARE", "SPENDING_RHO", "FIRST_LOOK_SHARE",
-           "look_alpha"]
+           "look_alpha", "board_record", "record_of", "figure_noise"]
 
 HISTORY, UPGRADE, FIRST, NOT_COMPARABLE = "history", "upgrade comparison", "no baseline yet", "not comparable"
 STEP = "denoise step"
@@ -123,6 +124,7 @@ class Judgement:
     differences: list = field(default_factory=list)  # stack fields that changed (upgrade)
     reference_run: Run | None = None
     condition: Verdict | None = None                 # the calibration probe against its history
+    noise: NoiseFactor | None = None                 # the step's noise factor, for the record's size
 
     @property
     def regressions(self) -> list[Verdict]:
@@ -152,17 +154,21 @@ class Judgement:
         return "".join(f"; {v.shift()}" for v in branches)
 
     def lines(self) -> list[str]:
-        return [self.headline(), *(f"  {v.line()} ({v.kind}, n={v.n}{group_note(v)})" for v in self.verdicts)]
+        noise = [f"  noise factor: {self.noise.note()}"] if self.noise else []
+        return [self.headline(), *noise, *(f"  {v.line()} ({v.kind}, n={v.n}{group_note(v)})" for v in self.verdicts)]
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "reference": self.reference, "differences": self.differences,
                 "regressed": self.regressed, "verdicts": [v.as_dict() for v in self.verdicts],
-                "condition": self.condition.as_dict() if self.condition else None}
+                "condition": self.condition.as_dict() if self.condition else None,
+                "noise": vars(self.noise) if self.noise else None}
 
 
 def group_note(verdict: Verdict) -> str:
-    """', mean of the 3 runs since the change' for a group verdict, '' for one run."""
-    return f", mean of the {verdict.runs} runs since the change" if verdict.runs > 1 else ""
+    """', mean of the 3 runs since the change' for a group verdict ('' for one run), and
+    ', noise x2.4' when the board's record widened its interval (noise.py)."""
+    return (f", mean of the {verdict.runs} runs since the change" if verdict.runs > 1 else "") + \
+        (f", noise x{verdict.widened:.2g}" if verdict.widened > 1 else "")
 
 
 def look_alpha(look: int | None, rho: float = SPENDING_RHO, first: float = FIRST_LOOK_SHARE) -> float:
@@ -214,7 +220,8 @@ def since_change(pool: list[Run], run: Run) -> tuple[list[Run], list[Run], int |
 
 
 def judge_figures(pool: list[Run], run: Run, threshold_pct: float, fixed: bool = True,
-                  group: list[Run] = (), look: int | None = None) -> list[Verdict]:
+                  group: list[Run] = (), look: int | None = None,
+                  record: list[list[dict]] = ()) -> list[Verdict]:
     """A verdict per figure of `run` (with `group`, the earlier runs since the change: their mean)
     against the runs of `pool` (oldest first), at the false-alarm rate of its `look` at the change
     (look_alpha; None: judged alone); a figure that is 0 somewhere (a stage a strategy skips) has no
@@ -224,16 +231,18 @@ def judge_figures(pool: list[Run], run: Run, threshold_pct: float, fixed: bool =
     verdict for that figure). It fails the run on
     the step alone and names the branches and stages over the threshold as the ones that moved: with no
     noise estimate a 0.4 ms branch moves 30 % between two identical runs on a busy CPU host, the step
-    (the old rule's figure) a few %."""
+    (the old rule's figure) a few %. `record`: the board's record the noise factor is learned from
+    (board_record)."""
     return judge_values([figures(r) for r in pool[-LOOKBACK:]], [figures(g) for g in group], figures(run),
-                        threshold_pct, fixed, look)
+                        threshold_pct, fixed, look, record)
 
 
 def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pct: float,
-                 fixed: bool = True, look: int | None = None) -> list[Verdict]:
+                 fixed: bool = True, look: int | None = None, record: list[list[dict]] = ()) -> list[Verdict]:
     """judge_figures on the figures themselves (label -> value per run, as `figures` gives them).
     `look`: `new`'s look at its change (len(group) + 1, as since_change gives it), None for a run
-    judged alone."""
+    judged alone. `record`: series of figures (each a key's runs on the board, oldest first) the
+    noise factor of every figure is learned from (harness/results/noise.py); empty: none learned."""
     verdicts = []
     judged = {label: value for label, value in new.items()
               if value > 0 and all(h.get(label, 1.0) > 0 for h in history) and any(label in h for h in history)}
@@ -244,7 +253,8 @@ def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pc
     for label, value in judged.items():
         earlier = [h[label] for h in history if label in h]
         values = [g[label] for g in group if g.get(label, 0) > 0] + [value]
-        verdict = history_verdict(label, earlier, values, confidence=confidence[label])
+        widen = figure_noise(record, label, len(earlier[-LOOKBACK:]), len(values), (1 - confidence[label]) / 2).factor
+        verdict = history_verdict(label, earlier, values, confidence=confidence[label], widen=widen)
         # the NPU core is there to average the branches' drift away: the fixed rule has no noise
         # estimate to gain from it, and the branches name the shift themselves
         if verdict is None and fixed and label != NPU_CORE:
@@ -255,6 +265,30 @@ def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pc
     if step is not None and step.kind == "fixed" and not step.regression:
         verdicts = [replace(v, regression=False) if v.kind == "fixed" else v for v in verdicts]
     return verdicts
+
+
+def figure_noise(record: list[list[dict]], label: str, n: int, k: int, alpha: float) -> NoiseFactor:
+    """The noise factor of one figure for a group of k runs against n earlier ones, judged at the
+    one-sided level `alpha` (noise.py)."""
+    return noise_factor([[r[label] for r in series if r.get(label, 0) > 0] for series in record], n, k, alpha)
+
+
+def board_record(store: ResultsStore, run: Run, from_fleet: bool = False) -> list[list[dict]]:
+    """The figures of the latest NOISE_LOOKBACK valid runs of `run`'s experiment on its board (on the
+    other boards of its model when it is judged against the fleet), one series per board and key,
+    oldest first: what the noise factor is learned from."""
+    scope = {"board_model": run.board_model} if from_fleet else {"board": run.board_id}
+    found = store.runs(experiment=run.key.experiment, valid=True, **scope)
+    return record_of([r for r in found if r.board_id != run.board_id or not from_fleet])
+
+
+def record_of(runs: list[Run]) -> list[list[dict]]:
+    """board_record on runs at hand (valid, oldest first): the latest NOISE_LOOKBACK of them, one
+    series of figures per board and key."""
+    series: dict[tuple, list[dict]] = {}
+    for r in runs[-NOISE_LOOKBACK:]:
+        series.setdefault((r.board_id, r.key.digest), []).append(figures(r))
+    return list(series.values())
 
 
 def _reference(store: ResultsStore, run: Run) -> tuple[Run, str, bool, bool] | None:
@@ -293,11 +327,15 @@ def judge_run(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
     # The fixed rule stands in for a short history only against a baseline someone saved: runs that
     # merely happened before (a developer's repeated local runs on a busy machine) judge a run once
     # there are enough of them for a learned threshold.
-    verdicts = judge_figures(pool, run, threshold_pct, fixed=saved, group=group, look=look)
+    record = board_record(store, run, from_fleet)
+    verdicts = judge_figures(pool, run, threshold_pct, fixed=saved, group=group, look=look, record=record)
     if not verdicts:
         how += (f": {len(pool)} earlier valid run(s), too few for a learned threshold ({MIN_HISTORY} needed) "
                 "and no saved baseline, so no verdict yet")
-    return Judgement(kind, how, verdicts, differences, reference, condition)
+    step = next((v for v in verdicts if v.label == STEP), None)
+    noise = figure_noise(record, STEP, len(pool[-LOOKBACK:]), len(group) + 1, (1 - step.confidence) / 2) \
+        if step else None
+    return Judgement(kind, how, verdicts, differences, reference, condition, noise)
 
 
 def _split(store: ResultsStore, pool: list[Run], run: Run, kind: str,

@@ -21,7 +21,7 @@ import ruptures
 from scipy import stats
 
 __all__ = ["Verdict", "history_verdict", "change_points", "paired_verdict", "fixed_verdict",
-           "MIN_HISTORY", "HISTORY_FLOOR_PCT", "FIXED_THRESHOLD_PCT"]
+           "MIN_HISTORY", "HISTORY_FLOOR_PCT", "FIXED_THRESHOLD_PCT", "OUTLIER_Z"]
 
 # Fewer earlier runs than this give no spread worth a threshold: the caller says "too few runs".
 MIN_HISTORY = 5
@@ -32,7 +32,7 @@ HISTORY_FLOOR_PCT = 3.0
 FIXED_THRESHOLD_PCT = 10.0
 # Earlier runs further than this many robust standard deviations from the median are outliers
 # (a run disturbed by another job): they are left out of the spread, not allowed to widen it.
-_OUTLIER_Z = 5.0
+OUTLIER_Z = 5.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class Verdict:
     n: int
     confidence: float = 0.95
     runs: int = 1                  # new runs judged together (history: the runs since the change)
+    widened: float = 1.0           # history: the noise factor its interval was widened by (noise.py)
 
     def shift(self) -> str:
         """'ffn core +6.8 % [5.9, 7.7]': what was judged, its shift and the shift's interval."""
@@ -65,7 +66,8 @@ class Verdict:
     def as_dict(self) -> dict:
         return {"kind": self.kind, "label": self.label, "shift_pct": self.shift_pct,
                 "ci_pct": list(self.ci_pct), "threshold_pct": self.threshold_pct,
-                "regression": self.regression, "n": self.n, "confidence": self.confidence, "runs": self.runs}
+                "regression": self.regression, "n": self.n, "confidence": self.confidence, "runs": self.runs,
+                "widened": self.widened}
 
 
 def _pct(value: float) -> str:
@@ -87,13 +89,13 @@ def _robust_centre_spread(logs: np.ndarray) -> tuple[np.ndarray, float, float]:
     the t-quantile below keeps its meaning and the false-positive rate stays where it is set."""
     median = float(np.median(logs))
     mad = float(stats.median_abs_deviation(logs, scale="normal"))
-    kept = logs if mad == 0 else logs[np.abs(logs - median) <= _OUTLIER_Z * mad]
+    kept = logs if mad == 0 else logs[np.abs(logs - median) <= OUTLIER_Z * mad]
     return kept, float(np.mean(kept)), float(np.std(kept, ddof=1)) if kept.size > 1 else 0.0
 
 
 def history_verdict(label: str, history: Sequence[float], value: float | Sequence[float], *,
                     confidence: float = 0.99, floor_pct: float = HISTORY_FLOOR_PCT,
-                    lookback: int = 30, min_runs: int = MIN_HISTORY) -> Verdict | None:
+                    lookback: int = 30, min_runs: int = MIN_HISTORY, widen: float = 1.0) -> Verdict | None:
     """Judge `value` (one run's figure, or the figures of the runs since a change, judged as one
     group) against the earlier valid runs of the same key and board, oldest first.
 
@@ -104,7 +106,9 @@ def history_verdict(label: str, history: Sequence[float], value: float | Sequenc
     spread joins the history's (a pooled variance, n + k - 2 degrees of freedom): with nothing
     changed, and under a shift of the level alone, both samples have one variance, so the test stays
     exact and uses every run. Times are judged by their logs (run-to-run factors multiply), so the
-    interval is exact for log-normal noise. None when fewer than `min_runs` earlier runs survive."""
+    interval is exact for log-normal noise. `widen` (>= 1, harness/results/noise.py) stretches the
+    interval where the board's record shows runs that are not independent. None when fewer than
+    `min_runs` earlier runs survive."""
     earlier = np.log(_finite_positive(f"{label} history", history)[-lookback:])
     new = np.log(_finite_positive(f"{label} value", np.atleast_1d(value)))
     kept, centre, spread = _robust_centre_spread(earlier)
@@ -115,12 +119,12 @@ def history_verdict(label: str, history: Sequence[float], value: float | Sequenc
         pooled = df * spread ** 2 + (new.size - 1) * float(np.var(new, ddof=1))
         df += new.size - 1
         spread = math.sqrt(pooled / df)
-    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * spread * math.sqrt(1.0 / new.size + 1.0 / kept.size)
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * spread * math.sqrt(1.0 / new.size + 1.0 / kept.size) * widen
     delta = float(np.mean(new)) - centre
     shift, low, high = (_to_pct(x) for x in (delta, delta - half, delta + half))
     threshold = max(floor_pct, _to_pct(half))
     return Verdict("history", label, shift, (low, high), threshold, bool(shift > threshold),
-                   int(kept.size), confidence, int(new.size))
+                   int(kept.size), confidence, int(new.size), float(widen))
 
 
 def _to_pct(log_ratio: float) -> float:

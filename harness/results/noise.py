@@ -1,0 +1,166 @@
+"""The noise factor: how much wider than independent runs a board's own record says a history
+verdict's interval must be.
+
+history_verdict's interval assumes that the runs of a history are independent draws of one normal
+(in the log) distribution. Runs close in time are not: measured on onnxruntime here, back-to-back
+runs have a lag-1 autocorrelation of the step's log of 0.80-0.89 and still 0.37 at lag 50, so the
+mean of 20 neighbouring runs varies 9-16 times as much as independent runs would let it; and a run
+now and then is disturbed far past the rest (one branch +40-230 %), a heavy tail the outlier screen
+keeps out of the spread but not out of the run judged. A history of 20-30 runs cannot measure a
+memory longer than itself, so the factor is learned across the board's longer record instead: the
+verdict's own statistic (the shift of a group of k runs over the n runs before it, in units of its
+standard error: `standardized_shifts`) at every earlier position of the board's valid runs of the
+experiment, each key's runs a series of its own (the noise belongs to the board and the case, not
+to one stack). Two ratios say how far those statistics reach past the t distribution the verdict
+assumes: the bulk's (upper QUANTILES, raised by slow drift) and the tail's (a fitted Student t's
+quantile at the figure's own level, raised by disturbed runs). Each counts only when it is past what
+records of independent runs give (EVIDENCE, simulated: `_independent_ratios`), so a quiet board keeps
+its power; the interval is widened by the larger one that counts, never narrowed. With fewer than
+MIN_POSITIONS positions the factor is 1 and the verdict says the noise is not learned yet.
+
+A real change inside the record widens the factor too (its shift is counted as noise) until it
+leaves the NOISE_LOOKBACK runs: a verdict after it is slower to flag, never quicker.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+from scipy import stats
+
+from .verdicts import OUTLIER_Z
+
+__all__ = ["NoiseFactor", "standardized_shifts", "noise_factor", "NOISE_LOOKBACK", "MIN_POSITIONS", "QUANTILES",
+           "TAIL_DFS", "EVIDENCE", "NULL_RECORDS", "NULL_BUCKET", "MAX_FACTOR"]
+
+# The board's latest runs the factor is learned from (older ones are dropped).
+NOISE_LOOKBACK = 240
+# Fewer positions than this say nothing about a 99 % quantile: the factor is 1, "not learned yet".
+MIN_POSITIONS = 60
+# Upper quantiles of the statistic compared with the t distribution's (the bulk's ratio is the largest).
+QUANTILES = (0.9, 0.95, 0.99)
+# Degrees of freedom a fitted tail may have: from a Cauchy-like 1.5 (a record with wild runs) to a
+# normal one.
+TAIL_DFS = (1.5, 2.0, 3.0, 4.0, 6.0, 10.0, 20.0, 50.0, 1000.0)
+_DFS = np.array(TAIL_DFS)
+_T75 = stats.t.ppf(0.75, _DFS)          # a t's MAD over its scale
+_MAD_NORMAL = 1.0 / float(stats.norm.ppf(0.75))     # a normal's standard deviation over its MAD
+# A ratio counts as evidence when independent runs give a smaller one this often (NULL_RECORDS
+# simulated records): at 0.99 a quiet board's interval is widened in about 1 verdict of 100. At 0.9
+# the simulated board found +5 % within 5 runs 93 % of the time instead of 96 % (500 trials each).
+EVIDENCE = 0.99
+NULL_RECORDS = 400
+# The simulated records come in steps of this many positions (one simulation serves a board's record
+# as it grows).
+NULL_BUCKET = 20
+# A wider interval than this says nothing anyway: the history of such a board cannot judge a run.
+MAX_FACTOR = 20.0
+
+
+@dataclass(frozen=True)
+class NoiseFactor:
+    factor: float       # >= 1: the history verdict's interval is this many times wider
+    positions: int      # earlier positions it was learned from (0: not learned)
+
+    def note(self) -> str:
+        """'x2.4, learned from 180 earlier positions of the board's valid runs', or that it is not
+        learned yet."""
+        if not self.positions:
+            return (f"not learned yet (fewer than {MIN_POSITIONS} earlier positions in the board's valid runs): "
+                    "the runs of the history are taken as independent")
+        return f"x{self.factor:.2g}, learned from {self.positions} earlier positions of the board's valid runs"
+
+
+def standardized_shifts(logs: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(t, df) at every position j of `logs` (one series, oldest first) with n runs before it and k
+    from it: history_verdict's statistic, the mean of logs[j:j+k] minus the centre of logs[j-n:j]
+    (after the same outlier screen) over the standard error of its interval, and its degrees of
+    freedom. Empty arrays when the series is too short."""
+    logs = np.asarray(logs, dtype=float)
+    if logs.size < n + k or n < 2:
+        return np.empty(0), np.empty(0)
+    history = sliding_window_view(logs[:logs.size - k], n)
+    group = sliding_window_view(logs[n:], k)[:history.shape[0]]
+    median = np.median(history, axis=1, keepdims=True)
+    mad = _MAD_NORMAL * np.median(np.abs(history - median), axis=1, keepdims=True)    # as the verdict's screen
+    kept = np.where(mad == 0, True, np.abs(history - median) <= OUTLIER_Z * mad)
+    m = kept.sum(axis=1)
+    centre = (history * kept).sum(axis=1) / m
+    with np.errstate(divide="ignore", invalid="ignore"):
+        var = (((history - centre[:, None]) ** 2) * kept).sum(axis=1) / (m - 1)
+        df = m - 1
+        if k > 1:
+            pooled = df * var + (k - 1) * np.var(group, axis=1, ddof=1)
+            df = df + k - 1
+            var = pooled / df
+        t = (group.mean(axis=1) - centre) / np.sqrt(var * (1.0 / k + 1.0 / m))
+    usable = np.isfinite(t) & (m > 1)
+    return t[usable], df[usable]
+
+
+def noise_factor(series: Sequence[Sequence[float]], n: int, k: int, alpha: float = 0.005) -> NoiseFactor:
+    """The factor for a verdict on a group of k runs against n earlier runs at the one-sided level
+    `alpha`, learned from `series` (each a history of one figure's values, oldest first, together at
+    most NOISE_LOOKBACK runs).
+
+    The record's statistics give two ratios (`_ratios`: the bulk's and the tail's); the interval is
+    widened by the larger of those past what independent runs give in records of the same shape
+    (their EVIDENCE quantiles, `_independent_ratios`): even independent runs give ratios a little
+    over 1, and widening by them would cost a quiet board its power for nothing."""
+    ts, dfs = [], []
+    for values in series:
+        t, df = standardized_shifts(np.log(np.asarray(values, dtype=float)), n, k)
+        ts.append(t), dfs.append(df)
+    t, df = np.concatenate(ts or [np.empty(0)]), np.concatenate(dfs or [np.empty(0)])
+    if t.size < MIN_POSITIONS:
+        return NoiseFactor(1.0, 0)
+    ratios = _ratios(t, float(np.median(df)), alpha)
+    independent = _independent_ratios(-(-t.size // NULL_BUCKET) * NULL_BUCKET, n, k, round(alpha, 8))
+    shown = [r for r, bar in zip(ratios, independent) if r > bar]
+    return NoiseFactor(min(MAX_FACTOR, max([1.0, *shown])), int(t.size))
+
+
+def _ratios(t: np.ndarray, df: float, alpha: float) -> tuple[float, float]:
+    """How far the statistics `t` reach past the t distribution the verdict assumes (df degrees of
+    freedom): (bulk) the largest of their upper QUANTILES over its, which slow drift raises, and
+    (tail) a fitted tail's quantile at `alpha` over its (`_tail_quantile`), which disturbed runs
+    raise."""
+    bulk = max(float(np.quantile(t, q)) / float(stats.t.ppf(q, df)) for q in QUANTILES)
+    return bulk, _tail_quantile(t, alpha) / float(stats.t.ppf(1 - alpha, df))
+
+
+def _tail_quantile(t: np.ndarray, alpha: float) -> float:
+    """The upper `alpha` quantile of a Student t fitted to `t` (centre the median, scale from the
+    MAD, its degrees of freedom the likeliest of TAIL_DFS): a record with a few disturbed runs gets
+    heavy tails, and the quantile the verdict is decided at comes from them rather than from the
+    normal-looking bulk. The 99 % quantile of a few hundred positions says nothing about the 0.01 %
+    one a figure of a look is judged at."""
+    centre = float(np.median(t))
+    mad = float(np.median(np.abs(t - centre)))
+    if mad == 0:
+        return centre
+    scales = mad / _T75                                             # each df's scale for this MAD
+    likelihood = stats.t.logpdf((t - centre)[None, :] / scales[:, None], _DFS[:, None]).sum(axis=1) \
+        - t.size * np.log(scales)
+    best = int(np.argmax(likelihood))
+    return centre + float(scales[best]) * float(stats.t.ppf(1 - alpha, _DFS[best]))
+
+
+@functools.lru_cache(maxsize=512)
+def _independent_ratios(positions: int, n: int, k: int, alpha: float) -> tuple[float, float]:
+    """The EVIDENCE quantiles of both `_ratios` over NULL_RECORDS seeded records of independent
+    normal runs, each one series with `positions` positions: a ratio under its quantile is no
+    evidence that the board's runs are anything else. The statistics do not depend on the runs'
+    level or spread, so one simulation serves every figure of that shape; the positions come in
+    steps of NULL_BUCKET, rounded up (the quantiles move slowly with them, and more positions give
+    lower ones, so rounding up errs towards widening)."""
+    rng = np.random.default_rng(20261201)
+    ratios = []
+    for _ in range(NULL_RECORDS):
+        t, df = standardized_shifts(rng.normal(size=positions + n + k - 1), n, k)
+        ratios.append(_ratios(t, float(np.median(df)), alpha))
+    bulk, tail = np.quantile(np.array(ratios), EVIDENCE, axis=0)
+    return float(bulk), float(tail)

@@ -1,0 +1,146 @@
+"""The noise factor (harness/results/noise.py): a board's record of runs that are not independent
+widens the history verdict's interval so that a steady change keeps its false-alarm rate, and a
+record of independent runs leaves it nearly as it was.
+
+The series are seeded: an AR(1) process (each run's log drifts from the one before) stands for
+back-to-back runs on a busy host, measured here with a lag-1 autocorrelation of 0.80-0.89."""
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from harness.results.judge import GROUP_RUNS, HISTORY, NPU_CORE, STEP, judge_run, judge_values
+from harness.results.noise import MIN_POSITIONS, NOISE_LOOKBACK, noise_factor, standardized_shifts
+from harness.results.store import ResultsStore
+from harness.results.verdicts import history_verdict
+from tests.results_data import make_run
+
+pytestmark = pytest.mark.results
+
+HISTORY_RUNS = 20
+
+
+def _ar1(phi: float, sd: float, count: int, seed: int) -> np.ndarray:
+    """`count` run times around 1.0 whose logs follow an AR(1) with coefficient phi and a stationary
+    standard deviation `sd`."""
+    rng = np.random.default_rng(seed)
+    shocks = rng.normal(0, sd * math.sqrt(1 - phi ** 2), count)
+    logs = np.empty(count)
+    logs[0] = rng.normal(0, sd)
+    for i in range(1, count):
+        logs[i] = phi * logs[i - 1] + shocks[i]
+    return np.exp(logs)
+
+
+def _verdict_t(history, group) -> float:
+    """history_verdict's statistic read back from its interval (shift over the standard error)."""
+    v = history_verdict("x", history, group, confidence=0.99, floor_pct=0.0)
+    df = v.n - 1 + v.runs - 1
+    half = (math.log1p(v.ci_pct[1] / 100) - math.log1p(v.ci_pct[0] / 100)) / 2
+    return math.log1p(v.shift_pct / 100) / (half / stats.t.ppf(0.995, df))
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_the_shifts_the_factor_is_learned_from_are_the_verdicts_own_statistic(k):
+    rng = np.random.default_rng(k)
+    values = np.exp(0.05 * rng.standard_t(3, 90))      # heavy tails: the outlier screen has work to do
+    t, df = standardized_shifts(np.log(values), HISTORY_RUNS, k)
+    assert t.size == values.size - HISTORY_RUNS - k + 1
+    for j in (HISTORY_RUNS, 41, values.size - k):
+        expected = _verdict_t(values[j - HISTORY_RUNS:j], values[j:j + k])
+        assert t[j - HISTORY_RUNS] == pytest.approx(expected, rel=1e-9)
+
+
+def _windows(values: np.ndarray, windows: int, with_record: bool) -> int:
+    """Changes with nothing in them flagged by any of their looks: each window is the board's
+    NOISE_LOOKBACK runs, the last HISTORY_RUNS of them the history, then GROUP_RUNS runs after."""
+    flagged = 0
+    span = NOISE_LOOKBACK + GROUP_RUNS
+    for w in range(windows):
+        figures = [{STEP: float(v)} for v in values[w * span:(w + 1) * span]]
+        record = [figures[:NOISE_LOOKBACK]] if with_record else []
+        history, after = figures[NOISE_LOOKBACK - HISTORY_RUNS:NOISE_LOOKBACK], figures[NOISE_LOOKBACK:]
+        flagged += any(any(v.regression for v in judge_values(history, after[:k], after[k], 10.0, look=k + 1,
+                                                              record=record)) for k in range(GROUP_RUNS))
+    return flagged
+
+
+@pytest.mark.slow
+def test_serially_correlated_runs_keep_the_false_alarm_rate_with_the_factor():
+    windows = 400
+    values = _ar1(0.9, 0.05, windows * (NOISE_LOOKBACK + GROUP_RUNS), seed=11)
+    without = _windows(values, windows, with_record=False)
+    learned = _windows(values, windows, with_record=True)
+    assert stats.binomtest(without, windows).proportion_ci(0.95).low > 0.05, without    # taken as independent
+    assert learned / windows <= 0.01, (learned, without)
+
+
+def test_independent_runs_are_barely_widened_and_a_slowdown_is_still_found():
+    factors = []
+    for seed in range(40):
+        values = np.exp(np.random.default_rng(seed).normal(0, 0.02, NOISE_LOOKBACK))
+        factors.append(noise_factor([values], HISTORY_RUNS, 1).factor)
+    # widened only where a record happens to look like evidence (EVIDENCE: about 1 in 100 per ratio)
+    assert sum(f > 1 for f in factors) <= 4, np.round(factors, 2)
+    values = np.exp(np.random.default_rng(99).normal(0, 0.02, NOISE_LOOKBACK))
+    figures = [{STEP: float(v)} for v in values]
+    slow = {STEP: 1.10 * float(np.exp(np.mean(np.log(values))))}
+    verdict = judge_values(figures[-HISTORY_RUNS:], [], slow, 10.0, look=1, record=[figures])[0]
+    assert verdict.regression and verdict.widened < 1.35, verdict
+
+
+def test_a_record_with_disturbed_runs_widens_a_lone_runs_interval():
+    # independent runs with a heavy tail (Student t, 2.5 degrees of freedom): no drift to speak of,
+    # but now and then a run far past the rest, as a run another job disturbed
+    factors = [noise_factor([np.exp(0.03 * np.random.default_rng(seed).standard_t(2.5, NOISE_LOOKBACK))],
+                            HISTORY_RUNS, 1, alpha=1e-4).factor for seed in range(10)]
+    normal = [noise_factor([np.exp(0.03 * np.random.default_rng(seed).normal(size=NOISE_LOOKBACK))],
+                           HISTORY_RUNS, 1, alpha=1e-4).factor for seed in range(10)]
+    assert min(factors) > 1.5 and max(normal) < 1.5, (np.round(factors, 2), np.round(normal, 2))
+
+
+def test_a_short_record_learns_nothing_and_the_series_of_each_key_are_apart():
+    short = np.ones(HISTORY_RUNS + MIN_POSITIONS - 1)
+    assert noise_factor([short], HISTORY_RUNS, 1).positions == 0
+    drifting = _ar1(0.95, 0.05, 200, seed=5)
+    # two keys' series side by side: no position straddles them, so a level between keys is no noise
+    apart = noise_factor([drifting[:100], drifting[100:] * 1.5], HISTORY_RUNS, 1)
+    assert apart.positions == 2 * (100 - HISTORY_RUNS)
+    joined = noise_factor([np.r_[drifting[:100], drifting[100:] * 1.5]], HISTORY_RUNS, 1)
+    assert joined.factor > apart.factor
+
+
+def _judged(store, value: float):
+    run = replace(make_run("new", value, minute=NOISE_LOOKBACK + 10), git_revision="r2")
+    judgement = judge_run(store, run, 10.0)
+    return judgement, next(v for v in judgement.verdicts if v.label == NPU_CORE)    # the narrowest interval
+
+
+def _log_half(verdict) -> float:
+    return (math.log1p(verdict.ci_pct[1] / 100) - math.log1p(verdict.ci_pct[0] / 100)) / 2
+
+
+def test_the_store_learns_the_noise_from_the_boards_record_and_says_so(results_url):
+    times = _ar1(0.9, 0.05, NOISE_LOOKBACK, seed=4)
+    runs = [replace(make_run(f"r{i}", float(t), minute=i), git_revision="r1") for i, t in enumerate(times)]
+    lookback = 30                       # the verdict's history (judge.LOOKBACK)
+    factor = noise_factor([times], lookback, 1).factor
+    with ResultsStore(results_url) as store:
+        for run in runs[-lookback:]:    # the history alone: too few positions to learn from
+            store.add_run(run)
+        young, young_core = _judged(store, 1.0)
+        # a run between the two thresholds: a regression when the runs are taken as independent, not
+        # once the record has shown how far neighbouring runs drift together
+        between = math.exp(-math.log1p(young_core.shift_pct / 100) + _log_half(young_core) * (1 + factor) / 2)
+        young_between, _ = _judged(store, between)
+        for run in runs[:-lookback]:
+            store.add_run(run)
+        learned, learned_core = _judged(store, between)
+    assert young.kind == HISTORY and "noise factor: not learned yet" in "\n".join(young.lines())
+    assert young_core.widened == 1.0 and young_between.regressed, young_between.lines()
+    assert learned.noise.positions == NOISE_LOOKBACK - lookback and factor > 1.1, learned.lines()
+    assert learned_core.widened == pytest.approx(factor)
+    assert _log_half(learned_core) == pytest.approx(factor * _log_half(young_core), rel=1e-6)
+    assert "noise x" in "\n".join(learned.lines()) and not learned.regressed, learned.lines()
