@@ -33,6 +33,10 @@ about sigma / sqrt(branches) when the branches drift independently, and a thresh
 own history whatever their correlation) gets PRIMARY_SHARE of it, the step, each branch and each stage
 share the rest; a regression of the NPU core names every branch's shift.
 
+Each figure's interval is widened by its noise factor (harness/results/noise.py), learned from the
+board's record (board_record: its latest valid runs of the experiment, each key's a series): the
+history's runs are taken as independent only as far as that record bears it out.
+
 A run whose host ran faster or slower than in its history (the calibration probe of
 harness/results/condition.py outside its history's spread, or another CPU count) is NOT COMPARABLE:
 neither a pass nor a regression, and the judgement says why.

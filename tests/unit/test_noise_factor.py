@@ -20,6 +20,7 @@ from tests.results_data import make_run
 pytestmark = pytest.mark.results
 
 HISTORY_RUNS = 20
+RECORD = 240        # a board's record in the store tests: long enough to learn from, quick to write
 
 
 def _ar1(phi: float, sd: float, count: int, seed: int) -> np.ndarray:
@@ -113,7 +114,7 @@ def test_a_short_record_learns_nothing_and_the_series_of_each_key_are_apart():
 
 
 def _judged(store, value: float):
-    run = replace(make_run("new", value, minute=NOISE_LOOKBACK + 10), git_revision="r2")
+    run = replace(make_run("new", value, minute=RECORD + 10), git_revision="r2")
     judgement = judge_run(store, run, 10.0)
     return judgement, next(v for v in judgement.verdicts if v.label == NPU_CORE)    # the narrowest interval
 
@@ -123,7 +124,7 @@ def _log_half(verdict) -> float:
 
 
 def test_the_store_learns_the_noise_from_the_boards_record_and_says_so(results_url):
-    times = _ar1(0.9, 0.05, NOISE_LOOKBACK, seed=4)
+    times = _ar1(0.9, 0.05, RECORD, seed=4)
     runs = [replace(make_run(f"r{i}", float(t), minute=i), git_revision="r1") for i, t in enumerate(times)]
     lookback = 30                       # the verdict's history (judge.LOOKBACK)
     factor = noise_factor([times], lookback, 1).factor
@@ -140,7 +141,7 @@ def test_the_store_learns_the_noise_from_the_boards_record_and_says_so(results_u
         learned, learned_core = _judged(store, between)
     assert young.kind == HISTORY and "noise factor: not learned yet" in "\n".join(young.lines())
     assert young_core.widened == 1.0 and young_between.regressed, young_between.lines()
-    assert learned.noise.positions == NOISE_LOOKBACK - lookback and factor > 1.1, learned.lines()
+    assert learned.noise.positions == RECORD - lookback and factor > 1.1, learned.lines()
     assert learned_core.widened == pytest.approx(factor)
     assert _log_half(learned_core) == pytest.approx(factor * _log_half(young_core), rel=1e-6)
     assert "noise x" in "\n".join(learned.lines()) and not learned.regressed, learned.lines()
