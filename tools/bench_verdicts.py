@@ -30,7 +30,9 @@ often each verdict says "regression":
     candidate runs per condition (the session's own loop and order), cut into sessions and history
     windows (from the first round with MIN_POSITIONS positions of record before it, so that every
     window is judged with a learned noise factor, and also without one to compare); the streams are
-    kept in --out, and --ort-pairs judges a kept one again.
+    kept in --out, and --ort-pairs judges a kept one again. --memory-probe also times a memory-bound
+    probe (MemoryProbe) around every run and prints how closely the step follows it and the
+    calibration probe.
 (b') the same while the load trends: CPU burners switched on in every second block of rounds, every
     run inside a HostCondition (CPU count, load, calibration probe); history windows judged by the
     step alone (the verdict before the host's condition was recorded) and by the store's verdict with
@@ -105,7 +107,9 @@ class SimulatedBoard:
 
 
 def rate(hits: int, n: int) -> str:
-    """'1.2 % [0.6, 2.1]': the rate and its 95 % Clopper-Pearson interval."""
+    """'1.2 % [0.6, 2.1]': the rate and its 95 % Clopper-Pearson interval ('none judged' for none)."""
+    if not n:
+        return "none judged (too few rounds)"
     ci = stats.binomtest(hits, n).proportion_ci(0.95)
     return f"{100 * hits / n:5.1f} % [{100 * ci.low:.1f}, {100 * ci.high:.1f}]"
 
@@ -322,28 +326,42 @@ def section_onnxruntime(args) -> dict:
             kept = recorded[f"{slow:+.0%}"]
             pairs = kept["pairs"]       # a stream kept without its hosts' conditions has no such windows
             hosts = [{side: _host(h) for side, h in pair.items()} for pair in kept["hosts"]] if "hosts" in kept else None
+            memory = kept.get("memory_probe")
         else:
+            memory = [] if args.memory_probe else None
             pairs, hosts, _ = ort_load_stream(bundle, part, slow, args.ort_runs, args.ort_runs, Burners(0),
-                                              steps=args.ort_steps)
+                                              steps=args.ort_steps, memory=memory)
         base = np.array([p["baseline"]["step"] for p in pairs])
         cand = np.array([p["candidate"]["step"] for p in pairs])
         hits, n = judge_stream(pairs, base, cand, args.rounds, args.ab_threshold)
-        windows = judge_load_windows(pairs, hosts, [False] * len(pairs))["quiet"] if hosts else {}
+        windows = judge_load_windows(pairs, hosts, [False] * len(pairs)).get("quiet", {}) if hosts else {}
         cv = float(np.std(np.log(base), ddof=1))
         pair_sd = float(np.std(np.log(cand / base), ddof=1))
         out["rows"][f"{slow:+.0%}"] = {"hits": hits, "n": n, "windows": windows, "baseline_step_log_sd": cv,
                                       "pair_step_log_sd": pair_sd, "seconds": time.perf_counter() - started,
                                       "pairs": pairs, "hosts": [{side: vars(_cond(h)) for side, h in pair.items()}
-                                                                for pair in hosts or []]}
+                                                                for pair in hosts or []],
+                                      **({"memory_probe": memory} if memory else {})}
         print(f"  {'A/A (false positives)' if slow == 0 else f'+{100 * slow:g} % (detection)'}: run-to-run sd "
               f"of the step {100 * cv:.1f} %, within a pair {100 * pair_sd:.1f} %, {time.perf_counter() - started:.0f} s, "
               f"load {os.getloadavg()[0]:.2f}")
         for name, h in hits.items():
             print(f"    {name:<28} {rate(h, n[name])}")
+        if memory and hosts:
+            print("    " + _what_moves(base, [h["baseline"].probe_s for h in hosts], [m["baseline"] for m in memory]))
         for name, (h, nc, total) in windows.items():
             if name.startswith("store"):
                 print(f"    {name + ' + condition':<28} {rate(h, total)}, not comparable {nc} of {total}")
     return out
+
+
+def _what_moves(steps, probes, memory) -> str:
+    """How closely the baseline runs' step follows each probe (correlation of the logs, run by run)."""
+    log = np.log(np.asarray(steps, dtype=float))
+    r = {name: float(np.corrcoef(log, np.log(np.asarray(v, dtype=float)))[0, 1])
+         for name, v in (("calibration probe", probes), ("memory probe", memory))}
+    return ("correlation of the step's log with the calibration probe's "
+            f"{r['calibration probe']:+.2f}, with the memory probe's {r['memory probe']:+.2f} (baseline runs)")
 
 
 def _host(kept: dict):
@@ -383,9 +401,29 @@ def _product(fig: dict) -> dict:
     return {**out, NPU_CORE: npu} if npu else out
 
 
-def ort_load_stream(bundle, part, slow: float, rounds: int, block: int, burners: Burners, steps: int = 1):
+class MemoryProbe:
+    """A fixed piece of memory-bound work: a sum over a 32 MiB array gathered in a fixed random order
+    (a 32 MiB index; together twice this machine's 32 MiB last-level cache, so most reads miss it). The calibration probe's
+    256 KiB stay in a core's own cache and do not see what other tenants of the machine do to the
+    shared cache and memory; this one does. Timed around every run of a stream with --memory-probe,
+    a measurement of what moves the runs, not part of the store's verdict."""
+
+    def __init__(self):
+        self.values = np.ones(4 << 20)
+        self.order = np.random.default_rng(7).permutation(self.values.size)
+
+    def seconds(self) -> float:
+        started = time.perf_counter()
+        self.values[self.order].sum()
+        return time.perf_counter() - started
+
+
+def ort_load_stream(bundle, part, slow: float, rounds: int, block: int, burners: Burners, steps: int = 1,
+                    memory: list | None = None):
     """`rounds` rounds of a baseline and a faults-backend candidate run (in the session's drawn order),
-    each run inside a HostCondition; the burners run in every second block of `block` rounds."""
+    each run inside a HostCondition; the burners run in every second block of `block` rounds. With a
+    `memory` list, a MemoryProbe is timed before and after every run and each round's {side: mean
+    seconds} appended to it."""
     from harness.results.ab import session_figures
     from harness.results.condition import HostCondition
     from harness.runtime.run import RunRequest, run_partitioned
@@ -393,18 +431,24 @@ def ort_load_stream(bundle, part, slow: float, rounds: int, block: int, burners:
     settings, prompt = sample_settings(bundle, steps=steps), bundle.cfg.prompt["default"]
     pairs, hosts, loaded = [], [], []
     orders = round_orders(rounds + 1, np.random.default_rng())      # as the session orders them
+    probe = MemoryProbe() if memory is not None else None
     for r in range(rounds + 1):                     # round 0 builds the sessions: not counted
         on = r > 0 and ((r - 1) // block) % 2 == 1
         burners.set(on)
-        pair, host = {}, {}
+        pair, host, held = {}, {}, {}
         for side in (("baseline", "candidate") if orders[r] else ("candidate", "baseline")):
             options = {"slowdown": 1 + slow} if side == "candidate" and slow else {}
+            before = probe.seconds() if probe else 0.0
             with HostCondition() as cond:
                 report = run_partitioned(RunRequest(bundle, part, "faults", prompt, settings, options,
                                                     lifecycle="on-demand", verify=r == 0)).report
             pair[side], host[side] = session_figures(report), cond
+            if probe:
+                held[side] = (before + probe.seconds()) / 2
         if r > 0:
             pairs.append(pair), hosts.append(host), loaded.append(on)
+            if probe:
+                memory.append(held)
         if r % 200 == 0 and r:
             print(f"    {r}/{rounds} rounds, load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
     burners.stop()
@@ -582,6 +626,8 @@ def main() -> int:
                    help="also run the A/B rows with this drift correlation time in board seconds")
     p.add_argument("--ort-runs", type=int, default=240, help="onnxruntime rounds per condition (default %(default)s)")
     p.add_argument("--ort-steps", type=int, default=1)
+    p.add_argument("--memory-probe", action="store_true",
+                   help="(b) time a memory-bound probe around every run and say how the step follows it")
     p.add_argument("--ort-pairs", type=Path,
                    help="(b) judge the streams recorded in this earlier --out file instead of running them")
     p.add_argument("--ort-slow", type=float, action="append", default=[],
