@@ -58,7 +58,7 @@ from .verdicts import MIN_HISTORY, Verdict, fixed_verdict, history_verdict
 __all__ = ["Judgement", "judge_run", "figures", "judge_figures", "judge_values", "parse_threshold", "since_change",
            "comparability", "npu_core", "group_note", "HISTORY", "UPGRADE", "FIRST", "NOT_COMPARABLE", "STEP",
            "NPU_CORE", "LOOKBACK", "CONFIDENCE", "GROUP_RUNS", "PRIMARY_SHARE", "SPENDING_RHO", "FIRST_LOOK_SHARE",
-           "look_alpha", "board_record", "record_of", "figure_noise"]
+           "look_alpha", "board_record", "record_of", "figure_noise", "READ_RUNS"]
 
 HISTORY, UPGRADE, FIRST, NOT_COMPARABLE = "history", "upgrade comparison", "no baseline yet", "not comparable"
 STEP = "denoise step"
@@ -85,6 +85,10 @@ SPENDING_RHO = 3.0
 # time against 94 % at a lone run's 0.5 %, simulated board), and leaves the later looks enough to find
 # +5 % within 5 runs 96 % of the time; chosen with the Monte Carlo (docs/results-statistics.md).
 FIRST_LOOK_SHARE = 0.3
+# Runs of a key read from the store for one judgement: the noise factor's record; the lookback, a
+# change's group and the host's condition need fewer. A fleet's store holds thousands, each with
+# its subgraphs' rows, and a verdict must not read them all.
+READ_RUNS = max(NOISE_LOOKBACK, LOOKBACK + GROUP_RUNS)
 
 
 def parse_threshold(text, option: str = "--baseline-threshold") -> float:
@@ -281,9 +285,13 @@ def board_record(store: ResultsStore, run: Run, from_fleet: bool = False) -> lis
     """The figures of the latest NOISE_LOOKBACK valid runs of `run`'s experiment on its board (on the
     other boards of its model when it is judged against the fleet), one series per board and key,
     oldest first: what the noise factor is learned from."""
-    scope = {"board_model": run.board_model} if from_fleet else {"board": run.board_id}
-    found = store.runs(experiment=run.key.experiment, valid=True, **scope)
-    return record_of([r for r in found if r.board_id != run.board_id or not from_fleet])
+    return record_of(store.runs(experiment=run.key.experiment, valid=True, latest=NOISE_LOOKBACK,
+                                **_scope(run, from_fleet)))
+
+
+def _scope(run: Run, from_fleet: bool) -> dict:
+    """The store filters for the runs `run` is judged by: its board's, or its board model's other boards'."""
+    return {"board_model": run.board_model, "other_than_board": run.board_id} if from_fleet else {"board": run.board_id}
 
 
 def record_of(runs: list[Run]) -> list[list[dict]]:
@@ -300,7 +308,7 @@ def _reference(store: ResultsStore, run: Run) -> tuple[Run, str, bool, bool] | N
     saved = store.baseline(run.board_id, run.key.experiment)
     if saved:
         return saved[0], f"the baseline of board {run.board_id} ({saved[1]}, run {saved[0].run_id})", False, True
-    latest = store.runs(board=run.board_id, experiment=run.key.experiment, valid=True)
+    latest = store.runs(board=run.board_id, experiment=run.key.experiment, valid=True, latest=1)
     if latest:
         return latest[-1], f"the latest valid run of board {run.board_id} (run {latest[-1].run_id})", False, False
     fleet = store.fleet_baseline(run.board_model, run.key.experiment, exclude_board=run.board_id)
@@ -317,9 +325,7 @@ def judge_run(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
         return Judgement(FIRST, f"no baseline yet for {run.key.case} on board {run.board_id} or its board model "
                                 f"{run.board_model}: this run starts the history")
     reference, how, from_fleet, saved = found
-    scope = {"board_model": run.board_model} if from_fleet else {"board": run.board_id}
-    pool = [r for r in store.runs(key=reference.key.digest, valid=True, **scope)
-            if r.board_id != run.board_id or not from_fleet]
+    pool = store.runs(key=reference.key.digest, valid=True, latest=READ_RUNS, **_scope(run, from_fleet))
     kind = HISTORY if reference.key.digest == run.key.digest else UPGRADE
     pool, group, look = _split(store, pool, run, kind, from_fleet)
     if kind == UPGRADE:
@@ -350,7 +356,7 @@ def _split(store: ResultsStore, pool: list[Run], run: Run, kind: str,
         return pool, [], None
     if kind == HISTORY:
         return since_change(pool, run)
-    ours = store.runs(key=run.key.digest, board=run.board_id, valid=True)
+    ours = store.runs(key=run.key.digest, board=run.board_id, valid=True, latest=GROUP_RUNS)
     return (pool, ours, len(ours) + 1) if len(ours) + 1 <= GROUP_RUNS else (pool, [], None)
 
 

@@ -237,17 +237,26 @@ class ResultsStore:
 
     def runs(self, *, board: str | None = None, board_model: str | None = None, key: str | None = None,
              experiment: str | None = None, valid: bool | None = None, case: str | None = None,
-             backend: str | None = None, run_id: str | None = None) -> list[Run]:
-        """Stored runs matching every filter given, oldest first."""
+             backend: str | None = None, run_id: str | None = None, other_than_board: str | None = None,
+             latest: int | None = None) -> list[Run]:
+        """Stored runs matching every filter given (`other_than_board`: of any board but that one),
+        oldest first; with `latest`, only the newest that many of them (a verdict needs its lookback,
+        not a fleet's whole history read with every child row)."""
         query = select(runs)
         for column, value in (("board_id", board), ("board_model", board_model), ("key_digest", key),
                               ("experiment", experiment), ("valid", valid), ("case_name", case),
                               ("backend", backend), ("run_id", run_id)):
             if value is not None:
                 query = query.where(runs.c[column] == value)
+        if other_than_board is not None:
+            query = query.where(runs.c.board_id != other_than_board)
+        if latest is not None:
+            query = query.order_by(runs.c.time.desc(), runs.c.id.desc()).limit(latest)
+        else:
+            query = query.order_by(runs.c.time, runs.c.id)
         with self.engine.connect() as conn:
-            rows = conn.execute(query.order_by(runs.c.time, runs.c.id)).mappings().all()
-            return _with_children(conn, rows)
+            rows = conn.execute(query).mappings().all()
+            return _with_children(conn, rows[::-1] if latest is not None else rows)
 
     def run(self, run_id: str, case: str | None = None) -> Run:
         """The run with this id (and case, when the id has several)."""

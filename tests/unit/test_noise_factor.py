@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.results.judge import GROUP_RUNS, HISTORY, NPU_CORE, STEP, judge_run, judge_values
+from harness.results.judge import (GROUP_RUNS, HISTORY, LOOKBACK, NPU_CORE, READ_RUNS, STEP, figures, judge_run,
+                                   judge_values, record_of)
 from harness.results.noise import MIN_POSITIONS, NOISE_LOOKBACK, noise_factor, standardized_shifts
 from harness.results.store import ResultsStore
 from harness.results.verdicts import history_verdict
@@ -145,3 +146,44 @@ def test_the_store_learns_the_noise_from_the_boards_record_and_says_so(results_u
     assert learned_core.widened == pytest.approx(factor)
     assert _log_half(learned_core) == pytest.approx(factor * _log_half(young_core), rel=1e-6)
     assert "noise x" in "\n".join(learned.lines()) and not learned.regressed, learned.lines()
+
+
+class _CountingStore(ResultsStore):
+    """The real store, keeping how many runs each read returned."""
+    reads: list[int] = []
+
+    def runs(self, **filters):
+        found = super().runs(**filters)
+        self.reads.append(len(found))
+        return found
+
+
+@pytest.mark.slow
+def test_a_judgement_reads_only_the_runs_it_needs_and_judges_as_over_all_of_them(tmp_path):
+    # more valid runs than any part of a verdict looks at (a fleet's store holds thousands, each with
+    # its subgraphs' rows): the judgement must come out as it would over all of them, and no read of
+    # the store may return them all
+    total = READ_RUNS + 40
+    times = _ar1(0.5, 0.05, total, seed=9)
+    runs = [replace(make_run(f"r{i}", float(t), minute=i), git_revision="r1") for i, t in enumerate(times)]
+    new = replace(make_run("new", 1.08, minute=total + 1), git_revision="r1")      # judged alone
+    with _CountingStore(f"sqlite:///{tmp_path / 'results.sqlite'}") as store:
+        for run in runs:
+            store.add_run(run)
+        store.reads = []
+        judgement = judge_run(store, new, 10.0)
+        reads = store.reads
+    by_hand = judge_values([figures(r) for r in runs[-LOOKBACK:]], [], figures(new), 10.0,
+                           record=record_of(runs))
+    assert [v.line() for v in judgement.verdicts] == [v.line() for v in by_hand]
+    assert judgement.noise.positions == NOISE_LOOKBACK - LOOKBACK
+    assert reads and max(reads) <= READ_RUNS < total, reads
+
+
+def test_the_latest_runs_come_oldest_first_and_other_boards_apart(results_url):
+    with ResultsStore(results_url) as store:
+        for i in range(6):
+            store.add_run(make_run(f"r{i}", minute=i, board="rock-5c-aaaa" if i % 2 else "rock-5c-bbbb"))
+        assert [r.run_id for r in store.runs(latest=3)] == ["r3", "r4", "r5"]
+        assert [r.run_id for r in store.runs(latest=2, other_than_board="rock-5c-aaaa")] == ["r2", "r4"]
+        assert [r.run_id for r in store.runs(latest=10, board="rock-5c-aaaa")] == ["r1", "r3", "r5"]
