@@ -261,7 +261,8 @@ def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pc
     for label, value in judged.items():
         earlier = [h[label] for h in history if label in h]
         values = [g[label] for g in group if g.get(label, 0) > 0] + [value]
-        widen = figure_noise(record, label, len(earlier[-LOOKBACK:]), len(values), (1 - confidence[label]) / 2).factor
+        widen = figure_noise(record, label, len(earlier[-LOOKBACK:]), len(values), (1 - confidence[label]) / 2).factor \
+            if len(earlier) >= MIN_HISTORY else 1.0         # too few for an interval: nothing to widen
         verdict = history_verdict(label, earlier, values, confidence=confidence[label], widen=widen)
         # the NPU core is there to average the branches' drift away: the fixed rule has no noise
         # estimate to gain from it, and the branches name the shift themselves
@@ -281,12 +282,14 @@ def figure_noise(record: list[list[dict]], label: str, n: int, k: int, alpha: fl
     return noise_factor([[r[label] for r in series if r.get(label, 0) > 0] for series in record], n, k, alpha)
 
 
-def board_record(store: ResultsStore, run: Run, from_fleet: bool = False) -> list[list[dict]]:
+def board_record(store: ResultsStore, run: Run, from_fleet: bool = False, group: list[Run] = ()) -> list[list[dict]]:
     """The figures of the latest NOISE_LOOKBACK valid runs of `run`'s experiment on its board (on the
-    other boards of its model when it is judged against the fleet), one series per board and key,
-    oldest first: what the noise factor is learned from."""
-    return record_of(store.runs(experiment=run.key.experiment, valid=True, latest=NOISE_LOOKBACK,
-                                **_scope(run, from_fleet)))
+    other boards of its model when it is judged against the fleet) and its CPU count, one series per
+    board, key and CPU count, oldest first, the runs of its `group` left out: what the noise factor
+    is learned from."""
+    found = store.runs(experiment=run.key.experiment, valid=True, latest=NOISE_LOOKBACK + len(group),
+                       cpus=run.host_cpus, **_scope(run, from_fleet))
+    return record_of(found, group)
 
 
 def _scope(run: Run, from_fleet: bool) -> dict:
@@ -294,12 +297,16 @@ def _scope(run: Run, from_fleet: bool) -> dict:
     return {"board_model": run.board_model, "other_than_board": run.board_id} if from_fleet else {"board": run.board_id}
 
 
-def record_of(runs: list[Run]) -> list[list[dict]]:
-    """board_record on runs at hand (valid, oldest first): the latest NOISE_LOOKBACK of them, one
-    series of figures per board and key."""
+def record_of(runs: list[Run], group: list[Run] = ()) -> list[list[dict]]:
+    """board_record on runs at hand (valid, oldest first, all before the run judged): the latest
+    NOISE_LOOKBACK of them but the runs of `group` (a change must not widen its own interval), one
+    series of figures per board, key and CPU count (a step between CPU counts is another machine,
+    not noise)."""
+    leave_out = {(g.run_id, g.key.case) for g in group}
+    kept = [r for r in runs if (r.run_id, r.key.case) not in leave_out]
     series: dict[tuple, list[dict]] = {}
-    for r in runs[-NOISE_LOOKBACK:]:
-        series.setdefault((r.board_id, r.key.digest), []).append(figures(r))
+    for r in kept[-NOISE_LOOKBACK:]:
+        series.setdefault((r.board_id, r.key.digest, r.host_cpus), []).append(figures(r))
     return list(series.values())
 
 
@@ -325,11 +332,16 @@ def judge_run(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
         return Judgement(FIRST, f"no baseline yet for {run.key.case} on board {run.board_id} or its board model "
                                 f"{run.board_model}: this run starts the history")
     reference, how, from_fleet, saved = found
-    pool = store.runs(key=reference.key.digest, valid=True, latest=READ_RUNS, **_scope(run, from_fleet))
+    scope = _scope(run, from_fleet)
+    # the runs of the run's own CPU count first, so the newest READ_RUNS of another count do not hide
+    # them; with none, all, and comparability names the other count
+    pool = store.runs(key=reference.key.digest, valid=True, latest=READ_RUNS, cpus=run.host_cpus, **scope) \
+        or store.runs(key=reference.key.digest, valid=True, latest=READ_RUNS, **scope)
     kind = HISTORY if reference.key.digest == run.key.digest else UPGRADE
     pool, group, look = _split(store, pool, run, kind, from_fleet)
     if kind == UPGRADE:
-        how = f"{len(pool)} valid run(s) of the previous stack, reference {how}"
+        counted = f"the latest {len(pool)}" if len(pool) == READ_RUNS else f"{len(pool)}"
+        how = f"{counted} valid run(s) of the previous stack, reference {how}"
     differences = run.key.differences(reference.key) if kind == UPGRADE else []
     pool, condition, why = comparability(pool, [*group, run])
     if why:
@@ -337,14 +349,14 @@ def judge_run(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
     # The fixed rule stands in for a short history only against a baseline someone saved: runs that
     # merely happened before (a developer's repeated local runs on a busy machine) judge a run once
     # there are enough of them for a learned threshold.
-    record = board_record(store, run, from_fleet)
+    record = board_record(store, run, from_fleet, group)
     verdicts = judge_figures(pool, run, threshold_pct, fixed=saved, group=group, look=look, record=record)
     if not verdicts:
         how += (f": {len(pool)} earlier valid run(s), too few for a learned threshold ({MIN_HISTORY} needed) "
                 "and no saved baseline, so no verdict yet")
     step = next((v for v in verdicts if v.label == STEP), None)
     noise = figure_noise(record, STEP, len(pool[-LOOKBACK:]), len(group) + 1, (1 - step.confidence) / 2) \
-        if step else None
+        if step and step.kind == "history" else None        # the fixed rule has no interval to widen
     return Judgement(kind, how, verdicts, differences, reference, condition, noise)
 
 

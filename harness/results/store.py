@@ -25,7 +25,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from sqlalchemy import create_engine, delete, event, insert, select, text
+from sqlalchemy import create_engine, delete, event, insert, or_, select, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
@@ -238,10 +238,11 @@ class ResultsStore:
     def runs(self, *, board: str | None = None, board_model: str | None = None, key: str | None = None,
              experiment: str | None = None, valid: bool | None = None, case: str | None = None,
              backend: str | None = None, run_id: str | None = None, other_than_board: str | None = None,
-             latest: int | None = None) -> list[Run]:
-        """Stored runs matching every filter given (`other_than_board`: of any board but that one),
-        oldest first; with `latest`, only the newest that many of them (a verdict needs its lookback,
-        not a fleet's whole history read with every child row)."""
+             cpus: int | None = None, latest: int | None = None) -> list[Run]:
+        """Stored runs matching every filter given (`other_than_board`: of any board but that one;
+        `cpus`: run on that many CPUs or with no host condition recorded), oldest first; with
+        `latest`, only the newest that many of them (a verdict needs its lookback, not a fleet's whole
+        history read with every child row)."""
         query = select(runs)
         for column, value in (("board_id", board), ("board_model", board_model), ("key_digest", key),
                               ("experiment", experiment), ("valid", valid), ("case_name", case),
@@ -250,6 +251,8 @@ class ResultsStore:
                 query = query.where(runs.c[column] == value)
         if other_than_board is not None:
             query = query.where(runs.c.board_id != other_than_board)
+        if cpus is not None:
+            query = query.where(or_(runs.c.host_cpus.is_(None), runs.c.host_cpus == cpus))
         if latest is not None:
             query = query.order_by(runs.c.time.desc(), runs.c.id.desc()).limit(latest)
         else:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.results.judge import (GROUP_RUNS, HISTORY, LOOKBACK, NPU_CORE, READ_RUNS, STEP, figures, judge_run,
-                                   judge_values, record_of)
+from harness.results.judge import (GROUP_RUNS, HISTORY, LOOKBACK, NOT_COMPARABLE, NPU_CORE, READ_RUNS, STEP,
+                                   board_record, figures, judge_run, judge_values, record_of)
 from harness.results.noise import MIN_POSITIONS, NOISE_LOOKBACK, noise_factor, standardized_shifts
 from harness.results.store import ResultsStore
 from harness.results.verdicts import history_verdict
@@ -104,8 +104,10 @@ def test_a_record_with_disturbed_runs_widens_a_lone_runs_interval():
 
 
 def test_a_short_record_learns_nothing_and_the_series_of_each_key_are_apart():
-    short = np.ones(HISTORY_RUNS + MIN_POSITIONS - 1)
-    assert noise_factor([short], HISTORY_RUNS, 1).positions == 0
+    # one run short of MIN_POSITIONS positions learns nothing, one more learns from all of them
+    runs = np.exp(np.random.default_rng(8).normal(0, 0.05, HISTORY_RUNS + MIN_POSITIONS))
+    assert noise_factor([runs[:-1]], HISTORY_RUNS, 1).positions == 0
+    assert noise_factor([runs], HISTORY_RUNS, 1).positions == MIN_POSITIONS
     drifting = _ar1(0.95, 0.05, 200, seed=5)
     # two keys' series side by side: no position straddles them, so a level between keys is no noise
     apart = noise_factor([drifting[:100], drifting[100:] * 1.5], HISTORY_RUNS, 1)
@@ -187,3 +189,46 @@ def test_the_latest_runs_come_oldest_first_and_other_boards_apart(results_url):
         assert [r.run_id for r in store.runs(latest=3)] == ["r3", "r4", "r5"]
         assert [r.run_id for r in store.runs(latest=2, other_than_board="rock-5c-aaaa")] == ["r2", "r4"]
         assert [r.run_id for r in store.runs(latest=10, board="rock-5c-aaaa")] == ["r1", "r3", "r5"]
+
+
+def _on(run, cpus: int):
+    return replace(run, host_cpus=cpus)
+
+
+@pytest.mark.slow
+def test_a_run_on_a_cpu_count_the_newest_runs_do_not_have_is_judged_against_its_own(tmp_path):
+    # 50 runs on 4 CPUs, then more than a judgement reads on 8: a new run on 4 CPUs is judged against
+    # the 4-CPU runs, as over the whole store, not called "not comparable" for the 8-CPU ones
+    times = _ar1(0.3, 0.02, 50 + READ_RUNS, seed=12)
+    runs = [_on(replace(make_run(f"r{i}", float(t), minute=i), git_revision="r1"), 4 if i < 50 else 8)
+            for i, t in enumerate(times)]
+    new = _on(replace(make_run("new", 1.0, minute=len(runs) + 1), git_revision="r1"), 4)
+    with ResultsStore(f"sqlite:///{tmp_path / 'results.sqlite'}") as store:
+        for run in runs:
+            store.add_run(run)
+        judgement = judge_run(store, new, 10.0)
+        other = judge_run(store, _on(new, 2), 10.0)
+    assert judgement.kind == HISTORY and judgement.verdicts, judgement.lines()
+    by_hand = judge_values([figures(r) for r in runs[50 - LOOKBACK:50]], [], figures(new), 10.0,
+                           record=[[figures(r) for r in runs[:50]]])
+    assert [v.line() for v in judgement.verdicts] == [v.line() for v in by_hand]
+    assert other.kind == NOT_COMPARABLE and "CPUs, this run on 2" in other.reference, other.lines()
+
+
+def test_the_record_keeps_cpu_counts_and_a_changes_own_runs_out(results_url):
+    # a board that moved from 4 to 8 CPUs: the step between them is another machine, not noise, so
+    # an 8-CPU run is judged with the 8-CPU runs' noise; and the runs since a change do not widen
+    # the interval that judges them
+    quiet = np.exp(np.random.default_rng(13).normal(0, 0.01, 240))
+    runs = [_on(replace(make_run(f"r{i}", float(t) * (1.25 if i < 120 else 1.0), minute=i), git_revision="r1"),
+                4 if i < 120 else 8) for i, t in enumerate(quiet)]
+    group = [_on(replace(make_run(f"g{i}", 1.06, minute=300 + i), git_revision="r2"), 8) for i in range(2)]
+    new = _on(replace(make_run("new", 1.06, minute=310), git_revision="r2"), 8)
+    with ResultsStore(results_url) as store:
+        for run in [*runs, *group]:
+            store.add_run(run)
+        judgement = judge_run(store, new, 10.0)
+        record = board_record(store, new, group=group)
+    assert [len(s) for s in record] == [120]        # the 8-CPU runs only, the change's own left out
+    assert judgement.noise.factor < 2, judgement.lines()
+    assert judgement.regressed, judgement.lines()
