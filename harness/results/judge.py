@@ -357,6 +357,8 @@ def judge_run(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
     step = next((v for v in verdicts if v.label == STEP), None)
     noise = figure_noise(record, STEP, len(pool[-LOOKBACK:]), len(group) + 1, (1 - step.confidence) / 2) \
         if step and step.kind == "history" else None        # the fixed rule has no interval to widen
+    if noise and from_fleet:
+        noise = replace(noise, whose="the fleet's other boards'")
     return Judgement(kind, how, verdicts, differences, reference, condition, noise)
 
 

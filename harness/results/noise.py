@@ -66,14 +66,15 @@ MAX_FACTOR = 20.0
 class NoiseFactor:
     factor: float       # >= 1: the history verdict's interval is this many times wider
     positions: int      # earlier positions it was learned from (0: not learned)
+    whose: str = "the board's"      # whose runs the record holds (the fleet's, for a fleet reference)
 
     def note(self) -> str:
         """'x2.4, learned from 180 earlier positions of the board's valid runs', or that it is not
         learned yet."""
         if not self.positions:
-            return (f"not learned yet (fewer than {MIN_POSITIONS} earlier positions in the board's valid runs): "
+            return (f"not learned yet (fewer than {MIN_POSITIONS} earlier positions in {self.whose} valid runs): "
                     "the runs of the history are taken as independent")
-        return f"x{self.factor:.2g}, learned from {self.positions} earlier positions of the board's valid runs"
+        return f"x{self.factor:.2g}, learned from {self.positions} earlier positions of {self.whose} valid runs"
 
 
 def standardized_shifts(logs: np.ndarray, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:

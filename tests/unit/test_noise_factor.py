@@ -130,11 +130,12 @@ def test_the_store_learns_the_noise_from_the_boards_record_and_says_so(results_u
     times = _ar1(0.9, 0.05, RECORD, seed=4)
     runs = [replace(make_run(f"r{i}", float(t), minute=i), git_revision="r1") for i, t in enumerate(times)]
     lookback = 30                       # the verdict's history (judge.LOOKBACK)
-    factor = noise_factor([times], lookback, 1).factor
     with ResultsStore(results_url) as store:
         for run in runs[-lookback:]:    # the history alone: too few positions to learn from
             store.add_run(run)
         young, young_core = _judged(store, 1.0)
+        # at the NPU core's own level (its share of look 1's part), as the judgement learns it
+        factor = noise_factor([times], lookback, 1, (1 - young_core.confidence) / 2).factor
         # a run between the two thresholds: a regression when the runs are taken as independent, not
         # once the record has shown how far neighbouring runs drift together
         between = math.exp(-math.log1p(young_core.shift_pct / 100) + _log_half(young_core) * (1 + factor) / 2)
@@ -232,3 +233,16 @@ def test_the_record_keeps_cpu_counts_and_a_changes_own_runs_out(results_url):
     assert [len(s) for s in record] == [120]        # the 8-CPU runs only, the change's own left out
     assert judgement.noise.factor < 2, judgement.lines()
     assert judgement.regressed, judgement.lines()
+
+
+def test_a_new_board_judged_by_the_fleet_says_whose_noise_it_is(results_url):
+    runs = [make_run(f"r{i}", 1.0 + 0.01 * (i % 3), minute=i) for i in range(8)]
+    new = make_run("new", 1.0, minute=20, board="rock-5c-bbbb")
+    with ResultsStore(results_url) as store:
+        for run in runs:
+            store.add_run(run)
+        store.set_baseline(runs[-1], "saved")
+        judgement = judge_run(store, new, 10.0)
+    assert "fleet's baseline" in judgement.reference, judgement.lines()
+    assert judgement.noise.whose == "the fleet's other boards'"
+    assert "the fleet's other boards' valid runs" in "\n".join(judgement.lines())
