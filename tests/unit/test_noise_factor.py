@@ -246,3 +246,20 @@ def test_a_new_board_judged_by_the_fleet_says_whose_noise_it_is(results_url):
     assert "fleet's baseline" in judgement.reference, judgement.lines()
     assert judgement.noise.whose == "the fleet's other boards'"
     assert "the fleet's other boards' valid runs" in "\n".join(judgement.lines())
+
+
+def test_results_check_learns_a_runs_noise_from_the_runs_before_it():
+    # an old stack's series (quiet, too short to learn from) whose latest run came before a new
+    # stack's long drifting record: `check` judges the old series' latest run as the gate did then,
+    # not widened by runs that came after it
+    from harness.cli.results import check_lines
+    from tests.results_data import VERSIONS_NEW
+    quiet = np.exp(np.random.default_rng(14).normal(0, 0.02, 40))
+    old = [replace(make_run(f"o{i}", float(t), minute=i), git_revision="r1") for i, t in enumerate(quiet)]
+    drifting = _ar1(0.95, 0.1, 260, seed=15)
+    new = [replace(make_run(f"n{i}", float(t), minute=100 + i, versions=VERSIONS_NEW), git_revision="r1")
+           for i, t in enumerate(drifting)]
+    lines, _ = check_lines([*old, *new], 10.0)
+    judged = [line for line in lines if "latest run o39:" in line]
+    assert judged and not any("noise x" in line for line in judged), lines
+    assert any("latest run n259:" in line and "noise x" in line for line in lines), lines
