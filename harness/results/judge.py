@@ -34,8 +34,9 @@ own history whatever their correlation) gets PRIMARY_SHARE of it, the step, each
 share the rest; a regression of the NPU core names every branch's shift.
 
 Each figure's interval is widened by its noise factor (harness/results/noise.py), learned from the
-board's record (board_record: its latest valid runs of the experiment, each key's a series): the
-history's runs are taken as independent only as far as that record bears it out.
+board's record (board_record: its latest valid runs of the experiment on the run's CPU count, each
+key's a series, the runs since the change left out): the history's runs are taken as independent
+only as far as that record bears it out.
 
 A run whose host ran faster or slower than in its history (the calibration probe of
 harness/results/condition.py outside its history's spread, or another CPU count) is NOT COMPARABLE:
