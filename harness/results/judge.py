@@ -290,7 +290,8 @@ def board_record(store: ResultsStore, run: Run, from_fleet: bool = False, group:
     is learned from."""
     found = store.runs(experiment=run.key.experiment, valid=True, latest=NOISE_LOOKBACK + len(group),
                        cpus=run.host_cpus, **_scope(run, from_fleet))
-    return record_of(found, group)
+    # a fleet's history interleaves its boards, and so does its record: one series in time order
+    return record_of(found, group, by_board=not from_fleet)
 
 
 def _scope(run: Run, from_fleet: bool) -> dict:
@@ -298,16 +299,16 @@ def _scope(run: Run, from_fleet: bool) -> dict:
     return {"board_model": run.board_model, "other_than_board": run.board_id} if from_fleet else {"board": run.board_id}
 
 
-def record_of(runs: list[Run], group: list[Run] = ()) -> list[list[dict]]:
+def record_of(runs: list[Run], group: list[Run] = (), by_board: bool = True) -> list[list[dict]]:
     """board_record on runs at hand (valid, oldest first, all before the run judged): the latest
     NOISE_LOOKBACK of them but the runs of `group` (a change must not widen its own interval), one
-    series of figures per board, key and CPU count (a step between CPU counts is another machine,
-    not noise)."""
+    series of figures per board (with `by_board`), key and CPU count (a step between CPU counts is
+    another machine, not noise)."""
     leave_out = {(g.run_id, g.key.case) for g in group}
     kept = [r for r in runs if (r.run_id, r.key.case) not in leave_out]
     series: dict[tuple, list[dict]] = {}
     for r in kept[-NOISE_LOOKBACK:]:
-        series.setdefault((r.board_id, r.key.digest, r.host_cpus), []).append(figures(r))
+        series.setdefault((r.board_id if by_board else None, r.key.digest, r.host_cpus), []).append(figures(r))
     return list(series.values())
 
 

@@ -235,16 +235,22 @@ def test_the_record_keeps_cpu_counts_and_a_changes_own_runs_out(results_url):
     assert judgement.regressed, judgement.lines()
 
 
-def test_a_new_board_judged_by_the_fleet_says_whose_noise_it_is(results_url):
-    runs = [make_run(f"r{i}", 1.0 + 0.01 * (i % 3), minute=i) for i in range(8)]
-    new = make_run("new", 1.0, minute=20, board="rock-5c-bbbb")
-    with ResultsStore(results_url) as store:
+@pytest.mark.slow
+def test_a_new_board_judged_by_the_fleet_learns_from_the_fleets_runs_and_says_so(tmp_path):
+    # ten boards' runs interleaved, as the fleet's history interleaves them: a new board judged by
+    # the fleet's baseline learns the noise from that mixed history, not from per-board pieces too
+    # short for a 31-run position
+    times = np.exp(np.random.default_rng(16).normal(0, 0.03, 400))
+    runs = [make_run(f"r{i}", float(t), minute=i, board=f"rock-5c-{i % 10:04x}aaaa") for i, t in enumerate(times)]
+    new = make_run("new", 1.0, minute=500, board="rock-5c-bbbb")
+    with ResultsStore(f"sqlite:///{tmp_path / 'results.sqlite'}") as store:
         for run in runs:
             store.add_run(run)
         store.set_baseline(runs[-1], "saved")
         judgement = judge_run(store, new, 10.0)
     assert "fleet's baseline" in judgement.reference, judgement.lines()
     assert judgement.noise.whose == "the fleet's other boards'"
+    assert judgement.noise.positions == NOISE_LOOKBACK - LOOKBACK, judgement.lines()
     assert "the fleet's other boards' valid runs" in "\n".join(judgement.lines())
 
 
