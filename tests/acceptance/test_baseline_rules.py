@@ -154,7 +154,10 @@ def test_the_runs_quality_metrics_reach_the_store(pytester, tmp_path, partition_
         f"--results=sqlite:///{tmp_path / 'results.sqlite'}")
     result.assert_outcomes(passed=2)
     (run,) = stored(tmp_path)
-    assert set(run.quality) == {"image_ssim", "image_psnr"} and 0.9999 <= run.quality["image_ssim"] <= 1
+    assert "image_ssim" in run.quality and 0.9999 <= run.quality["image_ssim"] <= 1
+    # the PSNR of an image identical to its golden is infinite, and the store holds finite numbers
+    # only (on some hosts onnxruntime renders seven bit for bit as its golden: seen on 2026-12-01)
+    assert set(run.quality) == {"image_ssim", "image_psnr"} or run.quality == {"image_ssim": 1.0}, run.quality
 
 
 def test_a_session_killed_between_a_run_and_its_quality_metrics_leaves_no_run_without_them(
