@@ -22,7 +22,7 @@ from ..core.atomic import atomic_write_text
 from ..model.config import BRANCHES
 from ..core.errors import ConfigError
 from ..lifecycle.steptimes import STAGE_NAMES
-from ..results.judge import (NOT_COMPARABLE, comparability, group_note, judge_figures, parse_threshold, record_of,
+from ..results.judge import (NOT_COMPARABLE, comparability, group_note, judge_figures, parse_threshold, record_before,
                              since_change)
 from ..results.legacy import Imported, read_baselines, read_history
 from ..results.records import Run
@@ -194,10 +194,7 @@ def check_lines(runs: list[Run], threshold_pct: float) -> tuple[list[str], bool]
         history, _, why = comparability(history, [*group, latest])
         if why:
             lines.append(f"  latest run {latest.run_id}: {NOT_COMPARABLE}: {why}")
-        before = runs[:next(i for i, r in enumerate(runs) if r is latest)]     # as the gate saw it
-        record = record_of([r for r in before if r.valid and r.board_id == board
-                            and r.key.experiment == latest.key.experiment
-                            and (latest.host_cpus is None or r.host_cpus in (None, latest.host_cpus))], group)
+        record = record_before(runs, latest, group)
         verdicts = judge_figures(history, latest, threshold_pct, fixed=False, group=group, look=look,
                                  record=record) if len(members) > 1 and not why else []
         lines += [f"  latest run {latest.run_id}: {v.line()} ({v.kind}, n={v.n}{group_note(v)})" for v in verdicts]

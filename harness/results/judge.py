@@ -59,7 +59,7 @@ from .verdicts import MIN_HISTORY, Verdict, fixed_verdict, history_verdict
 __all__ = ["Judgement", "judge_run", "figures", "judge_figures", "judge_values", "parse_threshold", "since_change",
            "comparability", "npu_core", "group_note", "HISTORY", "UPGRADE", "FIRST", "NOT_COMPARABLE", "STEP",
            "NPU_CORE", "LOOKBACK", "CONFIDENCE", "GROUP_RUNS", "PRIMARY_SHARE", "SPENDING_RHO", "FIRST_LOOK_SHARE",
-           "look_alpha", "board_record", "record_of", "figure_noise", "READ_RUNS"]
+           "look_alpha", "board_record", "record_of", "record_before", "same_cpus", "figure_noise", "READ_RUNS"]
 
 HISTORY, UPGRADE, FIRST, NOT_COMPARABLE = "history", "upgrade comparison", "no baseline yet", "not comparable"
 STEP = "denoise step"
@@ -312,6 +312,20 @@ def record_of(runs: list[Run], group: list[Run] = (), by_board: bool = True) -> 
     return list(series.values())
 
 
+def record_before(runs: list[Run], run: Run, group: list[Run] = ()) -> list[list[dict]]:
+    """board_record on runs at hand (oldest first, `run` among them or newer than them all): the
+    valid runs of `run`'s experiment on its board and CPU count that came before it."""
+    upto = next((i for i, r in enumerate(runs) if r is run), len(runs))      # as the gate saw it
+    return record_of([r for r in runs[:upto] if r.valid and r.board_id == run.board_id
+                      and r.key.experiment == run.key.experiment and same_cpus(run, r)], group)
+
+
+def same_cpus(run: Run, other: Run) -> bool:
+    """Whether `other` ran on `run`'s CPU count (either without one recorded counts as the same):
+    the Python twin of store.runs(cpus=)."""
+    return run.host_cpus is None or other.host_cpus in (None, run.host_cpus)
+
+
 def _reference(store: ResultsStore, run: Run) -> tuple[Run, str, bool, bool] | None:
     """(reference run, how it was chosen, from the fleet?, a saved baseline?) or None."""
     saved = store.baseline(run.board_id, run.key.experiment)
@@ -384,7 +398,7 @@ def comparability(pool: list[Run], judged: list[Run]) -> tuple[list[Run], Verdic
     the judged runs' probes are judged against theirs, both ways (condition.probe_verdict)."""
     run = judged[-1]
     if run.host_cpus is not None:
-        same = [r for r in pool if r.host_cpus in (None, run.host_cpus)]
+        same = [r for r in pool if same_cpus(run, r)]
         if pool and not same:
             cpus = sorted({r.host_cpus for r in pool})
             return pool, None, f"the history ran on {cpus} CPUs, this run on {run.host_cpus}"
