@@ -2,7 +2,8 @@
 
 `GateRunner` is created once per pytest session and does nothing expensive until asked: it loads the
 model, finds or exports the partition, and renders each golden case once (numerics and quality share
-the run). A benchmark asks for a fresh run instead. Every run's report and image land in the
+the run; for every case but the one the memory gate measures, it is the FP16 headroom gate's probed
+run too). A benchmark asks for a fresh run instead. Every run's report and image land in the
 artifacts folder, failed runs included.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..partition.manifest import (default_partition_dir, load_manifest, manifest
 from .quality import QualityResult, compare, compare_latents, diff_figure
 from ..runtime.run import run_partitioned, RunRequest, RunResult
 
-__all__ = ["GateRunner", "CaseRun", "derived_case", "quality_check", "quality_line", "benchmark_info"]
+__all__ = ["GateRunner", "CaseRun", "derived_case", "memory_case", "quality_check", "quality_line", "benchmark_info"]
 
 
 @dataclass
@@ -196,19 +197,29 @@ class GateRunner:
         self._runs[key] = CaseRun(case, result, None, self.s.artifacts / "runs" / f"{case.name}.json")
         return True
 
-    def headroom_run(self, case: GoldenCase, guard, min_headroom: float) -> tuple[CaseRun, dict]:
-        """A run of `case` watched by the FP16 headroom observer (its own run: the probe's sessions
-        must not count in the shared run's memory). Returns the run and its report's section."""
+    def headroom_run(self, case: GoldenCase, guard, min_headroom: float,
+                     share: bool = False) -> tuple[CaseRun, dict]:
+        """A run of `case` watched by the FP16 headroom observer. Returns the run and its report's
+        section. With `share`, and before the case has run, it is also the case's shared run
+        (numerics and quality judge it rather than render the same image again: the observer reads
+        the subgraphs' inputs and changes no output). Never for the case the memory gate measures
+        (`memory_case`): the probe's own sessions must not count in that run's memory."""
         from .headroom import REPORT_KEY, HeadroomObserver, make_probe
         self.prepare()
         if self._probe is None:      # kept for the session: probes build once, like the partition
             self._probe = make_probe(load_manifest(self.partition), self.s.backend)
         observer = HeadroomObserver(self._probe, min_headroom)
+        key = run_key(case)
+        shared = share and key not in self._runs
         report = self.s.artifacts / "runs" / f"{case.name}-headroom.json"
         try:
             run = CaseRun(case, self.run(case, guard, tag="-headroom", observers=[observer]), None, report)
         except HarnessError as exc:
             run = CaseRun(case, None, exc, report)
+        if shared:
+            if run.result is not None:
+                self.keep(run.result, case.name)
+            self._runs[key] = replace(run, report_path=self.s.artifacts / "runs" / f"{case.name}.json")
         return run, observer.report_section()[REPORT_KEY]
 
     def case_run(self, case: GoldenCase, guard) -> CaseRun:
@@ -221,6 +232,12 @@ class GateRunner:
             except HarnessError as exc:
                 self._runs[key] = CaseRun(case, None, exc, report)
         return self._runs[key]
+
+
+def memory_case(cases: list[GoldenCase]) -> GoldenCase:
+    """The golden case whose shared run the memory gate measures: the first (in the suite's own
+    order, the benchmark's last round renders it)."""
+    return cases[0]
 
 
 def derived_case(case: GoldenCase, what: str, **changes) -> GoldenCase:

@@ -4,6 +4,8 @@ stated budget. It judges the run of the lifecycle the suite runs (--lifecycle) a
 the workers' part beside the pipeline's."""
 import pytest
 
+from harness.gates.runner import memory_case
+
 pytestmark = [pytest.mark.npu, pytest.mark.memory]
 
 
@@ -15,7 +17,7 @@ def test_peak_pss_within_budget(golden_cases, gate_runner, npu_guard, suite, rec
     if suite.pss_budget is None:
         pytest.fail(f"no PSS budget: set [gates] pss_budget in {suite.model_dir / 'model.toml'} or --pss-budget",
                     pytrace=False)
-    run = gate_runner.case_run(golden_cases[0], npu_guard)
+    run = gate_runner.case_run(memory_case(golden_cases), npu_guard)
     if run.error is not None:
         pytest.fail(f"no run to measure: {run.error}", pytrace=False)
     report = run.result.report

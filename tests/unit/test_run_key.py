@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from harness.core.errors import ConfigError
-from harness.gates.runner import derived_case
+from harness.gates.runner import derived_case, memory_case
 from harness.gates.cases import load_cases
 from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
 from tests.helpers import TWO_STEP_DEFAULTS, gate_runner_for
@@ -60,3 +60,23 @@ def test_a_derived_runs_name_is_no_golden_case_name(gates, tmp_path):
     (tmp_path / "cases.toml").write_text(CASES.replace('name = "one-spectrum"', f'name = "{name}"'))
     with pytest.raises(ConfigError, match="a file-safe name"):
         load_cases(tmp_path / "cases.toml")
+
+
+def test_a_shared_headroom_run_is_the_cases_run_and_an_unshared_one_is_not(gates):
+    from harness.gates.headroom import DEFAULT_MIN_HEADROOM as MIN_HEADROOM, REPORT_KEY
+    runner, (one, _) = gates
+    shared, _ = runner.headroom_run(one, None, MIN_HEADROOM, share=True)
+    judged = runner.case_run(one, guard=None)
+    assert judged.result is shared.result                   # numerics and quality judge the probed run
+    assert judged.report_path.name == "one.json" and judged.report_path.exists()
+    assert REPORT_KEY in judged.result.report
+    again, _ = runner.headroom_run(one, None, MIN_HEADROOM, share=True)
+    assert again.result is not shared.result                # the case had its run: a new probed one
+
+
+def test_the_memory_cases_run_carries_no_probe(gates):
+    from harness.gates.headroom import DEFAULT_MIN_HEADROOM as MIN_HEADROOM, REPORT_KEY
+    runner, cases = gates
+    probed, _ = runner.headroom_run(memory_case(cases), None, MIN_HEADROOM, share=False)
+    measured = runner.case_run(memory_case(cases), guard=None)
+    assert measured.result is not probed.result and REPORT_KEY not in measured.result.report
