@@ -30,7 +30,8 @@ often each verdict says "regression":
     candidate runs per condition (the session's own loop and order), cut into sessions and history
     windows (from the first round with MIN_POSITIONS positions of record before it, so that every
     window is judged with a learned noise factor, and also without one to compare); the streams are
-    kept in --out, and --ort-pairs judges a kept one again. --memory-probe also times a memory-bound
+    kept in --out, and --ort-pairs judges kept ones again (tools/data/streams keeps the streams the
+    README's figures come from, gzipped). --memory-probe also times a memory-bound
     probe (MemoryProbe) around every run and prints how closely the step follows it and the
     calibration probe.
 (b') the same while the load trends: CPU burners switched on in every second block of rounds, every
@@ -314,45 +315,81 @@ def section_onnxruntime(args) -> dict:
     from tools.bench_lifecycle import partition
     bundle = load_bundle(ROOT / "models" / "embedded")
     part = partition(bundle, "float16")
-    streams = (f"the streams recorded in {args.ort_pairs}" if args.ort_pairs else
+    streams = (f"the streams recorded in {', '.join(p.name for p in args.ort_pairs)}" if args.ort_pairs else
                f"{args.ort_runs} rounds (baseline + candidate run, {args.ort_steps} step each, each inside a "
                f"HostCondition) per condition")
     print(f"(b) onnxruntime here: embedded model, {streams}, A/B sessions of {args.rounds} rounds")
-    out = {"rows": {}}
-    recorded = json.loads(args.ort_pairs.read_text())["onnxruntime"]["rows"] if args.ort_pairs else {}
-    for slow in args.ort_slow or SLOWDOWNS:
-        started = time.perf_counter()
-        if args.ort_pairs:      # a recorded stream judged again (by today's verdicts): nothing is run
-            kept = recorded[f"{slow:+.0%}"]
-            pairs = kept["pairs"]       # a stream kept without its hosts' conditions has no such windows
-            hosts = [{side: _host(h) for side, h in pair.items()} for pair in kept["hosts"]] if "hosts" in kept else None
-            memory = kept.get("memory_probe")
-        else:
-            memory = [] if args.memory_probe else None
-            pairs, hosts, _ = ort_load_stream(bundle, part, slow, args.ort_runs, args.ort_runs, Burners(0),
-                                              steps=args.ort_steps, memory=memory)
-        base = np.array([p["baseline"]["step"] for p in pairs])
-        cand = np.array([p["candidate"]["step"] for p in pairs])
-        hits, n = judge_stream(pairs, base, cand, args.rounds, args.ab_threshold)
-        windows = judge_load_windows(pairs, hosts, [False] * len(pairs)).get("quiet", {}) if hosts else {}
-        cv = float(np.std(np.log(base), ddof=1))
-        pair_sd = float(np.std(np.log(cand / base), ddof=1))
-        out["rows"][f"{slow:+.0%}"] = {"hits": hits, "n": n, "windows": windows, "baseline_step_log_sd": cv,
-                                      "pair_step_log_sd": pair_sd, "seconds": time.perf_counter() - started,
-                                      "pairs": pairs, "hosts": [{side: vars(_cond(h)) for side, h in pair.items()}
-                                                                for pair in hosts or []],
-                                      **({"memory_probe": memory} if memory else {})}
-        print(f"  {'A/A (false positives)' if slow == 0 else f'+{100 * slow:g} % (detection)'}: run-to-run sd "
-              f"of the step {100 * cv:.1f} %, within a pair {100 * pair_sd:.1f} %, {time.perf_counter() - started:.0f} s, "
-              f"load {os.getloadavg()[0]:.2f}")
-        for name, h in hits.items():
-            print(f"    {name:<28} {rate(h, n[name])}")
-        if memory and hosts:
-            print("    " + _what_moves(base, [h["baseline"].probe_s for h in hosts], [m["baseline"] for m in memory]))
-        for name, (h, nc, total) in windows.items():
-            if name.startswith("store"):
-                print(f"    {name + ' + condition':<28} {rate(h, total)}, not comparable {nc} of {total}")
+    sources = recorded_streams(args.ort_pairs) if args.ort_pairs else [("", {})]
+    out, totals = {"rows": {}, "streams": {}}, {}
+    for name, recorded in sources:
+        if name:
+            print(f"  {name}")
+        rows = {}
+        for slow in args.ort_slow or SLOWDOWNS:
+            if recorded and f"{slow:+.0%}" not in recorded:
+                continue
+            rows[f"{slow:+.0%}"] = row = ort_row(bundle, part, slow, recorded.get(f"{slow:+.0%}"), args)
+            total = totals.setdefault(f"{slow:+.0%}", {})
+            counted = {**{v: (h, row["n"][v]) for v, h in row["hits"].items()},
+                       **{f"{v} + condition": (h, n) for v, (h, _, n) in row["windows"].items() if v.startswith("store")}}
+            for verdict, (hits, n) in counted.items():
+                cell = total.setdefault(verdict, [0, 0])
+                cell[0], cell[1] = cell[0] + hits, cell[1] + n
+        out["streams"][name] = rows
+    out["rows"] = out["streams"].pop("") if len(sources) == 1 and not sources[0][0] else {}
+    if len(sources) > 1:
+        print(f"  all {len(sources)} streams")
+        for slow, cells in totals.items():
+            print(f"    {slow}")
+            for verdict, (hits, n) in cells.items():
+                print(f"    {verdict:<28} {rate(hits, n)}")
+    out["total"] = totals
     return out
+
+
+def recorded_streams(paths: list[Path]) -> list[tuple[str, dict]]:
+    """(file name, its onnxruntime rows) of each kept --out file, plain or gzipped (the streams under
+    tools/data/streams are kept gzipped)."""
+    import gzip
+    sources = []
+    for path in paths:
+        with (gzip.open(path, "rt") if path.suffix == ".gz" else path.open()) as handle:
+            sources.append((path.name, json.load(handle)["onnxruntime"]["rows"]))
+    return sources
+
+
+def ort_row(bundle, part, slow: float, kept: dict | None, args) -> dict:
+    """One condition's stream (run now, or `kept` from a recorded one) judged by every verdict."""
+    started = time.perf_counter()
+    if kept is not None:        # a recorded stream judged again (by today's verdicts): nothing is run
+        pairs = kept["pairs"]       # a stream kept without its hosts' conditions has no such windows
+        hosts = [{side: _host(h) for side, h in pair.items()} for pair in kept["hosts"]] if "hosts" in kept else None
+        memory = kept.get("memory_probe")
+    else:
+        memory = [] if args.memory_probe else None
+        pairs, hosts, _ = ort_load_stream(bundle, part, slow, args.ort_runs, args.ort_runs, Burners(0),
+                                          steps=args.ort_steps, memory=memory)
+    base = np.array([p["baseline"]["step"] for p in pairs])
+    cand = np.array([p["candidate"]["step"] for p in pairs])
+    hits, n = judge_stream(pairs, base, cand, args.rounds, args.ab_threshold)
+    windows = judge_load_windows(pairs, hosts, [False] * len(pairs)).get("quiet", {}) if hosts else {}
+    cv = float(np.std(np.log(base), ddof=1))
+    pair_sd = float(np.std(np.log(cand / base), ddof=1))
+    row = {"hits": hits, "n": n, "windows": windows, "baseline_step_log_sd": cv,
+           "pair_step_log_sd": pair_sd, "seconds": time.perf_counter() - started,
+           "pairs": pairs, "hosts": [{side: vars(_cond(h)) for side, h in pair.items()} for pair in hosts or []],
+           **({"memory_probe": memory} if memory else {})}
+    print(f"  {'A/A (false positives)' if slow == 0 else f'+{100 * slow:g} % (detection)'}: run-to-run sd "
+          f"of the step {100 * cv:.1f} %, within a pair {100 * pair_sd:.1f} %, {time.perf_counter() - started:.0f} s, "
+          f"load {os.getloadavg()[0]:.2f}")
+    for name, h in hits.items():
+        print(f"    {name:<28} {rate(h, n[name])}")
+    if memory and hosts:
+        print("    " + _what_moves(base, [h["baseline"].probe_s for h in hosts], [m["baseline"] for m in memory]))
+    for name, (h, nc, total) in windows.items():
+        if name.startswith("store"):
+            print(f"    {name + ' + condition':<28} {rate(h, total)}, not comparable {nc} of {total}")
+    return row
 
 
 def _what_moves(steps, probes, memory) -> str:
@@ -628,8 +665,9 @@ def main() -> int:
     p.add_argument("--ort-steps", type=int, default=1)
     p.add_argument("--memory-probe", action="store_true",
                    help="(b) time a memory-bound probe around every run and say how the step follows it")
-    p.add_argument("--ort-pairs", type=Path,
-                   help="(b) judge the streams recorded in this earlier --out file instead of running them")
+    p.add_argument("--ort-pairs", type=Path, action="append",
+                   help="(b) judge the streams recorded in this earlier --out file (.json, or .json.gz as kept in "
+                        "tools/data/streams) instead of running them; repeat it for several, counted together too")
     p.add_argument("--ort-slow", type=float, action="append", default=[],
                    help="(b) only these slowdowns, e.g. 0 for the A/A row alone (default: 0, 0.02, 0.03, 0.05, 0.1)")
     p.add_argument("--real-sessions", type=int, default=5,
