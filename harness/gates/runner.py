@@ -153,7 +153,7 @@ class GateRunner:
         """A fresh partitioned run of `case`; raises HarnessError. With keep, its report and image
         go to the artifacts (a failed run's report too); a benchmark round keeps them afterwards."""
         self.prepare()
-        report = self.s.artifacts / "runs" / f"{case.name}{tag}.json" if keep else None
+        report = self._report_path(f"{case.name}{tag}") if keep else None
         inputs = case_inputs(case, self.bundle.cfg, self.s.golden_dir, steps)
         on_step = self.progress(f"{case.name}{tag}", inputs.settings["steps"]) if self.progress else None
         result = run_partitioned(
@@ -165,6 +165,9 @@ class GateRunner:
             self._save_outputs(result, f"{case.name}{tag}")
         return result
 
+    def _report_path(self, name: str) -> Path:
+        return self.s.artifacts / "runs" / f"{name}.json"
+
     def _save_outputs(self, result: RunResult, name: str) -> None:
         atomic_save_npy(self.s.artifacts / "runs" / f"{name}-latent.npy", result.latent)
         if result.image is not None:
@@ -174,7 +177,7 @@ class GateRunner:
 
     def keep(self, result: RunResult, name: str) -> None:
         from ..core.atomic import atomic_write_json
-        atomic_write_json(self.s.artifacts / "runs" / f"{name}.json", result.report)
+        atomic_write_json(self._report_path(name), result.report)
         self._save_outputs(result, name)
 
     def loaded(self) -> bool:
@@ -194,7 +197,7 @@ class GateRunner:
         if key in self._runs:
             return False
         self.keep(result, case.name)
-        self._runs[key] = CaseRun(case, result, None, self.s.artifacts / "runs" / f"{case.name}.json")
+        self._runs[key] = CaseRun(case, result, None, self._report_path(case.name))
         return True
 
     def headroom_run(self, case: GoldenCase, guard, min_headroom: float,
@@ -211,22 +214,23 @@ class GateRunner:
         observer = HeadroomObserver(self._probe, min_headroom)
         key = run_key(case)
         shared = share and key not in self._runs
-        report = self.s.artifacts / "runs" / f"{case.name}-headroom.json"
+        report = self._report_path(f"{case.name}-headroom")
         try:
             run = CaseRun(case, self.run(case, guard, tag="-headroom", observers=[observer]), None, report)
         except HarnessError as exc:
             run = CaseRun(case, None, exc, report)
-        if shared:
-            if run.result is not None:
-                self.keep(run.result, case.name)
-            self._runs[key] = replace(run, report_path=self.s.artifacts / "runs" / f"{case.name}.json")
+        if shared and run.result is not None:
+            self.keep(run.result, case.name)
+            self._runs[key] = replace(run, report_path=self._report_path(case.name))
+        elif shared:        # a failed run's report is the one its run wrote
+            self._runs[key] = run
         return run, observer.report_section()[REPORT_KEY]
 
     def case_run(self, case: GoldenCase, guard) -> CaseRun:
         """The one shared run of a golden case (numerics and quality both look at it)."""
         key = run_key(case)
         if key not in self._runs:
-            report = self.s.artifacts / "runs" / f"{case.name}.json"
+            report = self._report_path(case.name)
             try:
                 self._runs[key] = CaseRun(case, self.run(case, guard), None, report)
             except HarnessError as exc:

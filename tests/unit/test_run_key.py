@@ -8,6 +8,8 @@ from dataclasses import replace
 import pytest
 
 from harness.core.errors import ConfigError
+from harness.partition.manifest import load_manifest
+from harness.gates.headroom import DEFAULT_MIN_HEADROOM as MIN_HEADROOM, REPORT_KEY
 from harness.gates.runner import derived_case, memory_case
 from harness.gates.cases import load_cases
 from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
@@ -63,7 +65,6 @@ def test_a_derived_runs_name_is_no_golden_case_name(gates, tmp_path):
 
 
 def test_a_shared_headroom_run_is_the_cases_run_and_an_unshared_one_is_not(gates):
-    from harness.gates.headroom import DEFAULT_MIN_HEADROOM as MIN_HEADROOM, REPORT_KEY
     runner, (one, _) = gates
     shared, _ = runner.headroom_run(one, None, MIN_HEADROOM, share=True)
     judged = runner.case_run(one, guard=None)
@@ -75,8 +76,19 @@ def test_a_shared_headroom_run_is_the_cases_run_and_an_unshared_one_is_not(gates
 
 
 def test_the_memory_cases_run_carries_no_probe(gates):
-    from harness.gates.headroom import DEFAULT_MIN_HEADROOM as MIN_HEADROOM, REPORT_KEY
     runner, cases = gates
     probed, _ = runner.headroom_run(memory_case(cases), None, MIN_HEADROOM, share=False)
     measured = runner.case_run(memory_case(cases), guard=None)
     assert measured.result is not probed.result and REPORT_KEY not in measured.result.report
+
+
+def test_a_failed_shared_headroom_run_names_the_report_its_run_wrote(gates):
+    runner, (one, _) = gates
+    runner.prepare()        # the partition verified; then a subgraph is damaged on disk
+    manifest = load_manifest(runner.partition)
+    path = manifest.path_of(manifest.entries()[0])
+    path.write_bytes(b"not an onnx model")
+    failed, _ = runner.headroom_run(one, None, MIN_HEADROOM, share=True)
+    judged = runner.case_run(one, guard=None)
+    assert failed.error is not None and judged.error is failed.error        # not rendered again
+    assert judged.report_path.name == "one-headroom.json" and judged.report_path.exists()
