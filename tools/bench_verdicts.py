@@ -336,7 +336,8 @@ def section_onnxruntime(args) -> dict:
                 cell = total.setdefault(verdict, [0, 0])
                 cell[0], cell[1] = cell[0] + hits, cell[1] + n
         out["streams"][name] = rows
-    out["rows"] = out["streams"].pop("") if len(sources) == 1 and not sources[0][0] else {}
+    if not args.ort_pairs:      # a stream run now: its rows where a kept --out file has them
+        out["rows"] = out["streams"].pop("")
     if len(sources) > 1:
         print(f"  all {len(sources)} streams")
         for slow, cells in totals.items():

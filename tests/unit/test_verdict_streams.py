@@ -37,7 +37,7 @@ def _cut(path, rounds: int, out):
 
 @pytest.mark.slow          # a partition export and a few dozen noise factors
 def test_kept_streams_are_judged_each_and_together(tmp_path):
-    # 110 rounds give the windows from the first one with a learned noise factor (round 85) on
+    # 110 rounds give five windows: from the first with a learned noise factor (round 85) to round 105
     one, two = (_cut(STREAMS[0], 110, tmp_path / f"{name}.json.gz") for name in ("one", "two"))
     out = tmp_path / "out.json"
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "bench_verdicts.py"), "--only", "onnxruntime",
