@@ -11,9 +11,10 @@ memory longer than itself, so the factor is learned across the board's longer re
 verdict's own statistic (the shift of a group of k runs over the n runs before it, in units of its
 standard error: `standardized_shifts`) at every earlier position of the board's valid runs of the
 experiment, each key's runs a series of its own (the noise belongs to the board and the case, not
-to one stack). Two ratios say how far those statistics reach past the t distribution the verdict
-assumes: the bulk's (upper QUANTILES, raised by slow drift) and the tail's (a fitted Student t's
-quantile at the figure's own level, raised by disturbed runs). Each counts only when it is past what
+to one stack). Three ratios say how far those statistics reach past the t distribution the verdict
+assumes: the bulk's (upper QUANTILES, raised by slow drift), the tail's (a fitted Student t's
+quantile at the figure's own level, raised by disturbed runs) and the spread's (their median
+absolute deviation, raised by a level that moves now and then). Each counts only when it is past what
 records of independent runs give (EVIDENCE, simulated: `_independent_ratios`), so a quiet board keeps
 its power; the interval is widened by the larger one that counts, never narrowed. With fewer than
 MIN_POSITIONS positions the factor is 1 and the verdict says the noise is not learned yet.
@@ -109,8 +110,8 @@ def noise_factor(series: Sequence[Sequence[float]], n: int, k: int, alpha: float
     `alpha`, learned from `series` (each a history of one figure's values, oldest first, together at
     most NOISE_LOOKBACK runs).
 
-    The record's statistics give two ratios (`_ratios`: the bulk's and the tail's); the interval is
-    widened by the larger of those past what independent runs give in records of the same shape
+    The record's statistics give three ratios (`_ratios`: the bulk's, the tail's and the spread's);
+    the interval is widened by the largest of those past what independent runs give in records of the same shape
     (their EVIDENCE quantiles, `_independent_ratios`): even independent runs give ratios a little
     over 1, and widening by them would cost a quiet board its power for nothing."""
     ts, dfs = [], []
@@ -127,13 +128,17 @@ def noise_factor(series: Sequence[Sequence[float]], n: int, k: int, alpha: float
     return NoiseFactor(min(MAX_FACTOR, max([1.0, *shown])), int(t.size))
 
 
-def _ratios(t: np.ndarray, df: float, alpha: float) -> tuple[float, float]:
+def _ratios(t: np.ndarray, df: float, alpha: float) -> tuple[float, float, float]:
     """How far the statistics `t` reach past the t distribution the verdict assumes (df degrees of
-    freedom): (bulk) the largest of their upper QUANTILES over its, which slow drift raises, and
-    (tail) a fitted tail's quantile at `alpha` over its (`_tail_quantile`), which disturbed runs
-    raise."""
+    freedom): (bulk) the largest of their upper QUANTILES over its, which slow drift raises; (tail) a
+    fitted tail's quantile at `alpha` over its (`_tail_quantile`), which disturbed runs raise; and
+    (spread) their median absolute deviation over its, which the machine's level moving now and
+    then raises. The spread is the ratio that varies least between records of independent runs (a
+    MAD uses every position, an upper quantile the few past it), so its evidence bar is the lowest:
+    a modest but real lack of independence, under the bars of the other two, passes this one."""
     bulk = max(float(np.quantile(t, q)) / float(stats.t.ppf(q, df)) for q in QUANTILES)
-    return bulk, _tail_quantile(t, alpha) / float(stats.t.ppf(1 - alpha, df))
+    spread = float(np.median(np.abs(t - np.median(t)))) / float(stats.t.ppf(0.75, df))
+    return bulk, _tail_quantile(t, alpha) / float(stats.t.ppf(1 - alpha, df)), spread
 
 
 def _tail_quantile(t: np.ndarray, alpha: float) -> float:
@@ -154,8 +159,8 @@ def _tail_quantile(t: np.ndarray, alpha: float) -> float:
 
 
 @functools.lru_cache(maxsize=512)
-def _independent_ratios(positions: int, n: int, k: int, alpha: float) -> tuple[float, float]:
-    """The EVIDENCE quantiles of both `_ratios` over NULL_RECORDS seeded records of independent
+def _independent_ratios(positions: int, n: int, k: int, alpha: float) -> tuple[float, float, float]:
+    """The EVIDENCE quantiles of each of `_ratios` over NULL_RECORDS seeded records of independent
     normal runs, each one series with `positions` positions: a ratio under its quantile is no
     evidence that the board's runs are anything else. The statistics do not depend on the runs'
     level or spread, so one simulation serves every figure of that shape; the positions come in
@@ -166,5 +171,4 @@ def _independent_ratios(positions: int, n: int, k: int, alpha: float) -> tuple[f
     for _ in range(NULL_RECORDS):
         t, df = standardized_shifts(rng.normal(size=positions + n + k - 1), n, k)
         ratios.append(_ratios(t, float(np.median(df)), alpha))
-    bulk, tail = np.quantile(np.array(ratios), EVIDENCE, axis=0)
-    return float(bulk), float(tail)
+    return tuple(float(q) for q in np.quantile(np.array(ratios), EVIDENCE, axis=0))

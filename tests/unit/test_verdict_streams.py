@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from harness.model.config import REPO_ROOT
@@ -55,3 +56,39 @@ def test_kept_streams_are_judged_each_and_together(tmp_path):
         assert n == sum(row["n"][verdict] for row in each) > 0, verdict
         assert hits == sum(row["hits"][verdict] for row in each), verdict
     assert total["store, any of runs 1-5"][1] == 2 * 5       # windows at rounds 85, 90, ..., 105
+
+
+# The A/A changes of the kept streams that the store's verdict flagged while the noise factor had
+# only its bulk and tail ratios (6 of the 7 it flagged there, 2 December 2026): each a 3-5-run group
+# of the NPU core just over its threshold after the machine's level moved at the window's boundary.
+# (stream, round the change is at, look that flagged it)
+LEVEL_MOVED = [("onnxruntime-aa-2026-12-02-0041.json.gz", 155, 5), ("onnxruntime-aa-2026-12-02-0041.json.gz", 635, 5),
+               ("onnxruntime-aa-2026-12-02-0041.json.gz", 705, 5), ("onnxruntime-aa-2026-12-02-0106.json.gz", 285, 3),
+               ("onnxruntime-aa-2026-12-02-0106.json.gz", 360, 4), ("onnxruntime-aa-2026-12-02-0106.json.gz", 430, 3)]
+
+
+def _pairs(name: str) -> list[dict]:
+    with gzip.open(REPO_ROOT / "tools" / "data" / "streams" / name, "rt") as handle:
+        return json.load(handle)["onnxruntime"]["rows"]["+0%"]["pairs"]
+
+
+@pytest.mark.parametrize("name,at,look", LEVEL_MOVED)
+def test_a_level_that_moves_now_and_then_widens_by_the_records_spread(name, at, look):
+    from tools.bench_verdicts import AFTER_RUNS, HISTORY_RUNS, _product, _record
+    from harness.results import noise
+    from harness.results.judge import NPU_CORE, judge_values
+
+    pairs = _pairs(name)
+    history = [_product(p["baseline"]) for p in pairs[at - HISTORY_RUNS:at]]
+    group = [_product(p["candidate"]) for p in pairs[at:at + AFTER_RUNS]]
+    record = _record(pairs, at)
+    verdicts = judge_values(history, group[:look - 1], group[look - 1], 10.0, look=look, record=record)
+    core = next(v for v in verdicts if v.label == NPU_CORE)
+    assert not [v.line() for v in verdicts if v.regression]
+    assert core.widened > 1, core
+    # what widened it: the spread of the record's statistics, past what independent runs give, where
+    # its upper quantiles are not
+    t, df = noise.standardized_shifts(np.log([r[NPU_CORE] for r in record[0]]), HISTORY_RUNS, look)
+    bulk, _, spread = noise._ratios(t, float(np.median(df)), 0.005)
+    bars = noise._independent_ratios(-(-t.size // noise.NULL_BUCKET) * noise.NULL_BUCKET, HISTORY_RUNS, look, 0.005)
+    assert spread > bars[2] and bulk <= bars[0], (bulk, spread, bars)
