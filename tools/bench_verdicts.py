@@ -314,7 +314,8 @@ def section_onnxruntime(args) -> dict:
     from harness.model.bundle import load_bundle
     from tools.bench_lifecycle import partition
     bundle = load_bundle(ROOT / "models" / "embedded")
-    part = partition(bundle, "float16")
+    # kept streams are judged without running anything: no partition to export for them
+    part = None if args.ort_pairs else partition(bundle, "float16")
     streams = (f"the streams recorded in {', '.join(p.name for p in args.ort_pairs)}" if args.ort_pairs else
                f"{args.ort_runs} rounds (baseline + candidate run, {args.ort_steps} step each, each inside a "
                f"HostCondition) per condition")

@@ -36,7 +36,7 @@ def _cut(path, rounds: int, out):
     return out
 
 
-@pytest.mark.slow          # a partition export and a few dozen noise factors
+@pytest.mark.slow          # a few dozen noise factors, in a subprocess
 def test_kept_streams_are_judged_each_and_together(tmp_path):
     # 110 rounds give five windows: from the first with a learned noise factor (round 85) to round 105
     one, two = (_cut(STREAMS[0], 110, tmp_path / f"{name}.json.gz") for name in ("one", "two"))
