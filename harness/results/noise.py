@@ -16,7 +16,7 @@ assumes: the bulk's (upper QUANTILES, raised by slow drift), the tail's (a fitte
 quantile at the figure's own level, raised by disturbed runs) and the spread's (their median
 absolute deviation, raised by a level that moves now and then). Each counts only when it is past what
 records of independent runs give (EVIDENCE, simulated: `_independent_ratios`), so a quiet board keeps
-its power; the interval is widened by the larger one that counts, never narrowed. With fewer than
+its power; the interval is widened by the largest one that counts, never narrowed. With fewer than
 MIN_POSITIONS positions the factor is 1 and the verdict says the noise is not learned yet.
 
 A real change inside the record widens the factor too (its shift is counted as noise) until it
@@ -35,7 +35,7 @@ from scipy import stats
 from .verdicts import OUTLIER_Z
 
 __all__ = ["NoiseFactor", "standardized_shifts", "noise_factor", "NOISE_LOOKBACK", "MIN_POSITIONS", "QUANTILES",
-           "TAIL_DFS", "EVIDENCE", "NULL_RECORDS", "NULL_BUCKET", "MAX_FACTOR"]
+           "TAIL_DFS", "EVIDENCE", "NULL_RECORDS", "NULL_BUCKET", "MAX_FACTOR", "null_positions"]
 
 # The board's latest runs the factor is learned from (older ones are dropped). 480 left fewer A/A
 # changes flagged on the onnxruntime streams (27 of 1,309 against 34) but found +5 % within 5 runs
@@ -111,9 +111,9 @@ def noise_factor(series: Sequence[Sequence[float]], n: int, k: int, alpha: float
     most NOISE_LOOKBACK runs).
 
     The record's statistics give three ratios (`_ratios`: the bulk's, the tail's and the spread's);
-    the interval is widened by the largest of those past what independent runs give in records of the same shape
-    (their EVIDENCE quantiles, `_independent_ratios`): even independent runs give ratios a little
-    over 1, and widening by them would cost a quiet board its power for nothing."""
+    the interval is widened by the largest of those past what independent runs give in records of
+    the same shape (their EVIDENCE quantiles, `_independent_ratios`): even independent runs give
+    ratios a little over 1, and widening by them would cost a quiet board its power for nothing."""
     ts, dfs = [], []
     for values in series:
         t, df = standardized_shifts(np.log(np.asarray(values, dtype=float)), n, k)
@@ -123,7 +123,7 @@ def noise_factor(series: Sequence[Sequence[float]], n: int, k: int, alpha: float
     if t.size < MIN_POSITIONS:
         return NoiseFactor(1.0, 0)
     ratios = _ratios(t, float(np.median(df)), alpha)
-    independent = _independent_ratios(-(-t.size // NULL_BUCKET) * NULL_BUCKET, n, k, round(alpha, 8))
+    independent = _independent_ratios(null_positions(t.size), n, k, round(alpha, 8))
     shown = [r for r, bar in zip(ratios, independent) if r > bar]
     return NoiseFactor(min(MAX_FACTOR, max([1.0, *shown])), int(t.size))
 
@@ -137,18 +137,25 @@ def _ratios(t: np.ndarray, df: float, alpha: float) -> tuple[float, float, float
     MAD uses every position, an upper quantile the few past it), so its evidence bar is the lowest:
     a modest but real lack of independence, under the bars of the other two, passes this one."""
     bulk = max(float(np.quantile(t, q)) / float(stats.t.ppf(q, df)) for q in QUANTILES)
-    spread = float(np.median(np.abs(t - np.median(t)))) / float(stats.t.ppf(0.75, df))
-    return bulk, _tail_quantile(t, alpha) / float(stats.t.ppf(1 - alpha, df)), spread
+    centre = float(np.median(t))
+    mad = float(np.median(np.abs(t - centre)))      # the spread's, and the fitted tail's scale
+    tail = _tail_quantile(t, alpha, centre, mad) / float(stats.t.ppf(1 - alpha, df))
+    return bulk, tail, mad / float(stats.t.ppf(0.75, df))
 
 
-def _tail_quantile(t: np.ndarray, alpha: float) -> float:
+def null_positions(positions: int) -> int:
+    """The record size `_independent_ratios` is simulated at for a record of `positions`: rounded up
+    to a step of NULL_BUCKET."""
+    return -(-positions // NULL_BUCKET) * NULL_BUCKET
+
+
+def _tail_quantile(t: np.ndarray, alpha: float, centre: float, mad: float) -> float:
     """The upper `alpha` quantile of a Student t fitted to `t` (centre the median, scale from the
     MAD, its degrees of freedom the likeliest of TAIL_DFS): a record with a few disturbed runs gets
     heavy tails, and the quantile the verdict is decided at comes from them rather than from the
     normal-looking bulk. The 99 % quantile of a few hundred positions says nothing about the 0.01 %
-    one a figure of a look is judged at."""
-    centre = float(np.median(t))
-    mad = float(np.median(np.abs(t - centre)))
+    one a figure of a look is judged at. `centre` and `mad`: the median of `t` and its median absolute
+    deviation."""
     if mad == 0:
         return centre
     scales = mad / _T75                                             # each df's scale for this MAD

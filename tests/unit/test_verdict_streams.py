@@ -1,5 +1,6 @@
 """The onnxruntime A/A streams the README's history-verdict figures come from (tools/data/streams) are
 read back and judged again by tools/bench_verdicts.py --ort-pairs, each stream and all together."""
+import functools
 import gzip
 import json
 import subprocess
@@ -10,14 +11,21 @@ import pytest
 
 from harness.model.config import REPO_ROOT
 
-STREAMS = sorted((REPO_ROOT / "tools" / "data" / "streams").glob("onnxruntime-aa-*.json.gz"))
+STREAMS_DIR = REPO_ROOT / "tools" / "data" / "streams"
+STREAMS = sorted(STREAMS_DIR.glob("onnxruntime-aa-*.json.gz"))
+
+
+@functools.cache
+def _kept(path) -> dict:
+    """A kept stream file, read (once per test session: it is read only)."""
+    with gzip.open(path, "rt") as handle:
+        return json.load(handle)
 
 
 def test_every_kept_stream_says_how_and_when_it_was_recorded():
     assert STREAMS, "no stream kept under tools/data/streams"
     for path in STREAMS:
-        with gzip.open(path, "rt") as handle:
-            kept = json.load(handle)
+        kept = _kept(path)
         recorded = kept["recorded"]
         assert recorded["when"] and recorded["cpus"] and recorded["rounds"] > 0, path.name
         pairs = kept["onnxruntime"]["rows"]["+0%"]["pairs"]
@@ -27,10 +35,9 @@ def test_every_kept_stream_says_how_and_when_it_was_recorded():
 
 def _cut(path, rounds: int, out):
     """The first `rounds` rounds of a kept stream, as a stream file of its own."""
-    with gzip.open(path, "rt") as handle:
-        kept = json.load(handle)
-    row = kept["onnxruntime"]["rows"]["+0%"]
-    kept["onnxruntime"]["rows"]["+0%"] = {key: value[:rounds] for key, value in row.items()}
+    kept = _kept(path)          # cached: built anew around it, not changed
+    row = {key: value[:rounds] for key, value in kept["onnxruntime"]["rows"]["+0%"].items()}
+    kept = {**kept, "onnxruntime": {**kept["onnxruntime"], "rows": {"+0%": row}}}
     with gzip.open(out, "wt") as handle:
         json.dump(kept, handle)
     return out
@@ -67,18 +74,13 @@ LEVEL_MOVED = [("onnxruntime-aa-2026-12-02-0041.json.gz", 155, 5), ("onnxruntime
                ("onnxruntime-aa-2026-12-02-0106.json.gz", 360, 4), ("onnxruntime-aa-2026-12-02-0106.json.gz", 430, 3)]
 
 
-def _pairs(name: str) -> list[dict]:
-    with gzip.open(REPO_ROOT / "tools" / "data" / "streams" / name, "rt") as handle:
-        return json.load(handle)["onnxruntime"]["rows"]["+0%"]["pairs"]
-
-
 @pytest.mark.parametrize("name,at,look", LEVEL_MOVED)
 def test_a_level_that_moves_now_and_then_widens_by_the_records_spread(name, at, look):
     from tools.bench_verdicts import AFTER_RUNS, HISTORY_RUNS, _product, _record
     from harness.results import noise
     from harness.results.judge import NPU_CORE, judge_values
 
-    pairs = _pairs(name)
+    pairs = _kept(STREAMS_DIR / name)["onnxruntime"]["rows"]["+0%"]["pairs"]
     history = [_product(p["baseline"]) for p in pairs[at - HISTORY_RUNS:at]]
     group = [_product(p["candidate"]) for p in pairs[at:at + AFTER_RUNS]]
     record = _record(pairs, at)
@@ -90,5 +92,5 @@ def test_a_level_that_moves_now_and_then_widens_by_the_records_spread(name, at, 
     # its upper quantiles are not
     t, df = noise.standardized_shifts(np.log([r[NPU_CORE] for r in record[0]]), HISTORY_RUNS, look)
     bulk, _, spread = noise._ratios(t, float(np.median(df)), 0.005)
-    bars = noise._independent_ratios(-(-t.size // noise.NULL_BUCKET) * noise.NULL_BUCKET, HISTORY_RUNS, look, 0.005)
+    bars = noise._independent_ratios(noise.null_positions(t.size), HISTORY_RUNS, look, 0.005)
     assert spread > bars[2] and bulk <= bars[0], (bulk, spread, bars)
