@@ -149,8 +149,8 @@ def board_history(model, trials: int, slow: float, steps: int, seed: int, histor
         hits["step alone, 5 runs"] += history_verdict("step", before, after).regression
         figs = [product_figures(r, i) for r in runs]
         record = [[product_figures(r, i) for r in earlier] + figs[:history_runs]]
-        hits["history 1 run alone"] += any(v.regression for v in judge_values(
-            figs[:history_runs], [], figs[history_runs], 10.0, record=record))
+        hits["history 1 run alone"] += all(_flagged(figs[:history_runs], [], figs[history_runs + j], None, record)
+                                           for j in (0, 1))        # confirmed by the next run, as the gate does
         looks = _store_looks(figs[:history_runs], figs[history_runs:], record)
         for k, flagged in enumerate(looks):
             hits[f"history look {k + 1}"] += flagged
@@ -584,9 +584,18 @@ def _load_row(pairs, hosts, loaded, args) -> dict:
 def _store_looks(history: list[dict], after: list[dict], record: list[list[dict]] = ()) -> list[bool]:
     """Per look k at a change: the store's verdict (judge_values) on the k-th run after it, with the
     runs before it since the change as its group, at look k's part of the change's alpha, the noise
-    factor learned from `record` (the board's earlier runs, as judge.board_record gives them)."""
-    return [any(v.regression for v in judge_values(history, after[:k], after[k], 10.0, look=k + 1, record=record))
-            for k in range(len(after))]
+    factor learned from `record` (the board's earlier runs, as judge.board_record gives them); look 1
+    flagged only when the second run, judged against the same history, is flagged too (the gate's
+    confirmation, judge.confirm: there the second run is one more run of the same job, here the
+    change's run 2, which look 2 judges as well)."""
+    looks = [_flagged(history, after[:k], after[k], k + 1, record) for k in range(len(after))]
+    if len(after) > 1 and looks[0]:     # the gate's confirmation (judge.confirm): the second run, same history
+        looks[0] = _flagged(history, [], after[1], 1, record)
+    return looks
+
+
+def _flagged(history: list[dict], group: list[dict], new: dict, look: int | None, record) -> bool:
+    return any(v.regression for v in judge_values(history, group, new, 10.0, look=look, record=record))
 
 
 def _record(pairs, i: int) -> list[list[dict]]:

@@ -18,7 +18,7 @@ from dataclasses import replace
 import pytest
 
 from ..core.errors import HarnessError
-from ..results.judge import FIRST, NOT_COMPARABLE, STEP, UPGRADE, Judgement, judge_run
+from ..results.judge import FIRST, NOT_COMPARABLE, STEP, UPGRADE, Judgement, confirm, judge_run
 from ..results.records import Run, RunKey, board_model_of, utc_now
 from ..results.sessions import ABRecord, ab_record, subgraph_times
 from ..results.store import ResultsStore
@@ -108,6 +108,11 @@ class ResultsGate:
     def judge(self, run: Run) -> Judgement:
         return judge_run(self.store, run, self.settings.baseline_threshold)
 
+    def confirm(self, run: Run, judgement: Judgement, second: Run) -> Judgement:
+        """`judgement` of `run` with a second run's (judge.confirm): the regression stands only when
+        the second run regresses too."""
+        return confirm(self.store, run, judgement, second, self.settings.baseline_threshold)
+
     def record(self, run: Run) -> None:
         """Keep the judged run for the session's end (pytest_sessionfinish writes it)."""
         append_to(self.config, _RECORDED, run)
@@ -132,6 +137,7 @@ def comparison_of(run: Run, judgement: Judgement) -> dict:
     """The run summary's row: status, message and the step's shift against the reference."""
     step = next((v for v in judgement.verdicts if v.label == STEP), None)
     status = ("regressed" if judgement.regressed else judgement.kind if judgement.kind in (FIRST, NOT_COMPARABLE)
+              else f"{judgement.kind}: not confirmed by a second run" if judgement.regressions
               else f"{judgement.kind}: within threshold")
     reference = judgement.reference_run
     return {"status": status, "message": judgement.headline(), "mean_s": run.total_denoise_s,

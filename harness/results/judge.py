@@ -26,6 +26,12 @@ judged alone keeps the two-sided CONFIDENCE it always had, (1 - CONFIDENCE) / 2 
 whole 1 - CONFIDENCE one-sided, the outlier screen's small excess took it over that on the simulated
 board (docs/results-statistics.md).
 
+A regression judged from one run (look 1 of a change, or a run judged alone) fails only when a second
+run confirms it (confirm): the benchmark gate then runs the case once more in the same job and judges
+that run against the same history, and as the change's next look with the first run in its group. One
+run disturbed far past its history is what a single run's verdict cannot tell from a regression; a real
+one is there in the second run too. A group's verdict has its repetition already.
+
 The figures of one look are one family sharing its false-alarm rate (Bonferroni, weighted, which
 holds whatever the figures' correlation): the *NPU core* (the geometric mean of the
 branches' core times: a shift of the whole NPU, what a stack upgrade does, with a relative noise of
@@ -53,10 +59,10 @@ from ..lifecycle.steptimes import STAGE_NAMES
 from .condition import condition_line, probe_verdict
 from .noise import NOISE_LOOKBACK, NoiseFactor, noise_factor
 from .records import Run
-from .store import ResultsStore
+from .store import PendingView, ResultsStore
 from .verdicts import MIN_HISTORY, Verdict, fixed_verdict, history_verdict
 
-__all__ = ["Judgement", "judge_run", "figures", "judge_figures", "judge_values", "parse_threshold", "since_change",
+__all__ = ["Judgement", "judge_run", "confirm", "figures", "judge_figures", "judge_values", "parse_threshold", "since_change",
            "comparability", "npu_core", "group_note", "HISTORY", "UPGRADE", "FIRST", "NOT_COMPARABLE", "STEP",
            "NPU_CORE", "LOOKBACK", "CONFIDENCE", "GROUP_RUNS", "PRIMARY_SHARE", "SPENDING_RHO", "FIRST_LOOK_SHARE",
            "look_alpha", "board_record", "record_of", "record_before", "same_cpus", "figure_noise", "READ_RUNS"]
@@ -134,6 +140,7 @@ class Judgement:
     reference_run: Run | None = None
     condition: Verdict | None = None                 # the calibration probe against its history
     noise: NoiseFactor | None = None                 # the step's noise factor, for the record's size
+    confirmation: tuple = ()                         # a second run's Judgements (confirm)
 
     @property
     def regressions(self) -> list[Verdict]:
@@ -141,7 +148,16 @@ class Judgement:
 
     @property
     def regressed(self) -> bool:
-        return bool(self.regressions)
+        """A regression of this run, confirmed by the second run where one was judged (confirm)."""
+        return bool(self.regressions) and (not self.confirmation or any(c.regressed for c in self.confirmation))
+
+    @property
+    def needs_confirmation(self) -> bool:
+        """Whether a second run must confirm this run's regression before it fails: it was judged
+        from this one run alone (look 1 of a change, or a run judged alone), and one run disturbed
+        far past its history (one branch of one run +40-130 % on onnxruntime here) is what such a
+        verdict cannot tell from a regression. A group's verdict has its repetition already."""
+        return bool(self.regressions) and not self.confirmation and all(v.runs == 1 for v in self.regressions)
 
     def headline(self) -> str:
         if self.kind == FIRST:
@@ -153,7 +169,18 @@ class Judgement:
             what += " (" + "; ".join(self.differences) + ")"
         worst = self.regressions or self.verdicts[:1]
         return what + "".join(": " + v.line() for v in worst[:1]) + "".join("; " + v.line() for v in worst[1:]) \
-            + self._branches_of_npu(worst)
+            + self._branches_of_npu(worst) + self._confirmed()
+
+    def _confirmed(self) -> str:
+        """'; confirmed by a second run: ...' or '; not confirmed by a second run (...): ...'."""
+        if not self.confirmation or not self.regressions:
+            return ""
+        second = next((c for c in self.confirmation if c.regressed), self.confirmation[0])
+        shown = (second.regressions or second.verdicts)[:1]
+        said = "; ".join(v.line() for v in shown) or second.headline()
+        if self.regressed:
+            return f"; confirmed by a second run: {said}"
+        return f"; not confirmed by a second run ({said}): one disturbed run, not a regression"
 
     def _branches_of_npu(self, shown: list[Verdict]) -> str:
         """A regression of the whole NPU names each branch's own shift and interval."""
@@ -164,13 +191,17 @@ class Judgement:
 
     def lines(self) -> list[str]:
         noise = [f"  noise factor: {self.noise.note()}"] if self.noise else []
-        return [self.headline(), *noise, *(f"  {v.line()} ({v.kind}, n={v.n}{group_note(v)})" for v in self.verdicts)]
+        second = [f"  second run, {what}: {c.headline()}"
+                  for c, what in zip(self.confirmation, ("against the same history", "as the change's next look"))]
+        return [self.headline(), *noise, *(f"  {v.line()} ({v.kind}, n={v.n}{group_note(v)})" for v in self.verdicts),
+                *second]
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "reference": self.reference, "differences": self.differences,
                 "regressed": self.regressed, "verdicts": [v.as_dict() for v in self.verdicts],
                 "condition": self.condition.as_dict() if self.condition else None,
-                "noise": vars(self.noise) if self.noise else None}
+                "noise": vars(self.noise) if self.noise else None,
+                "confirmation": [c.as_dict() for c in self.confirmation]}
 
 
 def group_note(verdict: Verdict) -> str:
@@ -376,6 +407,23 @@ def judge_run(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
     if noise and from_fleet:
         noise = replace(noise, whose="the fleet's other boards'")
     return Judgement(kind, how, verdicts, differences, reference, condition, noise)
+
+
+def confirm(store: ResultsStore, first_run: Run, first: Judgement, second_run: Run,
+            threshold_pct: float) -> Judgement:
+    """`first` (the judgement of `first_run`, which needs_confirmation) with the judgements of a
+    second run of the same session: against the same history as the first run, and as the store will
+    judge it once the first run is written (the change's next look, the first run in its group). The
+    regression stands when either says regression (Judgement.regressed).
+
+    A change is then flagged by look 1 only when two runs each say so, and by any later look as
+    before: on the kept onnxruntime A/A streams the 4 changes flagged at look 1 were single runs
+    whose next run was within its threshold (docs/results-statistics.md). The looks' false-alarm
+    rates are as before (the first of two is at most its own); what a regression costs is one more
+    run, and only when it is flagged."""
+    alone = judge_run(store, second_run, threshold_pct)
+    after = judge_run(PendingView(store, [first_run]), second_run, threshold_pct)
+    return replace(first, confirmation=(alone, after))
 
 
 def _split(store: ResultsStore, pool: list[Run], run: Run, kind: str,

@@ -34,7 +34,7 @@ from .sessions import SIDES, ABRecord, verdict_of
 from .tables import (ab_rounds, ab_sessions, ab_verdicts, baselines, run_branches, run_quality, run_stages,
                      run_steps, run_subgraphs, runs)
 
-__all__ = ["ResultsStore", "DEFAULT_RESULTS", "BUSY_SECONDS", "describe_url", "absolute_url", "sqlite_path"]
+__all__ = ["ResultsStore", "PendingView", "DEFAULT_RESULTS", "BUSY_SECONDS", "describe_url", "absolute_url", "sqlite_path"]
 
 DEFAULT_RESULTS = "sqlite:///.benchmarks/results.sqlite"
 BUSY_SECONDS = 60
@@ -318,6 +318,41 @@ class ResultsStore:
             if (board, run_id, case) not in theirs:
                 target.set_baseline(target.run(run_id, case), reason)
         return copied, had
+
+
+class PendingView:
+    """A store as it will be once `pending` (runs judged in this session, written at its end, oldest
+    first, all newer than the stored ones) are written: what a second run of the session is judged
+    against when the first must count as written (a change's next look). Reads only."""
+
+    def __init__(self, store: ResultsStore, pending: list[Run]):
+        self.store, self.pending = store, list(pending)
+
+    @property
+    def where(self) -> str:
+        return self.store.where
+
+    def runs(self, *, latest: int | None = None, **filters) -> list[Run]:
+        """ResultsStore.runs with the pending runs that match the same filters after the stored ones."""
+        found = self.store.runs(latest=latest, **filters) + [r for r in self.pending if _matches(r, **filters)]
+        return found[-latest:] if latest is not None else found
+
+    def baseline(self, board: str, experiment: str) -> tuple[Run, str] | None:
+        return self.store.baseline(board, experiment)       # a pending run becomes one at session end, not before
+
+    def fleet_baseline(self, board_model: str, experiment: str, exclude_board: str) -> tuple[Run, str] | None:
+        return self.store.fleet_baseline(board_model, experiment, exclude_board)
+
+
+def _matches(run: Run, *, board=None, board_model=None, key=None, experiment=None, valid=None, case=None,
+             backend=None, run_id=None, other_than_board=None, cpus=None) -> bool:
+    """ResultsStore.runs' filters in Python, for a run not yet written."""
+    wanted = ((board, run.board_id), (board_model, run.board_model), (key, run.key.digest),
+              (experiment, run.key.experiment), (valid, run.valid), (case, run.key.case),
+              (backend, run.key.backend), (run_id, run.run_id))
+    return all(value is None or value == actual for value, actual in wanted) \
+        and (other_than_board is None or run.board_id != other_than_board) \
+        and (cpus is None or run.host_cpus in (None, cpus))
 
 
 def _run_pk(conn, run_id: str, case: str) -> int | None:

@@ -42,8 +42,8 @@ def _url(where) -> str:
 
 @pytest.fixture
 def gate(pytester, tmp_path, partition_cache):
-    def run(*args, store=None):
-        return pytester.runpytest(
+    def run(*args, store=None, subprocess=False):
+        return (pytester.runpytest_subprocess if subprocess else pytester.runpytest)(
             "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}", "-p", "no:cacheprovider",
             str(REPO_ROOT / "tests/acceptance/test_benchmark.py"), "--bench-steps=1", "--cases=seven",
             f"--artifacts={tmp_path / 'artifacts'}", f"--results={_url(store or tmp_path)}",
@@ -120,7 +120,8 @@ def test_an_npu_stack_upgrade_on_the_simulated_board_gets_a_verdict_not_a_skip(g
                   "--accept-upgrade", store=url)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*upgrade comparison against 1 valid run(s) of the previous stack*"])
-    old, slower, new = stored(url)
+    old, *slower, new = stored(url)
+    assert [r.run_id.endswith("-confirm") for r in slower] == [False, True], "the slow run and the run confirming it"
     assert old.key.experiment == new.key.experiment and old.key.digest != new.key.digest
     assert baseline_of(url, new) == (new, "upgrade accepted")
 
@@ -133,8 +134,26 @@ def test_regression_fails_the_benchmark_test_in_junit_and_keeps_the_baseline(gat
     message = junit_case(tmp_path).find("failure").get("message")
     assert "benchmark regression: history against the baseline of board" in message
     assert "denoise step +" in message and "over the 10 % threshold" in message
+    report = junit_case(tmp_path).find("failure").text       # the whole headline (the message is cut short)
+    assert "; confirmed by a second run: denoise step +" in report, "one run's regression is confirmed by a second"
+    assert len(stored(tmp_path)) == 3
     assert baseline_of(tmp_path, base)[0] == base, "a failed session never replaces the baseline"
     result.stdout.fnmatch_lines(["*baseline not saved: the run regressed*"])
+
+
+def test_one_disturbed_run_is_cleared_by_a_second_run_which_becomes_the_baseline(gate, tmp_path, monkeypatch):
+    gate("--backend=faults", "--save-baseline").assert_outcomes(passed=1)
+    # the run is stopped for 2 s inside its step (real SIGSTOP and SIGCONT, tests/disturb_first_run.py):
+    # its regression is one run's, the second run clears it and is saved instead
+    monkeypatch.setenv("DISTURB_SECONDS", "2")
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))         # the plugin, in the session's own process
+    result = gate("--backend=faults", "--baseline-threshold=100%", "--save-baseline", "-p", "tests.disturb_first_run",
+                  subprocess=True)
+    result.assert_outcomes(passed=1)
+    base, disturbed, second = stored(tmp_path)
+    assert disturbed.mean_step_s > base.mean_step_s + 1.5 and second.mean_step_s < base.mean_step_s + 1.0
+    result.stdout.fnmatch_lines(["*not confirmed by a second run (denoise step *): one disturbed run, not a regression*"])
+    assert baseline_of(tmp_path, second)[0] == second, "the run that was not disturbed is the baseline"
 
 
 def test_pytest_benchmarks_own_failing_is_refused(gate):

@@ -1,0 +1,82 @@
+"""A regression judged from one run fails only when a second run confirms it (judge.confirm): one run
+disturbed far past its history is cleared by the next, a real slowdown is confirmed, and a group's
+verdict needs no second run. The store is real (SQLite and PostgreSQL through `results_url`); the
+runs are built the way the benchmark gate builds them (tests/results_data.py)."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from harness.model.config import BRANCHES
+from harness.results.judge import HISTORY, confirm, judge_run
+from harness.results.store import PendingView, ResultsStore
+from tests.results_data import VERSIONS_NEW, make_run
+
+pytestmark = pytest.mark.results
+
+_NOISE = np.random.default_rng(5).normal(0, 0.02, 60)      # 2 % log-noise run to run, fixed
+
+
+def _run(name: str, i: int, revision: str = "r1", factor: float = 1.0, **kw):
+    run = make_run(name, float(np.exp(_NOISE[i % len(_NOISE)])), minute=i, **kw)
+    noisy = {b: v * float(np.exp(_NOISE[(i + 7 * k) % len(_NOISE)] / 2)) for k, b in enumerate(BRANCHES)
+             for b, v in [(b, run.branches[b])]}
+    slowed = {b: v * (factor if b == "ffn" else 1.0) for b, v in noisy.items()}
+    return replace(run, git_revision=revision, branches=slowed,
+                   mean_step_s=run.mean_step_s + sum(slowed.values()) - sum(run.branches.values()))
+
+
+def _history(store, count: int = 15):
+    for i in range(count):
+        store.add_run(_run(f"old{i}", i))
+
+
+def test_one_disturbed_run_is_cleared_by_the_next_and_a_slower_ffn_is_confirmed(results_url):
+    with ResultsStore(results_url) as store:
+        _history(store)
+        disturbed = _run("new0", 100, revision="r2", factor=2.0)       # one run's ffn twice as slow
+        first = judge_run(store, disturbed, 10.0)
+        assert first.kind == HISTORY and first.regressions and first.needs_confirmation, first.lines()
+        assert first.regressed, "until a second run is judged the first run's regression stands"
+        cleared = confirm(store, disturbed, first, _run("new1", 101, revision="r2"), 10.0)
+        confirmed = confirm(store, disturbed, first, _run("new1", 101, revision="r2", factor=2.0), 10.0)
+    assert not cleared.regressed, cleared.lines()
+    assert "not confirmed by a second run (" in cleared.headline() and cleared.regressions
+    assert confirmed.regressed and "; confirmed by a second run: " in confirmed.headline(), confirmed.lines()
+    assert any(v.label == "ffn core" for v in confirmed.regressions), "the branch is named"
+    alone, after = cleared.confirmation
+    assert all(v.runs == 1 for v in alone.verdicts), "the second run against the first one's history"
+    assert {v.runs for v in after.verdicts} == {2}, "and as the change's next look, the first run in its group"
+    assert any(line.startswith("  second run, as the change's next look: ") for line in cleared.lines())
+
+
+def test_a_groups_regression_needs_no_second_run(results_url):
+    with ResultsStore(results_url) as store:
+        _history(store)
+        for i in range(2):
+            store.add_run(_run(f"new{i}", 100 + i, revision="r2", factor=1.5))
+        third = judge_run(store, _run("new2", 102, revision="r2", factor=1.5), 10.0)
+    assert third.regressed and not third.needs_confirmation, third.lines()
+    assert third.regressions[0].runs == 3
+
+
+def test_a_pending_view_answers_as_the_store_will_once_its_runs_are_written(results_url):
+    runs = [_run(f"r{i}", i, board=("rock-5c-aaaa", "rock-5c-bbbb")[i % 2], valid=i % 5 != 3,
+                 versions=VERSIONS_NEW if i % 3 == 0 else None, case=("cat", "seven")[i % 4 == 1])
+            for i in range(24)]
+    runs = [replace(r, host_cpus=(None, 2, 4)[i % 3]) for i, r in enumerate(runs)]
+    key, experiment = runs[1].key.digest, runs[1].key.experiment
+    filters = [{}, {"board": "rock-5c-aaaa"}, {"valid": True}, {"key": key}, {"experiment": experiment},
+               {"case": "seven"}, {"cpus": 2}, {"other_than_board": "rock-5c-aaaa", "board_model": "Radxa ROCK 5C"},
+               {"key": key, "valid": True, "latest": 4}, {"experiment": experiment, "cpus": 4, "latest": 3},
+               {"run_id": "r20"}, {"backend": "board-sim", "latest": 30}]
+    with ResultsStore(results_url) as store:
+        for run in runs[:16]:
+            store.add_run(run)
+        view = PendingView(store, runs[16:])
+        seen = [[r.run_id for r in view.runs(**f)] for f in filters]
+        for run in runs[16:]:
+            store.add_run(run)
+        written = [[r.run_id for r in store.runs(**f)] for f in filters]
+    assert seen == written
+    assert any(ids and ids[-1] in {r.run_id for r in runs[16:]} for ids in seen), "the pending runs were asked about"
