@@ -148,8 +148,15 @@ class Judgement:
 
     @property
     def regressed(self) -> bool:
-        """A regression of this run, confirmed by the second run where one was judged (confirm)."""
-        return bool(self.regressions) and (not self.confirmation or any(c.regressed for c in self.confirmation))
+        """A regression of this run, confirmed by the second run where one was judged (confirm). A
+        second run on a machine not comparable with the history confirms nothing and clears nothing:
+        the first run's regression stands."""
+        return bool(self.regressions) and (not self.confirmation or any(c.regressed for c in self.confirmation)
+                                           or self._second_not_comparable)
+
+    @property
+    def _second_not_comparable(self) -> bool:
+        return bool(self.confirmation) and all(c.kind == NOT_COMPARABLE for c in self.confirmation)
 
     @property
     def needs_confirmation(self) -> bool:
@@ -175,6 +182,8 @@ class Judgement:
         """'; confirmed by a second run: ...' or '; not confirmed by a second run (...): ...'."""
         if not self.confirmation or not self.regressions:
             return ""
+        if self._second_not_comparable:
+            return f"; a second run could neither confirm nor clear it ({self.confirmation[0].headline()})"
         second = next((c for c in self.confirmation if c.regressed), self.confirmation[0])
         shown = (second.regressions or second.verdicts)[:1]
         said = "; ".join(v.line() for v in shown) or second.headline()

@@ -50,6 +50,22 @@ def test_one_disturbed_run_is_cleared_by_the_next_and_a_slower_ffn_is_confirmed(
     assert any(line.startswith("  second run, as the change's next look: ") for line in cleared.lines())
 
 
+def test_a_second_run_on_a_slower_machine_clears_nothing(results_url):
+    def on_host(run, probe_s):
+        return replace(run, host_cpus=2, host_load=0.1, host_probe_s=probe_s)
+
+    with ResultsStore(results_url) as store:
+        for i in range(15):
+            store.add_run(on_host(_run(f"old{i}", i), 0.010 * float(np.exp(_NOISE[i] / 4))))
+        disturbed = on_host(_run("new0", 100, revision="r2", factor=2.0), 0.010)
+        first = judge_run(store, disturbed, 10.0)
+        slower_host = on_host(_run("new1", 101, revision="r2"), 0.016)      # the probe 60 % slower
+        judged = confirm(store, disturbed, first, slower_host, 10.0)
+    assert first.needs_confirmation and {c.kind for c in judged.confirmation} == {"not comparable"}
+    assert judged.regressed, "a second run that says nothing leaves the first run's regression standing"
+    assert "; a second run could neither confirm nor clear it (not comparable: " in judged.headline()
+
+
 def test_a_groups_regression_needs_no_second_run(results_url):
     with ResultsStore(results_url) as store:
         _history(store)
