@@ -109,8 +109,8 @@ class ResultsGate:
         return judge_run(self.store, run, self.settings.baseline_threshold)
 
     def confirm(self, run: Run, judgement: Judgement, second: Run) -> Judgement:
-        """`judgement` of `run` with a second run's (judge.confirm): the regression stands only when
-        the second run regresses too."""
+        """`judgement` of `run` with a second run's (judge.confirm; Judgement.regressed says whether
+        the regression stands)."""
         return confirm(self.store, run, judgement, second, self.settings.baseline_threshold)
 
     def record(self, run: Run) -> None:

@@ -63,19 +63,23 @@ def _run_again(case, gate_runner, npu_guard, suite, results_gate):
     judged from one run (Judgement.needs_confirmation)."""
     with TelemetryWindow(suite.telemetry_root) as window, HostCondition() as host:
         result = gate_runner.run(case, npu_guard, suite.bench_steps, keep=False)
-    return results_gate.run_of(case.name, benchmark_info(result.report), result.report, window.verdict(),
-                               gate_runner.precision, gate_runner.manifest_hash, gate_runner.bundle.cfg.name, host)
+    return _as_run(results_gate, case, gate_runner, result, window.verdict(), benchmark_info(result.report), host)
+
+
+def _as_run(results_gate, case, gate_runner, result, verdict, info, host):
+    """The measured run `result` as the store keeps it."""
+    return results_gate.run_of(case.name, info, result.report, verdict, gate_runner.precision,
+                               gate_runner.manifest_hash, gate_runner.bundle.cfg.name, host)
 
 
 def record_run(benchmark, case, gate_runner, window, result, suite, request, results_gate, record_property,
-               host=None, again=None):
+               host, *, again):
     verdict = window.verdict()
     info = benchmark_info(result.report)
     config = request.config
-    run = offered = results_gate.run_of(case.name, info, result.report, verdict, gate_runner.precision,
-                                        gate_runner.manifest_hash, gate_runner.bundle.cfg.name, host)
+    run = offered = _as_run(results_gate, case, gate_runner, result, verdict, info, host)
     judgement = results_gate.judge(run)
-    if again is not None and judgement.needs_confirmation:
+    if judgement.needs_confirmation:
         # one run's regression fails only when a second run says so too: a run disturbed far past
         # its history (another tenant, a page-cache flush) is not a slower stack
         offered = replace(again(), run_id=f"{run.run_id}-confirm")     # (run id, case) names one run

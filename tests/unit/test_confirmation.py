@@ -19,8 +19,7 @@ _NOISE = np.random.default_rng(5).normal(0, 0.02, 60)      # 2 % log-noise run t
 
 def _run(name: str, i: int, revision: str = "r1", factor: float = 1.0, **kw):
     run = make_run(name, float(np.exp(_NOISE[i % len(_NOISE)])), minute=i, **kw)
-    noisy = {b: v * float(np.exp(_NOISE[(i + 7 * k) % len(_NOISE)] / 2)) for k, b in enumerate(BRANCHES)
-             for b, v in [(b, run.branches[b])]}
+    noisy = {b: run.branches[b] * float(np.exp(_NOISE[(i + 7 * k) % len(_NOISE)] / 2)) for k, b in enumerate(BRANCHES)}
     slowed = {b: v * (factor if b == "ffn" else 1.0) for b, v in noisy.items()}
     return replace(run, git_revision=revision, branches=slowed,
                    mean_step_s=run.mean_step_s + sum(slowed.values()) - sum(run.branches.values()))
