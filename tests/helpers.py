@@ -1,6 +1,7 @@
 """Builders shared by tests: model directories with random weights in the real file layout."""
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -16,7 +17,8 @@ from harness.model.embedded import PROMPT_KEYS
 from harness.model.weights import random_weights, save_weights
 
 __all__ = ["make_random_model_dir", "random_bundle", "export_fp32", "missing_tool", "small_tmpfs", "worker_processes",
-           "alive", "gate_runner_for", "TWO_STEP_DEFAULTS", "resign", "add_output_and_resign", "shared_blocks"]
+           "alive", "gate_runner_for", "TWO_STEP_DEFAULTS", "resign", "add_output_and_resign", "shared_blocks",
+           "parser_commands"]
 
 
 def missing_tool(reason: str) -> NoReturn:
@@ -162,3 +164,9 @@ def shared_blocks(workers) -> set[str]:
         except psutil.NoSuchProcess:
             pass            # gone already: it maps nothing
     return blocks
+
+
+def parser_commands(parser: argparse.ArgumentParser) -> set[str]:
+    """The command names a `bin/harness` parser (harness.cli.main.build_parser) accepts."""
+    return {name for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+            for name in action.choices}

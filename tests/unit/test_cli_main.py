@@ -1,7 +1,5 @@
 """The command table of harness/cli/main.py: it names what each module adds, and a command's run
 imports only its own module."""
-import argparse
-import importlib
 import subprocess
 import sys
 
@@ -9,22 +7,18 @@ import pytest
 
 from harness.cli.main import COMMANDS, build_parser, module_of
 from harness.model.config import REPO_ROOT
-
-
-def _commands(parser: argparse.ArgumentParser) -> set[str]:
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return set(action.choices)
+from tests.helpers import parser_commands
 
 
 @pytest.mark.parametrize("module", sorted(COMMANDS))
 def test_each_module_adds_the_commands_the_table_names(module):
-    assert _commands(build_parser([module])) == set(COMMANDS[module])
+    assert parser_commands(build_parser([module])) == set(COMMANDS[module])
 
 
 def test_the_whole_parser_has_every_command_once():
     named = [command for commands in COMMANDS.values() for command in commands]
     assert len(named) == len(set(named))
-    assert _commands(build_parser()) == set(named)
+    assert parser_commands(build_parser()) == set(named)
 
 
 def test_no_command_or_a_misspelt_one_gets_the_whole_parser():
@@ -41,5 +35,3 @@ def test_a_command_imports_only_its_own_module():
     line = next(line for line in proc.stdout.splitlines() if line.startswith("loaded "))
     loaded = set(line.split()[1:]) & {f"harness.cli.{m}" for m in COMMANDS}
     assert loaded == {"harness.cli.plan"}, loaded
-    for module in COMMANDS:         # and every module imports on its own
-        importlib.import_module(f"harness.cli.{module}")

@@ -34,6 +34,7 @@ import pytest
 from harness.cli.main import build_parser
 from harness.cli.options import options_table
 from tests.doc_commands import FAILED, bash_blocks, command_lines, commands_of, run_script
+from tests.helpers import parser_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -63,8 +64,7 @@ def test_readme_is_one_screen():
 
 def test_the_readme_lists_every_command():
     listed = {argv[0] for argv in HARNESS}
-    parser = build_parser()
-    commands = set(next(a for a in parser._actions if a.dest == "command").choices)
+    commands = parser_commands(build_parser())
     assert commands - listed == set(), "commands missing from the README's command list"
 
 

@@ -236,8 +236,9 @@ def test_harness_commands_in_the_workflow_parse():
     env (and a planned target's matrix values) filled in."""
     import os
     from harness.cli.main import build_parser
+    from tests.helpers import parser_commands
     parser = build_parser()
-    commands = sorted({sub for action in parser._subparsers._group_actions for sub in action.choices})
+    commands = sorted(parser_commands(parser))
     lines = []
     for job in load_yaml(WORKFLOW.read_text())["jobs"].values():
         env = _job_env(job)
