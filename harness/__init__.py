@@ -5,6 +5,10 @@ The public API; everything else is internal to its module. Names are imported on
 """
 from .core.lazy import lazy_getattr
 
+# The one place the suite's version is written (pyproject.toml reads it): the venv holds the
+# dependencies only, so there is no installed distribution to ask.
+__version__ = "0.1.0"
+
 _WHERE = {
     "BRANCHES": "model.config", "ModelConfig": "model.config", "load_model_dir": "model.config", "load_profile": "model.config",
     "HarnessError": "core.errors", "ConfigError": "core.errors", "WeightsError": "core.errors", "ManifestError": "core.errors",

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import __version__
 from ..core.atomic import atomic_path, atomic_write_json
 from ..model.config import REPO_ROOT
 from ..core.errors import ConfigError, HarnessError
@@ -80,7 +81,7 @@ def _version(dist: str) -> str:
 
 
 def runtime_versions() -> dict:
-    return {"harness": _version("anima-npu-acceptance"), "numpy": np.__version__,
+    return {"harness": __version__, "numpy": np.__version__,
             "onnxruntime": _version("onnxruntime"), "scikit-image": _version("scikit-image")}
 
 
