@@ -98,6 +98,38 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
+# What main is made of in these repositories: whatever the workflow's plan job reads (the plan script
+# lives in .ci/; tools/ci_plan.py is where it lived before, so the same tests run against that design).
+MAIN_FILES = [".github", ".ci", "toolkit/versions.toml", "docs/lab.md", "tools/ci_plan.py"]
+
+
+def main_repo(repo: Path) -> str:
+    """A git repository at `repo` whose main holds this checkout's MAIN_FILES; returns main's commit."""
+    for name in MAIN_FILES:
+        source = REPO_ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif source.exists():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, repo / name)
+    git(repo.parent, "init", "-q", "-b", "main", str(repo))
+    return commit(repo, "main", {}, "main")
+
+
+def commit(repo: Path, branch: str, files: dict[str, str], message: str, start: str | None = None) -> str:
+    """Write `files` (path -> text) on `branch` (created from `start` when given) and commit; returns the commit."""
+    if start is not None:
+        git(repo, "checkout", "-q", "-B", branch, start)
+    elif git(repo, "branch", "--show-current").strip() != branch:
+        git(repo, "checkout", "-q", branch)
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "-c", f"user.name={branch}", "-c", "user.email=ci@example.org", "commit", "-q", "--allow-empty", "-m", message)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
 def workflows_started(repo: Path, run: Run) -> dict[str, dict]:
     """{path: workflow} of the workflow files at the run's commit that its event (and action) starts."""
     started = {}
@@ -108,7 +140,8 @@ def workflows_started(repo: Path, run: Run) -> dict[str, dict]:
         on = wf.get("on") or {}
         on = {name: None for name in on} if isinstance(on, list) else ({on: None} if isinstance(on, str) else on)
         if run.event_name in on:
-            types = (on[run.event_name] or {}).get("types")
+            config = on[run.event_name]
+            types = config.get("types") if isinstance(config, dict) else None
             if types is None or run.event.get("action") in types:
                 started[path] = wf
     return started
@@ -143,13 +176,16 @@ def run_job(repo: Path, workflow: dict, job_name: str, run: Run, work: Path, api
     defaults = (job.get("defaults") or {}).get("run") or {}
     for index, step in enumerate(job["steps"]):
         context = {**base_context, "steps": steps, "env": job_env}
-        if "if" in step and not evaluate(context, [{"expression": expression(str(step["if"]))}])[0]:
+        step_env = step.get("env") or {}
+        # The step's `if:` and env in one evaluation (one Node start per step).
+        values = evaluate(context, [{"expression": expression(str(step.get("if", "true")))},
+                                    *({"template": str(v)} for v in step_env.values())])
+        if not values[0]:
             continue
         if "actions/checkout" in step.get("uses", ""):
             _checkout(repo, step.get("with") or {}, context, workspace, run.sha)
         elif "run" in step:
-            env = {**job_env, **dict(zip(step.get("env") or {}, evaluate(
-                context, [{"template": str(v)} for v in (step.get("env") or {}).values()])))}
+            env = {**job_env, **dict(zip(step_env, values[1:]))}
             outputs = _run_step(step, defaults, env, workspace, temp, tools, work, event_path, run)
             steps[step.get("id", f"step{index}")] = {"outputs": outputs}
     context = {**base_context, "steps": steps}

@@ -10,7 +10,6 @@ its `${{ }}` by GitHub's own evaluator); GitHub's REST API is answered by a stan
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,16 +17,14 @@ from pathlib import Path
 import pytest
 
 from harness.model.config import REPO_ROOT
-from tests.github_actions import (evaluate, git, load_yaml, pull_request_runs, run_job, self_hosted,
-                                  workflows_started)
+from tests.github_actions import (commit, evaluate, git, load_yaml, main_repo, pull_request_runs, run_job,
+                                  self_hosted, workflows_started)
 
 REPO = "anima-npu/anima-npu"
 LAB_DOC = REPO_ROOT / "docs" / "lab.md"
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 # Triggers whose workflow file and checkout are main's own, never a change's (GitHub's semantics).
 MAIN_TRIGGERS = {"push", "schedule", "workflow_dispatch", "pull_request_target", "workflow_run"}
-# What main is made of here: whatever the workflow's plan job reads (the plan script may live in either).
-MAIN_FILES = [".github", ".ci", "toolkit/versions.toml", "docs/lab.md", "tools/ci_plan.py"]
 # The fork's edit of the plan script: its trust() says main, whatever the event.
 CLAIM_TRUST = '''
 
@@ -54,31 +51,17 @@ def fork_pr(tmp_path):
     """A repository: main as this checkout has it, and a fork's head that edits the workflow (a
     `pull_request` trigger, a plan told it is a push) and the plan script (its trust says main)."""
     repo = tmp_path / "repo"
-    for name in MAIN_FILES:
-        source = REPO_ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
-        elif source.exists():
-            (repo / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, repo / name)
-    git(repo.parent, "init", "-q", "-b", "main", str(repo))
-    git(repo, "-c", "user.name=main", "-c", "user.email=main@example.org", "add", "-A")
-    git(repo, "-c", "user.name=main", "-c", "user.email=main@example.org", "commit", "-qm", "main")
-    base = git(repo, "rev-parse", "HEAD").strip()
-
-    workflow_path = repo / ".github" / "workflows" / "npu-acceptance.yml"
-    text = workflow_path.read_text()
-    script = repo / _plan_script(load_yaml(text))
+    base = main_repo(repo)
+    workflow = ".github/workflows/npu-acceptance.yml"
+    text = (repo / workflow).read_text()
+    script = _plan_script(load_yaml(text))
     assert '--event-name="$EVENT"' in text, "the fork's edit of the workflow no longer applies"
     text = text.replace('--event-name="$EVENT"', "--event-name=push")
     if not re.search(r"^  pull_request:", text, re.M):
         text = text.replace("\non:\n", "\non:\n  pull_request:\n    types: [opened, synchronize, reopened, labeled]\n", 1)
-    workflow_path.write_text(text)
-    source = script.read_text()
-    script.write_text(source.replace('\nif __name__ == "__main__":', CLAIM_TRUST + '\n\nif __name__ == "__main__":'))
-    git(repo, "checkout", "-q", "-b", "fork-head")
-    git(repo, "-c", "user.name=fork", "-c", "user.email=fork@example.org", "commit", "-qam", "trust me")
-    head = git(repo, "rev-parse", "HEAD").strip()
+    claimed = (repo / script).read_text().replace('\nif __name__ == "__main__":', CLAIM_TRUST + '\n\nif __name__ == "__main__":')
+    assert CLAIM_TRUST in claimed, "the fork's edit of the plan script no longer applies"
+    head = commit(repo, "fork-head", {workflow: text, script: claimed}, "trust me", start=base)
     git(repo, "checkout", "-q", "main")
     return repo, base, head
 
