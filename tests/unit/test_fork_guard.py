@@ -101,7 +101,7 @@ def board(tmp_path):
     (home / ".credentials").write_text("the runner's key")
     (licensed / "dit.safetensors").write_text("licensed weights")
     (checkout / "pyproject.toml").write_text("[project]\n")
-    for script in ("board-run", "untrusted-run"):
+    for script in ("board-run", "change-run", "untrusted-run"):
         shutil.copy2(REPO_ROOT / ".ci" / script, trusted / ".ci" / script)
     (checkout / "bin" / "test").write_text(f"""#!/bin/sh
 echo "args: $*"
@@ -118,13 +118,13 @@ touch artifacts-ok && echo "wrote checkout: yes"
 """)
     (checkout / "bin" / "test").chmod(0o755)
 
-    def run(trust_level: str) -> str:
+    def run(trust_level: str, script: str = "board-run", *args: str, code: int = 0) -> str:
         env = {**os.environ, "TRUST": trust_level, "RUNNER_TEMP": str(temp), "ANIMA_LICENSED": str(licensed),
                "ANIMA_SHARED": str(shared), "HOME": str(home), "GITHUB_ENV": str(github_env)}
-        proc = subprocess.run([trusted / ".ci" / "board-run", "-m", "smoke or npu", "--require-npu"],
+        proc = subprocess.run([trusted / ".ci" / script, *(args or ("-m", "smoke or npu", "--require-npu"))],
                               cwd=checkout, env=env, capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        return proc.stdout
+        assert proc.returncode == code, proc.stdout + proc.stderr
+        return proc.stdout + proc.stderr
     run.shared, run.temp, run.github_env = shared, temp, github_env
     return run
 
@@ -150,3 +150,12 @@ def test_a_trusted_board_run_uses_the_shared_state(board):
     assert "wrote results: yes" in out and "read licensed: yes" in out and "saw the runner: yes" in out
     assert f"--results=sqlite:///{board.shared}/results.sqlite --save-baseline" in out
     assert "--no-save-baseline" in board("branch")
+
+
+def test_the_changes_commands_run_sealed_for_a_fork_only(board):
+    """.ci/change-run (the conversion's commands): sealed for a fork, as they are for main and branches."""
+    sealed = board("fork", "change-run", "bin/test", "export")
+    assert "args: export" in sealed and "read runner credentials: no" in sealed and "wrote GITHUB_ENV: no" in sealed
+    assert "wrote results: no" in sealed and "wrote checkout: yes" in sealed
+    assert "read licensed: yes" in board("branch", "change-run", "bin/test", "export")
+    assert "TRUST=none is not main, branch or fork" in board("none", "change-run", "bin/test", code=2)
