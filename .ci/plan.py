@@ -35,8 +35,9 @@ import re
 import sys
 import tomllib
 from pathlib import Path
+from typing import NoReturn
 
-__all__ = ["load_targets", "load_boards", "plan", "trust", "toolkit_legs", "matrix", "convert_legs", "main"]
+__all__ = ["bad_input", "load_targets", "load_boards", "plan", "trust", "toolkit_legs", "matrix", "convert_legs", "main"]
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ROOT / ".ci" / "targets.toml"
@@ -51,13 +52,19 @@ MAINTAINERS = {"OWNER", "MEMBER", "COLLABORATOR"}       # author_association of 
 CONVERTERS = {"x86": ["ubuntu-24.04"], "anima-converter": ["self-hosted", "linux", "X64", "anima-converter"]}
 
 
+def bad_input(message: str) -> NoReturn:
+    """One `error:` line and exit 2: the plan writes nothing for input it cannot read."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def load_targets(path: Path = TARGETS) -> list[dict]:
     with open(path, "rb") as fh:
         targets = tomllib.load(fh)["target"]
     for t in targets:
         if t["convert_on"] not in CONVERTERS:
-            raise SystemExit(f"{path}: target {t['name']}: convert_on '{t['convert_on']}' is not one of "
-                             f"{sorted(CONVERTERS)}")
+            bad_input(f"{path}: target {t['name']}: convert_on '{t['convert_on']}' is not one of "
+                      f"{sorted(CONVERTERS)}")
     return targets
 
 
@@ -81,7 +88,7 @@ def _default_toolkit(path: Path) -> str:
     with open(path, "rb") as fh:
         version = tomllib.load(fh)["default"]
     if not isinstance(version, str) or not VERSION.fullmatch(version):
-        raise SystemExit(f"error: {path}: default {version!r} is not a toolkit version")
+        bad_input(f"{path}: default {version!r} is not a toolkit version")
     return version
 
 
@@ -113,7 +120,7 @@ def toolkit_legs(upgrade: str | None, head_versions: Path | None, versions: Path
     current = _default_toolkit(versions)
     if upgrade and upgrade != current:
         if not VERSION.fullmatch(upgrade):
-            raise SystemExit(f"error: --toolkit-upgrade {upgrade!r} is not a toolkit version")
+            bad_input(f"--toolkit-upgrade {upgrade!r} is not a toolkit version")
         return [("old", current), ("new", upgrade)]
     if head_versions is not None and head_versions.exists():
         new = _default_toolkit(head_versions)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -79,10 +80,15 @@ def test_a_pull_request_run_is_never_trusted():
 
 
 def test_a_toolkit_version_from_the_change_is_checked(tmp_path):
+    """The change's toolkit/versions.toml is data: a default that is no version stops the plan (exit 2)."""
     head = tmp_path / "versions.toml"
     head.write_text('default = "2.5.0; rm -rf /"\n')
-    with pytest.raises(SystemExit, match="is not a toolkit version"):
-        toolkit_legs(None, head)
+    out = tmp_path / "github-output"
+    proc = subprocess.run([sys.executable, REPO_ROOT / ".ci" / "plan.py", "--changed", "harness/x.py",
+                           f"--head-versions={head}", "--github-output"], env={**os.environ, "GITHUB_OUTPUT": str(out)},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr == f"error: {head}: default '2.5.0; rm -rf /' is not a toolkit version\n"
+    assert not out.exists()
 
 
 @pytest.fixture
