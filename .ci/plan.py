@@ -100,7 +100,7 @@ def trust(event_name: str, event: dict, repository: str, reviews: list[dict]) ->
         return "none", "", f"a {event_name} run: its workflow is not main's, no board runs for it"
     pr = event["pull_request"]
     head = pr["head"]["sha"]
-    if pr["head"]["repo"]["full_name"] == repository:
+    if (pr["head"].get("repo") or {}).get("full_name") == repository:      # a deleted fork has no repo
         if event.get("action") == "labeled":
             return "none", head, "a label on a branch pull request: its push already ran"
         return "branch", head, "a pull request from a branch of this repository"

@@ -7,6 +7,7 @@ here: a `gh` stand-in answers from the responses a test gives it (the pull reque
 file contents, computed from the test's own git repository)."""
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -140,11 +141,18 @@ def workflows_started(repo: Path, run: Run) -> dict[str, dict]:
         on = wf.get("on") or {}
         on = {name: None for name in on} if isinstance(on, list) else ({on: None} if isinstance(on, str) else on)
         if run.event_name in on:
-            config = on[run.event_name]
-            types = config.get("types") if isinstance(config, dict) else None
-            if types is None or run.event.get("action") in types:
+            config = on[run.event_name] if isinstance(on[run.event_name], dict) else {}
+            if config.get("types") is not None and run.event.get("action") not in config["types"]:
+                continue
+            if config.get("branches") is None or any(fnmatch.fnmatch(_branch(run), b) for b in config["branches"]):
                 started[path] = wf
     return started
+
+
+def _branch(run: Run) -> str:
+    """The branch a trigger's `branches:` filter is matched against: a pull request's base, else the ref's."""
+    pr = run.event.get("pull_request")
+    return pr["base"]["ref"] if pr else run.ref.removeprefix("refs/heads/")
 
 
 def self_hosted(job: dict) -> bool:

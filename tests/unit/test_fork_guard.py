@@ -73,6 +73,12 @@ def test_a_toolkit_change_plans_old_and_new(tmp_path):
     assert toolkit_legs(None, None) == [("", legs[0][1])]
 
 
+def test_a_deleted_forks_pull_request_is_a_forks():
+    event = _event()
+    event["pull_request"]["head"]["repo"] = None
+    assert trust("pull_request_target", event, REPO, [_review()])[0] == "fork"
+
+
 def test_a_pull_request_run_is_never_trusted():
     """A `pull_request` run's workflow is the change's own copy: nothing it plans reaches a board."""
     assert trust("pull_request", _event(action="synchronize", fork=False), REPO, [])[0] == "none"
