@@ -173,6 +173,8 @@ def run_job(repo: Path, workflow: dict, job_name: str, run: Run, work: Path, api
         d.mkdir(parents=True, exist_ok=True)
     (tools / "gh").write_text(GH_STANDIN.format(python=sys.executable))
     (tools / "gh").chmod(0o755)
+    if not (tools / "python3").exists():         # the runner image's python3 (3.11 or later: tomllib)
+        (tools / "python3").symlink_to(sys.executable)
     (work / "api.json").write_text(json.dumps(api))
     event_path = work / "event.json"
     event_path.write_text(json.dumps(run.event))
