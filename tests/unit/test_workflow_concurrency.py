@@ -13,7 +13,8 @@ from collections import defaultdict
 import pytest
 
 from harness.model.config import REPO_ROOT
-from tests.github_actions import Run, commit, evaluate, git, load_yaml, main_repo, run_job, workflows_started
+from tests.github_actions import (Run, commit, evaluate, git, load_yaml, main_repo, pull_request_runs, run_job,
+                                  workflows_started)
 
 REPO = "anima-npu/anima-npu"
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "npu-acceptance.yml"
@@ -32,6 +33,11 @@ def _pull_request(base: str, head: str, action: str) -> dict:
     return {"action": action, "number": 12,
             "pull_request": {"number": 12, "base": {"sha": base, "ref": "main", "repo": {"full_name": REPO}},
                              "head": {"sha": head, "ref": "upgrade", "repo": {"full_name": REPO}}}}
+
+
+def _pull_request_run(repo, event: dict, run_id: int) -> Run:
+    """The run of the board workflow GitHub starts for a pull request's event (by whichever trigger it has)."""
+    return next(run for run in pull_request_runs(event, run_id) if workflows_started(repo, run))
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +62,8 @@ def runs(tmp_path_factory):
         ("nightly", Run("schedule", {"schedule": "17 1 * * *"}, commit_sha, main_ref, 2)),
         ("manual upgrade", Run("workflow_dispatch", {"inputs": {"toolkit_upgrade": upgrade}}, commit_sha, main_ref, 3,
                                inputs={"toolkit_upgrade": upgrade})),
-        ("upgrade pull request", Run("pull_request_target", _pull_request(commit_sha, head, "opened"),
-                                     commit_sha, main_ref, 4)),
-        ("its newer head", Run("pull_request_target", _pull_request(commit_sha, newer, "synchronize"),
-                               commit_sha, main_ref, 5)),
+        ("upgrade pull request", _pull_request_run(repo, _pull_request(commit_sha, head, "opened"), 4)),
+        ("its newer head", _pull_request_run(repo, _pull_request(commit_sha, newer, "synchronize"), 6)),
     ]
     out = []
     for label, run in planned:
