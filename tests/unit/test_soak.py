@@ -210,3 +210,33 @@ def test_each_branch_kind_is_cycled_and_each_cycle_read(embedded_fp32):
     assert (run.series("fds") == run.series("fds")[0]).all(), "a clean cycle leaves no descriptor open"
     with pytest.raises(ConfigError, match=f"--soak-cycles 10: the gate needs at least {MIN_CYCLES} cycles"):
         run_soak("onnxruntime", manifest, {}, 10, ResourceSampler("/"))
+
+
+# ------------------------------------------------------------------ the field reports
+
+def test_the_gate_in_its_shortest_run_fails_every_rate_the_field_reports_give():
+    """boards/data/lifecycle-field-reports.toml: each reported leak per cycle (memory, descriptors) is
+    failed within MIN_CYCLES cycles at the default limits, and the default length (one board image)
+    outlasts every reported number of cycles to failure."""
+    from harness.backends.board_profile import load_board_profile
+    from harness.cli.options import OPTIONS
+    from harness.core.schema import read_toml
+    from harness.core.sizes import parse_size
+    reports = read_toml(REPO_ROOT / "boards/data/lifecycle-field-reports.toml", "field reports")["report"]
+    assert len(reports) >= 4
+    rate = parse_size(OPTIONS["soak_memory_rate"].default)
+    board_image = load_board_profile().get("spectrum_28.lifecycle_invocations", int)
+    cycles = np.arange(MIN_CYCLES)
+    rng = np.random.default_rng(3)
+    for report in reports:
+        owner_repo, number = report["thread"].split("#")
+        assert report["source"] == f"https://github.com/{owner_repo}/issues/{number}"
+        for key in ("leak_per_cycle_bytes", "leak_per_run_bytes"):
+            if key in report:
+                uss = 100 * MiB + report[key] * cycles + rng.normal(0, 256 * KiB, MIN_CYCLES)
+                assert _judge({"uss": uss}, rate=rate)["uss"].failed, report["thread"]
+        if "fds_per_cycle" in report:
+            fds = 11 + np.floor(report["fds_per_cycle"] * cycles)
+            assert _judge({"fds": fds})["fds"].failed, report["thread"]
+        if "cycles_to_failure" in report:
+            assert board_image > report["cycles_to_failure"], report["thread"]
