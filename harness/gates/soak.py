@@ -69,6 +69,7 @@ class SoakRun:
     samples: np.ndarray                 # [cycles, resources], int64 (bytes or counts)
     not_measured: dict[str, str]
     tripped: str | None = None          # the memory guard's reason, if it stopped the cycling
+    processes: int = 1                  # the most processes of the tree one reading summed
 
     def series(self, resource: str) -> np.ndarray:
         return self.samples[:self.cycles, self.resources.index(resource)]
@@ -113,7 +114,7 @@ def run_soak(backend: str, manifest, options: dict, cycles: int, sampler, guard=
     except MemoryGuardTripped as exc:
         tripped = str(exc)
     return SoakRun(backend, [e.label for e in kinds], done, time.perf_counter() - start, names, samples,
-                   dict(sampler.not_measured), tripped)
+                   dict(sampler.not_measured), tripped, sampler.processes)
 
 
 def fit_growth(values, first: int = 0) -> tuple[float, float, float]:
@@ -224,7 +225,8 @@ class SoakVerdict:
     def lines(self) -> list[str]:
         r = self.run
         head = (f"{r.backend}: {r.cycles:,} lifecycle cycles of {', '.join(r.subgraphs)} in {r.seconds:.1f} s "
-                f"({1e3 * r.seconds / max(r.cycles, 1):.1f} ms a cycle, readings included)")
+                f"({1e3 * r.seconds / max(r.cycles, 1):.1f} ms a cycle, readings included; {r.processes} "
+                f"process{'es' if r.processes > 1 else ''} read)")
         lines = [head] + [g.line(self.per_image) for g in self.growth]
         lines += [f"{RESOURCES[name]}: not measured ({why})" for name, why in r.not_measured.items()]
         if r.tripped:
@@ -234,6 +236,7 @@ class SoakVerdict:
     def as_dict(self) -> dict:
         r = self.run
         return {"backend": r.backend, "subgraphs": r.subgraphs, "cycles": r.cycles, "seconds": r.seconds,
+                "processes": r.processes,
                 "cycles_per_image": self.per_image, "memory_rate_bytes": self.memory_rate,
                 "floor_bytes": self.floor_bytes, "mem_available_bytes": self.mem_available,
                 "limits": self.limits, "tripped": r.tripped, "not_measured": r.not_measured,

@@ -112,6 +112,7 @@ class ResourceSampler:
         self._children: list[psutil.Process] = []
         self._listed_at = -float("inf")
         self.not_measured: dict[str, str] = {}
+        self.processes = 0              # the most processes one reading summed
         self._bufinfo, why = _first_readable(self.root, BUFINFO)
         if self._bufinfo is None:
             self.not_measured["dmabuf_system"] = why
@@ -140,7 +141,9 @@ class ResourceSampler:
     def read(self) -> dict[str, int]:
         """{resource: value} for every measured resource (bytes or a count), summed over the tree."""
         totals = dict.fromkeys(self.measured, 0)
-        for proc in self._tree():
+        tree = self._tree()
+        self.processes = max(self.processes, len(tree))
+        for proc in tree:
             try:
                 self._add_process(proc, totals)
             except (psutil.NoSuchProcess, psutil.ZombieProcess):
