@@ -31,7 +31,7 @@ from ..core.errors import ConfigError, MemoryGuardTripped
 from ..memory.resources import COUNT_RESOURCES, MEMORY_RESOURCES, RESOURCES
 from ..sampling.spectrum import DEFAULT_PRESET, PRESETS, schedule
 
-__all__ = ["Growth", "SoakRun", "branch_kinds", "cycles_per_image", "run_soak", "fit_growth", "judge",
+__all__ = ["Growth", "SoakRun", "SoakVerdict", "branch_kinds", "cycles_per_image", "run_soak", "fit_growth", "judge", "soak_verdict",
            "MIN_CYCLES", "NOT_JUDGED", "IMAGE_STEPS"]
 
 IMAGE_STEPS = 28            # the board's Spectrum image: 28 steps, 13 computed (boards/data/rock5c-anima.toml)

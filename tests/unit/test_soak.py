@@ -7,7 +7,6 @@ import sys
 import threading
 
 import numpy as np
-import psutil
 import pytest
 
 from harness.backends.faults import parse_fault
@@ -43,10 +42,10 @@ def test_the_sampler_sees_real_memory_descriptors_and_threads_appear():
     del held
 
 
-def test_the_sampler_counts_a_child_process(tmp_path):
+def test_the_sampler_counts_a_child_process():
     sampler = ResourceSampler("/", relist_after=0.0)
     before = sampler.read()
-    code = "import sys, threading; b = b'x' * (24 << 20); sys.stdout.write('up\\n'); sys.stdout.flush(); sys.stdin.read()"
+    code = "import sys; b = b'x' * (24 << 20); sys.stdout.write('up\\n'); sys.stdout.flush(); sys.stdin.read()"
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline() == "up\n"
@@ -169,7 +168,7 @@ def test_leak_fault_options_and_bad_values():
 
 
 LEAK_CHILD = """
-import os, psutil, sys
+import psutil
 from harness.backends.faults import FaultInjectionContext
 me = psutil.Process()
 before_fds, before_uss = me.num_fds(), me.memory_full_info().uss
