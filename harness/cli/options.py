@@ -180,7 +180,7 @@ OPTIONS: dict[str, Option] = {
                       "judged against: a database URL in SQLAlchemy's form (sqlite:///relative.sqlite, "
                       "sqlite:////absolute.sqlite, postgresql://user@host/db for a fleet)"),
     "fault": Option(None, "fault injection for proving gates fail: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS, "
-                          "slow=xFACTOR (backend faults)"),
+                          "slow=xFACTOR, leak=mem:SIZE, leak=fd:PER_RELEASE (backend faults)"),
     "cache_dir": Option(".cache", "where exported partitions are cached", kind="path"),
     # Baselines with rules (harness/pytest_plugin/baselines.py): saved only when asked, from valid passing runs.
     "save_baseline": Option(False, "save this run's benchmark timings as the baselines (CI: main branch only); "
@@ -194,6 +194,11 @@ OPTIONS: dict[str, Option] = {
                                 "its test instead of the job", kind="count"),
     "lifecycle": Option("on-demand", "context strategy: on-demand, resident, lru:K, pinned:K, pinned:@I,J,A-B, "
                                      "prefetch:K", parse=checked(lifecycle)),
+    # The lifecycle soak gate (harness/gates/soak.py, marker soak).
+    "soak_cycles": Option(None, "soak gate: load/init/run/release cycles over the branch kinds' subgraphs (default: "
+                                "one image's, subgraphs x 13 computed Spectrum steps: 1,092 on the board)", kind="count"),
+    "soak_memory_rate": Option("16KiB", "soak gate: memory growth per cycle that fails it (descriptors and threads "
+                                        "fail on any steady growth)", kind="size"),
     "images": Option(1, "images generated together per run: every loaded context serves all their streams",
                      kind="count"),
     "board_profile_data": Option(None, "board-sim: profile data file (default boards/data/rock5c-anima.toml)",
