@@ -126,6 +126,41 @@ def test_an_npu_stack_upgrade_on_the_simulated_board_gets_a_verdict_not_a_skip(g
     assert baseline_of(url, new) == (new, "upgrade accepted")
 
 
+def test_an_upgrade_with_no_saved_baseline_is_judged_on_every_run_until_it_is_accepted(gate, tmp_path):
+    # three sessions of the old stack, no baseline saved; then a newer NPU driver three times slower
+    old = tmp_path / "board"
+    shutil.copytree(BOARD_TREE, old)
+    for _ in range(3):
+        gate("--backend=faults", f"--telemetry-root={old}").assert_outcomes(passed=1)
+    new_stack = tmp_path / "board-new-driver"
+    shutil.copytree(BOARD_TREE, new_stack)
+    (new_stack / _DRIVER).write_text("RKNPU driver: v0.9.9\n")
+    headlines = []
+    for number in (1, 2, 3):
+        slow = gate("--backend=faults", "--fault=slow=x3", f"--telemetry-root={new_stack}")
+        slow.assert_outcomes(failed=1)
+        report = junit_case(tmp_path).find("failure").text
+        headlines.append(report)
+        assert "benchmark regression: upgrade under probation, run " in report, report
+        assert "of the accepted stack" in report and "npu_driver 0.9.8 -> 0.9.9" in report, report
+        assert "denoise step +" in report and " over the 10 % threshold" in report, report
+    runs = [int(h.split("upgrade under probation, run ")[1].split()[0]) for h in headlines]
+    assert runs[0] == 1 and runs[0] < runs[1] < runs[2], f"each run says which run of the probation it is: {runs}"
+    # the slowdown accepted on purpose: --accept-upgrade (with a threshold that lets x3 pass) moves the
+    # board's accepted stack to the new one, and the next run is judged against its history
+    accept = gate("--backend=faults", "--fault=slow=x3", f"--telemetry-root={new_stack}", "--accept-upgrade",
+                  "--baseline-threshold=900%")
+    accept.assert_outcomes(passed=1)
+    accept.stdout.fnmatch_lines(["*upgrade under probation, run *", "*baseline upgrade accepted: run *"])
+    after = gate("--backend=faults", "--fault=slow=x3", f"--telemetry-root={new_stack}", "--baseline-threshold=900%")
+    after.stdout.fnmatch_lines(["*: history against the baseline of board *(upgrade accepted, run *"])
+    kinds = [c.get("value") for c in junit_case(tmp_path).iter("property") if c.get("name") == "baseline"]
+    assert kinds == ["history"], kinds
+    for line in [*headlines, *accept.outlines, *after.outlines]:
+        if "probation" in line or ": history against" in line:
+            print(line)
+
+
 def test_regression_fails_the_benchmark_test_in_junit_and_keeps_the_baseline(gate, tmp_path):
     gate("--backend=faults", "--save-baseline").assert_outcomes(passed=1)
     (base,) = stored(tmp_path)
