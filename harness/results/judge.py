@@ -182,7 +182,27 @@ class Judgement:
             what += " (" + "; ".join(self.differences) + ")"
         worst = self.regressions or self.verdicts[:1]
         return what + "".join(": " + v.line() for v in worst[:1]) + "".join("; " + v.line() for v in worst[1:]) \
-            + self._branches_of_npu(worst) + self._confirmed()
+            + self._branches_of_npu(worst) + self._over_but_not_failed() + self._confirmed()
+
+    @property
+    def moved(self) -> Verdict | None:
+        """The figure whose verdict fails while the step's does not (the first such), else None: what
+        a one-line summary of the run must name besides, or instead of, the step."""
+        if any(v.label == STEP for v in self.regressions):
+            return None
+        return next(iter(self.regressions), None)
+
+    def _over_but_not_failed(self) -> str:
+        """'; ffn core +12.0 % over the 10 % threshold, ...': the figures over the fixed rule's threshold
+        when the step is not (the fixed rule fails a run on the step alone), so they are in the
+        headline rather than in a sub-line only."""
+        if self.regressions:
+            return ""
+        over = sorted((v for v in self.verdicts if v.kind == "fixed" and v.label != STEP
+                       and v.shift_pct > v.threshold_pct), key=lambda v: -v.shift_pct)
+        return "".join(f"; {v.label} {v.shift_pct:+.1f} % over the {v.threshold_pct:g} % threshold, not failed: "
+                       "the fixed rule fails a run on its step alone" for v in over[:1]) + \
+            "".join(f"; {v.label} {v.shift_pct:+.1f} %" for v in over[1:])
 
     def _confirmed(self) -> str:
         """'; confirmed by a second run: ...' or '; not confirmed by a second run (...): ...'."""
@@ -201,7 +221,8 @@ class Judgement:
         """A regression of the whole NPU names each branch's own shift and interval."""
         if not any(v.label == NPU_CORE and v.regression for v in shown):
             return ""
-        branches = [v for v in self.verdicts if v.label.endswith(" core") and v.label != NPU_CORE and v not in shown]
+        branches = sorted((v for v in self.verdicts if v.label.endswith(" core") and v.label != NPU_CORE
+                           and v not in shown), key=lambda v: -v.shift_pct)     # the branch that moved first
         return "".join(f"; {v.shift()}" for v in branches)
 
     def lines(self) -> list[str]:

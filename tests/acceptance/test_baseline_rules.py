@@ -61,11 +61,11 @@ def baseline_of(where, run):
         return store.baseline(run.board_id, run.key.experiment)
 
 
-def upgraded(tmp_path):
+def upgraded(tmp_path, driver: str = "0.9.9"):
     """A copy of the board tree with a newer NPU driver and runtime."""
-    tree = tmp_path / "board-upgraded"
+    tree = tmp_path / f"board-upgraded-{driver}"
     shutil.copytree(BOARD_TREE, tree)
-    (tree / _DRIVER).write_text("RKNPU driver: v0.9.9\n")
+    (tree / _DRIVER).write_text(f"RKNPU driver: v{driver}\n")
     lib = tree / _RUNTIME
     lib.write_bytes(lib.read_bytes().replace(b"librknnrt version: 2.3.2", b"librknnrt version: 2.5.0"))
     return tree
@@ -112,14 +112,17 @@ def test_an_npu_stack_upgrade_on_the_simulated_board_gets_a_verdict_not_a_skip(g
                 store=url)
     slow.assert_outcomes(failed=1)
     message = junit_case(tmp_path).find("failure").get("message")
-    assert "benchmark regression: upgrade comparison against 1 valid run(s) of the previous stack" in message
+    assert "benchmark regression: upgrade under probation, run 1 of the new stack, against 1 valid run(s) of the " \
+           "accepted stack" in message
     assert "npu_driver 0.9.8 -> 0.9.9; runtime_lib 2.3.2 -> 2.5.0" in message
     assert "self_attn core +" in message and "ffn core +" in message and " % threshold" in message
-    # the new stack as fast as the old: a passing upgrade verdict, and --accept-upgrade makes it the baseline
-    result = gate("--backend=board-sim", "--baseline-threshold=60%", f"--telemetry-root={new_stack}",
+    # another new stack as fast as the old (that one's slow runs would be its group): a passing upgrade
+    # verdict, and --accept-upgrade makes it the baseline
+    result = gate("--backend=board-sim", "--baseline-threshold=60%", f"--telemetry-root={upgraded(tmp_path, '0.9.10')}",
                   "--accept-upgrade", store=url)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*upgrade comparison against 1 valid run(s) of the previous stack*"])
+    result.stdout.fnmatch_lines(["*upgrade under probation, run 1 of the new stack, against 1 valid run(s) of the "
+                                 "accepted stack*"])
     old, *slower, new = stored(url)
     assert [r.run_id.endswith("-confirm") for r in slower] == [False, True], "the slow run and the run confirming it"
     assert old.key.experiment == new.key.experiment and old.key.digest != new.key.digest
