@@ -118,17 +118,15 @@ def _load_goldens(store, cases) -> dict:
 
 
 def image_rows(bundle, conversions: dict[str, Path], cases, backend: str = "rknn-sim",
-               golden_dir: Path | None = None, goldens: dict | None = None) -> list[dict]:
+               golden_dir: Path | None = None) -> list[dict]:
     """Each conversion's render of each golden case, judged against the golden as the quality gate
     judges it. Each case is rendered as its golden was (case_inputs: its sampler, text embeddings and
     all). A case whose golden cannot be used, or a render that fails, says why and did not run."""
     from .golden import GoldenStore
     from .cases import case_inputs, golden_dir_for
-    from .quality import compare, compare_latents
     golden_dir = Path(golden_dir) if golden_dir else golden_dir_for(bundle.cfg.name)
     kind = _golden_kind(next(iter(conversions.values())))
-    if goldens is None:
-        goldens = _load_goldens(GoldenStore(golden_dir, kind=kind), cases)
+    goldens = _load_goldens(GoldenStore(golden_dir, kind=kind), cases)
     rows = []
     for case in cases:
         row = {"case": case.name, "kind": kind, "ssim_min": case.ssim_min, "psnr_min": case.psnr_min,
@@ -136,17 +134,17 @@ def image_rows(bundle, conversions: dict[str, Path], cases, backend: str = "rknn
         golden = goldens[case.name]
         if isinstance(golden, HarnessError):
             row["golden_error"] = str(golden)
-            rows.append(row)
-            continue
-        inputs = case_inputs(case, bundle.cfg, golden_dir)
-        for version, path in conversions.items():
-            row["versions"][version] = _render(bundle, path, backend, inputs, golden, case, kind, compare,
-                                               compare_latents)
+        else:
+            inputs = case_inputs(case, bundle.cfg, golden_dir)
+            row["versions"] = {version: _render(bundle, path, backend, inputs, golden, case, kind)
+                               for version, path in conversions.items()}
         rows.append(row)
     return rows
 
 
-def _render(bundle, path, backend, inputs, golden, case, kind, compare, compare_latents) -> dict:
+def _render(bundle, path, backend, inputs, golden, case, kind) -> dict:
+    """One build's render of one case against its golden; {"error": why} when it could not run."""
+    from .quality import compare, compare_latents
     from ..runtime.run import RunRequest, run_partitioned
     try:        # one build failing on the simulator must not hide the other's result
         result = run_partitioned(RunRequest(bundle, path, backend, inputs.prompt, inputs.settings,
@@ -173,7 +171,8 @@ def _image_findings(rows: list[dict], new: str) -> tuple[list[str], list[str]]:
 
 
 def _metrics(row: dict, cell: dict) -> str:
-    parts = [f"SSIM {cell['ssim']:.6f} (min {row['ssim_min']})", f"PSNR {decibels(cell['psnr_db'])} dB (min {row['psnr_min']})"]
+    parts = [f"SSIM {cell['ssim']:.6f} (min {row['ssim_min']})",
+             f"PSNR {decibels(cell['psnr_db'])} dB (min {row['psnr_min']})"]
     if cell.get("cosine") is not None:
         parts.append(f"cosine {cell['cosine']:.7f} (min {row['cosine_min']})")
     return ", ".join(parts)
