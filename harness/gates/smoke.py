@@ -117,10 +117,11 @@ def _no_node_problem(root: Path) -> str:
     signs = rknpu_driver_signs(root)
     if signs:
         evidence, _ = signs[0]
-        nodes = sorted({n for _, n in signs if n}) or ["/dev/rknpu", "/dev/dri/renderD*"]
-        return (f"the RKNPU driver is loaded ({evidence}) but its device node {' or '.join(nodes)} is not "
-                f"visible{where}: the kernel is right; this looks like a container that was not given the "
-                f"device: pass {nodes[0]} into it ({see('container')})")
+        named = sorted({n for _, n in signs if n})
+        nodes = " or ".join(named or ["/dev/rknpu", "/dev/dri/renderD*"])
+        return (f"the RKNPU driver is loaded ({evidence}) but its device node {nodes} is not visible{where}: "
+                f"the kernel is right; this looks like a container that was not given the device: pass "
+                f"{named[0] if named else 'the node'} into it ({see('container')})")
     return (f"no NPU device node{where} and no sign of the RKNPU driver: neither /dev/rknpu nor a "
             f"/dev/dri/renderD* of the RKNPU driver ({_RKNPU_DRIVER} in /sys/class/drm/renderD*/device/uevent), "
             f"nothing in /proc/misc or /sys/bus/platform/drivers/RKNPU. Boot a vendor (BSP) kernel with the "
