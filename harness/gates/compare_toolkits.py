@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.atomic import atomic_write_json, atomic_write_text
-from ..core.errors import ConfigError, HarnessError
+from ..core.errors import ConfigError, HarnessError, ToolkitError
 from ..toolkit.precisions import recipe
-from ..toolkit.convert import convert_partition
+from ..toolkit.convert import check_out, convert_partition
 from ..toolkit.envs import toolkit_python
 from ..report.toolkit import comparison_markdown, cosine_rows, decibels
 
@@ -190,7 +190,7 @@ def _chosen_cases(golden_dir: Path, case_names: list[str] | None):
     return cases
 
 
-def _check_input(old: str, new: str, samples: int) -> None:
+def _check_input(old: str, new: str, samples: int, out: Path) -> None:
     """Bad input, before any work: one line each (exit 2)."""
     if old == new:
         raise ConfigError(f"compare-toolkits: OLD and NEW are both {old}")
@@ -198,6 +198,7 @@ def _check_input(old: str, new: str, samples: int) -> None:
         raise ConfigError("compare-toolkits: --sim-samples must be at least 1 (the cosine needs it)")
     for version in (old, new):      # one line each, before any work, when an environment is absent
         toolkit_python(version)
+        check_out(out / version)    # --out/VERSION: new, empty or a previous conversion
 
 
 def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolkits",
@@ -209,12 +210,12 @@ def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolki
     from ..model.config import EMBEDDED_DIR
     from ..model.bundle import load_bundle
     from .cases import golden_dir_for
-    _check_input(old, new, samples)
+    out = Path(out)
+    _check_input(old, new, samples, out)
     bundle = load_bundle(model_dir or EMBEDDED_DIR)
     golden_dir = Path(golden_dir) if golden_dir else golden_dir_for(bundle.cfg.name)
     cases = _chosen_cases(golden_dir, case_names) if images else []
     partition = Path(partition) if partition else _default_partition(bundle)
-    out = Path(out)
     cosine_min = float(recipe("fp16").get("cosine_min", 0.9999))
     comparison = Comparison(old, new, {"target": target, "precision": "fp16", "partition": str(partition),
                                        "model": bundle.cfg.name, "golden_dir": str(golden_dir),
@@ -224,7 +225,7 @@ def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolki
     for version in (old, new):
         try:
             results[version] = _convert(version, partition, out, target, samples, quiet)
-        except HarnessError as exc:     # a toolkit that cannot convert the model: NEW fails, OLD did not run
+        except ToolkitError as exc:     # a toolkit that cannot convert the model: NEW fails, OLD did not run
             results[version] = None
             (comparison.failures if version == new else comparison.not_run).append(
                 f"conversion with {version}: {exc}")

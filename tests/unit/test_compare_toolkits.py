@@ -100,16 +100,22 @@ def test_a_part_that_did_not_run_is_never_a_pass():
 @pytest.mark.toolkit
 def test_bad_input_is_one_line_and_writes_nothing(block0, tmp_path):
     _toolkits()
-    for args, message in [
-        (("--cases", "seven,eight"), "error: --cases: unknown case(s) eight in "),
-        (("--golden-dir", tmp_path / "nowhere"), f"error: {tmp_path / 'nowhere' / 'cases.toml'}: no such golden cases file"),
+    busy = tmp_path / "busy"
+    (busy / "2.5.0").mkdir(parents=True)
+    (busy / "2.5.0" / "notes.txt").write_text("not a conversion")
+    for out, args, message in [
+        (tmp_path / "cmp", ("--cases", "seven,eight"), "error: --cases: unknown case(s) eight in "),
+        (tmp_path / "cmp", ("--golden-dir", tmp_path / "nowhere"),
+         f"error: {tmp_path / 'nowhere' / 'cases.toml'}: no such golden cases file"),
+        (tmp_path / "cmp", ("--sim-samples", "0"), "error: compare-toolkits: --sim-samples must be at least 1"),
+        (busy, (), f"error: --out {busy / '2.5.0'} exists and is not a converted partition"),
     ]:
-        done = _harness("compare-toolkits", "2.3.2", "2.5.0", "--partition", block0, "--out", tmp_path / "cmp",
-                        *args, cwd=tmp_path)
+        done = _harness("compare-toolkits", "2.3.2", "2.5.0", "--partition", block0, "--out", out, *args,
+                        cwd=tmp_path)
         assert done.returncode == 2, done.stdout + done.stderr
         [line] = done.stderr.strip().splitlines()
         assert line.startswith(message), line
-        assert not (tmp_path / "cmp").exists()
+        assert not (tmp_path / "cmp").exists() and sorted(p.name for p in busy.iterdir()) == ["2.5.0"]
 
 
 def _golden_dir(root: Path, fp32: Path) -> Path:
