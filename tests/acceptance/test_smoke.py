@@ -50,8 +50,13 @@ def test_2_runtime_and_driver_versions(suite, gate_runner):
     from harness.backends import create_context
     manifest, entry, path = _first_entry(gate_runner)
     ctx = create_context("rknnlite", entry.label, **suite.backend_options)
+
+    def versions_of_a_loaded_context():
+        ctx.load(path)
+        ctx.init()
+        return ctx.sdk_versions()
     try:
-        versions = _or_fail(lambda: (ctx.load(path), ctx.init(), ctx.sdk_versions())[-1])
+        versions = _or_fail(versions_of_a_loaded_context)
     finally:
         ctx.release()
     converted_with = (manifest.conversion or {}).get("toolkit_version")
