@@ -76,8 +76,10 @@ class GateRunner:
             return cached_conversion(self.bundle, self.s.cache_dir, self.s.precision, self.s.calibration,
                                      granularity=self.s.granularity)
         if self.s.backend == "rknnlite":
+            from .smoke import see
             raise ConfigError("--partition (or the board profile's `partition`) must name the converted "
-                              ".rknn subgraphs when the backend is rknnlite")
+                              ".rknn subgraphs when the backend is rknnlite: convert them on the PC and copy "
+                              f"them to the board ({see('partition')})")
         from ..runtime.partitions import exported_partition
         return exported_partition(self.bundle, self.s.precision, self.s.fake_quant,
                                   root=self.s.cache_dir / "partitions", granularity=self.s.granularity)

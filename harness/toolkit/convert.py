@@ -30,7 +30,7 @@ from .envs import default_version, toolkit_python
 from .layers import check_no_cpu_ops, cpu_fallbacks, parse_layer_table, register_overflow
 from .process import run_worker
 
-__all__ = ["PRECISIONS", "DEFAULT_TARGET", "BUILD_LOG", "ConvertResult", "convert_partition",
+__all__ = ["PRECISIONS", "DEFAULT_TARGET", "BUILD_LOG", "ConvertResult", "convert_partition", "check_out",
            "sample_inputs"]
 
 PRECISIONS = precisions()
@@ -70,7 +70,7 @@ def _source(partition) -> Manifest:
     return manifest
 
 
-def _check_out(out: Path) -> None:
+def check_out(out: Path) -> None:
     """--out may be new, empty, or a previous conversion (replaced as a whole); nothing else."""
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not _is_conversion(out))):
         raise ConfigError(f"--out {out} exists and is not a converted partition: choose another "
@@ -190,7 +190,7 @@ def convert_partition(partition, out, version: str | None = None, precision: str
     if calibration is None and spec.get("calibration"):
         calibration = spec["calibration"]
     out = Path(out)
-    _check_out(out)
+    check_out(out)
     source = _source(partition)
     if precision != "fp16" and source.granularity != "branch":
         # INT8 is chosen per branch subgraph (the FFNs); a fused subgraph would silently stay FP16

@@ -30,7 +30,7 @@ def test_compare_toolkits_renders_the_spectrum_case_with_its_sampler(tmp_path):
     partition = tmp_path / "fp16"
     export_partition(bundle.weights, bundle.cfg, partition, dtype="float16")
     rows = image_rows(bundle, {"fp16": partition}, [case], backend="onnxruntime")
-    assert rows[0]["fp16"] >= case.ssim_min, rows
+    assert rows[0]["versions"]["fp16"]["ssim"] >= case.ssim_min, rows
 
 
 @pytest.fixture(scope="module")
