@@ -17,10 +17,10 @@ def add_command(sub) -> None:
     gen = sub.add_parser("generate", help="render a prompt to a PNG (default: the embedded model)")
     add_options(gen, "model_dir")
     gen.add_argument("--prompt", help="text prompt (default: the model's default prompt)")
-    gen.add_argument("--text-emb", "--context", dest="text_emb", type=Path, metavar="COND.npy",
+    gen.add_argument("--text-emb", dest="text_emb", type=Path, metavar="COND.npy",
                      help="text embedding [text_emb_tokens, text_emb_dim] instead of --prompt (a model "
                           "without a prompt encoder here, e.g. Anima's Qwen3 + adapter output)")
-    gen.add_argument("--uncond-text-emb", "--uncond-context", dest="uncond_text_emb", type=Path,
+    gen.add_argument("--uncond-text-emb", dest="uncond_text_emb", type=Path,
                      metavar="UNCOND.npy", help="text embedding of the empty prompt, for CFG != 1")
     add_options(gen, "seed", "steps", "cfg_scale", "backend", "precision", "partition", "lifecycle", "images",
                 "core_mask", "board_profile_data", "time_scale", "fault", "calibration", "cache_dir",

@@ -141,7 +141,7 @@ OPTIONS: dict[str, Option] = {
                         kind="path"),
     "precision": Option("float16", "precision of an exported partition: float16 (the board's) or float32; "
                                    "with rknn-sim: float16 or w8a8-ffn (the conversion's)",
-                        choices=PRECISIONS, aliases=("--dtype",)),
+                        choices=PRECISIONS),
     "calibration": Option(None, "rknn-sim w8a8-ffn: calibration directory (default: captured on first use)",
                           kind="path"),
     "granularity": Option("branch", "subgraph size: branch (3 per block, the board's 84), block (one per block, "

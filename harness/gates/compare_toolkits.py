@@ -138,9 +138,9 @@ def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolki
         ssim, image_note = None, f"image part failed: {exc}"
     else:
         image_note = None
-    cosine_min = float(recipe("fp16").get("cosine_min", 0.9999))
+    cosine_min = float(recipe("float16").get("cosine_min", 0.9999))
     reasons = _verdict(results[new], rows[new], ssim, cosine_min)
-    lines = [f"## rknn-toolkit2 {old} -> {new} ({target}, fp16, partition {partition})", "",
+    lines = [f"## rknn-toolkit2 {old} -> {new} ({target}, float16, partition {partition})", "",
              f"Simulator vs onnxruntime FP32 on {samples} random unit-scale input set(s) per subgraph; "
              f"conversion wall time {results[old].seconds:.0f} s ({old}) and {results[new].seconds:.0f} s "
              f"({new}).", "", table, "", "### Image SSIM against the golden (rknn-sim)", ""]

@@ -38,7 +38,6 @@ __all__ = ["relative_to_repo", "GoldenStore", "GoldenError", "GoldenMissing", "G
 
 UPDATE_COMMAND = "pytest -m quality --update-goldens"
 REFERENCE_PRECISIONS = ("float16", "float32")
-_PRECISION_ALIASES = {"fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
 KINDS = ("image", "latent")     # what a golden holds: a decoded image, or the final latent (no decoder)
 
 

@@ -82,7 +82,7 @@ def inputs_from_profile(path: str | Path | None = None, budget_mib: float | None
         probe=probe, budget_mib=budget,
         notes=[f"per image: {passes} computed steps ([spectrum_28]); prefetch timings per branch from "
                "[lifecycle_per_model] split like [lifecycle_pass] (an assumption, [sim] stage_split), "
-               "inference from [denoise_20_steps.fp16]"])
+               "inference from [denoise_20_steps.float16]"])
 
 
 def inputs_from_report(path: str | Path, context_mib: float | None, budget_mib: float | None) -> PlanInputs:

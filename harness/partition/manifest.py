@@ -58,7 +58,7 @@ def partition_precision(directory) -> str:
     """The partition's precision as goldens and result keys name it: float16, or e.g. float16+w8a8-ffn."""
     manifest = load_manifest(directory)
     if manifest.conversion:      # a converted partition: what the toolkit built
-        return {"fp16": "float16"}.get(manifest.conversion["precision"], manifest.conversion["precision"])
+        return manifest.conversion["precision"]
     quant = manifest.export.get("fake_quant")
     return manifest.export.get("dtype", "unknown") + (f"+{quant}" if quant else "")
 

@@ -15,9 +15,7 @@ from pathlib import Path
 from ..core.errors import ConfigError
 from ..partition.manifest import manifest_path
 
-__all__ = ["cached_conversion", "cached_calibration", "cached_fp32_export", "TOOLKIT_PRECISIONS"]
-
-TOOLKIT_PRECISIONS = {"float16": "fp16", "fp16": "fp16", "w8a8-ffn": "w8a8-ffn"}
+__all__ = ["cached_conversion", "cached_calibration", "cached_fp32_export"]
 
 
 def cached_fp32_export(bundle, cache_dir: Path, granularity: str = "branch") -> Path:
@@ -43,13 +41,13 @@ def cached_conversion(bundle, cache_dir: Path, precision: str, calibration: Path
     """A converted partition of these weights for the rknn-sim backend, converted on first use."""
     from ..toolkit.convert import convert_partition
     from ..toolkit.envs import default_version, toolkit_python
-    if precision not in TOOLKIT_PRECISIONS:
-        raise ConfigError(f"--precision {precision}: the toolkit builds float16 (fp16) or w8a8-ffn")
-    precision = TOOLKIT_PRECISIONS[precision]
+    from ..toolkit.precisions import precisions
+    if precision not in precisions():
+        raise ConfigError(f"--precision {precision}: the toolkit builds {' or '.join(precisions())}")
     version = version or default_version()
     toolkit_python(version)              # absent environment: one line naming bin/toolkit-env
     source = cached_fp32_export(bundle, cache_dir, granularity)
-    if precision != "fp16" and calibration is None:
+    if precision != "float16" and calibration is None:
         calibration = cached_calibration(bundle, cache_dir, source)
     name = f"{source.name}-rknn-{version}-{precision}"
     if calibration is not None:     # another calibration set is another conversion

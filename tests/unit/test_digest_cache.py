@@ -33,7 +33,7 @@ def cfg():
 @pytest.fixture
 def ckpt(cfg, tmp_path):
     path = tmp_path / "model.safetensors"
-    write_random_checkpoint(cfg, path, "fp32", seed=1)
+    write_random_checkpoint(cfg, path, "float32", seed=1)
     return path
 
 
@@ -83,7 +83,7 @@ def test_file_changed_in_place_is_rehashed(cache, cfg, ckpt):
 def test_replaced_file_with_same_size_and_mtime_is_rehashed(cache, cfg, ckpt, tmp_path):
     before = Checkpoint(ckpt, cfg).digest()
     other = tmp_path / "other.safetensors"
-    write_random_checkpoint(cfg, other, "fp32", seed=2)        # same shapes, other values
+    write_random_checkpoint(cfg, other, "float32", seed=2)        # same shapes, other values
     stat = os.stat(ckpt)
     assert os.stat(other).st_size == stat.st_size
     os.utime(other, ns=(stat.st_atime_ns, stat.st_mtime_ns))

@@ -28,7 +28,7 @@ def test_data_range_comes_from_the_golden():
         compare_latents(golden[:, :8, :8], golden)
 
 
-def test_fp32_latent_passes_the_fp16_golden_with_margin(tmp_path):
+def test_fp32_latent_passes_the_float16_golden_with_margin(tmp_path):
     bundle = load_bundle(MODEL_DIR)
     case = load_cases(GOLDEN_DIR / "cases.toml")[0]
     golden, meta = GoldenStore(GOLDEN_DIR, kind="latent").load(case)

@@ -230,7 +230,7 @@ def test_cli_export_from_model_dir(tmp_path, exported):
     shutil.copy(EMBEDDED_DIR / "model.toml", model_dir / "model.toml")
     save_weights(random_weights(cfg), model_dir / cfg.files["weights"])
     out = tmp_path / "out"
-    assert run_cli(["export", "--model-dir", str(model_dir), "--out", str(out), "--dtype", "float16",
+    assert run_cli(["export", "--model-dir", str(model_dir), "--out", str(out), "--precision", "float16",
                     "--streams", "1", "--blocks", "2-3", "--quiet"]) == 0
     manifest = load_manifest(out)
     manifest.verify()
