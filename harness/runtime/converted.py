@@ -13,13 +13,12 @@ import sys
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..partition.manifest import manifest_path
+from .partitions import exported_partition, is_current
 
 __all__ = ["cached_conversion", "cached_calibration", "cached_fp32_export"]
 
 
 def cached_fp32_export(bundle, cache_dir: Path, granularity: str = "branch") -> Path:
-    from .partitions import exported_partition
     return exported_partition(bundle, "float32", root=Path(cache_dir) / "partitions", granularity=granularity)
 
 
@@ -57,7 +56,7 @@ def cached_conversion(bundle, cache_dir: Path, precision: str, calibration: Path
         load_calibration(calibration, load_manifest(source))
         name += "-cal-" + hashlib.sha256((Path(calibration) / "calibration.json").read_bytes()).hexdigest()[:10]
     out = source.with_name(name)
-    if not manifest_path(out).exists():
+    if not is_current(out):
         print(f"[rknn-sim] converting {source.name} with rknn-toolkit2 {version} ({precision}) into "
               f"{out} (first use)", file=sys.stderr, flush=True)
         convert_partition(source, out, version=version, precision=precision, calibration=calibration,

@@ -1,6 +1,6 @@
 """Partition granularity: fused subgraphs (whole blocks, AdaLN modulation, AdaLN gate and residual add inside) compute the
-branch partition's image, the manifest records the granularity (format /2, /1 still read), and a
-malformed fused manifest is one error naming the subgraph."""
+branch partition's image, the manifest records the granularity, a kept fused partition with other input
+names is exported again, and a malformed fused manifest is one error naming the subgraph."""
 import json
 
 import numpy as np
@@ -11,6 +11,7 @@ from harness.core.errors import ConfigError, ManifestError
 from harness.partition.granularity import parse_granularity
 from harness.partition.manifest import FORMAT, load_manifest
 from harness.partition.onnx_export import export_partition
+from harness.runtime.partitions import exported_partition, is_current
 from harness.runtime.run import RunRequest, run_partitioned
 from harness.sampling.reference_run import sample_settings
 from tests.helpers import random_bundle
@@ -45,6 +46,19 @@ def test_bad_granularity_is_one_error_naming_the_option(text, words):
     assert words in str(err.value)
 
 
+def test_a_kept_fused_partition_with_other_input_names_is_exported_again(model, tmp_path):
+    first = exported_partition(model, "float32", root=tmp_path, granularity="blocks:4")
+    path = first / "manifest.json"
+    data = json.loads(path.read_text())
+    for spec in data["subgraphs"][0]["inputs"]:       # the names a fused export once wrote
+        spec["name"] = spec["name"].replace("adaln_gate", "gate")
+    path.write_text(json.dumps(data))
+    assert not is_current(first)
+    assert exported_partition(model, "float32", root=tmp_path, granularity="blocks:4") == first
+    assert "b0_self_attn_adaln_gate" in [s.name for s in load_manifest(first).subgraphs[0].inputs]
+    assert is_current(first)
+
+
 def test_fused_partitions_hold_whole_blocks_and_record_their_granularity(model, partitions):
     blocks = model.cfg.blocks
     for text, count in (("branch", 3 * blocks), ("block", blocks), ("blocks:4", -(-blocks // 4))):
@@ -55,7 +69,7 @@ def test_fused_partitions_hold_whole_blocks_and_record_their_granularity(model, 
     fused = load_manifest(partitions["blocks:4"]).subgraphs[1]
     assert fused.blocks == [4, 5, 6, 7] and fused.label == "subgraph 1 (blocks 4-7)"
     names = [s.name for s in fused.inputs]
-    assert names[:2] == ["x", "text_emb"] and "b7_ffn_gate" in names and len(names) == 2 + 4 * 9
+    assert names[:2] == ["x", "text_emb"] and "b7_ffn_adaln_gate" in names and len(names) == 2 + 4 * 9
 
 
 def test_fused_partitions_compute_the_branch_partitions_latent(model, partitions):
