@@ -156,7 +156,6 @@ _SESSIONS: dict[tuple, tuple] = {}
 
 class BoardSimContext(OnnxRuntimeContext):
     backend_name = "board-sim"
-    option_names = ("board_profile_data", "time_scale", "core_mask")
     exclusive_options = ("board_profile_data", "time_scale")
 
     @classmethod

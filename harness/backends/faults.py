@@ -84,7 +84,6 @@ def _wait_until(deadline: float) -> None:
 
 class FaultInjectionContext(OnnxRuntimeContext):
     backend_name = "faults"
-    option_names = ("fault",)
     exclusive_options = ("fault",)
 
     @classmethod

@@ -219,7 +219,6 @@ def _identity(quant: dict | None) -> dict | None:
 class RknnSimContext(Context):
     backend_name = "rknn-sim"
     # --calibration picks the set a w8a8-ffn conversion is made from (harness/runtime/converted.py).
-    option_names = ("calibration",)
     exclusive_options = ("calibration",)
 
     @classmethod

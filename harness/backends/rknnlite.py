@@ -87,7 +87,6 @@ def parse_sdk_version(text: str | None) -> dict:
 
 class RknnLiteContext(Context):
     backend_name = "rknnlite"
-    option_names = ("core_mask",)
 
     @classmethod
     def parse_options(cls, values: dict, cfg) -> dict:

@@ -13,7 +13,7 @@ from ..core.errors import ConfigError, HarnessError
 from ..model.config import EMBEDDED_DIR
 
 __all__ = ["ranged", "checked", "size", "core_mask", "granularity", "lifecycle", "positive_int", "cfg_scale", "seed",
-           "BACKEND_CHOICES", "add_board_sim_options", "board_sim_options", "default_partition", "Option",
+           "BACKEND_CHOICES", "board_sim_options", "default_partition", "Option",
            "OPTIONS", "SUITE_OPTIONS", "PRECISIONS", "add_options", "check_precision", "resolve_backend",
            "options_table", "flag_of"]
 
@@ -65,11 +65,6 @@ def granularity(text: str) -> str:
 def lifecycle(text: str) -> str:
     from ..lifecycle import parse_lifecycle
     return str(parse_lifecycle(text))
-
-
-def add_board_sim_options(parser) -> None:
-    """--board-profile-data / --time-scale: the simulated board's own options."""
-    add_options(parser, "board_profile_data", "time_scale")
 
 
 def board_sim_options(args) -> dict:

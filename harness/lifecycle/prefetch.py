@@ -233,9 +233,6 @@ class Prefetch:
         return {"strategy": self.name, **self.counters.as_dict(), "final_release_s": self.final_release_s,
                 "workers": self.k, "waited_s_by_branch": dict(self.waited_by_branch)}
 
-    def worker_pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers]
-
     # -- scheduling ---------------------------------------------------------------------------
     def _next_after(self, entry, step: int):
         """The subgraph the fixed order asks for after `entry` (wrapping into the next step)."""

@@ -67,9 +67,6 @@ class TensorSource:
     def keys(self) -> list[str]:
         raise NotImplementedError
 
-    def host_tensors(self) -> dict[str, np.ndarray]:
-        return self.read([k for k in self.keys() if is_host_key(k)])
-
     def block_tensors(self, block: int) -> dict[str, np.ndarray]:
         prefix = f"blocks.{block}."
         return self.read([k for k in self.keys() if k.startswith(prefix)])
