@@ -168,6 +168,7 @@ def phase_step(work: Path, partition: Path, out: Path, lifecycle: str = "on-dema
     from harness.memory.guard import MemoryGuard, read_memory, read_system_memory
     from harness.model.bundle import load_bundle
     from harness.runtime.run import RunRequest, run_partitioned
+    from harness.sampling.settings import SampleSettings
 
     bundle = load_bundle(work / "model")
     loaded = read_memory().pss
@@ -205,7 +206,7 @@ def phase_step(work: Path, partition: Path, out: Path, lifecycle: str = "on-dema
             if (len(between) - 1) % every == 0:
                 probe.sample()
 
-    settings = {"steps": 1, "cfg_scale": 4.0, "shift": 3.0, "seed": 20260812}
+    settings = SampleSettings(steps=1, cfg_scale=4.0, shift=3.0, seed=20260812)
     report_path = out.with_suffix(".report.json")
     complete = True
     # The guard as the suite and `generate` run it: PSS sampled every 0.25 s, the checks between

@@ -37,6 +37,7 @@ from harness.model.bundle import check_text_emb, load_bundle  # noqa: E402
 from harness.partition.onnx_export import export_partition  # noqa: E402
 from harness.gates.quality import compare, compare_latents  # noqa: E402
 from harness.runtime.run import run_partitioned, RunRequest  # noqa: E402
+from harness.sampling.settings import SampleSettings  # noqa: E402
 
 VARIANTS = (("float32", "float32", None), ("float16", "float16", None), ("w8a8", "float16", "w8a8-ffn"))
 PAIRS = (("float16 vs float32", "float16", "float32"), ("w8a8 vs float16", "w8a8", "float16"))
@@ -81,10 +82,8 @@ def measure(bundle, cases, golden_dir: Path) -> list[dict]:
             parts[name] = Path(tmp) / name
             export_partition(bundle.weights_source, bundle.cfg, parts[name], dtype=dtype, fake_quant=quant)
         for case in cases:
-            settings = {"steps": case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed,
-                        "sampler": case.sampler}
-            if case.spectrum is not None:
-                settings["spectrum"] = case.spectrum
+            settings = SampleSettings(steps=case.steps, cfg_scale=case.cfg, shift=case.shift, seed=case.seed,
+                                      sampler=case.sampler, spectrum=case.spectrum)
             runs = {name: run_partitioned(RunRequest(bundle, parts[name], "onnxruntime", case.prompt, settings,
                                                      text_embs=case_streams(bundle, case, golden_dir)))
                     for name, _, _ in VARIANTS}

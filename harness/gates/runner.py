@@ -155,7 +155,7 @@ class GateRunner:
         self.prepare()
         report = self._report_path(f"{case.name}{tag}") if keep else None
         inputs = case_inputs(case, self.bundle.cfg, self.s.golden_dir, steps)
-        on_step = self.progress(f"{case.name}{tag}", inputs.settings["steps"]) if self.progress else None
+        on_step = self.progress(f"{case.name}{tag}", inputs.settings.steps) if self.progress else None
         result = run_partitioned(
             RunRequest(self.bundle, self.partition, self.s.backend, inputs.prompt, inputs.settings,
                        backend_options=self.s.backend_options, verify=False,

@@ -175,12 +175,12 @@ def capture_calibration(bundle, partition, out, prompt: str, settings: dict, bra
             guard=guard, observers=[capture])
         capture.write_lists()
         from ..sampling.flow import flow_sigmas
-        sigmas = flow_sigmas(settings["steps"], settings["shift"])
+        sigmas = flow_sigmas(settings.steps, settings.shift)
         record = {
             "format": FORMAT, "model": bundle.cfg.name, "weights_sha256": bundle.digest,
             "partition": str(Path(partition).resolve()), "manifest_sha256": manifest_sha256(partition),
             "export": {k: manifest.export.get(k) for k in ("dtype", "streams", "opset")},
-            "generation": {"prompt": prompt, **settings, "backend": backend,
+            "generation": {"prompt": prompt, **settings.as_dict(), "backend": backend,
                            "denoise_seconds": result.report.get("denoise_seconds")},
             "recipe": {"branches": sorted(set(branches), key=BRANCHES.index), "steps": list(steps),
                        "sigmas": [float(sigmas[s]) for s in steps], "streams": list(streams),

@@ -31,7 +31,7 @@ def cached_calibration(bundle, cache_dir: Path, source: Path) -> Path:
         settings = sample_settings(bundle)
         print(f"[rknn-sim] capturing calibration into {out} (first use)", file=sys.stderr, flush=True)
         capture_calibration(bundle, source, out, bundle.cfg.prompt.get("default", ""), settings,
-                            ["ffn"], [0, settings["steps"] - 1], ["cond", "uncond"])
+                            ["ffn"], [0, settings.steps - 1], ["cond", "uncond"])
     return out
 
 

@@ -263,13 +263,11 @@ class SpectrumVelocity:
                 "forecasts_checked": len(self.checked)}
 
 
-def sampler_velocity(model, settings: dict, timed: Callable | None = None):
-    """(velocity callable, report summary) for the run settings' sampler."""
-    if settings.get("sampler", "flow-euler") == "spectrum":
-        params = settings["spectrum"]
-        params = params if isinstance(params, SpectrumParams) else SpectrumParams(**params)
-        velocity = SpectrumVelocity(model, settings["steps"], params, timed)
+def sampler_velocity(model, settings, timed: Callable | None = None):
+    """(velocity callable, report summary) for the run settings' sampler (a SampleSettings)."""
+    if settings.sampler == "spectrum":
+        velocity = SpectrumVelocity(model, settings.steps, SpectrumParams(**settings.spectrum), timed)
         return velocity, velocity.summary
-    steps = settings["steps"]
+    steps = settings.steps
     return model.velocity, lambda: {"name": "flow-euler", "schedule": "C" * steps,
                                     "computed_steps": list(range(steps)), "forecast_steps": []}

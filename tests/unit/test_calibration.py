@@ -28,10 +28,10 @@ def ffn_capture(embedded_fp32, tmp_path_factory):
 
 def _reference_branch_inputs(bundle, prompt, settings, block):
     """Block `block`'s branch inputs at step 0 from the monolithic reference: [S, N, D] per branch."""
-    text_embs = stream_text_embs(bundle, [prompt], settings["cfg_scale"])
+    text_embs = stream_text_embs(bundle, [prompt], settings.cfg_scale)
     ctx = np.concatenate([text_embs["cond"], text_embs["uncond"]])
     w, cfg = bundle.all_weights(), bundle.cfg
-    latent = initial_noise((1, *bundle.latent_shape), settings["seed"])
+    latent = initial_noise((1, *bundle.latent_shape), settings.seed)
     emb, lora = R.time_embedding(w, cfg, np.array([1.0, 1.0], np.float32))
     mods = R.modulations(w, cfg, emb, lora)
     rope = R.make_rope(cfg)

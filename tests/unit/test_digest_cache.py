@@ -15,6 +15,7 @@ from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
 from harness.runtime.run import RunRequest, run_partitioned
 from harness.model.weights import weights_digest
+from harness.sampling.settings import SampleSettings
 from tools.make_checkpoint import write_random_checkpoint
 
 
@@ -110,7 +111,7 @@ def test_run_report_says_how_the_digest_was_had(cache, tmp_path):
     partition = tmp_path / "partition"
     first = load_bundle(model)
     export_partition(first.weights_source, first.cfg, partition, dtype="float32")
-    settings = {"steps": 1, "cfg_scale": 4.0, "shift": 3.0, "seed": 1}
+    settings = SampleSettings(steps=1, cfg_scale=4.0, shift=3.0, seed=1)
     reports = []
     for n in range(2):
         bundle = load_bundle(model)

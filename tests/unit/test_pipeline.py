@@ -11,6 +11,7 @@ from harness.cli.main import main
 from harness.sampling.reference_run import sample_reference, sample_settings
 from harness.partition.onnx_export import export_partition
 from harness.runtime.run import run_partitioned, RunRequest
+from harness.sampling.settings import SampleSettings
 from tests.helpers import export_fp32, random_bundle
 
 STEPS = 3
@@ -34,7 +35,7 @@ def fp32_run(model, partition):
 
 def test_partitioned_fp32_matches_monolithic_reference(model, fp32_run):
     s = sample_settings(model, steps=STEPS)
-    ref = sample_reference(model, ["the number 3"], [s["seed"]], STEPS, s["cfg_scale"], s["shift"])
+    ref = sample_reference(model, ["the number 3"], [s.seed], STEPS, s.cfg_scale, s.shift)
     assert np.abs(fp32_run.latent - ref).max() <= 1e-4
 
 
@@ -212,7 +213,7 @@ def test_anima_shaped_partition_without_decoder_or_prompt_encoder(tmp_path):
     assert manifest.decoder is None
     io = np.load(DATA / "tiny_io.npz")
     text_embs = {"cond": io["text_emb"], "uncond": np.zeros_like(io["text_emb"])}
-    settings = {"steps": 3, "cfg_scale": 4.0, "shift": 3.0, "seed": 7}
+    settings = SampleSettings(steps=3, cfg_scale=4.0, shift=3.0, seed=7)
     run = run_partitioned(RunRequest(bundle, tmp_path / "p", "onnxruntime", "", settings, text_embs=text_embs))
     assert run.image is None and run.report["status"] == "ok"
 
