@@ -6,8 +6,6 @@ from pathlib import Path
 from ..core.errors import ConfigError
 from ..runtime.capture import PRESETS, RECORD_FILE, capture_calibration, parse_branches, parse_steps, parse_streams
 
-__all__ = ["add_command"]
-
 def add_command(subparsers):
     """Register `capture-calibration` on the CLI's subparsers."""
     from ..model.config import EMBEDDED_DIR

@@ -10,8 +10,6 @@ from pathlib import Path
 from ..core.errors import ConfigError, HarnessError, RunStopped
 from .options import BACKEND_CHOICES, add_options, check_precision, default_partition, ranged, resolve_backend
 
-__all__ = ["add_command"]
-
 
 def add_command(sub) -> None:
     gen = sub.add_parser("generate", help="render a prompt to a PNG (default: the embedded model)")

@@ -7,8 +7,6 @@ from pathlib import Path
 from ..core.errors import ConfigError
 from ..gates.precision_search import say, board_saving, chosen, render, search
 
-__all__ = ["add_command"]
-
 
 def add_command(subparsers):
     from ..model.config import EMBEDDED_DIR
