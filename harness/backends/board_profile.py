@@ -16,7 +16,7 @@ import numpy as np
 from ..model.config import REPO_ROOT
 from ..core.errors import ConfigError
 
-__all__ = ["BoardProfile", "load_board_profile", "DEFAULT_BOARD_DATA", "BRANCH_ORDER", "Fits", "fits"]
+__all__ = ["load_board_profile", "DEFAULT_BOARD_DATA", "BRANCH_ORDER", "fits"]
 
 DEFAULT_BOARD_DATA = REPO_ROOT / "boards" / "data" / "rock5c-anima.toml"
 BRANCH_ORDER = ("self_attn", "cross_attn", "ffn")

@@ -12,10 +12,9 @@ from typing import Any, Callable
 from ..core.errors import ConfigError, HarnessError
 from ..model.config import EMBEDDED_DIR
 
-__all__ = ["ranged", "checked", "size", "core_mask", "granularity", "lifecycle", "positive_int", "cfg_scale", "seed",
-           "BACKEND_CHOICES", "board_sim_options", "default_partition", "Option",
-           "OPTIONS", "SUITE_OPTIONS", "PRECISIONS", "add_options", "check_precision", "resolve_backend",
-           "options_table", "flag_of"]
+__all__ = ["ranged", "checked", "size", "core_mask", "granularity", "lifecycle", "positive_int", "cfg_scale",
+           "seed", "BACKEND_CHOICES", "board_sim_options", "default_partition", "OPTIONS", "SUITE_OPTIONS",
+           "PRECISIONS", "add_options", "check_precision", "resolve_backend", "options_table"]
 
 
 def ranged(kind, lo, hi, what: str):
@@ -32,8 +31,6 @@ def ranged(kind, lo, hi, what: str):
                 else f"must be within {lo}..{hi}, got {value}")
         return value
     return parse
-
-
 
 
 def checked(parse):

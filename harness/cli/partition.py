@@ -12,8 +12,7 @@ from .options import add_options, check_precision
 from ..partition.manifest import default_partition_dir
 from ..runtime.partitions import export_with_progress
 
-__all__ = ["add_command", "parse_blocks", "render_inspection", "cmd_export", "cmd_inspect",
-           "cmd_inspect_checkpoint", "default_partition_dir"]
+__all__ = ["add_command", "parse_blocks", "default_partition_dir"]
 
 
 def parse_blocks(text: str, blocks: int) -> list[int]:

@@ -27,9 +27,8 @@ from ..core.errors import ConfigError, NumericsError
 from ..core.schema import read_json
 from ..runtime.pipeline import Invocation, batch_of
 
-__all__ = ["Row", "cosine", "max_rel_err", "run_streams", "ReferenceSubgraphs", "AccuracyAnalysis",
-           "worst_first", "per_subgraph", "rows_as_dicts", "analyze", "replay", "REPRO_FILE",
-           "DEFAULT_THRESHOLD"]
+__all__ = ["Row", "cosine", "max_rel_err", "ReferenceSubgraphs", "AccuracyAnalysis", "worst_first",
+           "per_subgraph", "analyze", "replay", "DEFAULT_THRESHOLD"]
 
 DEFAULT_THRESHOLD = 0.9999      # the FP16 bar of issue 7 (simulator vs onnxruntime FP32 cosine)
 REPRO_FILE = "repro.json"

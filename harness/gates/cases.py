@@ -15,8 +15,8 @@ from ..sampling.reference_run import sample_settings
 from ..sampling.settings import SampleSettings
 from ..sampling.spectrum import SAMPLERS, check_params, params_from
 
-__all__ = ["GOLDEN_DIR", "FORMAT", "GoldenCase", "golden_dir_for", "load_cases", "find_case",
-           "CaseInputs", "run_key", "case_inputs", "chosen_inputs"]
+__all__ = ["GOLDEN_DIR", "FORMAT", "GoldenCase", "golden_dir_for", "load_cases", "find_case", "run_key",
+           "case_inputs", "chosen_inputs"]
 
 
 GOLDEN_DIR = REPO_ROOT / "golden"

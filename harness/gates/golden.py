@@ -33,7 +33,8 @@ from ..core.imageio import save_png
 from ..sampling.spectrum import SAMPLERS   # sampler names live with the sampler
 from .cases import GoldenCase, _IMAGE_SETTINGS
 
-__all__ = ["relative_to_repo", "GoldenStore", "GoldenError", "GoldenMissing", "GoldenCorrupt", "GoldenStale", "GoldenRefused", "runtime_versions", "REFERENCE_PRECISIONS", "UPDATE_COMMAND", "SAMPLERS", "KINDS", "latent_preview"]
+__all__ = ["relative_to_repo", "GoldenStore", "GoldenError", "GoldenMissing", "GoldenCorrupt", "GoldenStale",
+           "GoldenRefused", "UPDATE_COMMAND", "SAMPLERS", "latent_preview"]
 
 
 UPDATE_COMMAND = "pytest -m quality --update-goldens"

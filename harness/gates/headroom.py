@@ -34,8 +34,8 @@ from ..model.config import BRANCHES
 from ..partition.manifest import FUSED_BRANCH
 from ..runtime.pipeline import Invocation, batch_of
 
-__all__ = ["FP16_MAX", "DEFAULT_MIN_HEADROOM", "PROBE_TENSORS", "probe_tensors", "Peak", "probe_model", "OnnxProbe",
-           "SimProbe", "make_probe", "HeadroomObserver", "min_headroom_of", "headroom_failures", "REPORT_KEY"]
+__all__ = ["DEFAULT_MIN_HEADROOM", "Peak", "probe_model", "OnnxProbe", "make_probe", "HeadroomObserver",
+           "min_headroom_of", "headroom_failures", "REPORT_KEY"]
 
 FP16_MAX = float(np.finfo(np.float16).max)      # 65504
 # 8x is three binades: a board run whose activations are several times larger than here (other

@@ -37,8 +37,8 @@ from ..core.errors import ConfigError, HarnessError
 from .cases import case_inputs, golden_dir_for
 from ..toolkit.precisions import ALGORITHMS, LINEARS, METHODS, PRECISION_FILE_FORMAT
 
-__all__ = ["SAVING_FILE", "Candidate", "Outcome", "board_saving", "predicted_step", "precision_text",
-           "rank_ffns", "top_candidate", "option_candidates", "search", "chosen", "render", "say"]
+__all__ = ["Candidate", "board_saving", "predicted_step", "precision_text", "rank_ffns", "top_candidate",
+           "search", "chosen", "render", "say"]
 
 SAVING_FILE = REPO_ROOT / "boards" / "data" / "int8-ffn-saving.toml"
 # The options tried on the all-INT8 build: the board's (normal, per-channel), the toolkit's

@@ -27,7 +27,7 @@ from ..partition.manifest import (default_partition_dir, load_manifest, manifest
 from .quality import QualityResult, compare, compare_latents, diff_figure
 from ..runtime.run import run_partitioned, RunRequest, RunResult
 
-__all__ = ["GateRunner", "CaseRun", "derived_case", "memory_case", "quality_check", "quality_line", "benchmark_info"]
+__all__ = ["GateRunner", "derived_case", "memory_case", "quality_check", "quality_line", "benchmark_info"]
 
 
 @dataclass

@@ -32,7 +32,7 @@ from ..core.signals import group_signals_blocked
 from .records import Counters, LifecycleRecorder
 from .worker import read_arrays, worker_main, write_arrays
 
-__all__ = ["Prefetch", "block_bytes"]
+__all__ = ["Prefetch"]
 
 _ROOT = Path(__file__).resolve().parents[2]     # the worker imports `harness` from here
 _STARTUP_TIMEOUT = 120.0        # spawning imports numpy and the runtime: slow on a loaded 2-core box

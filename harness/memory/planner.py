@@ -27,8 +27,8 @@ import numpy as np
 from ..core.errors import ConfigError
 from ..core.run_report import read_run_report
 
-__all__ = ["PlanInputs", "inputs_from_profile", "inputs_from_report", "lru_hits", "plan",
-           "prefetch_wait", "memory_mib", "PIN_ORDER"]
+__all__ = ["PlanInputs", "inputs_from_profile", "inputs_from_report", "lru_hits", "plan", "memory_mib",
+           "PIN_ORDER"]
 
 PIN_ORDER = ("ffn", "self_attn", "cross_attn")
 MiB = 2 ** 20

@@ -25,7 +25,7 @@ from .config import ModelConfig, load_model_dir
 from ..core.errors import ConfigError
 from .embedded import PromptEncoder, decode
 
-__all__ = ["ModelBundle", "HostWeights", "load_bundle", "check_text_emb"]
+__all__ = ["ModelBundle", "load_bundle", "check_text_emb"]
 
 
 def _streamed(key: str) -> bool:

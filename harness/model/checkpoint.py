@@ -27,7 +27,7 @@ from . import digest_cache
 from .safetensors_io import FLOAT_DTYPES, SafetensorsFile
 from .weights import combine_digests, expected_shapes, tensor_digest
 
-__all__ = ["load_weights", "Checkpoint", "TensorSource", "DictSource", "as_source", "group_of", "role_of", "is_host_key"]
+__all__ = ["load_weights", "Checkpoint", "as_source", "group_of", "is_host_key"]
 
 _NPU_MODULES = ("self_attn", "cross_attn", "mlp")
 # Top-level modules of the DiT itself: a tensor there that the profile does not expect means the

@@ -19,10 +19,9 @@ import numpy as np
 from .config import BRANCHES, ModelConfig
 from . import ops
 
-__all__ = ["Rope", "make_rope", "time_embedding", "modulations", "final_modulation", "patchify",
-           "unpatchify", "branch_input", "self_attn_body", "cross_attn_body", "ffn_body",
-           "branch_body", "residual_stream", "block_forward", "block_branches", "forward", "forward_features",
-           "final_layer", "ADALN_NAMES"]
+__all__ = ["make_rope", "time_embedding", "modulations", "patchify", "unpatchify", "branch_input",
+           "self_attn_body", "branch_body", "residual_stream", "block_forward", "block_branches", "forward",
+           "forward_features", "final_layer", "ADALN_NAMES"]
 
 # Checkpoint module name of each branch's AdaLN MLP.
 ADALN_NAMES = {"self_attn": "adaln_modulation_self_attn", "cross_attn": "adaln_modulation_cross_attn",

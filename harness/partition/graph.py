@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..core.errors import ConfigError, WeightsError
 
-__all__ = ["DTYPES", "DEFAULT_OPSET", "MAX_OPSET", "MIN_OPSET", "check_opset", "float16_missing_kernels"]
+__all__ = ["DTYPES", "DEFAULT_OPSET", "MAX_OPSET", "check_opset", "float16_missing_kernels"]
 
 
 DTYPES = {"float32": (np.float32, TensorProto.FLOAT), "float16": (np.float16, TensorProto.FLOAT16)}

@@ -33,8 +33,7 @@ from .granularity import Granularity, parse_granularity
 from .graph import DEFAULT_OPSET, DTYPES, _Graph, check_opset
 from .bodies import _BODIES, _check_fake_quant, _ffn
 
-__all__ = ["export_partition", "build_subgraph", "build_decoder", "subgraph_file", "fused_file", "planned_files",
-           "DECODER_FILE"]
+__all__ = ["export_partition", "build_subgraph", "build_decoder", "subgraph_file", "planned_files"]
 
 DECODER_FILE = "decoder.onnx"
 

@@ -15,7 +15,7 @@ from ..core.errors import ConfigError, HarnessError
 from ..core.schema import read_toml
 from ..cli.options import SUITE_OPTIONS, check_precision, resolve_backend
 
-__all__ = ["SuiteSettings", "resolve_settings", "OPTIONS", "typed_value", "pytest_addoption"]
+__all__ = ["SuiteSettings", "resolve_settings", "OPTIONS"]
 
 # The suite's options are the shared declaration's (harness/cli/options.py); the commands read the same.
 OPTIONS = SUITE_OPTIONS

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["cosine", "reference_outputs", "cosine_rows", "print_convert_summary", "markdown_table"]
+__all__ = ["cosine", "cosine_rows", "print_convert_summary", "markdown_table"]
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

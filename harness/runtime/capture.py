@@ -31,8 +31,8 @@ from ..core.errors import ConfigError
 from ..core.schema import read_json
 from .pipeline import Invocation
 
-__all__ = ["FORMAT", "RECORD_FILE", "PRESETS", "strata_steps", "parse_steps", "parse_branches", "parse_streams",
-           "CalibrationCapture", "capture_calibration", "CalibrationSet", "load_calibration"]
+__all__ = ["FORMAT", "RECORD_FILE", "PRESETS", "parse_steps", "parse_branches", "parse_streams",
+           "capture_calibration", "load_calibration"]
 
 FORMAT = "anima-calibration/1"
 RECORD_FILE = "calibration.json"

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..core.errors import ConfigError
 from .partitions import exported_partition, is_current
 
-__all__ = ["cached_conversion", "cached_calibration", "cached_fp32_export"]
+__all__ = ["cached_conversion", "cached_fp32_export"]
 
 
 def cached_fp32_export(bundle, cache_dir: Path, granularity: str = "branch") -> Path:

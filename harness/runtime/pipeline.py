@@ -34,8 +34,7 @@ from ..core.imageio import as_rgb
 from ..core.timing import Timed
 from .casts import cast
 
-__all__ = ["PartitionedPipeline", "HostTimes", "Invocation", "check_finite", "check_image_finite", "batch_of",
-           "pad_batch"]
+__all__ = ["PartitionedPipeline", "Invocation", "check_finite", "check_image_finite", "batch_of"]
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,7 @@ from .settings import SampleSettings
 from ..core.errors import ConfigError
 from .spectrum import DEFAULT_PRESET, PRESETS, SpectrumParams, check_params, sampler_velocity
 
-__all__ = ["sample_settings", "stream_text_embs", "initial_latents", "sample_reference", "ReferenceModel",
-           "text_emb_streams"]
+__all__ = ["sample_settings", "stream_text_embs", "initial_latents", "sample_reference", "text_emb_streams"]
 
 
 def sample_settings(bundle: ModelBundle, steps=None, cfg_scale=None, shift=None, seed=None,

@@ -29,8 +29,8 @@ import scipy.linalg
 from ..core.errors import ConfigError, NumericsError
 
 __all__ = ["SpectrumParams", "PRESETS", "DEFAULT_PRESET", "SAMPLERS", "check_params", "schedule",
-           "schedule_text", "step_tau", "chebyshev_basis", "Forecaster", "SpectrumVelocity",
-           "HiddenStateModel", "params_from", "sampler_velocity"]
+           "schedule_text", "step_tau", "chebyshev_basis", "Forecaster", "SpectrumVelocity", "params_from",
+           "sampler_velocity"]
 
 SAMPLERS = ("flow-euler", "spectrum")
 

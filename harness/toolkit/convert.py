@@ -30,8 +30,7 @@ from .envs import default_version, toolkit_python
 from .layers import check_no_cpu_ops, cpu_fallbacks, parse_layer_table, register_overflow
 from .process import run_worker
 
-__all__ = ["PRECISIONS", "DEFAULT_TARGET", "BUILD_LOG", "ConvertResult", "convert_partition",
-           "sample_inputs"]
+__all__ = ["PRECISIONS", "DEFAULT_TARGET", "convert_partition"]
 
 PRECISIONS = precisions()
 DEFAULT_TARGET = "rk3588"
