@@ -88,24 +88,6 @@ def test_every_strategy_and_the_simulated_board_run_a_fused_partition(model, par
     assert np.array_equal(sim, _latent(model, partitions["blocks:4"]))
 
 
-def test_a_format_1_manifest_is_read_as_the_branch_partition(partitions, tmp_path):
-    import shutil
-    old = tmp_path / "old"
-    shutil.copytree(partitions["branch"], old)
-    data = json.loads((old / "manifest.json").read_text())
-    data["format"] = "anima-partition/1"
-    del data["export"]["granularity"]
-    (old / "manifest.json").write_text(json.dumps(data))
-    assert load_manifest(old).granularity == "branch"
-    fused = tmp_path / "fused"
-    shutil.copytree(partitions["block"], fused)
-    data = json.loads((fused / "manifest.json").read_text())
-    data["format"] = "anima-partition/1"
-    (fused / "manifest.json").write_text(json.dumps(data))
-    with pytest.raises(ManifestError, match="branch subgraphs only"):
-        load_manifest(fused)
-
-
 def test_a_fused_subgraph_out_of_order_is_named(partitions, tmp_path):
     import shutil
     bad = tmp_path / "bad"
