@@ -54,7 +54,7 @@ def add_command(subparsers) -> None:
     exp.add_argument("--profile", help="profile name or .toml (e.g. anima-2b) instead of --model-dir")
     exp.add_argument("--weights", type=Path, help="safetensors checkpoint for --profile")
     exp.add_argument("--out", type=Path,
-                     help="partition directory (default: out/partitions/<model>-<dtype>-<weights digest>)")
+                     help="partition directory (default: out/partitions/<model>-<precision>-<weights digest>)")
     add_options(exp, "precision", precision="float32")
     exp.add_argument("--fake-quant", choices=FAKE_QUANT, default=None,
                      help="simulate INT8 in the graph (w8a8-ffn: FFN weights and activations)")

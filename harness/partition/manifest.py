@@ -33,7 +33,7 @@ def manifest_path(directory) -> Path:
 
 def default_partition_dir(cfg: ModelConfig, digest: str, dtype: str, fake_quant: str | None = None,
                           blocks=None, granularity: str = "branch") -> Path:
-    """out/partitions/<model>-<dtype>[-<fake quant>]-<weights digest>[-blocks-...]: one directory per
+    """out/partitions/<model>-<precision>[-<fake quant>]-<weights digest>[-blocks-...]: one directory per
     distinct export, so `generate` never runs subgraphs from other weights or a partial export."""
     name = f"{cfg.name}-{dtype}" + (f"-{fake_quant}" if fake_quant else "") + f"-{digest[:12]}"
     if blocks is not None and list(blocks) != list(range(cfg.blocks)):
