@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..core.errors import ManifestError
 from ..model.config import ModelConfig
 from ..partition.manifest import default_partition_dir, load_manifest, manifest_path
 
@@ -36,11 +37,15 @@ def exported_partition(bundle, dtype: str, fake_quant: str | None = None, quiet:
 
 
 def is_current(partition: Path) -> bool:
-    """A kept partition is used only if it has the inputs this exporter names: the directory name
-    holds the weights digest, not the exporter's version, so a fused partition written before a
-    change of its input names is exported (or converted) again instead of fed the wrong inputs."""
+    """A kept partition is used only if this suite reads its manifest and it has the inputs this
+    exporter names: the directory name holds the weights digest, not the exporter's version, so a
+    partition written before a change of the manifest or of a fused subgraph's input names is
+    exported (or converted) again instead of refused or fed the wrong inputs."""
     from ..partition.fused import input_names
     if not manifest_path(partition).exists():
         return False
-    fused = [e for e in load_manifest(partition).subgraphs if e.blocks is not None]
+    try:
+        fused = [e for e in load_manifest(partition).subgraphs if e.blocks is not None]
+    except ManifestError:
+        return False
     return all([spec.name for spec in e.inputs] == input_names(e.blocks) for e in fused)

@@ -57,6 +57,10 @@ def test_a_kept_fused_partition_with_other_input_names_is_exported_again(model, 
     assert exported_partition(model, "float32", root=tmp_path, granularity="blocks:4") == first
     assert "b0_self_attn_adaln_gate" in [s.name for s in load_manifest(first).subgraphs[0].inputs]
     assert is_current(first)
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "format": "anima-partition/3"}))     # a manifest not read here
+    assert not is_current(first) and exported_partition(model, "float32", root=tmp_path, granularity="blocks:4")
+    assert load_manifest(first).format == FORMAT
 
 
 def test_fused_partitions_hold_whole_blocks_and_record_their_granularity(model, partitions):
