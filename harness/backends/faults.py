@@ -120,7 +120,6 @@ def _leak(nbytes: int, fds: float) -> None:
 
 class FaultInjectionContext(OnnxRuntimeContext):
     backend_name = "faults"
-    option_names = ("fault",)
     exclusive_options = ("fault",)
 
     @classmethod

@@ -12,10 +12,9 @@ from typing import Any, Callable
 from ..core.errors import ConfigError, HarnessError
 from ..model.config import EMBEDDED_DIR
 
-__all__ = ["ranged", "checked", "size", "core_mask", "granularity", "lifecycle", "positive_int", "cfg_scale", "seed",
-           "BACKEND_CHOICES", "add_board_sim_options", "board_sim_options", "default_partition", "Option",
-           "OPTIONS", "SUITE_OPTIONS", "PRECISIONS", "add_options", "check_precision", "resolve_backend",
-           "options_table", "flag_of"]
+__all__ = ["ranged", "checked", "size", "core_mask", "granularity", "lifecycle", "positive_int", "cfg_scale",
+           "seed", "BACKEND_CHOICES", "board_sim_options", "default_partition", "OPTIONS", "SUITE_OPTIONS",
+           "PRECISIONS", "add_options", "check_precision", "resolve_backend", "options_table"]
 
 
 def ranged(kind, lo, hi, what: str):
@@ -32,8 +31,6 @@ def ranged(kind, lo, hi, what: str):
                 else f"must be within {lo}..{hi}, got {value}")
         return value
     return parse
-
-
 
 
 def checked(parse):
@@ -65,11 +62,6 @@ def granularity(text: str) -> str:
 def lifecycle(text: str) -> str:
     from ..lifecycle import parse_lifecycle
     return str(parse_lifecycle(text))
-
-
-def add_board_sim_options(parser) -> None:
-    """--board-profile-data / --time-scale: the simulated board's own options."""
-    add_options(parser, "board_profile_data", "time_scale")
 
 
 def board_sim_options(args) -> dict:
@@ -141,7 +133,7 @@ OPTIONS: dict[str, Option] = {
                         kind="path"),
     "precision": Option("float16", "precision of an exported partition: float16 (the board's) or float32; "
                                    "with rknn-sim: float16 or w8a8-ffn (the conversion's)",
-                        choices=PRECISIONS, aliases=("--dtype",)),
+                        choices=PRECISIONS),
     "calibration": Option(None, "rknn-sim w8a8-ffn: calibration directory (default: captured on first use)",
                           kind="path"),
     "granularity": Option("branch", "subgraph size: branch (3 per block, the board's 84), block (one per block, "

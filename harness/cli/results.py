@@ -29,8 +29,7 @@ from ..results.records import Run
 from ..results.store import DEFAULT_RESULTS, ResultsStore
 from ..results.verdicts import change_points, history_verdict
 
-__all__ = ["add_command", "add_results_option", "import_into", "export_csv", "export_ab_csv", "check_lines",
-           "ab_check_lines", "board_lines", "series"]
+__all__ = ["add_command", "add_results_option", "check_lines", "series"]
 
 
 def add_results_option(parser) -> None:

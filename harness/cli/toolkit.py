@@ -13,12 +13,11 @@ _non_negative = ranged(int, 0, float("inf"), "a whole number")
 
 
 def _precision(text: str) -> str:
-    """--precision: a recipe of toolkit/precisions.toml (float16 is the toolkit's fp16) or a precision file."""
+    """--precision: a recipe of toolkit/precisions.toml or a precision file."""
     from ..core.errors import HarnessError
-    from ..runtime.converted import TOOLKIT_PRECISIONS
     from ..toolkit.precisions import recipe
     try:
-        recipe(TOOLKIT_PRECISIONS.get(text, text))
+        recipe(text)
     except HarnessError as exc:
         # argparse names the option itself: "argument --precision: 'x' is unknown ..."
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--precision ")) from None
@@ -35,7 +34,7 @@ def add_command(subparsers) -> None:
                       help="rknn-toolkit2 version (default: toolkit/versions.toml); "
                            "its environment comes from bin/toolkit-env VERSION")
     conv.add_argument("--precision", default="float16", type=_precision,
-                      help=f"float16 (the toolkit's fp16), {', '.join(p for p in precisions() if p != 'fp16')} "
+                      help=f"{', '.join(precisions())} "
                            f"(w8a8-ffn: INT8 FFN linears, calibrated), or a precision file *.toml written by "
                            f"search-precision (default: %(default)s)")
     conv.add_argument("--calibration", type=Path, help="calibration set directory (for w8a8-ffn)")
@@ -69,9 +68,7 @@ def add_command(subparsers) -> None:
 def cmd_convert(args) -> int:
     from ..toolkit.convert import convert_partition
     from ..report.toolkit import cosine_rows, print_convert_summary
-    from ..runtime.converted import TOOLKIT_PRECISIONS
-    result = convert_partition(args.partition, args.out, version=args.toolkit,
-                               precision=TOOLKIT_PRECISIONS.get(args.precision, args.precision),
+    result = convert_partition(args.partition, args.out, version=args.toolkit, precision=args.precision,
                                calibration=args.calibration, target=args.target,
                                allow_cpu_ops=args.allow_cpu_ops, samples=args.sim_samples,
                                quiet=args.quiet)

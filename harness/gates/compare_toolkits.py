@@ -216,8 +216,8 @@ def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolki
     golden_dir = Path(golden_dir) if golden_dir else golden_dir_for(bundle.cfg.name)
     cases = _chosen_cases(golden_dir, case_names) if images else []
     partition = Path(partition) if partition else _default_partition(bundle)
-    cosine_min = float(recipe("fp16").get("cosine_min", 0.9999))
-    comparison = Comparison(old, new, {"target": target, "precision": "fp16", "partition": str(partition),
+    cosine_min = float(recipe("float16").get("cosine_min", 0.9999))
+    comparison = Comparison(old, new, {"target": target, "precision": "float16", "partition": str(partition),
                                        "model": bundle.cfg.name, "golden_dir": str(golden_dir),
                                        "sim_samples": samples, "cosine_min": cosine_min,
                                        "conversion_seconds": {}})

@@ -28,8 +28,7 @@ from ..core.atomic import atomic_write_json
 from ..core.errors import ConfigError, MemoryGuardTripped
 from ..core.sizes import parse_size
 
-__all__ = ["read_system_memory", "MemoryReading", "read_memory", "sampled_memory", "watch_closely", "MemoryGuard", "parse_size",
-           "mib"]
+__all__ = ["read_system_memory", "MemoryReading", "read_memory", "MemoryGuard", "parse_size", "mib"]
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,7 @@ from ..results.store import ResultsStore
 from .state import (BASELINE_OFFERS, BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, IDENTITY, QUALITY_RESULTS, SETTINGS,
                     append_to)
 
-__all__ = ["ResultsGate", "results_gate", "pytest_configure", "pytest_collection_modifyitems",
-           "pytest_sessionfinish", "pytest_unconfigure", "pytest_terminal_summary", "REFUSED_BENCHMARK_OPTIONS",
-           "comparison_of"]
+__all__ = ["results_gate", "comparison_of"]
 
 _INSTEAD = "the results store (--results URL), which every benchmark run is written to"
 # pytest-benchmark option -> what replaces it

@@ -12,9 +12,6 @@ from ..core.errors import HarnessError
 from .state import (BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, GOLDEN_UPDATES, MEMORY_SAMPLES, QUALITY_RESULTS, RUNNER,
                     SETTINGS, TEST_OUTCOMES, append_to)
 
-__all__ = ["LogProgress", "pytest_configure", "pytest_runtest_makereport", "pytest_sessionfinish",
-           "pytest_terminal_summary", "summary_data"]
-
 
 class LogProgress:
     """GateRunner.progress: per step, a plain line in a log, or one rewritten line on a terminal."""

@@ -17,9 +17,7 @@ from ..core.outputs import ArtifactsLock, check_free_space, check_writable
 from ..core.signals import StopSignals
 from .state import SETTINGS
 
-__all__ = ["start_run", "pytest_sessionstart", "pytest_runtest_logstart", "pytest_runtest_setup",
-           "pytest_runtest_makereport", "pytest_sessionfinish", "pytest_unconfigure", "SESSION_REPORT",
-           "CALL_FAILED"]
+__all__ = ["start_run", "CALL_FAILED"]
 
 SESSION_REPORT = "session.json"
 RUN = pytest.StashKey["SessionRun"]()

@@ -176,7 +176,7 @@ def _storage_error(exc: OSError, work: Path, out: Path) -> StorageError:
                         f"{_free_space_note(reason, out) if exc.errno == errno.ENOSPC else ''}")
 
 
-def convert_partition(partition, out, version: str | None = None, precision: str = "fp16",
+def convert_partition(partition, out, version: str | None = None, precision: str = "float16",
                       calibration=None, target: str = DEFAULT_TARGET, allow_cpu_ops: bool = False,
                       samples: int = 0, seed: int = 0, quiet: bool = False) -> ConvertResult:
     """Convert every subgraph (and the decoder) of an FP32 export; see the module docstring.
@@ -192,10 +192,10 @@ def convert_partition(partition, out, version: str | None = None, precision: str
     out = Path(out)
     check_out(out)
     source = _source(partition)
-    if precision != "fp16" and source.granularity != "branch":
+    if precision != "float16" and source.granularity != "branch":
         # INT8 is chosen per branch subgraph (the FFNs); a fused subgraph would silently stay FP16
         raise ConfigError(f"--precision {precision} quantises the FFN subgraphs of a branch partition: "
-                          f"{source.file} is granularity {source.granularity} (convert it as fp16)")
+                          f"{source.file} is granularity {source.granularity} (convert it as float16)")
     toolkit_python(version)                 # an absent environment fails before any work
     started = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -214,7 +214,7 @@ def test_every_command_of_the_guide_is_a_known_command(suite_options):
 @pytest.mark.parametrize("old, new, problem", [
     ("bin/test -m smoke --board-profile=", "bin/test -m smoke --board-profle=", "unknown option --board-profle"),
     ("bin/harness inspect-checkpoint", "bin/harness inspect-checkpiont", "does not parse"),
-    ("--partition=/opt/anima/partition-fp16", "--partition /opt/anima/partition-fp16", "not with a space"),
+    ("--partition=/opt/anima/partition-float16", "--partition /opt/anima/partition-float16", "not with a space"),
 ])
 def test_a_misspelt_command_is_found(suite_options, old, new, problem):
     text = GUIDE.read_text()

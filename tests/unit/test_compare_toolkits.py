@@ -72,7 +72,7 @@ def _row(label: str, cosines: dict, cpu: dict | None = None) -> dict:
 
 
 def _comparison(rows: list[dict], failures=(), not_run=()) -> Comparison:
-    header = {"target": "rk3588", "precision": "fp16", "partition": "p", "model": "m", "golden_dir": "g",
+    header = {"target": "rk3588", "precision": "float16", "partition": "p", "model": "m", "golden_dir": "g",
               "sim_samples": 1, "cosine_min": 0.9999, "conversion_seconds": {"2.3.2": 30.0, "2.5.0": 20.0}}
     return Comparison("2.3.2", "2.5.0", header, rows, [], list(failures), list(not_run))
 
@@ -81,7 +81,7 @@ def test_the_markdown_says_the_verdict_first_then_only_the_worst_subgraphs():
     rows = [_row(f"subgraph {i}", {"2.3.2": 0.99999, "2.5.0": 1 - i * 1e-7}) for i in range(85)]
     rows[40] = _row("subgraph 40", {"2.3.2": 0.99999, "2.5.0": 0.99999}, {"2.5.0": ["Erf gelu/erf"]})
     text = comparison_markdown(_comparison(rows, failures=["1 op(s) on the CPU"]).to_json())
-    assert text.splitlines()[0].startswith("**2.5.0 fails** (rknn-toolkit2 2.3.2 -> 2.5.0, rk3588, fp16): 1 op(s)")
+    assert text.splitlines()[0].startswith("**2.5.0 fails** (rknn-toolkit2 2.3.2 -> 2.5.0, rk3588, float16): 1 op(s)")
     shown = [line.split(" | ")[0] for line in text.splitlines() if re.match(r"\| subgraph \d", line)]
     # the failing subgraph first, then the lowest cosines on NEW: 84, 83, 82, 81
     assert shown == ["| subgraph 40", "| subgraph 84", "| subgraph 83", "| subgraph 82", "| subgraph 81"]
@@ -160,7 +160,7 @@ def test_a_golden_no_build_can_pass_exits_1_and_writes_the_report(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["2.3.2", "2.5.0", REPORT_JSON, REPORT_MD]
     assert done.stdout == (out / REPORT_MD).read_text()
     first = done.stdout.splitlines()[0]
-    assert first.startswith("**2.5.0 fails** (rknn-toolkit2 2.3.2 -> 2.5.0, rk3588, fp16): case swapped: SSIM"), first
+    assert first.startswith("**2.5.0 fails** (rknn-toolkit2 2.3.2 -> 2.5.0, rk3588, float16): case swapped: SSIM"), first
     report = json.loads((out / REPORT_JSON).read_text())
     assert report["verdict"]["status"] == "fails"
     assert [f.split(":")[0] for f in report["verdict"]["failures"]] == ["case swapped"]
