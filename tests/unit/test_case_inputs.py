@@ -20,7 +20,7 @@ ANIMA_SHAPED = REPO_ROOT / "models" / "anima-shaped"
 
 def _harness(*args, cwd):
     return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+                          cwd=cwd, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT)})
 
 
 def test_compare_toolkits_renders_the_spectrum_case_with_its_sampler(tmp_path):
