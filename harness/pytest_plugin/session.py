@@ -37,6 +37,8 @@ class SessionRun:
 def start_run(config, settings) -> None:
     """At configure time, before collection: outputs writable with room to spare, and JUnit XML
     into the artifacts for bin/test. Raises HarnessError naming the option and the path."""
+    from ..results.store import check_url
+    check_url(settings.results)     # a URL, a database the suite knows, its driver installed: before anything runs
     for option, folder in (("--artifacts", settings.artifacts), *_results_folder(settings)):
         check_writable(folder, option)
         check_free_space(folder, settings.min_free, option)
