@@ -32,8 +32,8 @@ from .state import (BASELINE_OFFERS, BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, ID
                     STORE_FAILURE, append_to)
 
 __all__ = ["ResultsGate", "results_gate", "pytest_configure", "pytest_collection_modifyitems",
-           "pytest_collection_finish", "pytest_sessionfinish", "pytest_unconfigure", "pytest_terminal_summary", "REFUSED_BENCHMARK_OPTIONS",
-           "comparison_of"]
+           "pytest_collection_finish", "pytest_sessionfinish", "pytest_unconfigure", "pytest_terminal_summary",
+           "REFUSED_BENCHMARK_OPTIONS", "comparison_of"]
 
 _INSTEAD = "the results store (--results URL), which every benchmark run is written to"
 # pytest-benchmark option -> what replaces it

@@ -193,15 +193,18 @@ def test_an_import_file_with_one_run_id_twice_is_refused_whole(tmp_path, capsys)
     assert main(["results", "export", "--results", board, "--out", str(exported)]) == 0
     rows = list(csv.reader(io.StringIO(exported.read_text())))
     doubled = tmp_path / "doubled.csv"
+    again = list(rows[1])
+    again[rows[0].index("mean_step_s")] = "1.5"     # the same run id with other figures: which is the run?
     with doubled.open("w", newline="") as fh:
-        csv.writer(fh, lineterminator="\n").writerows([*rows, [*rows[1][:1], *rows[1][1:]]])
+        csv.writer(fh, lineterminator="\n").writerows([*rows, again])
     fleet = f"sqlite:///{tmp_path / 'fleet.sqlite'}"
     with ResultsStore(fleet) as store:
         store.add_run(make_run("r0"))
     capsys.readouterr()
     assert main(["results", "import", str(doubled), "--results", fleet]) == 2
     line = _one_line(capsys.readouterr().err)
-    assert line == f"error: {doubled}: run 'r1' of case 'cat' is on rows 2 and 4: a run id is one run per case; nothing imported"
+    assert line == (f"error: {doubled}: run 'r1' of case 'cat' is on rows 2 and 4: a run id is one run per case; "
+                    "nothing imported")
     with ResultsStore(fleet) as store:
         assert [r.run_id for r in store.runs()] == ["r0"]
 
