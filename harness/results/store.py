@@ -395,7 +395,7 @@ class ResultsStore:
         theirs = {(b, r, c) for b, r, c, _ in target.baseline_pairs()}
         for board, run_id, case, reason in self.baseline_pairs():
             if (board, run_id, case) not in theirs:
-                target.set_baseline(target.run(run_id, case), reason)
+                _newer_baseline(target, target.run(run_id, case), reason)
         return copied, had
 
 
@@ -432,6 +432,14 @@ def _matches(run: Run, *, board=None, board_model=None, key=None, experiment=Non
     return all(value is None or value == actual for value, actual in wanted) \
         and (other_than_board is None or run.board_id != other_than_board) \
         and (cpus is None or run.host_cpus in (None, cpus))
+
+
+def _newer_baseline(target: ResultsStore, run: Run, reason: str) -> None:
+    """Make `run` its board's baseline in `target` unless the baseline there is a later run: a spool or
+    a board store pushed again must not take a board back to the baseline it had before."""
+    current = target.baseline(run.board_id, run.key.experiment)
+    if current is None or current[0].time < run.time:
+        target.set_baseline(run, reason)
 
 
 def _run_pk(conn, run_id: str, case: str) -> int | None:

@@ -25,6 +25,7 @@ from tests.results_data import make_run
 pytestmark = pytest.mark.results
 
 FUTURE = "ffff_from_a_newer_checkout"      # a schema revision no checkout of this code has
+_POSTGRESQL = pytest.mark.slow      # a server of its own: the full suite and `-m results`, not the fast tier
 
 
 def _one_line(err: str) -> str:
@@ -35,6 +36,7 @@ def _one_line(err: str) -> str:
 
 # -- the server lost -------------------------------------------------------------------------------------
 
+@_POSTGRESQL
 def test_every_read_and_write_of_a_store_whose_server_is_gone_is_one_line(lost_server):
     url = lost_server.database()
     store = ResultsStore(url)
@@ -57,6 +59,7 @@ def test_every_read_and_write_of_a_store_whose_server_is_gone_is_one_line(lost_s
         assert [r.run_id for r in again.runs()] == ["r1"]
 
 
+@_POSTGRESQL
 def test_results_check_with_the_server_lost_between_open_and_read_is_one_line(lost_server, monkeypatch, capsys):
     url = lost_server.database()
     with ResultsStore(url) as store:
@@ -70,6 +73,7 @@ def test_results_check_with_the_server_lost_between_open_and_read_is_one_line(lo
         assert [r.run_id for r in store.runs()] == ["r1"]
 
 
+@_POSTGRESQL
 def test_a_push_whose_target_is_lost_between_read_and_write_is_one_line_and_the_target_unchanged(
         lost_server, tmp_path, monkeypatch, capsys):
     local, fleet = f"sqlite:///{tmp_path / 'board.sqlite'}", lost_server.database()
@@ -231,3 +235,16 @@ def test_check_on_a_store_of_only_invalid_runs_says_so(tmp_path):
     done = _check(url)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == "2 run(s), every one INVALID, so no series to judge (most often: too hot)\n"
+
+
+def test_a_spool_pushed_again_never_takes_a_board_back_to_an_older_baseline(tmp_path, capsys):
+    spool, store = f"sqlite:///{tmp_path / 'spool.sqlite'}", f"sqlite:///{tmp_path / 'results.sqlite'}"
+    with ResultsStore(spool) as kept:
+        kept.add_run(make_run("spooled", minute=1), baseline="saved")
+    assert main(["results", "push", "--results", spool, "--to", store]) == 0
+    with ResultsStore(store) as target:
+        assert target.baseline("rock-5c-aaaa", make_run("x").key.experiment)[0].run_id == "spooled"
+        target.add_run(make_run("later", minute=2), baseline="saved")
+    assert main(["results", "push", "--results", spool, "--to", store]) == 0
+    with ResultsStore(store) as target:
+        assert target.baseline("rock-5c-aaaa", make_run("x").key.experiment)[0].run_id == "later"
