@@ -198,16 +198,19 @@ def _regular_file(path: Path | None, option: str) -> None:
     """Refuse an output that is a symlink, FIFO, device, socket or folder: the export replaces its file
     atomically (a new file renamed over it), which would silently turn a link or a device node into a
     plain file (as root, --out /dev/stdout would replace that link). Standard output is the default."""
+    if path is None:
+        return
     try:
-        mode = os.lstat(path).st_mode if path is not None else None
+        mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
     kinds = ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
              (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
-    kind = next((name for test, name in kinds if mode is not None and test(mode)), None)
+    kind = next((name for test, name in kinds if test(mode)), None)
     if kind:
+        instead = "name a file, or leave out --out for standard output" if option == "--out" else "name a file"
         raise ConfigError(f"{option} {path}: is {kind}; export writes a regular file and replaces it whole "
-                          "(name a file, or leave out --out for standard output)")
+                          f"({instead})")
 
 
 def _cmd_export(args) -> int:

@@ -15,7 +15,7 @@ from ..model.config import REPO_ROOT
 from ..core.errors import HarnessError, Terminated
 from ..core.outputs import ArtifactsLock, check_free_space, check_writable
 from ..core.signals import StopSignals
-from .state import SETTINGS
+from .state import SETTINGS, STORE_FAILURE
 
 __all__ = ["start_run", "pytest_sessionstart", "pytest_runtest_logstart", "pytest_runtest_setup",
            "pytest_runtest_makereport", "pytest_sessionfinish", "pytest_unconfigure", "SESSION_REPORT",
@@ -171,6 +171,8 @@ def _write_session_report(config, settings, run, status: str, exit_code: int) ->
         "run_reports": sorted(p.name for p in runs.glob("*.json")) if runs.is_dir() else [],
         "failed": [r.nodeid for r in stats.get("failed", []) + stats.get("error", []) if hasattr(r, "nodeid")],
     }
+    if STORE_FAILURE in config.stash:       # the session stopped before its tests: say why
+        report["error"] = config.stash[STORE_FAILURE]
     atomic_write_json(settings.artifacts / SESSION_REPORT, report)
 
 

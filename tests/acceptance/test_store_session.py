@@ -77,6 +77,7 @@ def test_a_store_newer_than_the_checkout_stops_the_session_before_any_test_with_
     artifacts = tmp_path / "artifacts"
     report = json.loads((artifacts / "session.json").read_text())
     assert (report["status"], report["exit_code"], report["tests"]) == ("failed", 1, {})
+    assert report["error"].startswith("results store sqlite:///") and report["error"] in line
     assert (artifacts / "junit.xml").is_file()
     assert FUTURE in (artifacts / "report.html").read_text()
     engine = create_engine(url)
