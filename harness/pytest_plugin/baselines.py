@@ -124,7 +124,11 @@ class ResultsGate:
         record = ab_record(session, case=case, sides=sides, identity=self.config.stash[IDENTITY],
                            board=self.config.stash[BOARD], telemetry=telemetry, lifecycle=self.settings.lifecycle,
                            **how)
-        self.store.add_ab_session(record)
+        try:
+            self.store.add_ab_session(record)
+        except StoreUnavailable as exc:     # the session's minutes are kept, as a run's are
+            raise StoreUnavailable(f"{exc}; {_spool(self.config, lambda spool: spool.add_ab_session(record))}") \
+                from None
         return record
 
     def judge(self, run: Run) -> Judgement:
@@ -222,8 +226,8 @@ def _write_runs(session, exitstatus) -> None:
             store = _store(config)
             store.add_run(whole, baseline=reason)
         except StoreUnavailable as exc:
-            append_to(config, BASELINE_OUTCOMES, (nodeid, None, f"benchmark run not written: {exc}; "
-                                                                + _spool(config, whole, reason)))
+            kept = _spool(config, lambda spool: spool.add_run(whole, baseline=reason))
+            append_to(config, BASELINE_OUTCOMES, (nodeid, None, f"benchmark run not written: {exc}; {kept}"))
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
             continue
         except HarnessError as exc:
@@ -235,13 +239,14 @@ def _write_runs(session, exitstatus) -> None:
                       (nodeid, store.where, f"baseline {reason}: run {run.run_id} in {store.where}"))
 
 
-def _spool(config, run: Run, reason: str | None) -> str:
-    """Keep `run` (and its baseline, when it was to become one) in the spool store; what to say."""
+def _spool(config, write) -> str:
+    """Keep what the store could not take (`write(spool store)`: a run with its baseline, an A/B
+    session) in the spool store; what to say."""
     settings = config.stash[SETTINGS]
     spool = f"sqlite:///{settings.results_spool}"
     try:
         with ResultsStore(spool) as store:
-            store.add_run(run, baseline=reason)
+            write(store)
     except HarnessError as exc:
         return f"not kept in the spool either ({exc})"
     return (f"kept in the spool {settings.results_spool}: `bin/harness results push --results {spool} "

@@ -17,6 +17,7 @@ from sqlalchemy import create_engine, text
 
 from harness.model.config import REPO_ROOT
 from harness.results.store import ResultsStore
+from tests.acceptance.test_benchmark_ab_rules import baseline_partition  # noqa: F401 - a fixture
 from tests.results_data import make_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.results]      # one one-step gate session each (~10 s)
@@ -32,10 +33,10 @@ def partition_cache(tmp_path_factory):
 @pytest.fixture
 def session(tmp_path, partition_cache):
     """Run the benchmark gate (one step, case seven) in a pytest process of its own."""
-    def run(results: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    def run(results: str, *args: str, gate: str = "test_benchmark.py", **env: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}",
-             "-p", "no:cacheprovider", "-p", "tests.stop_server", str(REPO_ROOT / "tests/acceptance/test_benchmark.py"),
+             "-p", "no:cacheprovider", "-p", "tests.stop_server", str(REPO_ROOT / "tests/acceptance" / gate),
              "--bench-steps=1", "--cases=seven", "--suite-run", f"--artifacts={tmp_path / 'artifacts'}",
              f"--cache-dir={partition_cache}", f"--results={results}",
              f"--results-spool={tmp_path / 'spool.sqlite'}", "-q", "-p", "no:randomly", *args],
@@ -115,3 +116,24 @@ def test_a_server_lost_mid_session_keeps_the_run_in_the_spool_and_push_sends_it(
     assert pushed.returncode == 0 and pushed.stdout.strip().endswith("1 run(s) pushed, 0 already there"), pushed.stderr
     with ResultsStore(url) as store:
         assert [r.run_id for r in store.runs()] == ["earlier", run.run_id] and store.runs()[1] == run
+
+
+def test_an_ab_session_whose_server_is_lost_is_kept_in_the_spool_and_push_sends_it_whole(
+        session, tmp_path, lost_server, baseline_partition):
+    url = lost_server.database()
+    done = session(url, f"--ab-baseline={baseline_partition}", "--ab-rounds=6", "--backend=faults",
+                   gate="test_benchmark_ab.py", STOP_SERVER_AT="INSERT INTO runs")
+    assert done.returncode == 1
+    (line,) = _lines_with(done, "A/B session ran but was not recorded: ")
+    spool = tmp_path / "spool.sqlite"
+    assert re.search(rf"A/B session '[^']+' not written \(.+\); the store is as it was; kept in the spool {spool}: ", line)
+    lost_server.resume()
+    with ResultsStore(url) as store:
+        assert store.runs() == [] and store.ab_sessions() == []
+    with ResultsStore(f"sqlite:///{spool}") as kept:
+        (ab,) = kept.ab_sessions()
+    command = shlex.split(re.search(r"`bin/harness (results push [^`]+)`", line).group(1))
+    pushed = subprocess.run([str(REPO_ROOT / "bin/harness"), *command], capture_output=True, text=True, timeout=300)
+    assert pushed.returncode == 0, pushed.stderr
+    with ResultsStore(url) as store:
+        assert store.ab_sessions() == [ab]
