@@ -171,6 +171,8 @@ OPTIONS: dict[str, Option] = {
     "results": Option("sqlite:///.benchmarks/results.sqlite", "results store every benchmark run is written to and "
                       "judged against: a database URL in SQLAlchemy's form (sqlite:///relative.sqlite, "
                       "sqlite:////absolute.sqlite, postgresql://user@host/db for a fleet)"),
+    "results_spool": Option(".benchmarks/spool.sqlite", "SQLite file that keeps a benchmark run the results store "
+                            "could not take (a server gone); `bin/harness results push` sends it later", kind="path"),
     "fault": Option(None, "fault injection for proving gates fail: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS, "
                           "slow=xFACTOR, leak=mem:SIZE, leak=fd:PER_RELEASE (backend faults)"),
     "cache_dir": Option(".cache", "where exported partitions are cached", kind="path"),

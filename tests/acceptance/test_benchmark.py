@@ -55,7 +55,7 @@ def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, re
         record_run(benchmark, case, gate_runner, window, results[-1], suite, request, results_gate,
                    record_property, host, again=lambda: _run_again(case, gate_runner, npu_guard, suite, results_gate))
     except (HarnessError, OSError) as exc:
-        pytest.fail(f"{case.name}: benchmark ran but was not recorded: {exc}", pytrace=False)
+        pytest.fail(f"{case.name}: benchmark ran but was not judged: {exc}", pytrace=False)
 
 
 def _run_again(case, gate_runner, npu_guard, suite, results_gate):
