@@ -117,7 +117,7 @@ def export_csv(runs: list[Run]) -> str:
               "manifest_hash", *_VERSION_COLUMNS, "git_revision", "ci_url", "valid", "invalid_reasons",
               "mean_step_s", "total_denoise_s", *(f"core_{b}_s" for b in BRANCHES),
               *(f"stage_{s}_s" for s in STAGE_NAMES), "peak_pss_added_bytes", "host_cpus", "host_load",
-              "host_probe_s"]
+              "host_probe_s", "serial_hash", "device_model"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
@@ -128,7 +128,8 @@ def export_csv(runs: list[Run]) -> str:
                          r.ci_url or "", int(r.valid), "; ".join(r.invalid_reasons), repr(r.mean_step_s),
                          repr(r.total_denoise_s), *(_cell(r.branches.get(b)) for b in BRANCHES),
                          *(_cell(r.stages.get(s)) for s in STAGE_NAMES), _cell(r.peak_pss_added_bytes),
-                         _cell(r.host_cpus), _cell(r.host_load), _cell(r.host_probe_s)])
+                         _cell(r.host_cpus), _cell(r.host_load), _cell(r.host_probe_s), r.serial_hash or "",
+                         r.device_model or ""])
     return out.getvalue()
 
 

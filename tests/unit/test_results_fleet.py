@@ -1,21 +1,29 @@
-"""`results boards` on real stores (SQLite and PostgreSQL): a fleet of five boards of one model whose
-runs interleave in time, each judged against the other boards over the same window, and named only
-when it is off the fleet's spread, in the direction its line says."""
+"""The fleet on real stores (SQLite and PostgreSQL): `results boards` over five boards of one model
+whose runs interleave in time, each judged against the other boards over the same window and named
+only when it is off the fleet's spread, in the direction its line says; and a board keyed by its
+serial, which keeps its history and baseline when its device-tree model string changes."""
 from __future__ import annotations
 
 import re
+import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from harness.cli.main import main
+from harness.model.config import REPO_ROOT
+from harness.results.judge import HISTORY, judge_run
+from harness.results.records import ResultsError, board_model_of
 from harness.results.store import ResultsStore
+from harness.results.telemetry import board_id, board_identity, serial_hash
 from tests.results_data import make_run
 
 pytestmark = pytest.mark.results
 
 BOARDS = ("rock-5c-aaaa", "rock-5c-bbbb", "rock-5c-cccc", "rock-5c-dddd", "rock-5c-eeee")
 THROTTLED = 1.25        # an INVALID run's step (a thermal trip): far off, and never to be counted
+BOARD_TREE = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"
 
 
 def fleet(url: str, runs: int, levels: dict, *, invalid_board: str | None = None, seed: int = 5) -> None:
@@ -105,3 +113,57 @@ def test_a_board_that_stopped_running_is_not_in_the_reference_of_todays_boards(r
                                    for line in today), "\n".join(lines)
     (old,) = [line for line in lines if "rock-5c-ffff" in line]
     assert "0 other board(s) with 5 valid runs in its window" in old
+
+
+def board_tree(tmp_path, name: str, serial: bytes | None = None):
+    """A copy of the ROCK 5C board tree (tests/data/sysfs-rk3588), with another serial if given."""
+    tree = tmp_path / name
+    shutil.copytree(BOARD_TREE, tree)
+    if serial is not None:
+        (tree / "proc/device-tree/serial-number").write_bytes(serial + b"\0")
+    return tree
+
+
+def run_on(tree, run_id: str, step: float = 1.0, minute: int = 0):
+    """A run of the board under `tree` as the benchmark gate makes it (ResultsGate.run_of): board id and
+    board model from its device tree, its serial's hash and model string, before the store files it."""
+    identity = board_identity(tree)
+    board = board_id(identity)
+    return replace(make_run(run_id, step, board=board, board_model=board_model_of(board), minute=minute),
+                   serial_hash=serial_hash(identity), device_model=identity["model"])
+
+
+def test_a_board_whose_model_string_changes_keeps_its_baseline_and_history(results_url, tmp_path):
+    tree = board_tree(tmp_path, "board")
+    noise = (0.0, 0.006, -0.004, 0.003, -0.005, 0.004, -0.002, 0.001)
+    with ResultsStore(results_url) as store:
+        for i, n in enumerate(noise):
+            store.add_run(store.filed(run_on(tree, f"old{i}", 1.0 + n, minute=i)))
+        first = store.runs()[0]
+        store.set_baseline(store.runs()[-1], "saved")
+        # a firmware update renames the board in its device tree; the serial stays
+        (tree / "proc/device-tree/model").write_bytes(b"Radxa ROCK 5C Rev 1.1\0")
+        read_now = run_on(tree, "after", 1.0, minute=50)
+        assert read_now.board_id != first.board_id, "the id read from the new model string is another one"
+        renamed = store.filed(read_now)
+        assert (renamed.board_id, renamed.board_model) == (first.board_id, first.board_model)
+        judgement = judge_run(store, renamed, 10.0)
+        assert judgement.kind == HISTORY and not judgement.regressed
+        assert f"the baseline of board {first.board_id} (saved, run old7)" in judgement.reference
+        assert ("the device-tree model string changed: 'Radxa ROCK 5C' -> 'Radxa ROCK 5C Rev 1.1' (same serial: "
+                f"board {first.board_id}") in judgement.headline()
+        store.add_run(read_now)                 # add_run files a run that was not filed before
+        assert {(r.board_id, r.board_model) for r in store.runs()} == {(first.board_id, first.board_model)}
+        assert len(store.runs(board=first.board_id)) == len(noise) + 1
+        assert store.baseline(first.board_id, first.key.experiment)[0].run_id == "old7"
+        assert store.run("after", "cat").device_model == "Radxa ROCK 5C Rev 1.1"
+        # said once: the next run reads what the board's latest run read
+        assert judge_run(store, store.filed(run_on(tree, "later", minute=60)), 10.0).board_change is None
+        # another board of the model, with a serial of its own, is a board of its own
+        other = store.filed(run_on(board_tree(tmp_path, "other", serial=b"0000000000000002"), "o1", minute=70))
+        assert other.board_id not in (first.board_id, read_now.board_id)
+
+
+def test_a_serial_hash_that_is_not_one_is_refused():
+    with pytest.raises(ResultsError, match="serial_hash must be 16 lowercase hex digits"):
+        replace(make_run("x"), serial_hash="0000000000000001-not-a-hash")
