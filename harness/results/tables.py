@@ -65,7 +65,7 @@ runs = Table(
                                                   name="ck_host_probe_s"), nullable=True),
     # the board's identity where its device tree has a serial: the serial's hash (never the serial) keys
     # the board, so a board whose model string changes keeps its id, history and baseline; the model
-    # string as the run read it says when it changed (harness/results/boards.py)
+    # string as the run read it says when it changed (ResultsStore.filed, judge.board_change)
     Column("serial_hash", String(16), CheckConstraint("length(serial_hash) = 16", name="ck_serial_hash"),
            nullable=True, index=True),
     Column("device_model", String(200), nullable=True),
