@@ -30,7 +30,7 @@ import numpy as np
 from scipy import stats
 
 from .judge import CONFIDENCE, LOOKBACK
-from .records import Run
+from .records import Run, RunKey
 from .verdicts import HISTORY_FLOOR_PCT, MIN_HISTORY
 
 __all__ = ["BoardVerdict", "FleetGroup", "fleet_groups", "board_verdicts"]
@@ -72,7 +72,7 @@ class FleetGroup:
     """The runs of one board model on one key: per board, its runs oldest first."""
 
     board_model: str
-    key: object                     # records.RunKey of the newest run
+    key: RunKey                     # the newest run's
     runs: dict                      # board -> its runs (valid and INVALID), oldest first
 
     def header(self) -> str:
@@ -96,23 +96,35 @@ def fleet_groups(runs: list[Run], board_model: str | None = None) -> list[FleetG
 
 def board_verdicts(group: FleetGroup) -> tuple[list[BoardVerdict], list[str]]:
     """(a verdict per board judged, a line for each board left out and why)."""
-    windows, left_out = {}, []
-    for board, runs in group.runs.items():
-        valid = [r for r in runs if r.valid][-LOOKBACK:]
-        if len(valid) < MIN_HISTORY:
-            left_out.append(f"board {board}: {len(valid)} valid run(s), too few to judge it ({MIN_HISTORY} needed)")
-            continue
-        start, end = valid[0].time, valid[-1].time
-        means = {other: _mean_within(runs_, start, end) for other, runs_ in group.runs.items() if other != board}
-        means = {other: mean for other, mean in means.items() if mean is not None}
-        if len(means) < 2:
-            left_out.append(f"board {board}: {len(means)} other board(s) with {MIN_HISTORY} valid runs in its window "
-                            f"({start} to {end}); a spread needs two")
-            continue
-        invalid = sum(1 for r in runs if not r.valid and start <= r.time <= end)
-        windows[board] = (float(np.mean(np.log([r.mean_step_s for r in valid]))), means, len(valid), invalid)
-    confidence = 1.0 - (1.0 - CONFIDENCE) / max(len(windows), 1)
-    return [_verdict(board, *found, confidence, len(windows)) for board, found in windows.items()], left_out
+    windows = {board: _window(group, board) for board in group.runs}
+    judged = {board: w for board, w in windows.items() if isinstance(w, _Window)}
+    confidence = 1.0 - (1.0 - CONFIDENCE) / max(len(judged), 1)      # Bonferroni over the boards judged
+    return ([_verdict(board, w, confidence, len(judged)) for board, w in judged.items()],
+            [w for w in windows.values() if isinstance(w, str)])
+
+
+@dataclass(frozen=True)
+class _Window:
+    mean: float                     # the mean log step of the board's newest LOOKBACK valid runs
+    others: dict                    # other board -> its mean log step inside their span
+    runs: int
+    invalid: int                    # the board's INVALID runs inside the span
+
+
+def _window(group: FleetGroup, board: str) -> _Window | str:
+    """The board's window and its reference, or why it is not judged."""
+    runs = group.runs[board]
+    valid = [r for r in runs if r.valid][-LOOKBACK:]
+    if len(valid) < MIN_HISTORY:
+        return f"board {board}: {len(valid)} valid run(s), too few to judge it ({MIN_HISTORY} needed)"
+    start, end = valid[0].time, valid[-1].time
+    others = {other: _mean_within(theirs, start, end) for other, theirs in group.runs.items() if other != board}
+    others = {other: mean for other, mean in others.items() if mean is not None}
+    if len(others) < 2:
+        return (f"board {board}: {len(others)} other board(s) with {MIN_HISTORY} valid runs in its window "
+                f"({start} to {end}); a spread needs two")
+    invalid = sum(1 for r in runs if not r.valid and start <= r.time <= end)
+    return _Window(float(np.mean(np.log([r.mean_step_s for r in valid]))), others, len(valid), invalid)
 
 
 def _mean_within(runs: list[Run], start: str, end: str) -> float | None:
@@ -121,18 +133,20 @@ def _mean_within(runs: list[Run], start: str, end: str) -> float | None:
     return float(np.mean(np.log(steps))) if len(steps) >= MIN_HISTORY else None
 
 
-def _verdict(board: str, mean: float, means: dict[str, float], runs: int, invalid: int, confidence: float,
-             judged: int) -> BoardVerdict:
-    others = np.array(list(means.values()))
-    delta = mean - float(np.mean(others))
+def _verdict(board: str, window: _Window, confidence: float, judged: int) -> BoardVerdict:
+    """The board's mean against the others' means: a pooled two-sample t-test with its one value on one
+    side, i.e. the prediction interval of one more board like the others (the module docstring)."""
+    others = np.array(list(window.others.values()))
+    delta = window.mean - float(np.mean(others))
     if np.ptp(others) == 0:         # no spread to learn from (identical boards): the floor alone
         half, p_value = 0.0, float(delta == 0)
     else:
-        test = stats.ttest_ind([mean], others, equal_var=True)
+        test = stats.ttest_ind([window.mean], others, equal_var=True)
         interval = test.confidence_interval(confidence)
         half, p_value = (float(interval.high) - float(interval.low)) / 2, float(test.pvalue)
-    return BoardVerdict(board, runs, invalid, others.size, _pct(delta), (_pct(delta - half), _pct(delta + half)),
-                        max(HISTORY_FLOOR_PCT, _pct(half)), min(1.0, p_value * judged))
+    return BoardVerdict(board, window.runs, window.invalid, others.size, _pct(delta),
+                        (_pct(delta - half), _pct(delta + half)), max(HISTORY_FLOOR_PCT, _pct(half)),
+                        min(1.0, p_value * judged))
 
 
 def _pct(log_ratio: float) -> float:
