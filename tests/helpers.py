@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -12,13 +13,13 @@ from typing import NoReturn
 import numpy as np
 import pytest
 
-from harness.model.config import EMBEDDED_DIR, load_model_dir
+from harness.model.config import EMBEDDED_DIR, REPO_ROOT, load_model_dir
 from harness.model.embedded import PROMPT_KEYS
 from harness.model.weights import random_weights, save_weights
 
 __all__ = ["make_random_model_dir", "random_bundle", "export_fp32", "missing_tool", "small_tmpfs", "worker_processes",
            "alive", "gate_runner_for", "TWO_STEP_DEFAULTS", "resign", "add_output_and_resign", "shared_blocks",
-           "parser_commands"]
+           "parser_commands", "ci_plan"]
 
 
 def missing_tool(reason: str) -> NoReturn:
@@ -170,3 +171,11 @@ def parser_commands(parser: argparse.ArgumentParser) -> set[str]:
     """The command names a `bin/harness` parser (harness.cli.main.build_parser) accepts."""
     return {name for action in parser._actions if isinstance(action, argparse._SubParsersAction)
             for name in action.choices}
+
+
+def ci_plan(path: Path = REPO_ROOT / ".ci" / "plan.py"):
+    """The CI plan script (.ci/plan.py, run by the workflow's plan job, not a package module) as a module."""
+    spec = importlib.util.spec_from_file_location("ci_plan", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

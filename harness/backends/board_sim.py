@@ -7,8 +7,10 @@ assumptions), a context of branch b
              and touches context_mib x memory_scale of real memory (PSS and MemAvailable move);
     init     takes  the same with the init share (and builds the real onnxruntime session);
     run      takes  core_per_step[b] / blocks x rows / 2 x time_scale, holding an NPU core:
-             contexts on different cores run concurrently, on the same core they queue;
+             contexts on different cores run concurrently, on the same core they queue; a mask of
+             several cores holds them all and runs [sim] multi_core_speedup times as fast;
     release  takes  the release share, and frees the memory;
+with [sim] lifecycle_holds_core the three lifecycle stages hold the context's core as run does;
 and before every invocation the pipeline pauses for the board's host CPU time (0.123 s per branch
 body the subgraph holds, derived from the measured step, x time_scale; `between_invocations`; [plan]
 host_model, the planner's too), so a simulated step is the board's.
@@ -40,6 +42,7 @@ Context options (`normalize_options` checks and completes them; the suite's --bo
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
 import mmap
 import re
@@ -196,24 +199,35 @@ class BoardSimContext(OnnxRuntimeContext):
         stages, core, context_mib = (_fused_figures(profile, fused) if fused else
                                      (profile.stage_seconds(self.branch), profile.core_per_invocation(self.branch),
                                       profile.sim("context_mib")))
-        self.stage_s = {s: v * scale for s, v in stages.items()}
-        self.run_s_per_row = core * scale / profile.sim("streams_measured", int)
-        self.context_bytes = int(context_mib * 2**20 * opts["memory_scale"])
+        self._fused = fused
         self.cores = CORES_OF_MASK[opts["core_mask"]]
+        self.stage_s = {s: v * scale for s, v in stages.items()}
+        # [sim] multi_core_speedup: a mask of several cores runs one call that much faster
+        speedup = profile.sim("multi_core_speedup") if len(self.cores) > 1 else 1.0
+        self.run_s_per_row = core * scale / profile.sim("streams_measured", int) / speedup
+        self.context_bytes = int(context_mib * 2**20 * opts["memory_scale"])
         self.npu_cores = profile.sim("npu_cores", int)
         self.lock_dir = Path(opts["lock_dir"])
         self.slowdown = opts["slowdown"].get(self.branch, 1.0)
         self.drift = _drift(opts["drift"])
+        # [sim] lifecycle_holds_core: load, init and release occupy the context's core as
+        # inference does, so another context's lifecycle cannot overlap an inference on that core
+        self.lifecycle_holds_core = profile.sim("lifecycle_holds_core", bool)
         self._memory: mmap.mmap | None = None
         self.last_queue_s = 0.0
 
     def load(self, path: Path) -> None:
-        start = time.perf_counter()
-        super().load(path)
-        self._memory = _hold(self.context_bytes)
-        _pad(start, self.stage_s["load"] * self._factor())
+        with self._lifecycle_core():
+            start = time.perf_counter()
+            super().load(path)
+            self._memory = _hold(self.context_bytes)
+            _pad(start, self.stage_s["load"] * self._factor())
 
     def init(self) -> None:
+        with self._lifecycle_core():
+            self._init()
+
+    def _init(self) -> None:
         start = time.perf_counter()
         if not self.options["reuse_sessions"] or self._path is None:
             super().init()
@@ -245,13 +259,14 @@ class BoardSimContext(OnnxRuntimeContext):
         return outputs
 
     def release(self) -> None:
-        start = time.perf_counter()
-        try:
-            super().release()
-            _free(self._memory)
-            _pad(start, self.stage_s["release"] * self._factor())
-        finally:
-            self._memory = None
+        with self._lifecycle_core():
+            start = time.perf_counter()
+            try:
+                super().release()
+                _free(self._memory)
+                _pad(start, self.stage_s["release"] * self._factor())
+            finally:
+                self._memory = None
 
     def _factor(self) -> float:
         """This stage's slowdown and, with drift, the branch's drift level now (in board time)."""
@@ -259,7 +274,21 @@ class BoardSimContext(OnnxRuntimeContext):
             return self.slowdown
         return self.slowdown * self.drift.factor(self.branch, time.perf_counter() / self.options["time_scale"])
 
+    @property
+    def board_weight_mib(self) -> float:
+        return _weight_mib(load_board_profile(self.options["profile_data"]), self.branch, self._fused)
+
     # -- the NPU cores ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _lifecycle_core(self):
+        """Hold this context's core(s) for a lifecycle stage when the profile says the board does."""
+        fds = self._take_cores() if self.lifecycle_holds_core else []
+        try:
+            yield
+        finally:
+            for fd in fds:
+                release(fd)
+
     def _lock(self, core: int, blocking: bool) -> int | None:
         self.lock_dir.mkdir(parents=True, exist_ok=True)
         return acquire(self.lock_dir / f"core{core}.lock", blocking)
@@ -277,6 +306,17 @@ class BoardSimContext(OnnxRuntimeContext):
 def _bodies(entry) -> int:
     """Branch bodies one subgraph holds: 3 per block of a fused subgraph, else 1 (a branch, the decoder)."""
     return BRANCHES_PER_BLOCK * len(entry.blocks) if entry.branch == FUSED_BRANCH else 1
+
+
+def _weight_mib(profile, branch: str, fused) -> float:
+    """The weight MiB the simulated board's context stands for ([plan] context_weights_mib per
+    branch, summed over a fused subgraph's blocks; the decoder's as its file): what `probe-board`
+    fits lifecycle seconds against, as it uses the .rknn file's size on a board."""
+    weights = fits(profile).weights_mib
+    if fused:
+        first, last = int(fused.group(1)), int(fused.group(2) or fused.group(1))
+        return sum(weights.values()) * (last - first + 1)
+    return weights.get(branch, 0.0)
 
 
 def _fused_figures(profile, match) -> tuple[dict, float, float]:

@@ -27,6 +27,7 @@ COMMANDS = {
     "compare": ("compare",),
     "accept": ("accept-golden",),
     "probe_memory": ("probe-memory",),
+    "probe_board": ("probe-board",),
     "plan": ("plan",),
     "capture": ("capture-calibration",),
     "accuracy": ("accuracy",),

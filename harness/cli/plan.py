@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..core.errors import ConfigError
 from ..memory.planner import MiB, inputs_from_profile, inputs_from_report, plan
 
 __all__ = ["add_command"]
@@ -17,6 +18,8 @@ def add_command(sub) -> None:
     p.add_argument("--budget", help="added memory allowed, e.g. 2GiB (default: derived from the profile's "
                                     "RAM, MemAvailable floor and residency probe; none for a report)")
     p.add_argument("--context-mib", type=float, help="with --report: added MiB per live context")
+    p.add_argument("--measured", type=Path,
+                   help="a probe-board data file: its measured figures replace the profile's assumptions")
     p.add_argument("--json", type=Path, help="also write the plan as JSON")
     p.set_defaults(func=_cmd_plan)
 
@@ -28,27 +31,31 @@ def _cmd_plan(args) -> int:
            else inputs_from_profile(args.profile, budget))
     result = plan(inp)
     print_plan(result)
+    if args.report and args.measured:
+        raise ConfigError("--measured goes with a board profile, not with --report")
     if not args.report:
-        result["space"] = _plan_space(args.profile, budget)      # the measured case stays on top
+        result["space"] = _plan_space(args.profile, budget, args.measured)   # the measured case stays on top
     if args.json:
         from ..core.atomic import atomic_write_json
         atomic_write_json(args.json, result)
     return 0
 
 
-def _plan_space(profile_path, budget):
+def _plan_space(profile_path, budget, measured):
     """Granularities x core masks beside the strategies; the choice, its estimate and its reason."""
     from ..backends.board_profile import load_board_profile
+    from ..memory.assumptions import board_assumptions
     from ..memory.plan_space import assumptions, budget_effect, plan_space
     from ..report.terminal import console
     profile = load_board_profile(profile_path)
-    result = plan_space(profile, budget)
+    assumed = board_assumptions(profile, measured)
+    result = plan_space(profile, budget, assumed=assumed)
     print_space(result)
     con = console(stderr=False)
     con.print(f"budget derived from RAM: {result['derived_budget']['mib']:.1f} MiB = "
               f"{result['derived_budget']['how']}", markup=False)
     if budget is not None:
-        derived = plan_space(profile)
+        derived = plan_space(profile, assumed=assumed)
         con.print(budget_effect(derived["choice"], result["choice"], derived["budget_mib"], budget), markup=False)
     choice = result["choice"]
     if choice:
@@ -57,6 +64,9 @@ def _plan_space(profile_path, budget):
                   markup=False)
         for line in assumptions(profile, result)[1:]:      # the budget's is the line above
             con.print(f"  - {line}", markup=False)
+    con.print("what the board was measured to do, or is assumed to:", markup=False)
+    for line in result["assumptions"]:
+        con.print(f"  - {line}", markup=False)
     con.print(f"choice: {choice['reason']}" if choice else "choice: none, nothing fits the budget", markup=False)
     return result
 

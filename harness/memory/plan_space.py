@@ -21,6 +21,7 @@ import numpy as np
 from ..backends.board_profile import fits
 from ..core.errors import ConfigError
 from ..partition.granularity import BRANCH, Granularity, parse_granularity
+from .assumptions import Assumptions, board_assumptions
 from .budget import derived_budget
 from .planner import PlanInputs, inputs_from_profile, plan
 
@@ -31,25 +32,27 @@ CORE_MASKS = ("auto", "stream-per-core", "all-cores")
 GRANULARITIES = ("branch", "block", "blocks:2", "blocks:4", "blocks:7", "blocks:14")
 
 
-def _streams(profile, core_mask: str) -> tuple[int, float]:
+def _streams(profile, core_mask: str, assumed: Assumptions) -> tuple[int, float]:
     """(contexts per subgraph, inference time factor) of a core mask choice."""
     if core_mask == "auto":
         return 1, 1.0
     if core_mask == "stream-per-core":
-        streams = profile.sim("streams_measured", int)
-        return streams, 1.0 / streams
+        return profile.sim("streams_measured", int), 1.0 / assumed.stream_per_core_speedup.value
     if core_mask == "all-cores":
-        return 1, 1.0 / profile.sim("multi_core_speedup")
+        return 1, 1.0 / assumed.multi_core_speedup.value
     raise ConfigError(f"core mask choice '{core_mask}': choose {', '.join(CORE_MASKS)}")
 
 
-def inputs_for(profile, granularity: Granularity, core_mask: str, budget_mib: float) -> PlanInputs:
+def inputs_for(profile, granularity: Granularity, core_mask: str, budget_mib: float,
+               assumed: Assumptions | None = None) -> PlanInputs:
     """PlanInputs of one granularity and core mask: the measured branch case, remodelled."""
-    measured = inputs_from_profile(profile.path, budget_mib)
+    assumed = assumed or board_assumptions(profile)
+    measured = replace(inputs_from_profile(profile.path, budget_mib),
+                       holds_core=bool(assumed.lifecycle_holds_core.value))
     if granularity == BRANCH and core_mask == "auto":
         return measured
-    f = fits(profile)
-    per_context, time_factor = _streams(profile, core_mask)
+    f = replace(fits(profile), lifecycle=assumed.lifecycle.value)
+    per_context, time_factor = _streams(profile, core_mask, assumed)
     branches = profile.get("model.branches", list)
     shares = profile.stage_shares()
     blocks = profile.blocks
@@ -91,27 +94,30 @@ def _row(granularity: str, core_mask: str, result: dict) -> dict:
 
 
 def plan_space(profile, budget_mib: float | None = None, granularities=GRANULARITIES,
-               core_masks=CORE_MASKS) -> dict:
-    """Every granularity x core mask, each with its lifecycle strategies, and the choice."""
+               core_masks=CORE_MASKS, assumed: Assumptions | None = None) -> dict:
+    """Every granularity x core mask, each with its lifecycle strategies, and the choice; `assumed`
+    (board_assumptions) carries what probe-board measured in place of the profile's assumptions."""
+    assumed = assumed or board_assumptions(profile)
     derived = derived_budget(profile)
     budget = derived.mib if budget_mib is None else budget_mib
     rows = []
     for text in granularities:
         granularity = parse_granularity(text, profile.blocks)
         for mask in core_masks:
-            inp = inputs_for(profile, granularity, mask, budget)
+            inp = inputs_for(profile, granularity, mask, budget, assumed)
             n = inp.subgraphs
             result = plan(inp, pools=tuple(k for k in (4, 8, 16) if k < n),
                           pins=tuple(k for k in (8, 16) if k < n),
                           prefetch=tuple(k for k in (1, 2, 3, 4) if k <= n))
             result["_order"] = inp.order
             rows.append(_row(str(granularity), mask, result))
+    fixed, per_mib = assumed.lifecycle.value
     f = fits(profile)
     return {"budget_mib": budget, "derived_budget": {"mib": derived.mib, "how": derived.how},
             "budget_given": budget_mib is not None, "rows": rows,
-            "fits": {"lifecycle_fixed_s": f.lifecycle[0], "lifecycle_per_mib_s": f.lifecycle[1],
+            "fits": {"lifecycle_fixed_s": fixed, "lifecycle_per_mib_s": per_mib,
                      "pss_fixed_mib": f.pss[0], "pss_per_mib": f.pss[1]},
-            "equal_within": profile.get("plan.equal_within"),
+            "assumptions": assumed.lines(), "equal_within": profile.get("plan.equal_within"),
             "choice": choose(rows, profile.get("plan.equal_within"), budget)}
 
 
@@ -142,8 +148,7 @@ def assumptions(profile, result: dict) -> list[str]:
         return named
     if choice["strategy"].startswith("prefetch"):
         named.append("prefetch: an event simulation of K workers whose load/init overlap inference "
-                     f"([sim] lifecycle_holds_core = {str(profile.sim('lifecycle_holds_core', bool)).lower()}) "
-                     "and each other (the host's CPU cores)")
+                     "unless a lifecycle holds the core (below)")
     if choice["granularity"] != "branch":
         named += [f"[plan] lifecycle_model: {f['lifecycle_fixed_s']:.3f} s per context + "
                   f"{1000 * f['lifecycle_per_mib_s']:.2f} ms per weight MiB",
@@ -153,9 +158,7 @@ def assumptions(profile, result: dict) -> list[str]:
                   "[plan] npu_model: inference per step unchanged", "[plan] host_model: host per step unchanged"]
     if choice["core_mask"] == "stream-per-core":
         named.append(f"[plan] core_masks stream-per-core: {profile.sim('streams_measured', int)} contexts per "
-                     "subgraph, one per core; a call takes 1/streams ([sim] streams_measured)")
-    elif choice["core_mask"] == "all-cores":
-        named.append(f"[plan] core_masks all-cores: [sim] multi_core_speedup {profile.sim('multi_core_speedup'):g}")
+                     "subgraph, one per core")
     return named
 
 

@@ -51,6 +51,7 @@ class PlanInputs:
     fit_rows: int = 2
     notes: list[str] = field(default_factory=list)
     context_weight: float = 1.0            # one context's memory in measured (probe) contexts
+    holds_core: bool = False               # a lifecycle stage occupies the NPU core (no overlap with inference)
 
     @property
     def subgraphs(self) -> int:
@@ -172,20 +173,23 @@ def pinned_set(inp: PlanInputs, k: int) -> list[int]:
 
 def prefetch_wait(inp: PlanInputs, k: int) -> float:
     """Seconds the pipeline waits for lifecycle per image under prefetch:k: K workers in turn, each
-    releasing its last context and loading the one K ahead as soon as that finished running."""
+    releasing its last context and loading the one K ahead as soon as that finished running.
+    When a lifecycle holds the NPU core (`holds_core`), load and init wait for the core, and
+    inference waits for them: only the host's time between invocations can hide a lifecycle."""
     seq = inp.order * inp.passes
-    finish = [0.0] * len(seq)
     released = [0.0] * len(seq)
-    t, waited = 0.0, 0.0
+    t, waited, core_free = 0.0, 0.0, 0.0
     for i, branch in enumerate(seq):
         st = inp.stages[branch]
         start_load = released[i - k] if i >= k else 0.0
+        if inp.holds_core:
+            start_load = max(start_load, core_free)
         ready = start_load + st["load"] + st["init"]
         want = t + inp.host_per_invocation
         waited += max(0.0, ready - want)
-        finish[i] = max(want, ready) + inp.run[branch]
-        released[i] = finish[i] + st["release"]
-        t = finish[i]
+        t = max(want, ready) + inp.run[branch]
+        released[i] = t + st["release"]
+        core_free = released[i]
     return waited
 
 

@@ -15,11 +15,15 @@ from ruamel.yaml import YAML
 
 from harness.model.config import REPO_ROOT
 from harness.pytest_plugin.options import OPTIONS
-from tests.helpers import missing_tool
+from tests.helpers import ci_plan, missing_tool
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "npu-acceptance.yml"
 LAVA_SESSION = REPO_ROOT / "lava" / "board-session"     # what the LAVA jobs (lava/*.yaml) run
 BOARD_LABELS = ["self-hosted", "linux", "ARM64", "rk3588", "${{ matrix.board }}"]
+# Where a job's steps find main's scripts (.ci/): the checkout at path `trusted`, never the change's.
+TRUSTED_SCRIPT = '"$TRUSTED/.ci/'
+CHANGE_RUN = '"$TRUSTED/.ci/change-run" '
+
 # Options that take a path: written --opt=PATH (with a space pytest may read PATH as a test location).
 PATH_OPTIONS = {"--board-profile"} | {"--" + n.replace("_", "-") for n in
                                       ("model_dir", "partition", "golden_dir", "artifacts", "results",
@@ -99,8 +103,9 @@ def workflow_problems(text: str, known: set[str]) -> list[str]:
             problems.append(f"{name} may be cancelled by another run (cancel-in-progress is not false)")
     if "matrix.board" not in (board.get("concurrency") or {}).get("group", ""):
         problems.append("board has no concurrency group per board")
-    if "pull_request_target" in wf.get("on", {}):
-        problems.append("pull_request_target would run fork code with secrets")
+    if "pull_request" in wf.get("on", {}):
+        problems.append("a pull_request run is the change's own workflow: no board job may be in it")
+    problems += _trusted_script_problems(jobs)
     for s in _steps_using(convert, "upload-artifact"):
         if s["with"]["name"].startswith("partition-") and "!matrix.licensed" not in str(s.get("if", "")):
             problems.append("a licensed partition would be uploaded as a GitHub artifact")
@@ -137,15 +142,42 @@ def workflow_problems(text: str, known: set[str]) -> list[str]:
     problems += option_problems(commands + upgrade, known)
     if not any(s.get("if") == "failure()" and ".ci/board-diagnostics" in s.get("run", "") for s in board["steps"]):
         problems.append("board does not keep dmesg / NPU driver state on failure")
-    for job in jobs.values():
-        for step in job["steps"]:
-            if "actions/checkout" in step.get("uses", "") and step.get("with", {}).get("persist-credentials") is not False:
+    for name, job in jobs.items():
+        for step in _steps_using(job, "actions/checkout"):
+            if step.get("with", {}).get("persist-credentials") is not False:
                 problems.append("a checkout persists its credentials (they would land in the artifacts)")
-            if "actions/checkout" in step.get("uses", "") and job is not jobs["plan"] and \
-                    step.get("with", {}).get("ref") != "${{ needs.plan.outputs.sha }}":
-                problems.append("a checkout does not take the commit the plan pinned")
+        problems += _checkout_problems(name, job)
     if re.search(r"secrets\.\w", text):
         problems.append("the workflow uses secrets: board jobs of reviewed fork code must not see any")
+    return problems
+
+
+def _checkout_problems(name: str, job: dict) -> list[str]:
+    """The plan job checks out the workflow's own commit only; every other job main's scripts at `trusted`
+    and the change, at the commit the plan pinned, at `change` (its working folder)."""
+    found = {(s.get("with", {}).get("path"), s.get("with", {}).get("ref")) for s in _steps_using(job, "actions/checkout")}
+    if name == "plan":
+        return [] if found == {(None, None)} else ["the plan job checks out something else than main's own commit"]
+    wanted = {("trusted", None), ("change", "${{ needs.plan.outputs.sha }}")}
+    problems = [] if found == wanted else [f"{name} checks out {sorted(found, key=str)}, not {sorted(wanted, key=str)}"]
+    if job.get("defaults", {}).get("run", {}).get("working-directory") != "change":
+        problems.append(f"{name} does not run its steps in the change's checkout")
+    return problems
+
+
+def _trusted_script_problems(jobs: dict) -> list[str]:
+    """Every .ci/ script a job after the plan runs is main's (the `trusted` checkout), and the change's own
+    commands run through main's .ci/change-run or .ci/board-run (sealed for a fork)."""
+    problems = []
+    for name, job in jobs.items():
+        if name == "plan":
+            continue
+        for step in job["steps"]:
+            for line in step.get("run", "").splitlines():
+                if ".ci/" in line and TRUSTED_SCRIPT not in line:
+                    problems.append(f"{name} runs the change's copy of a .ci/ script: {line.strip()}")
+                if re.match(r"\s*bin/(harness|test|toolkit-env) ", line):
+                    problems.append(f"{name} runs the change's code outside .ci/change-run: {line.strip()}")
     return problems
 
 
@@ -214,16 +246,17 @@ def test_zizmor_finds_nothing_and_the_auditors_self_hosted_warning_is_answered()
     # The answer: the fork guard, explained in the workflow where a reviewer looks for it.
     text = WORKFLOW.read_text()
     assert "Fork guard:" in text and "self-hosted-runner" in text
+    # The one finding ignored: pull_request_target, at the trigger, whose guard tests/unit/test_workflow_trust.py
+    # shows (main's workflow and plan decide); nothing else is silenced.
+    ignores = re.findall(r"^(.*)# zizmor: ignore\[([\w-]+)\].*\n(.*)$", text, re.M)
+    assert [(rule, after.strip()) for _, rule, after in ignores] == [("dangerous-triggers", "pull_request_target:")]
 
 
 def _job_env(job: dict) -> dict:
     """The job's env with matrix values taken from the first target of .ci/targets.toml."""
-    sys.path.insert(0, str(REPO_ROOT / "tools"))
-    try:
-        from ci_plan import load_boards, load_targets, matrix, plan, toolkit_legs
-    finally:
-        sys.path.pop(0)
-    target = matrix(plan(["harness/cli/main.py"], load_targets()), load_boards(), toolkit_legs(None, None), "main")[0]
+    p = ci_plan()
+    target = p.matrix(p.plan(["harness/cli/main.py"], p.load_targets()), p.load_boards(),
+                      p.toolkit_legs(None, None), "main")[0]
     env = {}
     for name, value in (job.get("env") or {}).items():
         match = re.fullmatch(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", str(value).strip())
@@ -244,7 +277,8 @@ def test_harness_commands_in_the_workflow_parse():
         env = _job_env(job)
         for step in job["steps"]:
             for line in step.get("run", "").splitlines():
-                if line.strip().startswith("bin/harness "):
+                line = line.strip().removeprefix(CHANGE_RUN)
+                if line.startswith("bin/harness "):
                     expanded = re.sub(r"\$(\w+)", lambda m: env.get(m.group(1), os.environ.get(m.group(1), m.group(1))),
                                       line.strip().split(" || ")[0])
                     lines.append(expanded)
@@ -288,3 +322,17 @@ def test_actionlint_reports_an_unknown_label_and_a_bad_expression(tmp_path):
     kinds = sorted({(f["kind"], f["message"].split(".")[0][:40]) for f in actionlint_findings([bad])})
     assert ("runner-label", 'label "rk3858" is unknown') in kinds
     assert any(kind == "expression" for kind, _ in kinds), kinds
+
+
+def test_the_changes_own_scripts_or_a_pull_request_trigger_fail_the_check(suite_options):
+    text = WORKFLOW.read_text()
+    own = text.replace('"$TRUSTED/.ci/board-run"', ".ci/board-run")
+    assert any(p.startswith("board runs the change's copy of a .ci/ script") for p in workflow_problems(own, suite_options))
+    unsealed = text.replace(CHANGE_RUN + "bin/harness export", "bin/harness export")
+    assert any(p.startswith("convert runs the change's code outside") for p in workflow_problems(unsealed, suite_options))
+    assert "pull_request_target:\n" in text
+    both = text.replace("pull_request_target:\n", "pull_request:\n    types: [opened]\n  pull_request_target:\n")
+    assert "a pull_request run is the change's own workflow: no board job may be in it" in \
+        workflow_problems(both, suite_options)
+    head = text.replace("          path: change\n", "")
+    assert any("checks out" in p for p in workflow_problems(head, suite_options))

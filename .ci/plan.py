@@ -1,5 +1,11 @@
 """Which partitions a change needs on which boards, and how far the change is trusted:
-`python tools/ci_plan.py --changed FILE...` (or the changed paths on stdin).
+`python .ci/plan.py --changed FILE...` (or the changed paths on stdin).
+
+The workflow's plan job runs this script from its own checkout, which is never the change's: on
+`pull_request_target` GitHub runs the base branch's workflow with the base branch checked out, so a pull
+request that edits this script or the workflow changes neither its own plan nor its own trust. The change
+reaches the plan only as data: its changed paths (--pr-files, GitHub's list) and its toolkit/versions.toml
+(--head-versions).
 
 Reads .ci/targets.toml and .ci/boards.toml; a target is planned when any changed path matches one of
 its `paths` (fnmatch, where '*' crosses '/'), on every board. Prints the GitHub Actions matrix as JSON
@@ -11,11 +17,13 @@ Trust (--event-name/--event FILE/--reviews FILE, from the workflow's plan job):
     branch  a pull request from a branch of this repository (its author can push here anyway)
     fork    a fork's pull request, only on its `run-on-board` labelling and only when a maintainer's
             approving review is of the head commit the event names: that commit is pinned (sha), no
-            licensed target is planned, and the board job runs it sealed (.ci/untrusted-run)
-    none    anything else from a fork (a push after the label, another label): nothing runs
+            licensed target is planned, and its code runs only sealed (.ci/untrusted-run)
+    none    anything else from a fork (a push after the label, another label), and any `pull_request`
+            run (its workflow is the change's own copy): nothing runs
 
 A toolkit upgrade (--toolkit-upgrade VERSION, or a pull request whose toolkit/versions.toml default
-differs from its base's, --base-versions FILE) plans every target twice, legs "old" and "new".
+differs from its base's: --head-versions FILE against this checkout's) plans every target twice, legs
+"old" and "new".
 """
 from __future__ import annotations
 
@@ -23,20 +31,31 @@ import argparse
 import fnmatch
 import json
 import os
+import re
 import sys
 import tomllib
 from pathlib import Path
+from typing import NoReturn
 
-__all__ = ["load_targets", "load_boards", "plan", "trust", "toolkit_legs", "matrix", "convert_legs", "main"]
+__all__ = ["bad_input", "load_targets", "load_boards", "plan", "trust", "toolkit_legs", "matrix", "convert_legs", "main"]
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ROOT / ".ci" / "targets.toml"
 BOARDS = ROOT / ".ci" / "boards.toml"
 VERSIONS = ROOT / "toolkit" / "versions.toml"
 BOARD_LABEL = "run-on-board"
+# Events whose workflow and checkout are main's own (a push to main, a run a maintainer started).
+MAIN_EVENTS = {"push", "schedule", "workflow_dispatch"}
+VERSION = re.compile(r"[0-9][0-9A-Za-z.+-]*")       # a toolkit version as toolkit/versions.toml writes it
 MAINTAINERS = {"OWNER", "MEMBER", "COLLABORATOR"}       # author_association of a review that counts
 # Where a target's x86 conversion runs (runs-on labels).
 CONVERTERS = {"x86": ["ubuntu-24.04"], "anima-converter": ["self-hosted", "linux", "X64", "anima-converter"]}
+
+
+def bad_input(message: str) -> NoReturn:
+    """One `error:` line and exit 2: the plan writes nothing for input it cannot read."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def load_targets(path: Path = TARGETS) -> list[dict]:
@@ -44,8 +63,8 @@ def load_targets(path: Path = TARGETS) -> list[dict]:
         targets = tomllib.load(fh)["target"]
     for t in targets:
         if t["convert_on"] not in CONVERTERS:
-            raise SystemExit(f"{path}: target {t['name']}: convert_on '{t['convert_on']}' is not one of "
-                             f"{sorted(CONVERTERS)}")
+            bad_input(f"{path}: target {t['name']}: convert_on '{t['convert_on']}' is not one of "
+                      f"{sorted(CONVERTERS)}")
     return targets
 
 
@@ -65,17 +84,23 @@ def load_boards(path: Path = BOARDS) -> list[dict]:
 
 
 def _default_toolkit(path: Path) -> str:
+    """The default version of a toolkit/versions.toml (a pull request's copy is data from the change)."""
     with open(path, "rb") as fh:
-        return tomllib.load(fh)["default"]
+        version = tomllib.load(fh)["default"]
+    if not isinstance(version, str) or not VERSION.fullmatch(version):
+        bad_input(f"{path}: default {version!r} is not a toolkit version")
+    return version
 
 
 def trust(event_name: str, event: dict, repository: str, reviews: list[dict]) -> tuple[str, str, str]:
     """(trust, the commit to run, why): see the module docstring."""
-    if event_name != "pull_request":
+    if event_name in MAIN_EVENTS:
         return "main", event.get("after") or "", f"{event_name} of this repository"
+    if event_name != "pull_request_target":
+        return "none", "", f"a {event_name} run: its workflow is not main's, no board runs for it"
     pr = event["pull_request"]
     head = pr["head"]["sha"]
-    if pr["head"]["repo"]["full_name"] == repository:
+    if (pr["head"].get("repo") or {}).get("full_name") == repository:      # a deleted fork has no repo
         if event.get("action") == "labeled":
             return "none", head, "a label on a branch pull request: its push already ran"
         return "branch", head, "a pull request from a branch of this repository"
@@ -89,15 +114,18 @@ def trust(event_name: str, event: dict, repository: str, reviews: list[dict]) ->
     return "fork", head, f"a fork's pull request, head {head[:12]} approved by {approved[-1]['user']['login']}"
 
 
-def toolkit_legs(upgrade: str | None, base_versions: Path | None, versions: Path = VERSIONS) -> list[tuple[str, str]]:
-    """[(leg, toolkit version)]: one leg normally, "old" and "new" for an upgrade."""
+def toolkit_legs(upgrade: str | None, head_versions: Path | None, versions: Path = VERSIONS) -> list[tuple[str, str]]:
+    """[(leg, toolkit version)]: one leg normally; "old" (this checkout's default) and "new" for an
+    upgrade, asked for by a manual run or by a pull request whose toolkit/versions.toml says another default."""
     current = _default_toolkit(versions)
     if upgrade and upgrade != current:
+        if not VERSION.fullmatch(upgrade):
+            bad_input(f"--toolkit-upgrade {upgrade!r} is not a toolkit version")
         return [("old", current), ("new", upgrade)]
-    if base_versions is not None and base_versions.exists():
-        old = _default_toolkit(base_versions)
-        if old != current:
-            return [("old", old), ("new", current)]
+    if head_versions is not None and head_versions.exists():
+        new = _default_toolkit(head_versions)
+        if new != current:
+            return [("old", current), ("new", new)]
     return [("", current)]
 
 
@@ -132,6 +160,19 @@ def _json(path: Path | None, default):
         return json.load(fh)
 
 
+def _pages(path: Path | None) -> list[dict]:
+    """A GitHub list read with `gh api --paginate --slurp` (a list of pages), as one list."""
+    return [item for page in _json(path, []) for item in page]
+
+
+def changed_paths(pr_files: Path | None, stdin) -> list[str]:
+    """The change's paths: GitHub's file list of the pull request (a rename counts both names), else stdin."""
+    if pr_files is None:
+        return [line.strip() for line in stdin if line.strip()]
+    files = _pages(pr_files)
+    return [name for f in files for name in (f["filename"], f.get("previous_filename")) if name]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changed", nargs="*", default=None,
@@ -139,15 +180,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--event-name", default="workflow_dispatch", help="github.event_name")
     parser.add_argument("--event", type=Path, help="the event payload ($GITHUB_EVENT_PATH)")
     parser.add_argument("--repository", default="", help="github.repository (owner/name)")
-    parser.add_argument("--reviews", type=Path, help="the pull request's reviews (GitHub API JSON)")
+    parser.add_argument("--reviews", type=Path,
+                        help="the pull request's reviews (`gh api --paginate --slurp` of GitHub's list)")
+    parser.add_argument("--pr-files", type=Path,
+                        help="the pull request's changed files (`gh api --paginate --slurp` of GitHub's list)")
     parser.add_argument("--toolkit-upgrade", default="", help="a toolkit version to gate against the default")
-    parser.add_argument("--base-versions", type=Path, help="the base commit's toolkit/versions.toml")
+    parser.add_argument("--head-versions", type=Path,
+                        help="the change's toolkit/versions.toml (default: this checkout's)")
     parser.add_argument("--sha", default="", help="github.sha: the commit of a push or manual run")
     parser.add_argument("--github-output", action="store_true", help="also write to $GITHUB_OUTPUT")
     args = parser.parse_args(argv)
-    level, sha, why = trust(args.event_name, _json(args.event, {}), args.repository, _json(args.reviews, []))
-    changed = args.changed if args.changed is not None else [l.strip() for l in sys.stdin if l.strip()]
-    legs = toolkit_legs(args.toolkit_upgrade or None, args.base_versions)
+    level, sha, why = trust(args.event_name, _json(args.event, {}), args.repository, _pages(args.reviews))
+    changed = args.changed if args.changed is not None else changed_paths(args.pr_files, sys.stdin)
+    legs = toolkit_legs(args.toolkit_upgrade or None, args.head_versions)
     include = [] if level == "none" else matrix(plan(changed, load_targets()), load_boards(), legs, level)
     text = json.dumps({"include": include})
     sha = sha or args.sha

@@ -1,0 +1,39 @@
+"""Gate: each branch kind's outputs under every NPU core mask agree with core 0's, within the FP16
+gate's per-subgraph bar; the inference time per mask is recorded (harness/gates/core_masks.py).
+
+On the board the session's rknnlite runs it; off the board a backend that honours no core mask
+(onnxruntime, rknn-sim) hands it to board-sim on the model's ONNX export, whose times follow the
+masks and whose outputs are onnxruntime's."""
+import json
+
+import pytest
+
+from harness.backends.board_sim import normalize_options
+from harness.gates.core_masks import MASK_BACKENDS, core_mask_consistency, failures
+from harness.partition.manifest import load_manifest
+from harness.runtime.partitions import exported_partition
+
+pytestmark = pytest.mark.npu
+
+
+def _backend(suite, gate_runner):
+    if suite.backend in MASK_BACKENDS:
+        return suite.backend, suite.backend_options, load_manifest(gate_runner.partition)
+    partition = exported_partition(gate_runner.bundle, "float16", root=suite.cache_dir / "partitions")
+    # 1/50 of the board's time: stages long enough beside this machine's timer jitter to time a mask
+    return "board-sim", normalize_options({"time_scale": 0.02}), load_manifest(partition)
+
+
+def test_every_core_mask_gives_core_0s_outputs(suite, gate_runner, artifacts, record_property):
+    backend, options, manifest = _backend(suite, gate_runner)
+    rows = core_mask_consistency(backend, options, manifest)
+    artifacts.mkdir(parents=True, exist_ok=True)
+    (artifacts / "core-masks.json").write_text(json.dumps({"backend": backend, "rows": [r.as_dict() for r in rows]},
+                                                          indent=1))
+    record_property("core_masks_backend", backend)
+    for r in rows:
+        record_property(f"{r.branch} {r.mask} run_seconds", round(r.run_seconds, 6))
+    assert {r.mask for r in rows} == {"0", "1", "2", "0_1", "0_1_2"}
+    bad = failures(rows)
+    if bad:
+        pytest.fail(f"{backend}: " + "; ".join(bad), pytrace=False)
