@@ -63,7 +63,8 @@ class BoardVerdict:
         shift = f"{self.shift_pct:+.1f} % [{low:.1f}, {high:.1f}]"
         runs = f"{self.runs} valid run(s)" + (f", {self.invalid} INVALID left out" if self.invalid else "")
         threshold = f"the {self.threshold_pct:.1f} % threshold learned from their spread"
-        others = f"the other {self.others} boards" + (f" (outliers {', '.join(self.named)} left out)" if self.named else "")
+        named = f" (outlier{'s' if len(self.named) > 1 else ''} {', '.join(self.named)} left out)" if self.named else ""
+        others = f"the other {self.others} boards{named}"
         if self.outlier:
             return (f"OUTLIER board {self.board} {self.outlier} than {others}: {shift}, past {threshold} "
                     f"(p {self.p_value:.2g}; {runs})")
