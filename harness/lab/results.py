@@ -21,7 +21,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-__all__ = ["lava_commands", "main"]
+__all__ = ["case_key", "lava_commands", "main"]
 
 _NAME = re.compile(r"[^-_a-zA-Z0-9.]+")     # LAVA's test name pattern: ^[-_a-zA-Z0-9.]+$
 _UNITS = {"ssim": "SSIM", "psnr": "dB", "cosine": "cosine", "baseline_delta_pct": "%"}
@@ -34,6 +34,11 @@ def _name(text: str) -> str:
 def _gate(classname: str) -> str:
     module = classname.rsplit(".", 1)[-1]
     return _name(module.removeprefix("test_"))
+
+
+def case_key(case: ET.Element) -> tuple[str, str]:
+    """(test set, test case) LAVA reports a JUnit test case under."""
+    return _gate(case.get("classname", "")), _name(case.get("name", ""))
 
 
 def _result(case: ET.Element) -> str:
@@ -79,7 +84,7 @@ def _benchmarks(path: Path) -> dict[str, dict]:
 
 
 def _test_commands(case: ET.Element, benchmarks: dict[str, dict]) -> list[str]:
-    name, result = _name(case.get("name", "")), _result(case)
+    name, result = case_key(case)[1], _result(case)
     commands = [_case(name, result, _numeric(case.get("time")), "s")]
     for prop in case.iter("property"):
         value = _numeric(prop.get("value"))
@@ -97,7 +102,7 @@ def lava_commands(artifacts: Path) -> list[str]:
     benchmarks = _benchmarks(artifacts / "benchmark.json")
     by_gate: dict[str, list[ET.Element]] = {}
     for case in ET.parse(artifacts / "junit.xml").getroot().iter("testcase"):
-        by_gate.setdefault(_gate(case.get("classname", "")), []).append(case)
+        by_gate.setdefault(case_key(case)[0], []).append(case)
     commands = []
     for gate, cases in by_gate.items():
         commands.append(shlex.join(["lava-test-set", "start", gate]))
