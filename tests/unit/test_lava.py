@@ -26,6 +26,7 @@ from harness.lab.results import lava_commands
 from harness.lab.setup import SUBFOLDERS, WORK_ROOT
 from harness.model.config import REPO_ROOT
 from tests.helpers import missing_tool
+from tests.unit.test_workflows import suite_options  # noqa: F401 (fixture)
 
 LAVA = REPO_ROOT / "lava"
 SESSION = LAVA / "board-session"
@@ -143,6 +144,17 @@ def test_the_definition_hands_every_parameter_to_the_session_as_an_argument():
     assert sorted(passed.values()) == sorted(f"${name}" for name in definition_params())
     accepted = set(re.findall(r"\[([a-z0-9-]+)\]=", SESSION.read_text()))
     assert {flag.removeprefix("--") for flag in passed} == accepted
+
+
+def test_the_sessions_pytest_runs_use_options_the_suite_has(suite_options):
+    text = SESSION.read_text()
+    runs = [line.strip() for line in text.splitlines() if line.strip().startswith("suite -m ")]
+    assert len(runs) == 2 and "--require-npu" in runs[0] and '--tier="${opt[tier]}"' in runs[1]
+    common = text[text.index("common=("):text.index(")", text.index("common=("))]
+    flags = set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", " ".join(runs) + common))
+    assert {"--partition", "--results", "--board-profile", "--require-npu", "--no-save-baseline"} <= flags
+    assert flags <= suite_options, flags - suite_options
+    assert ".ci/board-diagnostics" in text
 
 
 def test_the_session_refuses_an_option_it_does_not_know():
