@@ -302,3 +302,21 @@ def test_the_lab_pages_lab_commands_parse_and_the_runnable_ones_write_valid_jobs
                 ran.append(Path(argv[argv.index("--out") + 1]))
     assert len(ran) >= 2 and any(m == "board-only" for m, _ in blocks)
     assert lava_validate(*ran) == {p.name: None for p in ran}
+
+
+# ------------------------------------------------------------------ the NPU check before the gates
+
+def test_the_gates_need_the_npu_node_only_where_the_profile_requires_the_npu(tmp_path):
+    from harness.lab.node import node_problem
+    board_tree = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"
+    rock5b, host = REPO_ROOT / "boards" / "rock5b.toml", REPO_ROOT / "boards" / "host-ci.toml"
+    assert node_problem(rock5b, board_tree) is None
+    problem = node_problem(rock5b, tmp_path)
+    assert problem.startswith(f"{rock5b} requires the NPU: no NPU device node under {tmp_path}"), problem
+    assert node_problem(host, tmp_path) is None
+
+
+def test_the_npu_check_prints_its_problem_for_the_session(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "harness.lab.node", str(tmp_path / "none.toml")], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "none.toml" in proc.stdout and "Traceback" not in proc.stderr
