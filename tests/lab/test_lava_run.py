@@ -17,6 +17,7 @@ What LAVA reports is read from lava-run's own `lvl: results` log lines (YAML, on
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import shutil
 import socket
@@ -40,6 +41,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 DEFINITION = "0_anima-npu"       # LAVA's name for the job's first definition
 SSHD = "/usr/sbin/sshd"
+_JOBS = itertools.count(1)       # lava-run's job ids in this process: LAVA unpacks its overlay at /lava-<id>
 _yaml = YAML(typ="safe", pure=True)
 
 
@@ -140,7 +142,8 @@ def work_root(tmp_path_factory, store) -> Path:
 
 
 def _device(port: int, key: Path, user: str) -> dict:
-    """The `ssh` device's dictionary, as LAVA's ssh.jinja2 renders it, with this machine's sshd."""
+    """The `ssh` device's dictionary: the keys lava-run needs (what LAVA's ssh.jinja2 and base.jinja2
+    render), pointing at this module's sshd and key."""
     return {
         "constants": {"posix": {"lava_test_sh_cmd": "/bin/sh", "lava_test_results_dir": "/lava-%s",
                                 "lava_test_shell_file": "~/.bashrc"},
@@ -172,14 +175,15 @@ def run_job(sshd, suite_repo, tmp: Path, values: dict) -> tuple[list[dict], str]
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "job.yaml").write_text(_dump(job))
     (tmp / "device.yaml").write_text(_dump(_device(port, key, board.login)))
-    job_id = str(os.getpid() * 10 + len(list(tmp.parent.iterdir())))     # /lava-<id> on this machine: unique
+    job_id = f"{os.getpid()}{next(_JOBS):02d}"       # unique on this machine, whoever else runs lava-run
     try:
         proc = subprocess.run(["lava-run", "--job-id", job_id, "--output-dir", str(tmp / "out"),
                                "--device", str(tmp / "device.yaml"), str(tmp / "job.yaml")],
                               capture_output=True, text=True, timeout=900)
     finally:
-        for litter in Path("/").glob(f"lava-{job_id}*"):       # LAVA's overlay, unpacked at / by the login
-            shutil.rmtree(litter) if litter.is_dir() else litter.unlink()
+        # LAVA's overlay, copied to / and unpacked there by the login
+        for litter in [Path(f"/lava-{job_id}"), *Path("/").glob(f"lava-{job_id}-*")]:
+            shutil.rmtree(litter, ignore_errors=True) if litter.is_dir() else litter.unlink(missing_ok=True)
     log = proc.stdout + proc.stderr         # lava-run logs to stderr
     (tmp / "lava-run.log").write_text(log)
     return _results(log), log
