@@ -284,9 +284,8 @@ def test_a_nan_fault_fails_the_numerics_and_quality_cases(sshd, suite_repo, stor
     started = time.monotonic()
     results, log = run_job(sshd, suite_repo, tmp_path / "run",
                            _values(store, work_root, tmp_path / "artifacts.tar.gz",
-                                   # the two gates a NaN must fail: their test files, on the faults backend
-                                   GATE_OPTIONS="--backend=faults --fault=nan@3 tests/acceptance/test_numerics.py "
-                                                "tests/acceptance/test_quality.py"))
+                                   # the two gates a NaN must fail, on the faults backend
+                                   GATE_OPTIONS='--backend=faults --fault=nan@3 -k "test_numerics or test_quality"'))
     print(f"lava-run, the --fault=nan@3 job: {time.monotonic() - started:.1f} s")
     print("\n".join(str(r) for r in results if r.get("definition") == DEFINITION))
     assert _job_result(results)["result"] == "pass", log[-3000:]
