@@ -11,8 +11,9 @@ What LAVA reports is read from lava-run's own `lvl: results` log lines (YAML, on
   branch and shift against the baseline as measurements with units, SSIM and PSNR, the verdict set;
 - `--backend=faults --fault=nan@3` (the numerics and quality gates only): their cases fail, and so does
   the verdict;
-- a partition whose manifest does not match: the job ends Incomplete with the session's message
-  (lava-test-raise), and no gate is reported.
+- a partition whose manifest does not match, or a board profile that requires the NPU on a machine
+  without its device node: the job ends Incomplete with the session's message (lava-test-raise), and
+  no gate is reported (the smoke tier still says what is missing).
 """
 from __future__ import annotations
 
@@ -308,3 +309,20 @@ def test_a_partition_that_does_not_match_is_the_labs_failure_not_a_gates(sshd, s
     cases = _cases(results)
     assert cases[("fetch", "partition")]["result"] == "fail"
     assert not [k for k in cases if k[0] not in ("fetch",)], cases      # no gate ran, none reported
+
+
+def test_a_board_without_its_npu_node_is_the_labs_failure_after_the_smoke_tier(sshd, suite_repo, store, work_root,
+                                                                               tmp_path):
+    # the ROCK 5C's profile requires the NPU, which this machine does not have
+    results, log = run_job(sshd, suite_repo, tmp_path / "run",
+                           _values(store, work_root, tmp_path / "artifacts.tar.gz",
+                                   BOARD_PROFILE="boards/rock5c-8gb.toml"))
+    job = _job_result(results)
+    assert job["result"] == "fail" and job["error_type"] == "Test", job
+    assert "boards/rock5c-8gb.toml requires the NPU: no NPU device node under /" in job["error_msg"], job
+    cases = _cases(results)
+    assert {c for (s, c) in cases if s == "smoke"} >= {"test_1_npu_device_node"}      # the smoke tier says what
+    assert {r["result"] for (s, _), r in cases.items() if s == "smoke"} == {"fail"}
+    assert not [k for k in cases if k[0] not in ("fetch", "smoke", "verdict", "")], cases  # no gate ran
+    assert cases[("verdict", "smoke")]["result"] == "fail" and ("verdict", "gates") not in cases
+    assert cases[("", "artifacts")]["result"] == "pass"          # uploaded before the job was ended
