@@ -229,7 +229,11 @@ def _job_result(results: list[dict]) -> dict:
 def passing_job(sshd, suite_repo, store, work_root, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("job-pass")
     started = time.monotonic()
-    results, log = run_job(sshd, suite_repo, tmp / "run", _values(store, work_root, tmp / "artifacts.tar.gz"))
+    # The benchmark is judged against the seeded baseline as on a board, but with a threshold no load
+    # change of a shared CI host reaches (one run here: +60 % when the load rose between the two): this
+    # test proves what LAVA reports; the threshold's own behaviour is test_baseline_rules.py's.
+    results, log = run_job(sshd, suite_repo, tmp / "run", _values(store, work_root, tmp / "artifacts.tar.gz",
+                                                                   GATE_OPTIONS="--baseline-threshold=500%"))
     return results, log, tmp / "artifacts.tar.gz", time.monotonic() - started
 
 
