@@ -57,6 +57,12 @@ class Context(abc.ABC):
         return options
 
     @classmethod
+    def import_runtime(cls) -> None:
+        """Import the runtime's own module now (before a run is under way), not at the first init:
+        a stop signal that lands inside a C extension's import is reported by Python as that import
+        failing, not as the stop it was."""
+
+    @classmethod
     def between_invocations(cls, options: dict) -> list:
         """Callables the pipeline calls with the next subgraph's manifest entry before every invocation
         (a simulated board's host time)."""

@@ -105,6 +105,10 @@ def _threads_option(options: dict) -> int | None:
 class OnnxRuntimeContext(Context):
     backend_name = "onnxruntime"
 
+    @classmethod
+    def import_runtime(cls) -> None:
+        import onnxruntime  # noqa: F401
+
     def __init__(self, label: str, **options):
         super().__init__(label, **options)
         self.threads = _threads_option(options)

@@ -133,7 +133,7 @@ class GateRunner:
         from ..runtime.run import open_partition
         if not self._prepared:
             manifest = open_partition(self.bundle, self.partition, verify=True)
-            backend_class(self.s.backend)       # import the runtime now, not inside a measured run
+            backend_class(self.s.backend).import_runtime()     # now, not inside a measured run
             if self.s.backend == "rknn-sim":
                 self._build_in_simulator(manifest)
             self._prepared = True

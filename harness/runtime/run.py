@@ -142,6 +142,7 @@ def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | N
         report["manifest_sha256"] = manifest_sha256(manifest.directory)
         report["export"] = manifest.export
         options = run_options(backend, backend_options)
+        backend_class(backend).import_runtime()
         strategy = make_strategy(lifecycle, backend, result.recorder, manifest, options)
         streams = ({s: np.repeat(c, images, axis=0) for s, c in text_embs.items()} if text_embs
                    else stream_text_embs(bundle, [prompt] * images, settings.cfg_scale))
