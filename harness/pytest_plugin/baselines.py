@@ -140,7 +140,9 @@ def comparison_of(run: Run, judgement: Judgement) -> dict:
               else f"{judgement.kind}: not confirmed by a second run" if judgement.regressions
               else f"{judgement.kind}: within threshold")
     reference = judgement.reference_run
+    moved = judgement.moved      # a figure that failed while the step did not: the row names it
     return {"status": status, "message": judgement.headline(), "mean_s": run.total_denoise_s,
+            "moved": f"{moved.label} {moved.shift_pct:+.1f} %" if moved else None,
             "threshold_pct": step.threshold_pct if step else float("nan"),
             "baseline_mean_s": reference.total_denoise_s if reference else None,
             "delta_pct": step.shift_pct if step else None, **judgement.as_dict()}

@@ -64,8 +64,8 @@ def _bench_rows(benchmarks: list[dict]) -> list[list]:
         base = "-" if c.get("baseline_mean_s") is None else f"{c['baseline_mean_s']:.4f} s"
         delta = "-" if c.get("delta_pct") is None else f"{c['delta_pct']:+.1f} %"
         clocks = "valid" if b["valid"] else "**INVALID**: " + "; ".join(b["reasons"])
-        rows.append([b["case"], f"{c['mean_s']:.4f} s", base, delta, f"{c['threshold_pct']:g} %",
-                     c["status"], clocks])
+        status = c["status"] + (f": {c['moved']}" if c.get("moved") else "")    # the figure that failed, not the step
+        rows.append([b["case"], f"{c['mean_s']:.4f} s", base, delta, f"{c['threshold_pct']:g} %", status, clocks])
     return rows
 
 

@@ -1,17 +1,21 @@
 """What a new run is compared with, and the verdicts (harness/results/verdicts.py) on each of its figures.
 
-The reference of a run is, in this order:
-  1. its board's baseline for its experiment (saved with --save-baseline or --accept-upgrade);
-  2. else its board's latest valid run of the experiment;
+The reference of a run is its board's *accepted* stack for its experiment, in this order:
+  1. the stack of its board's baseline for the experiment (saved with --save-baseline or --accept-upgrade);
+  2. else the stack of the board's first valid run of the experiment (its history before any change);
   3. else the fleet's baseline for the board's model (a new or reflashed board), labelled so;
   4. else nothing: the first run of the experiment, "no baseline yet".
 When the reference has the run's own key the comparison is a *history* one: the run against the valid
 runs of its key on its board. When the keys differ only in the stack (manifest hash, NPU stack versions,
 see records.STACK_FIELDS) it is an *upgrade* comparison: the run against the latest valid runs of the
-previous stack. Either way each figure (the step, every branch's core time, every lifecycle stage) gets
-a history verdict, the threshold learned from the spread of those runs. With too few of them for a
-spread, the fixed rule against the latest one stands in when the reference is a saved baseline; when
-it is only the board's latest run, there is no verdict yet, and the judgement says so.
+accepted stack. The new stack is under probation until --accept-upgrade (or a saved baseline) makes it
+the accepted one: every run of it is an upgrade comparison, its earlier runs its group (as a history's
+runs since a change), and the judgement says which run of the new stack it is. Either way each figure
+(the step, every branch's core time, every lifecycle stage) gets a history verdict, the threshold
+learned from the spread of those runs. With too few of them for a spread, the fixed rule against the
+latest of them stands in when the reference is a saved baseline or the run is an upgrade (a stack 3x
+slower must never pass for lack of history); when a run of the accepted stack has only runs that
+merely happened before, there is no verdict yet, and the judgement says so.
 
 The runs since a change are judged as one group: after a new git revision (history) or a new stack
 (upgrade), the run and the earlier runs of the new revision or stack, up to GROUP_RUNS of them, against
@@ -141,6 +145,7 @@ class Judgement:
     condition: Verdict | None = None                 # the calibration probe against its history
     noise: NoiseFactor | None = None                 # the step's noise factor, for the record's size
     confirmation: tuple = ()                         # a second run's Judgements (confirm)
+    probation: int | None = None                     # upgrade: which run of the new stack this is
 
     @property
     def regressions(self) -> list[Verdict]:
@@ -171,12 +176,33 @@ class Judgement:
             return self.reference
         if self.kind == NOT_COMPARABLE:
             return f"{NOT_COMPARABLE}: {self.reference}"
-        what = f"{self.kind} against {self.reference}"
+        what = f"{self.kind} against {self.reference}" if self.probation is None else \
+            f"upgrade under probation, run {self.probation} of the new stack, against {self.reference}"
         if self.differences:
             what += " (" + "; ".join(self.differences) + ")"
         worst = self.regressions or self.verdicts[:1]
         return what + "".join(": " + v.line() for v in worst[:1]) + "".join("; " + v.line() for v in worst[1:]) \
-            + self._branches_of_npu(worst) + self._confirmed()
+            + self._branches_of_npu(worst) + self._over_but_not_failed() + self._confirmed()
+
+    @property
+    def moved(self) -> Verdict | None:
+        """The figure whose verdict fails while the step's does not (the first such), else None: what
+        a one-line summary of the run must name besides, or instead of, the step."""
+        if any(v.label == STEP for v in self.regressions):
+            return None
+        return next(iter(self.regressions), None)
+
+    def _over_but_not_failed(self) -> str:
+        """'; ffn core +12.0 % over the 10 % threshold, ...': the figures over the fixed rule's threshold
+        when the step is not (the fixed rule fails a run on the step alone), so they are in the
+        headline rather than in a sub-line only."""
+        if self.regressions:
+            return ""
+        over = sorted((v for v in self.verdicts if v.kind == "fixed" and v.label != STEP
+                       and v.shift_pct > v.threshold_pct), key=lambda v: -v.shift_pct)
+        return "".join(f"; {v.label} {v.shift_pct:+.1f} % over the {v.threshold_pct:g} % threshold, not failed: "
+                       "the fixed rule fails a run on its step alone" for v in over[:1]) + \
+            "".join(f"; {v.label} {v.shift_pct:+.1f} %" for v in over[1:])
 
     def _confirmed(self) -> str:
         """'; confirmed by a second run: ...' or '; not confirmed by a second run (...): ...'."""
@@ -195,7 +221,8 @@ class Judgement:
         """A regression of the whole NPU names each branch's own shift and interval."""
         if not any(v.label == NPU_CORE and v.regression for v in shown):
             return ""
-        branches = [v for v in self.verdicts if v.label.endswith(" core") and v.label != NPU_CORE and v not in shown]
+        branches = sorted((v for v in self.verdicts if v.label.endswith(" core") and v.label != NPU_CORE
+                           and v not in shown), key=lambda v: -v.shift_pct)     # the branch that moved first
         return "".join(f"; {v.shift()}" for v in branches)
 
     def lines(self) -> list[str]:
@@ -209,7 +236,7 @@ class Judgement:
         return {"kind": self.kind, "reference": self.reference, "differences": self.differences,
                 "regressed": self.regressed, "verdicts": [v.as_dict() for v in self.verdicts],
                 "condition": self.condition.as_dict() if self.condition else None,
-                "noise": vars(self.noise) if self.noise else None,
+                "noise": vars(self.noise) if self.noise else None, "probation": self.probation,
                 "confirmation": [c.as_dict() for c in self.confirmation]}
 
 
@@ -276,8 +303,8 @@ def judge_figures(pool: list[Run], run: Run, threshold_pct: float, fixed: bool =
     (look_alpha; None: judged alone); a figure that is 0 somewhere (a stage a strategy skips) has no
     relative shift and is left out.
 
-    Too few earlier runs for a spread: with `fixed`, the fixed rule against the latest one (without, no
-    verdict for that figure). It fails the run on
+    Too few earlier runs for a spread: with `fixed`, the fixed rule, the mean of `group` and `run`
+    against the mean of the latest earlier runs (without, no verdict for that figure). It fails the run on
     the step alone and names the branches and stages over the threshold as the ones that moved: with no
     noise estimate a 0.4 ms branch moves 30 % between two identical runs on a busy CPU host, the step
     (the old rule's figure) a few %. `record`: the board's record the noise factor is learned from
@@ -308,7 +335,10 @@ def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pc
         # the NPU core is there to average the branches' drift away: the fixed rule has no noise
         # estimate to gain from it, and the branches name the shift themselves
         if verdict is None and fixed and label != NPU_CORE:
-            verdict = fixed_verdict(label, earlier[-1:], [value], threshold_pct=threshold_pct)
+            # the runs since the change together, as a group's look judges them: a group's verdict
+            # has its repetition already (Judgement.needs_confirmation)
+            verdict = replace(fixed_verdict(label, earlier[-(MIN_HISTORY - 1):], values, threshold_pct=threshold_pct),
+                              runs=len(values))
         if verdict is not None:
             verdicts.append(verdict)
     step = next((v for v in verdicts if v.label == STEP), None)
@@ -367,11 +397,15 @@ def same_cpus(run: Run, other: Run) -> bool:
 
 
 def _reference(store: ResultsStore, run: Run) -> tuple[Run, str, bool, bool] | None:
-    """(reference run, how it was chosen, from the fleet?, a saved baseline?) or None."""
+    """(reference run, how it was chosen, from the fleet?, a saved baseline?) or None: a run of the
+    board's accepted stack (the module docstring), never merely its latest run, so a new stack stays
+    on probation run after run until it is accepted."""
     saved = store.baseline(run.board_id, run.key.experiment)
     if saved:
         return saved[0], f"the baseline of board {run.board_id} ({saved[1]}, run {saved[0].run_id})", False, True
-    latest = store.runs(board=run.board_id, experiment=run.key.experiment, valid=True, latest=1)
+    # no baseline: the stack the board first ran the experiment on with a valid run
+    accepted = next((digest for digest, _, valid in store.stacks(run.board_id, run.key.experiment) if valid), None)
+    latest = store.runs(board=run.board_id, key=accepted, valid=True, latest=1) if accepted else []
     if latest:
         return latest[-1], f"the latest valid run of board {run.board_id} (run {latest[-1].run_id})", False, False
     fleet = store.fleet_baseline(run.board_model, run.key.experiment, exclude_board=run.board_id)
@@ -395,18 +429,23 @@ def judge_run(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
         or store.runs(key=reference.key.digest, valid=True, latest=READ_RUNS, **scope)
     kind = HISTORY if reference.key.digest == run.key.digest else UPGRADE
     pool, group, look = _split(store, pool, run, kind, from_fleet)
+    probation = None
     if kind == UPGRADE:
         counted = f"the latest {len(pool)}" if len(pool) == READ_RUNS else f"{len(pool)}"
-        how = f"{counted} valid run(s) of the previous stack, reference {how}"
+        how = f"{counted} valid run(s) of the accepted stack, reference {how}"
+        probation = 1 + sum(count for digest, count, _ in store.stacks(run.board_id, run.key.experiment)
+                            if digest == run.key.digest)
     differences = run.key.differences(reference.key) if kind == UPGRADE else []
     pool, condition, why = comparability(pool, [*group, run])
     if why:
-        return Judgement(NOT_COMPARABLE, why, [], differences, reference, condition)
-    # The fixed rule stands in for a short history only against a baseline someone saved: runs that
-    # merely happened before (a developer's repeated local runs on a busy machine) judge a run once
-    # there are enough of them for a learned threshold.
+        return Judgement(NOT_COMPARABLE, why, [], differences, reference, condition, probation=probation)
+    # The fixed rule stands in for a short history against a baseline someone saved and for a new
+    # stack (a 3x slower one must not pass for lack of history); runs of the accepted stack that merely
+    # happened before (a developer's repeated local runs on a busy machine) judge a run once there are
+    # enough of them for a learned threshold.
     record = board_record(store, run, from_fleet, group)
-    verdicts = judge_figures(pool, run, threshold_pct, fixed=saved, group=group, look=look, record=record)
+    verdicts = judge_figures(pool, run, threshold_pct, fixed=saved or kind == UPGRADE, group=group, look=look,
+                             record=record)
     if not verdicts:
         how += (f": {len(pool)} earlier valid run(s), too few for a learned threshold ({MIN_HISTORY} needed) "
                 "and no saved baseline, so no verdict yet")
@@ -415,7 +454,7 @@ def judge_run(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
         if step and step.kind == "history" else None        # the fixed rule has no interval to widen
     if noise and from_fleet:
         noise = replace(noise, whose="the fleet's other boards'")
-    return Judgement(kind, how, verdicts, differences, reference, condition, noise)
+    return Judgement(kind, how, verdicts, differences, reference, condition, noise, probation=probation)
 
 
 def confirm(store: ResultsStore, first_run: Run, first: Judgement, second_run: Run,

@@ -25,7 +25,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from sqlalchemy import create_engine, delete, event, insert, or_, select, text
+from sqlalchemy import case, create_engine, delete, event, func, insert, or_, select, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
@@ -287,6 +287,16 @@ class ResultsStore:
                                .order_by(baselines.c.saved.desc(), baselines.c.id.desc())).mappings().first()
             return (_with_children(conn, [row])[0], row["reason"]) if row else None
 
+    def stacks(self, board: str, experiment: str) -> list[tuple[str, int, int]]:
+        """(key digest, runs, valid runs) of every key under which the board ran the experiment, in the
+        order of each key's first run: which stack came first and how many runs each has had (counted
+        in the database: a fleet's board may have thousands)."""
+        query = (select(runs.c.key_digest, func.count(), func.sum(case((runs.c.valid, 1), else_=0)))
+                 .where(runs.c.board_id == board, runs.c.experiment == experiment)
+                 .group_by(runs.c.key_digest).order_by(func.min(runs.c.time), func.min(runs.c.id)))
+        with self.engine.connect() as conn:
+            return [(digest, int(count), int(valid or 0)) for digest, count, valid in conn.execute(query)]
+
     def baseline_pairs(self) -> list[tuple[str, str, str, str]]:
         """(board, run id, case, reason) of every baseline: what `push` copies besides the runs."""
         with self.engine.connect() as conn:
@@ -342,6 +352,15 @@ class PendingView:
 
     def fleet_baseline(self, board_model: str, experiment: str, exclude_board: str) -> tuple[Run, str] | None:
         return self.store.fleet_baseline(board_model, experiment, exclude_board)
+
+    def stacks(self, board: str, experiment: str) -> list[tuple[str, int, int]]:
+        """ResultsStore.stacks with the pending runs counted (a new key after the stored ones)."""
+        counts = {digest: [count, valid] for digest, count, valid in self.store.stacks(board, experiment)}
+        for run in self.pending:
+            if run.board_id == board and run.key.experiment == experiment:
+                counted = counts.setdefault(run.key.digest, [0, 0])
+                counted[0], counted[1] = counted[0] + 1, counted[1] + int(run.valid)
+        return [(digest, count, valid) for digest, (count, valid) in counts.items()]
 
 
 def _matches(run: Run, *, board=None, board_model=None, key=None, experiment=None, valid=None, case=None,

@@ -61,11 +61,11 @@ def baseline_of(where, run):
         return store.baseline(run.board_id, run.key.experiment)
 
 
-def upgraded(tmp_path):
+def upgraded(tmp_path, driver: str = "0.9.9"):
     """A copy of the board tree with a newer NPU driver and runtime."""
-    tree = tmp_path / "board-upgraded"
+    tree = tmp_path / f"board-upgraded-{driver}"
     shutil.copytree(BOARD_TREE, tree)
-    (tree / _DRIVER).write_text("RKNPU driver: v0.9.9\n")
+    (tree / _DRIVER).write_text(f"RKNPU driver: v{driver}\n")
     lib = tree / _RUNTIME
     lib.write_bytes(lib.read_bytes().replace(b"librknnrt version: 2.3.2", b"librknnrt version: 2.5.0"))
     return tree
@@ -112,18 +112,56 @@ def test_an_npu_stack_upgrade_on_the_simulated_board_gets_a_verdict_not_a_skip(g
                 store=url)
     slow.assert_outcomes(failed=1)
     message = junit_case(tmp_path).find("failure").get("message")
-    assert "benchmark regression: upgrade comparison against 1 valid run(s) of the previous stack" in message
+    assert "benchmark regression: upgrade under probation, run 1 of the new stack, against 1 valid run(s) of the " \
+           "accepted stack" in message
     assert "npu_driver 0.9.8 -> 0.9.9; runtime_lib 2.3.2 -> 2.5.0" in message
     assert "self_attn core +" in message and "ffn core +" in message and " % threshold" in message
-    # the new stack as fast as the old: a passing upgrade verdict, and --accept-upgrade makes it the baseline
-    result = gate("--backend=board-sim", "--baseline-threshold=60%", f"--telemetry-root={new_stack}",
+    # another new stack as fast as the old (that one's slow runs would be its group): a passing upgrade
+    # verdict, and --accept-upgrade makes it the baseline
+    result = gate("--backend=board-sim", "--baseline-threshold=60%", f"--telemetry-root={upgraded(tmp_path, '0.9.10')}",
                   "--accept-upgrade", store=url)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*upgrade comparison against 1 valid run(s) of the previous stack*"])
+    result.stdout.fnmatch_lines(["*upgrade under probation, run 1 of the new stack, against 1 valid run(s) of the "
+                                 "accepted stack*"])
     old, *slower, new = stored(url)
     assert [r.run_id.endswith("-confirm") for r in slower] == [False, True], "the slow run and the run confirming it"
     assert old.key.experiment == new.key.experiment and old.key.digest != new.key.digest
     assert baseline_of(url, new) == (new, "upgrade accepted")
+
+
+def test_an_upgrade_with_no_saved_baseline_is_judged_on_every_run_until_it_is_accepted(gate, tmp_path):
+    # three sessions of the old stack, no baseline saved; then a newer NPU driver three times slower
+    old = tmp_path / "board"
+    shutil.copytree(BOARD_TREE, old)
+    for _ in range(3):
+        gate("--backend=faults", f"--telemetry-root={old}").assert_outcomes(passed=1)
+    new_stack = tmp_path / "board-new-driver"
+    shutil.copytree(BOARD_TREE, new_stack)
+    (new_stack / _DRIVER).write_text("RKNPU driver: v0.9.9\n")
+    headlines = []
+    for number in (1, 2, 3):
+        slow = gate("--backend=faults", "--fault=slow=x3", f"--telemetry-root={new_stack}")
+        slow.assert_outcomes(failed=1)
+        report = junit_case(tmp_path).find("failure").text
+        headlines.append(report)
+        assert "benchmark regression: upgrade under probation, run " in report, report
+        assert "of the accepted stack" in report and "npu_driver 0.9.8 -> 0.9.9" in report, report
+        assert "denoise step +" in report and " over the 10 % threshold" in report, report
+    runs = [int(h.split("upgrade under probation, run ")[1].split()[0]) for h in headlines]
+    assert runs[0] == 1 and runs[0] < runs[1] < runs[2], f"each run says which run of the probation it is: {runs}"
+    # the slowdown accepted on purpose: --accept-upgrade (with a threshold that lets x3 pass) moves the
+    # board's accepted stack to the new one, and the next run is judged against its history
+    accept = gate("--backend=faults", "--fault=slow=x3", f"--telemetry-root={new_stack}", "--accept-upgrade",
+                  "--baseline-threshold=900%")
+    accept.assert_outcomes(passed=1)
+    accept.stdout.fnmatch_lines(["*upgrade under probation, run *", "*baseline upgrade accepted: run *"])
+    after = gate("--backend=faults", "--fault=slow=x3", f"--telemetry-root={new_stack}", "--baseline-threshold=900%")
+    after.stdout.fnmatch_lines(["*: history against the baseline of board *(upgrade accepted, run *"])
+    kinds = [c.get("value") for c in junit_case(tmp_path).iter("property") if c.get("name") == "baseline"]
+    assert kinds == ["history"], kinds
+    for line in [*headlines, *accept.outlines, *after.outlines]:
+        if "probation" in line or ": history against" in line:
+            print(line)
 
 
 def test_regression_fails_the_benchmark_test_in_junit_and_keeps_the_baseline(gate, tmp_path):

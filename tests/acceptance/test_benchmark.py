@@ -1,6 +1,6 @@
 """Gate: denoise time against the results store (--results): the run's step, branch and stage times are
 judged against its reference there (harness/results/judge.py): the history of its key, or after an NPU
-stack upgrade the runs of the previous stack (an upgrade comparison, never a skip). A regression fails
+stack upgrade the runs of the board's accepted stack (an upgrade comparison on every run until accepted). A regression fails
 this test itself, naming the branch or stage, its shift, interval and threshold, so JUnit and CI's test
 view show it. A regression judged from one run is confirmed first: the case runs once more (not timed by
 pytest-benchmark, measured as the round was) and the test fails only when that run regresses too

@@ -108,13 +108,13 @@ def test_a_stack_upgrade_is_an_upgrade_comparison_and_a_slower_branch_fails_nami
         same = judge_run(store, make_run("new", 1.0, minute=50, versions=VERSIONS_NEW, manifest_hash="m2"), 10.0)
         assert same.kind == UPGRADE and not same.regressed
         assert "runtime_lib 2.3.2 -> 2.5.0" in same.differences and "manifest_hash m1 -> m2" in same.differences
-        assert "8 valid run(s) of the previous stack" in same.reference
+        assert "8 valid run(s) of the accepted stack" in same.reference
         # the stack's first run is the first look at the change, at a lone run's false-alarm rate
         # (judge.look_alpha): an upgrade is gated on its first run
         worse = judge_run(store, make_run("new", 1.0, minute=50, versions=VERSIONS_NEW,
                                           branch_factor={"cross_attn": 1.10}), 10.0)
         assert worse.regressed and worse.regressions[0].label == "cross_attn core"
-        assert worse.headline().startswith("upgrade comparison against")
+        assert worse.headline().startswith("upgrade under probation, run 1 of the new stack, against")
 
 
 def test_a_new_board_starts_from_the_fleet_baseline_of_its_model(results_url):
