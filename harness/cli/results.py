@@ -24,10 +24,11 @@ from ..core.errors import ConfigError
 from ..lifecycle.steptimes import STAGE_NAMES
 from ..results.judge import (NOT_COMPARABLE, comparability, group_note, judge_figures, parse_threshold, record_before,
                              since_change)
+from ..results.fleet import board_verdicts, fleet_groups
 from ..results.legacy import Imported, read_baselines, read_history
 from ..results.records import Run
 from ..results.store import DEFAULT_RESULTS, ResultsStore
-from ..results.verdicts import change_points, history_verdict
+from ..results.verdicts import change_points
 
 __all__ = ["add_command", "add_results_option", "import_into", "export_csv", "export_ab_csv", "check_lines",
            "ab_check_lines", "board_lines", "series"]
@@ -116,7 +117,7 @@ def export_csv(runs: list[Run]) -> str:
               "manifest_hash", *_VERSION_COLUMNS, "git_revision", "ci_url", "valid", "invalid_reasons",
               "mean_step_s", "total_denoise_s", *(f"core_{b}_s" for b in BRANCHES),
               *(f"stage_{s}_s" for s in STAGE_NAMES), "peak_pss_added_bytes", "host_cpus", "host_load",
-              "host_probe_s"]
+              "host_probe_s", "serial_hash", "device_model"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
@@ -127,7 +128,8 @@ def export_csv(runs: list[Run]) -> str:
                          r.ci_url or "", int(r.valid), "; ".join(r.invalid_reasons), repr(r.mean_step_s),
                          repr(r.total_denoise_s), *(_cell(r.branches.get(b)) for b in BRANCHES),
                          *(_cell(r.stages.get(s)) for s in STAGE_NAMES), _cell(r.peak_pss_added_bytes),
-                         _cell(r.host_cpus), _cell(r.host_load), _cell(r.host_probe_s)])
+                         _cell(r.host_cpus), _cell(r.host_load), _cell(r.host_probe_s), r.serial_hash or "",
+                         r.device_model or ""])
     return out.getvalue()
 
 
@@ -237,28 +239,13 @@ def _cmd_check(args) -> int:
 # -- boards --------------------------------------------------------------------------------------------
 
 def board_lines(runs: list[Run], board_model: str | None = None) -> tuple[list[str], list[str]]:
-    """(lines, outlier boards): each board of a model against the pooled runs of its other boards."""
-    groups: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for (board, digest), members in series(runs).items():
-        model = members[-1].board_model
-        if board_model is None or model == board_model:
-            groups[(model, digest, members[-1].key.case)][board] = [r.mean_step_s for r in members]
+    """(lines, outlier boards): each board of a model against the other boards of its model over one
+    time window (harness/results/fleet.py)."""
     lines, outliers = [], []
-    for (model, _, case), boards in groups.items():
-        if len(boards) < 2:
-            continue
-        lines.append(f"board model {model}, {case}: {len(boards)} boards")
-        for board, values in sorted(boards.items()):
-            others = [v for b, vs in boards.items() if b != board for v in vs]
-            verdict = history_verdict(f"board {board}", others, values)
-            if verdict is None:
-                lines.append(f"  board {board}: too few runs of the other boards for a verdict")
-                continue
-            outlier = abs(verdict.shift_pct) > verdict.threshold_pct
-            lines.append(f"  {'OUTLIER ' if outlier else ''}{verdict.line()} against the other boards "
-                         f"({len(values)} run(s) vs {verdict.n})")
-            if outlier:
-                outliers.append(board)
+    for group in fleet_groups(runs, board_model):
+        verdicts, left_out = board_verdicts(group)
+        lines += [group.header(), *(f"  {v.line()}" for v in verdicts), *(f"  {why}" for why in left_out)]
+        outliers += [v.board for v in verdicts if v.outlier]
     return lines, outliers
 
 

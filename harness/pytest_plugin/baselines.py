@@ -80,10 +80,12 @@ class ResultsGate:
     def run_of(self, case: str, info: dict, report: dict, telemetry: dict, precision: str,
                manifest_hash: str, model: str, host=None) -> Run:
         """The run as the store keeps it; `host` (a finished condition.HostCondition) is the host's
-        condition during the timed rounds."""
+        condition during the timed rounds. Filed under its board's id in the store (a board whose
+        device-tree model string changed keeps its own: ResultsStore.filed)."""
         from ..results.provenance import ci_url, comparable_versions, git_revision, run_id
+        from ..results.telemetry import serial_hash
         identity, board = self.config.stash[IDENTITY], self.config.stash[BOARD]
-        return Run(
+        return self.store.filed(Run(
             run_id=run_id(), time=utc_now(), board_id=board, board_model=board_model_of(board), model=model,
             key=RunKey(case=case, steps=info["steps"], precision=precision, backend=self.settings.backend,
                        manifest_hash=manifest_hash, versions=comparable_versions(identity)),
@@ -94,7 +96,8 @@ class ResultsGate:
             git_revision=git_revision(), ci_url=ci_url(), kernel=identity.get("kernel"),
             peak_pss_added_bytes=info["peak_pss_added_bytes"],
             host_cpus=host.cpus if host else None, host_load=host.load_per_cpu if host else None,
-            host_probe_s=host.probe_s if host else None)
+            host_probe_s=host.probe_s if host else None, serial_hash=serial_hash(identity),
+            device_model=identity.get("model")))
 
     def record_ab(self, session, case: str, sides: dict, telemetry: dict, **how) -> ABRecord:
         """Write the interleaved A/B session `session` (both sides, the pairs, the verdicts) now, in one

@@ -69,7 +69,7 @@ from .verdicts import MIN_HISTORY, Verdict, fixed_verdict, history_verdict
 __all__ = ["Judgement", "judge_run", "confirm", "figures", "judge_figures", "judge_values", "parse_threshold", "since_change",
            "comparability", "npu_core", "group_note", "HISTORY", "UPGRADE", "FIRST", "NOT_COMPARABLE", "STEP",
            "NPU_CORE", "LOOKBACK", "CONFIDENCE", "GROUP_RUNS", "PRIMARY_SHARE", "SPENDING_RHO", "FIRST_LOOK_SHARE",
-           "look_alpha", "board_record", "record_of", "record_before", "same_cpus", "figure_noise", "READ_RUNS"]
+           "look_alpha", "board_change", "board_record", "record_of", "record_before", "same_cpus", "figure_noise", "READ_RUNS"]
 
 HISTORY, UPGRADE, FIRST, NOT_COMPARABLE = "history", "upgrade comparison", "no baseline yet", "not comparable"
 STEP = "denoise step"
@@ -146,6 +146,7 @@ class Judgement:
     noise: NoiseFactor | None = None                 # the step's noise factor, for the record's size
     confirmation: tuple = ()                         # a second run's Judgements (confirm)
     probation: int | None = None                     # upgrade: which run of the new stack this is
+    board_change: str | None = None                  # the board's device-tree model string changed (board_change)
 
     @property
     def regressions(self) -> list[Verdict]:
@@ -172,6 +173,9 @@ class Judgement:
         return bool(self.regressions) and not self.confirmation and all(v.runs == 1 for v in self.regressions)
 
     def headline(self) -> str:
+        return self._headline() + (f"; {self.board_change}" if self.board_change else "")
+
+    def _headline(self) -> str:
         if self.kind == FIRST:
             return self.reference
         if self.kind == NOT_COMPARABLE:
@@ -237,7 +241,7 @@ class Judgement:
                 "regressed": self.regressed, "verdicts": [v.as_dict() for v in self.verdicts],
                 "condition": self.condition.as_dict() if self.condition else None,
                 "noise": vars(self.noise) if self.noise else None, "probation": self.probation,
-                "confirmation": [c.as_dict() for c in self.confirmation]}
+                "confirmation": [c.as_dict() for c in self.confirmation], "board_change": self.board_change}
 
 
 def group_note(verdict: Verdict) -> str:
@@ -416,7 +420,23 @@ def _reference(store: ResultsStore, run: Run) -> tuple[Run, str, bool, bool] | N
 
 
 def judge_run(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
-    """Judge `run` (not yet stored) against its reference in `store` (see the module docstring)."""
+    """Judge `run` (not yet stored, filed under its board: ResultsStore.filed) against its reference in
+    `store` (see the module docstring); the judgement says when the board's model string changed."""
+    return replace(_judge(store, run, threshold_pct), board_change=board_change(store, run))
+
+
+def board_change(store: ResultsStore, run: Run) -> str | None:
+    """'the device-tree model string changed: ...' when the board's latest stored run read another
+    model string from the same serial, else None."""
+    latest = store.runs(board=run.board_id, latest=1) if run.serial_hash and run.device_model else []
+    before = latest[-1] if latest and latest[-1].serial_hash == run.serial_hash else None
+    if before is None or before.device_model in (None, run.device_model):
+        return None
+    return (f"the device-tree model string changed: {before.device_model!r} -> {run.device_model!r} (same serial: "
+            f"board {run.board_id} of board model {run.board_model} keeps its history and baseline)")
+
+
+def _judge(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
     found = _reference(store, run)
     if found is None:
         return Judgement(FIRST, f"no baseline yet for {run.key.case} on board {run.board_id} or its board model "

@@ -118,6 +118,10 @@ class Run:
     host_cpus: int | None = None
     host_load: float | None = None                      # load average per CPU, the higher of start and end
     host_probe_s: float | None = None                   # calibration probe seconds: the machine-speed index
+    # the board's serial (hashed: telemetry.serial_hash) where its device tree has one, and the device
+    # tree's model string as this run read it: what keeps a renamed board's id (ResultsStore.filed)
+    serial_hash: str | None = None
+    device_model: str | None = None
 
     def __post_init__(self):
         where = f"run {self.run_id!r}"
@@ -152,6 +156,10 @@ class Run:
                                                       or self.peak_pss_added_bytes < 0):
             raise ResultsError(f"{where}: peak_pss_added_bytes must be bytes >= 0, got {self.peak_pss_added_bytes!r}")
         self._check_host(where)
+        if self.serial_hash is not None and not re.fullmatch(r"[0-9a-f]{16}", str(self.serial_hash)):
+            raise ResultsError(f"{where}: serial_hash must be 16 lowercase hex digits, got {self.serial_hash!r}")
+        if self.device_model is not None:
+            _text(self.device_model, where, "device_model")
 
     def _check_host(self, where: str) -> None:
         if self.host_cpus is not None and (isinstance(self.host_cpus, bool) or not isinstance(self.host_cpus, int)

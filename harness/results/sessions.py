@@ -82,6 +82,7 @@ def side_run(run_id: str, reports: list[dict], *, case: str, partition: Path, ba
              board: str, time: str, telemetry: dict, provenance: dict) -> Run:
     """One side of a session as one run: each figure the mean over the session's rounds of that side."""
     from .provenance import comparable_versions
+    from .telemetry import serial_hash
     tables = [r["tables"] for r in reports]
     steps = len(reports[0]["step_seconds"])
     peaks = [(r.get("memory") or {}).get("run_peak_pss_added_bytes") for r in reports]
@@ -95,7 +96,8 @@ def side_run(run_id: str, reports: list[dict], *, case: str, partition: Path, ba
         stages={s: _mean([t["lifecycle_pass"][s] for t in tables]) for s in STAGE_NAMES},
         branches={b: _mean([t["core_per_step"][b] for t in tables]) for b in tables[0]["core_per_step"]},
         step_s=tuple(_mean(column) for column in zip(*(r["step_seconds"] for r in reports))),
-        subgraphs=subgraph_times(reports), kernel=identity.get("kernel"),
+        subgraphs=subgraph_times(reports), kernel=identity.get("kernel"), serial_hash=serial_hash(identity),
+        device_model=identity.get("model"),
         peak_pss_added_bytes=max((p for p in peaks if p is not None), default=None), **provenance)
 
 

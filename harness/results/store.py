@@ -23,6 +23,7 @@ import json
 import sqlite3
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 from sqlalchemy import case, create_engine, delete, event, func, insert, or_, select, text
@@ -182,6 +183,7 @@ class ResultsStore:
         run id already stored for its case is an error."""
         try:
             with self._writing() as conn:
+                run = _filed(conn, run)
                 pk = _insert_run(conn, run)
                 if baseline is not None:
                     _point_baseline(conn, run, pk, baseline)
@@ -208,6 +210,14 @@ class ResultsStore:
         except OperationalError as exc:
             raise ResultsError(f"results store {self.where}: A/B session {record.session_id!r} not written "
                                f"({str(exc.orig).splitlines()[0]}); the store is as it was") from None
+
+    def filed(self, run: Run) -> Run:
+        """`run` under the board id and board model the store files its serial under (its board's first
+        run's): a board whose device-tree model string changed ("ROCK 5C" -> "ROCK 5C Rev 1.1") keeps its
+        id, its history and its baseline, and stays in its board model's fleet. A run without a serial
+        hash, or of a serial the store has not seen, is as it was. add_run files every run it writes."""
+        with self.engine.connect() as conn:
+            return _filed(conn, run)
 
     def ab_sessions(self, *, board: str | None = None, case: str | None = None) -> list[ABRecord]:
         """Stored A/B sessions matching the filters, oldest first."""
@@ -396,7 +406,8 @@ def _insert_run(conn, run: Run) -> int:
         valid=run.valid, invalid_reasons=json.dumps(list(run.invalid_reasons)), mean_step_s=run.mean_step_s,
         total_denoise_s=run.total_denoise_s, peak_pss_added_bytes=run.peak_pss_added_bytes,
         git_revision=run.git_revision, ci_url=run.ci_url, kernel=run.kernel, host_cpus=run.host_cpus,
-        host_load=run.host_load, host_probe_s=run.host_probe_s)).inserted_primary_key[0]
+        host_load=run.host_load, host_probe_s=run.host_probe_s, serial_hash=run.serial_hash,
+        device_model=run.device_model)).inserted_primary_key[0]
     children = (
         (run_stages, [{"stage": s, "seconds_per_step": v} for s, v in run.stages.items()]),
         (run_branches, [{"branch": b, "seconds_per_step": v} for b, v in run.branches.items()]),
@@ -411,7 +422,17 @@ def _insert_run(conn, run: Run) -> int:
     return pk
 
 
+def _filed(conn, run: Run) -> Run:
+    """ResultsStore.filed on an open connection (inside add_run's write transaction)."""
+    if run.serial_hash is None:
+        return run
+    first = conn.execute(select(runs.c.board_id, runs.c.board_model).where(runs.c.serial_hash == run.serial_hash)
+                         .order_by(runs.c.time, runs.c.id).limit(1)).first()
+    return replace(run, board_id=first.board_id, board_model=first.board_model) if first else run
+
+
 def _insert_session(conn, record: ABRecord) -> None:
+    record = replace(record, baseline=_filed(conn, record.baseline), candidate=_filed(conn, record.candidate))
     pks = {side: _insert_run(conn, record.side(side)) for side in SIDES}
     pk = conn.execute(insert(ab_sessions).values(
         session_id=record.session_id, case_name=record.case, time=record.baseline.time,
@@ -476,6 +497,7 @@ def _run_of(row, children) -> Run:
             quality={c["metric"]: c["value"] for c in children["quality"]},
             invalid_reasons=tuple(json.loads(row["invalid_reasons"])), git_revision=row["git_revision"],
             ci_url=row["ci_url"], kernel=row["kernel"], peak_pss_added_bytes=row["peak_pss_added_bytes"],
-            host_cpus=row["host_cpus"], host_load=row["host_load"], host_probe_s=row["host_probe_s"])
+            host_cpus=row["host_cpus"], host_load=row["host_load"], host_probe_s=row["host_probe_s"],
+            serial_hash=row["serial_hash"], device_model=row["device_model"])
     except (ValueError, SQLAlchemyError) as exc:
         raise ResultsError(f"run {row['run_id']!r}: stored row unreadable ({exc})") from None

@@ -57,12 +57,18 @@ runs = Table(
     Column("git_revision", String(100)),
     Column("ci_url", Text),
     Column("kernel", String(200)),
-    # the host's condition (revision 0002): nullable, runs from before it have none
+    # the host's condition: nullable, an imported run has none
     Column("host_cpus", Integer, CheckConstraint("host_cpus >= 1", name="ck_host_cpus"), nullable=True),
     Column("host_load", Float, CheckConstraint("host_load >= 0 AND host_load <= 1000000", name="ck_host_load"),
            nullable=True),
     Column("host_probe_s", Float, CheckConstraint(f"host_probe_s > 0 AND host_probe_s <= {MAX_SECONDS:.0f}",
                                                   name="ck_host_probe_s"), nullable=True),
+    # the board's identity where its device tree has a serial: the serial's hash (never the serial) keys
+    # the board, so a board whose model string changes keeps its id, history and baseline; the model
+    # string as the run read it says when it changed (ResultsStore.filed, judge.board_change)
+    Column("serial_hash", String(16), CheckConstraint("length(serial_hash) = 16", name="ck_serial_hash"),
+           nullable=True, index=True),
+    Column("device_model", String(200), nullable=True),
     UniqueConstraint("run_id", "case_name", name="uq_run_case"),
 )
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 
-__all__ = ["detect_rk3588", "board_identity", "board_id", "read_clocks", "read_thermals",
+__all__ = ["detect_rk3588", "board_identity", "board_id", "serial_hash", "read_clocks", "read_thermals",
            "TelemetryWindow", "THROTTLING_TRIPS"]
 
 RK3588_COMPATIBLE_PREFIX = "rockchip,rk3588"      # rk3588, rk3588s, rk3588j ...
@@ -124,6 +124,13 @@ def board_id(identity: dict) -> str:
     if distinguisher:
         slug += "-" + hashlib.sha256(distinguisher.encode()).hexdigest()[:8]
     return slug
+
+
+def serial_hash(identity: dict) -> str | None:
+    """The hash of the board's device-tree serial (16 hex digits; board_id holds its first 8), None
+    without one: what the results store keys a board by, whatever its model string says."""
+    serial = identity.get("serial")
+    return hashlib.sha256(serial.encode()).hexdigest()[:16] if serial else None
 
 
 def _kernel_release(root: Path) -> str | None:

@@ -164,6 +164,24 @@ def test_an_upgrade_with_no_saved_baseline_is_judged_on_every_run_until_it_is_ac
             print(line)
 
 
+def test_a_board_whose_model_string_changes_keeps_its_baseline_and_history(gate, tmp_path, results_url):
+    # a firmware update renames the board in its device tree ("ROCK 5C" -> "ROCK 5C Rev 1.1"); its
+    # serial stays, and so do its board id, its history and its baseline (SQLite and PostgreSQL)
+    tree = tmp_path / "board"
+    shutil.copytree(BOARD_TREE, tree)
+    gate("--backend=board-sim", f"--telemetry-root={tree}", "--save-baseline", store=results_url).assert_outcomes(passed=1)
+    (first,) = stored(results_url)
+    (tree / "proc/device-tree/model").write_bytes(b"Radxa ROCK 5C Rev 1.1\0")
+    renamed = gate("--backend=board-sim", f"--telemetry-root={tree}", "--baseline-threshold=60%", store=results_url)
+    renamed.assert_outcomes(passed=1)
+    renamed.stdout.fnmatch_lines([f"*history against the baseline of board {first.board_id} (saved, run {first.run_id})*"
+                                  "the device-tree model string changed: 'Radxa ROCK 5C' -> 'Radxa ROCK 5C Rev 1.1'*"])
+    runs = stored(results_url)
+    assert [(r.board_id, r.board_model) for r in runs] == [(first.board_id, first.board_model)] * 2
+    assert [r.device_model for r in runs] == ["Radxa ROCK 5C", "Radxa ROCK 5C Rev 1.1"]
+    assert baseline_of(results_url, first)[0] == first
+
+
 def test_regression_fails_the_benchmark_test_in_junit_and_keeps_the_baseline(gate, tmp_path):
     gate("--backend=faults", "--save-baseline").assert_outcomes(passed=1)
     (base,) = stored(tmp_path)

@@ -128,19 +128,6 @@ def test_a_new_board_starts_from_the_fleet_baseline_of_its_model(results_url):
         assert other_model.kind == FIRST
 
 
-def test_boards_names_the_board_that_is_8_percent_slower(results_url, capsys):
-    with ResultsStore(results_url) as store:
-        for b, (board, step) in enumerate((("rock-5c-aaaa", 1.0), ("rock-5c-bbbb", 1.08), ("rock-5c-cccc", 1.0))):
-            for i in range(6):
-                store.add_run(make_run(f"{board}-{i}", step * (1 + _NOISE[(i + 3 * b) % len(_NOISE)]),
-                                       board=board, minute=10 * b + i))
-    assert main(["results", "boards", "--results", results_url]) == 1
-    out = capsys.readouterr().out
-    assert "outlier board(s): rock-5c-bbbb" in out
-    (line,) = [l for l in out.splitlines() if "OUTLIER" in l]
-    assert re.search(r"board rock-5c-bbbb \+[78]\.\d % \[[\d.]+, [\d.]+\] over the", line)
-
-
 def test_check_reports_the_latest_regression_and_the_change_point(results_url, capsys):
     with ResultsStore(results_url) as store:
         _history(store, count=8)

@@ -3,10 +3,8 @@ the NPU core (naming every branch), and refuses to compare runs whose host ran a
 
 The store is real (SQLite and PostgreSQL through `results_url`); the runs are built the way the
 benchmark gate builds them (tests/results_data.py)."""
-import json
 import re
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -210,34 +208,3 @@ def test_host_condition_measures_this_machine():
     assert host.cpus >= 1 and host.probe_s > 0
     assert host.load_per_cpu is None or host.load_per_cpu >= 0
     assert probe_seconds(repeats=1) > 0
-
-
-def test_a_store_of_the_previous_revision_keeps_its_runs_and_gains_the_host_columns(results_url):
-    # a store written before revision 0002: its runs read back with no host condition
-    from alembic import command
-    from alembic.config import Config
-    from sqlalchemy import create_engine, text
-
-    import harness.results.store as store_module
-    engine = create_engine(results_url.replace("postgresql://", "postgresql+psycopg://", 1))
-    config = Config()
-    config.set_main_option("script_location", str(Path(store_module.__file__).with_name("migrations")))
-    old = make_run("before")
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, "0001")
-        conn.execute(text(
-            "INSERT INTO runs (run_id, case_name, time, board_id, board_model, model, backend, precision, steps, "
-            "manifest_hash, versions, key_digest, experiment, valid, invalid_reasons, mean_step_s, total_denoise_s) "
-            "VALUES (:run_id, :case, :time, :board, :bm, 'embedded', :backend, :precision, :steps, :mh, :versions, "
-            ":digest, :experiment, true, '[]', 1.0, 4.0)"),
-            {"run_id": old.run_id, "case": old.key.case, "time": old.time, "board": old.board_id, "bm": old.board_model,
-             "backend": old.key.backend, "precision": old.key.precision, "steps": old.key.steps,
-             "mh": old.key.manifest_hash, "versions": json.dumps(old.key.versions, sort_keys=True),
-             "digest": old.key.digest, "experiment": old.key.experiment})
-    engine.dispose()
-    with ResultsStore(results_url) as store:
-        (run,) = store.runs()
-        assert run.run_id == "before" and run.host_probe_s is None and run.host_cpus is None
-        store.add_run(replace(make_run("after", minute=5), host_cpus=2, host_load=0.5, host_probe_s=0.01))
-        assert store.run("after", "cat").host_probe_s == 0.01

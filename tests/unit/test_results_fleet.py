@@ -1,0 +1,169 @@
+"""The fleet on real stores (SQLite and PostgreSQL): `results boards` over five boards of one model
+whose runs interleave in time, each judged against the other boards over the same window and named
+only when it is off the fleet's spread, in the direction its line says; and a board keyed by its
+serial, which keeps its history and baseline when its device-tree model string changes."""
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from harness.cli.main import main
+from harness.model.config import REPO_ROOT
+from harness.results.judge import HISTORY, judge_run
+from harness.results.records import ResultsError, board_model_of
+from harness.results.store import ResultsStore
+from harness.results.telemetry import board_id, board_identity, serial_hash
+from tests.results_data import make_run
+
+pytestmark = pytest.mark.results
+
+BOARDS = ("rock-5c-aaaa", "rock-5c-bbbb", "rock-5c-cccc", "rock-5c-dddd", "rock-5c-eeee")
+THROTTLED = 1.25        # an INVALID run's step (a thermal trip): far off, and never to be counted
+BOARD_TREE = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"
+
+
+def fleet(url: str, runs: int, levels: dict, *, invalid_board: str | None = None, seed: int = 5) -> None:
+    """Five boards' runs interleaved in time (board a, b, ..., e, a, b, ...), each at its level
+    (1.0 unless `levels` says) with 1 % log-normal noise; `invalid_board`'s runs are INVALID but one
+    in five. The board named last is the one the old comparison (the other boards' runs concatenated
+    in board order, cut to the last 30) judged everyone else by."""
+    rng = np.random.default_rng(seed)
+    with ResultsStore(url) as store:
+        for i in range(runs):
+            for b, board in enumerate(BOARDS):
+                invalid = board == invalid_board and i % 5 != 0
+                step = (THROTTLED if invalid else levels.get(board, 1.0)) * float(np.exp(rng.normal(0, 0.01)))
+                store.add_run(make_run(f"{board}-{i}", step, board=board, valid=not invalid,
+                                       minute=len(BOARDS) * i + b))
+
+
+def boards(url: str, capsys) -> tuple[int, list[str]]:
+    code = main(["results", "boards", "--results", url])
+    return code, capsys.readouterr().out.splitlines()
+
+
+def assert_lines_agree(lines: list[str]) -> None:
+    """Every board's flag matches its own line: an OUTLIER is slower or faster and past its threshold,
+    a board within its threshold is no OUTLIER."""
+    for line in lines:
+        if "OUTLIER" in line:
+            assert re.search(r"OUTLIER board \S+ (slower|faster) than the other \d+ boards: [-+][\d.]+ % "
+                             r"\[[-\d.]+, [-\d.]+\], past the [\d.]+ % threshold", line), line
+            assert "within" not in line, line
+        elif line.startswith("  board ") and "too few" not in line:
+            assert "within the" in line and "past" not in line, line
+
+
+@pytest.mark.parametrize("runs", [30, 12])
+def test_boards_names_only_the_board_8_percent_slower(results_url, capsys, runs):
+    fleet(results_url, runs, {"rock-5c-eeee": 1.08})
+    code, lines = boards(results_url, capsys)
+    assert code == 1 and lines[-1] == "outlier board(s): rock-5c-eeee", "\n".join(lines)
+    (named,) = [line for line in lines if "OUTLIER" in line]
+    shift = float(re.search(r"slower than the other 4 boards: \+([\d.]+) %", named).group(1))
+    assert 6.0 < shift < 10.0, named
+    assert_lines_agree(lines)
+    assert "5 boards, runs from" in lines[0] and all(f"{runs} valid run(s)" in l for l in lines[1:-1])
+
+
+def test_a_board_whose_history_is_mostly_invalid_is_judged_by_its_valid_runs_only(results_url, capsys):
+    fleet(results_url, 30, {"rock-5c-eeee": 1.08}, invalid_board="rock-5c-aaaa")
+    code, lines = boards(results_url, capsys)
+    assert code == 1 and lines[-1] == "outlier board(s): rock-5c-eeee", "\n".join(lines)
+    (mostly_invalid,) = [line for line in lines if "rock-5c-aaaa" in line]
+    assert re.search(r"\(6 valid run\(s\), \d+ INVALID left out\)", mostly_invalid) and "OUTLIER" not in mostly_invalid
+    assert_lines_agree(lines)
+
+
+def test_a_faster_board_is_named_faster(results_url, capsys):
+    fleet(results_url, 12, {"rock-5c-eeee": 0.92})
+    code, lines = boards(results_url, capsys)
+    assert code == 1 and lines[-1] == "outlier board(s): rock-5c-eeee", "\n".join(lines)
+    (named,) = [line for line in lines if "OUTLIER" in line]
+    assert "OUTLIER board rock-5c-eeee faster than the other 4 boards: -" in named
+    assert_lines_agree(lines)
+
+
+def test_a_steady_fleet_names_no_board(results_url, capsys):
+    fleet(results_url, 12, {})
+    code, lines = boards(results_url, capsys)
+    assert code == 0 and not any("OUTLIER" in line or "outlier board" in line for line in lines), "\n".join(lines)
+    assert_lines_agree(lines)
+
+
+def test_a_board_that_stopped_running_is_not_in_the_reference_of_todays_boards(results_url, capsys):
+    # a sixth board ran 12 runs at 1.20 long ago; the five boards have run 30 each since
+    with ResultsStore(results_url) as store:
+        for i in range(12):
+            store.add_run(make_run(f"old-{i}", 1.2, board="rock-5c-ffff", minute=i))
+    with ResultsStore(results_url) as store:
+        rng = np.random.default_rng(3)
+        for i in range(30):
+            for b, board in enumerate(BOARDS):
+                step = (1.08 if board == "rock-5c-eeee" else 1.0) * float(np.exp(rng.normal(0, 0.01)))
+                store.add_run(make_run(f"{board}-{i}", step, board=board, minute=100 + 5 * i + b))
+    code, lines = boards(results_url, capsys)
+    assert code == 1 and lines[-1] == "outlier board(s): rock-5c-eeee", "\n".join(lines)
+    today = [line for line in lines if re.search(r"board rock-5c-[a-e]{4} ", line)]
+    assert len(today) == 5 and all("than the other 4 boards" in line or "against the other 4 boards" in line
+                                   for line in today), "\n".join(lines)
+    (old,) = [line for line in lines if "rock-5c-ffff" in line]
+    assert "0 other board(s) with 5 valid runs in its window" in old
+
+
+def board_tree(tmp_path, name: str, serial: bytes | None = None):
+    """A copy of the ROCK 5C board tree (tests/data/sysfs-rk3588), with another serial if given."""
+    tree = tmp_path / name
+    shutil.copytree(BOARD_TREE, tree)
+    if serial is not None:
+        (tree / "proc/device-tree/serial-number").write_bytes(serial + b"\0")
+    return tree
+
+
+def run_on(tree, run_id: str, step: float = 1.0, minute: int = 0):
+    """A run of the board under `tree` as the benchmark gate makes it (ResultsGate.run_of): board id and
+    board model from its device tree, its serial's hash and model string, before the store files it."""
+    identity = board_identity(tree)
+    board = board_id(identity)
+    return replace(make_run(run_id, step, board=board, board_model=board_model_of(board), minute=minute),
+                   serial_hash=serial_hash(identity), device_model=identity["model"])
+
+
+def test_a_board_whose_model_string_changes_keeps_its_baseline_and_history(results_url, tmp_path):
+    tree = board_tree(tmp_path, "board")
+    noise = (0.0, 0.006, -0.004, 0.003, -0.005, 0.004, -0.002, 0.001)
+    with ResultsStore(results_url) as store:
+        for i, n in enumerate(noise):
+            store.add_run(store.filed(run_on(tree, f"old{i}", 1.0 + n, minute=i)))
+        first = store.runs()[0]
+        store.set_baseline(store.runs()[-1], "saved")
+        # a firmware update renames the board in its device tree; the serial stays
+        (tree / "proc/device-tree/model").write_bytes(b"Radxa ROCK 5C Rev 1.1\0")
+        read_now = run_on(tree, "after", 1.0, minute=50)
+        assert read_now.board_id != first.board_id, "the id read from the new model string is another one"
+        renamed = store.filed(read_now)
+        assert (renamed.board_id, renamed.board_model) == (first.board_id, first.board_model)
+        judgement = judge_run(store, renamed, 10.0)
+        assert judgement.kind == HISTORY and not judgement.regressed
+        assert f"the baseline of board {first.board_id} (saved, run old7)" in judgement.reference
+        assert ("the device-tree model string changed: 'Radxa ROCK 5C' -> 'Radxa ROCK 5C Rev 1.1' (same serial: "
+                f"board {first.board_id}") in judgement.headline()
+        store.add_run(read_now)                 # add_run files a run that was not filed before
+        assert {(r.board_id, r.board_model) for r in store.runs()} == {(first.board_id, first.board_model)}
+        assert len(store.runs(board=first.board_id)) == len(noise) + 1
+        assert store.baseline(first.board_id, first.key.experiment)[0].run_id == "old7"
+        assert store.run("after", "cat").device_model == "Radxa ROCK 5C Rev 1.1"
+        # said once: the next run reads what the board's latest run read
+        assert judge_run(store, store.filed(run_on(tree, "later", minute=60)), 10.0).board_change is None
+        # another board of the model, with a serial of its own, is a board of its own
+        other = store.filed(run_on(board_tree(tmp_path, "other", serial=b"0000000000000002"), "o1", minute=70))
+        assert other.board_id not in (first.board_id, read_now.board_id)
+
+
+def test_a_serial_hash_that_is_not_one_is_refused():
+    with pytest.raises(ResultsError, match="serial_hash must be 16 lowercase hex digits"):
+        replace(make_run("x"), serial_hash="0000000000000001-not-a-hash")
