@@ -21,12 +21,17 @@ from ..results.records import Run, RunKey
 from ..results.store import PendingView, ResultsStore
 from ..results.verdicts import MIN_HISTORY, change_points, history_verdict
 
-__all__ = ["Site", "Series", "Upgrade", "Fleet", "collect", "stack_of", "STATUS_ORDER"]
+__all__ = ["Site", "Series", "Upgrade", "Fleet", "collect", "stack_of", "stack_label", "STATUS_ORDER"]
 
 # The latest verdict of a series (or of one of its figures), in the order the index lists them.
 REGRESSION, PROBATION, NOT_COMP, INVALID, PASS, NO_VERDICT = (
     "regression", "upgrade under probation", "not comparable", "INVALID", "pass", "no verdict yet")
 STATUS_ORDER = (REGRESSION, PROBATION, NOT_COMP, INVALID, NO_VERDICT, PASS)
+
+
+def stack_label(key: RunKey) -> str:
+    """'manifest 3f2a..., npu_driver 0.9.6, runtime_lib 2.5.0, ...': a stack in words."""
+    return ", ".join([f"manifest {key.manifest_hash[:12]}", *(f"{k} {v}" for k, v in sorted(key.versions.items()))])
 
 
 def stack_of(key: RunKey) -> str:
@@ -86,6 +91,11 @@ class Series:
     def page(self) -> str:
         k = self.key
         return series_page(self.board, self.case, k.backend, k.precision, k.steps)
+
+    @property
+    def stem(self) -> str:
+        """The page's file name without its folder and suffix: the stem of its plots' names too."""
+        return self.page.removeprefix("series/").removesuffix(".html")
 
     @property
     def title(self) -> str:
@@ -282,4 +292,6 @@ def _fleets(runs: list[Run]) -> list[Fleet]:
     for group in fleet_groups(runs):
         verdicts, left_out = board_verdicts(group)
         by_model[group.board_model].append((group, verdicts, left_out))
-    return [Fleet(model, groups) for model, groups in sorted(by_model.items())]
+    # the newest stack first: what the boards run today
+    return [Fleet(model, sorted(groups, key=lambda g: max(r.time for rs in g[0].runs.values() for r in rs),
+                                reverse=True)) for model, groups in sorted(by_model.items())]

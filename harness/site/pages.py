@@ -18,9 +18,9 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from ..core.atomic import atomic_directory
 from ..core.errors import ConfigError
 from ..report.sitelinks import slug
-from ..results.judge import STEP
+from ..results.judge import LOOKBACK, STEP
 from . import plots
-from .collect import STATUS_ORDER, Series, Site
+from .collect import STATUS_ORDER, Series, Site, stack_label
 
 __all__ = ["write_site", "MARKER"]
 
@@ -95,7 +95,7 @@ def _index_rows(site: Site, root: Path) -> list[dict]:
         valid = [r.valid for r in s.runs]
         for label, values in s.figures.items():
             status, verdict = s.status(label), s.verdict(label)
-            spark = _svg(root, f"spark/{slug(s.page)}--{slug(label)}.svg",
+            spark = _svg(root, f"spark/{s.stem}--{slug(label)}.svg",
                          plots.sparkline(values, valid, status == "regression"))
             rows.append({"s": s, "figure": label, "status": status, "verdict": verdict, "spark": spark,
                          "anchor": slug(label), "order": (STATUS_ORDER.index(status),
@@ -110,7 +110,7 @@ def _series_plots(s: Series, root: Path) -> list[dict]:
     for label, values in s.figures.items():
         points = [(c.index, f"{c.shift_pct:+.1f} %") for c in s.change_points if c.figure == label]
         svg = plots.series_plot(label, values, valid, times, s.bands[label], points, stacks, list(s.baselines))
-        panels.append({"figure": label, "anchor": slug(label), "img": _svg(root, f"series/{slug(s.page)}--{slug(label)}.svg", svg),
+        panels.append({"figure": label, "anchor": slug(label), "img": _svg(root, f"series/{s.stem}--{slug(label)}.svg", svg),
                        "verdict": s.verdict(label), "status": s.status(label)})
     return panels
 
@@ -119,12 +119,12 @@ def _fleet_groups(fleet, root: Path) -> list[dict]:
     out = []
     for n, (group, verdicts, left_out) in enumerate(fleet.groups):
         outliers = {v.board for v in verdicts if v.outlier}
-        windows = {board: [r.mean_step_s for r in runs if r.valid][-30:] for board, runs in group.runs.items()}
+        windows = {board: [r.mean_step_s for r in runs if r.valid][-LOOKBACK:] for board, runs in group.runs.items()}
         means = [sum(v) / len(v) for v in windows.values() if v]
         reference = sum(means) / len(means) if means else None
         svg = plots.fleet_plot(f"{group.key.case} ({group.key.backend}, {group.key.precision}, {group.key.steps} steps)",
                                windows, reference, outliers)
-        out.append({"group": group, "verdicts": verdicts, "left_out": left_out, "outliers": sorted(outliers),
+        out.append({"group": group, "stack": stack_label(group.key), "verdicts": verdicts, "left_out": left_out, "outliers": sorted(outliers),
                     "img": _svg(root, f"fleet/{slug(fleet.board_model)}-{n}.svg", svg)})
     return out
 
