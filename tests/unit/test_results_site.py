@@ -189,3 +189,34 @@ def test_a_folder_that_is_not_a_site_is_refused_and_an_earlier_site_replaced(sit
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], "no staging folder left"
     assert main(["results", "site", "--results", f"sqlite:///{tmp_path / 'none.sqlite'}", "--out", str(tmp_path / 'x')]) == 2
     assert "no results store at" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("configured", [True, False])
+def test_the_run_summary_and_report_link_the_series_page_of_the_site(site, tmp_path, monkeypatch, configured):
+    # the gate's row of a run (comparison_of) carries its series' URL under the configured site; the
+    # markdown summary and the HTML report link it, and the page is one the site wrote, of that series
+    from harness.pytest_plugin.baselines import comparison_of
+    from harness.report.html import html_report
+    from harness.report.sitelinks import SITE_URL_VARIABLE
+    from harness.report.summary import markdown_summary
+    from harness.results.judge import judge_run
+    from harness.results.store import ResultsStore
+    with ResultsStore(f"sqlite:///{site.parent / 'results.sqlite'}", create=False) as store:
+        run = store.runs(board=SLOW[0], case=SLOW[1], latest=1)[0]
+        comparison = comparison_of(run, judge_run(store, run, 10.0))
+    if configured:
+        monkeypatch.setenv(SITE_URL_VARIABLE, site.as_uri() + "/")
+        with ResultsStore(f"sqlite:///{site.parent / 'results.sqlite'}", create=False) as store:
+            comparison = comparison_of(run, judge_run(store, run, 10.0))
+    else:
+        monkeypatch.delenv(SITE_URL_VARIABLE, raising=False)
+    data = {"outcome": "failed", "counts": {"failed": 1}, "run": {}, "tests": [],
+            "benchmarks": [{"case": SLOW[1], "comparison": comparison, "valid": True, "reasons": []}]}
+    summary = [line for line in markdown_summary(data).splitlines() if "on the results site" in line]
+    links = [a.attrs["href"] for a in parse_html(html_report(data)).find_all("a")]
+    if not configured:
+        assert comparison["site"] is None and summary == [] and links == []
+        return
+    assert summary == [f"- {SLOW[1]} on the results site: {comparison['site']}"] and links == [comparison["site"]]
+    dom = rendered_dom(comparison["site"])
+    assert dom.find("h1").text() == f"{SLOW[1]} on {SLOW[0]} (board-sim, float16, 4 steps)"
