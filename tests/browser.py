@@ -15,6 +15,7 @@ import os
 import select
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -110,14 +111,14 @@ class _DevTools:
         to_browser, self._to_browser = os.pipe()
         self._from_browser, from_browser = os.pipe()
 
-        def fds():          # the child's fd 3 and 4, whatever numbers the pipes got here (copied first:
-            # dup2 onto its own number would keep the close-on-exec flag)
-            reading, writing = os.dup(to_browser), os.dup(from_browser)
-            os.dup2(reading, 3)
-            os.dup2(writing, 4)
-        self.proc = subprocess.Popen([_chromium(), *_flags(True), "--remote-debugging-pipe", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=False,
-                                     preexec_fn=fds)
+        # a profile of its own: a second Chromium on the default profile hands its page to the first and exits
+        self._profile = tempfile.mkdtemp(prefix="anima-chromium-")
+        # the shell puts the pipes on fd 3 and 4 as it starts Chromium (a preexec dup2 could land on
+        # subprocess's own error pipe)
+        self.proc = subprocess.Popen(["sh", "-c", f'exec "$0" "$@" 3<&{to_browser} 4>&{from_browser}', _chromium(),
+                                      *_flags(True), "--remote-debugging-pipe", f"--user-data-dir={self._profile}",
+                                      "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     pass_fds=(to_browser, from_browser))
         os.close(to_browser)
         os.close(from_browser)
         self._buffer, self._id, self.session = b"", 0, None
@@ -171,6 +172,7 @@ class _DevTools:
             self.proc.wait()
         os.close(self._to_browser)
         os.close(self._from_browser)
+        shutil.rmtree(self._profile, ignore_errors=True)
 
 
 def in_page(url: str, expression: str, script: bool = True):

@@ -67,9 +67,9 @@ def series_plot(label: str, values: list, valid: list[bool], times: list[str], b
     if bad:
         ax.plot(*zip(*bad), linestyle="none", marker="o", markersize=5, markerfacecolor="none",
                 markeredgecolor=_INVALID, label="INVALID run (left out)")
-    shaded = [(x, b) for x, b in zip(xs, bands) if b]
-    if shaded:
-        ax.fill_between([x for x, _ in shaded], [b[0] for _, b in shaded], [b[1] for _, b in shaded],
+    if any(bands):      # NaN where a run had no interval (too few runs of its stack): the band breaks there
+        nan = float("nan")
+        ax.fill_between(list(xs), [b[0] if b else nan for b in bands], [b[1] if b else nan for b in bands],
                         color=_BAND, alpha=0.15, linewidth=0, step="mid", label="learned interval")
     marked = [(x, values[x]) for x in baselines if values[x]]
     if marked:

@@ -155,9 +155,9 @@ def _page_data(path: Path, where: str) -> list:
     if path.suffix == ".svg":
         text = re.sub(r'\bid="[^"]*"|url\(#[^)]*\)|xlink:href="#[^"]*"|href="#[^"]*"', "", text)
         return text.split()
-    dom = parse_html(text.replace(where, "<store>"))
-    return [(e.tag, sorted(e.attrs.items()), " ".join(c.strip() for c in e.children if isinstance(c, str)))
-            for e in dom.iter()]
+    return [(e.tag, sorted(e.attrs.items()),
+             " ".join(c.strip() for c in e.children if isinstance(c, str)).replace(where, "<store>"))
+            for e in parse_html(text).iter()]
 
 
 def test_the_site_from_postgresql_equals_the_site_from_sqlite_page_by_page(tmp_path, postgres_cluster, capsys):
