@@ -73,6 +73,30 @@ def postgres_cluster():
     cluster.stop()
 
 
+@pytest.fixture(scope="module")
+def halting_postgres():
+    """A PostgreSQL server of one test module's own, for tests that stop it under its clients."""
+    from tests.postgres import PostgresCluster, find_pg_bin
+    bin_dir = find_pg_bin()
+    if bin_dir is None:
+        missing_tool("no PostgreSQL server (initdb) here: install Debian's postgresql (bin/debian-packages.txt)")
+    cluster = PostgresCluster(bin_dir).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def lost_server(halting_postgres, monkeypatch):
+    """halting_postgres with tests/stop_server.py told where it is (STOP_SERVER_AT then chooses the
+    statement that stops it); the server runs again after the test."""
+    import tests.stop_server  # noqa: F401 - registers the statement hook (inert without STOP_SERVER_AT)
+    monkeypatch.setenv("STOP_SERVER_BIN", str(halting_postgres.bin))
+    monkeypatch.setenv("STOP_SERVER_ROOT", str(halting_postgres.root))
+    yield halting_postgres
+    if not (halting_postgres.data / "postmaster.pid").exists():
+        halting_postgres.resume()
+
+
 # The PostgreSQL half runs in the full suite (and in `-m results`), not in the fast tier: the same
 # code on the same schema, and about ten seconds of the fast tier's budget.
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])

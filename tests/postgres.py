@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["PostgresCluster", "find_pg_bin", "reap_stale_clusters", "PREFIX"]
+__all__ = ["PostgresCluster", "find_pg_bin", "reap_stale_clusters", "halt_server", "PREFIX"]
 
 PREFIX = "anima-pg-"
 _OWNER = "owner.pid"        # the pid of the process whose cluster this is
@@ -64,11 +64,19 @@ class PostgresCluster:
         reap_stale_clusters(self.bin)
         self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "anima", "--auth=trust", "-E", "UTF8",
                   "--no-sync", "--no-instructions")
+        self.resume()
+        self._watch()
+        return self
+
+    def halt(self) -> None:
+        """Stop the server at once, keeping the cluster: a server lost under its clients."""
+        halt_server(self.bin, self.root, self.as_postgres)
+
+    def resume(self) -> None:
+        """Start the server (again)."""
         options = f"-k {self.root} -c listen_addresses='' -p {self.port} -c fsync=off -c max_connections=50"
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "server.log"),
                   "-o", options, "-w", "-t", "60", "start")
-        self._watch()
-        return self
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql+psycopg://anima@/{database}?host={self.root}&port={self.port}"
@@ -111,11 +119,16 @@ def _run_as(as_postgres: bool, *args: str) -> None:
         raise RuntimeError(f"{' '.join(args[:2])} failed: {done.stderr.strip() or done.stdout.strip()}")
 
 
+def halt_server(bin_dir: Path, root: Path, as_postgres: bool) -> None:
+    """Stop the server of the cluster under `root` (immediate: clients see the connection drop)."""
+    _run_as(as_postgres, str(bin_dir / "pg_ctl"), "-D", str(root / "data"), "-m", "immediate", "-w", "stop")
+
+
 def _stop(bin_dir: Path, root: Path, as_postgres: bool) -> None:
     """Stop the cluster under `root` (if its server runs) and remove the folder."""
     try:
         if (root / "data" / "postmaster.pid").exists():
-            _run_as(as_postgres, str(bin_dir / "pg_ctl"), "-D", str(root / "data"), "-m", "immediate", "-w", "stop")
+            halt_server(bin_dir, root, as_postgres)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

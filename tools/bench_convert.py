@@ -1,6 +1,6 @@
 """Benchmark: the whole embedded partition (84 subgraphs + decoder) converted by rknn-toolkit2, by hand.
 
-    .venv/bin/python tools/bench_convert.py [--toolkit 2.5.0] [--rounds 1] [--precision fp16]
+    .venv/bin/python tools/bench_convert.py [--toolkit 2.5.0] [--rounds 1] [--precision float16]
 
 Prints, per round, the wall time of `harness convert` (toolkit start-up included), the summed
 per-subgraph build seconds, the start-up and bookkeeping rest, and the ratio to the 60 s goal of
@@ -29,7 +29,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--toolkit", default=None, help="toolkit version (default: versions.toml)")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--precision", default="fp16", choices=("fp16",))
+    parser.add_argument("--precision", default="float16", choices=("float16",))
     args = parser.parse_args()
     bundle = load_bundle(EMBEDDED_DIR)
     with tempfile.TemporaryDirectory(prefix="bench-convert-") as tmp:

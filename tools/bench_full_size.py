@@ -2,7 +2,7 @@
 
 Phases, each in its own process so each peak is its own:
   1. checkpoint  tools/make_checkpoint.py: random BF16 anima-2b, `net.` prefix, `llm_adapter.*` group
-  2. export      `harness export` of every subgraph, FP16 (or --dtype float32), streamed one block's
+  2. export      `harness export` of every subgraph, FP16 (or --precision float32), streamed one block's
                  tensors at a time (--reuse-partition keeps an exported one);
                  wall time and peak RSS (the child's ru_maxrss from wait4)
   3. step        one 512x512 denoise step (1,024 tokens, CFG 4: two streams) on the on-demand path
@@ -15,7 +15,7 @@ numpy FP32, onnxruntime MatMul FP32 and FP16, every core) and sampled about 20 t
 FLOPs / the median rate during the step. The last line is `step/FLOP-bound ratio: X`, the step's
 wall time (host math included, the rate samples and the per-invocation PSS readings taken out) over
 that bound. --blocks N runs the profile at full width with N blocks. Host-side PSS is read between invocations, when no
-context is loaded: the host's weights and buffers (on the board the NPU contexts sit outside it);
+context is loaded: the host's weights and buffers (on the board the NPU text_embs sit outside it);
 the process peak with one onnxruntime context loaded is printed too. Both leave the rate probe's own
 process out.
 
@@ -37,7 +37,7 @@ __all__ = ["gemm_rates", "RateProbe", "phase_step", "main", "GEMM_SHAPE"]
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# boards/data/rock5c-anima.toml: [denoise_20_steps.fp16], [lifecycle_pass], seconds.
+# boards/data/rock5c-anima.toml: [denoise_20_steps.float16], [lifecycle_pass], seconds.
 BOARD = {
     "step": 120.40,
     "core": {"ffn": 44.76, "self_attn": 24.00, "cross_attn": 7.45},
@@ -91,7 +91,7 @@ def gemm_rates() -> dict[str, float]:
     b = rng.standard_normal((k, n), dtype=np.float32)
     return {"numpy_fp32": flops / _best_seconds(lambda: a @ b) / 1e9,
             "ort_fp32": flops / _best_seconds(_ort_matmul(np.float32)) / 1e9,
-            "ort_fp16": flops / _best_seconds(_ort_matmul(np.float16)) / 1e9}
+            "ort_float16": flops / _best_seconds(_ort_matmul(np.float16)) / 1e9}
 
 
 def _probe_worker(conn) -> None:
@@ -168,6 +168,7 @@ def phase_step(work: Path, partition: Path, out: Path, lifecycle: str = "on-dema
     from harness.memory.guard import MemoryGuard, read_memory, read_system_memory
     from harness.model.bundle import load_bundle
     from harness.runtime.run import RunRequest, run_partitioned
+    from harness.sampling.settings import SampleSettings
 
     bundle = load_bundle(work / "model")
     loaded = read_memory().pss
@@ -176,7 +177,7 @@ def phase_step(work: Path, partition: Path, out: Path, lifecycle: str = "on-dema
     digest_s = time.perf_counter() - digest_start
     rng = np.random.default_rng(0)
     cfg = bundle.cfg
-    contexts = {s: rng.standard_normal((1, cfg.text_emb_tokens, cfg.text_emb_dim), dtype=np.float32)
+    text_embs = {s: rng.standard_normal((1, cfg.text_emb_tokens, cfg.text_emb_dim), dtype=np.float32)
                 for s in ("cond", "uncond")}
     between: list[int] = []
     progress = out.with_suffix(".progress.jsonl")
@@ -205,7 +206,7 @@ def phase_step(work: Path, partition: Path, out: Path, lifecycle: str = "on-dema
             if (len(between) - 1) % every == 0:
                 probe.sample()
 
-    settings = {"steps": 1, "cfg_scale": 4.0, "shift": 3.0, "seed": 20260812}
+    settings = SampleSettings(steps=1, cfg_scale=4.0, shift=3.0, seed=20260812)
     report_path = out.with_suffix(".report.json")
     complete = True
     # The guard as the suite and `generate` run it: PSS sampled every 0.25 s, the checks between
@@ -226,7 +227,7 @@ def phase_step(work: Path, partition: Path, out: Path, lifecycle: str = "on-dema
 
         try:
             result = run_partitioned(
-                RunRequest(bundle, partition, "onnxruntime", "", settings, verify=False, text_embs=contexts,
+                RunRequest(bundle, partition, "onnxruntime", "", settings, verify=False, text_embs=text_embs,
                            lifecycle=lifecycle),
                 guard=Both(), report_path=report_path)
             report, latent_ok = result.report, bool(np.isfinite(result.latent).all())
@@ -247,7 +248,7 @@ def phase_step(work: Path, partition: Path, out: Path, lifecycle: str = "on-dema
         "process_pss_peak_bytes": max(r.pss - r.pss_workers for r in guard.samples),
         "digest_seconds": digest_s,
         "weights_digest": report.get("weights_digest"),
-        "streams": len(contexts),
+        "streams": len(text_embs),
         "step_seconds": report["tables"]["step_split"]["step"] if complete else None,
         "step_split": report["tables"]["step_split"] if complete else None,
         "backend_options": report.get("backend_options"),
@@ -345,7 +346,7 @@ def main(argv=None) -> int:
     parser.add_argument("--work", type=Path, help="work directory (default: .cache/full-size[-N-blocks])")
     parser.add_argument("--profile", default="anima-2b", help="profile (default: %(default)s; others for a smoke run)")
     parser.add_argument("--blocks", type=int, help="the profile at full width with N blocks (ratio in minutes)")
-    parser.add_argument("--dtype", choices=("float16", "float32"), default="float16",
+    parser.add_argument("--precision", choices=("float16", "float32"), default="float16",
                         help="subgraph precision (default: %(default)s, what the board runs and the goldens need)")
     parser.add_argument("--reuse-partition", action="store_true",
                         help="keep an already exported partition (its export is then not timed)")
@@ -362,14 +363,14 @@ def main(argv=None) -> int:
     if args.blocks:
         args.profile = _profile_with_blocks(work, args.profile, args.blocks)
     checkpoint = work / f"{Path(args.profile).stem}-random-bf16.safetensors"
-    partition = work / ("partition-fp16" if args.dtype == "float16" else "partition-fp32")
+    partition = work / ("partition-float16" if args.precision == "float16" else "partition-fp32")
     if args.phase == "step":
-        phase_step(work, partition, work / f"step-{args.dtype}.json", args.lifecycle)
+        phase_step(work, partition, work / f"step-{args.precision}.json", args.lifecycle)
         return 0
     if args.phase == "table":
-        summary = work / f"summary-{args.dtype}.json"
+        summary = work / f"summary-{args.precision}.json"
         export = json.loads(summary.read_text())["export"] if summary.exists() else {}
-        figures = json.loads((work / f"step-{args.dtype}.json").read_text())
+        figures = json.loads((work / f"step-{args.precision}.json").read_text())
         print(_ratio_table(figures, export))
         rates = json.loads(summary.read_text()).get("gemm_rates") if summary.exists() else None
         if rates:
@@ -387,7 +388,7 @@ def main(argv=None) -> int:
         print(f"export: reusing {partition}", flush=True)
     else:
         secs, rss, rc = _child([py, "-m", "harness", "export", "--profile", args.profile, "--weights", str(checkpoint),
-                                "--dtype", args.dtype, "--out", str(partition), "--quiet"], work / "export.log")
+                                "--precision", args.precision, "--out", str(partition), "--quiet"], work / "export.log")
         export = {"seconds": secs, "peak_rss": rss}
         print(f"export: {secs:.0f} s, peak RSS {rss / GiB:.2f} GiB, rc {rc}", flush=True)
         if rc:
@@ -395,15 +396,15 @@ def main(argv=None) -> int:
     _model_dir(work, checkpoint, args.profile)
     rates = [gemm_rates()]
     secs, rss, rc = _child([py, "tools/bench_full_size.py", "--work", str(work), "--phase", "step",
-                            "--dtype", args.dtype, "--lifecycle", args.lifecycle],
+                            "--precision", args.precision, "--lifecycle", args.lifecycle],
                            work / "step.log")
     print(f"step phase: {secs:.0f} s wall (load, digest, one step), peak RSS {rss / GiB:.2f} GiB, rc {rc}",
           flush=True)
     if rc:
         return rc
     rates.append(gemm_rates())
-    figures = json.loads((work / f"step-{args.dtype}.json").read_text())
-    (work / f"summary-{args.dtype}.json").write_text(json.dumps({"export": export, "step": figures, "gemm_rates": rates},
+    figures = json.loads((work / f"step-{args.precision}.json").read_text())
+    (work / f"summary-{args.precision}.json").write_text(json.dumps({"export": export, "step": figures, "gemm_rates": rates},
                                                   indent=1))
     print(_ratio_table(figures, export))
     print(f"digest of the checkpoint: {figures['digest_seconds']:.1f} s ({figures.get('weights_digest')}); "

@@ -89,15 +89,15 @@ def main() -> int:
     p.add_argument("--time-scale", type=float, default=0.05,
                    help="board-sim seconds per board second (default %(default)s: at 1/200 a stage is "
                         "under a millisecond and scheduling delays on a loaded machine set the pace)")
-    p.add_argument("--dtype", default="float16", choices=("float16", "float32"))
+    p.add_argument("--precision", default="float16", choices=("float16", "float32"))
     p.add_argument("--out", type=Path, default=ROOT / "out" / "bench-lifecycle.json")
     p.add_argument("--only", choices=("board-sim", "onnxruntime", "batching"), action="append",
                    help="run only these sections (default: all)")
     args = p.parse_args()
     bundle = load_bundle(ROOT / "models" / "embedded")
-    part = partition(bundle, args.dtype)
+    part = partition(bundle, args.precision)
     sim = normalize_options({"time_scale": args.time_scale})
-    result = {"steps": args.steps, "rounds": args.rounds, "time_scale": args.time_scale, "dtype": args.dtype}
+    result = {"steps": args.steps, "rounds": args.rounds, "time_scale": args.time_scale, "precision": args.precision}
 
     only = set(args.only or ("board-sim", "onnxruntime", "batching"))
     if "board-sim" in only:

@@ -7,7 +7,7 @@ seconds and their sum: the embedded model (sessions cost more to build than to r
 full-width partition (the run dominates) in one table, which is what the onnxruntime backend's
 choice (harness/backends/onnxruntime.py, `session_options`) is read from.
 
-    .venv/bin/python tools/bench_session_options.py out/partitions/embedded-float16-* .cache/full-size-2-blocks/partition-fp16
+    .venv/bin/python tools/bench_session_options.py out/partitions/embedded-float16-* .cache/full-size-2-blocks/partition-float16
 """
 from __future__ import annotations
 

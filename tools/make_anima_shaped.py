@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     if args.decoder:
         print(write_decoder_onnx(cfg, args.decoder, args.seed))
         return 0
-    write_random_checkpoint(cfg, args.model_dir / cfg.files["weights"], "bf16", "net.", True, args.seed)
+    write_random_checkpoint(cfg, args.model_dir / cfg.files["weights"], "bfloat16", "net.", True, args.seed)
     args.golden_dir.mkdir(parents=True, exist_ok=True)
     for path in write_text_embs(cfg, args.golden_dir, args.seed):
         print(path)

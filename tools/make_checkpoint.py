@@ -27,7 +27,7 @@ from harness.model.weights import expected_shapes  # noqa: E402
 
 __all__ = ["write_random_checkpoint", "random_tensor", "adapter_shapes", "DTYPE_TAGS"]
 
-DTYPE_TAGS = {"bf16": "BF16", "fp16": "F16", "fp32": "F32"}
+DTYPE_TAGS = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 
 
 def random_tensor(key: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
@@ -58,10 +58,10 @@ def _stored(values: np.ndarray, tag: str) -> np.ndarray:
     return values.astype("<f2" if tag == "F16" else "<f4")
 
 
-def write_random_checkpoint(cfg: ModelConfig, path: str | Path, dtype: str = "bf16", prefix: str = "",
+def write_random_checkpoint(cfg: ModelConfig, path: str | Path, precision: str = "bfloat16", prefix: str = "",
                             llm_adapter: bool = False, seed: int = 0) -> int:
     """Write the checkpoint; returns its size in bytes."""
-    tag = DTYPE_TAGS[dtype]
+    tag = DTYPE_TAGS[precision]
     shapes = {prefix + k: v for k, v in expected_shapes(cfg).items()}
     if llm_adapter:
         shapes.update(adapter_shapes(cfg))
@@ -76,14 +76,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="anima-2b", help="profile name or .toml (default: %(default)s)")
     parser.add_argument("--out", type=Path, required=True, help="safetensors file to write")
-    parser.add_argument("--dtype", choices=sorted(DTYPE_TAGS), default="bf16")
+    parser.add_argument("--precision", choices=sorted(DTYPE_TAGS), default="bfloat16",
+                        help="the stored tensors' type (default: %(default)s)")
     parser.add_argument("--prefix", default="", help="prefix for every DiT key, e.g. 'net.'")
     parser.add_argument("--llm-adapter", action="store_true", help="add an llm_adapter.* group")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     cfg = load_profile(args.profile)
-    size = write_random_checkpoint(cfg, args.out, args.dtype, args.prefix, args.llm_adapter, args.seed)
-    print(f"{args.out}: {cfg.name} {args.dtype}, {size / 2**30:.2f} GiB")
+    size = write_random_checkpoint(cfg, args.out, args.precision, args.prefix, args.llm_adapter, args.seed)
+    print(f"{args.out}: {cfg.name} {args.precision}, {size / 2**30:.2f} GiB")
     return 0
 
 

@@ -37,9 +37,10 @@ from harness.model.bundle import check_text_emb, load_bundle  # noqa: E402
 from harness.partition.onnx_export import export_partition  # noqa: E402
 from harness.gates.quality import compare, compare_latents  # noqa: E402
 from harness.runtime.run import run_partitioned, RunRequest  # noqa: E402
+from harness.sampling.settings import SampleSettings  # noqa: E402
 
-VARIANTS = (("fp32", "float32", None), ("fp16", "float16", None), ("w8a8", "float16", "w8a8-ffn"))
-PAIRS = (("fp16 vs fp32", "fp16", "fp32"), ("w8a8 vs fp16", "w8a8", "fp16"))
+VARIANTS = (("float32", "float32", None), ("float16", "float16", None), ("w8a8", "float16", "w8a8-ffn"))
+PAIRS = (("float16 vs float32", "float16", "float32"), ("w8a8 vs float16", "w8a8", "float16"))
 
 
 def case_streams(bundle, case, golden_dir: Path) -> dict:
@@ -81,10 +82,8 @@ def measure(bundle, cases, golden_dir: Path) -> list[dict]:
             parts[name] = Path(tmp) / name
             export_partition(bundle.weights_source, bundle.cfg, parts[name], dtype=dtype, fake_quant=quant)
         for case in cases:
-            settings = {"steps": case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed,
-                        "sampler": case.sampler}
-            if case.spectrum is not None:
-                settings["spectrum"] = case.spectrum
+            settings = SampleSettings(steps=case.steps, cfg_scale=case.cfg, shift=case.shift, seed=case.seed,
+                                      sampler=case.sampler, spectrum=case.spectrum)
             runs = {name: run_partitioned(RunRequest(bundle, parts[name], "onnxruntime", case.prompt, settings,
                                                      text_embs=case_streams(bundle, case, golden_dir)))
                     for name, _, _ in VARIANTS}
@@ -103,14 +102,14 @@ def separation(rows: list[dict]) -> list[dict]:
     table = []
     metrics = [k for k in rows[0] if k not in ("case", "pair")]
     for metric in metrics:
-        fp16 = [r[metric] for r in rows if r["pair"] == PAIRS[0][0]]
+        float16 = [r[metric] for r in rows if r["pair"] == PAIRS[0][0]]
         w8a8 = [r[metric] for r in rows if r["pair"] == PAIRS[1][0]]
-        worst_fp16, best_w8a8 = max(fp16), min(w8a8)
-        threshold = math.sqrt(max(worst_fp16, 1e-300) * best_w8a8)
-        table.append({"metric": metric, "cases": len(fp16), "fp16": [min(fp16), worst_fp16],
+        worst_float16, best_w8a8 = max(float16), min(w8a8)
+        threshold = math.sqrt(max(worst_float16, 1e-300) * best_w8a8)
+        table.append({"metric": metric, "cases": len(float16), "float16": [min(float16), worst_float16],
                       "w8a8": [best_w8a8, max(w8a8)], "threshold": threshold,
-                      "margin_fp16": threshold / max(worst_fp16, 1e-300), "margin_w8a8": best_w8a8 / threshold})
-    return sorted(table, key=lambda t: -t["margin_fp16"])
+                      "margin_float16": threshold / max(worst_float16, 1e-300), "margin_w8a8": best_w8a8 / threshold})
+    return sorted(table, key=lambda t: -t["margin_float16"])
 
 
 def as_gate_value(metric: str, error: float) -> str:
@@ -139,9 +138,9 @@ def main(argv=None) -> int:
     print(f"\n{bundle.cfg.name}: {len(cases)} cases (prompts x seeds {seeds}); errors, smaller is better")
     print(f"{'metric':22s} {'FP16 vs FP32':>21s} {'W8A8 vs FP16':>21s}  threshold (gate value)           margins")
     for t in table:
-        print(f"{t['metric']:22s} {t['fp16'][0]:.2e}..{t['fp16'][1]:.2e}  {t['w8a8'][0]:.2e}..{t['w8a8'][1]:.2e}  "
+        print(f"{t['metric']:22s} {t['float16'][0]:.2e}..{t['float16'][1]:.2e}  {t['w8a8'][0]:.2e}..{t['w8a8'][1]:.2e}  "
               f"{t['threshold']:.2e} ({as_gate_value(t['metric'], t['threshold'])})  "
-              f"x{t['margin_fp16']:.2f} / x{t['margin_w8a8']:.2f}")
+              f"x{t['margin_float16']:.2f} / x{t['margin_w8a8']:.2f}")
     if args.json:
         args.json.write_text(json.dumps({"model": bundle.cfg.name, "seeds": seeds, "rows": rows,
                                          "table": table}, indent=1))

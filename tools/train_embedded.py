@@ -120,12 +120,12 @@ class Block(nn.Module):
     def _norm(self, x, shift, scale):
         return F.layer_norm(x, x.shape[-1:], eps=self.eps) * (1 + scale) + shift
 
-    def forward(self, x, emb, lora, context, rope):
+    def forward(self, x, emb, lora, text_emb, rope):
         shift, scale, gate = self._mod(self.adaln_modulation_self_attn, emb, lora)
         h = self._norm(x, shift, scale)
         x = x + gate * self.self_attn(h, h, rope)
         shift, scale, gate = self._mod(self.adaln_modulation_cross_attn, emb, lora)
-        x = x + gate * self.cross_attn(self._norm(x, shift, scale), context)
+        x = x + gate * self.cross_attn(self._norm(x, shift, scale), text_emb)
         shift, scale, gate = self._mod(self.adaln_modulation_mlp, emb, lora)
         return x + gate * self.mlp(self._norm(x, shift, scale))
 
@@ -215,7 +215,7 @@ class CosmosDiT(nn.Module):
         y = y.view(b, h // p, w // p, p, p, c).permute(0, 5, 1, 3, 2, 4)
         return y.reshape(b, c, h, w)
 
-    def forward(self, x, timesteps, context):
+    def forward(self, x, timesteps, text_emb):
         b, _, h, w = x.shape
         p = self.cfg.patch_spatial
         sin = self.sinusoid(timesteps).to(x.dtype)
@@ -224,7 +224,7 @@ class CosmosDiT(nn.Module):
         tokens = self.x_embedder.proj(self.patchify(x))
         rope = self.rope(h // p, w // p, x.dtype)
         for block in self.blocks:
-            tokens = block(tokens, emb, lora, context, rope)
+            tokens = block(tokens, emb, lora, text_emb, rope)
         return self.unpatchify(self.final_layer(tokens, emb, lora), h, w)
 
 
@@ -257,7 +257,7 @@ def check_reference(console) -> float:
     io = np.load(REFERENCE / "tiny_io.npz")
     x = torch.from_numpy(io["x"])[:, :, 0]                 # [1, 4, 1, 8, 8] -> [1, 4, 8, 8]
     with torch.no_grad():
-        out = model(x, torch.from_numpy(io["timesteps"]), torch.from_numpy(io["context"]))
+        out = model(x, torch.from_numpy(io["timesteps"]), torch.from_numpy(io["text_emb"]))
     ref = io["output"][:, :, 0]
     err = float(np.abs(out.numpy() - ref).max())
     console.print(f"check-only: torch float32 vs public Cosmos-Predict2 (tiny_io.npz output): "

@@ -44,9 +44,6 @@ class Context(abc.ABC):
     """One subgraph's runtime context. `label` names it in every error ("subgraph 4 (block 1 cross_attn)")."""
 
     backend_name = "abstract"
-    # Suite options (command line or board profile) this backend reads; parse_options turns their
-    # values into the keyword options every context of the run is created with.
-    option_names: tuple[str, ...] = ()
     exclusive_options: tuple[str, ...] = ()    # refused when another backend runs
 
     @classmethod

@@ -23,7 +23,7 @@ from .board_profile import BRANCH_ORDER
 from ..model.config import REPO_ROOT
 from ..core.errors import ConfigError
 
-__all__ = ["DriftModel", "Drift", "load_drift_model", "DEFAULT_DRIFT_DATA"]
+__all__ = ["Drift", "load_drift_model"]
 
 DEFAULT_DRIFT_DATA = REPO_ROOT / "boards" / "data" / "board-drift.toml"
 

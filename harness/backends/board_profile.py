@@ -16,7 +16,7 @@ import numpy as np
 from ..model.config import REPO_ROOT
 from ..core.errors import ConfigError
 
-__all__ = ["BoardProfile", "load_board_profile", "DEFAULT_BOARD_DATA", "BRANCH_ORDER", "Fits", "fits"]
+__all__ = ["load_board_profile", "DEFAULT_BOARD_DATA", "BRANCH_ORDER", "fits"]
 
 DEFAULT_BOARD_DATA = REPO_ROOT / "boards" / "data" / "rock5c-anima.toml"
 BRANCH_ORDER = ("self_attn", "cross_attn", "ffn")
@@ -75,18 +75,18 @@ class BoardProfile:
         return {s: total * share for s, share in self.stage_shares().items()}
 
     def core_per_invocation(self, branch: str) -> float:
-        """Inference seconds of one invocation serving the measured streams (fp16, 20-step run)."""
+        """Inference seconds of one invocation serving the measured streams (float16, 20-step run)."""
         if branch not in BRANCH_ORDER:
             return 0.0
         short = {"self_attn": "self", "cross_attn": "cross", "ffn": "ffn"}[branch]
-        return self.get(f"denoise_20_steps.fp16.{short}_core_per_step") / self.blocks
+        return self.get(f"denoise_20_steps.float16.{short}_core_per_step") / self.blocks
 
     def host_per_invocation(self) -> float:
         """The board's host CPU seconds per invocation (AdaLN, casts, residual, the loop), derived
         from measured figures: (per_step - core per step - lifecycle wall per pass) / subgraphs,
         spread evenly over the invocations (ASSUMPTION, [sim] simulate_host)."""
         core = sum(self.core_per_invocation(b) for b in BRANCH_ORDER) * self.blocks
-        per_step = self.get("denoise_20_steps.fp16.per_step")
+        per_step = self.get("denoise_20_steps.float16.per_step")
         return (per_step - core - self.get("lifecycle_pass.wall_with_loop")) / self.subgraphs
 
     def host_before(self, bodies: int) -> float:

@@ -62,7 +62,7 @@ from ..partition.manifest import FUSED_BRANCH
 from .onnxruntime import OnnxRuntimeContext
 from .rknnlite import parse_core_mask
 
-__all__ = ["BoardSimContext", "normalize_options", "parse_slowdown", "CORES_OF_MASK"]
+__all__ = ["BoardSimContext", "normalize_options"]
 
 CORES_OF_MASK = {"auto": (), "0": (0,), "1": (1,), "2": (2,), "0_1": (0, 1), "0_1_2": (0, 1, 2)}
 _BRANCH = re.compile(r"\((?:block \d+ )?([a-z_]+)\)")
@@ -159,7 +159,6 @@ _SESSIONS: dict[tuple, tuple] = {}
 
 class BoardSimContext(OnnxRuntimeContext):
     backend_name = "board-sim"
-    option_names = ("board_profile_data", "time_scale", "core_mask")
     exclusive_options = ("board_profile_data", "time_scale")
 
     @classmethod

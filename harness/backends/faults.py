@@ -15,6 +15,9 @@ Options (the suite's `--fault` sets them):
     crash_subgraph: index of the subgraph whose run() kills its own process with SIGKILL, as a
                   crashing NPU runtime would. Only for runs whose contexts live in worker processes
                   (--lifecycle prefetch:K): anywhere else it kills the caller.
+    leak_bytes:   bytes every release() leaks for good (`leak=mem:64KiB`): written, so they are resident
+                  and private, as a runtime that does not free a context's memory (the soak gate's proof).
+    leak_fds:     descriptors every release() leaks (`leak=fd:0.1`: one per 10 releases), really open.
 The subgraph index is read from the context label ("subgraph N (...)"), which the manifest defines.
 """
 from __future__ import annotations
@@ -22,11 +25,13 @@ from __future__ import annotations
 import os
 import re
 import signal
+import threading
 import time
 
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..core.sizes import parse_size
 from .onnxruntime import OnnxRuntimeContext
 
 __all__ = ["FaultInjectionContext", "parse_fault"]
@@ -36,7 +41,8 @@ _LABEL = re.compile(r"^subgraph (\d+) ")
 
 def parse_fault(spec: str | None) -> dict:
     """'nan@37' -> {'nan_subgraph': 37}; 'shape@5' -> {'shape_subgraph': 5}; 'slow=0.01' ->
-    {'delay': 0.01}; 'slow=x3' -> {'slowdown': 3.0}; comma-separated."""
+    {'delay': 0.01}; 'slow=x3' -> {'slowdown': 3.0}; 'leak=mem:64KiB' -> {'leak_bytes': 65536};
+    'leak=fd:0.1' -> {'leak_fds': 0.1}; comma-separated."""
     options: dict = {}
     for part in filter(None, (p.strip() for p in (spec or "").split(","))):
         try:
@@ -52,6 +58,14 @@ def parse_fault(spec: str | None) -> dict:
                 options["crash_subgraph"] = int(part[6:])
                 if options["crash_subgraph"] < 0:
                     raise ValueError
+            elif part.startswith("leak=mem:"):
+                options["leak_bytes"] = parse_size(part[9:])
+                if not 0 < options["leak_bytes"] <= 1 << 30:
+                    raise ValueError
+            elif part.startswith("leak=fd:"):
+                options["leak_fds"] = float(part[8:])
+                if not 0 < options["leak_fds"] <= 100:      # also refuses nan and inf
+                    raise ValueError
             elif part.startswith("slow=x"):
                 options["slowdown"] = float(part[6:])
                 if not 1 <= options["slowdown"] <= 100:     # also refuses nan and inf
@@ -62,7 +76,10 @@ def parse_fault(spec: str | None) -> dict:
                     raise ValueError
             else:
                 raise ValueError
-        except ValueError:
+        except (ValueError, ConfigError):
+            if part.startswith("leak="):        # the soak gate's proof, named only where it was meant
+                raise ConfigError(f"--fault '{part}': expected leak=mem:SIZE (up to 1GiB) or "
+                                  f"leak=fd:PER_RELEASE (up to 100)") from None
             # crash@SUBGRAPH is left out of the hint: it is for prefetch workers only (docstring).
             raise ConfigError(f"--fault '{part}': expected nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS or "
                               f"slow=xFACTOR") from None
@@ -82,9 +99,27 @@ def _wait_until(deadline: float) -> None:
         pass
 
 
+# What the leak fault has leaked: kept until the process ends, as a leaking runtime's would be. The
+# descriptors owed accumulate across releases (0.1 per release opens one every 10th release).
+_leaked: list[bytes] = []
+_leaked_fds: list[int] = []
+_fd_debt = [0.0]
+_leak_lock = threading.Lock()
+
+
+def _leak(nbytes: int, fds: float) -> None:
+    with _leak_lock:
+        if nbytes:
+            # A repeated non-zero byte: every page is written, so the leak is resident, not just mapped.
+            _leaked.append(b"\xa5" * nbytes)
+        _fd_debt[0] = round(_fd_debt[0] + fds, 9)      # ten releases of 0.1 owe 1, not 0.999...
+        while _fd_debt[0] >= 1:
+            _leaked_fds.append(os.open(os.devnull, os.O_RDONLY))
+            _fd_debt[0] -= 1
+
+
 class FaultInjectionContext(OnnxRuntimeContext):
     backend_name = "faults"
-    option_names = ("fault",)
     exclusive_options = ("fault",)
 
     @classmethod
@@ -100,7 +135,7 @@ class FaultInjectionContext(OnnxRuntimeContext):
 
     def __init__(self, label: str, nan_subgraph: int | None = None, nan_count: int = 7,
                  delay: float = 0.0, shape_subgraph: int | None = None, slowdown: float = 1.0,
-                 crash_subgraph: int | None = None, **options):
+                 crash_subgraph: int | None = None, leak_bytes: int = 0, leak_fds: float = 0.0, **options):
         super().__init__(label, **options)
         match = _LABEL.match(label)
         self.index = int(match.group(1)) if match else None
@@ -110,6 +145,7 @@ class FaultInjectionContext(OnnxRuntimeContext):
         self.delay = delay
         self.slowdown = slowdown
         self.crash = crash_subgraph is not None and self.index == crash_subgraph
+        self.leak_bytes, self.leak_fds = leak_bytes, leak_fds
 
     def _stretched(self, stage, *args):
         started = time.perf_counter()
@@ -137,3 +173,8 @@ class FaultInjectionContext(OnnxRuntimeContext):
         if self.truncate:
             outputs = [outputs[0][:-1] if outputs[0].shape[0] > 1 else outputs[0][..., :-1], *outputs[1:]]
         return outputs
+
+    def release(self) -> None:
+        super().release()
+        if self.leak_bytes or self.leak_fds:
+            _leak(self.leak_bytes, self.leak_fds)

@@ -31,7 +31,7 @@ from ..core.errors import ConfigError, ManifestError
 from ..partition.declared import check_identity
 from .base import Context
 
-__all__ = ["OnnxRuntimeContext", "session_options", "threads_for", "RUN_DOMINATED_BYTES", "shared_arena"]
+__all__ = ["OnnxRuntimeContext", "session_options", "RUN_DOMINATED_BYTES"]
 
 # The manifest's entry label: "subgraph 4 (block 1 cross_attn)" or "subgraph 84 (decoder)".
 

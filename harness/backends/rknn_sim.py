@@ -38,7 +38,7 @@ from ..partition.declared import rknn_version
 from ..toolkit.remote.framing import read_frame, write_frame
 from .base import Context
 
-__all__ = ["RknnSimContext", "SimWorker", "worker_for", "shutdown_workers", "conversion_record"]
+__all__ = ["RknnSimContext", "worker_for", "shutdown_workers", "conversion_record"]
 
 SERVER = Path(__file__).resolve().parent.parent / "toolkit" / "remote" / "sim_server.py"
 
@@ -219,7 +219,6 @@ def _identity(quant: dict | None) -> dict | None:
 class RknnSimContext(Context):
     backend_name = "rknn-sim"
     # --calibration picks the set a w8a8-ffn conversion is made from (harness/runtime/converted.py).
-    option_names = ("calibration",)
     exclusive_options = ("calibration",)
 
     @classmethod

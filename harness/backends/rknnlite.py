@@ -31,8 +31,7 @@ import numpy as np
 from ..core.errors import BackendError, ConfigError
 from .base import Context
 
-__all__ = ["RknnLiteContext", "CORE_MASKS", "parse_core_mask", "load_runtime", "runtime_library",
-           "parse_sdk_version", "DEFAULT_LIBRKNNRT"]
+__all__ = ["RknnLiteContext", "CORE_MASKS", "parse_core_mask", "load_runtime", "DEFAULT_LIBRKNNRT"]
 
 # option name -> suffix of the RKNNLite.NPU_CORE_* constant, and that constant's documented value
 CORE_MASKS = {"auto": ("AUTO", 0), "0": ("0", 1), "1": ("1", 2), "2": ("2", 4),
@@ -87,7 +86,6 @@ def parse_sdk_version(text: str | None) -> dict:
 
 class RknnLiteContext(Context):
     backend_name = "rknnlite"
-    option_names = ("core_mask",)
 
     @classmethod
     def parse_options(cls, values: dict, cfg) -> dict:

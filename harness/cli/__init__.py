@@ -1,2 +1,1 @@
 """`python -m harness COMMAND`: one module per command, registered in main.py."""
-__all__: list[str] = []

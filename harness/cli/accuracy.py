@@ -17,7 +17,7 @@ from ..model.config import BRANCHES
 from ..core.errors import ConfigError
 from .options import add_options, check_precision, default_partition, ranged, resolve_backend
 
-__all__ = ["add_command", "render_worst", "render_grid"]
+__all__ = ["add_command"]
 
 
 _threshold = ranged(float, 0, 1, "a cosine in 0..1")

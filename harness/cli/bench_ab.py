@@ -12,7 +12,7 @@ from ..model.config import EMBEDDED_DIR
 from ..results.ab import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD_PCT, Side, parse_confidence, run_session, side_options
 from .results import add_results_option
 
-__all__ = ["add_command", "DEFAULT_CASE"]
+__all__ = ["add_command"]
 
 DEFAULT_CASE = "default-prompt"
 

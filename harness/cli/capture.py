@@ -6,8 +6,6 @@ from pathlib import Path
 from ..core.errors import ConfigError
 from ..runtime.capture import PRESETS, RECORD_FILE, capture_calibration, parse_branches, parse_steps, parse_streams
 
-__all__ = ["add_command"]
-
 def add_command(subparsers):
     """Register `capture-calibration` on the CLI's subparsers."""
     from ..model.config import EMBEDDED_DIR
@@ -53,9 +51,9 @@ def _cmd_capture(args) -> int:
     settings = inputs.settings
     if args.preset is not None:
         args.branches, args.steps, args.streams = (PRESETS[args.preset][k] for k in ("branches", "steps", "streams"))
-    steps = parse_steps(args.steps, settings["steps"], settings["shift"])
+    steps = parse_steps(args.steps, settings.steps, settings.shift)
     branches = parse_branches(args.branches)
-    streams = parse_streams(args.streams, ["cond"] + (["uncond"] if settings["cfg_scale"] != 1.0 else []))
+    streams = parse_streams(args.streams, ["cond"] + (["uncond"] if settings.cfg_scale != 1.0 else []))
     blocks = parse_blocks(args.blocks, bundle.cfg.blocks) if args.blocks else None
     partition = args.partition or exported_partition(bundle, "float32")
     record = capture_calibration(bundle, partition, args.out, inputs.prompt, settings, branches, steps,

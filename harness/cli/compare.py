@@ -6,8 +6,6 @@ import argparse
 from ..results.compare import compare_lines, load_view
 from .results import add_results_option
 
-__all__ = ["add_command"]
-
 
 def add_command(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("compare", help="compare two run reports or two runs of the results store")

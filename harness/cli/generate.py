@@ -10,17 +10,15 @@ from pathlib import Path
 from ..core.errors import ConfigError, HarnessError, RunStopped
 from .options import BACKEND_CHOICES, add_options, check_precision, default_partition, ranged, resolve_backend
 
-__all__ = ["add_command"]
-
 
 def add_command(sub) -> None:
     gen = sub.add_parser("generate", help="render a prompt to a PNG (default: the embedded model)")
     add_options(gen, "model_dir")
     gen.add_argument("--prompt", help="text prompt (default: the model's default prompt)")
-    gen.add_argument("--text-emb", "--context", dest="text_emb", type=Path, metavar="COND.npy",
+    gen.add_argument("--text-emb", dest="text_emb", type=Path, metavar="COND.npy",
                      help="text embedding [text_emb_tokens, text_emb_dim] instead of --prompt (a model "
                           "without a prompt encoder here, e.g. Anima's Qwen3 + adapter output)")
-    gen.add_argument("--uncond-text-emb", "--uncond-context", dest="uncond_text_emb", type=Path,
+    gen.add_argument("--uncond-text-emb", dest="uncond_text_emb", type=Path,
                      metavar="UNCOND.npy", help="text embedding of the empty prompt, for CFG != 1")
     add_options(gen, "seed", "steps", "cfg_scale", "backend", "precision", "partition", "lifecycle", "images",
                 "core_mask", "board_profile_data", "time_scale", "fault", "calibration", "cache_dir",
@@ -85,7 +83,7 @@ def _cmd_generate(args) -> int:
     text_embs = None
     if args.text_emb is not None:
         from ..sampling.reference_run import text_emb_streams
-        text_embs = text_emb_streams(bundle, args.text_emb, args.uncond_text_emb, s["cfg_scale"])
+        text_embs = text_emb_streams(bundle, args.text_emb, args.uncond_text_emb, s.cfg_scale)
         prompt = f"<text embedding {args.text_emb.name}>"
     else:
         prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
@@ -108,8 +106,8 @@ def _cmd_generate(args) -> int:
         latent_path = args.out.with_suffix(".latent.npy")
         latent_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_save_npy(latent_path, latent)
-        print(f"{latent_path}  (no decoder: the final latent {list(latent.shape)}) seed={s['seed']} "
-              f"steps={s['steps']} cfg={s['cfg_scale']} backend={args.backend}")
+        print(f"{latent_path}  (no decoder: the final latent {list(latent.shape)}) seed={s.seed} "
+              f"steps={s.steps} cfg={s.cfg_scale} backend={args.backend}")
         return 0
     from ..core.imageio import save_png
     if image.ndim == 4:         # --images N: out.png, out-1.png, ...
@@ -117,11 +115,11 @@ def _cmd_generate(args) -> int:
             save_png(one, args.out if k == 0 else args.out.with_name(f"{args.out.stem}-{k}.png"))
     else:
         save_png(image, args.out)
-    print(f"{args.out}  prompt='{prompt}' seed={s['seed']} steps={s['steps']} cfg={s['cfg_scale']} "
-          f"backend={args.backend} sampler={s['sampler']}")
-    if s["sampler"] == "spectrum":
+    print(f"{args.out}  prompt='{prompt}' seed={s.seed} steps={s.steps} cfg={s.cfg_scale} "
+          f"backend={args.backend} sampler={s.sampler}")
+    if s.sampler == "spectrum":
         from ..sampling.spectrum import SpectrumParams, schedule, schedule_text
-        plan = schedule(s["steps"], SpectrumParams(**s["spectrum"]))
+        plan = schedule(s.steps, SpectrumParams(**s.spectrum))
         print(f"Spectrum schedule, {sum(plan)} computed of {len(plan)} steps (C computed, F forecast): "
               f"{schedule_text(plan)}")
     return 0
@@ -152,9 +150,9 @@ def _generate_reference(bundle, prompt, s, quiet, text_embs):
     import numpy as np
     from ..sampling.reference_run import sample_reference
     from ..report.terminal import progress_bar
-    with progress_bar(s["steps"], "denoising (reference)", disable=quiet) as advance:
-        latents = sample_reference(bundle, [prompt], [s["seed"]], s["steps"], s["cfg_scale"],
-                                   s["shift"], on_step=lambda i: advance(), settings=s, text_embs=text_embs)
+    with progress_bar(s.steps, "denoising (reference)", disable=quiet) as advance:
+        latents = sample_reference(bundle, [prompt], [s.seed], s.steps, s.cfg_scale,
+                                   s.shift, on_step=lambda i: advance(), settings=s, text_embs=text_embs)
     has_decoder = bundle.cfg.decoder.get("onnx") or bundle.cfg.latent_channels == 1 and bundle.cfg.decoder
     if not has_decoder:
         return latents[0], None
@@ -175,7 +173,7 @@ def _generate_partitioned(bundle, prompt, s, args, text_embs):
     report_path = args.out.with_suffix(".json")
     guard = MemoryGuard(args.mem_floor, args.swap_limit, interval=0.25, max_staleness=0.1,
                         check_reader=read_system_memory)
-    with guard, progress_bar(s["steps"], f"denoising ({args.backend})", disable=args.quiet) as advance:
+    with guard, progress_bar(s.steps, f"denoising ({args.backend})", disable=args.quiet) as advance:
         try:
             result = run_partitioned(
                 RunRequest(bundle, partition, args.backend, prompt, s, backend_options=options,

@@ -12,10 +12,9 @@ from typing import Any, Callable
 from ..core.errors import ConfigError, HarnessError
 from ..model.config import EMBEDDED_DIR
 
-__all__ = ["ranged", "checked", "size", "core_mask", "granularity", "lifecycle", "positive_int", "cfg_scale", "seed",
-           "BACKEND_CHOICES", "add_board_sim_options", "board_sim_options", "default_partition", "Option",
-           "OPTIONS", "SUITE_OPTIONS", "PRECISIONS", "add_options", "check_precision", "resolve_backend",
-           "options_table", "flag_of"]
+__all__ = ["ranged", "checked", "size", "core_mask", "granularity", "lifecycle", "positive_int", "cfg_scale",
+           "seed", "BACKEND_CHOICES", "board_sim_options", "default_partition", "OPTIONS", "SUITE_OPTIONS",
+           "PRECISIONS", "add_options", "check_precision", "resolve_backend", "options_table"]
 
 
 def ranged(kind, lo, hi, what: str):
@@ -32,8 +31,6 @@ def ranged(kind, lo, hi, what: str):
                 else f"must be within {lo}..{hi}, got {value}")
         return value
     return parse
-
-
 
 
 def checked(parse):
@@ -65,11 +62,6 @@ def granularity(text: str) -> str:
 def lifecycle(text: str) -> str:
     from ..lifecycle import parse_lifecycle
     return str(parse_lifecycle(text))
-
-
-def add_board_sim_options(parser) -> None:
-    """--board-profile-data / --time-scale: the simulated board's own options."""
-    add_options(parser, "board_profile_data", "time_scale")
 
 
 def board_sim_options(args) -> dict:
@@ -141,7 +133,7 @@ OPTIONS: dict[str, Option] = {
                         kind="path"),
     "precision": Option("float16", "precision of an exported partition: float16 (the board's) or float32; "
                                    "with rknn-sim: float16 or w8a8-ffn (the conversion's)",
-                        choices=PRECISIONS, aliases=("--dtype",)),
+                        choices=PRECISIONS),
     "calibration": Option(None, "rknn-sim w8a8-ffn: calibration directory (default: captured on first use)",
                           kind="path"),
     "granularity": Option("branch", "subgraph size: branch (3 per block, the board's 84), block (one per block, "
@@ -179,8 +171,10 @@ OPTIONS: dict[str, Option] = {
     "results": Option("sqlite:///.benchmarks/results.sqlite", "results store every benchmark run is written to and "
                       "judged against: a database URL in SQLAlchemy's form (sqlite:///relative.sqlite, "
                       "sqlite:////absolute.sqlite, postgresql://user@host/db for a fleet)"),
+    "results_spool": Option(".benchmarks/spool.sqlite", "SQLite file that keeps a benchmark run the results store "
+                            "could not take (a server gone); `bin/harness results push` sends it later", kind="path"),
     "fault": Option(None, "fault injection for proving gates fail: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS, "
-                          "slow=xFACTOR (backend faults)"),
+                          "slow=xFACTOR, leak=mem:SIZE, leak=fd:PER_RELEASE (backend faults)"),
     "cache_dir": Option(".cache", "where exported partitions are cached", kind="path"),
     # Baselines with rules (harness/pytest_plugin/baselines.py): saved only when asked, from valid passing runs.
     "save_baseline": Option(False, "save this run's benchmark timings as the baselines (CI: main branch only); "
@@ -194,6 +188,11 @@ OPTIONS: dict[str, Option] = {
                                 "its test instead of the job", kind="count"),
     "lifecycle": Option("on-demand", "context strategy: on-demand, resident, lru:K, pinned:K, pinned:@I,J,A-B, "
                                      "prefetch:K", parse=checked(lifecycle)),
+    # The lifecycle soak gate (harness/gates/soak.py, marker soak).
+    "soak_cycles": Option(None, "soak gate: load/init/run/release cycles over the branch kinds' subgraphs (default: "
+                                "one image's, subgraphs x 13 computed Spectrum steps: 1,092 on the board)", kind="count"),
+    "soak_memory_rate": Option("16KiB", "soak gate: memory growth per cycle that fails it (descriptors and threads "
+                                        "fail on any steady growth)", kind="size"),
     "images": Option(1, "images generated together per run: every loaded context serves all their streams",
                      kind="count"),
     "board_profile_data": Option(None, "board-sim: profile data file (default boards/data/rock5c-anima.toml)",

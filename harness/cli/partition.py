@@ -5,15 +5,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..partition.bodies import FAKE_QUANT, OLD_FAKE_QUANT
+from ..partition.bodies import FAKE_QUANT
 from ..model.config import EMBEDDED_DIR, load_model_dir, load_profile
 from ..core.errors import ConfigError
 from .options import add_options, check_precision
 from ..partition.manifest import default_partition_dir
 from ..runtime.partitions import export_with_progress
 
-__all__ = ["add_command", "parse_blocks", "render_inspection", "cmd_export", "cmd_inspect",
-           "cmd_inspect_checkpoint", "default_partition_dir"]
+__all__ = ["add_command", "parse_blocks", "default_partition_dir"]
 
 
 def parse_blocks(text: str, blocks: int) -> list[int]:
@@ -55,9 +54,9 @@ def add_command(subparsers) -> None:
     exp.add_argument("--profile", help="profile name or .toml (e.g. anima-2b) instead of --model-dir")
     exp.add_argument("--weights", type=Path, help="safetensors checkpoint for --profile")
     exp.add_argument("--out", type=Path,
-                     help="partition directory (default: out/partitions/<model>-<dtype>-<weights digest>)")
+                     help="partition directory (default: out/partitions/<model>-<precision>-<weights digest>)")
     add_options(exp, "precision", precision="float32")
-    exp.add_argument("--fake-quant", choices=FAKE_QUANT, default=None, type=lambda t: OLD_FAKE_QUANT.get(t, t),
+    exp.add_argument("--fake-quant", choices=FAKE_QUANT, default=None,
                      help="simulate INT8 in the graph (w8a8-ffn: FFN weights and activations)")
     exp.add_argument("--streams", type=_streams, default=2, help="CFG streams per run (default: 2)")
     exp.add_argument("--opset", type=_opset, default=17, help="ONNX opset, at most 19 (default: 17)")

@@ -6,8 +6,6 @@ from pathlib import Path
 from ..core.errors import ConfigError
 from ..memory.planner import MiB, inputs_from_profile, inputs_from_report, plan
 
-__all__ = ["add_command"]
-
 
 def add_command(sub) -> None:
     p = sub.add_parser("plan", help="expected per-image time and memory of each lifecycle strategy, "

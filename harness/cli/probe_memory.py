@@ -20,7 +20,7 @@ from ..core.errors import ConfigError
 from .options import (add_options, board_sim_options, check_precision, checked, default_partition, positive_int,
                       resolve_backend, size)
 
-__all__ = ["add_command", "verdict", "write_outputs"]
+__all__ = ["add_command", "verdict"]
 
 MiB = 2 ** 20
 GiB = 2 ** 30

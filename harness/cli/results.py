@@ -1,6 +1,6 @@
 """`bin/harness results ...`: the results store from the command line.
 
-    results import [--history FILE]... [--baselines DIR]   the old history.jsonl and baseline files
+    results import FILE.csv...                             runs from another store's `export` (merging stores)
     results export [--out FILE.csv] [--ab-out FILE.csv]    one CSV row per run (Otava, a spreadsheet); per A/B verdict
     results check                                          each series' latest run, its change points, A/B sessions
     results boards                                         the boards of one board model, outliers named
@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import os
+import stat
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from ..core.atomic import atomic_write_text
@@ -26,13 +28,11 @@ from ..lifecycle.steptimes import STAGE_NAMES
 from ..results.judge import (NOT_COMPARABLE, comparability, group_note, judge_figures, parse_threshold, record_before,
                              since_change)
 from ..results.fleet import board_verdicts, fleet_groups
-from ..results.legacy import Imported, read_baselines, read_history
-from ..results.records import Run
+from ..results.records import ResultsError, Run, RunKey
 from ..results.store import DEFAULT_RESULTS, ResultsStore
 from ..results.verdicts import change_points
 
-__all__ = ["add_command", "add_results_option", "import_into", "export_csv", "export_ab_csv", "check_lines",
-           "ab_check_lines", "board_lines", "series"]
+__all__ = ["add_command", "add_results_option", "check_lines", "series"]
 
 
 def add_results_option(parser) -> None:
@@ -45,12 +45,12 @@ def add_command(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("results", help="the benchmark results store: import, export, check, "
                                                    "compare boards, push to a fleet store")
     sub = parser.add_subparsers(dest="results_command", required=True)
-    imp = sub.add_parser("import", help="read the old history.jsonl and per-board baseline files")
-    imp.add_argument("--history", type=Path, action="append", default=[], help="history JSONL (repeatable)")
-    imp.add_argument("--baselines", type=Path, help="baseline folder (<board>/<case>/<digest>.json)")
+    imp = sub.add_parser("import", help="add the runs of CSV files `results export` wrote (another store's)")
+    imp.add_argument("files", type=Path, nargs="+", metavar="FILE.csv", help="runs CSV of `results export`")
     imp.set_defaults(func=_cmd_import)
     exp = sub.add_parser("export", help="write every run as one CSV row")
-    exp.add_argument("--out", type=Path, help="CSV file (default: standard output)")
+    exp.add_argument("--out", type=Path, help="CSV file, written whole and replaced atomically; a symlink, FIFO "
+                                              "or device is refused (default: standard output)")
     exp.add_argument("--ab-out", type=Path, help="also write one CSV row per figure of every A/B session here")
     exp.set_defaults(func=_cmd_export)
     chk = sub.add_parser("check", help="judge each series' latest run against its history; change points")
@@ -76,45 +76,82 @@ def add_command(subparsers) -> argparse.ArgumentParser:
 
 # -- import --------------------------------------------------------------------------------------------
 
-def import_into(store: ResultsStore, found: Imported) -> tuple[int, list[str]]:
-    """Add the runs and baselines read from the old files; (runs added, lines about what was skipped)."""
-    added, skipped = 0, []
-    for run in found.runs:
-        if store.has_run(run.run_id, run.key.case):
-            skipped.append(f"run {run.run_id} ({run.key.case}): already in the store, skipped")
-            continue
-        store.add_run(run)
-        added += 1
-    for run in found.baselines:
-        if not store.has_run(run.run_id, run.key.case):     # a baseline whose run the history lacked
-            store.add_run(run)
-            added += 1
-        store.set_baseline(store.run(run.run_id, run.key.case), "imported")
-    return added, skipped
+def read_csv(path: Path) -> list[Run]:
+    """The runs of a CSV that export_csv wrote, in its order. A row that is not a run, or a run id
+    that is in the file twice for one case, refuses the whole file (ResultsError naming the rows):
+    which of two rows is the run cannot be told."""
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise ResultsError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    runs, seen = [], {}
+    for number, row in enumerate(rows, start=2):        # row 1 is the header
+        run = _run_of_row(row, f"{path} row {number}")
+        where = seen.setdefault((run.run_id, run.key.case), number)
+        if where != number:
+            raise ResultsError(f"{path}: run {run.run_id!r} of case {run.key.case!r} is on rows {where} and {number}: "
+                               "a run id is one run per case; nothing imported")
+        runs.append(run)
+    return runs
+
+
+def _run_of_row(row: dict, where: str) -> Run:
+    missing = [c for c in _RUN_COLUMNS if c not in row]
+    if missing:
+        raise ResultsError(f"{where}: no column {missing[0]!r}: not a runs CSV of `results export`")
+
+    def number(column, kind=float):
+        return kind(row[column]) if row[column] not in ("", None) else None
+    try:
+        return Run(
+            run_id=row["run_id"], time=row["time"], board_id=row["board_id"], board_model=row["board_model"],
+            model=row["model"], valid=row["valid"] == "1", mean_step_s=number("mean_step_s"),
+            total_denoise_s=number("total_denoise_s"),
+            key=RunKey(case=row["case"], steps=number("steps", int), precision=row["precision"],
+                       backend=row["backend"], manifest_hash=row["manifest_hash"],
+                       versions={v: row[v] or None for v in _VERSION_COLUMNS}),
+            branches={b: number(f"core_{b}_s") for b in BRANCHES if row.get(f"core_{b}_s")},
+            stages={s: number(f"stage_{s}_s") for s in STAGE_NAMES if row.get(f"stage_{s}_s")},
+            invalid_reasons=tuple(r for r in row["invalid_reasons"].split("; ") if r),
+            git_revision=row["git_revision"] or None, ci_url=row["ci_url"] or None,
+            peak_pss_added_bytes=number("peak_pss_added_bytes", int), host_cpus=number("host_cpus", int),
+            host_load=number("host_load"), host_probe_s=number("host_probe_s"))
+    except (TypeError, ValueError) as exc:
+        raise ResultsError(f"{where}: not a run ({exc})") from None
+    except ResultsError as exc:
+        raise ResultsError(f"{where}: {exc}") from None
 
 
 def _cmd_import(args) -> int:
-    if not args.history and not args.baselines:
-        raise ConfigError("results import: name --history FILE and/or --baselines DIR")
-    found = Imported()
-    for path in args.history:
-        read_history(path, found)
-    if args.baselines:
-        if not args.baselines.is_dir():
-            raise ConfigError(f"--baselines {args.baselines}: no such folder")
-        read_baselines(args.baselines, found)
+    """Every file read and checked first, then its new runs written in one transaction: an import
+    refused or stopped leaves the store as it was."""
+    found: dict[tuple, Run] = {}
+    repeated = 0                # the same run in two files (two stores that shared it): imported once
+    for path in args.files:
+        for run in read_csv(path):
+            other = found.setdefault((run.run_id, run.key.case), run)
+            if other is not run and other != run:
+                raise ResultsError(f"{path}: run {run.run_id!r} of case {run.key.case!r} differs from the run of "
+                                   "that id in an earlier file: nothing imported")
+            repeated += other is not run
     with ResultsStore(args.results) as store:
-        added, skipped = import_into(store, found)
-        for line in found.torn + found.problems + skipped:
-            print(line, file=sys.stderr)
-        print(f"{store.where}: {added} run(s) imported, {len(found.baselines)} baseline(s); "
-              f"{len(found.torn) + len(found.problems)} record(s) skipped")
-    return 1 if found.problems else 0
+        new = [run for key, run in found.items() if not store.has_run(*key)]
+        store.add_runs(new)
+        print(f"{store.where}: {len(new)} run(s) imported, {len(found) - len(new)} already in the store"
+              + (f", {repeated} repeated in another file (imported once)" if repeated else ""))
+    return 0
 
 
 # -- export --------------------------------------------------------------------------------------------
 
 _VERSION_COLUMNS = ("npu_driver", "runtime_lib", "toolkit_lite", "onnxruntime")
+
+
+# What `import` needs of a row; the per-branch and per-stage figures are read where present.
+_RUN_COLUMNS = ("time", "run_id", "case", "board_id", "board_model", "model", "backend", "precision", "steps",
+                "manifest_hash", *_VERSION_COLUMNS, "git_revision", "ci_url", "valid", "invalid_reasons",
+                "mean_step_s", "total_denoise_s", "peak_pss_added_bytes", "host_cpus", "host_load", "host_probe_s")
 
 
 def export_csv(runs: list[Run]) -> str:
@@ -164,7 +201,28 @@ def _cell(value) -> str:
     return "" if value is None else repr(value)
 
 
+def _regular_file(path: Path | None, option: str) -> None:
+    """Refuse an output that is a symlink, FIFO, device, socket or folder: the export replaces its file
+    atomically (a new file renamed over it), which would silently turn a link or a device node into a
+    plain file (as root, --out /dev/stdout would replace that link). Standard output is the default."""
+    if path is None:
+        return
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    kinds = ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
+             (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+    kind = next((name for test, name in kinds if test(mode)), None)
+    if kind:
+        instead = "name a file, or leave out --out for standard output" if option == "--out" else "name a file"
+        raise ConfigError(f"{option} {path}: is {kind}; export writes a regular file and replaces it whole "
+                          f"({instead})")
+
+
 def _cmd_export(args) -> int:
+    _regular_file(args.out, "--out")
+    _regular_file(args.ab_out, "--ab-out")
     with ResultsStore(args.results, create=False) as store:
         runs = store.runs()
         sessions = store.ab_sessions() if args.ab_out else []
@@ -193,6 +251,10 @@ def series(runs: list[Run]) -> dict[tuple, list[Run]]:
 
 def check_lines(runs: list[Run], threshold_pct: float) -> tuple[list[str], bool]:
     """Per series: the latest run's verdicts against the runs before it, and the change points."""
+    if runs and not any(run.valid for run in runs):
+        reasons = Counter(reason for run in runs for reason in run.invalid_reasons).most_common(1)
+        return [f"{len(runs)} run(s), every one INVALID, so no series to judge"
+                + (f" (most often: {reasons[0][0]})" if reasons else "")], False
     lines, regressed = [], False
     for (board, _), members in series(runs).items():
         latest = members[-1]

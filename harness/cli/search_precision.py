@@ -7,8 +7,6 @@ from pathlib import Path
 from ..core.errors import ConfigError
 from ..gates.precision_search import say, board_saving, chosen, render, search
 
-__all__ = ["add_command"]
-
 
 def add_command(subparsers):
     from ..model.config import EMBEDDED_DIR
@@ -68,6 +66,6 @@ def _full_schedule(bundle, cache_dir: Path, out: Path) -> Path:
     say(f"capturing the full-schedule calibration into {target}")
     capture_calibration(bundle, cached_fp32_export(bundle, cache_dir), target,
                         bundle.cfg.prompt.get("default", ""), settings, parse_branches(preset["branches"]),
-                        parse_steps(preset["steps"], settings["steps"], settings["shift"]),
+                        parse_steps(preset["steps"], settings.steps, settings.shift),
                         parse_streams(preset["streams"], ["cond", "uncond"]))
     return target

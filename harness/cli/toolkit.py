@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .options import ranged
+from .options import add_options, ranged
 
 __all__ = ["add_command", "cmd_convert", "cmd_compare"]
 
@@ -13,12 +13,11 @@ _non_negative = ranged(int, 0, float("inf"), "a whole number")
 
 
 def _precision(text: str) -> str:
-    """--precision: a recipe of toolkit/precisions.toml (float16 is the toolkit's fp16) or a precision file."""
+    """--precision: a recipe of toolkit/precisions.toml or a precision file."""
     from ..core.errors import HarnessError
-    from ..runtime.converted import TOOLKIT_PRECISIONS
     from ..toolkit.precisions import recipe
     try:
-        recipe(TOOLKIT_PRECISIONS.get(text, text))
+        recipe(text)
     except HarnessError as exc:
         # argparse names the option itself: "argument --precision: 'x' is unknown ..."
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--precision ")) from None
@@ -35,7 +34,7 @@ def add_command(subparsers) -> None:
                       help="rknn-toolkit2 version (default: toolkit/versions.toml); "
                            "its environment comes from bin/toolkit-env VERSION")
     conv.add_argument("--precision", default="float16", type=_precision,
-                      help=f"float16 (the toolkit's fp16), {', '.join(p for p in precisions() if p != 'fp16')} "
+                      help=f"{', '.join(precisions())} "
                            f"(w8a8-ffn: INT8 FFN linears, calibrated), or a precision file *.toml written by "
                            f"search-precision (default: %(default)s)")
     conv.add_argument("--calibration", type=Path, help="calibration set directory (for w8a8-ffn)")
@@ -49,18 +48,19 @@ def add_command(subparsers) -> None:
     conv.set_defaults(func=cmd_convert)
 
     cmp = subparsers.add_parser("compare-toolkits",
-                                help="convert with two toolkit versions and compare them (Markdown)")
+                                help="convert with two toolkit versions, compare them and gate NEW "
+                                     "(exit 1 unless NEW passes every part)")
     cmp.add_argument("old", help="toolkit version, e.g. 2.3.2")
-    cmp.add_argument("new", help="toolkit version, e.g. 2.5.0")
+    cmp.add_argument("new", help="toolkit version, e.g. 2.5.0 (the one judged)")
     cmp.add_argument("--partition", type=Path,
-                     help="exported FP32 partition (default: the embedded model's, exported on first use)")
+                     help="exported FP32 partition (default: the model's, exported on first use)")
     cmp.add_argument("--out", type=Path, default=Path("out/compare-toolkits"),
-                     help="where both conversions and the report go (default: %(default)s)")
+                     help="where both conversions and the report (report.json, report.md) go "
+                          "(default: %(default)s)")
     cmp.add_argument("--target", default=DEFAULT_TARGET, help="target platform (default: %(default)s)")
     cmp.add_argument("--sim-samples", type=_non_negative, default=1,
                      help="random input sets per subgraph for the cosine (default: %(default)s)")
-    cmp.add_argument("--cases", help="comma-separated golden cases for the image part (default: all; "
-                                     "each renders a whole generation per version on the simulator)")
+    add_options(cmp, "model_dir", "golden_dir", "cases")
     cmp.add_argument("--quiet", action="store_true", help="no progress lines")
     cmp.set_defaults(func=cmd_compare)
 
@@ -68,9 +68,7 @@ def add_command(subparsers) -> None:
 def cmd_convert(args) -> int:
     from ..toolkit.convert import convert_partition
     from ..report.toolkit import cosine_rows, print_convert_summary
-    from ..runtime.converted import TOOLKIT_PRECISIONS
-    result = convert_partition(args.partition, args.out, version=args.toolkit,
-                               precision=TOOLKIT_PRECISIONS.get(args.precision, args.precision),
+    result = convert_partition(args.partition, args.out, version=args.toolkit, precision=args.precision,
                                calibration=args.calibration, target=args.target,
                                allow_cpu_ops=args.allow_cpu_ops, samples=args.sim_samples,
                                quiet=args.quiet)
@@ -80,9 +78,11 @@ def cmd_convert(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from ..gates.compare_toolkits import compare_toolkits
-    text = compare_toolkits(args.old, args.new, args.partition, args.out, target=args.target,
-                            samples=args.sim_samples, quiet=args.quiet,
-                            case_names=[c.strip() for c in args.cases.split(",")] if args.cases else None)
-    print(text)
-    return 0
+    """The report on stdout, verdict first; 0 only when NEW passes every part of the comparison."""
+    from ..gates.compare_toolkits import REPORT_MD, compare_toolkits
+    cases = [c.strip() for c in args.cases.split(",")] if args.cases else None
+    comparison = compare_toolkits(args.old, args.new, args.partition, args.out, target=args.target,
+                                  samples=args.sim_samples, quiet=args.quiet, case_names=cases,
+                                  model_dir=args.model_dir, golden_dir=args.golden_dir)
+    print((args.out / REPORT_MD).read_text(encoding="utf-8"), end="")
+    return 0 if comparison.status == "passes" else 1

@@ -8,8 +8,6 @@ from ..core.errors import ConfigError
 from ..results.trend import DEFAULT_TREND_PNG, render_table, trend
 from .results import add_results_option
 
-__all__ = ["add_command"]
-
 
 def add_command(subparsers) -> argparse.ArgumentParser:
     """Register `trend` on the CLI's subparsers."""

@@ -1,2 +1,1 @@
 """The ground floor: errors, atomic writes, file readers and schema, signals, timing, image I/O."""
-__all__: list[str] = []

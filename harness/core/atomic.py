@@ -12,8 +12,6 @@ import json
 import os
 import re
 import tempfile
-import time
-from collections.abc import Mapping
 from pathlib import Path
 
 from .errors import StorageError
@@ -23,8 +21,6 @@ __all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_wri
 
 # The writer's pid in the name tells a dead writer's leftover from a live writer's file in flight.
 _TEMP = re.compile(r"^\..+\.(?P<pid>\d+)\.[A-Za-z0-9_]{8}\.tmp$")
-_OLD_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")     # before pids were in the name
-_OLD_TEMP_AGE = 3600.0
 
 _UMASK = os.umask(0)        # read once, at import (single-threaded), and put back at once
 os.umask(_UMASK)
@@ -69,17 +65,12 @@ def sweep_temporaries(directory: str | Path) -> list[Path]:
         return removed
     for name in names:
         match = _TEMP.match(name)
+        if not match or psutil.pid_exists(int(match["pid"])):
+            continue
         path = Path(directory) / name
         try:
-            if match:
-                stale = not psutil.pid_exists(int(match["pid"]))
-            elif _OLD_TEMP.match(name):
-                stale = time.time() - path.stat().st_mtime > _OLD_TEMP_AGE
-            else:
-                continue
-            if stale:
-                path.unlink()
-                removed.append(path)
+            path.unlink()
+            removed.append(path)
         except OSError:
             continue
     return removed
@@ -151,6 +142,4 @@ def _json_default(obj):
         return obj.tolist()
     if isinstance(obj, Path):
         return str(obj)
-    if isinstance(obj, Mapping):        # a typed record that reads as a mapping (SampleSettings)
-        return dict(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

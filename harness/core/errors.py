@@ -4,9 +4,9 @@ The CLI prints these without a traceback and exits non-zero; anything else is a 
 traceback.
 """
 
-__all__ = ["HarnessError", "ConfigError", "WeightsError", "ManifestError", "BackendError",
-           "NumericsError", "MemoryGuardTripped", "ToolkitError", "StorageError", "RunStopped",
-           "Interrupted", "Terminated", "HungUp", "Quit", "one_line"]
+__all__ = ["HarnessError", "ConfigError", "WeightsError", "ManifestError", "BackendError", "NumericsError",
+           "MemoryGuardTripped", "ToolkitError", "StorageError", "RunStopped", "Interrupted", "Terminated",
+           "HungUp", "Quit"]
 
 
 def one_line(text: str) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from .errors import ConfigError, StorageError
 from .locks import acquire, release
 
-__all__ = ["check_writable", "check_free_space", "ArtifactsLock", "MARKER", "LOCK_FILE"]
+__all__ = ["check_writable", "check_free_space", "ArtifactsLock", "MARKER"]
 
 MARKER = ".anima-artifacts"      # this folder holds suite artifacts: the next run may clear it
 LOCK_FILE = ".lock"

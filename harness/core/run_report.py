@@ -12,7 +12,7 @@ from pathlib import Path
 from .errors import ConfigError
 from .schema import Field, check_table, is_int, non_empty_str, one_of, read_json
 
-__all__ = ["STATUSES", "ALWAYS", "WHEN_OK", "check_run_report", "read_run_report"]
+__all__ = ["check_run_report", "read_run_report"]
 
 # "running": what a run killed with SIGKILL leaves; the others are set when it ends.
 STATUSES = ("running", "ok", "failed", "interrupted", "terminated", "crashed")

@@ -18,14 +18,13 @@ import json
 import math
 import tomllib
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
 from .errors import ConfigError
 
-__all__ = ["Field", "check_table", "read_toml", "read_json", "is_int", "is_number", "is_seconds", "positive_int",
-           "non_empty_str", "one_of", "is_iso_time", "list_of"]
+__all__ = ["Field", "check_table", "read_toml", "read_json", "is_int", "is_number", "positive_int",
+           "non_empty_str", "one_of", "list_of"]
 
 
 @dataclass(frozen=True)
@@ -85,10 +84,6 @@ def is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def is_seconds(v) -> bool:
-    return is_number(v) and v >= 0
-
-
 def positive_int(v) -> bool:
     return is_int(v) and v > 0
 
@@ -106,9 +101,3 @@ def list_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda v: isinstance(v, list) and all(check(x) for x in v)
 
 
-def is_iso_time(v) -> bool:
-    """An ISO 8601 timestamp with a UTC offset (a naive time is ambiguous across runners)."""
-    try:
-        return datetime.fromisoformat(v).utcoffset() is not None
-    except (TypeError, ValueError):
-        return False

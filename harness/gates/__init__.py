@@ -1,2 +1,1 @@
 """The acceptance gates: the gate runner, golden cases and store, image quality, benchmark baselines, accuracy."""
-__all__: list[str] = []

@@ -27,9 +27,8 @@ from ..core.errors import ConfigError, NumericsError
 from ..core.schema import read_json
 from ..runtime.pipeline import Invocation, batch_of
 
-__all__ = ["Row", "cosine", "max_rel_err", "run_streams", "ReferenceSubgraphs", "AccuracyAnalysis",
-           "worst_first", "per_subgraph", "rows_as_dicts", "analyze", "replay", "REPRO_FILE",
-           "DEFAULT_THRESHOLD"]
+__all__ = ["Row", "cosine", "max_rel_err", "ReferenceSubgraphs", "AccuracyAnalysis", "worst_first",
+           "per_subgraph", "analyze", "replay", "DEFAULT_THRESHOLD"]
 
 DEFAULT_THRESHOLD = 0.9999      # the FP16 bar of issue 7 (simulator vs onnxruntime FP32 cosine)
 REPRO_FILE = "repro.json"
@@ -190,8 +189,9 @@ def _clear_old_repros(folder: Path) -> None:
 
 
 def analyze(bundle, partition, backend: str, backend_options: dict, reference_dir, prompt: str,
-            settings: dict, threshold: float, out_dir, text_embs: dict | None = None):
-    """Generate through `partition` on `backend`, comparing every invocation with the FP32 reference.
+            settings, threshold: float, out_dir, text_embs: dict | None = None):
+    """Generate through `partition` on `backend` with `settings` (a SampleSettings), comparing every
+    invocation with the FP32 reference.
 
     Returns (analysis, error): a run stopped by NaN/Inf (NumericsError) still returns its rows up to
     that invocation, with the error; other failures raise. Writes OUT/accuracy.json, OUT/run.json and
@@ -222,7 +222,7 @@ def analyze(bundle, partition, backend: str, backend_options: dict, reference_di
     atomic_write_json(out_dir / "accuracy.json", {
         "backend": backend, "backend_options": backend_options, "partition": describe["partition"],
         "manifest_sha256": manifest_sha256(partition), "reference": describe["reference"],
-        "prompt": prompt, "settings": settings, "threshold": threshold,
+        "prompt": prompt, "settings": settings.as_dict(), "threshold": threshold,
         "error": str(error) if error else None,
         "first_failure": asdict(analysis.first_failure) if analysis.first_failure else None,
         "repro": str(analysis.repro) if analysis.repro else None,

@@ -15,15 +15,14 @@ from ..sampling.reference_run import sample_settings
 from ..sampling.settings import SampleSettings
 from ..sampling.spectrum import SAMPLERS, check_params, params_from
 
-__all__ = ["GOLDEN_DIR", "FORMAT", "FORMATS", "OLD_KEYS", "GoldenCase", "golden_dir_for", "load_cases", "find_case",
-           "CaseInputs", "run_key", "case_inputs", "chosen_inputs"]
+__all__ = ["GOLDEN_DIR", "FORMAT", "GoldenCase", "golden_dir_for", "load_cases", "find_case", "run_key",
+           "case_inputs", "chosen_inputs"]
 
 
 GOLDEN_DIR = REPO_ROOT / "golden"
-# cases.toml `format`: 2 names a case's text embedding `text_emb`; 1 (no `format` key) said `context`.
+# cases.toml `format` (optional: a file without one is read as this one); the next change of the
+# file's keys raises it, so a file of the other kind is refused by name.
 FORMAT = 2
-FORMATS = (1, 2)
-OLD_KEYS = {"context": "text_emb", "uncond_context": "uncond_text_emb"}
 
 
 def golden_dir_for(model_name: str) -> Path:
@@ -92,9 +91,8 @@ def load_cases(path: str | Path) -> list[GoldenCase]:
     """Parse and validate the golden cases; every problem names the file, the case and the field."""
     path = Path(path)
     data = read_toml(path, "golden cases file")
-    version = data.get("format", 1)
-    if version not in FORMATS:
-        raise ConfigError(f"{path}: format {version!r} is not one this suite reads ({', '.join(map(str, FORMATS))})")
+    if data.get("format", FORMAT) != FORMAT:
+        raise ConfigError(f"{path}: format {data['format']!r} is not one this suite reads ({FORMAT})")
     unknown = sorted(set(data) - {"format", "defaults", "case"})
     if unknown:
         raise ConfigError(f"{path}: unknown table(s) {unknown}; expected format, [defaults] and [[case]]")
@@ -107,7 +105,6 @@ def load_cases(path: str | Path) -> list[GoldenCase]:
     for index, entry in enumerate(entries, start=1):
         label = entry.get("name", "?") if isinstance(entry, dict) else "?"
         where = f"{path} [[case]] #{index} '{label}'"
-        entry = _current(entry, version)
         fields = dict(check_table(entry, _fields(_CASE_KEYS, {"name", "seed"}), where))
         if ("prompt" in fields) == ("text_emb" in fields):
             raise ConfigError(f"{where}: give either 'prompt' or 'text_emb' (a .npy text embedding), not "
@@ -123,13 +120,6 @@ def load_cases(path: str | Path) -> list[GoldenCase]:
         merged["spectrum"] = _spectrum_of(merged, where)
         cases.append(GoldenCase(**merged))
     return cases
-
-
-def _current(entry, version: int):
-    """A case of an older format in today's words (format 1 said `context` for the text embedding)."""
-    if version == 1 and isinstance(entry, dict):
-        return {OLD_KEYS.get(key, key): value for key, value in entry.items()}
-    return entry
 
 
 def _spectrum_of(case: dict, where: str) -> dict | None:

@@ -1,27 +1,57 @@
-"""`harness compare-toolkits OLD NEW`: convert the same FP32 partition with two toolkit versions and
-compare, in Markdown for a pull request:
+"""`harness compare-toolkits OLD NEW`: convert the same FP32 partition with two toolkit versions, compare
+them, and gate NEW:
 
 1. per subgraph, side by side: cosine of the toolkit's PC simulator against onnxruntime FP32 (the
    simulator runs in the build process right after each build, on the same random inputs for both
    versions), ops placed on the CPU, .rknn size and build seconds;
-2. per golden case, each build's image SSIM against the golden, through the rknn-sim backend;
-3. a verdict on NEW: every op on the NPU, every subgraph's cosine >= the precision's `cosine_min`
-   (toolkit/precisions.toml), every case's SSIM >= its threshold.
+2. per golden case, each build's image (or final latent, for a model without decoder) against the
+   golden, through the rknn-sim backend, judged as the quality gate judges it;
+3. a verdict on NEW: "passes" when every op is on the NPU, every subgraph's cosine >= the precision's
+   `cosine_min` (toolkit/precisions.toml) and every case passes; "fails" when one of those does not
+   hold; "not judged" when a part of the comparison did not run (a golden that cannot be read or does
+   not match its record, a render or a conversion that failed). Only "passes" is a pass.
 
 Both conversions keep every op's placement (--allow-cpu-ops): the comparison reports a CPU fallback
-instead of stopping at it.
+instead of stopping at it. The report (report.json: every row; report.md: the verdict, then the worst
+subgraphs) is written into --out beside the two conversions.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.errors import ConfigError, HarnessError
+from ..core.atomic import atomic_write_json, atomic_write_text
+from ..core.errors import ConfigError, HarnessError, ToolkitError
 from ..toolkit.precisions import recipe
-from ..toolkit.convert import convert_partition
+from ..toolkit.convert import check_out, convert_partition
 from ..toolkit.envs import toolkit_python
-from ..report.toolkit import cosine_rows, markdown_table
+from ..report.toolkit import comparison_markdown, cosine_rows, decibels
 
-__all__ = ["compare_toolkits", "image_rows"]
+__all__ = ["Comparison", "compare_toolkits", "image_rows", "REPORT_JSON", "REPORT_MD"]
+
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+
+
+@dataclass
+class Comparison:
+    """What compare-toolkits found, as report.json holds it; `status` is the verdict on NEW."""
+    old: str
+    new: str
+    header: dict
+    subgraphs: list[dict] = field(default_factory=list)
+    images: list[dict] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return "fails" if self.failures else "not judged" if self.not_run else "passes"
+
+    def to_json(self) -> dict:
+        return {"old": self.old, "new": self.new, **self.header,
+                "verdict": {"status": self.status, "failures": self.failures, "not_run": self.not_run},
+                "subgraphs": self.subgraphs, "images": self.images}
 
 
 def _default_partition(bundle) -> Path:
@@ -34,133 +64,196 @@ def _convert(version: str, partition: Path, out: Path, target: str, samples: int
                              allow_cpu_ops=True, samples=samples, quiet=quiet)
 
 
-def _subgraph_table(old, new, rows_old, rows_new) -> str:
-    head = ["subgraph", f"cosine {old.version}", f"cosine {new.version}", f"CPU ops {old.version}",
-            f"CPU ops {new.version}", f"KiB {old.version}", f"KiB {new.version}",
-            f"build s {old.version}", f"build s {new.version}"]
-    size = {r.version: {e.file: e.bytes for e in r.manifest.entries()} for r in (old, new)}
-    body = []
-    for a, b in zip(rows_old, rows_new):
-        stem = Path(a["file"]).stem
-        ops = [", ".join(f"{o['op']} {o['name']}" for o in r.cpu_ops[stem]) or "-" for r in (old, new)]
-        body.append([a["label"], f"{a['cosine']:.7f}", f"{b['cosine']:.7f}", ops[0], ops[1],
-                     f"{size[old.version][a['file']] / 1024:.0f}", f"{size[new.version][b['file']] / 1024:.0f}",
-                     f"{old.build_seconds[a['file']]:.2f}", f"{new.build_seconds[b['file']]:.2f}"])
-    total = ["**all**", f"min {min(r['cosine'] for r in rows_old):.7f}",
-             f"min {min(r['cosine'] for r in rows_new):.7f}",
-             str(sum(len(v) for v in old.cpu_ops.values())), str(sum(len(v) for v in new.cpu_ops.values())),
-             f"{sum(size[old.version].values()) / 1024:.0f}", f"{sum(size[new.version].values()) / 1024:.0f}",
-             f"{sum(old.build_seconds.values()):.1f}", f"{sum(new.build_seconds.values()):.1f}"]
-    return markdown_table(head, body + [total])
+def _subgraph_rows(results: dict, rows: dict, cosine_min: float) -> list[dict]:
+    """One row per subgraph, in execution order, with each converted version's figures."""
+    versions = [v for v in results if results[v] is not None]
+    if not versions:
+        return []
+    table = []
+    for index, first in enumerate(rows[versions[0]]):
+        row = {"subgraph": first["label"], "file": first["file"], "versions": {}}
+        for v in versions:
+            r, result = rows[v][index], results[v]
+            stem = Path(r["file"]).stem
+            size = {e.file: e.bytes for e in result.manifest.entries()}
+            row["versions"][v] = {
+                "cosine": r["cosine"], "max_abs": r["max_abs"], "shapes_match": r["shapes_match"],
+                "cpu_ops": [f"{o['op']} {o['name']}" for o in result.cpu_ops.get(stem, [])],
+                "bytes": size[r["file"]], "build_seconds": result.build_seconds[r["file"]],
+                "passes": r["shapes_match"] and r["cosine"] >= cosine_min and not result.cpu_ops.get(stem)}
+        table.append(row)
+    return table
 
 
-def image_rows(bundle, conversions: dict[str, Path], cases, backend: str = "rknn-sim") -> list[dict] | None:
-    """SSIM of each conversion's image against each golden, through rknn-sim; None without it.
-    Each case is rendered as its golden was (case_inputs: its sampler, text embeddings and all)."""
-    from ..backends.base import BACKENDS
-    if backend not in BACKENDS:
-        return None
+def _subgraph_failures(table: list[dict], new: str, cosine_min: float) -> list[str]:
+    cells = [(row["subgraph"], row["versions"][new]) for row in table if new in row["versions"]]
+    failures = []
+    cpu = [(label, c) for label, c in cells if c["cpu_ops"]]
+    if cpu:
+        label, first = cpu[0]
+        failures.append(f"{sum(len(c['cpu_ops']) for _, c in cpu)} op(s) on the CPU in {len(cpu)} "
+                        f"subgraph(s), first {first['cpu_ops'][0]} in {label}")
+    low = [(label, c) for label, c in cells if not c["shapes_match"] or c["cosine"] < cosine_min]
+    if low:
+        label, worst = min(low, key=lambda lc: lc[1]["cosine"])
+        what = "output shape changed" if not worst["shapes_match"] else f"cosine {worst['cosine']:.7f}"
+        failures.append(f"{len(low)} subgraph(s) under cosine {cosine_min}, worst {label}: {what}")
+    return failures
+
+
+def _golden_kind(partition: Path) -> str:
+    from ..partition.manifest import load_manifest
+    return "image" if load_manifest(partition).decoder is not None else "latent"
+
+
+def _load_goldens(store, cases) -> dict:
+    """{case name: golden array or the GoldenError that stops that case from running}."""
+    goldens = {}
+    for case in cases:
+        try:
+            goldens[case.name] = store.load(case)[0]
+        except HarnessError as exc:
+            goldens[case.name] = exc
+    return goldens
+
+
+def image_rows(bundle, conversions: dict[str, Path], cases, backend: str = "rknn-sim",
+               golden_dir: Path | None = None) -> list[dict]:
+    """Each conversion's render of each golden case, judged against the golden as the quality gate
+    judges it. Each case is rendered as its golden was (case_inputs: its sampler, text embeddings and
+    all). A case whose golden cannot be used, or a render that fails, says why and did not run."""
     from .golden import GoldenStore
     from .cases import case_inputs, golden_dir_for
-    from .quality import compare
-    from ..runtime.run import RunRequest, run_partitioned
-    golden_dir = golden_dir_for(bundle.cfg.name)
-    store = GoldenStore(golden_dir)
+    golden_dir = Path(golden_dir) if golden_dir else golden_dir_for(bundle.cfg.name)
+    kind = _golden_kind(next(iter(conversions.values())))
+    goldens = _load_goldens(GoldenStore(golden_dir, kind=kind), cases)
     rows = []
     for case in cases:
-        golden, _ = store.load(case)
-        inputs = case_inputs(case, bundle.cfg, golden_dir)
-        row = {"case": case.name, "ssim_min": case.ssim_min}
-        for version, path in conversions.items():
-            try:        # one build failing on the simulator must not hide the other's result
-                result = run_partitioned(RunRequest(bundle, path, backend, inputs.prompt, inputs.settings,
-                                                    text_embs=inputs.text_embs))
-                row[version] = compare(result.image, golden).ssim
-            except HarnessError as exc:
-                row[version] = None
-                row[f"{version} error"] = str(exc)
+        row = {"case": case.name, "kind": kind, "ssim_min": case.ssim_min, "psnr_min": case.psnr_min,
+               "cosine_min": case.cosine_min if kind == "latent" else None, "versions": {}}
+        golden = goldens[case.name]
+        if isinstance(golden, HarnessError):
+            row["golden_error"] = str(golden)
+        else:
+            inputs = case_inputs(case, bundle.cfg, golden_dir)
+            row["versions"] = {version: _render(bundle, path, backend, inputs, golden, case, kind)
+                               for version, path in conversions.items()}
         rows.append(row)
     return rows
 
 
-def _verdict(new, rows_new, images, cosine_min: float) -> list[str]:
-    reasons = []
-    cpu = {k: v for k, v in new.cpu_ops.items() if v}
-    if cpu:
-        stem, ops = next(iter(cpu.items()))
-        reasons.append(f"{sum(len(v) for v in cpu.values())} op(s) on the CPU in {len(cpu)} subgraph(s), "
-                       f"first {ops[0]['op']} '{ops[0]['name']}' in {stem}")
-    worst = min(rows_new, key=lambda r: r["cosine"])
-    if worst["cosine"] < cosine_min:
-        reasons.append(f"{worst['label']}: cosine {worst['cosine']:.7f} < {cosine_min}")
-    for row in images or []:
-        if row[new.version] is None:
-            reasons.append(f"case {row['case']}: no image ({row[f'{new.version} error']})")
-        elif row[new.version] < row["ssim_min"]:
-            reasons.append(f"case {row['case']}: SSIM {row[new.version]:.6f} < {row['ssim_min']}")
-    return reasons
+def _render(bundle, path, backend, inputs, golden, case, kind) -> dict:
+    """One build's render of one case against its golden; {"error": why} when it could not run."""
+    from .quality import compare, compare_latents
+    from ..runtime.run import RunRequest, run_partitioned
+    try:        # one build failing on the simulator must not hide the other's result
+        result = run_partitioned(RunRequest(bundle, path, backend, inputs.prompt, inputs.settings,
+                                            text_embs=inputs.text_embs))
+        q = compare(result.image, golden) if kind == "image" else compare_latents(result.latent, golden)
+    except HarnessError as exc:
+        return {"error": str(exc)}
+    return {**q.to_json(), "passes": q.passes(case.ssim_min, case.psnr_min, case.cosine_min)}
 
 
-def _ssim_cell(row: dict, version: str) -> str:
-    return f"{row[version]:.6f}" if row[version] is not None else "no image (see below)"
+def _image_findings(rows: list[dict], new: str) -> tuple[list[str], list[str]]:
+    """(failures of NEW, parts that did not run) of the image part."""
+    failures, not_run = [], []
+    for row in rows:
+        if "golden_error" in row:
+            not_run.append(f"case {row['case']}: {row['golden_error']}")
+            continue
+        for version, cell in row["versions"].items():
+            if "error" in cell:
+                not_run.append(f"case {row['case']} on {version}: {cell['error']}")
+            elif version == new and not cell["passes"]:
+                failures.append(f"case {row['case']}: " + _metrics(row, cell))
+    return failures, not_run
 
 
-def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolkits",
-                     target: str = "rk3588", samples: int = 1, quiet: bool = False,
-                     images: bool = True, case_names: list[str] | None = None) -> str:
-    """Both conversions, the tables and the verdict, as Markdown."""
-    from ..model.config import EMBEDDED_DIR
+def _metrics(row: dict, cell: dict) -> str:
+    parts = [f"SSIM {cell['ssim']:.6f} (min {row['ssim_min']})",
+             f"PSNR {decibels(cell['psnr_db'])} dB (min {row['psnr_min']})"]
+    if cell.get("cosine") is not None:
+        parts.append(f"cosine {cell['cosine']:.7f} (min {row['cosine_min']})")
+    return ", ".join(parts)
+
+
+def _chosen_cases(golden_dir: Path, case_names: list[str] | None):
     from .cases import load_cases
-    from ..model.bundle import load_bundle
+    cases = load_cases(golden_dir / "cases.toml")
+    if case_names:
+        unknown = sorted(set(case_names) - {c.name for c in cases})
+        if unknown:
+            raise ConfigError(f"--cases: unknown case(s) {', '.join(unknown)} in {golden_dir / 'cases.toml'} "
+                              f"(known: {', '.join(c.name for c in cases)})")
+        cases = [c for c in cases if c.name in case_names]
+    return cases
+
+
+def _check_input(old: str, new: str, samples: int, out: Path) -> None:
+    """Bad input, before any work: one line each (exit 2)."""
     if old == new:
         raise ConfigError(f"compare-toolkits: OLD and NEW are both {old}")
     if samples < 1:
         raise ConfigError("compare-toolkits: --sim-samples must be at least 1 (the cosine needs it)")
     for version in (old, new):      # one line each, before any work, when an environment is absent
         toolkit_python(version)
-    bundle = load_bundle(EMBEDDED_DIR)
-    partition = Path(partition) if partition else _default_partition(bundle)
-    out = Path(out)
-    results = {v: _convert(v, partition, out, target, samples, quiet) for v in (old, new)}
-    rows = {v: cosine_rows(results[v], partition) for v in (old, new)}
-    table = _subgraph_table(results[old], results[new], rows[old], rows[new])
+        check_out(out / version)    # --out/VERSION: new, empty or a previous conversion
+
+
+def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolkits",
+                     target: str = "rk3588", samples: int = 1, quiet: bool = False,
+                     images: bool = True, case_names: list[str] | None = None,
+                     model_dir=None, golden_dir=None) -> Comparison:
+    """Both conversions, the per-subgraph and image parts, the verdict on NEW; the report is written
+    into `out` (report.json and report.md) beside the conversions."""
+    from ..model.config import EMBEDDED_DIR
+    from ..model.bundle import load_bundle
     from .cases import golden_dir_for
-    cases = load_cases(golden_dir_for(bundle.cfg.name) / "cases.toml") if images else []
-    if case_names:
-        unknown = sorted(set(case_names) - {c.name for c in cases})
-        if unknown:
-            raise ConfigError(f"--cases: unknown case(s) {', '.join(unknown)} "
-                              f"(known: {', '.join(c.name for c in cases)})")
-        cases = [c for c in cases if c.name in case_names]
-    try:
-        ssim = image_rows(bundle, {v: out / v for v in (old, new)}, cases) if images else None
-    except HarnessError as exc:     # e.g. a golden missing: the per-subgraph part still stands
-        ssim, image_note = None, f"image part failed: {exc}"
-    else:
-        image_note = None
-    cosine_min = float(recipe("fp16").get("cosine_min", 0.9999))
-    reasons = _verdict(results[new], rows[new], ssim, cosine_min)
-    lines = [f"## rknn-toolkit2 {old} -> {new} ({target}, fp16, partition {partition})", "",
-             f"Simulator vs onnxruntime FP32 on {samples} random unit-scale input set(s) per subgraph; "
-             f"conversion wall time {results[old].seconds:.0f} s ({old}) and {results[new].seconds:.0f} s "
-             f"({new}).", "", table, "", "### Image SSIM against the golden (rknn-sim)", ""]
-    if ssim is None:
-        lines.append(image_note or "pending: the rknn-sim backend is not part of this build "
-                                   "(issue 7 item 7), so no image was rendered.")
-    else:
-        lines.append(markdown_table(["case", f"SSIM {old}", f"SSIM {new}", "threshold"],
-                                    [[r["case"], _ssim_cell(r, old), _ssim_cell(r, new), r["ssim_min"]]
-                                     for r in ssim]))
-        lines += [f"\n{r['case']} on {v}: {r[f'{v} error']}" for r in ssim for v in (old, new)
-                  if r[v] is None]
-    lines += ["", "### Verdict", ""]
-    if reasons:
-        lines.append(f"**{new} fails**: " + "; ".join(reasons) + ".")
-    else:
-        scope = "" if ssim is not None else (
-            " (per-subgraph checks only; " + ("the image part failed" if image_note else
-                                              "the image part is pending") + ")")
-        lines.append(f"**{new} passes**{scope}: every op on the NPU, every subgraph's cosine >= "
-                     f"{cosine_min}" + (", every case's SSIM at or above its threshold" if ssim else "")
-                     + ".")
-    return "\n".join(lines)
+    out = Path(out)
+    _check_input(old, new, samples, out)
+    bundle = load_bundle(model_dir or EMBEDDED_DIR)
+    golden_dir = Path(golden_dir) if golden_dir else golden_dir_for(bundle.cfg.name)
+    cases = _chosen_cases(golden_dir, case_names) if images else []
+    partition = Path(partition) if partition else _default_partition(bundle)
+    cosine_min = float(recipe("float16").get("cosine_min", 0.9999))
+    comparison = Comparison(old, new, {"target": target, "precision": "float16", "partition": str(partition),
+                                       "model": bundle.cfg.name, "golden_dir": str(golden_dir),
+                                       "sim_samples": samples, "cosine_min": cosine_min,
+                                       "conversion_seconds": {}})
+    results = {}
+    for version in (old, new):
+        try:
+            results[version] = _convert(version, partition, out, target, samples, quiet)
+        except ToolkitError as exc:     # a toolkit that cannot convert the model: NEW fails, OLD did not run
+            results[version] = None
+            (comparison.failures if version == new else comparison.not_run).append(
+                f"conversion with {version}: {exc}")
+        else:
+            comparison.header["conversion_seconds"][version] = results[version].seconds
+    rows = {v: cosine_rows(r, partition) for v, r in results.items() if r is not None}
+    comparison.subgraphs = _subgraph_rows(results, rows, cosine_min)
+    comparison.failures += _subgraph_failures(comparison.subgraphs, new, cosine_min)
+    _judge_images(comparison, bundle, out, cases, golden_dir, results, images)
+    _write_report(comparison, out)
+    return comparison
+
+
+def _judge_images(comparison: Comparison, bundle, out: Path, cases, golden_dir, results, images: bool) -> None:
+    if not images:
+        comparison.not_run.append("image part: not asked for")
+        return
+    converted = {v: out / v for v, r in results.items() if r is not None}
+    if not converted:
+        return
+    comparison.images = image_rows(bundle, converted, cases, golden_dir=golden_dir)
+    failures, not_run = _image_findings(comparison.images, comparison.new)
+    comparison.failures += failures
+    comparison.not_run += not_run
+
+
+def _write_report(comparison: Comparison, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    report = comparison.to_json()
+    atomic_write_json(out / REPORT_JSON, report)
+    atomic_write_text(out / REPORT_MD, comparison_markdown(report, json_name=REPORT_JSON) + "\n")

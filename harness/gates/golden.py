@@ -31,14 +31,14 @@ from ..model.config import REPO_ROOT
 from ..core.errors import ConfigError, HarnessError
 from ..core.imageio import save_png
 from ..sampling.spectrum import SAMPLERS   # sampler names live with the sampler
-from .cases import OLD_KEYS, GoldenCase, _IMAGE_SETTINGS
+from .cases import GoldenCase, _IMAGE_SETTINGS
 
-__all__ = ["relative_to_repo", "GoldenStore", "GoldenError", "GoldenMissing", "GoldenCorrupt", "GoldenStale", "GoldenRefused", "runtime_versions", "REFERENCE_PRECISIONS", "UPDATE_COMMAND", "SAMPLERS", "KINDS", "latent_preview"]
+__all__ = ["relative_to_repo", "GoldenStore", "GoldenError", "GoldenMissing", "GoldenCorrupt", "GoldenStale",
+           "GoldenRefused", "UPDATE_COMMAND", "SAMPLERS", "latent_preview"]
 
 
 UPDATE_COMMAND = "pytest -m quality --update-goldens"
 REFERENCE_PRECISIONS = ("float16", "float32")
-_PRECISION_ALIASES = {"fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
 KINDS = ("image", "latent")     # what a golden holds: a decoded image, or the final latent (no decoder)
 
 
@@ -96,11 +96,6 @@ def _image_sha256(image: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(image, dtype=np.float32).tobytes()).hexdigest()
 
 
-def _canonical_precision(precision: str) -> str:
-    text = str(precision).strip().lower()
-    return _PRECISION_ALIASES.get(text, text)
-
-
 # ----------------------------------------------------------------------------- the store
 
 class GoldenStore:
@@ -155,10 +150,10 @@ class GoldenStore:
             raise GoldenCorrupt(f"golden case '{case.name}': {path} is not readable JSON ({exc}); "
                                 f"regenerate it: {UPDATE_COMMAND}") from None
         if not isinstance(meta, dict) or not isinstance(meta.get("image"), dict) \
-                or not isinstance(meta.get("case"), dict):
+                or not isinstance(meta.get("case"), dict) or meta.get("kind") not in KINDS:
             raise GoldenCorrupt(f"golden case '{case.name}': {path} lacks the 'image' and 'case' "
-                                f"sections; regenerate it: {UPDATE_COMMAND}")
-        kind = meta.get("kind", "image")        # goldens from before kinds were recorded are images
+                                f"sections or a 'kind' ({' or '.join(KINDS)}); regenerate it: {UPDATE_COMMAND}")
+        kind = meta["kind"]
         if kind != self.kind:
             raise GoldenStale(f"golden case '{case.name}': {path} holds a{'n' if kind == 'image' else ''} "
                               f"{kind} golden, but this partition {'has no' if self.kind == 'latent' else 'has a'} "
@@ -170,8 +165,7 @@ class GoldenStore:
             raise GoldenCorrupt(f"golden case '{case.name}': {paths['npy']} does not match the sha256 "
                                 f"recorded in {paths['json']} (an interrupted update or a hand edit); "
                                 f"regenerate it: {UPDATE_COMMAND}")
-        old = {new: previous for previous, new in OLD_KEYS.items()}     # goldens rendered before format 2
-        recorded = {key: meta["case"].get(key, meta["case"].get(old.get(key))) for key in _IMAGE_SETTINGS}
+        recorded = {key: meta["case"].get(key) for key in _IMAGE_SETTINGS}
         changed = {k: (recorded[k], v) for k, v in case.settings().items() if recorded[k] != v}
         if changed:
             detail = ", ".join(f"{k}: golden {old!r} vs case {new!r}" for k, (old, new) in changed.items())
@@ -179,22 +173,21 @@ class GoldenStore:
                               f"settings ({detail}); update it: {UPDATE_COMMAND}")
 
     def check_writable(self, case: GoldenCase, precision: str, force: bool = False) -> str:
-        """The canonical precision, or GoldenRefused for a non-reference one without force."""
-        canonical = _canonical_precision(precision)
-        if canonical not in REFERENCE_PRECISIONS and not force:
+        """The precision, or GoldenRefused for a non-reference one without force."""
+        if precision not in REFERENCE_PRECISIONS and not force:
             raise GoldenRefused(
                 f"golden case '{case.name}': refusing to write a golden from a {precision!r} run; goldens "
                 f"are reference images ({' or '.join(REFERENCE_PRECISIONS)}). A quantised golden would "
                 "hide the very loss the gate measures. Pass force=True (--force-goldens) to override "
                 "deliberately.")
-        return canonical
+        return precision
 
     def write(self, case: GoldenCase, image, meta: dict, precision: str, force: bool = False) -> dict:
         """Store the golden image; `meta` must name at least `backend` and `manifest_hash`.
 
         Returns the full metadata written. Refuses non-reference precisions unless force=True.
         """
-        canonical = self.check_writable(case, precision, force)
+        precision = self.check_writable(case, precision, force)
         missing = sorted({"backend", "manifest_hash"} - set(meta))
         if missing:
             raise ConfigError(f"golden case '{case.name}': metadata lacks {missing}")
@@ -203,7 +196,7 @@ class GoldenStore:
             raise ConfigError(f"golden case '{case.name}': metadata {absolute} hold absolute paths; "
                               "goldens record relative paths only (see relative_to_repo)")
         image = self._checked_image(case, image)
-        full = {**meta, **self._provenance(case, image, canonical, force)}
+        full = {**meta, **self._provenance(case, image, precision, force)}
         paths = self.paths(case)
         with atomic_path(paths["npy"]) as tmp:
             with open(tmp, "wb") as fh:   # a file object: np.save on a path would append '.npy'

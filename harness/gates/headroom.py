@@ -5,7 +5,7 @@ observer watches the magnitudes that get there first, so a run warns while a boa
 larger activations (field reports name FP16 overflow on the board the simulator did not show) still
 has room:
 
-    inputs        x (and context for cross-attention), as the backend got them
+    inputs        x (and text_emb for cross-attention), as the backend got them
     output        y, as the backend returned it
     intermediates the FFN hidden layer before and after GELU (`layer1`, `gelu`) and the attention
                   logits before and after the 1/sqrt(d) scale (`attn/qk`, `attn/scores`): a wide
@@ -34,8 +34,8 @@ from ..model.config import BRANCHES
 from ..partition.manifest import FUSED_BRANCH
 from ..runtime.pipeline import Invocation, batch_of
 
-__all__ = ["FP16_MAX", "DEFAULT_MIN_HEADROOM", "PROBE_TENSORS", "probe_tensors", "Peak", "probe_model", "OnnxProbe",
-           "SimProbe", "make_probe", "HeadroomObserver", "min_headroom_of", "headroom_failures", "REPORT_KEY"]
+__all__ = ["DEFAULT_MIN_HEADROOM", "Peak", "probe_model", "OnnxProbe", "make_probe", "HeadroomObserver",
+           "min_headroom_of", "headroom_failures", "REPORT_KEY"]
 
 FP16_MAX = float(np.finfo(np.float16).max)      # 65504
 # 8x is three binades: a board run whose activations are several times larger than here (other
@@ -238,7 +238,7 @@ class HeadroomObserver:
 
     def report_section(self) -> dict:
         """The run report's `headroom` section (run_partitioned adds it, also to a failed run's)."""
-        return {REPORT_KEY: {"fp16_max": FP16_MAX, "min_headroom": self.min_headroom,
+        return {REPORT_KEY: {"float16_max": FP16_MAX, "min_headroom": self.min_headroom,
                              "intermediates": "probed" if self.probe else "not reachable on this backend",
                              "subgraphs": self.summary()}}
 
@@ -255,10 +255,10 @@ def _finite(value: float):
 
 
 def min_headroom_of(cfg) -> float:
-    """The model's stated headroom ([gates] fp16_headroom_min in model.toml), or the default."""
-    value = cfg.raw_gates.get("fp16_headroom_min", DEFAULT_MIN_HEADROOM)
+    """The model's stated headroom ([gates] float16_headroom_min in model.toml), or the default."""
+    value = cfg.raw_gates.get("float16_headroom_min", DEFAULT_MIN_HEADROOM)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1.0:
-        raise ConfigError(f"{cfg.source}: [gates] fp16_headroom_min = {value!r}: a number >= 1 "
+        raise ConfigError(f"{cfg.source}: [gates] float16_headroom_min = {value!r}: a number >= 1 "
                           f"(how many times below the FP16 maximum every tensor must stay)")
     return float(value)
 

@@ -37,8 +37,8 @@ from ..core.errors import ConfigError, HarnessError
 from .cases import case_inputs, golden_dir_for
 from ..toolkit.precisions import ALGORITHMS, LINEARS, METHODS, PRECISION_FILE_FORMAT
 
-__all__ = ["SAVING_FILE", "Candidate", "Outcome", "board_saving", "predicted_step", "precision_text",
-           "rank_ffns", "top_candidate", "option_candidates", "search", "chosen", "render", "say"]
+__all__ = ["Candidate", "board_saving", "predicted_step", "precision_text", "rank_ffns", "top_candidate",
+           "search", "chosen", "render", "say"]
 
 SAVING_FILE = REPO_ROOT / "boards" / "data" / "int8-ffn-saving.toml"
 # The options tried on the all-INT8 build: the board's (normal, per-channel), the toolkit's
@@ -78,7 +78,7 @@ def board_saving(path: Path = SAVING_FILE) -> dict:
     """The measured step times and the per-FFN saving assumption (boards/data/int8-ffn-saving.toml)."""
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        return {"fp16_step_s": float(data["measured"]["fp16_step_s"]),
+        return {"float16_step_s": float(data["measured"]["float16_step_s"]),
                 "w8a8_step_s": float(data["measured"]["w8a8_step_s"]),
                 "saving_per_ffn_s": float(data["assumption"]["saving_per_ffn_s"]),
                 "linear_share": float(data["assumption"]["linear_share"]), "file": str(path)}
@@ -92,7 +92,7 @@ def predicted_step(candidate: Candidate, saving: dict, blocks: int) -> float:
     share = 28.0 / blocks
     whole = len(candidate.int8) - len(candidate.half)
     halves = len(candidate.half) * saving["linear_share"]
-    return saving["fp16_step_s"] - (whole + halves) * share * saving["saving_per_ffn_s"]
+    return saving["float16_step_s"] - (whole + halves) * share * saving["saving_per_ffn_s"]
 
 
 def precision_text(candidate: Candidate, calibration: Path) -> str:
@@ -126,7 +126,7 @@ def top_candidate(ranked: list[int], count: int, best: Candidate, half: int = 0,
     n = len(ranked)
     full = ranked[n - count:] if count else []
     back = ranked[max(0, n - count - half):n - count]
-    name = f"int8-{count}" + (f"-half{len(back)}-{keep}-fp16" if back else "") + f"-{best.algorithm}-{best.method}"
+    name = f"int8-{count}" + (f"-half{len(back)}-{keep}-float16" if back else "") + f"-{best.algorithm}-{best.method}"
     return Candidate(name, back + full, {i: keep for i in back}, best.algorithm, best.method)
 
 
@@ -222,9 +222,9 @@ def _bisect(judge, ranked: list[int], best: Candidate) -> list[Outcome]:
     """The largest number of the most accurate FFNs that still passes, by bisection (the error grows
     with every FFN made INT8): FP16 (0) is judged first as the reference row and must pass; all
     (len(ranked)) failed already. Then one more FFN half-INT8 on top of the largest passing count."""
-    fp16 = judge(top_candidate(ranked, 0, best))
-    outcomes = [fp16]
-    if not fp16.passes:
+    float16 = judge(top_candidate(ranked, 0, best))
+    outcomes = [float16]
+    if not float16.passes:
         say("the FP16 build itself fails the gate on the simulator: no INT8 candidate can pass")
         return outcomes
     lo, hi = 0, len(ranked)
@@ -271,14 +271,14 @@ def render(outcomes: list[Outcome], saving: dict, con) -> None:
                       "pass" if o.passes else "FAIL", f"{o.predicted_step_s:.2f}")
     con.print(table)
     pick = chosen(outcomes)
-    con.print(f"board (assumption, {saving['file']}): FP16 {saving['fp16_step_s']:.2f} s/step, all-FFN W8A8 "
+    con.print(f"board (assumption, {saving['file']}): FP16 {saving['float16_step_s']:.2f} s/step, all-FFN W8A8 "
               f"{saving['w8a8_step_s']:.2f} s/step, {saving['saving_per_ffn_s']:.5f} s saved per INT8 FFN",
               highlight=False, soft_wrap=True)
     if pick is None:
         con.print("[red]no candidate passes the quality gate[/red]: FP16 stays the build")
     else:
         con.print(f"chosen: {pick.candidate.name}, predicted {pick.predicted_step_s:.2f} s/step "
-                  f"({100 * (1 - pick.predicted_step_s / saving['fp16_step_s']):.1f} % below FP16); rebuild: "
+                  f"({100 * (1 - pick.predicted_step_s / saving['float16_step_s']):.1f} % below FP16); rebuild: "
                   f"bin/harness convert PARTITION --precision {pick.precision_file} --out DIR",
                   highlight=False, soft_wrap=True)
 

@@ -16,8 +16,7 @@ import numpy as np
 from ..core.atomic import atomic_path
 from ..core.errors import HarnessError
 
-__all__ = ["QualityResult", "ImageMismatch", "compare", "compare_latents", "diff_map", "diff_figure",
-           "DATA_RANGE"]
+__all__ = ["QualityResult", "ImageMismatch", "compare", "compare_latents", "diff_map", "diff_figure"]
 
 DATA_RANGE = 1.0
 # skimage's default SSIM window is 7x7; a smaller image cannot be compared with it.

@@ -27,7 +27,7 @@ from ..partition.manifest import (default_partition_dir, load_manifest, manifest
 from .quality import QualityResult, compare, compare_latents, diff_figure
 from ..runtime.run import run_partitioned, RunRequest, RunResult
 
-__all__ = ["GateRunner", "CaseRun", "derived_case", "memory_case", "quality_check", "quality_line", "benchmark_info"]
+__all__ = ["GateRunner", "derived_case", "memory_case", "quality_check", "quality_line", "benchmark_info"]
 
 
 @dataclass
@@ -76,8 +76,10 @@ class GateRunner:
             return cached_conversion(self.bundle, self.s.cache_dir, self.s.precision, self.s.calibration,
                                      granularity=self.s.granularity)
         if self.s.backend == "rknnlite":
+            from .smoke import see
             raise ConfigError("--partition (or the board profile's `partition`) must name the converted "
-                              ".rknn subgraphs when the backend is rknnlite")
+                              ".rknn subgraphs when the backend is rknnlite: convert them on the PC and copy "
+                              f"them to the board ({see('partition')})")
         from ..runtime.partitions import exported_partition
         return exported_partition(self.bundle, self.s.precision, self.s.fake_quant,
                                   root=self.s.cache_dir / "partitions", granularity=self.s.granularity)
@@ -155,7 +157,7 @@ class GateRunner:
         self.prepare()
         report = self._report_path(f"{case.name}{tag}") if keep else None
         inputs = case_inputs(case, self.bundle.cfg, self.s.golden_dir, steps)
-        on_step = self.progress(f"{case.name}{tag}", inputs.settings["steps"]) if self.progress else None
+        on_step = self.progress(f"{case.name}{tag}", inputs.settings.steps) if self.progress else None
         result = run_partitioned(
             RunRequest(self.bundle, self.partition, self.s.backend, inputs.prompt, inputs.settings,
                        backend_options=self.s.backend_options, verify=False,

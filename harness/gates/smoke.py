@@ -1,11 +1,14 @@
 """The board's first checks (`pytest -m smoke`), in the order a new board fails them: the NPU device node,
-the runtime and driver versions, one subgraph's lifecycle. Each problem is one line that says what to fix.
+the runtime and driver versions, one subgraph's lifecycle. Each problem is one line that says what to fix,
+citing the docs/board.md section that shows how (SECTIONS; tests/unit/test_smoke_tier.py checks each exists).
 
-The NPU device node depends on the kernel (docs/board.md, "Kernel and NPU driver"):
+The NPU device node depends on the kernel (docs/board.md, section 'The image: vendor (BSP) kernel, not mainline'):
     dev/rknpu               the vendor RKNPU driver as a misc device (older BSP kernels)
     dev/dri/renderD*        the vendor RKNPU driver as a DRM render node (BSP 5.10/6.1): the one whose
                             sys/class/drm/renderD*/device/uevent says DRIVER=RKNPU (the GPU has another)
     dev/accel/accel*        the mainline Rocket driver (accel subsystem): librknnrt cannot use it
+The kernel says the RKNPU driver is loaded in /sys and /proc even where /dev does not show its node (a
+container given the host's /sys but not the device): that is a missing device, not a wrong kernel.
 All paths are read under a root (the suite's --telemetry-root), so tests run against tests/data/sysfs-rk3588.
 """
 from __future__ import annotations
@@ -19,9 +22,18 @@ import numpy as np
 
 from ..backends import create_context
 
-__all__ = ["NpuNode", "find_npu_node", "npu_node_problem", "version_problem", "lifecycle_once"]
+__all__ = ["NpuNode", "find_npu_node", "rknpu_driver_signs", "npu_node_problem", "version_problem",
+           "lifecycle_once", "GUIDE", "SECTIONS", "see"]
 
 GUIDE = "docs/board.md"
+# The guide's sections the messages cite, by heading (without its number).
+SECTIONS = {
+    "kernel": "The image: vendor (BSP) kernel, not mainline",
+    "librknnrt": "librknnrt",
+    "node": "The NPU device node and its permissions",
+    "container": "The NPU in a container",
+    "partition": "On the PC: the embedded model's partition",
+}
 _RKNPU_DRIVER = "DRIVER=RKNPU"
 _ROCKET_DRIVER = "DRIVER=rocket"
 
@@ -33,6 +45,11 @@ class NpuNode:
 
     def shown(self, root: Path) -> str:
         return "/" + str(self.path.relative_to(root)) if self.path else "none"
+
+
+def see(section: str) -> str:
+    """The citation a message ends with: the guide and the section's heading."""
+    return f"{GUIDE}, section '{SECTIONS[section]}'"
 
 
 def _uevent_says(device_dir: Path, line: str) -> bool:
@@ -56,22 +73,59 @@ def find_npu_node(root: str | Path = "/") -> NpuNode:
     return NpuNode(None, None)
 
 
+def rknpu_driver_signs(root: str | Path = "/") -> list[tuple[str, str | None]]:
+    """Where /sys and /proc under `root` say the RKNPU driver is loaded: [(what says so, the /dev node it
+    makes, or None when that sign names none)]. Readable without root, in a container too."""
+    root = Path(root)
+    signs = [(f"/sys/class/drm/{drm.name}/device/uevent says {_RKNPU_DRIVER}", f"/dev/dri/{drm.name}")
+             for drm in sorted((root / "sys/class/drm").glob("renderD*")) if _uevent_says(drm, _RKNPU_DRIVER)]
+    if (root / "sys/class/misc/rknpu").exists():
+        signs.append(("/sys/class/misc/rknpu exists", "/dev/rknpu"))
+    elif _proc_misc_lists(root, "rknpu"):
+        signs.append(("/proc/misc lists rknpu", "/dev/rknpu"))
+    if (root / "sys/bus/platform/drivers/RKNPU").is_dir():
+        signs.append(("/sys/bus/platform/drivers/RKNPU exists", None))
+    return signs
+
+
+def _proc_misc_lists(root: Path, name: str) -> bool:
+    try:
+        lines = (root / "proc/misc").read_text(errors="replace").splitlines()
+    except OSError:
+        return False
+    return any(line.split()[1:2] == [name] for line in lines)
+
+
 def npu_node_problem(root: str | Path = "/") -> str | None:
     """Why RKNNLite cannot open the NPU here (what to fix), or None."""
     root = Path(root)
     node = find_npu_node(root)
     if node.driver == "rocket":
         return (f"NPU device node {node.shown(root)} belongs to the mainline Rocket driver, which librknnrt "
-                f"cannot use: boot a vendor (BSP) kernel with the RKNPU driver ({GUIDE}, 'Kernel and NPU driver')")
+                f"cannot use: boot a vendor (BSP) kernel with the RKNPU driver ({see('kernel')})")
     if node.path is None:
-        return (f"no NPU device node under {root}: neither /dev/rknpu nor a /dev/dri/renderD* of the RKNPU "
-                f"driver (DRIVER=RKNPU in /sys/class/drm/renderD*/device/uevent). Boot a vendor (BSP) kernel "
-                f"with the RKNPU driver ({GUIDE}, 'Kernel and NPU driver')")
+        return _no_node_problem(root)
     if not os.access(node.path, os.R_OK | os.W_OK):
         return (f"NPU device node {node.shown(root)} is not read-write for this user: add the user to the "
-                f"node's group (sudo usermod -aG render,video $USER, then log in again; {GUIDE}, 'NPU device "
-                f"permissions')")
+                f"node's group (sudo usermod -aG render,video $USER, then log in again; {see('node')})")
     return None
+
+
+def _no_node_problem(root: Path) -> str:
+    """No node: a kernel without the RKNPU driver, or (the driver loaded) a /dev that does not show it."""
+    where = "" if root == Path("/") else f" under {root}"
+    signs = rknpu_driver_signs(root)
+    if signs:
+        evidence, _ = signs[0]
+        named = sorted({n for _, n in signs if n})
+        nodes = " or ".join(named or ["/dev/rknpu", "/dev/dri/renderD*"])
+        return (f"the RKNPU driver is loaded ({evidence}) but its device node {nodes} is not visible{where}: "
+                f"the kernel is right; this looks like a container that was not given the device: pass "
+                f"{named[0] if named else 'the node'} into it ({see('container')})")
+    return (f"no NPU device node{where} and no sign of the RKNPU driver: neither /dev/rknpu nor a "
+            f"/dev/dri/renderD* of the RKNPU driver ({_RKNPU_DRIVER} in /sys/class/drm/renderD*/device/uevent), "
+            f"nothing in /proc/misc or /sys/bus/platform/drivers/RKNPU. Boot a vendor (BSP) kernel with the "
+            f"RKNPU driver ({see('kernel')})")
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -90,8 +144,8 @@ def version_problem(versions: dict, converted_with: str | None) -> str | None:
         return "get_sdk_version() gave no librknnrt (API) version"
     if converted_with and _version_tuple(api) < _version_tuple(converted_with):
         return (f"librknnrt {api} is older than rknn-toolkit2 {converted_with}, which converted the partition: "
-                f"install librknnrt.so {converted_with} or newer (or point LIBRKNNRT_PATH at it; {GUIDE}, "
-                f"'librknnrt')")
+                f"install librknnrt.so {converted_with} or newer (or point LIBRKNNRT_PATH at it; "
+                f"{see('librknnrt')})")
     return None
 
 

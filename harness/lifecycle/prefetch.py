@@ -32,7 +32,7 @@ from ..core.signals import group_signals_blocked
 from .records import Counters, LifecycleRecorder
 from .worker import read_arrays, worker_main, write_arrays
 
-__all__ = ["Prefetch", "block_bytes"]
+__all__ = ["Prefetch"]
 
 _ROOT = Path(__file__).resolve().parents[2]     # the worker imports `harness` from here
 _STARTUP_TIMEOUT = 120.0        # spawning imports numpy and the runtime: slow on a loaded 2-core box
@@ -232,9 +232,6 @@ class Prefetch:
     def stats(self) -> dict:
         return {"strategy": self.name, **self.counters.as_dict(), "final_release_s": self.final_release_s,
                 "workers": self.k, "waited_s_by_branch": dict(self.waited_by_branch)}
-
-    def worker_pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers]
 
     # -- scheduling ---------------------------------------------------------------------------
     def _next_after(self, entry, step: int):

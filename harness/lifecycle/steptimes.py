@@ -6,7 +6,7 @@ Our short names key every record, table and history line; the board call is what
 """
 from __future__ import annotations
 
-__all__ = ["BOARD_CALLS", "STAGE_NAMES", "HOST_CATEGORIES", "summarize"]
+__all__ = ["BOARD_CALLS", "STAGE_NAMES", "summarize"]
 
 BOARD_CALLS = {"load": "load_rknn", "init": "init_runtime", "run": "inference", "release": "release"}
 STAGE_NAMES = tuple(BOARD_CALLS)

@@ -1,2 +1,1 @@
 """Memory safety: the guard, the residency probe, the lifecycle planner."""
-__all__: list[str] = []

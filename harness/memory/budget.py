@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..core.errors import ConfigError
 
-__all__ = ["Budget", "derived_budget", "last_passing_row"]
+__all__ = ["derived_budget"]
 
 GiB_in_MiB = 1024.0
 

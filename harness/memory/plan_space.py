@@ -25,8 +25,7 @@ from .assumptions import Assumptions, board_assumptions
 from .budget import derived_budget
 from .planner import PlanInputs, inputs_from_profile, plan
 
-__all__ = ["CORE_MASKS", "GRANULARITIES", "inputs_for", "plan_space", "choose", "assumptions",
-           "budget_effect"]
+__all__ = ["CORE_MASKS", "inputs_for", "plan_space", "choose", "assumptions", "budget_effect"]
 
 CORE_MASKS = ("auto", "stream-per-core", "all-cores")
 GRANULARITIES = ("branch", "block", "blocks:2", "blocks:4", "blocks:7", "blocks:14")

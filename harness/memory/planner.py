@@ -27,8 +27,8 @@ import numpy as np
 from ..core.errors import ConfigError
 from ..core.run_report import read_run_report
 
-__all__ = ["PlanInputs", "inputs_from_profile", "inputs_from_report", "lru_hits", "plan",
-           "prefetch_wait", "memory_mib", "PIN_ORDER"]
+__all__ = ["PlanInputs", "inputs_from_profile", "inputs_from_report", "lru_hits", "plan", "memory_mib",
+           "PIN_ORDER"]
 
 PIN_ORDER = ("ffn", "self_attn", "cross_attn")
 MiB = 2 ** 20
@@ -83,7 +83,7 @@ def inputs_from_profile(path: str | Path | None = None, budget_mib: float | None
         probe=probe, budget_mib=budget,
         notes=[f"per image: {passes} computed steps ([spectrum_28]); prefetch timings per branch from "
                "[lifecycle_per_model] split like [lifecycle_pass] (an assumption, [sim] stage_split), "
-               "inference from [denoise_20_steps.fp16]"])
+               "inference from [denoise_20_steps.float16]"])
 
 
 def inputs_from_report(path: str | Path, context_mib: float | None, budget_mib: float | None) -> PlanInputs:

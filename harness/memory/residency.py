@@ -20,7 +20,7 @@ from ..backends.base import create_context, live_contexts
 from ..core.errors import MemoryGuardTripped
 from .guard import MemoryGuard, read_memory
 
-__all__ = ["ProbeRow", "ProbeResult", "residency_probe", "growth_per_context", "extrapolate"]
+__all__ = ["residency_probe", "growth_per_context", "extrapolate"]
 
 MiB = 2 ** 20
 

@@ -25,7 +25,7 @@ from .config import ModelConfig, load_model_dir
 from ..core.errors import ConfigError
 from .embedded import PromptEncoder, decode
 
-__all__ = ["ModelBundle", "HostWeights", "load_bundle", "check_text_emb"]
+__all__ = ["ModelBundle", "load_bundle", "check_text_emb"]
 
 
 def _streamed(key: str) -> bool:
@@ -139,7 +139,7 @@ def load_bundle(model_dir: str | Path) -> ModelBundle:
     checkpoint = Checkpoint(model_dir / cfg.files["weights"], cfg)
     weights = HostWeights(checkpoint, [k for k in checkpoint.keys() if is_host_key(k)])
     # Anima's text encoder (Qwen3 + adapter) does not run here: without `prompt_encoder` the model
-    # takes precomputed text embeddings (generate --text-emb, golden cases with `context` files).
+    # takes precomputed text embeddings (generate --text-emb, golden cases with `text_emb` files).
     encoder = (PromptEncoder.from_file(model_dir / cfg.files["prompt_encoder"], cfg.prompt.get("vocab", []))
                if "prompt_encoder" in cfg.files else None)
     return ModelBundle(cfg, weights, encoder, model_dir, checkpoint)

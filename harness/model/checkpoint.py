@@ -27,7 +27,7 @@ from . import digest_cache
 from .safetensors_io import FLOAT_DTYPES, SafetensorsFile
 from .weights import combine_digests, expected_shapes, tensor_digest
 
-__all__ = ["load_weights", "Checkpoint", "TensorSource", "DictSource", "as_source", "group_of", "role_of", "is_host_key"]
+__all__ = ["load_weights", "Checkpoint", "as_source", "group_of", "is_host_key"]
 
 _NPU_MODULES = ("self_attn", "cross_attn", "mlp")
 # Top-level modules of the DiT itself: a tensor there that the profile does not expect means the
@@ -66,9 +66,6 @@ class TensorSource:
 
     def keys(self) -> list[str]:
         raise NotImplementedError
-
-    def host_tensors(self) -> dict[str, np.ndarray]:
-        return self.read([k for k in self.keys() if is_host_key(k)])
 
     def block_tensors(self, block: int) -> dict[str, np.ndarray]:
         prefix = f"blocks.{block}."

@@ -13,17 +13,15 @@ from ..core.errors import ConfigError
 from ..core.schema import Field, check_table, is_number, positive_int, read_toml
 
 __all__ = ["ModelConfig", "load_profile", "load_model_dir", "PROFILES_DIR", "EMBEDDED_DIR",
-           "REPO_ROOT", "BRANCHES", "NETWORK_KEYS", "FORMAT", "FORMATS", "OLD_KEYS"]
+           "REPO_ROOT", "BRANCHES", "NETWORK_KEYS", "FORMAT"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROFILES_DIR = REPO_ROOT / "models" / "profiles"
 EMBEDDED_DIR = REPO_ROOT / "models" / "embedded"
 
-# model.toml / profile `format`: 2 names the text embedding's size text_emb_dim ([network]) and
-# text_emb_tokens ([image]); 1 (no `format` key) said context_dim and context_tokens, still read.
+# model.toml / profile `format` (optional: a file without one is read as this one); the next
+# change of the file's keys raises it, so a file of the other kind is refused by name.
 FORMAT = 2
-FORMATS = (1, 2)
-OLD_KEYS = {"network": {"context_dim": "text_emb_dim"}, "image": {"context_tokens": "text_emb_tokens"}}
 
 # Execution order of the three branch bodies inside every block (the board's subgraph order).
 BRANCHES = ("self_attn", "cross_attn", "ffn")
@@ -105,28 +103,9 @@ class ModelConfig:
         return self.blocks * len(BRANCHES)
 
 
-def _current(data: dict, source: str) -> dict:
-    """The file in today's words: format 1's keys renamed; a file mixing the formats' keys is refused."""
-    version = data.get("format", 1)
-    if version not in FORMATS:
-        raise ConfigError(f"{source}: format {version!r} is not one this suite reads ({', '.join(map(str, FORMATS))})")
-    data = dict(data)
-    for table, renamed in OLD_KEYS.items():
-        section = data.get(table)
-        if not isinstance(section, dict):
-            continue
-        for old, new in renamed.items():
-            if old in section and new in section:
-                raise ConfigError(f"{source}: [{table}] has both {old} (format 1) and {new} (format {FORMAT}): "
-                                  f"keep {new} and write format = {FORMAT}")
-            if old in section and version != 1:
-                raise ConfigError(f"{source}: [{table}] {old} is format 1's name; a format {version} file says {new}")
-        data[table] = {renamed.get(key, key): value for key, value in section.items()}
-    return data
-
-
 def _parse(data: dict, source: str) -> ModelConfig:
-    data = _current(data, source)
+    if data.get("format", FORMAT) != FORMAT:
+        raise ConfigError(f"{source}: format {data['format']!r} is not one this suite reads ({FORMAT})")
     net = data.get("network")
     if not isinstance(net, dict):
         raise ConfigError(f"{source}: missing [network] table")

@@ -64,7 +64,7 @@ class PromptEncoder:
         return self.position_embedding.shape[0]
 
     def encode(self, prompt: str) -> np.ndarray:
-        """[text_emb_tokens, text_emb_dim] float32 context for one prompt."""
+        """[text_emb_tokens, text_emb_dim] float32 text embedding of one prompt."""
         ids = tokenize(prompt, self.vocab, self.length)
         return self.token_embedding[ids] + self.position_embedding
 

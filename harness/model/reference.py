@@ -6,7 +6,7 @@ subgraphs (self-attention, cross-attention, FFN). The partitioned pipeline calls
 here and runs the bodies through a backend, so both paths share one definition of the math.
 
 Shapes: latents [B, C, H, W] (image case, T = 1); tokens [B, N, D] in (h, w) order, w fastest;
-context [B, L, text_emb_dim].
+text_emb [B, L, text_emb_dim].
 """
 from __future__ import annotations
 
@@ -19,10 +19,9 @@ import numpy as np
 from .config import BRANCHES, ModelConfig
 from . import ops
 
-__all__ = ["Rope", "make_rope", "time_embedding", "modulations", "final_modulation", "patchify",
-           "unpatchify", "branch_input", "self_attn_body", "cross_attn_body", "ffn_body",
-           "branch_body", "residual_stream", "block_forward", "block_branches", "forward", "forward_features",
-           "final_layer", "ADALN_NAMES"]
+__all__ = ["make_rope", "time_embedding", "modulations", "patchify", "unpatchify", "branch_input",
+           "self_attn_body", "branch_body", "residual_stream", "block_forward", "block_branches", "forward",
+           "forward_features", "final_layer", "ADALN_NAMES"]
 
 # Checkpoint module name of each branch's AdaLN MLP.
 ADALN_NAMES = {"self_attn": "adaln_modulation_self_attn", "cross_attn": "adaln_modulation_cross_attn",
@@ -124,11 +123,11 @@ def self_attn_body(w: dict, cfg: ModelConfig, i: int, h: np.ndarray, rope: Rope)
     return ops.linear(o, w[p + "output_proj.weight"])
 
 
-def cross_attn_body(w: dict, cfg: ModelConfig, i: int, h: np.ndarray, context: np.ndarray) -> np.ndarray:
+def cross_attn_body(w: dict, cfg: ModelConfig, i: int, h: np.ndarray, text_emb: np.ndarray) -> np.ndarray:
     p = f"blocks.{i}.cross_attn."
     q = ops.rms_norm(_heads(ops.linear(h, w[p + "q_proj.weight"]), cfg), w[p + "q_norm.weight"], cfg.norm_eps)
-    k = ops.rms_norm(_heads(ops.linear(context, w[p + "k_proj.weight"]), cfg), w[p + "k_norm.weight"], cfg.norm_eps)
-    v = _heads(ops.linear(context, w[p + "v_proj.weight"]), cfg)
+    k = ops.rms_norm(_heads(ops.linear(text_emb, w[p + "k_proj.weight"]), cfg), w[p + "k_norm.weight"], cfg.norm_eps)
+    v = _heads(ops.linear(text_emb, w[p + "v_proj.weight"]), cfg)
     o = ops.attention(q, k, v).reshape(h.shape)
     return ops.linear(o, w[p + "output_proj.weight"])
 
@@ -139,11 +138,11 @@ def ffn_body(w: dict, cfg: ModelConfig, i: int, h: np.ndarray) -> np.ndarray:
 
 
 def branch_body(w: dict, cfg: ModelConfig, i: int, branch: str, h: np.ndarray,
-                context: np.ndarray, rope: Rope) -> np.ndarray:
+                text_emb: np.ndarray, rope: Rope) -> np.ndarray:
     if branch == "self_attn":
         return self_attn_body(w, cfg, i, h, rope)
     if branch == "cross_attn":
-        return cross_attn_body(w, cfg, i, h, context)
+        return cross_attn_body(w, cfg, i, h, text_emb)
     return ffn_body(w, cfg, i, h)
 
 
@@ -172,7 +171,7 @@ def residual_stream(x: np.ndarray, mods: dict, eps: float, branches: Iterable[tu
 
 
 def block_branches(w: dict, cfg: ModelConfig, i: int, x: np.ndarray, mods: dict,
-                   context: np.ndarray, rope: Rope) -> tuple[np.ndarray, dict]:
+                   text_emb: np.ndarray, rope: Rope) -> tuple[np.ndarray, dict]:
     """One block with every branch's input and output kept: {branch: (input, output)}.
 
     The partitioned pipeline is checked against these, branch by branch.
@@ -180,15 +179,15 @@ def block_branches(w: dict, cfg: ModelConfig, i: int, x: np.ndarray, mods: dict,
     record = {}
 
     def body(branch: str, h: np.ndarray) -> np.ndarray:
-        record[branch] = (h, branch_body(w, cfg, i, branch, h, context, rope))
+        record[branch] = (h, branch_body(w, cfg, i, branch, h, text_emb, rope))
         return record[branch][1]
 
     x = residual_stream(x, mods, cfg.norm_eps, [(i, b, b) for b in BRANCHES], body)
     return x, record
 
 
-def block_forward(w, cfg, i, x, mods, context, rope) -> np.ndarray:
-    return block_branches(w, cfg, i, x, mods, context, rope)[0]
+def block_forward(w, cfg, i, x, mods, text_emb, rope) -> np.ndarray:
+    return block_branches(w, cfg, i, x, mods, text_emb, rope)[0]
 
 
 def final_layer(w: dict, cfg: ModelConfig, x: np.ndarray, emb: np.ndarray, lora: np.ndarray,
@@ -199,7 +198,7 @@ def final_layer(w: dict, cfg: ModelConfig, x: np.ndarray, emb: np.ndarray, lora:
 
 
 def forward_features(w: dict, cfg: ModelConfig, latent: np.ndarray, sigma: np.ndarray,
-                     context: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                     text_emb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Hidden state after the last block, plus (emb, lora) for the final layer."""
     latent = np.asarray(latent, dtype=np.float32)
     sigma = np.broadcast_to(np.asarray(sigma, dtype=np.float32), (latent.shape[0],))
@@ -208,12 +207,12 @@ def forward_features(w: dict, cfg: ModelConfig, latent: np.ndarray, sigma: np.nd
     rope = make_rope(cfg, latent.shape[-2:])
     x = ops.linear(patchify(latent, cfg), w["x_embedder.proj.1.weight"])
     for i in range(cfg.blocks):
-        x = block_forward(w, cfg, i, x, mods, context, rope)
+        x = block_forward(w, cfg, i, x, mods, text_emb, rope)
     return x, emb, lora
 
 
 def forward(w: dict, cfg: ModelConfig, latent: np.ndarray, sigma: np.ndarray,
-            context: np.ndarray) -> np.ndarray:
+            text_emb: np.ndarray) -> np.ndarray:
     """Velocity [B, C, H, W] for latents [B, C, H, W] at noise level sigma ([B] or scalar)."""
-    x, emb, lora = forward_features(w, cfg, latent, sigma, context)
+    x, emb, lora = forward_features(w, cfg, latent, sigma, text_emb)
     return final_layer(w, cfg, x, emb, lora, latent.shape[-2:])

@@ -22,8 +22,7 @@ import numpy as np
 
 from ..core.errors import WeightsError
 
-__all__ = ["TensorInfo", "SafetensorsFile", "FLOAT_DTYPES", "bf16_bits_to_f32", "f32_to_bf16_bits",
-           "write_streamed"]
+__all__ = ["SafetensorsFile", "FLOAT_DTYPES", "bf16_bits_to_f32", "f32_to_bf16_bits", "write_streamed"]
 
 # safetensors dtype tag -> (numpy dtype of the stored bits, bytes per element). BF16 is read as
 # uint16 bits and widened: bf16 is the top half of a float32, so the conversion is exact.

@@ -15,7 +15,7 @@ from .config import ModelConfig
 from ..core.errors import WeightsError
 
 __all__ = ["weights_digest", "tensor_digest", "combine_digests", "expected_shapes", "read_safetensors",
-           "save_weights", "random_weights", "block_keys"]
+           "save_weights", "random_weights"]
 
 _BRANCH_ADALN = {"self_attn": "adaln_modulation_self_attn", "cross_attn": "adaln_modulation_cross_attn",
                  "ffn": "adaln_modulation_mlp"}

@@ -10,13 +10,11 @@ from ..core.errors import ConfigError
 from ..model.reference import make_rope
 from .graph import _Graph, _attention, _heads, _linear, _rms_norm, _rope
 
-__all__ = ["FAKE_QUANT", "OLD_FAKE_QUANT"]
+__all__ = ["FAKE_QUANT"]
 
 
 # Fake quantisation variants an export can simulate (what-if analysis before converting for INT8).
 FAKE_QUANT = ("w8a8-ffn",)
-# The INT8 FFN is one word, as the toolkit precision says it; the old spelling is still taken on input.
-OLD_FAKE_QUANT = {"ffn-w8a8": "w8a8-ffn"}
 
 
 def _self_attn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int) -> None:
@@ -83,8 +81,8 @@ def _ffn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int, fake_quant:
     # rknn-toolkit2 fuses the five ops into one NPU GELU; constant-first leaves Erf on the CPU
     # (docs/architecture.md section 8). IEEE + and * commute exactly, so the values equal ops.gelu's.
     erf = g.op("Erf", [g.op("Div", [h, g.const("gelu/sqrt2", math.sqrt(2.0))], "gelu/scaled")], "gelu/erf")
-    gate = g.op("Add", [erf, g.const("gelu/one", 1.0)], "gelu/one_plus_erf")
-    act = g.op("Mul", [g.op("Mul", [h, g.const("gelu/half", 0.5)], "gelu/half_x"), gate], "gelu")
+    one_plus_erf = g.op("Add", [erf, g.const("gelu/one", 1.0)], "gelu/one_plus_erf")
+    act = g.op("Mul", [g.op("Mul", [h, g.const("gelu/half", 0.5)], "gelu/half_x"), one_plus_erf], "gelu")
     if fake_quant == "w8a8-ffn":
         act = _int8_activation(g, act, "quant_hidden")
     g.op("MatMul", [act, g.weight_t("layer2.weight_t", w, p + "layer2.weight")], "y")

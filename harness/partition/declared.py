@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..core.errors import ManifestError
 
-__all__ = ["check_identity", "check_declared", "check_onnx", "check_rknn", "rknn_description", "rknn_version"]
+__all__ = ["check_identity", "check_declared", "rknn_version"]
 
 _LENGTH_BYTES = 8
 

@@ -16,9 +16,9 @@ from ..model.config import BRANCHES, ModelConfig
 from .bodies import _BODIES, _ffn
 from .graph import _Graph
 
-__all__ = ["MOD_PARTS", "mod_input", "fused_inputs", "build_fused_body"]
+__all__ = ["MOD_PARTS", "mod_input", "input_names", "fused_inputs", "build_fused_body"]
 
-MOD_PARTS = ("shift", "scale", "gate")
+MOD_PARTS = ("shift", "scale", "adaln_gate")
 
 
 def mod_input(block: int, branch: str, part: str) -> str:
@@ -28,12 +28,16 @@ def mod_input(block: int, branch: str, part: str) -> str:
     return f"b{block}_{branch}_{part}"
 
 
+def input_names(blocks: list[int]) -> list[str]:
+    """A fused subgraph's inputs in order: the stream, the text embedding, then every branch's modulations."""
+    return ["x", "text_emb"] + [mod_input(b, branch, part) for b in blocks for branch in BRANCHES for part in MOD_PARTS]
+
+
 def fused_inputs(g: _Graph, cfg: ModelConfig, blocks: list[int], streams: int) -> list:
-    inputs = [helper.make_tensor_value_info("x", g.elem, [streams, cfg.tokens, cfg.width]),
-              helper.make_tensor_value_info("text_emb", g.elem, [streams, cfg.text_emb_tokens, cfg.text_emb_dim])]
-    inputs += [helper.make_tensor_value_info(mod_input(b, branch, part), g.elem, [streams, 1, cfg.width])
-               for b in blocks for branch in BRANCHES for part in MOD_PARTS]
-    return inputs
+    x, text_emb, *mods = input_names(blocks)
+    inputs = [helper.make_tensor_value_info(x, g.elem, [streams, cfg.tokens, cfg.width]),
+              helper.make_tensor_value_info(text_emb, g.elem, [streams, cfg.text_emb_tokens, cfg.text_emb_dim])]
+    return inputs + [helper.make_tensor_value_info(name, g.elem, [streams, 1, cfg.width]) for name in mods]
 
 
 def _layer_norm(g: _Graph, x: str, eps: float) -> str:
@@ -64,7 +68,7 @@ def build_fused_body(g: _Graph, w: dict, cfg: ModelConfig, blocks: list[int], st
             else:
                 _BODIES[branch](g, w, cfg, block, streams)
             g.alias = {}
-            gated = g.op("Mul", [mod_input(block, branch, "gate"), g.prefix + "y"], "gated")
+            gated = g.op("Mul", [mod_input(block, branch, "adaln_gate"), g.prefix + "y"], "gated")
             if (block, branch) == last:
                 g.prefix = ""
                 g.op("Add", [delta, gated], "y")

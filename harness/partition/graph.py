@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..core.errors import ConfigError, WeightsError
 
-__all__ = ["DTYPES", "DEFAULT_OPSET", "MAX_OPSET", "MIN_OPSET", "check_opset", "fp16_missing_kernels"]
+__all__ = ["DTYPES", "DEFAULT_OPSET", "MAX_OPSET", "check_opset", "float16_missing_kernels"]
 
 
 DTYPES = {"float32": (np.float32, TensorProto.FLOAT), "float16": (np.float16, TensorProto.FLOAT16)}
@@ -54,7 +54,7 @@ def _probe_model(op_type: str, opset: int) -> onnx.ModelProto:
 
 
 @functools.lru_cache(maxsize=None)
-def _lacks_fp16_kernel(op_type: str, opset: int) -> bool:
+def _lacks_float16_kernel(op_type: str, opset: int) -> bool:
     # onnxruntime's CPU provider wraps any node without a float16 kernel in Cast nodes (even with
     # optimisations off); a Cast appearing in the saved session graph is how we see it.
     import tempfile
@@ -69,10 +69,10 @@ def _lacks_fp16_kernel(op_type: str, opset: int) -> bool:
     return any(n.op_type == "Cast" for n in session_graph.node)
 
 
-def fp16_missing_kernels(opset: int = DEFAULT_OPSET) -> frozenset[str]:
+def float16_missing_kernels(opset: int = DEFAULT_OPSET) -> frozenset[str]:
     """Op types used by the export that onnxruntime's CPU provider cannot run in float16 here."""
     check_opset(opset)
-    return frozenset(op for op in _COMPUTE_OPS if _lacks_fp16_kernel(op, opset))
+    return frozenset(op for op in _COMPUTE_OPS if _lacks_float16_kernel(op, opset))
 
 
 def _finish_model(graph: onnx.GraphProto, opset: int) -> onnx.ModelProto:
@@ -89,8 +89,8 @@ class _Graph:
     def __init__(self, dtype: str, opset: int):
         self.np_dtype, self.elem = DTYPES[dtype]
         self.opset = opset
-        self.fp16 = dtype == "float16"
-        self.missing = fp16_missing_kernels(opset) if self.fp16 else frozenset()
+        self.float16 = dtype == "float16"
+        self.missing = float16_missing_kernels(opset) if self.float16 else frozenset()
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.int_names: set[str] = set()
@@ -143,7 +143,7 @@ class _Graph:
                 self.fp32_of[src] = cast
             f32.append(self.fp32_of[src])
         self.nodes.append(helper.make_node(op_type, f32, [f"{name}/island"], name=name, **attrs))
-        self.nodes.append(helper.make_node("Cast", [f"{name}/island"], [name], name=f"{name}/fp16",
+        self.nodes.append(helper.make_node("Cast", [f"{name}/island"], [name], name=f"{name}/float16",
                                            to=TensorProto.FLOAT16))
         self.islands.append(name)
         return name

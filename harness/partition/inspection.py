@@ -8,7 +8,7 @@ from ..core.errors import ManifestError
 from .declared import check_declared
 from .manifest import Manifest, load_manifest, manifest_path
 
-__all__ = ["_inspect_conversion", "inspect_partition"]
+__all__ = ["inspect_partition"]
 
 
 def inspect_partition(directory) -> dict:

@@ -17,19 +17,13 @@ from ..core.errors import ConfigError, ManifestError
 from .granularity import parse_granularity
 from ..core.schema import Field, check_table, is_int, list_of, non_empty_str, one_of, positive_int, read_json
 
-__all__ = ["manifest_sha256", "default_partition_dir", "FORMAT", "FORMATS", "OLD_KEYS", "FUSED_BRANCH", "MANIFEST_FILE",
+__all__ = ["manifest_sha256", "default_partition_dir", "FORMAT", "FUSED_BRANCH", "MANIFEST_FILE",
            "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest", "manifest_path", "network_settings",
            "subgraph_index", "partition_precision"]
 
-# /4 names the text embedding's size model.network.text_emb_dim and export.text_emb_tokens. /3 (which
-# said context_dim and context_tokens) names the cross-attention subgraphs' text-embedding input
-# `text_emb` and records the partition's granularity (export.granularity) and, for fused subgraphs, the
-# blocks each holds. Still read, their old keys renamed on reading (OLD_KEYS): /3, /2 (one of the two:
-# the input `text_emb`, or a granularity with the input `context`) and /1 (branch subgraphs, the input
-# `context`); the backends feed inputs by position, so all run unchanged.
+# The one format this suite reads and writes; the next change of the manifest's keys raises it, so a
+# manifest of the other kind is refused by name.
 FORMAT = "anima-partition/4"
-FORMATS = ("anima-partition/1", "anima-partition/2", "anima-partition/3", FORMAT)
-OLD_KEYS = {"network": {"context_dim": "text_emb_dim"}, "export": {"context_tokens": "text_emb_tokens"}}
 FUSED_BRANCH = "block"         # the branch name of a fused subgraph (one or more whole blocks)
 MANIFEST_FILE = "manifest.json"
 DECODER_BRANCH = "decoder"
@@ -39,7 +33,7 @@ def manifest_path(directory) -> Path:
 
 def default_partition_dir(cfg: ModelConfig, digest: str, dtype: str, fake_quant: str | None = None,
                           blocks=None, granularity: str = "branch") -> Path:
-    """out/partitions/<model>-<dtype>[-<fake quant>]-<weights digest>[-blocks-...]: one directory per
+    """out/partitions/<model>-<precision>[-<fake quant>]-<weights digest>[-blocks-...]: one directory per
     distinct export, so `generate` never runs subgraphs from other weights or a partial export."""
     name = f"{cfg.name}-{dtype}" + (f"-{fake_quant}" if fake_quant else "") + f"-{digest[:12]}"
     if blocks is not None and list(blocks) != list(range(cfg.blocks)):
@@ -58,7 +52,7 @@ def partition_precision(directory) -> str:
     """The partition's precision as goldens and result keys name it: float16, or e.g. float16+w8a8-ffn."""
     manifest = load_manifest(directory)
     if manifest.conversion:      # a converted partition: what the toolkit built
-        return {"fp16": "float16"}.get(manifest.conversion["precision"], manifest.conversion["precision"])
+        return manifest.conversion["precision"]
     quant = manifest.export.get("fake_quant")
     return manifest.export.get("dtype", "unknown") + (f"+{quant}" if quant else "")
 
@@ -138,8 +132,8 @@ class Manifest:
 
     @property
     def granularity(self) -> str:
-        """branch, block or blocks:K (format /1 has branch subgraphs only)."""
-        return str(self.export.get("granularity", "branch"))
+        """branch, block or blocks:K."""
+        return str(self.export["granularity"])
 
     def blocks_held(self) -> set[int]:
         """Every block some subgraph computes (a fused subgraph holds several)."""
@@ -183,8 +177,8 @@ class Manifest:
     def verify_structure(self) -> None:
         """Format tag, execution order, indices, complete blocks, decoder placement."""
         where = self.file
-        if self.format not in FORMATS:
-            raise ManifestError(f"{where}: format '{self.format}' is not one of {', '.join(FORMATS)}")
+        if self.format != FORMAT:
+            raise ManifestError(f"{where}: format '{self.format}' is not the one this suite reads ({FORMAT})")
         if not self.subgraphs:
             raise ManifestError(f"{where}: lists no subgraphs")
         blocks = self.model.get("network", {}).get("blocks")
@@ -209,9 +203,6 @@ class Manifest:
     def _verify_fused(self, blocks: int) -> None:
         """Fused subgraphs: in order, each a run of consecutive blocks following the previous one."""
         where = self.file
-        if self.format == FORMATS[0]:
-            raise ManifestError(f"{where}: format '{self.format}' has branch subgraphs only, "
-                                f"not granularity {self.granularity}")
         try:
             parse_granularity(self.granularity, blocks)
         except ConfigError as exc:       # worded for the option: said of this file instead
@@ -301,7 +292,7 @@ _CONVERSION = {"toolkit_version": Field(non_empty_str, "a version"), "target": F
                "precision": Field(non_empty_str, "a precision"),
                "subgraphs": Field(_is(list), "a list of per-subgraph build records")}
 _EXPORT = {key: Field(_is(str, int, dict), "a string, number or table")
-           for key in ("dtype", "streams", "opset", "tokens", "text_emb_tokens", "fp32_islands")}
+           for key in ("dtype", "streams", "opset", "tokens", "text_emb_tokens", "fp32_islands", "granularity")}
 
 
 def _tensor(obj, where: str) -> TensorSpec:
@@ -326,24 +317,6 @@ def _conversion(data: dict, where: str) -> dict | None:
     return check_table(conversion, _CONVERSION, f"{where}: conversion", error=ManifestError, extra=True)
 
 
-def _current_words(data: dict, where: str) -> None:
-    """Rename a manifest's format /1-/3 keys in place (convert keeps a source's format, so a /3 file may
-    already use today's words); a file holding both words of one thing is refused."""
-    tables = {"network": data["model"].get("network"), "export": data["export"]}
-    for name, renamed in OLD_KEYS.items():
-        table = tables[name]
-        if not isinstance(table, dict):
-            continue
-        for old, new in renamed.items():
-            if old not in table:
-                continue
-            if new in table:
-                raise ManifestError(f"{where}: {name} has both {old} (format /3 and older) and {new}: keep {new}")
-            if data["format"] == FORMAT:
-                raise ManifestError(f"{where}: {name}.{old} is the format /3 name; a {FORMAT} manifest says {new}")
-            table[new] = table.pop(old)
-
-
 def load_manifest(directory) -> Manifest:
     """Parse and structurally check manifest.json (files are checked by Manifest.verify())."""
     directory = Path(directory)
@@ -354,7 +327,6 @@ def load_manifest(directory) -> Manifest:
     where = str(path)
     check_table(data, _MANIFEST, where, error=ManifestError, extra=True)
     check_table(data["model"], _MODEL, f"{where}: model", error=ManifestError, extra=True)
-    _current_words(data, where)
     check_table(data["export"], _EXPORT, f"{where}: export", error=ManifestError, extra=True)
     subgraphs = [_entry(e, f"{where}: subgraphs[{k}]") for k, e in enumerate(data["subgraphs"])]
     decoder = data.get("decoder")

@@ -2,7 +2,7 @@
 
 Each graph mirrors harness.model.reference op for op (same operand order, same constants), so the
 onnxruntime backend and the RKNN converter see exactly the math the FP32 reference defines. Shapes are
-static: x [S, N, D] (S = CFG streams served per run), cross-attention also context [S, L, C]; output
+static: x [S, N, D] (S = CFG streams served per run), cross-attention also text_emb [S, L, C]; output
 y [S, N, D]. Opset <= 19 because the RKNN converter rejects newer, hence GELU is written in primitive ops.
 
 Float16 export keeps weights and graph inputs/outputs in float16. onnxruntime's CPU provider lacks
@@ -33,8 +33,7 @@ from .granularity import Granularity, parse_granularity
 from .graph import DEFAULT_OPSET, DTYPES, _Graph, check_opset
 from .bodies import _BODIES, _check_fake_quant, _ffn
 
-__all__ = ["export_partition", "build_subgraph", "build_decoder", "subgraph_file", "fused_file", "planned_files",
-           "DECODER_FILE"]
+__all__ = ["export_partition", "build_subgraph", "build_decoder", "subgraph_file", "planned_files"]
 
 DECODER_FILE = "decoder.onnx"
 
@@ -110,7 +109,7 @@ def fused_file(index: int, blocks: list[int]) -> str:
 
 def build_subgraph(weights: dict, cfg: ModelConfig, block: int, branch: str, dtype: str = "float32",
                    streams: int = 2, opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
-    """The ONNX model of one branch body of one block (inputs x [, context], output y)."""
+    """The ONNX model of one branch body of one block (inputs x [, text_emb], output y)."""
     return _build(weights, cfg, block, branch, dtype, streams, opset)[0]
 
 

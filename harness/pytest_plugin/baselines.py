@@ -9,9 +9,15 @@ becomes one) its baseline in one transaction, so a session killed at any moment 
 or none of it. Baselines come from valid runs only, and only when the whole session passed: with
 --save-baseline, or with --accept-upgrade after an upgrade comparison (a new NPU stack or manifest)
 that passed.
+
+The store is opened when the session has collected a benchmark test, before any test runs: a bad
+--results stops the session there (its reports still written), not after a 40-minute benchmark. A run
+the store cannot take at the end (the server went away) is kept in the spool (--results-spool, a
+SQLite store) and the line says how `bin/harness results push` sends it.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import replace
 
@@ -21,14 +27,12 @@ from ..core.errors import HarnessError
 from ..results.judge import FIRST, NOT_COMPARABLE, STEP, UPGRADE, Judgement, confirm, judge_run
 from ..results.records import Run, RunKey, board_model_of, utc_now
 from ..results.sessions import ABRecord, ab_record, subgraph_times
-from ..results.store import ResultsStore
+from ..results.store import ResultsStore, StoreUnavailable, describe_url
 from ..report.sitelinks import series_url
 from .state import (BASELINE_OFFERS, BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, IDENTITY, QUALITY_RESULTS, SETTINGS,
-                    append_to)
+                    STORE_FAILURE, append_to)
 
-__all__ = ["ResultsGate", "results_gate", "pytest_configure", "pytest_collection_modifyitems",
-           "pytest_sessionfinish", "pytest_unconfigure", "pytest_terminal_summary", "REFUSED_BENCHMARK_OPTIONS",
-           "comparison_of"]
+__all__ = ["results_gate", "comparison_of"]
 
 _INSTEAD = "the results store (--results URL), which every benchmark run is written to"
 # pytest-benchmark option -> what replaces it
@@ -58,6 +62,22 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.get_closest_marker("npu") and not item.get_closest_marker("timeout"):
                 item.add_marker(pytest.mark.timeout(seconds))
+
+
+def pytest_collection_finish(session):
+    """Open the store once the session is known to run a benchmark, before any test runs: a store
+    that cannot be opened (no server, a schema newer than this checkout) fails the session here, its
+    reports written, instead of after the benchmark has spent its time."""
+    config = session.config
+    if config.option.collectonly or not any("results_gate" in getattr(item, "fixturenames", ())
+                                            for item in session.items):
+        return
+    try:
+        _store(config)
+    except HarnessError as exc:
+        config.stash[STORE_FAILURE] = str(exc)
+        append_to(config, BASELINE_OUTCOMES, ("--results", None, f"no test run: {exc}"))
+        raise session.Failed(f"--results: {exc}") from None
 
 
 def _store(config) -> ResultsStore:
@@ -106,16 +126,33 @@ class ResultsGate:
         record = ab_record(session, case=case, sides=sides, identity=self.config.stash[IDENTITY],
                            board=self.config.stash[BOARD], telemetry=telemetry, lifecycle=self.settings.lifecycle,
                            **how)
-        self.store.add_ab_session(record)
+        try:
+            self.store.add_ab_session(record)
+        except StoreUnavailable as exc:     # the session's minutes are kept, as a run's are
+            raise StoreUnavailable(f"{exc}; {_spool(self.config, lambda spool: spool.add_ab_session(record))}") \
+                from None
         return record
 
     def judge(self, run: Run) -> Judgement:
-        return judge_run(self.store, run, self.settings.baseline_threshold)
+        with self._kept_if_unread(run):
+            return judge_run(self.store, run, self.settings.baseline_threshold)
 
     def confirm(self, run: Run, judgement: Judgement, second: Run) -> Judgement:
         """`judgement` of `run` with a second run's (judge.confirm; Judgement.regressed says whether
         the regression stands)."""
-        return confirm(self.store, run, judgement, second, self.settings.baseline_threshold)
+        with self._kept_if_unread(run, second):
+            return confirm(self.store, run, judgement, second, self.settings.baseline_threshold)
+
+    @contextlib.contextmanager
+    def _kept_if_unread(self, *measured: Run):
+        """A store lost while the verdict reads it: the runs measured are still kept for the session's
+        end (written then, or spooled), and the error says so."""
+        try:
+            yield
+        except StoreUnavailable as exc:
+            for run in measured:
+                self.record(run)
+            raise StoreUnavailable(f"{exc}; the run is kept for the session's end") from None
 
     def record(self, run: Run) -> None:
         """Keep the judged run for the session's end (pytest_sessionfinish writes it)."""
@@ -189,10 +226,15 @@ def _write_runs(session, exitstatus) -> None:
         offer = offers.get((run.run_id, run.key.case))
         reason = _baseline_reason(session, exitstatus, offer)
         nodeid = offer[0] if offer else run.key.case
+        whole = replace(run, quality={**run.quality, **_quality_of(config, run)})
         try:
-            whole = replace(run, quality={**run.quality, **_quality_of(config, run)})
             store = _store(config)
             store.add_run(whole, baseline=reason)
+        except StoreUnavailable as exc:
+            kept = _spool(config, lambda spool: spool.add_run(whole, baseline=reason))
+            append_to(config, BASELINE_OUTCOMES, (nodeid, None, f"benchmark run not written: {exc}; {kept}"))
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            continue
         except HarnessError as exc:
             append_to(config, BASELINE_OUTCOMES, (nodeid, None, f"benchmark run not written: {exc}"))
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -200,6 +242,20 @@ def _write_runs(session, exitstatus) -> None:
         if reason is not None:
             append_to(config, BASELINE_OUTCOMES,
                       (nodeid, store.where, f"baseline {reason}: run {run.run_id} in {store.where}"))
+
+
+def _spool(config, write) -> str:
+    """Keep what the store could not take (`write(spool store)`: a run with its baseline, an A/B
+    session) in the spool store; what to say."""
+    settings = config.stash[SETTINGS]
+    spool = f"sqlite:///{settings.results_spool}"
+    try:
+        with ResultsStore(spool) as store:
+            write(store)
+    except HarnessError as exc:
+        return f"not kept in the spool either ({exc})"
+    return (f"kept in the spool {settings.results_spool}: `bin/harness results push --results {spool} "
+            f"--to {describe_url(settings.results)}` sends it")
 
 
 @pytest.hookimpl(tryfirst=True)     # before the run summary, which reports what was saved

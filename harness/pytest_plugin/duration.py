@@ -14,8 +14,6 @@ from ..core.schema import read_toml
 from .fixtures import selected_cases
 from .state import SETTINGS
 
-__all__ = ["expected_duration", "pytest_collection_modifyitems", "pytest_collection_finish"]
-
 
 def expected_duration(step_seconds: float, case_steps: list[int], bench_rounds: int,
                       bench_steps: int | None, benchmarked: bool) -> tuple[float, str]:

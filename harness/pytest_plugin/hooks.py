@@ -10,9 +10,6 @@ from .state import BOARD, IDENTITY, INVALID_RUNS, QUALITY_LINES, SETTINGS, SPECT
 from .fixtures import runner_of, selected_cases
 from .session import start_run
 
-__all__ = ["pytest_configure", "pytest_report_header", "pytest_pyfunc_call", "pytest_generate_tests",
-           "pytest_terminal_summary"]
-
 
 @pytest.hookimpl(tryfirst=True)     # before the other parts' configure, which read the settings
 def pytest_configure(config):

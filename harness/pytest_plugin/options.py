@@ -15,7 +15,7 @@ from ..core.errors import ConfigError, HarnessError
 from ..core.schema import read_toml
 from ..cli.options import SUITE_OPTIONS, check_precision, resolve_backend
 
-__all__ = ["SuiteSettings", "resolve_settings", "OPTIONS", "typed_value", "pytest_addoption"]
+__all__ = ["SuiteSettings", "resolve_settings", "OPTIONS"]
 
 # The suite's options are the shared declaration's (harness/cli/options.py); the commands read the same.
 OPTIONS = SUITE_OPTIONS
@@ -139,8 +139,7 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     from ..partition.granularity import parse_granularity
     values["granularity"] = str(parse_granularity(values["granularity"]))
     check_precision(backend, values["precision"])
-    from ..partition.bodies import FAKE_QUANT, OLD_FAKE_QUANT
-    values["fake_quant"] = OLD_FAKE_QUANT.get(values["fake_quant"], values["fake_quant"])
+    from ..partition.bodies import FAKE_QUANT
     if values["fake_quant"] not in (None, *FAKE_QUANT):
         raise ConfigError(f"--fake-quant {values['fake_quant']}: choose {', '.join(FAKE_QUANT)}")
     cfg = load_model_dir(values["model_dir"])

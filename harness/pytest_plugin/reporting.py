@@ -10,10 +10,7 @@ import pytest
 
 from ..core.errors import HarnessError
 from .state import (BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, GOLDEN_UPDATES, MEMORY_SAMPLES, QUALITY_RESULTS, RUNNER,
-                    SETTINGS, TEST_OUTCOMES, append_to)
-
-__all__ = ["LogProgress", "pytest_configure", "pytest_runtest_makereport", "pytest_sessionfinish",
-           "pytest_terminal_summary", "summary_data"]
+                    SETTINGS, STORE_FAILURE, TEST_OUTCOMES, append_to)
 
 
 class LogProgress:
@@ -158,7 +155,8 @@ def _trend_png(config, artifacts: Path) -> bytes | None:
 @pytest.hookimpl(trylast=True)      # after baselines.py has saved (or refused) the baselines
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
-    if not any(t["npu"] for t in config.stash.get(TEST_OUTCOMES, [])):
+    # a session stopped before its npu tests because --results could not be opened still reports why
+    if not any(t["npu"] for t in config.stash.get(TEST_OUTCOMES, [])) and STORE_FAILURE not in config.stash:
         return
     from ..core.atomic import atomic_write_text
     from ..report.html import write_html_report

@@ -15,11 +15,9 @@ from ..model.config import REPO_ROOT
 from ..core.errors import HarnessError, Terminated
 from ..core.outputs import ArtifactsLock, check_free_space, check_writable
 from ..core.signals import StopSignals
-from .state import SETTINGS
+from .state import SETTINGS, STORE_FAILURE
 
-__all__ = ["start_run", "pytest_sessionstart", "pytest_runtest_logstart", "pytest_runtest_setup",
-           "pytest_runtest_makereport", "pytest_sessionfinish", "pytest_unconfigure", "SESSION_REPORT",
-           "CALL_FAILED"]
+__all__ = ["start_run", "CALL_FAILED"]
 
 SESSION_REPORT = "session.json"
 RUN = pytest.StashKey["SessionRun"]()
@@ -37,6 +35,8 @@ class SessionRun:
 def start_run(config, settings) -> None:
     """At configure time, before collection: outputs writable with room to spare, and JUnit XML
     into the artifacts for bin/test. Raises HarnessError naming the option and the path."""
+    from ..results.store import check_url
+    check_url(settings.results)     # a URL, a database the suite knows, its driver installed: before anything runs
     for option, folder in (("--artifacts", settings.artifacts), *_results_folder(settings)):
         check_writable(folder, option)
         check_free_space(folder, settings.min_free, option)
@@ -169,6 +169,8 @@ def _write_session_report(config, settings, run, status: str, exit_code: int) ->
         "run_reports": sorted(p.name for p in runs.glob("*.json")) if runs.is_dir() else [],
         "failed": [r.nodeid for r in stats.get("failed", []) + stats.get("error", []) if hasattr(r, "nodeid")],
     }
+    if STORE_FAILURE in config.stash:       # the session stopped before its tests: say why
+        report["error"] = config.stash[STORE_FAILURE]
     atomic_write_json(settings.artifacts / SESSION_REPORT, report)
 
 

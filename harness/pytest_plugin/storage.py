@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from .state import BOARD, IDENTITY, SETTINGS
 
-__all__ = ["pytest_sessionstart", "pytest_collection_modifyitems", "atomic_json",
-           "pytest_benchmark_update_machine_info", "pytest_benchmark_compare_machine_info"]
-
 
 def pytest_sessionstart(session):
     bench = getattr(session.config, "_benchmarksession", None)

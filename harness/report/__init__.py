@@ -1,2 +1,1 @@
 """Output people read: the markdown summary, the HTML report, terminal tables, progress lines."""
-__all__: list[str] = []

@@ -18,7 +18,7 @@ import numpy as np
 from ..core.atomic import atomic_write_text
 from .summary import MiB, _bench_rows, _gate_rows, _memory_table, _quality_rows, verdict_line
 
-__all__ = ["html_report", "write_html_report", "thumbnail_png", "memory_curve_png", "THUMB_PX"]
+__all__ = ["write_html_report"]
 
 THUMB_PX = 160
 _CSS = """

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-__all__ = ["StepLines", "format_duration"]
+__all__ = ["StepLines"]
 
 
 def format_duration(seconds: float) -> str:

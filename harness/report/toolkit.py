@@ -6,7 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["cosine", "reference_outputs", "cosine_rows", "print_convert_summary", "markdown_table"]
+__all__ = ["cosine", "reference_outputs", "cosine_rows", "print_convert_summary", "markdown_table",
+           "comparison_markdown", "decibels", "WORST_SHOWN"]
+
+# compare-toolkits shows this many subgraphs, worst first; report.json holds every row.
+WORST_SHOWN = 5
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -73,3 +77,98 @@ def print_convert_summary(result, rows=None, file=sys.stdout) -> None:
         print(markdown_table(["subgraph", "file", "cosine", "max abs error"],
                              [[r["label"], r["file"], f"{r['cosine']:.7f}", f"{r['max_abs']:.2e}"]
                               for r in worst]), file=file)
+
+
+def _verdict_line(report: dict) -> str:
+    """The verdict on NEW first, then why (every failure, then every part that did not run)."""
+    v, new = report["verdict"], report["new"]
+    head = f"**{new} {v['status']}** (rknn-toolkit2 {report['old']} -> {new}, {report['target']}, {report['precision']})"
+    if v["status"] == "passes":
+        return (f"{head}: every op on the NPU, every subgraph's cosine >= {report['cosine_min']}, "
+                f"every case ({len(report['images'])}) within its quality thresholds.")
+    parts = []
+    if v["failures"]:
+        parts.append("; ".join(v["failures"]) + ".")
+    if v["not_run"]:
+        parts.append("Did not run (never a pass): " + "; ".join(v["not_run"]) + ".")
+    return f"{head}: " + " ".join(parts)
+
+
+def _worst_first(rows: list[dict], version: str) -> list[dict]:
+    """Subgraphs that fail on `version` first, then by its cosine, lowest first."""
+    def key(row):
+        cell = row["versions"].get(version)
+        return (True, 2.0) if cell is None else (cell["passes"], cell["cosine"])
+    return sorted(rows, key=key)
+
+
+def _subgraph_cells(row: dict, versions: list[str]) -> list:
+    cells = [row["subgraph"]]
+    for field, show in (("cosine", lambda c: f"{c['cosine']:.7f}"),
+                        ("cpu_ops", lambda c: ", ".join(c["cpu_ops"]) or "-"),
+                        ("bytes", lambda c: f"{c['bytes'] / 1024:.0f}"),
+                        ("build_seconds", lambda c: f"{c['build_seconds']:.2f}")):
+        cells += [show(row["versions"][v]) if v in row["versions"] else "not converted" for v in versions]
+    return cells
+
+
+def _totals(rows: list[dict], versions: list[str]) -> list:
+    cells = ["**all**"]
+    of = {v: [r["versions"][v] for r in rows if v in r["versions"]] for v in versions}
+    cells += [f"min {min(c['cosine'] for c in of[v]):.7f}" if of[v] else "-" for v in versions]
+    cells += [str(sum(len(c["cpu_ops"]) for c in of[v])) for v in versions]
+    cells += [f"{sum(c['bytes'] for c in of[v]) / 1024:.0f}" for v in versions]
+    cells += [f"{sum(c['build_seconds'] for c in of[v]):.1f}" for v in versions]
+    return cells
+
+
+def _subgraph_section(report: dict, json_name: str, shown: int) -> list[str]:
+    rows, versions = report["subgraphs"], [report["old"], report["new"]]
+    if not rows:
+        return ["### Subgraphs", "", "No conversion finished: no subgraph to compare."]
+    worst = _worst_first(rows, report["new"])[:shown]
+    head = ["subgraph"] + [f"{what} {v}" for what in ("cosine", "CPU ops", "KiB", "build s") for v in versions]
+    return [f"### The {len(worst)} worst of {len(rows)} subgraphs on {report['new']} (every row: {json_name})", "",
+            f"Simulator vs onnxruntime FP32 on {report['sim_samples']} random unit-scale input set(s) per "
+            f"subgraph; failing ones first, then by cosine.", "",
+            markdown_table(head, [_subgraph_cells(r, versions) for r in worst] + [_totals(rows, versions)])]
+
+
+def decibels(value) -> str:
+    """A PSNR as report.json holds it (a number, or "inf" for identical images), for people."""
+    return f"{float(value):.2f}"
+
+
+def _image_cell(row: dict, version: str) -> str:
+    cell = row["versions"].get(version)
+    if cell is None:
+        return "did not run"
+    if "error" in cell:
+        return "render failed"
+    text = f"SSIM {cell['ssim']:.6f}, PSNR {decibels(cell['psnr_db'])} dB"
+    if cell.get("cosine") is not None:
+        text += f", cosine {cell['cosine']:.7f}"
+    return text + ("" if cell["passes"] else " **FAIL**")
+
+
+def _image_section(report: dict) -> list[str]:
+    rows, versions = report["images"], [report["old"], report["new"]]
+    lines = ["### Golden cases on rknn-sim", ""]
+    if not rows:
+        return lines + ["No case was rendered (see the verdict)."]
+    body = [[r["case"] + (" (golden unusable)" if "golden_error" in r else "")]
+            + [_image_cell(r, v) for v in versions]
+            + [f"SSIM {r['ssim_min']}, PSNR {r['psnr_min']} dB" + (f", cosine {r['cosine_min']}" if r["cosine_min"] else "")]
+            for r in rows]
+    return lines + [markdown_table(["case"] + versions + ["thresholds"], body)]
+
+
+def comparison_markdown(report: dict, json_name: str = "report.json", shown: int = WORST_SHOWN) -> str:
+    """compare-toolkits' report (report.json's content) for a pull request or a terminal: the verdict
+    first, then the worst subgraphs (not all of them), the golden cases, and what was compared."""
+    seconds = ", ".join(f"{v} {s:.0f} s" for v, s in report["conversion_seconds"].items()) or "none finished"
+    lines = [_verdict_line(report), ""]
+    lines += _subgraph_section(report, json_name, shown) + [""] + _image_section(report)
+    lines += ["", f"Model {report['model']}, partition {report['partition']}, goldens {report['golden_dir']}; "
+                  f"conversion wall time {seconds}."]
+    return "\n".join(lines)

@@ -16,9 +16,10 @@ with nothing wrong names none of them at judge.CONFIDENCE), never under the hist
 (a statistically clear shift smaller than that is no reason to pull a board). An outlier is a board
 past it either way, named "slower" or "faster". A spread needs two other boards.
 
-Two boards off together hide each other: each is in the other's reference and widens its spread
-(with six boards, two at +8 % are not named). The board's own history verdict still sees a board
-that changed; the fleet comparison finds the board that was always off.
+A board named is left out of the other boards' references, and they are judged again
+(board_verdicts). Two boards off together still hide each other: each is in the other's reference
+and widens its spread (with six boards, two at +8 % are not named). The board's own history verdict
+still sees a board that changed; the fleet comparison finds the board that was always off.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ import numpy as np
 from scipy import stats
 
 from .judge import CONFIDENCE, LOOKBACK
-from .records import Run
+from .records import Run, RunKey
 from .verdicts import HISTORY_FLOOR_PCT, MIN_HISTORY
 
 __all__ = ["BoardVerdict", "FleetGroup", "fleet_groups", "board_verdicts"]
@@ -48,6 +49,7 @@ class BoardVerdict:
     ci_pct: tuple[float, float]
     threshold_pct: float
     p_value: float                  # two-sided, Bonferroni-adjusted over the boards judged
+    named: tuple = ()               # outliers left out of its reference
 
     @property
     def outlier(self) -> str | None:
@@ -61,10 +63,12 @@ class BoardVerdict:
         shift = f"{self.shift_pct:+.1f} % [{low:.1f}, {high:.1f}]"
         runs = f"{self.runs} valid run(s)" + (f", {self.invalid} INVALID left out" if self.invalid else "")
         threshold = f"the {self.threshold_pct:.1f} % threshold learned from their spread"
+        named = f" (outlier{'s' if len(self.named) > 1 else ''} {', '.join(self.named)} left out)" if self.named else ""
+        others = f"the other {self.others} boards{named}"
         if self.outlier:
-            return (f"OUTLIER board {self.board} {self.outlier} than the other {self.others} boards: {shift}, "
-                    f"past {threshold} (p {self.p_value:.2g}; {runs})")
-        return f"board {self.board} {shift} against the other {self.others} boards, within {threshold} ({runs})"
+            return (f"OUTLIER board {self.board} {self.outlier} than {others}: {shift}, past {threshold} "
+                    f"(p {self.p_value:.2g}; {runs})")
+        return f"board {self.board} {shift} against {others}, within {threshold} ({runs})"
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,7 @@ class FleetGroup:
     """The runs of one board model on one key: per board, its runs oldest first."""
 
     board_model: str
-    key: object                     # records.RunKey of the newest run
+    key: RunKey                     # the newest run's
     runs: dict                      # board -> its runs (valid and INVALID), oldest first
 
     def header(self) -> str:
@@ -95,24 +99,52 @@ def fleet_groups(runs: list[Run], board_model: str | None = None) -> list[FleetG
 
 
 def board_verdicts(group: FleetGroup) -> tuple[list[BoardVerdict], list[str]]:
-    """(a verdict per board judged, a line for each board left out and why)."""
-    windows, left_out = {}, []
-    for board, runs in group.runs.items():
-        valid = [r for r in runs if r.valid][-LOOKBACK:]
-        if len(valid) < MIN_HISTORY:
-            left_out.append(f"board {board}: {len(valid)} valid run(s), too few to judge it ({MIN_HISTORY} needed)")
-            continue
-        start, end = valid[0].time, valid[-1].time
-        means = {other: _mean_within(runs_, start, end) for other, runs_ in group.runs.items() if other != board}
-        means = {other: mean for other, mean in means.items() if mean is not None}
-        if len(means) < 2:
-            left_out.append(f"board {board}: {len(means)} other board(s) with {MIN_HISTORY} valid runs in its window "
-                            f"({start} to {end}); a spread needs two")
-            continue
-        invalid = sum(1 for r in runs if not r.valid and start <= r.time <= end)
-        windows[board] = (float(np.mean(np.log([r.mean_step_s for r in valid]))), means, len(valid), invalid)
-    confidence = 1.0 - (1.0 - CONFIDENCE) / max(len(windows), 1)
-    return [_verdict(board, *found, confidence, len(windows)) for board, found in windows.items()], left_out
+    """(a verdict per board judged, a line for each board left out and why).
+
+    Boards named an outlier are then left out of the other boards' references and those are judged
+    again, until no more is named: an outlier in a board's reference widens its spread and would
+    hide a second one (a step-down, as the generalized ESD test does). Every pass is at the first
+    pass's Bonferroni level, so a fleet with nothing wrong still names none at judge.CONFIDENCE."""
+    windows = {board: _window(group, board, set()) for board in group.runs}
+    judged = [board for board, w in windows.items() if isinstance(w, _Window)]
+    confidence = 1.0 - (1.0 - CONFIDENCE) / max(len(judged), 1)      # Bonferroni over the boards judged
+    verdicts: dict[str, BoardVerdict] = {}
+    named: set[str] = set()
+    while True:
+        again = {board: _window(group, board, named) for board in judged if board not in named}
+        found = {board: _verdict(board, w, confidence, len(judged), sorted(named))
+                 for board, w in again.items() if isinstance(w, _Window)}
+        verdicts.update(found)
+        newly = {board for board, v in found.items() if v.outlier}
+        if not newly:
+            return [verdicts[b] for b in judged], [w for w in windows.values() if isinstance(w, str)]
+        named |= newly
+
+
+@dataclass(frozen=True)
+class _Window:
+    mean: float                     # the mean log step of the board's newest LOOKBACK valid runs
+    others: dict                    # other board -> its mean log step inside their span
+    runs: int
+    invalid: int                    # the board's INVALID runs inside the span
+
+
+def _window(group: FleetGroup, board: str, named: set) -> _Window | str:
+    """The board's window and its reference (the other boards but the `named` outliers), or why it is
+    not judged."""
+    runs = group.runs[board]
+    valid = [r for r in runs if r.valid][-LOOKBACK:]
+    if len(valid) < MIN_HISTORY:
+        return f"board {board}: {len(valid)} valid run(s), too few to judge it ({MIN_HISTORY} needed)"
+    start, end = valid[0].time, valid[-1].time
+    others = {other: _mean_within(theirs, start, end) for other, theirs in group.runs.items()
+              if other != board and other not in named}
+    others = {other: mean for other, mean in others.items() if mean is not None}
+    if len(others) < 2:
+        return (f"board {board}: {len(others)} other board(s) with {MIN_HISTORY} valid runs in its window "
+                f"({start} to {end}); a spread needs two")
+    invalid = sum(1 for r in runs if not r.valid and start <= r.time <= end)
+    return _Window(float(np.mean(np.log([r.mean_step_s for r in valid]))), others, len(valid), invalid)
 
 
 def _mean_within(runs: list[Run], start: str, end: str) -> float | None:
@@ -121,18 +153,20 @@ def _mean_within(runs: list[Run], start: str, end: str) -> float | None:
     return float(np.mean(np.log(steps))) if len(steps) >= MIN_HISTORY else None
 
 
-def _verdict(board: str, mean: float, means: dict[str, float], runs: int, invalid: int, confidence: float,
-             judged: int) -> BoardVerdict:
-    others = np.array(list(means.values()))
-    delta = mean - float(np.mean(others))
+def _verdict(board: str, window: _Window, confidence: float, judged: int, named: list) -> BoardVerdict:
+    """The board's mean against the others' means: a pooled two-sample t-test with its one value on one
+    side, i.e. the prediction interval of one more board like the others (the module docstring)."""
+    others = np.array(list(window.others.values()))
+    delta = window.mean - float(np.mean(others))
     if np.ptp(others) == 0:         # no spread to learn from (identical boards): the floor alone
         half, p_value = 0.0, float(delta == 0)
     else:
-        test = stats.ttest_ind([mean], others, equal_var=True)
+        test = stats.ttest_ind([window.mean], others, equal_var=True)
         interval = test.confidence_interval(confidence)
         half, p_value = (float(interval.high) - float(interval.low)) / 2, float(test.pvalue)
-    return BoardVerdict(board, runs, invalid, others.size, _pct(delta), (_pct(delta - half), _pct(delta + half)),
-                        max(HISTORY_FLOOR_PCT, _pct(half)), min(1.0, p_value * judged))
+    return BoardVerdict(board, window.runs, window.invalid, others.size, _pct(delta),
+                        (_pct(delta - half), _pct(delta + half)), max(HISTORY_FLOOR_PCT, _pct(half)),
+                        min(1.0, p_value * judged), tuple(named))
 
 
 def _pct(log_ratio: float) -> float:

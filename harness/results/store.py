@@ -19,6 +19,7 @@ at once are written one after the other, neither is lost.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sqlite3
 import time
@@ -28,14 +29,15 @@ from pathlib import Path
 
 from sqlalchemy import case, create_engine, delete, event, func, insert, or_, select, text
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 
 from .records import ResultsError, Run, RunKey, SubgraphTime, utc_now
 from .sessions import SIDES, ABRecord, verdict_of
 from .tables import (ab_rounds, ab_sessions, ab_verdicts, baselines, run_branches, run_quality, run_stages,
                      run_steps, run_subgraphs, runs)
 
-__all__ = ["ResultsStore", "PendingView", "DEFAULT_RESULTS", "BUSY_SECONDS", "describe_url", "absolute_url", "sqlite_path"]
+__all__ = ["ResultsStore", "PendingView", "StoreUnavailable", "DEFAULT_RESULTS", "BUSY_SECONDS", "describe_url",
+           "absolute_url", "sqlite_path", "check_url"]
 
 DEFAULT_RESULTS = "sqlite:///.benchmarks/results.sqlite"
 BUSY_SECONDS = 60
@@ -70,20 +72,58 @@ def absolute_url(url: str, base: Path) -> str:
     return make_url(url).set(database=str(base / path)).render_as_string(hide_password=False)
 
 
-def _engine(url: str) -> Engine:
+class StoreUnavailable(ResultsError):
+    """The store could not be read or written (the server went away, a lock held past BUSY_SECONDS):
+    nothing is wrong with what was asked, so a run that could not be written is worth keeping."""
+
+
+def check_url(url: str):
+    """The parsed URL of a store the suite can open: SQLite or PostgreSQL, with its driver installed.
+    Checked without connecting (pytest: at configure time, before anything runs)."""
     try:
         parsed = make_url(url)
     except ArgumentError:
         raise ResultsError(f"--results {url!r}: not a database URL (e.g. sqlite:///.benchmarks/results.sqlite "
                            "or postgresql://user@host/db)") from None
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise ResultsError(f"--results {describe_url(url)}: choose a sqlite:/// or postgresql:// URL (not {backend})")
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    try:
+        parsed.get_dialect().import_dbapi()
+    except (ImportError, NoSuchModuleError) as exc:     # a driver not installed, or no such driver
+        why = f"not installed ({exc})" if isinstance(exc, ImportError) else "unknown to SQLAlchemy"
+        raise ResultsError(f"--results {describe_url(url)}: database driver {parsed.drivername!r} is {why}; "
+                           "postgresql:// uses psycopg 3, which is installed") from None
+    return parsed
+
+
+def _engine(url: str) -> Engine:
+    parsed = check_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed)
-    if parsed.get_backend_name() == "postgresql":
-        if parsed.drivername == "postgresql":
-            parsed = parsed.set(drivername="postgresql+psycopg")
-        return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
-    raise ResultsError(f"--results {describe_url(url)}: choose a sqlite:/// or postgresql:// URL "
-                       f"(not {parsed.get_backend_name()})")
+    return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+
+
+def _first_line(exc: DBAPIError) -> str:
+    return (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+
+
+def _guarded(what: str):
+    """A store method whose database errors (a server gone, a lock held too long) are one line naming
+    the store and what was being done, never SQLAlchemy's traceback. The transaction it was in is
+    rolled back, so the store is as it was."""
+    def wrap(method):
+        @functools.wraps(method)
+        def guarded(self, *args, **kwargs):
+            try:
+                return method(self, *args, **kwargs)
+            except DBAPIError as exc:
+                raise StoreUnavailable(f"results store {self.where}: {what} failed ({_first_line(exc)}); "
+                                       "the store is as it was") from None
+        return guarded
+    return wrap
 
 
 def _wal(dbapi) -> None:
@@ -134,14 +174,20 @@ class ResultsStore:
         path = sqlite_path(self.url)
         if not create and path is not None and not path.expanduser().is_file():
             raise ResultsError(f"no results store at {path}: run the benchmark gate (pytest -m benchmark) "
-                               "or `bin/harness results import` first")
+                               "or `bin/harness results import` another store's export first")
         self.engine = _engine(self.url)
         try:
             self._upgrade()
         except DBAPIError as exc:       # no server, wrong password, not a database file
             self.engine.dispose()
-            raise ResultsError(f"results store {describe_url(self.url)}: cannot open "
-                               f"({str(exc.orig).strip() or type(exc.orig).__name__})") from None
+            raise StoreUnavailable(f"results store {describe_url(self.url)}: cannot open "
+                                   f"({str(exc.orig).strip() or type(exc.orig).__name__})") from None
+        except sqlite3.Error as exc:    # raised by the connect hook itself (the WAL switch), not wrapped
+            self.engine.dispose()
+            raise StoreUnavailable(f"results store {describe_url(self.url)}: cannot open ({exc})") from None
+        except ResultsError:
+            self.engine.dispose()
+            raise
 
     def __enter__(self):
         return self
@@ -167,13 +213,26 @@ class ResultsStore:
     def _upgrade(self) -> None:
         from alembic import command
         from alembic.config import Config
+        from alembic.script import ScriptDirectory
         config = Config()
         config.set_main_option("script_location", str(_MIGRATIONS))
         with self._writing() as conn:
             if conn.dialect.name == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK})
+            self._refuse_unknown_revision(conn, ScriptDirectory.from_config(config))
             config.attributes["connection"] = conn
             command.upgrade(config, "head")
+
+    def _refuse_unknown_revision(self, conn, script) -> None:
+        """A store stamped with a revision this checkout does not have was written by newer code:
+        upgrading it ends in alembic's traceback, and reading it could misread its tables."""
+        from alembic.runtime.migration import MigrationContext
+        known = {r.revision for r in script.walk_revisions()}
+        unknown = [r for r in MigrationContext.configure(conn).get_current_heads() if r not in known]
+        if unknown:
+            raise ResultsError(f"results store {self.where}: schema revision {unknown[0]} is newer than this "
+                               f"checkout's ({script.get_current_head()}): update the checkout to use it; "
+                               "nothing was written")
 
     # -- writing -------------------------------------------------------------------------------------
 
@@ -193,9 +252,22 @@ class ResultsStore:
                                    "is already stored (run ids are unique)") from None
             raise ResultsError(f"results store {self.where}: run {run.run_id!r} rejected "
                                f"({str(exc.orig).splitlines()[0]})") from None
-        except OperationalError as exc:     # locked past BUSY_SECONDS, or the server went away
-            raise ResultsError(f"results store {self.where}: run {run.run_id!r} not written "
-                               f"({str(exc.orig).splitlines()[0]}); the store is as it was") from None
+        except DBAPIError as exc:     # locked past BUSY_SECONDS, or the server went away
+            raise StoreUnavailable(f"results store {self.where}: run {run.run_id!r} not written "
+                                   f"({_first_line(exc)}); the store is as it was") from None
+
+    def add_runs(self, runs: list[Run]) -> None:
+        """Write `runs` in one transaction, all or none (`results import`); a stored id is an error."""
+        try:
+            with self._writing() as conn:
+                for run in runs:
+                    _insert_run(conn, run)
+        except IntegrityError as exc:
+            raise ResultsError(f"results store {self.where}: runs rejected ({_first_line(exc)}); "
+                               "the store is as it was") from None
+        except DBAPIError as exc:
+            raise StoreUnavailable(f"results store {self.where}: runs not written ({_first_line(exc)}); "
+                                   "the store is as it was") from None
 
     def add_ab_session(self, record: ABRecord) -> None:
         """Write an A/B session whole in one transaction: both sides' runs, every round's figures and
@@ -207,10 +279,11 @@ class ResultsStore:
             raise ResultsError(f"results store {self.where}: A/B session {record.session_id!r} of case "
                                f"{record.case!r} rejected ({str(exc.orig).splitlines()[0]}); is it stored "
                                "already?") from None
-        except OperationalError as exc:
-            raise ResultsError(f"results store {self.where}: A/B session {record.session_id!r} not written "
-                               f"({str(exc.orig).splitlines()[0]}); the store is as it was") from None
+        except DBAPIError as exc:
+            raise StoreUnavailable(f"results store {self.where}: A/B session {record.session_id!r} not written "
+                                   f"({_first_line(exc)}); the store is as it was") from None
 
+    @_guarded("filing a run under its board")
     def filed(self, run: Run) -> Run:
         """`run` under the board id and board model the store files its serial under (its board's first
         run's): a board whose device-tree model string changed ("ROCK 5C" -> "ROCK 5C Rev 1.1") keeps its
@@ -219,6 +292,7 @@ class ResultsStore:
         with self.engine.connect() as conn:
             return _filed(conn, run)
 
+    @_guarded("reading A/B sessions")
     def ab_sessions(self, *, board: str | None = None, case: str | None = None) -> list[ABRecord]:
         """Stored A/B sessions matching the filters, oldest first."""
         query = select(ab_sessions)
@@ -230,6 +304,7 @@ class ResultsStore:
             rows = conn.execute(query.order_by(ab_sessions.c.time, ab_sessions.c.id)).mappings().all()
             return [_session_of(conn, row) for row in rows]
 
+    @_guarded("setting a baseline")
     def set_baseline(self, run: Run, reason: str) -> None:
         """Make the stored `run` its board's baseline for its experiment (replacing the one before)."""
         with self._writing() as conn:
@@ -241,10 +316,12 @@ class ResultsStore:
 
     # -- reading -------------------------------------------------------------------------------------
 
+    @_guarded("reading runs")
     def has_run(self, run_id: str, case: str) -> bool:
         with self.engine.connect() as conn:
             return _run_pk(conn, run_id, case) is not None
 
+    @_guarded("reading runs")
     def runs(self, *, board: str | None = None, board_model: str | None = None, key: str | None = None,
              experiment: str | None = None, valid: bool | None = None, case: str | None = None,
              backend: str | None = None, run_id: str | None = None, other_than_board: str | None = None,
@@ -280,6 +357,7 @@ class ResultsStore:
                 f"no run {run_id!r}" if not found else f"run {run_id!r} has several cases ({cases}): name one"))
         return found[0]
 
+    @_guarded("reading a baseline")
     def baseline(self, board: str, experiment: str) -> tuple[Run, str] | None:
         """(run, reason) of the board's baseline for the experiment, or None."""
         with self.engine.connect() as conn:
@@ -288,6 +366,7 @@ class ResultsStore:
                                ).mappings().first()
             return (_with_children(conn, [row])[0], row["reason"]) if row else None
 
+    @_guarded("reading the fleet's baselines")
     def fleet_baseline(self, board_model: str, experiment: str, exclude_board: str) -> tuple[Run, str] | None:
         """(run, reason) of the newest baseline of another board of the same model, or None."""
         with self.engine.connect() as conn:
@@ -297,6 +376,7 @@ class ResultsStore:
                                .order_by(baselines.c.saved.desc(), baselines.c.id.desc())).mappings().first()
             return (_with_children(conn, [row])[0], row["reason"]) if row else None
 
+    @_guarded("counting a board's stacks")
     def stacks(self, board: str, experiment: str) -> list[tuple[str, int, int]]:
         """(key digest, runs, valid runs) of every key under which the board ran the experiment, in the
         order of each key's first run: which stack came first and how many runs each has had (counted
@@ -307,6 +387,7 @@ class ResultsStore:
         with self.engine.connect() as conn:
             return [(digest, int(count), int(valid or 0)) for digest, count, valid in conn.execute(query)]
 
+    @_guarded("reading baselines")
     def baseline_pairs(self) -> list[tuple[str, str, str, str]]:
         """(board, run id, case, reason) of every baseline: what `push` copies besides the runs."""
         with self.engine.connect() as conn:
@@ -336,7 +417,7 @@ class ResultsStore:
         theirs = {(b, r, c) for b, r, c, _ in target.baseline_pairs()}
         for board, run_id, case, reason in self.baseline_pairs():
             if (board, run_id, case) not in theirs:
-                target.set_baseline(target.run(run_id, case), reason)
+                _newer_baseline(target, target.run(run_id, case), reason)
         return copied, had
 
 
@@ -382,6 +463,14 @@ def _matches(run: Run, *, board=None, board_model=None, key=None, experiment=Non
     return all(value is None or value == actual for value, actual in wanted) \
         and (other_than_board is None or run.board_id != other_than_board) \
         and (cpus is None or run.host_cpus in (None, cpus))
+
+
+def _newer_baseline(target: ResultsStore, run: Run, reason: str) -> None:
+    """Make `run` its board's baseline in `target` unless the baseline there is a later run: a spool or
+    a board store pushed again must not take a board back to the baseline it had before."""
+    current = target.baseline(run.board_id, run.key.experiment)
+    if current is None or current[0].time < run.time:
+        target.set_baseline(run, reason)
 
 
 def _run_pk(conn, run_id: str, case: str) -> int | None:

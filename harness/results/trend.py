@@ -36,7 +36,7 @@ def trend_rows(runs: list[Run], board: str | None = None, backend: str | None = 
     """One table row per run (optionally of one board / backend), in time order."""
     if not runs:
         raise ResultsError("the results store has no runs: nothing to plot (run the benchmark gate, "
-                           "pytest -m benchmark, or `results import` the old history)")
+                           "pytest -m benchmark, or `results import` another store's export)")
     chosen = [r for r in runs if (board is None or r.board_id == board)
               and (backend is None or r.key.backend == backend)]
     if not chosen:

@@ -111,6 +111,8 @@ def history_verdict(label: str, history: Sequence[float], value: float | Sequenc
     `min_runs` earlier runs survive."""
     earlier = np.log(_finite_positive(f"{label} history", history)[-lookback:])
     new = np.log(_finite_positive(f"{label} value", np.atleast_1d(value)))
+    if earlier.size < min_runs:     # (an empty history would reach numpy as a mean of nothing: a warning)
+        return None
     kept, centre, spread = _robust_centre_spread(earlier)
     if kept.size < min_runs:
         return None

@@ -1,2 +1,1 @@
 """The partitioned run: the pipeline, one run and its report, the step split, calibration capture, conversion on first use."""
-__all__: list[str] = []

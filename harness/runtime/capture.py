@@ -31,8 +31,8 @@ from ..core.errors import ConfigError
 from ..core.schema import read_json
 from .pipeline import Invocation
 
-__all__ = ["FORMAT", "RECORD_FILE", "PRESETS", "strata_steps", "parse_steps", "parse_branches", "parse_streams",
-           "CalibrationCapture", "capture_calibration", "CalibrationSet", "load_calibration"]
+__all__ = ["FORMAT", "RECORD_FILE", "PRESETS", "parse_steps", "parse_branches", "parse_streams",
+           "capture_calibration", "load_calibration"]
 
 FORMAT = "anima-calibration/1"
 RECORD_FILE = "calibration.json"
@@ -175,12 +175,12 @@ def capture_calibration(bundle, partition, out, prompt: str, settings: dict, bra
             guard=guard, observers=[capture])
         capture.write_lists()
         from ..sampling.flow import flow_sigmas
-        sigmas = flow_sigmas(settings["steps"], settings["shift"])
+        sigmas = flow_sigmas(settings.steps, settings.shift)
         record = {
             "format": FORMAT, "model": bundle.cfg.name, "weights_sha256": bundle.digest,
             "partition": str(Path(partition).resolve()), "manifest_sha256": manifest_sha256(partition),
             "export": {k: manifest.export.get(k) for k in ("dtype", "streams", "opset")},
-            "generation": {"prompt": prompt, **settings, "backend": backend,
+            "generation": {"prompt": prompt, **settings.as_dict(), "backend": backend,
                            "denoise_seconds": result.report.get("denoise_seconds")},
             "recipe": {"branches": sorted(set(branches), key=BRANCHES.index), "steps": list(steps),
                        "sigmas": [float(sigmas[s]) for s in steps], "streams": list(streams),

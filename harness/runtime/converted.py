@@ -13,15 +13,12 @@ import sys
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..partition.manifest import manifest_path
+from .partitions import exported_partition, is_current
 
-__all__ = ["cached_conversion", "cached_calibration", "cached_fp32_export", "TOOLKIT_PRECISIONS"]
-
-TOOLKIT_PRECISIONS = {"float16": "fp16", "fp16": "fp16", "w8a8-ffn": "w8a8-ffn"}
+__all__ = ["cached_conversion", "cached_fp32_export"]
 
 
 def cached_fp32_export(bundle, cache_dir: Path, granularity: str = "branch") -> Path:
-    from .partitions import exported_partition
     return exported_partition(bundle, "float32", root=Path(cache_dir) / "partitions", granularity=granularity)
 
 
@@ -34,7 +31,7 @@ def cached_calibration(bundle, cache_dir: Path, source: Path) -> Path:
         settings = sample_settings(bundle)
         print(f"[rknn-sim] capturing calibration into {out} (first use)", file=sys.stderr, flush=True)
         capture_calibration(bundle, source, out, bundle.cfg.prompt.get("default", ""), settings,
-                            ["ffn"], [0, settings["steps"] - 1], ["cond", "uncond"])
+                            ["ffn"], [0, settings.steps - 1], ["cond", "uncond"])
     return out
 
 
@@ -43,13 +40,13 @@ def cached_conversion(bundle, cache_dir: Path, precision: str, calibration: Path
     """A converted partition of these weights for the rknn-sim backend, converted on first use."""
     from ..toolkit.convert import convert_partition
     from ..toolkit.envs import default_version, toolkit_python
-    if precision not in TOOLKIT_PRECISIONS:
-        raise ConfigError(f"--precision {precision}: the toolkit builds float16 (fp16) or w8a8-ffn")
-    precision = TOOLKIT_PRECISIONS[precision]
+    from ..toolkit.precisions import precisions
+    if precision not in precisions():
+        raise ConfigError(f"--precision {precision}: the toolkit builds {' or '.join(precisions())}")
     version = version or default_version()
     toolkit_python(version)              # absent environment: one line naming bin/toolkit-env
     source = cached_fp32_export(bundle, cache_dir, granularity)
-    if precision != "fp16" and calibration is None:
+    if precision != "float16" and calibration is None:
         calibration = cached_calibration(bundle, cache_dir, source)
     name = f"{source.name}-rknn-{version}-{precision}"
     if calibration is not None:     # another calibration set is another conversion
@@ -59,7 +56,7 @@ def cached_conversion(bundle, cache_dir: Path, precision: str, calibration: Path
         load_calibration(calibration, load_manifest(source))
         name += "-cal-" + hashlib.sha256((Path(calibration) / "calibration.json").read_bytes()).hexdigest()[:10]
     out = source.with_name(name)
-    if not manifest_path(out).exists():
+    if not is_current(out):
         print(f"[rknn-sim] converting {source.name} with rknn-toolkit2 {version} ({precision}) into "
               f"{out} (first use)", file=sys.stderr, flush=True)
         convert_partition(source, out, version=version, precision=precision, calibration=calibration,

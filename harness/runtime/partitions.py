@@ -6,10 +6,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..core.errors import ManifestError
 from ..model.config import ModelConfig
-from ..partition.manifest import default_partition_dir
+from ..partition.manifest import default_partition_dir, load_manifest, manifest_path
 
-__all__ = ["exported_partition", "export_with_progress"]
+__all__ = ["exported_partition", "export_with_progress", "is_current"]
 
 
 def export_with_progress(weights: dict, cfg: ModelConfig, out, quiet: bool = False, **options):
@@ -25,12 +26,26 @@ def exported_partition(bundle, dtype: str, fake_quant: str | None = None, quiet:
                        root: Path | None = None, granularity: str = "branch") -> Path:
     """The export command's default directory for these weights (under `root` if given, e.g. the
     suite's cache), exported on first use."""
-    from ..partition.manifest import manifest_path
     partition = default_partition_dir(bundle.cfg, bundle.digest, dtype, fake_quant, granularity=granularity)
     if root is not None:
         partition = Path(root) / partition.name
-    if not manifest_path(partition).exists():
+    if not is_current(partition):
         print(f"exporting the partition to {partition} ({dtype}, first use)", file=sys.stderr)
         export_with_progress(bundle.weights_source, bundle.cfg, partition, quiet=quiet, dtype=dtype,
                              fake_quant=fake_quant, granularity=granularity)
     return partition
+
+
+def is_current(partition: Path) -> bool:
+    """A kept partition is used only if this suite reads its manifest and it has the inputs this
+    exporter names: the directory name holds the weights digest, not the exporter's version, so a
+    partition written before a change of the manifest or of a fused subgraph's input names is
+    exported (or converted) again instead of refused or fed the wrong inputs."""
+    from ..partition.fused import input_names
+    if not manifest_path(partition).exists():
+        return False
+    try:
+        fused = [e for e in load_manifest(partition).subgraphs if e.blocks is not None]
+    except ManifestError:
+        return False
+    return all([spec.name for spec in e.inputs] == input_names(e.blocks) for e in fused)

@@ -34,8 +34,7 @@ from ..core.imageio import as_rgb
 from ..core.timing import Timed
 from .casts import cast
 
-__all__ = ["PartitionedPipeline", "HostTimes", "Invocation", "check_finite", "check_image_finite", "batch_of",
-           "pad_batch"]
+__all__ = ["PartitionedPipeline", "Invocation", "check_finite", "check_image_finite", "batch_of"]
 
 
 @dataclass(frozen=True)
@@ -226,7 +225,7 @@ class PartitionedPipeline:
         return x
 
     def _invoke(self, entry, step: int, h: np.ndarray, feeds: dict | None = None) -> np.ndarray:
-        """One subgraph: `h` as its x, the text embedding as its context, `feeds` (a fused
+        """One subgraph: `h` as its x, the text embedding, `feeds` (a fused
         subgraph's modulations, one row per stream row like x) by name."""
         for hook in self.between:       # memory guard: abort between invocations, never inside one
             hook(entry)

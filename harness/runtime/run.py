@@ -126,7 +126,7 @@ def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | N
     result = RunResult(recorder=LifecycleRecorder())
     report = result.report
     report.update(status="running", error=None, backend=backend, backend_options=backend_options or {},
-                  prompt=prompt, settings=dict(settings), partition=str(partition_dir), model=bundle.cfg.name,
+                  prompt=prompt, settings=settings.as_dict(), partition=str(partition_dir), model=bundle.cfg.name,
                   lifecycle=str(lifecycle), images=images)
     strategy = pipeline = sampler_summary = None
     step_walls: list[float] = []
@@ -144,7 +144,7 @@ def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | N
         options = run_options(backend, backend_options)
         strategy = make_strategy(lifecycle, backend, result.recorder, manifest, options)
         streams = ({s: np.repeat(c, images, axis=0) for s, c in text_embs.items()} if text_embs
-                   else stream_text_embs(bundle, [prompt] * images, settings["cfg_scale"]))
+                   else stream_text_embs(bundle, [prompt] * images, settings.cfg_scale))
         pipeline = PartitionedPipeline(bundle, manifest, strategy, streams,
                                        between_invocations=([lambda entry: guard.check()] if guard else [])
                                        + backend_class(backend).between_invocations(options),
@@ -163,13 +163,13 @@ def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | N
                 on_step(i)
 
         velocity, sampler_summary = sampler_velocity(pipeline, settings, pipeline.host.timed)
-        pipeline.precompute_modulations(flow_sigmas(settings["steps"], settings["shift"])[:-1])
-        noise = initial_latents(bundle, [settings["seed"] + k for k in range(images)])
-        result.latent = denoise(velocity, noise, settings["steps"], settings["shift"],
-                                settings["cfg_scale"], on_step=step_done)
+        pipeline.precompute_modulations(flow_sigmas(settings.steps, settings.shift)[:-1])
+        noise = initial_latents(bundle, [settings.seed + k for k in range(images)])
+        result.latent = denoise(velocity, noise, settings.steps, settings.shift,
+                                settings.cfg_scale, on_step=step_done)
         # A partition without a decoder (Anima's Wan VAE is not part of it yet) ends at the latent.
         if manifest.decoder:
-            decoded = pipeline.decode(result.latent, settings["steps"])
+            decoded = pipeline.decode(result.latent, settings.steps)
             result.images = decoded if images > 1 else decoded[None]
             result.image = result.images[0]     # the case's own seed: what gates compare
         if pipeline.padded_to:

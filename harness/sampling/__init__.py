@@ -1,2 +1,1 @@
 """Sampling: the discrete-flow schedule and CFG, Spectrum forecasting, the monolithic reference run."""
-__all__: list[str] = []

@@ -9,7 +9,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["flow_sigmas", "initial_noise", "cfg_mix", "euler_step", "denoise"]
+__all__ = ["flow_sigmas", "initial_noise", "cfg_mix", "denoise"]
 
 
 def flow_sigmas(steps: int, shift: float) -> np.ndarray:

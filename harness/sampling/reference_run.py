@@ -5,6 +5,7 @@ as a single run with that seed does, and cond/uncond run as one batch of 2B.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Sequence
 
 import numpy as np
@@ -16,8 +17,7 @@ from .settings import SampleSettings
 from ..core.errors import ConfigError
 from .spectrum import DEFAULT_PRESET, PRESETS, SpectrumParams, check_params, sampler_velocity
 
-__all__ = ["sample_settings", "stream_text_embs", "initial_latents", "sample_reference", "ReferenceModel",
-           "text_emb_streams"]
+__all__ = ["sample_settings", "stream_text_embs", "initial_latents", "sample_reference", "text_emb_streams"]
 
 
 def sample_settings(bundle: ModelBundle, steps=None, cfg_scale=None, shift=None, seed=None,
@@ -107,11 +107,12 @@ class ReferenceModel:
 
 def sample_reference(bundle: ModelBundle, prompts: Sequence[str], seeds: Sequence[int], steps: int,
                      cfg_scale: float, shift: float,
-                     on_step: Callable[[int], None] | None = None, settings: dict | None = None,
+                     on_step: Callable[[int], None] | None = None, settings: SampleSettings | None = None,
                      text_embs: dict | None = None) -> np.ndarray:
     """Final latents [B, C, H, W] from the monolithic reference forward; `settings` (from
     sample_settings) choose the sampler, flow-euler when not given; `text_embs` ({stream: [B, L, C]}
     text embeddings) replace the prompts for a model without a prompt encoder."""
     model = ReferenceModel(bundle, text_embs or stream_text_embs(bundle, prompts, cfg_scale), len(seeds))
-    velocity, _ = sampler_velocity(model, {**(settings or {}), "steps": steps})
+    settings = settings or SampleSettings(steps=steps, cfg_scale=cfg_scale, shift=shift, seed=seeds[0])
+    velocity, _ = sampler_velocity(model, dataclasses.replace(settings, steps=steps))
     return denoise(velocity, initial_latents(bundle, seeds), steps, shift, cfg_scale, on_step)

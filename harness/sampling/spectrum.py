@@ -29,8 +29,8 @@ import scipy.linalg
 from ..core.errors import ConfigError, NumericsError
 
 __all__ = ["SpectrumParams", "PRESETS", "DEFAULT_PRESET", "SAMPLERS", "check_params", "schedule",
-           "schedule_text", "step_tau", "chebyshev_basis", "Forecaster", "SpectrumVelocity",
-           "HiddenStateModel", "params_from", "sampler_velocity"]
+           "schedule_text", "step_tau", "chebyshev_basis", "Forecaster", "SpectrumVelocity", "params_from",
+           "sampler_velocity"]
 
 SAMPLERS = ("flow-euler", "spectrum")
 
@@ -263,13 +263,11 @@ class SpectrumVelocity:
                 "forecasts_checked": len(self.checked)}
 
 
-def sampler_velocity(model, settings: dict, timed: Callable | None = None):
-    """(velocity callable, report summary) for the run settings' sampler."""
-    if settings.get("sampler", "flow-euler") == "spectrum":
-        params = settings["spectrum"]
-        params = params if isinstance(params, SpectrumParams) else SpectrumParams(**params)
-        velocity = SpectrumVelocity(model, settings["steps"], params, timed)
+def sampler_velocity(model, settings, timed: Callable | None = None):
+    """(velocity callable, report summary) for the run settings' sampler (a SampleSettings)."""
+    if settings.sampler == "spectrum":
+        velocity = SpectrumVelocity(model, settings.steps, SpectrumParams(**settings.spectrum), timed)
         return velocity, velocity.summary
-    steps = settings["steps"]
+    steps = settings.steps
     return model.velocity, lambda: {"name": "flow-euler", "schedule": "C" * steps,
                                     "computed_steps": list(range(steps)), "forecast_steps": []}

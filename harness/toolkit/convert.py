@@ -30,7 +30,7 @@ from .envs import default_version, toolkit_python
 from .layers import check_no_cpu_ops, cpu_fallbacks, parse_layer_table, register_overflow
 from .process import run_worker
 
-__all__ = ["PRECISIONS", "DEFAULT_TARGET", "BUILD_LOG", "ConvertResult", "convert_partition",
+__all__ = ["PRECISIONS", "DEFAULT_TARGET", "BUILD_LOG", "ConvertResult", "convert_partition", "check_out",
            "sample_inputs"]
 
 PRECISIONS = precisions()
@@ -70,7 +70,7 @@ def _source(partition) -> Manifest:
     return manifest
 
 
-def _check_out(out: Path) -> None:
+def check_out(out: Path) -> None:
     """--out may be new, empty, or a previous conversion (replaced as a whole); nothing else."""
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not _is_conversion(out))):
         raise ConfigError(f"--out {out} exists and is not a converted partition: choose another "
@@ -176,7 +176,7 @@ def _storage_error(exc: OSError, work: Path, out: Path) -> StorageError:
                         f"{_free_space_note(reason, out) if exc.errno == errno.ENOSPC else ''}")
 
 
-def convert_partition(partition, out, version: str | None = None, precision: str = "fp16",
+def convert_partition(partition, out, version: str | None = None, precision: str = "float16",
                       calibration=None, target: str = DEFAULT_TARGET, allow_cpu_ops: bool = False,
                       samples: int = 0, seed: int = 0, quiet: bool = False) -> ConvertResult:
     """Convert every subgraph (and the decoder) of an FP32 export; see the module docstring.
@@ -190,12 +190,12 @@ def convert_partition(partition, out, version: str | None = None, precision: str
     if calibration is None and spec.get("calibration"):
         calibration = spec["calibration"]
     out = Path(out)
-    _check_out(out)
+    check_out(out)
     source = _source(partition)
-    if precision != "fp16" and source.granularity != "branch":
+    if precision != "float16" and source.granularity != "branch":
         # INT8 is chosen per branch subgraph (the FFNs); a fused subgraph would silently stay FP16
         raise ConfigError(f"--precision {precision} quantises the FFN subgraphs of a branch partition: "
-                          f"{source.file} is granularity {source.granularity} (convert it as fp16)")
+                          f"{source.file} is granularity {source.granularity} (convert it as float16)")
     toolkit_python(version)                 # an absent environment fails before any work
     started = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -20,8 +20,7 @@ from pathlib import Path
 from ..core.errors import ConfigError, ToolkitError
 from ..core.locks import file_lock
 
-__all__ = ["VERSIONS_FILE", "default_version", "known_versions", "toolkit_home", "env_dir",
-           "pins_digest", "toolkit_python", "create_env", "main"]
+__all__ = ["default_version", "toolkit_python", "main"]
 
 VERSIONS_FILE = Path(__file__).resolve().parents[2] / "toolkit" / "versions.toml"
 STAMP = ".anima-pins.sha256"

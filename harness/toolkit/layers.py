@@ -28,8 +28,7 @@ from dataclasses import dataclass
 
 from ..core.errors import ToolkitError
 
-__all__ = ["Layer", "SizeLimit", "parse_layer_table", "size_limits", "cpu_fallbacks", "check_no_cpu_ops",
-           "register_overflow", "BOUNDARY_OPS", "CHANNEL_LIMIT"]
+__all__ = ["Layer", "parse_layer_table", "cpu_fallbacks", "check_no_cpu_ops", "register_overflow"]
 
 TITLE = "Network Layer Information Table"
 BOUNDARY_OPS = ("InputOperator", "OutputOperator")

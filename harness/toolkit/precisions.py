@@ -15,8 +15,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 
-__all__ = ["PRECISIONS_FILE", "PRECISION_FILE_FORMAT", "ALGORITHMS", "METHODS", "LINEARS", "precisions",
-           "is_precision_file", "recipe", "dataset_file", "check_dataset",
+__all__ = ["PRECISION_FILE_FORMAT", "ALGORITHMS", "METHODS", "LINEARS", "precisions", "recipe",
            "quantization_for", "absolute_dataset", "write_dataset"]
 
 PRECISIONS_FILE = Path(__file__).resolve().parents[2] / "toolkit" / "precisions.toml"

@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 from ..core.errors import ToolkitError
 from .envs import toolkit_python
 
-__all__ = ["WORKER", "run_worker"]
+__all__ = ["run_worker"]
 
 # The toolkit side, run by path: the rknn-sim backend imports build_rknn from it the same way
 # (sys.path.insert(0, str(WORKER.parent)); from worker import build_rknn).

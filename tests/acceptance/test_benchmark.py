@@ -1,7 +1,7 @@
 """Gate: denoise time against the results store (--results): the run's step, branch and stage times are
 judged against its reference there (harness/results/judge.py): the history of its key, or after an NPU
-stack upgrade the runs of the board's accepted stack (an upgrade comparison on every run until accepted). A regression fails
-this test itself, naming the branch or stage, its shift, interval and threshold, so JUnit and CI's test
+stack upgrade the runs of the board's accepted stack (an upgrade comparison on every run until accepted). A
+regression fails this test itself, naming the branch or stage, its shift, interval and threshold, so JUnit and CI's test
 view show it. A regression judged from one run is confirmed first: the case runs once more (not timed by
 pytest-benchmark, measured as the round was) and the test fails only when that run regresses too
 (judge.confirm).
@@ -55,7 +55,7 @@ def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, re
         record_run(benchmark, case, gate_runner, window, results[-1], suite, request, results_gate,
                    record_property, host, again=lambda: _run_again(case, gate_runner, npu_guard, suite, results_gate))
     except (HarnessError, OSError) as exc:
-        pytest.fail(f"{case.name}: benchmark ran but was not recorded: {exc}", pytrace=False)
+        pytest.fail(f"{case.name}: benchmark ran but was not judged: {exc}", pytrace=False)
 
 
 def _run_again(case, gate_runner, npu_guard, suite, results_gate):

@@ -25,13 +25,13 @@ def test_full_width_block_from_bf16_checkpoint_to_latent(tmp_path, capsys):
     (model / "model.toml").write_text('weights = "dit.safetensors"\n' + text)
     cfg = load_model_dir(model)
     assert (cfg.width, cfg.ffn_hidden, cfg.text_emb_dim, cfg.in_channels) == (2048, 8192, 1024, 17)
-    write_random_checkpoint(cfg, model / "dit.safetensors", "bf16", prefix="net.", llm_adapter=True, seed=5)
+    write_random_checkpoint(cfg, model / "dit.safetensors", "bfloat16", prefix="net.", llm_adapter=True, seed=5)
 
     assert main(["inspect-checkpoint", str(model / "dit.safetensors"), "--profile", str(model / "model.toml")]) == 0
     out = capsys.readouterr().out
     assert "key prefix 'net.' stripped" in out and "llm_adapter" in out and "(BF16 27)" in out
 
-    assert main(["export", "--model-dir", str(model), "--dtype", "float16", "--out", str(tmp_path / "p"),
+    assert main(["export", "--model-dir", str(model), "--precision", "float16", "--out", str(tmp_path / "p"),
                  "--quiet"]) == 0
     manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert [s["branch"] for s in manifest["subgraphs"]] == ["self_attn", "cross_attn", "ffn"]

@@ -23,7 +23,7 @@ FAST_TIER_CASES = 1
 
 
 @pytest.mark.npu
-def test_fp16_headroom_of_every_subgraph(golden_case, golden_cases, gate_runner, npu_guard):
+def test_float16_headroom_of_every_subgraph(golden_case, golden_cases, gate_runner, npu_guard):
     limit = min_headroom_of(gate_runner.bundle.cfg)
     # Every case but the one the memory gate measures: this run is also the one numerics and
     # quality judge (one render per case).

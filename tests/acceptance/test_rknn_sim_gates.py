@@ -23,7 +23,7 @@ def _gates(tmp_path, *args):
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def test_fp16_conversion_passes_numerics_and_quality_on_the_simulator(toolkit_version, tmp_path):
+def test_float16_conversion_passes_numerics_and_quality_on_the_simulator(toolkit_version, tmp_path):
     code, out = _gates(tmp_path)
     assert code == 0, out[-3000:]
     passed = re.search(r"(\d+) passed", out)

@@ -14,8 +14,19 @@ pytestmark = pytest.mark.smoke
 SMOKE_STEPS = 2
 
 
+def _or_fail(call, before: str = "", after: str = ""):
+    """call(), or the test fails with one line, the HarnessError's message between `before` and `after`:
+    no traceback, and no chained one either (pytest.fail is raised after the except block, not in it)."""
+    try:
+        return call()
+    except HarnessError as exc:
+        message = f"{before}{exc}{after}"
+    pytest.fail(message, pytrace=False)
+
+
 def _first_entry(gate_runner):
-    manifest = load_manifest(gate_runner.partition)
+    """(manifest, its first subgraph, its file); without a partition (rknnlite needs one), one line."""
+    manifest = _or_fail(lambda: load_manifest(gate_runner.partition))
     entry = manifest.entries()[0]
     return manifest, entry, manifest.path_of(entry)
 
@@ -39,12 +50,13 @@ def test_2_runtime_and_driver_versions(suite, gate_runner):
     from harness.backends import create_context
     manifest, entry, path = _first_entry(gate_runner)
     ctx = create_context("rknnlite", entry.label, **suite.backend_options)
-    try:
+
+    def versions_of_a_loaded_context():
         ctx.load(path)
         ctx.init()
-        versions = ctx.sdk_versions()
-    except HarnessError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        return ctx.sdk_versions()
+    try:
+        versions = _or_fail(versions_of_a_loaded_context)
     finally:
         ctx.release()
     converted_with = (manifest.conversion or {}).get("toolkit_version")
@@ -57,12 +69,11 @@ def test_2_runtime_and_driver_versions(suite, gate_runner):
 
 @pytest.mark.npu
 def test_3_one_subgraph_lifecycle(suite, gate_runner):
-    try:
-        gate_runner.prepare()
-        _, entry, path = _first_entry(gate_runner)
-        seconds, outputs = lifecycle_once(suite.backend, entry, path, suite.backend_options)
-    except HarnessError as exc:
-        pytest.fail(f"{exc} (partition {gate_runner.partition})", pytrace=False)
+    _, entry, path = _first_entry(gate_runner)
+    partition = f" (partition {gate_runner.partition})"
+    _or_fail(gate_runner.prepare, after=partition)
+    seconds, outputs = _or_fail(lambda: lifecycle_once(suite.backend, entry, path, suite.backend_options),
+                                after=partition)
     print(f"{entry.label} on {suite.backend}: " + ", ".join(f"{k} {v:.3f} s" for k, v in seconds.items()))
     bad = [i for i, out in enumerate(outputs) if not np.isfinite(out).all()]
     assert not bad, f"{entry.label}: output {bad[0]} has NaN/Inf on zero inputs ({path})"
@@ -71,8 +82,6 @@ def test_3_one_subgraph_lifecycle(suite, gate_runner):
 @pytest.mark.npu
 def test_4_model_for_two_steps(suite, gate_runner, golden_cases, npu_guard):
     case = golden_cases[0]
-    try:
-        result = gate_runner.run(case, npu_guard, steps=SMOKE_STEPS, tag="-smoke")
-    except HarnessError as exc:
-        pytest.fail(f"{case.name}, {SMOKE_STEPS} steps on {suite.backend}: {exc}", pytrace=False)
+    result = _or_fail(lambda: gate_runner.run(case, npu_guard, steps=SMOKE_STEPS, tag="-smoke"),
+                      before=f"{case.name}, {SMOKE_STEPS} steps on {suite.backend}: ")
     assert np.isfinite(result.latent).all(), f"{case.name}: the {SMOKE_STEPS}-step latent has NaN/Inf"

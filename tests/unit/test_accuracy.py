@@ -16,9 +16,9 @@ STEPS = 2
 
 
 @pytest.fixture(scope="module")
-def fp16_partition(embedded_fp32, tmp_path_factory):
+def float16_partition(embedded_fp32, tmp_path_factory):
     bundle, _ = embedded_fp32
-    out = tmp_path_factory.mktemp("acc") / "fp16"
+    out = tmp_path_factory.mktemp("acc") / "float16"
     export_partition(bundle.weights, bundle.cfg, out, dtype="float16")
     return out
 
@@ -37,18 +37,18 @@ def test_metrics():
     assert max_rel_err(ref + np.array([0, 0, 0.4], np.float32), ref) == pytest.approx(0.1)
 
 
-def test_fp32_partition_matches_the_reference_and_fp16_clears_the_bar(embedded_fp32, fp16_partition, tmp_path):
+def test_fp32_partition_matches_the_reference_and_float16_clears_the_bar(embedded_fp32, float16_partition, tmp_path):
     bundle, reference = embedded_fp32
     same, error = _analyze(embedded_fp32, reference, tmp_path / "fp32")
     assert error is None and len(same.rows) == bundle.cfg.subgraphs * STEPS
     assert min(r.cosine for r in same.rows) > 0.9999999 and max(r.max_abs_err for r in same.rows) < 1e-5
-    fp16, error = _analyze(embedded_fp32, fp16_partition, tmp_path / "fp16")
-    assert error is None and fp16.first_failure is None and fp16.repro is None
-    worst = worst_first(fp16.rows)[0]
+    float16, error = _analyze(embedded_fp32, float16_partition, tmp_path / "float16")
+    assert error is None and float16.first_failure is None and float16.repro is None
+    worst = worst_first(float16.rows)[0]
     print(f"FP16 vs FP32, {STEPS} steps: worst {worst.label} step {worst.step} cosine {worst.cosine:.7f}")
     assert 0.9999 <= worst.cosine < 0.9999999       # FP16 rounding is seen, and is small
-    saved = json.loads((tmp_path / "fp16" / "accuracy.json").read_text())
-    assert len(saved["rows"]) == len(fp16.rows) and saved["first_failure"] is None
+    saved = json.loads((tmp_path / "float16" / "accuracy.json").read_text())
+    assert len(saved["rows"]) == len(float16.rows) and saved["first_failure"] is None
 
 
 def test_fake_quantised_ffns_come_first_and_the_first_one_is_named(embedded_fp32, tmp_path):
@@ -64,10 +64,10 @@ def test_fake_quantised_ffns_come_first_and_the_first_one_is_named(embedded_fp32
     assert saved["subgraph"] == first.subgraph and saved["step"] == first.step
 
 
-def test_a_nan_fault_is_named_and_one_printed_command_reproduces_it(embedded_fp32, fp16_partition, tmp_path, capsys):
+def test_a_nan_fault_is_named_and_one_printed_command_reproduces_it(embedded_fp32, float16_partition, tmp_path, capsys):
     _, reference = embedded_fp32
     out = tmp_path / "acc"
-    rc = main(["accuracy", "--backend", "faults", "--fault", "nan@41", "--partition", str(fp16_partition),
+    rc = main(["accuracy", "--backend", "faults", "--fault", "nan@41", "--partition", str(float16_partition),
                "--reference", str(reference), "--steps", str(STEPS), "--out", str(out)])
     text = capsys.readouterr().out
     assert rc == 1
@@ -81,8 +81,8 @@ def test_a_nan_fault_is_named_and_one_printed_command_reproduces_it(embedded_fp3
     assert "still fails" in done.stdout
 
 
-def test_replay_passes_once_the_fault_is_gone(embedded_fp32, fp16_partition, tmp_path):
-    analysis, error = _analyze(embedded_fp32, fp16_partition, tmp_path, "faults", {"nan_subgraph": 5})
+def test_replay_passes_once_the_fault_is_gone(embedded_fp32, float16_partition, tmp_path):
+    analysis, error = _analyze(embedded_fp32, float16_partition, tmp_path, "faults", {"nan_subgraph": 5})
     assert error is not None and analysis.first_failure.subgraph == 5
     saved = analysis.repro / "repro.json"
     record = json.loads(saved.read_text())
@@ -110,8 +110,8 @@ def test_threshold_is_a_cosine(capsys):
     assert capsys.readouterr().err.splitlines()[-1].endswith("--threshold: must be within 0..1, got 2.0")
 
 
-def test_the_reference_must_be_fp32(embedded_fp32, fp16_partition, tmp_path, capsys):
-    rc = main(["accuracy", "--partition", str(fp16_partition), "--reference", str(fp16_partition),
+def test_the_reference_must_be_fp32(embedded_fp32, float16_partition, tmp_path, capsys):
+    rc = main(["accuracy", "--partition", str(float16_partition), "--reference", str(float16_partition),
                "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert rc == 2 and "the reference must be a plain FP32 export" in err

@@ -46,8 +46,8 @@ def test_each_adaln_layer_is_read_once_per_run(model, tmp_path_factory):
     adaln = {k: n for k, n in counting.reads.items() if ".adaln_modulation_" in k and k.startswith("blocks.")}
     assert len(adaln) == 6 * model.cfg.blocks
     assert set(adaln.values()) == {1}, f"read per step instead of once: {sorted(set(adaln.values()))}"
-    ref = sample_reference(model, ["the number 3"], [settings["seed"]], STEPS, settings["cfg_scale"],
-                           settings["shift"])
+    ref = sample_reference(model, ["the number 3"], [settings.seed], STEPS, settings.cfg_scale,
+                           settings.shift)
     assert np.abs(run.latent - ref).max() <= 1e-4
 
 
@@ -74,10 +74,10 @@ def test_host_math_runs_on_one_blas_thread(model, tmp_path_factory):
 def test_precomputed_latent_is_bitwise_the_per_step_one(model, tmp_path_factory, monkeypatch):
     from harness.partition.onnx_export import export_partition
     from harness.runtime.pipeline import PartitionedPipeline
-    fp16 = tmp_path_factory.mktemp("fp16")
-    export_partition(model.weights_source, model.cfg, fp16, dtype="float16")
+    float16 = tmp_path_factory.mktemp("float16")
+    export_partition(model.weights_source, model.cfg, float16, dtype="float16")
     settings = sample_settings(model, steps=STEPS)
-    ahead = run_partitioned(RunRequest(model, fp16, "onnxruntime", "the number 3", settings)).latent
+    ahead = run_partitioned(RunRequest(model, float16, "onnxruntime", "the number 3", settings)).latent
     monkeypatch.setattr(PartitionedPipeline, "precompute_modulations", lambda self, sigmas, step=0: None)
-    per_step = run_partitioned(RunRequest(model, fp16, "onnxruntime", "the number 3", settings)).latent
+    per_step = run_partitioned(RunRequest(model, float16, "onnxruntime", "the number 3", settings)).latent
     np.testing.assert_array_equal(ahead, per_step)

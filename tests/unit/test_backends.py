@@ -290,7 +290,7 @@ def test_rknn_sim_without_its_toolkit_environment_says_how_to_make_it(tmp_path, 
     _shutil.copytree(tmp_path / "fp32", part)
     manifest = json.loads((part / "manifest.json").read_text())
     entry = manifest["subgraphs"][0]
-    manifest["conversion"] = {"toolkit_version": "2.5.0", "target": "rk3588", "precision": "fp16",
+    manifest["conversion"] = {"toolkit_version": "2.5.0", "target": "rk3588", "precision": "float16",
                               "config": {"target_platform": "rk3588"},
                               "source": {"directory": str(tmp_path / "fp32")},
                               "subgraphs": [{"file": entry["file"], "onnx_file": entry["file"],

@@ -28,10 +28,10 @@ def ffn_capture(embedded_fp32, tmp_path_factory):
 
 def _reference_branch_inputs(bundle, prompt, settings, block):
     """Block `block`'s branch inputs at step 0 from the monolithic reference: [S, N, D] per branch."""
-    contexts = stream_text_embs(bundle, [prompt], settings["cfg_scale"])
-    ctx = np.concatenate([contexts["cond"], contexts["uncond"]])
+    text_embs = stream_text_embs(bundle, [prompt], settings.cfg_scale)
+    ctx = np.concatenate([text_embs["cond"], text_embs["uncond"]])
     w, cfg = bundle.all_weights(), bundle.cfg
-    latent = initial_noise((1, *bundle.latent_shape), settings["seed"])
+    latent = initial_noise((1, *bundle.latent_shape), settings.seed)
     emb, lora = R.time_embedding(w, cfg, np.array([1.0, 1.0], np.float32))
     mods = R.modulations(w, cfg, emb, lora)
     rope = R.make_rope(cfg)
@@ -142,16 +142,16 @@ def test_bad_options_give_one_line_and_no_directory(args, fragment, embedded_fp3
     assert not out.exists()
 
 
-def test_refuses_an_fp16_partition_and_a_non_empty_out(embedded_fp32, tmp_path, capsys):
+def test_refuses_a_float16_partition_and_a_non_empty_out(embedded_fp32, tmp_path, capsys):
     bundle, partition = embedded_fp32
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")
     assert main(["capture-calibration", "--partition", str(partition), "--out", str(tmp_path / "full")]) == 2
     assert "already exists and is not empty" in capsys.readouterr().err
     from harness.partition.onnx_export import export_partition
-    export_partition(bundle.weights, bundle.cfg, tmp_path / "fp16", dtype="float16", blocks=[0])
+    export_partition(bundle.weights, bundle.cfg, tmp_path / "float16", dtype="float16", blocks=[0])
     with pytest.raises(ConfigError, match="captured from an FP32 generation, this partition is float16"):
-        capture_calibration(bundle, tmp_path / "fp16", tmp_path / "c", "", sample_settings(bundle, 2),
+        capture_calibration(bundle, tmp_path / "float16", tmp_path / "c", "", sample_settings(bundle, 2),
                             ["ffn"], [0], ["cond"])
 
 

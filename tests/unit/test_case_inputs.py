@@ -20,17 +20,17 @@ ANIMA_SHAPED = REPO_ROOT / "models" / "anima-shaped"
 
 def _harness(*args, cwd):
     return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+                          cwd=cwd, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT)})
 
 
 def test_compare_toolkits_renders_the_spectrum_case_with_its_sampler(tmp_path):
     """The image part judged seven-spectrum's Euler render against its Spectrum golden (SSIM 0.929)."""
     bundle = load_bundle(REPO_ROOT / "models" / "embedded")
     case = find_case(golden_dir_for(bundle.cfg.name), "seven-spectrum")
-    partition = tmp_path / "fp16"
+    partition = tmp_path / "float16"
     export_partition(bundle.weights, bundle.cfg, partition, dtype="float16")
-    rows = image_rows(bundle, {"fp16": partition}, [case], backend="onnxruntime")
-    assert rows[0]["fp16"] >= case.ssim_min, rows
+    rows = image_rows(bundle, {"float16": partition}, [case], backend="onnxruntime")
+    assert rows[0]["versions"]["float16"]["ssim"] >= case.ssim_min, rows
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from harness.runtime.casts import ORT_CAST_ELEMENTS, cast
 
 
 def _every_class(n: int) -> np.ndarray:
-    """Random float32 bit patterns (all exponents: fp16 subnormals, normals, overflow) without NaN,
+    """Random float32 bit patterns (all exponents: float16 subnormals, normals, overflow) without NaN,
     plus the edges: signed zeros, infinities, the float16 overflow threshold and ties."""
     bits = np.random.default_rng(0).integers(0, 2 ** 32, size=n, dtype=np.uint32)
     x = bits.view(np.float32)

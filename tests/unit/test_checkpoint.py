@@ -31,7 +31,7 @@ def cfg():
 @pytest.fixture(scope="module")
 def bf16_file(cfg, tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "anima-like.safetensors"
-    write_random_checkpoint(cfg, path, "bf16", prefix="net.", llm_adapter=True, seed=3)
+    write_random_checkpoint(cfg, path, "bfloat16", prefix="net.", llm_adapter=True, seed=3)
     return path
 
 
@@ -57,14 +57,14 @@ def test_bf16_prefixed_checkpoint_with_adapter_is_read_and_reported(cfg, bf16_fi
     assert roles["llm_adapter"] == "ignored" and roles["t_embedder"] == "host"
 
 
-@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
-def test_fp16_and_fp32_checkpoints_hold_the_same_model(cfg, tmp_path, dtype):
-    path = tmp_path / f"{dtype}.safetensors"
-    write_random_checkpoint(cfg, path, dtype, seed=3)
+@pytest.mark.parametrize("precision", ["float16", "float32"])
+def test_float16_and_float32_checkpoints_hold_the_same_model(cfg, tmp_path, precision):
+    path = tmp_path / f"{precision}.safetensors"
+    write_random_checkpoint(cfg, path, precision, seed=3)
     key = "final_layer.linear.weight"
     got = Checkpoint(path, cfg).read([key])[key]
     assert got.dtype == np.float32
-    np.testing.assert_allclose(got, random_tensor(key, got.shape, 3), rtol=1e-3 if dtype == "fp16" else 0)
+    np.testing.assert_allclose(got, random_tensor(key, got.shape, 3), rtol=1e-3 if precision == "float16" else 0)
 
 
 def test_host_loads_only_the_host_tensors():
@@ -140,7 +140,7 @@ def test_export_holds_one_block_at_a_time(tmp_path):
                     .replace("latent_size = [8, 8]", "latent_size = [4, 4]"))
     cfg = load_profile(wide)
     path = tmp_path / "wide.safetensors"
-    write_random_checkpoint(cfg, path, "bf16", seed=1)
+    write_random_checkpoint(cfg, path, "bfloat16", seed=1)
     shapes = expected_shapes(cfg)
     block = sum(4 * np.prod(s) for k, s in shapes.items() if k.startswith("blocks.0."))
     model = sum(4 * np.prod(s) for s in shapes.values())

@@ -16,6 +16,7 @@ from harness.memory.guard import MemoryGuard
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
 from harness.runtime.run import run_partitioned, RunRequest
+from harness.sampling.settings import SampleSettings
 
 STEPS = 1
 
@@ -109,7 +110,7 @@ def kept_source(embedded, tmp_path_factory):
                                        'prompt = "a handwritten digit one"\nseed = 3\n')
     runs = tmp_path / "artifacts" / "runs"
     case = load_cases(golden / "cases.toml")[0]
-    settings = {"steps": case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed}
+    settings = SampleSettings(steps=case.steps, cfg_scale=case.cfg, shift=case.shift, seed=case.seed)
     result = run_partitioned(
         RunRequest(model, partition, "onnxruntime", case.prompt, settings),
         report_path=runs / "one.json")

@@ -7,7 +7,7 @@ from harness.gates.core_masks import MaskRow, compare_outputs, core_mask_consist
 from harness.partition.manifest import load_manifest
 
 
-def test_fp16_rounding_passes_and_another_computation_fails():
+def test_float16_rounding_passes_and_another_computation_fails():
     rng = np.random.default_rng(3)
     ref = [rng.standard_normal((2, 64, 64)).astype(np.float32)]
     rounded = [r.astype(np.float16).astype(np.float32) for r in ref]

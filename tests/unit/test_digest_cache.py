@@ -15,6 +15,7 @@ from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
 from harness.runtime.run import RunRequest, run_partitioned
 from harness.model.weights import weights_digest
+from harness.sampling.settings import SampleSettings
 from tools.make_checkpoint import write_random_checkpoint
 
 
@@ -33,7 +34,7 @@ def cfg():
 @pytest.fixture
 def ckpt(cfg, tmp_path):
     path = tmp_path / "model.safetensors"
-    write_random_checkpoint(cfg, path, "fp32", seed=1)
+    write_random_checkpoint(cfg, path, "float32", seed=1)
     return path
 
 
@@ -83,7 +84,7 @@ def test_file_changed_in_place_is_rehashed(cache, cfg, ckpt):
 def test_replaced_file_with_same_size_and_mtime_is_rehashed(cache, cfg, ckpt, tmp_path):
     before = Checkpoint(ckpt, cfg).digest()
     other = tmp_path / "other.safetensors"
-    write_random_checkpoint(cfg, other, "fp32", seed=2)        # same shapes, other values
+    write_random_checkpoint(cfg, other, "float32", seed=2)        # same shapes, other values
     stat = os.stat(ckpt)
     assert os.stat(other).st_size == stat.st_size
     os.utime(other, ns=(stat.st_atime_ns, stat.st_mtime_ns))
@@ -110,7 +111,7 @@ def test_run_report_says_how_the_digest_was_had(cache, tmp_path):
     partition = tmp_path / "partition"
     first = load_bundle(model)
     export_partition(first.weights_source, first.cfg, partition, dtype="float32")
-    settings = {"steps": 1, "cfg_scale": 4.0, "shift": 3.0, "seed": 1}
+    settings = SampleSettings(steps=1, cfg_scale=4.0, shift=3.0, seed=1)
     reports = []
     for n in range(2):
         bundle = load_bundle(model)

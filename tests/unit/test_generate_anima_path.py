@@ -35,7 +35,7 @@ def _gen(tmp_path, *args):
 def test_text_emb_files_drive_the_anima_shaped_model(anima, tmp_path):
     bundle, partition = anima
     code, out = _gen(tmp_path, "--model-dir", str(MODEL_DIR), "--backend", "onnxruntime", "--partition",
-                     str(partition), "--context", str(COND), "--uncond-context", str(UNCOND))
+                     str(partition), "--text-emb", str(COND), "--uncond-text-emb", str(UNCOND))
     assert code == 0
     latent = np.load(out.with_suffix(".latent.npy"))
     assert latent.shape == (16, 16, 16) and not out.exists()     # no decoder: the latent, no image
@@ -63,7 +63,7 @@ def test_cfg_1_runs_one_stream_on_a_two_stream_partition(anima, tmp_path):
 def test_cfg_1_with_a_prompt_on_the_embedded_layout(tmp_path):
     model = make_random_model_dir(tmp_path / "model", seed=2)
     code, out = _gen(tmp_path, "--model-dir", str(model), "--backend", "onnxruntime", "--cfg", "1",
-                     "--dtype", "float32", "--prompt", "digit one")
+                     "--precision", "float32", "--prompt", "digit one")
     assert code == 0 and out.exists()
 
 
@@ -95,7 +95,7 @@ def _with_decoder(tmp_path, decoder_writer):
 
 def test_decoder_named_in_model_toml_runs_as_a_managed_model(tmp_path):
     model = _with_decoder(tmp_path, write_decoder_onnx)
-    code, out = _gen(tmp_path, "--model-dir", str(model), "--backend", "onnxruntime", "--dtype", "float32",
+    code, out = _gen(tmp_path, "--model-dir", str(model), "--backend", "onnxruntime", "--precision", "float32",
                      "--text-emb", str(COND), "--uncond-text-emb", str(UNCOND))
     assert code == 0 and out.exists()
     import json
@@ -143,7 +143,7 @@ def test_text_emb_of_a_prompt_renders_what_the_prompt_renders_on_the_embedded_mo
     np.save(tmp_path / "empty.npy", bundle.text_emb(""))
     by_prompt = main(["generate", "--quiet", "--steps", "2", "--prompt", "a handwritten digit seven",
                       "--out", str(tmp_path / "p.png")])
-    by_emb = main(["generate", "--quiet", "--steps", "2", "--context", str(tmp_path / "seven.npy"),
-                   "--uncond-context", str(tmp_path / "empty.npy"), "--out", str(tmp_path / "e.png")])
+    by_emb = main(["generate", "--quiet", "--steps", "2", "--text-emb", str(tmp_path / "seven.npy"),
+                   "--uncond-text-emb", str(tmp_path / "empty.npy"), "--out", str(tmp_path / "e.png")])
     assert by_prompt == by_emb == 0
     np.testing.assert_array_equal(load_png(tmp_path / "p.png"), load_png(tmp_path / "e.png"))

@@ -213,16 +213,15 @@ _TEXT_EMB_CASE = '[defaults]\nssim_min = 0.9\npsnr_min = 30.0\nsteps = 2\ncfg = 
                  '[[case]]\nname = "a"\nseed = 1\n'
 
 
-@pytest.mark.parametrize("head,keys", [("format = 2\n", ("text_emb", "uncond_text_emb")),
-                                       ("", ("context", "uncond_context"))])   # format 1: the old words
-def test_both_formats_of_cases_toml_name_the_text_embedding(tmp_path, head, keys):
+@pytest.mark.parametrize("head", ["format = 2\n", ""])        # no format: the current one
+def test_cases_toml_names_the_text_embedding(tmp_path, head):
     path = tmp_path / "cases.toml"
-    path.write_text(head + _TEXT_EMB_CASE + f'{keys[0]} = "c.npy"\n{keys[1]} = "u.npy"\n')
+    path.write_text(head + _TEXT_EMB_CASE + 'text_emb = "c.npy"\nuncond_text_emb = "u.npy"\n')
     (case,) = load_cases(path)
     assert (case.text_emb, case.uncond_text_emb) == ("c.npy", "u.npy")
 
 
-@pytest.mark.parametrize("head,key,fragment", [("format = 2\n", "context", "unknown field(s) ['context']"),
+@pytest.mark.parametrize("head,key,fragment", [("format = 2\n", "text", "unknown field(s) ['text']"),
                                                ("format = 3\n", "text_emb", "format 3 is not one this suite reads")])
 def test_a_format_mismatch_is_named(tmp_path, head, key, fragment):
     path = tmp_path / "cases.toml"

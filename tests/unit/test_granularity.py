@@ -1,6 +1,6 @@
 """Partition granularity: fused subgraphs (whole blocks, AdaLN modulation, AdaLN gate and residual add inside) compute the
-branch partition's image, the manifest records the granularity (format /2, /1 still read), and a
-malformed fused manifest is one error naming the subgraph."""
+branch partition's image, the manifest records the granularity, a kept fused partition with other input
+names is exported again, and a malformed fused manifest is one error naming the subgraph."""
 import json
 
 import numpy as np
@@ -11,6 +11,7 @@ from harness.core.errors import ConfigError, ManifestError
 from harness.partition.granularity import parse_granularity
 from harness.partition.manifest import FORMAT, load_manifest
 from harness.partition.onnx_export import export_partition
+from harness.runtime.partitions import exported_partition, is_current
 from harness.runtime.run import RunRequest, run_partitioned
 from harness.sampling.reference_run import sample_settings
 from tests.helpers import random_bundle
@@ -45,6 +46,23 @@ def test_bad_granularity_is_one_error_naming_the_option(text, words):
     assert words in str(err.value)
 
 
+def test_a_kept_fused_partition_with_other_input_names_is_exported_again(model, tmp_path):
+    first = exported_partition(model, "float32", root=tmp_path, granularity="blocks:4")
+    path = first / "manifest.json"
+    data = json.loads(path.read_text())
+    for spec in data["subgraphs"][0]["inputs"]:       # the names a fused export once wrote
+        spec["name"] = spec["name"].replace("adaln_gate", "gate")
+    path.write_text(json.dumps(data))
+    assert not is_current(first)
+    assert exported_partition(model, "float32", root=tmp_path, granularity="blocks:4") == first
+    assert "b0_self_attn_adaln_gate" in [s.name for s in load_manifest(first).subgraphs[0].inputs]
+    assert is_current(first)
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "format": "anima-partition/3"}))     # a manifest not read here
+    assert not is_current(first) and exported_partition(model, "float32", root=tmp_path, granularity="blocks:4")
+    assert load_manifest(first).format == FORMAT
+
+
 def test_fused_partitions_hold_whole_blocks_and_record_their_granularity(model, partitions):
     blocks = model.cfg.blocks
     for text, count in (("branch", 3 * blocks), ("block", blocks), ("blocks:4", -(-blocks // 4))):
@@ -55,7 +73,7 @@ def test_fused_partitions_hold_whole_blocks_and_record_their_granularity(model, 
     fused = load_manifest(partitions["blocks:4"]).subgraphs[1]
     assert fused.blocks == [4, 5, 6, 7] and fused.label == "subgraph 1 (blocks 4-7)"
     names = [s.name for s in fused.inputs]
-    assert names[:2] == ["x", "text_emb"] and "b7_ffn_gate" in names and len(names) == 2 + 4 * 9
+    assert names[:2] == ["x", "text_emb"] and "b7_ffn_adaln_gate" in names and len(names) == 2 + 4 * 9
 
 
 def test_fused_partitions_compute_the_branch_partitions_latent(model, partitions):
@@ -72,24 +90,6 @@ def test_every_strategy_and_the_simulated_board_run_a_fused_partition(model, par
         assert np.array_equal(_latent(model, partitions["block"], lifecycle=lifecycle), on_demand), lifecycle
     sim = _latent(model, partitions["blocks:4"], "board-sim", "prefetch:2", {"time_scale": 1e-4})
     assert np.array_equal(sim, _latent(model, partitions["blocks:4"]))
-
-
-def test_a_format_1_manifest_is_read_as_the_branch_partition(partitions, tmp_path):
-    import shutil
-    old = tmp_path / "old"
-    shutil.copytree(partitions["branch"], old)
-    data = json.loads((old / "manifest.json").read_text())
-    data["format"] = "anima-partition/1"
-    del data["export"]["granularity"]
-    (old / "manifest.json").write_text(json.dumps(data))
-    assert load_manifest(old).granularity == "branch"
-    fused = tmp_path / "fused"
-    shutil.copytree(partitions["block"], fused)
-    data = json.loads((fused / "manifest.json").read_text())
-    data["format"] = "anima-partition/1"
-    (fused / "manifest.json").write_text(json.dumps(data))
-    with pytest.raises(ManifestError, match="branch subgraphs only"):
-        load_manifest(fused)
 
 
 def test_a_fused_subgraph_out_of_order_is_named(partitions, tmp_path):
@@ -127,7 +127,7 @@ def test_the_suites_granularity_chooses_the_partition_the_gates_export(tmp_path)
 
 def test_int8_ffn_conversion_of_a_fused_partition_is_refused_naming_the_file(partitions, tmp_path):
     from harness.toolkit.convert import convert_partition
-    with pytest.raises(ConfigError, match=r"w8a8-ffn .* granularity block \(convert it as fp16\)") as err:
+    with pytest.raises(ConfigError, match=r"w8a8-ffn .* granularity block \(convert it as float16\)") as err:
         convert_partition(partitions["block"], tmp_path / "rknn", precision="w8a8-ffn")
     assert str(partitions["block"]) in str(err.value) and not (tmp_path / "rknn").exists()
 

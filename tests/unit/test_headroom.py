@@ -12,10 +12,10 @@ from harness.gates.headroom import DEFAULT_MIN_HEADROOM, min_headroom_of, probe_
 def test_stated_headroom_from_model_toml():
     cfg = load_model_dir(EMBEDDED_DIR)
     assert min_headroom_of(cfg) == DEFAULT_MIN_HEADROOM
-    assert min_headroom_of(dataclasses.replace(cfg, raw_gates={"fp16_headroom_min": 16})) == 16.0
+    assert min_headroom_of(dataclasses.replace(cfg, raw_gates={"float16_headroom_min": 16})) == 16.0
     for bad in ("8x", 0.5, True):
-        with pytest.raises(ConfigError, match=r"model.toml: \[gates\] fp16_headroom_min = .*: a number >= 1"):
-            min_headroom_of(dataclasses.replace(cfg, raw_gates={"fp16_headroom_min": bad}))
+        with pytest.raises(ConfigError, match=r"model.toml: \[gates\] float16_headroom_min = .*: a number >= 1"):
+            min_headroom_of(dataclasses.replace(cfg, raw_gates={"float16_headroom_min": bad}))
 
 
 def test_probe_names_a_missing_tensor(embedded_fp32):

@@ -36,7 +36,7 @@ def _tables(build_log: Path) -> dict[str, list]:
     return {label: parse_layer_table(body, label) for label, body in zip(parts[1::2], parts[2::2])}
 
 
-def test_ffn_linears_are_int8_and_gelu_and_output_fp16(hybrid):
+def test_ffn_linears_are_int8_and_gelu_and_output_float16(hybrid):
     tables = _tables(hybrid / "w8a8" / "build.log")
     ffn = tables["subgraph 2 (block 0 ffn)"]
     types = {l.op_type: set() for l in ffn}
@@ -50,7 +50,7 @@ def test_ffn_linears_are_int8_and_gelu_and_output_fp16(hybrid):
         assert "INT8" not in {l.data_type for l in tables[label]}, label
 
 
-def test_hybrid_ffn_is_close_to_fp32_but_not_fp16_close(hybrid):
+def test_hybrid_ffn_is_close_to_fp32_but_not_float16_close(hybrid):
     """On the captured inputs (what it was calibrated for) the INT8 FFN is near FP32, yet measurably
     further than FP16 rounding (>= 0.9999998 on these subgraphs, docs/architecture.md section 8)."""
     import onnxruntime as ort

@@ -10,6 +10,7 @@ from harness.model.bundle import check_text_emb, load_bundle
 from harness.partition.onnx_export import export_partition
 from harness.gates.quality import ImageMismatch, compare_latents
 from harness.runtime.run import run_partitioned, RunRequest
+from harness.sampling.settings import SampleSettings
 from tools.make_anima_shaped import GOLDEN_DIR, MODEL_DIR
 
 
@@ -28,7 +29,7 @@ def test_data_range_comes_from_the_golden():
         compare_latents(golden[:, :8, :8], golden)
 
 
-def test_fp32_latent_passes_the_fp16_golden_with_margin(tmp_path):
+def test_fp32_latent_passes_the_float16_golden_with_margin(tmp_path):
     bundle = load_bundle(MODEL_DIR)
     case = load_cases(GOLDEN_DIR / "cases.toml")[0]
     golden, meta = GoldenStore(GOLDEN_DIR, kind="latent").load(case)
@@ -36,7 +37,7 @@ def test_fp32_latent_passes_the_fp16_golden_with_margin(tmp_path):
     export_partition(bundle.weights_source, bundle.cfg, tmp_path / "p", dtype="float32")
     streams = {s: check_text_emb(np.load(GOLDEN_DIR / f), bundle.cfg, f)
                for s, f in (("cond", case.text_emb), ("uncond", case.uncond_text_emb))}
-    settings = {"steps": case.steps, "cfg_scale": case.cfg, "shift": case.shift, "seed": case.seed}
+    settings = SampleSettings(steps=case.steps, cfg_scale=case.cfg, shift=case.shift, seed=case.seed)
     latent = run_partitioned(
         RunRequest(bundle, tmp_path / "p", "onnxruntime", "", settings, text_embs=streams)).latent
     q = compare_latents(latent, golden)

@@ -1,5 +1,7 @@
 """Lifecycle strategies: the same numbers under every strategy, counters that say what each did,
 stream batching, and every context released on success, error, guard abort and worker death."""
+import dataclasses
+
 import numpy as np
 import psutil
 import pytest
@@ -174,7 +176,7 @@ def test_stream_batching_serves_every_image_from_one_loaded_context(model, parti
     assert np.abs(run.latent[:1] - on_demand.latent).max() < 1e-4
     second = run_partitioned(
         RunRequest(model, partition, "onnxruntime", PROMPT,
-                   {**sample_settings(model, steps=STEPS), "seed": sample_settings(model)["seed"] + 1}))
+                   dataclasses.replace(sample_settings(model, steps=STEPS), seed=sample_settings(model).seed + 1)))
     assert np.abs(run.latent[1:2] - second.latent).max() < 1e-4
     assert np.abs(run.latent[1:2] - run.latent[:1]).max() > 0.1       # two different images
 

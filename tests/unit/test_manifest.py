@@ -13,7 +13,7 @@ from harness.core.errors import HarnessError, ManifestError
 from harness.cli.partition import add_command
 from harness.partition import (check_input, export_partition, inspect_partition,
                                load_manifest)
-from harness.partition.manifest import FORMAT, MANIFEST_FILE, network_settings
+from harness.partition.manifest import FORMAT, MANIFEST_FILE
 from harness.model.weights import random_weights, save_weights
 
 
@@ -129,7 +129,7 @@ def test_symlink_resolving_outside(part, tmp_path):
 
 
 def test_malformed_json(part):
-    (part / MANIFEST_FILE).write_text('{"format": "anima-partition/1", "subgraphs": [')
+    (part / MANIFEST_FILE).write_text('{"format": "anima-partition/4", "subgraphs": [')
     with pytest.raises(ManifestError, match="not valid JSON") as exc:
         load_manifest(part)
     assert MANIFEST_FILE in str(exc.value)
@@ -230,7 +230,7 @@ def test_cli_export_from_model_dir(tmp_path, exported):
     shutil.copy(EMBEDDED_DIR / "model.toml", model_dir / "model.toml")
     save_weights(random_weights(cfg), model_dir / cfg.files["weights"])
     out = tmp_path / "out"
-    assert run_cli(["export", "--model-dir", str(model_dir), "--out", str(out), "--dtype", "float16",
+    assert run_cli(["export", "--model-dir", str(model_dir), "--out", str(out), "--precision", "float16",
                     "--streams", "1", "--blocks", "2-3", "--quiet"]) == 0
     manifest = load_manifest(out)
     manifest.verify()
@@ -286,46 +286,11 @@ def test_decoder_out_of_place_is_refused(part, index):
         load_manifest(part).verify()
 
 
-def test_a_format_1_partition_is_still_read(part):
-    # Format 1 named the text-embedding input `context`; inputs are fed by position, so it runs as is.
-    def to_format_1(data):
-        data["format"] = "anima-partition/1"
-        for entry in data["subgraphs"]:
-            for spec in entry["inputs"]:
-                spec["name"] = "context" if spec["name"] == "text_emb" else spec["name"]
-    edit_manifest(part, to_format_1)
-    manifest = load_manifest(part)
-    manifest.verify()
-    assert [s.name for s in manifest.subgraphs[1].inputs] == ["x", "context"]
-    edit_manifest(part, lambda data: data.update(format="anima-partition/9"))
-    with pytest.raises(ManifestError, match=r"format 'anima-partition/9' is not one of anima-partition/1, "
-                                            r"anima-partition/2, anima-partition/3, anima-partition/4"):
-        load_manifest(part).verify()
-
-
-def _to_format_3(data):
-    """A manifest as format /3 wrote it: the text embedding's size was context_dim / context_tokens."""
-    data["format"] = "anima-partition/3"
-    data["model"]["network"]["context_dim"] = data["model"]["network"].pop("text_emb_dim")
-    data["export"]["context_tokens"] = data["export"].pop("text_emb_tokens")
-
-
-def test_a_format_3_partition_is_read_in_todays_words(exported, part):
-    cfg, _ = exported
-    edit_manifest(part, _to_format_3)
-    manifest = load_manifest(part)
-    manifest.verify()
-    # What a run compares with the model (harness.runtime.run.open_partition): today's keys, same values.
-    assert manifest.model["network"] == network_settings(cfg)
-    assert manifest.export["text_emb_tokens"] == cfg.text_emb_tokens and "context_tokens" not in manifest.export
-
-
-@pytest.mark.parametrize("change, said", [
-    (lambda d: (_to_format_3(d), d["export"].update(text_emb_tokens=8)), "export has both context_tokens"),
-    (lambda d: (_to_format_3(d), d.update(format=FORMAT)), "network.context_dim is the format /3 name"),
-])
-def test_old_and_new_words_in_one_manifest_are_refused(part, change, said):
-    edit_manifest(part, change)
-    with pytest.raises(ManifestError) as caught:
+def test_another_format_or_no_granularity_is_refused_by_name(part):
+    edit_manifest(part, lambda data: data.update(format="anima-partition/3"))
+    with pytest.raises(ManifestError, match=r"format 'anima-partition/3' is not the one this suite reads "
+                                            r"\(anima-partition/4\)"):
         load_manifest(part)
-    assert str(part / MANIFEST_FILE) in str(caught.value) and said in str(caught.value)
+    edit_manifest(part, lambda data: (data.update(format=FORMAT), data["export"].pop("granularity")))
+    with pytest.raises(ManifestError, match=r"export: missing field\(s\) \['granularity'\]"):
+        load_manifest(part)

@@ -11,6 +11,7 @@ import pytest
 
 from harness.memory.guard import MemoryGuard, read_memory
 from harness.runtime.run import RunRequest, run_partitioned
+from harness.sampling.settings import SampleSettings
 from tests.helpers import export_fp32, random_bundle
 
 MiB = 1 << 20
@@ -62,7 +63,7 @@ def model(tmp_path_factory):
 
 def test_a_prefetch_run_reports_its_workers_beside_the_pipeline(model):
     bundle, partition = model
-    settings = {"steps": 1, "cfg_scale": 4.0, "shift": 3.0, "seed": 0, "sampler": "flow-euler"}
+    settings = SampleSettings(steps=1, cfg_scale=4.0, shift=3.0, seed=0)
     with MemoryGuard("1MiB", "1TiB", interval=0.02) as guard:
         report = run_partitioned(RunRequest(bundle, partition, "onnxruntime", "digit one", settings,
                                             lifecycle="prefetch:2"), guard=guard).report

@@ -13,7 +13,7 @@ from harness.model.config import BRANCHES, EMBEDDED_DIR, load_model_dir, load_pr
 from harness.core.errors import ConfigError, WeightsError
 from harness.model import reference
 from harness.model.embedded import decode
-from harness.partition import (build_decoder, build_subgraph, export_partition, fp16_missing_kernels,
+from harness.partition import (build_decoder, build_subgraph, export_partition, float16_missing_kernels,
                                load_manifest)
 from harness.model.weights import random_weights
 
@@ -36,14 +36,14 @@ def session(model, optimized_to: Path | None = None, disable_opt: bool = False) 
 def branch_inputs(cfg, streams: int, seed: int = 1):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((streams, cfg.tokens, cfg.width), dtype=np.float32)
-    context = rng.standard_normal((streams, cfg.text_emb_tokens, cfg.text_emb_dim), dtype=np.float32)
-    return x, context
+    text_emb = rng.standard_normal((streams, cfg.text_emb_tokens, cfg.text_emb_dim), dtype=np.float32)
+    return x, text_emb
 
 
-def run_branch(sess, branch: str, x, context, dtype=np.float32) -> np.ndarray:
+def run_branch(sess, branch: str, x, text_emb, dtype=np.float32) -> np.ndarray:
     feed = {"x": x.astype(dtype)}
     if branch == "cross_attn":
-        feed["text_emb"] = context.astype(dtype)
+        feed["text_emb"] = text_emb.astype(dtype)
     return sess.run(["y"], feed)[0]
 
 
@@ -70,9 +70,9 @@ def partitions(embedded, tmp_path_factory):
 def test_fp32_subgraph_matches_reference(partitions, embedded, block, branch):
     cfg, w = embedded
     manifest = partitions["float32"]
-    x, context = branch_inputs(cfg, streams=2, seed=block)
-    out = run_branch(session(manifest.path_of(manifest.entry(block, branch))), branch, x, context)
-    ref = reference.branch_body(w, cfg, block, branch, x, context, reference.make_rope(cfg))
+    x, text_emb = branch_inputs(cfg, streams=2, seed=block)
+    out = run_branch(session(manifest.path_of(manifest.entry(block, branch))), branch, x, text_emb)
+    ref = reference.branch_body(w, cfg, block, branch, x, text_emb, reference.make_rope(cfg))
     assert out.shape == ref.shape == (2, cfg.tokens, cfg.width)
     assert rel_err(out, ref) <= 1e-5
 
@@ -80,31 +80,31 @@ def test_fp32_subgraph_matches_reference(partitions, embedded, block, branch):
 def test_streams_are_independent(partitions, embedded):
     """Each CFG stream must come out as if run alone: nothing may mix across the batch axis."""
     cfg, w = embedded
-    x, context = branch_inputs(cfg, streams=2)
+    x, text_emb = branch_inputs(cfg, streams=2)
     entry = partitions["float32"].entry(0, "self_attn")
-    both = run_branch(session(partitions["float32"].path_of(entry)), "self_attn", x, context)
-    swapped = run_branch(session(partitions["float32"].path_of(entry)), "self_attn", x[::-1], context)
+    both = run_branch(session(partitions["float32"].path_of(entry)), "self_attn", x, text_emb)
+    swapped = run_branch(session(partitions["float32"].path_of(entry)), "self_attn", x[::-1], text_emb)
     np.testing.assert_array_equal(both[::-1], swapped)
 
 
 @pytest.mark.parametrize("branch", BRANCHES)
-def test_fp16_subgraph_runs_and_is_close(partitions, embedded, branch, record_property):
+def test_float16_subgraph_runs_and_is_close(partitions, embedded, branch, record_property):
     cfg, w = embedded
     manifest = partitions["float16"]
-    x, context = branch_inputs(cfg, streams=2)
+    x, text_emb = branch_inputs(cfg, streams=2)
     entry = manifest.entry(0, branch)
     assert {s.dtype for s in entry.inputs + entry.outputs} == {"float16"}
-    out = run_branch(session(manifest.path_of(entry)), branch, x, context, np.float16)
+    out = run_branch(session(manifest.path_of(entry)), branch, x, text_emb, np.float16)
     assert out.dtype == np.float16
-    err = rel_err(out, reference.branch_body(w, cfg, 0, branch, x, context, reference.make_rope(cfg)))
-    record_property(f"fp16_rel_err_{branch}", err)
-    print(f"fp16 {branch}: max abs err / scale = {err:.2e}")
+    err = rel_err(out, reference.branch_body(w, cfg, 0, branch, x, text_emb, reference.make_rope(cfg)))
+    record_property(f"float16_rel_err_{branch}", err)
+    print(f"float16 {branch}: max abs err / scale = {err:.2e}")
     # float16 has an 11-bit significand: per-op rounding lands near 1e-3, far from an op-level bug.
     assert 1e-6 < err < 5e-3
 
 
 @pytest.mark.parametrize("branch", BRANCHES)
-def test_fp16_weights_are_float16_and_islands_are_honest(partitions, branch, tmp_path):
+def test_float16_weights_are_float16_and_islands_are_honest(partitions, branch, tmp_path):
     """The manifest's fp32_islands are exactly the nodes onnxruntime would otherwise have to cast."""
     manifest = partitions["float16"]
     path = manifest.path_of(manifest.entry(0, branch))
@@ -112,7 +112,7 @@ def test_fp16_weights_are_float16_and_islands_are_honest(partitions, branch, tmp
     big = [t for t in model.graph.initializer if len(t.dims) == 2]
     assert big and all(t.data_type == onnx.TensorProto.FLOAT16 for t in big)
     islands = manifest.export["fp32_islands"][branch]
-    wrapped = [n.name for n in model.graph.node if n.op_type in fp16_missing_kernels(17)]
+    wrapped = [n.name for n in model.graph.node if n.op_type in float16_missing_kernels(17)]
     assert islands == wrapped
     # onnxruntime inserts Casts for any float16 node lacking a kernel: it must find none left to wrap.
     session(path, optimized_to=tmp_path / "session.onnx", disable_opt=True)
@@ -193,11 +193,11 @@ def test_export_writes_every_subgraph_in_order(tmp_path):
 @pytest.mark.parametrize("opset", [18, 19])
 def test_newer_opsets_up_to_19_match(embedded, opset):
     cfg, w = embedded
-    x, context = branch_inputs(cfg, streams=2)
+    x, text_emb = branch_inputs(cfg, streams=2)
     model = build_subgraph(w, cfg, 0, "self_attn", opset=opset)
     assert model.opset_import[0].version == opset
     ref = reference.self_attn_body(w, cfg, 0, x, reference.make_rope(cfg))
-    assert rel_err(run_branch(session(model), "self_attn", x, context), ref) <= 1e-5
+    assert rel_err(run_branch(session(model), "self_attn", x, text_emb), ref) <= 1e-5
 
 
 @pytest.mark.parametrize("opset", [20, 21, 12])
@@ -233,31 +233,31 @@ def test_bad_arguments_name_the_culprit(embedded, tmp_path):
 _DATA_MOVEMENT = {"Cast", "Concat", "Reshape", "Slice", "Transpose"}
 
 
-def test_fp16_kernel_probe_covers_every_op_the_export_uses(embedded):
+def test_float16_kernel_probe_covers_every_op_the_export_uses(embedded):
     """A data-movement op has a float16 kernel everywhere; the probe must not call it missing, and
     every compute op in a float16 export (fake-quant FFN included) must be one the probe checks."""
     from harness.partition.onnx_export import _build
-    from harness.partition.graph import _COMPUTE_OPS, _lacks_fp16_kernel
+    from harness.partition.graph import _COMPUTE_OPS, _lacks_float16_kernel
     cfg, w = embedded
-    assert _lacks_fp16_kernel("Transpose", 17) is False
+    assert _lacks_float16_kernel("Transpose", 17) is False
     models = [build_subgraph(w, cfg, 0, branch, "float16") for branch in BRANCHES]
     models.append(_build(w, cfg, 0, "ffn", "float16", 2, 17, fake_quant="w8a8-ffn")[0])
     used = {n.op_type for m in models for n in m.graph.node}
     unprobed = used - set(_COMPUTE_OPS) - _DATA_MOVEMENT
-    assert not unprobed, f"the float16 export uses {sorted(unprobed)}, which fp16_missing_kernels never probes"
-    print(f"onnxruntime {ort.__version__} CPU lacks float16 kernels for: {sorted(fp16_missing_kernels(17))}")
+    assert not unprobed, f"the float16 export uses {sorted(unprobed)}, which float16_missing_kernels never probes"
+    print(f"onnxruntime {ort.__version__} CPU lacks float16 kernels for: {sorted(float16_missing_kernels(17))}")
 
 
 @pytest.mark.slow
 def test_full_width_anima_block_matches_reference(anima_block):
     """One real-size anima-2b block (D 2048, 1024 tokens, FFN 8192), each branch vs the reference."""
     cfg, w, manifest = anima_block
-    x, context = branch_inputs(cfg, streams=1)
+    x, text_emb = branch_inputs(cfg, streams=1)
     rope = reference.make_rope(cfg)
     assert manifest.decoder is None and manifest.export["tokens"] == 1024
     for entry in manifest.subgraphs:
-        out = run_branch(session(manifest.path_of(entry)), entry.branch, x, context)
-        ref = reference.branch_body(w, cfg, 0, entry.branch, x, context, rope)
+        out = run_branch(session(manifest.path_of(entry)), entry.branch, x, text_emb)
+        ref = reference.branch_body(w, cfg, 0, entry.branch, x, text_emb, rope)
         assert rel_err(out, ref) <= 1e-5, entry.label
 
 

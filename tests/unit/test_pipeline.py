@@ -11,6 +11,7 @@ from harness.cli.main import main
 from harness.sampling.reference_run import sample_reference, sample_settings
 from harness.partition.onnx_export import export_partition
 from harness.runtime.run import run_partitioned, RunRequest
+from harness.sampling.settings import SampleSettings
 from tests.helpers import export_fp32, random_bundle
 
 STEPS = 3
@@ -34,7 +35,7 @@ def fp32_run(model, partition):
 
 def test_partitioned_fp32_matches_monolithic_reference(model, fp32_run):
     s = sample_settings(model, steps=STEPS)
-    ref = sample_reference(model, ["the number 3"], [s["seed"]], STEPS, s["cfg_scale"], s["shift"])
+    ref = sample_reference(model, ["the number 3"], [s.seed], STEPS, s.cfg_scale, s.shift)
     assert np.abs(fp32_run.latent - ref).max() <= 1e-4
 
 
@@ -51,12 +52,12 @@ def test_report_holds_every_lifecycle_stage_of_every_invocation(fp32_run, model)
     assert fp32_run.report["status"] == "ok" and live_contexts() == 0
 
 
-def test_fp16_partition_image_is_close_to_fp32(model, fp32_run, tmp_path):
+def test_float16_partition_image_is_close_to_fp32(model, fp32_run, tmp_path):
     from harness.gates.quality import compare
-    fp16 = tmp_path / "fp16"
-    export_partition(model.weights_source, model.cfg, fp16, dtype="float16")
+    float16 = tmp_path / "float16"
+    export_partition(model.weights_source, model.cfg, float16, dtype="float16")
     run = run_partitioned(
-        RunRequest(model, fp16, "onnxruntime", "the number 3", sample_settings(model, steps=STEPS)))
+        RunRequest(model, float16, "onnxruntime", "the number 3", sample_settings(model, steps=STEPS)))
     q = compare(run.image, fp32_run.image)
     print(f"FP16 vs FP32 subgraphs, random-weight model, {STEPS} steps: SSIM {q.ssim:.6f}, PSNR {q.psnr:.1f} dB")
     assert 0.99 < q.ssim <= 1.0
@@ -199,7 +200,7 @@ def test_rknnlite_failing_mid_run_names_subgraph_and_releases_everything(model, 
 
 def test_anima_shaped_partition_without_decoder_or_prompt_encoder(tmp_path):
     """The Cosmos reference model (16 -> here 4 latent channels, no decoder, no prompt encoder: the
-    shape of an Anima deployment) through the partition, fed precomputed contexts: the final latent
+    shape of an Anima deployment) through the partition, fed precomputed text_embs: the final latent
     matches the monolithic reference and no image is claimed."""
     from harness.model.config import load_profile
     from harness.model.bundle import ModelBundle
@@ -211,14 +212,14 @@ def test_anima_shaped_partition_without_decoder_or_prompt_encoder(tmp_path):
     manifest = export_partition(bundle.weights, cfg, tmp_path / "p", dtype="float32")
     assert manifest.decoder is None
     io = np.load(DATA / "tiny_io.npz")
-    contexts = {"cond": io["context"], "uncond": np.zeros_like(io["context"])}
-    settings = {"steps": 3, "cfg_scale": 4.0, "shift": 3.0, "seed": 7}
-    run = run_partitioned(RunRequest(bundle, tmp_path / "p", "onnxruntime", "", settings, text_embs=contexts))
+    text_embs = {"cond": io["text_emb"], "uncond": np.zeros_like(io["text_emb"])}
+    settings = SampleSettings(steps=3, cfg_scale=4.0, shift=3.0, seed=7)
+    run = run_partitioned(RunRequest(bundle, tmp_path / "p", "onnxruntime", "", settings, text_embs=text_embs))
     assert run.image is None and run.report["status"] == "ok"
 
     from harness.model import reference as R
     from harness.sampling.flow import denoise
-    ctx = np.concatenate([contexts["cond"], contexts["uncond"]])
+    ctx = np.concatenate([text_embs["cond"], text_embs["uncond"]])
 
     def velocity(x, sigma, step):
         v = R.forward(bundle.weights, cfg, np.concatenate([x, x]), sigma, ctx)

@@ -69,9 +69,9 @@ def test_predicted_step_reproduces_the_write_up_and_orders_candidates():
     saving = board_saving()
     ffns = list(range(2, 84, 3))
     assert predicted_step(Candidate("all", ffns), saving, 28) == pytest.approx(saving["w8a8_step_s"], abs=0.01)
-    assert predicted_step(Candidate("none", []), saving, 28) == saving["fp16_step_s"]
+    assert predicted_step(Candidate("none", []), saving, 28) == saving["float16_step_s"]
     half = predicted_step(Candidate("h", ffns[:1], {ffns[0]: "layer1"}), saving, 28)
-    assert half == pytest.approx(saving["fp16_step_s"] - 0.5 * saving["saving_per_ffn_s"])
+    assert half == pytest.approx(saving["float16_step_s"] - 0.5 * saving["saving_per_ffn_s"])
     cosines = {i: 1.0 - (i % 7) * 1e-4 for i in ffns}
     ranked = rank_ffns(cosines)
     assert cosines[ranked[0]] == min(cosines.values())
@@ -84,7 +84,7 @@ def test_predicted_step_reproduces_the_write_up_and_orders_candidates():
 
 @pytest.mark.toolkit
 @pytest.mark.slow
-def test_one_linear_of_an_ffn_stays_fp16(embedded_fp32, tmp_path, toolkit_version):
+def test_one_linear_of_an_ffn_stays_float16(embedded_fp32, tmp_path, toolkit_version):
     from harness.runtime.capture import capture_calibration
     from harness.partition.onnx_export import export_partition
     from harness.sampling.reference_run import sample_settings

@@ -10,7 +10,8 @@ Running a README line here changes only where it works and how long it takes:
   checkout); what a line takes as given is made there first:
   anima.safetensors (an anima-2b-shaped sparse checkpoint: inspect-checkpoint reads its header only),
   bench-ab's out/old and out/new (two FP16 exports of the embedded model), and a fleet in the results
-  store (three ROCK 5C boards' runs, built as tests/results_data.py builds them) for `results boards`;
+  store (three ROCK 5C boards' runs interleaved in time, built as tests/results_data.py builds them) for
+  `results boards`;
 - `bin/test` runs the real bin/test with --artifacts and --results in that folder; `-m npu` (the gates,
   whose runs `trend`, `results` and `accept-golden` read) runs its tests, every other line --collect-only
   (the whole suite and the slow tiers are the suite's own runs, not this test's);
@@ -178,7 +179,7 @@ def readme_workdir(workdir) -> Path:
     with ResultsStore(f"sqlite:///{workdir}/.benchmarks/results.sqlite") as store:
         for b, board in enumerate(("rock-5c-aaaa", "rock-5c-bbbb", "rock-5c-cccc")):
             for i, noise in enumerate(FLEET_NOISE):
-                store.add_run(make_run(f"{board}-{i}", 1.0 + noise, board=board, minute=10 * b + i))
+                store.add_run(make_run(f"{board}-{i}", 1.0 + noise, board=board, minute=3 * i + b))
     return workdir
 
 

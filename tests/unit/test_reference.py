@@ -28,7 +28,7 @@ def tiny():
 
 def test_whole_network_reproduces_public_implementation(tiny):
     cfg, w, io, _ = tiny
-    out = R.forward(w, cfg, io["x"][:, :, 0], io["timesteps"], io["context"])
+    out = R.forward(w, cfg, io["x"][:, :, 0], io["timesteps"], io["text_emb"])
     ref = io["output"][:, :, 0]
     assert np.abs(out - ref).max() <= 1e-4 * max(1.0, np.abs(ref).max())
 
@@ -56,13 +56,13 @@ def test_block0_branch_inputs_and_outputs(tiny):
     emb, lora = R.time_embedding(w, cfg, io["timesteps"])
     mods = R.modulations(w, cfg, emb, lora)
     x = hooks["block0.in_x"].reshape(1, 16, 64)
-    x1, rec = R.block_branches(w, cfg, 0, x, mods, io["context"], R.make_rope(cfg))
+    x1, rec = R.block_branches(w, cfg, 0, x, mods, io["text_emb"], R.make_rope(cfg))
     for branch, key in (("self_attn", "self_attn"), ("cross_attn", "cross_attn"), ("ffn", "mlp")):
         h, out = rec[branch]
         np.testing.assert_allclose(h, hooks[f"block0.{key}.in_x"].reshape(1, 16, 64), atol=1e-5, err_msg=branch)
         np.testing.assert_allclose(out, hooks[f"block0.{key}.out"].reshape(1, 16, 64), atol=1e-4, err_msg=branch)
     np.testing.assert_allclose(x1, hooks["block0.out"].reshape(1, 16, 64), atol=1e-4)
-    x2 = R.block_forward(w, cfg, 1, x1, mods, io["context"], R.make_rope(cfg))
+    x2 = R.block_forward(w, cfg, 1, x1, mods, io["text_emb"], R.make_rope(cfg))
     np.testing.assert_allclose(x2, hooks["blocks.1.out"].reshape(1, 16, 64), atol=1e-4)
 
 

@@ -1,12 +1,10 @@
 """`bin/harness results ...` and the verdicts of a run against its store, on real stores (SQLite and
-PostgreSQL) and real files of the old formats."""
+PostgreSQL). The store's failures: test_store_failures.py."""
 from __future__ import annotations
 
 import csv
 from dataclasses import replace
 import io
-import json
-import math
 import re
 
 import pytest
@@ -19,55 +17,6 @@ from tests.results_data import VERSIONS_NEW, make_ab_record, make_run
 pytestmark = pytest.mark.results
 
 _NOISE = (0.0, 0.012, -0.008, 0.005, -0.011, 0.009, -0.004, 0.007, -0.006, 0.003)  # ~0.8 % spread
-
-
-def _old_record(day: int, step_s: float) -> dict:
-    """A record as harness/history.py appended it."""
-    return {"time": f"2026-08-{day:02d}T09:30:00+00:00", "board_id": "rock5c-01", "backend": "rknnlite",
-            "model": "embedded-digits", "manifest_hash": "sha256:abc", "valid": True, "case": "cat",
-            "mean_step_s": step_s, "total_denoise_s": step_s * 20, "precision": "float16", "steps": 20,
-            "branch_s_per_step": {"self_attn": 0.2, "cross_attn": 0.1, "ffn": 0.3},
-            "lifecycle_s_per_step": {"load": 0.5, "init": 0.4, "run": 0.6, "release": 0.05},
-            "versions": {"npu_driver": "0.9.8"}, "git_revision": "abc123", "run_id": f"gh-{day}-1"}
-
-
-def test_import_skips_a_torn_last_line_and_keeps_the_rest(results_url, tmp_path, capsys):
-    history = tmp_path / "history.jsonl"
-    good = "".join(json.dumps(_old_record(d, 1.0 + d / 100)) + "\n" for d in (1, 2, 3))
-    history.write_text(good + json.dumps(_old_record(4, 1.1))[:57])      # killed mid-append
-    assert main(["results", "import", "--history", str(history), "--results", results_url]) == 0
-    captured = capsys.readouterr()
-    assert f"{history} line 4: torn last line" in captured.err and "3 run(s) imported" in captured.out
-    with ResultsStore(results_url) as store:
-        assert [r.run_id for r in store.runs()] == ["gh-1-1", "gh-2-1", "gh-3-1"]
-        assert store.runs()[0].branches == {"self_attn": 0.2, "cross_attn": 0.1, "ffn": 0.3}
-    # a second import of the same file adds nothing and says why
-    assert main(["results", "import", "--history", str(history), "--results", results_url]) == 0
-    assert "already in the store" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("mean", [math.nan, math.inf, -2.0, 0.0])
-def test_import_refuses_a_baseline_that_would_judge_every_run_within_or_divide_by_zero(results_url, tmp_path,
-                                                                                       capsys, mean):
-    folder = tmp_path / "baselines" / "rock5c-01" / "cat"
-    folder.mkdir(parents=True)
-    key = {"case": "cat", "steps": 20, "precision": "float16", "backend": "rknnlite", "manifest_hash": "h",
-           "versions": {}}
-    (folder / "bad.json").write_text(json.dumps({"key": key, "mean_s": mean, "board_id": "rock5c-01",
-                                                 "saved_utc": "2026-08-01T09:30:00+00:00", "run_id": "gh-9"}))
-    (folder / "good.json").write_text(json.dumps({"key": key, "mean_s": 20.0, "board_id": "rock5c-01",
-                                                  "saved_utc": "2026-08-02T09:30:00+00:00", "run_id": "gh-10"}))
-    assert main(["results", "import", "--baselines", str(tmp_path / "baselines"), "--results", results_url]) == 1
-    err = capsys.readouterr().err
-    assert "bad.json: skipped: mean_s must be a finite number of seconds > 0" in err
-    with ResultsStore(results_url) as store:
-        (run,) = store.runs()
-        assert run.run_id == "gh-10" and run.mean_step_s == 1.0
-        assert store.baseline("rock5c-01", run.key.experiment)[1] == "imported"
-        # the imported baseline now judges a slower run instead of calling it "within"
-        slower = make_run("new", 1.5, board="rock5c-01")
-        slower = type(slower)(**{**slower.__dict__, "key": run.key, "board_model": run.board_model})
-        assert judge_run(store, slower, 10.0).regressed
 
 
 def test_export_writes_one_csv_row_per_run(results_url, capsys):
@@ -153,23 +102,6 @@ def test_a_reading_command_never_makes_a_store(tmp_path, capsys):
     missing = tmp_path / "typo.sqlite"
     assert main(["results", "export", "--results", f"sqlite:///{missing}"]) == 2
     assert f"no results store at {missing}" in capsys.readouterr().err and not missing.exists()
-
-
-def test_an_imported_baseline_points_at_its_run_from_the_history(results_url, tmp_path):
-    history = tmp_path / "history.jsonl"
-    history.write_text("".join(json.dumps(_old_record(d, 1.0)) + "\n" for d in (1, 2)))
-    folder = tmp_path / "baselines" / "rock5c-01" / "cat"
-    folder.mkdir(parents=True)
-    key = {"case": "cat", "steps": 20, "precision": "float16", "backend": "rknnlite", "manifest_hash": "sha256:abc",
-           "versions": {"npu_driver": "0.9.8"}}
-    (folder / "k.json").write_text(json.dumps({"key": key, "mean_s": 20.4, "board_id": "rock5c-01", "run_id": "gh-2-1",
-                                               "saved_utc": "2026-08-02T10:00:00+00:00"}))
-    assert main(["results", "import", "--history", str(history), "--baselines", str(tmp_path / "baselines"),
-                 "--results", results_url]) == 0
-    with ResultsStore(results_url) as store:
-        runs = store.runs()
-        assert [r.run_id for r in runs] == ["gh-1-1", "gh-2-1"]
-        assert store.baseline("rock5c-01", runs[1].key.experiment) == (runs[1], "imported")
 
 
 def test_a_run_with_nothing_changed_fails_about_1_percent_of_the_time_over_all_its_figures():

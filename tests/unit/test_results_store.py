@@ -196,10 +196,12 @@ def test_a_bad_url_is_one_line():
 
 @pytest.mark.parametrize("ci, outcome", [("true", {"errors": 1}), ("", {"skipped": 1})])
 def test_a_missing_postgresql_server_fails_in_ci_and_skips_elsewhere(pytester, monkeypatch, ci, outcome):
+    import tests.postgres
     monkeypatch.setenv("CI", ci)
-    pytester.makeconftest("import tests.postgres\n"
-                          "tests.postgres.find_pg_bin = lambda: None      # a machine without initdb\n"
-                          "from tests.conftest import postgres_cluster  # noqa: F401\n")
+    # a machine without initdb; undone after the test (set inside the run it outlived it, the module
+    # being this process's own, and later cluster fixtures of the session found no server)
+    monkeypatch.setattr(tests.postgres, "find_pg_bin", lambda: None)
+    pytester.makeconftest("from tests.conftest import postgres_cluster  # noqa: F401\n")
     pytester.makepyfile(test_needs_server="def test_server(postgres_cluster):\n    pass\n")
     result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:harness.pytest_plugin", "-rs")
     result.assert_outcomes(**outcome)

@@ -22,7 +22,7 @@ def converted(toolkit_version, embedded_fp32, tmp_path_factory):
     bundle, _ = embedded_fp32
     root = tmp_path_factory.mktemp("sim")
     export_partition(bundle.weights, bundle.cfg, root / "fp32", dtype="float32", blocks=[0, 1])
-    convert_partition(root / "fp32", root / "fp16", version=toolkit_version, allow_cpu_ops=True, quiet=True)
+    convert_partition(root / "fp32", root / "float16", version=toolkit_version, allow_cpu_ops=True, quiet=True)
     return root
 
 
@@ -43,7 +43,7 @@ def _run(entry, manifest, inputs):
 
 def test_every_subgraph_matches_onnxruntime_fp32(converted):
     import onnxruntime as ort
-    sim, source = load_manifest(converted / "fp16"), load_manifest(converted / "fp32")
+    sim, source = load_manifest(converted / "float16"), load_manifest(converted / "fp32")
     for entry, src in zip(sim.entries(), source.entries()):
         inputs = _inputs(entry)
         out = _run(entry, sim, inputs)
@@ -56,7 +56,7 @@ def test_every_subgraph_matches_onnxruntime_fp32(converted):
 
 def test_a_model_is_built_once_per_session(converted, toolkit_version):
     from harness.backends.rknn_sim import worker_for
-    sim = load_manifest(converted / "fp16")
+    sim = load_manifest(converted / "float16")
     entry = sim.subgraphs[2]
     first = _run(entry, sim, _inputs(entry))
     models = worker_for(toolkit_version).stats()["models"]
@@ -68,8 +68,8 @@ def test_a_model_is_built_once_per_session(converted, toolkit_version):
 def test_a_rknn_that_is_not_what_its_source_builds_is_refused(converted, tmp_path):
     """Block 0's FFN .rknn replaced by block 1's (same size, other weights), with a manifest that
     vouches for it: the checksum cannot see it, the rebuild comparison does."""
-    part = tmp_path / "fp16"
-    shutil.copytree(converted / "fp16", part)
+    part = tmp_path / "float16"
+    shutil.copytree(converted / "float16", part)
     data = json.loads((part / "manifest.json").read_text())
     victim = next(e for e in data["subgraphs"] if e["index"] == 2)
     donor = next(e for e in data["subgraphs"] if e["index"] == 5)
@@ -88,8 +88,8 @@ def test_a_rknn_that_is_not_what_its_source_builds_is_refused(converted, tmp_pat
 def test_a_changed_source_onnx_is_refused(converted, tmp_path):
     src = tmp_path / "fp32"
     shutil.copytree(converted / "fp32", src)
-    part = tmp_path / "fp16"
-    shutil.copytree(converted / "fp16", part)
+    part = tmp_path / "float16"
+    shutil.copytree(converted / "float16", part)
     data = json.loads((part / "manifest.json").read_text())
     data["conversion"]["source"]["directory"] = str(src)
     (part / "manifest.json").write_text(json.dumps(data))

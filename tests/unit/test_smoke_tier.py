@@ -1,9 +1,12 @@
 """The smoke tier: its checks against the simulated board tree (tests/data/sysfs-rk3588, copied where
-changed), and `pytest -m smoke` itself off the board: passing in under a minute, and with --require-npu
-failing with the line that names the missing NPU device node."""
+changed), and `pytest -m smoke` itself off the board: passing in under a minute, with --require-npu
+failing with the line that names the missing NPU device node, and on the simulated board without
+--partition failing tests 2-4 with one line each. A driver loaded with no /dev node (a container) is told
+from a kernel without the driver, and every docs/board.md section a message cites exists."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,10 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.gates.smoke import find_npu_node, npu_node_problem, version_problem
+from harness.gates.smoke import GUIDE, SECTIONS, find_npu_node, npu_node_problem, version_problem
 from harness.model.config import REPO_ROOT
+from tests.fakes import FAKES_DIR, SIM_LIBRKNNRT
 
 BOARD = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"
+# A citation of the guide in a message or docstring: docs/board.md, 'Heading' (or section 'Heading').
+CITATION = re.compile(r"docs/board\.md,\s+(?:section\s+)?['\"]([^'\"]+)['\"]")
 
 
 @pytest.fixture
@@ -34,8 +40,62 @@ def test_the_npu_render_node_is_the_rknpu_drivers_not_the_gpus():
 def test_a_gpu_render_node_alone_is_no_npu(board):
     (board / "sys/class/drm/renderD129").rename(board / "gone")
     problem = npu_node_problem(board)
-    assert problem.startswith(f"no NPU device node under {board}: neither /dev/rknpu nor")
-    assert "vendor (BSP) kernel" in problem
+    assert problem.startswith(f"no NPU device node under {board} and no sign of the RKNPU driver: neither "
+                              "/dev/rknpu nor"), problem
+    assert "Boot a vendor (BSP) kernel" in problem and "container" not in problem
+
+
+def test_a_loaded_driver_without_its_node_is_a_container_not_a_kernel(board):
+    (board / "dev/dri/renderD129").unlink()      # /sys still says DRIVER=RKNPU: the host's kernel has it
+    problem = npu_node_problem(board)
+    assert problem.startswith("the RKNPU driver is loaded (/sys/class/drm/renderD129/device/uevent says "
+                              "DRIVER=RKNPU) but its device node /dev/dri/renderD129 is not visible under "), problem
+    assert "container" in problem and "pass /dev/dri/renderD129 into it" in problem
+    assert "Boot a vendor" not in problem
+
+
+@pytest.mark.parametrize("sign, node", [("proc/misc", "/dev/rknpu"),
+                                        ("sys/bus/platform/drivers/RKNPU", "/dev/rknpu or /dev/dri/renderD*")])
+def test_the_misc_device_and_the_platform_driver_are_signs_too(board, sign, node):
+    shutil.rmtree(board / "sys/class/drm")
+    shutil.rmtree(board / "dev/dri")
+    assert "no sign of the RKNPU driver" in npu_node_problem(board)
+    if sign == "proc/misc":
+        (board / sign).write_text(" 58 rknpu\n 59 rga\n")
+    else:
+        (board / sign).mkdir(parents=True)
+    problem = npu_node_problem(board)
+    assert problem.startswith("the RKNPU driver is loaded (") and f"its device node {node} is not visible" in problem
+
+
+def _headings() -> set[str]:
+    """docs/board.md's headings, each without its number ("4. The NPU ..." -> "The NPU ...")."""
+    text = (REPO_ROOT / GUIDE).read_text()
+    return {re.sub(r"^\d+\.\s+", "", m) for m in re.findall(r"(?m)^#{1,6}\s+(.+?)\s*$", text)}
+
+
+def test_every_section_the_smoke_messages_cite_exists(board):
+    headings = _headings()
+    assert {title for title in SECTIONS.values() if title not in headings} == set()
+    # the messages as a user reads them, each with its citation
+    (board / "dev/dri/renderD129").unlink()
+    container = npu_node_problem(board)
+    shutil.rmtree(board / "sys/class/drm")
+    messages = [container, npu_node_problem(board), version_problem({"api": "2.3.2"}, "2.5.0")]
+    for message in messages:
+        [cited] = CITATION.findall(message)
+        assert cited in headings, message
+
+
+def test_every_citation_of_the_guide_in_the_code_names_a_section_that_exists():
+    """Also the literal ones (a docstring, another module's message): each cited heading exists."""
+    headings, missing = _headings(), []
+    for folder in ("harness", "tests/acceptance", "bin", "tools"):
+        for path in sorted((REPO_ROOT / folder).rglob("*")):
+            if path.suffix in (".py", ".sh", ".toml", "") and path.is_file():
+                text = path.read_text(errors="replace")
+                missing += [f"{path.relative_to(REPO_ROOT)}: '{c}'" for c in CITATION.findall(text) if c not in headings]
+    assert missing == []
 
 
 def test_the_vendor_misc_node_counts(board):
@@ -103,8 +163,30 @@ def test_smoke_with_require_npu_fails_off_the_board_naming_the_device_node(tmp_p
     proc, _ = _smoke(tmp_path, "--require-npu")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAILED tests/acceptance/test_smoke.py::test_1_npu_device_node" in proc.stdout
-    assert "no NPU device node under /: neither /dev/rknpu nor a /dev/dri/renderD* of the RKNPU driver" in proc.stdout
+    assert ("no NPU device node and no sign of the RKNPU driver: neither /dev/rknpu nor a /dev/dri/renderD* of "
+            "the RKNPU driver") in proc.stdout
     assert "4 failed" in proc.stdout
+
+
+@pytest.mark.slow          # a pytest session of its own
+def test_without_a_partition_the_board_checks_end_in_one_line_each(tmp_path):
+    """On the simulated board with the fake runtime, rknnlite needs --partition: tests 2-4 each fail
+    with the line that says so (and which section of the guide makes one), not a ConfigError traceback."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FAKES_DIR), str(REPO_ROOT)]),
+           "LIBRKNNRT_PATH": str(SIM_LIBRKNNRT)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), "-m", "smoke",
+                           "-p", "no:cacheprovider", "-p", "no:randomly", "-q", f"--telemetry-root={BOARD}",
+                           f"--artifacts={tmp_path / 'artifacts'}"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "3 failed, 1 passed" in out, out
+    line = ("--partition (or the board profile's `partition`) must name the converted .rknn subgraphs when the "
+            "backend is rknnlite: convert them on the PC and copy them to the board")
+    failures = out.split("= FAILURES =")[1].split("short test summary")[0]
+    for test in ("test_2_runtime_and_driver_versions", "test_3_one_subgraph_lifecycle", "test_4_model_for_two_steps"):
+        [body] = re.findall(rf"_+ {test} _+\n(.*?)(?=\n_{{3,}} |\n[^\n]*run summary|\Z)", failures, re.S)
+        assert body.count("\n") == 0 and line in body, body
+    assert "Traceback" not in out and "ConfigError" not in out and "During handling" not in out, out
 
 
 def _collect(tmp_path, *extra) -> str:

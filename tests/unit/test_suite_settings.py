@@ -123,8 +123,7 @@ def test_bad_option_is_one_line_and_a_usage_error(pytester):
     assert "Traceback" not in str(result.stderr) + str(result.stdout)
 
 
-def test_the_old_spelling_of_the_int8_ffn_is_read_as_the_one_word():
-    # `ffn-w8a8` was the fake-quant name of what the toolkit calls `w8a8-ffn`: one word now, the old read.
-    from harness.pytest_plugin.options import resolve_settings
-    assert resolve_settings({"fake_quant": "ffn-w8a8"}, None).fake_quant == "w8a8-ffn"
+def test_the_int8_ffn_has_one_name():
     assert resolve_settings({"fake_quant": "w8a8-ffn"}, None).fake_quant == "w8a8-ffn"
+    with pytest.raises(ConfigError, match=r"--fake-quant ffn-w8a8: choose w8a8-ffn"):
+        resolve_settings({"fake_quant": "ffn-w8a8"}, None)

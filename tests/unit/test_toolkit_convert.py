@@ -51,8 +51,8 @@ def _ffn_calibration(bundle, block0: Path, out: Path) -> Path:
     """The block-0 FFN's inputs from real FP32 forwards: high and low sigma, cond+uncond streams
     (the export serves both streams in one call), from two seeds: 4 samples."""
     cfg, w = bundle.cfg, bundle.all_weights()
-    contexts = stream_text_embs(bundle, [cfg.prompt.get("default", "")], 4.0)
-    context = np.concatenate([contexts[s] for s in contexts])
+    text_embs = stream_text_embs(bundle, [cfg.prompt.get("default", "")], 4.0)
+    text_emb = np.concatenate([text_embs[s] for s in text_embs])
     samples = []
     for seed in (0, 1):
         latent = initial_latents(bundle, [seed])
@@ -60,7 +60,7 @@ def _ffn_calibration(bundle, block0: Path, out: Path) -> Path:
             emb, lora = R.time_embedding(w, cfg, np.array([sigma], np.float32))
             mods = R.modulations(w, cfg, emb, lora)
             x = np.repeat(ops.linear(R.patchify(latent, cfg), w["x_embedder.proj.1.weight"]), 2, axis=0)
-            _, record = R.block_branches(w, cfg, 0, x, mods, context, R.make_rope(cfg))
+            _, record = R.block_branches(w, cfg, 0, x, mods, text_emb, R.make_rope(cfg))
             samples.append([record["ffn"][0].astype(np.float32)])
     manifest = load_manifest(block0)
     write_dataset(out, manifest.entry(0, "ffn"), samples)
@@ -93,8 +93,8 @@ def test_unknown_version_names_the_versions_file(block0, tmp_path):
         convert_partition(block0, tmp_path / "conv", version="9.9.9")
 
 
-def test_fp16_export_refused(bundle, tmp_path):
-    src = tmp_path / "fp16"
+def test_float16_export_refused(bundle, tmp_path):
+    src = tmp_path / "float16"
     export_partition(bundle.weights, bundle.cfg, src, dtype="float16", blocks=[0])
     with pytest.raises(ConfigError, match="convert the plain FP32 export"):
         convert_partition(src, tmp_path / "conv")
@@ -185,7 +185,7 @@ def converted(bundle, tmp_path_factory, toolkit_version):
     """The whole embedded partition (84 subgraphs + decoder), FP16, one sample through the simulator."""
     root = tmp_path_factory.mktemp("whole")
     export_partition(bundle.weights, bundle.cfg, root / "fp32", dtype="float32")
-    result = convert_partition(root / "fp32", root / "fp16", samples=1, quiet=True)
+    result = convert_partition(root / "fp32", root / "float16", samples=1, quiet=True)
     return root, result
 
 
@@ -193,13 +193,13 @@ def converted(bundle, tmp_path_factory, toolkit_version):
 @pytest.mark.slow
 def test_whole_partition_converts_with_every_op_on_the_npu(converted):
     root, result = converted
-    manifest = load_manifest(root / "fp16")
+    manifest = load_manifest(root / "float16")
     manifest.verify()
     assert len(manifest.subgraphs) == 84 and manifest.decoder.file == "decoder.rknn"
-    assert sorted(p.name for p in (root / "fp16").iterdir()) == sorted(
+    assert sorted(p.name for p in (root / "float16").iterdir()) == sorted(
         [e.file for e in manifest.entries()] + ["build.log", "manifest.json"])
     conv = manifest.conversion
-    assert (conv["toolkit_version"], conv["target"], conv["precision"]) == ("2.5.0", "rk3588", "fp16")
+    assert (conv["toolkit_version"], conv["target"], conv["precision"]) == ("2.5.0", "rk3588", "float16")
     source = load_manifest(root / "fp32")
     assert [r["onnx_sha256"] for r in conv["subgraphs"]] == [e.sha256 for e in source.entries()]
     assert all(r["build_seconds"] > 0 and r["layers"] > 2 for r in conv["subgraphs"])
@@ -222,8 +222,8 @@ def test_simulator_matches_onnxruntime_fp32(converted):
 def test_tampered_rknn_fails_the_board_run_naming_the_file(converted, bundle, tmp_path):
     import shutil
     root, _ = converted
-    copy = tmp_path / "fp16"
-    shutil.copytree(root / "fp16", copy)
+    copy = tmp_path / "float16"
+    shutil.copytree(root / "float16", copy)
     open_partition(bundle, copy)                        # intact: accepted
     victim = copy / "41_block13_ffn.rknn"
     data = bytearray(victim.read_bytes())

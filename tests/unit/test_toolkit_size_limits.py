@@ -35,7 +35,7 @@ def _partition(root: Path, edits: dict) -> Path:
         text = text.replace(old, new)
     (model / "model.toml").write_text(text)
     cfg = load_model_dir(model)
-    write_random_checkpoint(cfg, model / "dit.safetensors", "bf16", prefix="net.", seed=5)
+    write_random_checkpoint(cfg, model / "dit.safetensors", "bfloat16", prefix="net.", seed=5)
     export_partition(model / "dit.safetensors", cfg, root / "fp32", dtype="float32")
     return root / "fp32"
 

@@ -9,7 +9,7 @@ import struct
 
 import numpy as np
 
-__all__ = ["encode_frame", "write_frame", "read_frame"]
+__all__ = ["write_frame", "read_frame"]
 
 
 def encode_frame(header: dict, arrays=()) -> bytes:

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from framing import read_frame, write_frame  # noqa: E402
 from worker import BuildFailed, build_rknn, toolkit_version  # noqa: E402
 
-__all__ = ["serve", "compare_builds", "MAX_DIFF_BYTES", "MAX_DIFF_FRACTION"]
+__all__ = ["serve"]
 
 # The toolkit writes uninitialised heap bytes (pointer values) into every .rknn it exports, so two
 # builds of one model never hash alike. Measured with 2.5.0 on the embedded model: 765-2,081 bytes

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["build_rknn", "BuildFailed", "toolkit_version", "redirected", "run_job"]
+__all__ = ["build_rknn", "BuildFailed", "toolkit_version"]
 
 
 class BuildFailed(Exception):

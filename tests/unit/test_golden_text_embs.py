@@ -1,4 +1,4 @@
-"""Golden cases given as text-context files (for a model whose text encoder does not run here,
+"""Golden cases given as text-embedding files (for a model whose text encoder does not run here,
 like Anima's Qwen3): the same run as the prompt they encode, and a clear error for a bad file."""
 import numpy as np
 import pytest
@@ -16,9 +16,9 @@ prompt = "digit one"
 seed = 5
 
 [[case]]
-name = "by-context"
-context = "one.npy"
-uncond_context = "empty.npy"
+name = "by-text-emb"
+text_emb = "one.npy"
+uncond_text_emb = "empty.npy"
 seed = 5
 """
 
@@ -32,28 +32,28 @@ def runner(tmp_path):
     return gates, golden
 
 
-def test_context_case_renders_what_its_prompt_renders(runner):
+def test_text_emb_case_renders_what_its_prompt_renders(runner):
     gates, golden = runner
-    by_prompt, by_context = load_cases(golden / "cases.toml")
+    by_prompt, by_text_emb = load_cases(golden / "cases.toml")
     a = gates.run(by_prompt, guard=None, keep=False).image
-    b = gates.run(by_context, guard=None, keep=False).image
+    b = gates.run(by_text_emb, guard=None, keep=False).image
     np.testing.assert_array_equal(a, b)
 
 
-def test_bad_context_file_names_case_and_file(runner):
+def test_bad_text_emb_file_names_case_and_file(runner):
     gates, golden = runner
     np.save(golden / "one.npy", np.zeros((3, 5), np.float32))
     case = load_cases(golden / "cases.toml")[1]
-    with pytest.raises(ConfigError, match=r"golden case 'by-context': .*one.npy is float32 \[3, 5\]"):
+    with pytest.raises(ConfigError, match=r"golden case 'by-text-emb': .*one.npy is float32 \[3, 5\]"):
         gates.run(case, guard=None, keep=False)
 
 
-def test_model_without_prompt_encoder_runs_context_cases_only(runner):
+def test_model_without_prompt_encoder_runs_text_emb_cases_only(runner):
     gates, golden = runner
     toml = gates.s.model_dir / "model.toml"
     toml.write_text("\n".join(l for l in toml.read_text().splitlines() if not l.startswith("prompt_encoder")))
-    by_prompt, by_context = load_cases(golden / "cases.toml")
+    by_prompt, by_text_emb = load_cases(golden / "cases.toml")
     assert gates.bundle.encoder is None
-    assert gates.run(by_context, guard=None, keep=False).image.shape == (64, 64, 3)
+    assert gates.run(by_text_emb, guard=None, keep=False).image.shape == (64, 64, 3)
     with pytest.raises(ConfigError, match="has no prompt encoder here"):
         gates.run(by_prompt, guard=None, keep=False)
