@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
+import os
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from ..report.sitelinks import series_page
 from ..results.fleet import board_verdicts, fleet_groups
-from ..results.judge import (CONFIDENCE, GROUP_RUNS, LOOKBACK, NOT_COMPARABLE, Judgement, figures,
-                             judge_run, parse_threshold)
+from ..results.judge import (CONFIDENCE, GROUP_RUNS, LOOKBACK, NOT_COMPARABLE, NPU_CORE, STEP, Judgement,
+                             figures, judge_run, parse_threshold)
 from ..results.records import Run, RunKey
 from ..results.store import PendingView, ResultsStore
 from ..results.verdicts import MIN_HISTORY, change_points, history_verdict
@@ -27,6 +30,10 @@ __all__ = ["Site", "Series", "Upgrade", "Fleet", "collect", "stack_of", "stack_l
 REGRESSION, PROBATION, NOT_COMP, INVALID, PASS, NO_VERDICT = (
     "regression", "upgrade under probation", "not comparable", "INVALID", "pass", "no verdict yet")
 STATUS_ORDER = (REGRESSION, PROBATION, NOT_COMP, INVALID, NO_VERDICT, PASS)
+# The figures whose learned interval is drawn: the step and the NPU core, the figures a verdict weighs
+# most (judge.PRIMARY_SHARE). One interval per run costs a history verdict per run (a few ms each):
+# for every figure of a lab's 10,000 runs, minutes.
+BANDED = (STEP, NPU_CORE)
 
 
 def stack_label(key: RunKey) -> str:
@@ -170,6 +177,7 @@ def collect(store: ResultsStore, threshold: str = "10%") -> Site:
     for run in runs:
         by_series[(run.board_id, run.key.experiment)].append(run)
     series = [_series(members, saved) for members in by_series.values()]
+    _analyse_all(series)
     scope = _scopes(runs)
     baselines = {(r.board_id, r.key.experiment): (r, saved[(r.run_id, r.key.case)])
                  for r in runs if (r.run_id, r.key.case) in saved}
@@ -182,26 +190,50 @@ def collect(store: ResultsStore, threshold: str = "10%") -> Site:
 
 
 def _series(members: list[Run], saved: dict) -> Series:
+    """A series with its figures and stack changes; its intervals and change points come from _analyse."""
     first = members[-1]
     s = Series(first.board_model, first.board_id, first.key.case, first.key.experiment, members,
                {i: saved[(r.run_id, r.key.case)] for i, r in enumerate(members) if (r.run_id, r.key.case) in saved})
     values = [figures(r) for r in members]
     labels = list(dict.fromkeys(label for v in values for label in v))
     s.figures = {label: [v.get(label) for v in values] for label in labels}
-    s.bands = {label: _bands(members, s.figures[label], label) for label in labels}
-    s.change_points = [cp for label in labels for cp in _change_points(members, s.figures[label], label)]
     s.stack_changes = [StackChange(i, members[i - 1].key, r.key) for i, r in enumerate(members)
                        if i and r.key.digest != members[i - 1].key.digest]
     return s
 
 
-def _bands(members: list[Run], values: list, label: str) -> list:
+def _analyse_all(series: list[Series]) -> None:
+    """Each series' learned intervals and change points, the series spread over the CPUs: they are
+    independent, and a lab's store has tens of them of hundreds of runs (tools/bench_site.py)."""
+    payloads = [(s.figures, [r.valid for r in s.runs], [r.key.digest for r in s.runs]) for s in series]
+    workers = min(os.cpu_count() or 1, len(series))
+    if workers > 1:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            results = list(pool.map(_analyse, payloads))
+    else:
+        results = [_analyse(p) for p in payloads]
+    for s, (bands, points) in zip(series, results):
+        s.bands = bands
+        s.change_points = [ChangePoint(label, after, s.runs[before], s.runs[after], low, high)
+                           for label, before, after, low, high in points]
+
+
+def _analyse(payload) -> tuple[dict, list]:
+    """(label -> interval per run for the BANDED figures, [(label, index of the last valid run before,
+    index of the first of the new level, level before, level after)]) of one series' figures."""
+    figures_, valid, digests = payload
+    bands = {label: _bands(values, valid, digests, label) for label, values in figures_.items() if label in BANDED}
+    points = [cp for label, values in figures_.items() for cp in _change_points(values, valid, label)]
+    return bands, points
+
+
+def _bands(values: list, valid: list[bool], digests: list[str], label: str) -> list:
     """Per run: the interval a run of its key had to stay within, learned from the spread of the up to
     LOOKBACK valid runs of its key before it (verdicts.history_verdict at judge.CONFIDENCE, its
     threshold around the history's centre); None with fewer than MIN_HISTORY of them."""
     bands, earlier = [], defaultdict(list)
-    for run, value in zip(members, values):
-        history = earlier[run.key.digest]
+    for value, ok, digest in zip(values, valid, digests):
+        history = earlier[digest]
         verdict = history_verdict(label, history, value, confidence=CONFIDENCE, lookback=LOOKBACK) \
             if value and len(history) >= MIN_HISTORY else None
         if verdict is None:
@@ -210,21 +242,20 @@ def _bands(members: list[Run], values: list, label: str) -> list:
             centre = value / (1.0 + verdict.shift_pct / 100.0)
             factor = 1.0 + verdict.threshold_pct / 100.0
             bands.append((centre / factor, centre * factor))
-        if run.valid and value:
+        if ok and value:
             history.append(value)
     return bands
 
 
-def _change_points(members: list[Run], values: list, label: str) -> list[ChangePoint]:
-    """verdicts.change_points over the series' valid runs of the figure, placed back among all its runs."""
-    kept = [(i, v) for i, (r, v) in enumerate(zip(members, values)) if r.valid and v]
+def _change_points(values: list, valid: list[bool], label: str) -> list[tuple]:
+    """verdicts.change_points over the figure's valid runs, placed back among all the series' runs."""
+    kept = [(i, v) for i, (ok, v) in enumerate(zip(valid, values)) if ok and v]
     found = change_points([v for _, v in kept]) if len(kept) >= 6 else []
     out, bounds = [], [0, *found, len(kept)]
     for n, cut in enumerate(found):
         before = [v for _, v in kept[bounds[n]:cut]]
         after = [v for _, v in kept[cut:bounds[n + 2]]]
-        out.append(ChangePoint(label, kept[cut][0], members[kept[cut - 1][0]], members[kept[cut][0]],
-                               sum(before) / len(before), sum(after) / len(after)))
+        out.append((label, kept[cut - 1][0], kept[cut][0], sum(before) / len(before), sum(after) / len(after)))
     return out
 
 

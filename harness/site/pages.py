@@ -109,7 +109,8 @@ def _series_plots(s: Series, root: Path) -> list[dict]:
     panels = []
     for label, values in s.figures.items():
         points = [(c.index, f"{c.shift_pct:+.1f} %") for c in s.change_points if c.figure == label]
-        svg = plots.series_plot(label, values, valid, times, s.bands[label], points, stacks, list(s.baselines))
+        svg = plots.series_plot(label, values, valid, times, s.bands.get(label, [None] * len(values)), points, stacks,
+                                list(s.baselines))
         panels.append({"figure": label, "anchor": slug(label), "img": _svg(root, f"series/{s.stem}--{slug(label)}.svg", svg),
                        "verdict": s.verdict(label), "status": s.status(label)})
     return panels
