@@ -45,6 +45,8 @@ def write_site(site: Site, out: Path, reports: Path | None = None) -> list[Path]
     if earlier and not (out / MARKER).is_file():
         raise ConfigError(f"--out {out}: not empty and not a results site; name a new or empty folder")
     target = out.with_name(f".{out.name}.new") if earlier else out
+    if earlier and (target / MARKER).is_file():     # a whole new site a killed run did not swap in
+        shutil.rmtree(target)
     with atomic_directory(target) as staging:
         _write(site, staging, reports)
     if earlier:

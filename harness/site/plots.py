@@ -79,7 +79,7 @@ def series_plot(label: str, values: list, valid: list[bool], times: list[str], b
         _label(ax, x, len(values), 0.97, f"change point {text}", _CHANGE, "top")
     for x, text in stack_changes:
         ax.axvline(x - 0.5, color=_STACK, linestyle=":", linewidth=1.5)
-        _label(ax, x, len(values), 0.03, f"stack: {text}", _STACK, "bottom")
+        _label(ax, x, len(values), 0.86, f"stack: {text}", _STACK, "top")
     at, labels = _ticks(times)
     ax.set_xticks(at, labels, rotation=30, ha="right", fontsize="x-small")
     ax.set_xlim(-1, max(len(values), 2))
