@@ -113,11 +113,12 @@ class _DevTools:
 
         # a profile of its own: a second Chromium on the default profile hands its page to the first and exits
         self._profile = tempfile.mkdtemp(prefix="anima-chromium-")
-        # the shell puts the pipes on fd 3 and 4 as it starts Chromium (a preexec dup2 could land on
-        # subprocess's own error pipe)
-        self.proc = subprocess.Popen(["sh", "-c", f'exec "$0" "$@" 3<&{to_browser} 4>&{from_browser}', _chromium(),
+        self._log = open(Path(self._profile) / "chromium.log", "w+b")      # what it says when it closes the pipe
+        # bash puts the pipes on fd 3 and 4 as it starts Chromium (dash reads one-digit fds only; a
+        # preexec dup2 could land on subprocess's own error pipe)
+        self.proc = subprocess.Popen(["bash", "-c", f'exec "$0" "$@" 3<&{to_browser} 4>&{from_browser}', _chromium(),
                                       *_flags(True), "--remote-debugging-pipe", f"--user-data-dir={self._profile}",
-                                      "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      "about:blank"], stdout=subprocess.DEVNULL, stderr=self._log,
                                      pass_fds=(to_browser, from_browser))
         os.close(to_browser)
         os.close(from_browser)
@@ -144,8 +145,13 @@ class _DevTools:
             left = deadline - time.monotonic()
             assert left > 0 and select.select([self._from_browser], [], [], left)[0], "Chromium did not answer"
             chunk = os.read(self._from_browser, 1 << 20)
-            assert chunk, "Chromium closed its DevTools pipe"
+            assert chunk, f"Chromium closed its DevTools pipe: {self._said()}"
             self._buffer += chunk
+
+    def _said(self) -> str:
+        self._log.seek(0)
+        lines = [line for line in self._log.read().decode(errors="replace").splitlines() if "dbus" not in line]
+        return "\n".join(lines[-15:])
 
     def open(self, url: str, script: bool, window: tuple[int, int] = (1280, 1600)) -> None:
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -172,6 +178,7 @@ class _DevTools:
             self.proc.wait()
         os.close(self._to_browser)
         os.close(self._from_browser)
+        self._log.close()
         shutil.rmtree(self._profile, ignore_errors=True)
 
 
