@@ -37,8 +37,12 @@ def sparkline(values: list, valid: list[bool], alarm: bool) -> str:
         xs, ys = zip(*points)
         ax.plot(xs, ys, color=_VALID, linewidth=0.8)
         ax.plot(xs[-1:], ys[-1:], "o", color=_INVALID if alarm else _VALID, markersize=2.5)
+        # at least +-5 % of the middle in height: a steady series reads flat, not as its noise magnified
+        middle = (max(ys) + min(ys)) / 2
+        half = max((max(ys) - min(ys)) / 2 * 1.15, 0.05 * middle)
+        ax.set_ylim(middle - half, middle + half)
     ax.set_axis_off()
-    ax.margins(0.04, 0.15)
+    ax.margins(0.04, 0)
     return _svg(fig)
 
 
@@ -101,7 +105,7 @@ def _label(ax, x: int, runs: int, y: float, text: str, colour: str, va: str) -> 
 
 def fleet_plot(title: str, boards: dict[str, list[float]], reference: float | None, outliers: set[str]) -> str:
     """The boards of one model side by side: each board's valid step times in its window (one strip
-    of dots, its mean a bar), the fleet's reference (the mean of the boards' geometric means) a rule;
+    of dots, its mean a bar), the mean of the boards' means a rule (each board is judged against the others');
     an outlier board in red."""
     fig = Figure(figsize=(max(4.0, 1.1 * len(boards) + 2), 3.0), layout="constrained")
     ax = fig.add_subplot()
@@ -113,7 +117,7 @@ def fleet_plot(title: str, boards: dict[str, list[float]], reference: float | No
             mean = sum(values) / len(values)
             ax.plot([x - 0.3, x + 0.3], [mean, mean], color=colour, linewidth=2.5)
     if reference:
-        ax.axhline(reference, color=_STACK, linestyle="--", linewidth=1, label="fleet reference")
+        ax.axhline(reference, color=_STACK, linestyle="--", linewidth=1, label="the boards' mean (each board is judged against the others')")
         ax.legend(loc="upper left", fontsize="x-small", frameon=False)
     ax.set_xticks(range(len(boards)), list(boards), rotation=15, ha="right", fontsize="small")
     ax.set_ylabel("denoise step [s]", fontsize="small")
