@@ -12,6 +12,8 @@ tested and rendered without pytest:
 """
 from __future__ import annotations
 
+import math
+
 __all__ = ["markdown_summary", "verdict_line"]
 
 MiB = 2 ** 20
@@ -65,7 +67,9 @@ def _bench_rows(benchmarks: list[dict]) -> list[list]:
         delta = "-" if c.get("delta_pct") is None else f"{c['delta_pct']:+.1f} %"
         clocks = "valid" if b["valid"] else "**INVALID**: " + "; ".join(b["reasons"])
         status = c["status"] + (f": {c['moved']}" if c.get("moved") else "")    # the figure that failed, not the step
-        rows.append([b["case"], f"{c['mean_s']:.4f} s", base, delta, f"{c['threshold_pct']:g} %", status, clocks])
+        # no verdict (the first run of a history): no threshold was learned, so none is printed
+        threshold = f"{c['threshold_pct']:g} %" if math.isfinite(c.get("threshold_pct", math.nan)) else "-"
+        rows.append([b["case"], f"{c['mean_s']:.4f} s", base, delta, threshold, status, clocks])
     return rows
 
 

@@ -43,6 +43,8 @@ DEFAULT_RESULTS = "sqlite:///.benchmarks/results.sqlite"
 BUSY_SECONDS = 60
 _MIGRATIONS = Path(__file__).with_name("migrations")
 _MIGRATION_LOCK = 0x616E696D61       # PostgreSQL advisory lock id of the schema upgrade ("anima")
+# The revisions of the days before the schema was squashed into one: a store stamped with one is old, not newer.
+_SQUASHED = frozenset({"0001", "0002", "0003"})
 _WRITE = "anima_write"               # execution option of a connection that writes
 
 
@@ -229,6 +231,11 @@ class ResultsStore:
         from alembic.runtime.migration import MigrationContext
         known = {r.revision for r in script.walk_revisions()}
         unknown = [r for r in MigrationContext.configure(conn).get_current_heads() if r not in known]
+        if unknown and unknown[0] in _SQUASHED:
+            raise ResultsError(f"results store {self.where}: schema revision {unknown[0]} is from before the "
+                               f"schema became one revision ({script.get_current_head()}): export its runs with "
+                               "`results export` from an older checkout and `results import` them into a new "
+                               "store, or delete it; nothing was written")
         if unknown:
             raise ResultsError(f"results store {self.where}: schema revision {unknown[0]} is newer than this "
                                f"checkout's ({script.get_current_head()}): update the checkout to use it; "

@@ -93,9 +93,9 @@ def test_a_push_whose_target_is_lost_between_read_and_write_is_one_line_and_the_
 
 # -- a schema newer than the code ------------------------------------------------------------------------
 
-def _stamp_future(url: str) -> None:
+def _stamp_future(url: str, revision: str = FUTURE) -> None:
     with ResultsStore(url) as store, store.engine.begin() as conn:
-        conn.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": FUTURE})
+        conn.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": revision})
 
 
 def _state(url: str) -> tuple:
@@ -108,6 +108,16 @@ def _state(url: str) -> tuple:
                     conn.execute(text("SELECT run_id FROM runs ORDER BY id")).scalars().all())
     finally:
         engine.dispose()
+
+
+def test_a_store_of_a_revision_before_the_squash_is_called_old_not_newer(tmp_path):
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    with ResultsStore(url) as store:
+        store.add_run(make_run("r1"))
+    _stamp_future(url, "0003")
+    with pytest.raises(ResultsError, match=r"schema revision 0003 is from before the schema became one revision"):
+        ResultsStore(url)
+    assert _state(url) == (["0003"], ["r1"])
 
 
 def test_a_store_stamped_with_a_newer_revision_is_refused_in_one_line_naming_both(results_url, tmp_path, capsys):
