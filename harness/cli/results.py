@@ -5,6 +5,7 @@
     results check                                          each series' latest run, its change points, A/B sessions
     results boards                                         the boards of one board model, outliers named
     results push --to URL                                  this store's runs into another (a fleet's)
+    results site --out DIR [--reports DIR]                 a static site of the store (harness/site/)
 
 Every subcommand takes --results URL (SQLAlchemy's form, default sqlite:///.benchmarks/results.sqlite).
 `check` and `boards` exit 1 when they find a regression or an outlier board, so CI can act on them.
@@ -63,7 +64,12 @@ def add_command(subparsers) -> argparse.ArgumentParser:
     push = sub.add_parser("push", help="copy the runs another store lacks into it (idempotent)")
     push.add_argument("--to", required=True, help="target store URL (e.g. the fleet's postgresql://...)")
     push.set_defaults(func=_cmd_push)
-    for command in (imp, exp, chk, brd, push):
+    site = sub.add_parser("site", help="write a static results site (index, series, fleets, upgrades)")
+    site.add_argument("--out", type=Path, required=True, help="folder of the site (new, empty, or an earlier site)")
+    site.add_argument("--reports", type=Path, help="folder of run reports (<run id>/report.html) to link and copy")
+    site.add_argument("--threshold", default="10%", help="the fixed rule's threshold, as for check (default: %(default)s)")
+    site.set_defaults(func=_cmd_site)
+    for command in (imp, exp, chk, brd, push, site):
         add_results_option(command)
     return parser
 
@@ -330,4 +336,18 @@ def _cmd_push(args) -> int:
     with ResultsStore(args.results, create=False) as local, ResultsStore(args.to) as fleet:
         copied, had = local.push(fleet)
         print(f"{local.where} -> {fleet.where}: {copied} run(s) pushed, {had} already there")
+    return 0
+
+
+# -- site ----------------------------------------------------------------------------------------------
+
+def _cmd_site(args) -> int:
+    from ..site.collect import collect
+    from ..site.pages import write_site
+    with ResultsStore(args.results, create=False) as store:
+        site = collect(store, args.threshold)
+    if not site.series:
+        raise ConfigError(f"{args.results}: no runs, so no site")
+    pages = write_site(site, args.out, args.reports)
+    print(f"{args.out}: {len(pages)} page(s), {len(site.series)} series, {site.runs} run(s) of {site.where}")
     return 0

@@ -28,6 +28,7 @@ from ..results.judge import FIRST, NOT_COMPARABLE, STEP, UPGRADE, Judgement, con
 from ..results.records import Run, RunKey, board_model_of, utc_now
 from ..results.sessions import ABRecord, ab_record, subgraph_times
 from ..results.store import ResultsStore, StoreUnavailable, describe_url
+from ..report.sitelinks import series_url
 from .state import (BASELINE_OFFERS, BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, IDENTITY, QUALITY_RESULTS, SETTINGS,
                     STORE_FAILURE, append_to)
 
@@ -185,7 +186,8 @@ def comparison_of(run: Run, judgement: Judgement) -> dict:
             "moved": f"{moved.label} {moved.shift_pct:+.1f} %" if moved else None,
             "threshold_pct": step.threshold_pct if step else float("nan"),
             "baseline_mean_s": reference.total_denoise_s if reference else None,
-            "delta_pct": step.shift_pct if step else None, **judgement.as_dict()}
+            "delta_pct": step.shift_pct if step else None, **judgement.as_dict(),
+            "site": series_url(run.board_id, run.key.case, run.key.backend, run.key.precision, run.key.steps)}
 
 
 @pytest.fixture

@@ -150,6 +150,8 @@ def html_report(data: dict, trend_png: bytes | None = None, memory_pngs: list[by
                  _html_table(["case", "mean denoise", "baseline", "delta", "threshold", "comparison", "clocks"],
                              _bench_rows(data["benchmarks"]))]
         body += [f"<p>{html.escape(b['comparison']['message'])}</p>" for b in data["benchmarks"]]
+        body += [f'<p>{html.escape(b["case"])} on the results site: <a href="{html.escape(b["comparison"]["site"])}">'
+                 f'{html.escape(b["comparison"]["site"])}</a></p>' for b in data["benchmarks"] if b["comparison"].get("site")]
     if trend_png:
         body += ["<h2>Trend</h2>", _img(trend_png, "plot", "benchmark trend")]
     if data.get("slowest"):

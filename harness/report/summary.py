@@ -97,7 +97,9 @@ def markdown_summary(data: dict) -> str:
         lines += ["### Benchmark against the baseline", ""]
         lines += _table(["case", "mean denoise", "baseline", "delta", "threshold", "comparison", "clocks"],
                         _bench_rows(data["benchmarks"]))
-        lines += [""] + [f"- {b['comparison']['message']}" for b in data["benchmarks"]] + [""]
+        lines += [""] + [f"- {b['comparison']['message']}" for b in data["benchmarks"]]
+        lines += [f"- {b['case']} on the results site: {b['comparison']['site']}" for b in data["benchmarks"]
+                  if b["comparison"].get("site")] + [""]
     if data.get("slowest"):
         lines += ["### Slowest subgraphs (load + init + run + release, per step)", ""]
         lines += _table(["subgraph", "block", "branch", "seconds per step"],

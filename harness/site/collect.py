@@ -1,0 +1,328 @@
+"""What the site shows, read from a results store: its series, their latest verdicts, change points,
+stack changes, the fleets and the upgrades. Plain data; plots.py draws it and pages.py writes it.
+
+A *series* is one board's runs of one experiment (case, steps, precision, backend), across stack
+changes: a stack upgrade is a marked point in it, not a new series. The latest run of a series is
+judged as the benchmark gate judged it when it was written (judge.judge_run against the store as it
+was before that run: the runs before it and the baselines saved on runs before it).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+from ..report.sitelinks import series_page
+from ..results.fleet import board_verdicts, fleet_groups
+from ..results.judge import (CONFIDENCE, GROUP_RUNS, LOOKBACK, NOT_COMPARABLE, NPU_CORE, STEP, Judgement,
+                             figures, judge_run, parse_threshold)
+from ..results.records import Run, RunKey
+from ..results.store import PendingView, ResultsStore
+from ..results.verdicts import MIN_HISTORY, change_points, history_verdict
+
+__all__ = ["Site", "Series", "Upgrade", "Fleet", "collect", "stack_of", "stack_label", "STATUS_ORDER"]
+
+# The latest verdict of a series (or of one of its figures), in the order the index lists them.
+REGRESSION, PROBATION, NOT_COMP, INVALID, PASS, NO_VERDICT = (
+    "regression", "upgrade under probation", "not comparable", "INVALID", "pass", "no verdict yet")
+STATUS_ORDER = (REGRESSION, PROBATION, NOT_COMP, INVALID, NO_VERDICT, PASS)
+# The figures whose learned interval is drawn: the step and the NPU core, the figures a verdict weighs
+# most (judge.PRIMARY_SHARE). One interval per run costs a history verdict per run (a few ms each):
+# for every figure of a lab's 10,000 runs, minutes.
+BANDED = (STEP, NPU_CORE)
+
+
+def stack_label(key: RunKey) -> str:
+    """'manifest 3f2a..., npu_driver 0.9.6, runtime_lib 2.5.0, ...': a stack in words."""
+    return ", ".join([f"manifest {key.manifest_hash[:12]}", *(f"{k} {v}" for k, v in sorted(key.versions.items()))])
+
+
+def stack_of(key: RunKey) -> str:
+    """A stack's id (manifest hash and NPU stack versions): the same for every case run on it."""
+    text = json.dumps({"manifest_hash": key.manifest_hash, "versions": key.versions}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@dataclass
+class ChangePoint:
+    figure: str
+    index: int                      # into the series' runs (valid and INVALID)
+    before: Run                     # the last valid run before the new level
+    after: Run                      # the first valid run of it
+    level_before: float
+    level_after: float
+
+    @property
+    def shift_pct(self) -> float:
+        return 100.0 * (self.level_after / self.level_before - 1.0)
+
+
+@dataclass
+class StackChange:
+    index: int                      # into the series' runs: the first run of the new stack
+    old: RunKey
+    new: RunKey
+
+    @property
+    def label(self) -> str:
+        return "; ".join(self.new.differences(self.old))
+
+    @property
+    def upgrade_id(self) -> str:
+        return f"{stack_of(self.old)}-{stack_of(self.new)}"
+
+
+@dataclass
+class Series:
+    board_model: str
+    board: str
+    case: str
+    experiment: str
+    runs: list[Run]                                  # valid and INVALID, oldest first
+    baselines: dict[int, str]                        # index into runs -> the baseline's reason
+    judgement: Judgement | None = None               # the latest run's, as the gate judged it
+    figures: dict[str, list[float | None]] = field(default_factory=dict)      # label -> value per run
+    bands: dict[str, list[tuple[float, float] | None]] = field(default_factory=dict)
+    change_points: list[ChangePoint] = field(default_factory=list)
+    stack_changes: list[StackChange] = field(default_factory=list)
+
+    @property
+    def key(self) -> RunKey:
+        return self.runs[-1].key
+
+    @property
+    def page(self) -> str:
+        k = self.key
+        return series_page(self.board, self.case, k.backend, k.precision, k.steps)
+
+    @property
+    def stem(self) -> str:
+        """The page's file name without its folder and suffix: the stem of its plots' names too."""
+        return self.page.removeprefix("series/").removesuffix(".html")
+
+    @property
+    def title(self) -> str:
+        k = self.key
+        return f"{self.case} on {self.board} ({k.backend}, {k.precision}, {k.steps} steps)"
+
+    @property
+    def latest(self) -> Run:
+        return self.runs[-1]
+
+    def status(self, figure: str | None = None) -> str:
+        """The latest verdict of the series, or of one figure of it (STATUS_ORDER's words)."""
+        if not self.latest.valid:
+            return INVALID
+        j = self.judgement
+        if j is None or (j.kind not in (NOT_COMPARABLE,) and not j.verdicts):
+            return NO_VERDICT
+        if j.kind == NOT_COMPARABLE:
+            return NOT_COMP
+        mine = [v for v in j.verdicts if figure is None or v.label == figure]
+        if any(v.regression for v in mine):
+            return REGRESSION
+        if j.probation is not None:
+            return PROBATION
+        return PASS if mine else NO_VERDICT
+
+    def verdict(self, figure: str):
+        j = self.judgement
+        return next((v for v in j.verdicts if v.label == figure), None) if j else None
+
+
+@dataclass
+class Upgrade:
+    """One stack change (old stack -> new) and, per series that went through it, the judgement of the
+    new stack's run at its group's last look (GROUP_RUNS, or its latest run before that)."""
+    upgrade_id: str
+    old: RunKey
+    new: RunKey
+    members: list[tuple[Series, Run, Judgement, list[Run], list[Run]]] = field(default_factory=list)
+    # (series, the run judged, its judgement, the accepted stack's runs it used, the new stack's runs it used)
+
+    @property
+    def label(self) -> str:
+        return "; ".join(self.new.differences(self.old)) or "same stack"
+
+
+@dataclass
+class Fleet:
+    board_model: str
+    groups: list                    # (fleet.FleetGroup, [BoardVerdict], [left-out lines])
+
+    @property
+    def outliers(self) -> list[str]:
+        return sorted({v.board for _, verdicts, _ in self.groups for v in verdicts if v.outlier})
+
+
+@dataclass
+class Site:
+    where: str
+    series: list[Series]
+    upgrades: list[Upgrade]
+    fleets: list[Fleet]
+    runs: int
+
+
+def collect(store: ResultsStore, threshold: str = "10%") -> Site:
+    """Everything the site shows, from one store."""
+    threshold_pct = parse_threshold(threshold, "--threshold")
+    runs = store.runs()
+    saved = {(run_id, case): reason for _, run_id, case, reason in store.baseline_pairs()}
+    by_series: dict[tuple, list[Run]] = defaultdict(list)
+    for run in runs:
+        by_series[(run.board_id, run.key.experiment)].append(run)
+    series = [_series(members, saved) for members in by_series.values()]
+    _analyse_all(series)
+    scope = _scopes(runs)
+    baselines = {(r.board_id, r.key.experiment): (r, saved[(r.run_id, r.key.case)])
+                 for r in runs if (r.run_id, r.key.case) in saved}
+    for s in series:
+        s.judgement = _judge_as_written(s.latest, scope, baselines, threshold_pct)
+    upgrades = _upgrades(series, scope, baselines, threshold_pct)
+    fleets = _fleets(runs)
+    series.sort(key=lambda s: (s.board_model, s.board, s.case, s.page))
+    return Site(store.where, series, upgrades, fleets, len(runs))
+
+
+def _series(members: list[Run], saved: dict) -> Series:
+    """A series with its figures and stack changes; its intervals and change points come from _analyse."""
+    first = members[-1]
+    s = Series(first.board_model, first.board_id, first.key.case, first.key.experiment, members,
+               {i: saved[(r.run_id, r.key.case)] for i, r in enumerate(members) if (r.run_id, r.key.case) in saved})
+    values = [figures(r) for r in members]
+    labels = list(dict.fromkeys(label for v in values for label in v))
+    s.figures = {label: [v.get(label) for v in values] for label in labels}
+    s.stack_changes = [StackChange(i, members[i - 1].key, r.key) for i, r in enumerate(members)
+                       if i and r.key.digest != members[i - 1].key.digest]
+    return s
+
+
+def _analyse_all(series: list[Series]) -> None:
+    """Each series' learned intervals and change points, the series spread over the CPUs: they are
+    independent, and a lab's store has tens of them of hundreds of runs (tools/bench_site.py)."""
+    payloads = [(s.figures, [r.valid for r in s.runs], [r.key.digest for r in s.runs]) for s in series]
+    workers = min(os.cpu_count() or 1, len(series))
+    if workers > 1:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            results = list(pool.map(_analyse, payloads))
+    else:
+        results = [_analyse(p) for p in payloads]
+    for s, (bands, points) in zip(series, results):
+        s.bands = bands
+        s.change_points = [ChangePoint(label, after, s.runs[before], s.runs[after], low, high)
+                           for label, before, after, low, high in points]
+
+
+def _analyse(payload) -> tuple[dict, list]:
+    """(label -> interval per run for the BANDED figures, [(label, index of the last valid run before,
+    index of the first of the new level, level before, level after)]) of one series' figures."""
+    figures_, valid, digests = payload
+    bands = {label: _bands(values, valid, digests, label) for label, values in figures_.items() if label in BANDED}
+    points = [cp for label, values in figures_.items() for cp in _change_points(values, valid, label)]
+    return bands, points
+
+
+def _bands(values: list, valid: list[bool], digests: list[str], label: str) -> list:
+    """Per run: the interval a run of its key had to stay within, learned from the spread of the up to
+    LOOKBACK valid runs of its key before it (verdicts.history_verdict at judge.CONFIDENCE, its
+    threshold around the history's centre); None with fewer than MIN_HISTORY of them."""
+    bands, earlier = [], defaultdict(list)
+    for value, ok, digest in zip(values, valid, digests):
+        history = earlier[digest]
+        verdict = history_verdict(label, history, value, confidence=CONFIDENCE, lookback=LOOKBACK) \
+            if value and len(history) >= MIN_HISTORY else None
+        if verdict is None:
+            bands.append(None)
+        else:
+            centre = value / (1.0 + verdict.shift_pct / 100.0)
+            factor = 1.0 + verdict.threshold_pct / 100.0
+            bands.append((centre / factor, centre * factor))
+        if ok and value:
+            history.append(value)
+    return bands
+
+
+def _change_points(values: list, valid: list[bool], label: str) -> list[tuple]:
+    """verdicts.change_points over the figure's valid runs, placed back among all the series' runs."""
+    kept = [(i, v) for i, (ok, v) in enumerate(zip(valid, values)) if ok and v]
+    found = change_points([v for _, v in kept]) if len(kept) >= 6 else []
+    out, bounds = [], [0, *found, len(kept)]
+    for n, cut in enumerate(found):
+        before = [v for _, v in kept[bounds[n]:cut]]
+        after = [v for _, v in kept[cut:bounds[n + 2]]]
+        out.append((label, kept[cut - 1][0], kept[cut][0], sum(before) / len(before), sum(after) / len(after)))
+    return out
+
+
+def _scopes(runs: list[Run]) -> dict[tuple, list[Run]]:
+    """(board model, experiment) -> its runs, oldest first: everything a judgement of one run reads."""
+    out: dict[tuple, list[Run]] = defaultdict(list)
+    for run in runs:
+        out[(run.board_model, run.key.experiment)].append(run)
+    return out
+
+
+class _Baselines:
+    """The store's baselines as they stood before `run` was written (a baseline saved on a later run
+    did not exist yet), and no runs: PendingView adds the runs before it."""
+
+    def __init__(self, baselines: dict, run: Run, before: list[Run]):
+        self._baselines, self._run, self._before = baselines, run, {(r.run_id, r.key.case) for r in before}
+
+    def _then(self, board: str, experiment: str):
+        found = self._baselines.get((board, experiment))
+        return found if found and (found[0].run_id, found[0].key.case) in self._before else None
+
+    def runs(self, **_filters) -> list[Run]:
+        return []
+
+    def baseline(self, board: str, experiment: str):
+        return self._then(board, experiment)
+
+    def fleet_baseline(self, board_model: str, experiment: str, exclude_board: str):
+        found = [b for (board, exp), b in self._baselines.items() if exp == experiment and board != exclude_board
+                 and b[0].board_model == board_model and self._then(board, exp)]
+        return max(found, key=lambda b: b[0].time) if found else None
+
+    def stacks(self, board: str, experiment: str) -> list:
+        return []
+
+
+def _judge_as_written(run: Run, scope: dict, baselines: dict, threshold_pct: float) -> Judgement:
+    """judge.judge_run of a stored run against the store as it was before it was written."""
+    members = scope[(run.board_model, run.key.experiment)]
+    before = members[:next(i for i, r in enumerate(members) if r is run)]
+    return judge_run(PendingView(_Baselines(baselines, run, before), before), run, threshold_pct)
+
+
+def _upgrades(series: list[Series], scope: dict, baselines: dict, threshold_pct: float) -> list[Upgrade]:
+    found: dict[str, Upgrade] = {}
+    for s in series:
+        for change in s.stack_changes:
+            new = [r for r in s.runs[change.index:] if r.key.digest == change.new.digest and r.valid]
+            if not new:
+                continue
+            judged = new[min(GROUP_RUNS, len(new)) - 1]
+            judgement = _judge_as_written(judged, scope, baselines, threshold_pct)
+            upto = s.runs.index(judged)
+            reference = judgement.reference_run.key.digest if judgement.reference_run else change.old.digest
+            old_runs = [r for r in s.runs[:upto] if r.valid and r.key.digest == reference][-LOOKBACK:]
+            new_runs = [r for r in s.runs[:upto + 1] if r.valid and r.key.digest == change.new.digest][-GROUP_RUNS:]
+            upgrade = found.setdefault(change.upgrade_id, Upgrade(change.upgrade_id, change.old, change.new))
+            upgrade.members.append((s, judged, judgement, old_runs, new_runs))
+    return sorted(found.values(), key=lambda u: min(m[1].time for m in u.members))
+
+
+def _fleets(runs: list[Run]) -> list[Fleet]:
+    by_model: dict[str, list] = defaultdict(list)
+    for group in fleet_groups(runs):
+        verdicts, left_out = board_verdicts(group)
+        by_model[group.board_model].append((group, verdicts, left_out))
+    # the newest stack first: what the boards run today
+    return [Fleet(model, sorted(groups, key=lambda g: max(r.time for rs in g[0].runs.values() for r in rs),
+                                reverse=True)) for model, groups in sorted(by_model.items())]

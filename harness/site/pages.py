@@ -1,0 +1,158 @@
+"""Write the site: Jinja2 pages, the plots of plots.py, the style sheet and the filter script.
+
+Every link is relative, so the site works from the file system (file://) and from any static server;
+nothing is fetched from elsewhere. The pages are whole without JavaScript: the trends are SVG images,
+and the index's filter (the one script) hides rows that a page without it lists in full.
+The site is written to a staging folder and renamed into place: a failed run leaves the site before it.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+from ..core.atomic import atomic_directory
+from ..core.errors import ConfigError
+from ..report.sitelinks import slug
+from ..results.judge import LOOKBACK, STEP
+from . import plots
+from .collect import STATUS_ORDER, Series, Site, stack_label
+
+__all__ = ["write_site", "MARKER"]
+
+MARKER = ".anima-results-site"       # what tells an earlier site (replaced) from any other folder (refused)
+
+
+def _environment() -> Environment:
+    env = Environment(loader=PackageLoader("harness.site", "templates"), autoescape=select_autoescape(),
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(slug=slug, pct=lambda v: f"{v:+.1f} %", seconds=lambda v: "" if v is None else f"{v:.4f}",
+                       day=lambda t: t[:16].replace("T", " "), short=lambda t: (t or "")[:12])
+    return env
+
+
+def write_site(site: Site, out: Path, reports: Path | None = None) -> list[Path]:
+    """Write every page of `site` into `out` (a new or empty folder, or an earlier site, replaced whole);
+    `reports`: a folder of run reports (<run id>/report.html), copied beside the pages that link them."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: a file, not a folder")
+    earlier = out.is_dir() and any(out.iterdir())
+    if earlier and not (out / MARKER).is_file():
+        raise ConfigError(f"--out {out}: not empty and not a results site; name a new or empty folder")
+    target = out.with_name(f".{out.name}.new") if earlier else out
+    if earlier and (target / MARKER).is_file():     # a whole new site a killed run did not swap in
+        shutil.rmtree(target)
+    with atomic_directory(target) as staging:
+        _write(site, staging, reports)
+    if earlier:
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.replace(out, old / "site")
+        os.replace(target, out)
+        shutil.rmtree(old, ignore_errors=True)
+    return sorted(p for p in out.rglob("*.html"))
+
+
+def _write(site: Site, root: Path, reports: Path | None) -> None:
+    env = _environment()
+    (root / MARKER).write_text("written by bin/harness results site\n")
+    static = root / "static"
+    static.mkdir()
+    for name in ("site.css", "filter.js"):
+        (static / name).write_text(resources.files("harness.site").joinpath("static", name).read_text())
+    copied = _copy_reports(site, root, reports)
+    common = {"site": site, "fleets": site.fleets, "upgrades": site.upgrades}
+    _page(env, root / "index.html", "index.html", root="", rows=_index_rows(site, root), **common)
+    for s in site.series:
+        _page(env, root / s.page, "series.html", root="../", s=s, panels=_series_plots(s, root),
+              reports=copied, upgrade_of=_upgrade_pages(site), **common)
+    for fleet in site.fleets:
+        _page(env, root / f"fleet/{slug(fleet.board_model)}.html", "fleet.html", root="../", fleet=fleet,
+              groups=_fleet_groups(fleet, root), page_of=_pages_of(site), **common)
+    for upgrade in site.upgrades:
+        _page(env, root / f"upgrades/{upgrade.upgrade_id}.html", "upgrade.html", root="../", upgrade=upgrade,
+              **common)
+
+
+def _page(env: Environment, path: Path, template: str, **context) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(env.get_template(template).render(**context), encoding="utf-8")
+
+
+def _svg(root: Path, name: str, text: str) -> str:
+    path = root / "img" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return f"img/{name}"
+
+
+def _index_rows(site: Site, root: Path) -> list[dict]:
+    """One row per series and figure, regressions first (the largest shift first), then by STATUS_ORDER."""
+    rows = []
+    for s in site.series:
+        valid = [r.valid for r in s.runs]
+        for label, values in s.figures.items():
+            status, verdict = s.status(label), s.verdict(label)
+            spark = _svg(root, f"spark/{s.stem}--{slug(label)}.svg",
+                         plots.sparkline(values, valid, status == "regression"))
+            rows.append({"s": s, "figure": label, "status": status, "verdict": verdict, "spark": spark,
+                         "anchor": slug(label), "order": (STATUS_ORDER.index(status),
+                                                          -(verdict.shift_pct if verdict else 0.0), label != STEP)})
+    return sorted(rows, key=lambda r: r["order"])
+
+
+def _series_plots(s: Series, root: Path) -> list[dict]:
+    valid, times = [r.valid for r in s.runs], [r.time for r in s.runs]
+    stacks = [(c.index, c.label) for c in s.stack_changes]
+    panels = []
+    for label, values in s.figures.items():
+        points = [(c.index, f"{c.shift_pct:+.1f} %") for c in s.change_points if c.figure == label]
+        svg = plots.series_plot(label, values, valid, times, s.bands.get(label, [None] * len(values)), points, stacks,
+                                list(s.baselines))
+        panels.append({"figure": label, "anchor": slug(label), "img": _svg(root, f"series/{s.stem}--{slug(label)}.svg", svg),
+                       "verdict": s.verdict(label), "status": s.status(label)})
+    return panels
+
+
+def _fleet_groups(fleet, root: Path) -> list[dict]:
+    out = []
+    for n, (group, verdicts, left_out) in enumerate(fleet.groups):
+        outliers = {v.board for v in verdicts if v.outlier}
+        windows = {board: [r.mean_step_s for r in runs if r.valid][-LOOKBACK:] for board, runs in group.runs.items()}
+        means = [sum(v) / len(v) for v in windows.values() if v]
+        reference = sum(means) / len(means) if means else None
+        svg = plots.fleet_plot(f"{group.key.case} ({group.key.backend}, {group.key.precision}, {group.key.steps} steps)",
+                               windows, reference, outliers)
+        out.append({"group": group, "stack": stack_label(group.key), "verdicts": verdicts, "left_out": left_out, "outliers": sorted(outliers),
+                    "img": _svg(root, f"fleet/{slug(fleet.board_model)}-{n}.svg", svg)})
+    return out
+
+
+def _pages_of(site: Site) -> dict:
+    """(board, experiment) -> its series page."""
+    return {(s.board, s.experiment): s.page for s in site.series}
+
+
+def _upgrade_pages(site: Site) -> dict:
+    return {u.upgrade_id: f"upgrades/{u.upgrade_id}.html" for u in site.upgrades}
+
+
+def _copy_reports(site: Site, root: Path, reports: Path | None) -> dict:
+    """run id -> the copied report's path in the site, for the runs whose report is in `reports`."""
+    if reports is None:
+        return {}
+    if not reports.is_dir():
+        raise ConfigError(f"--reports {reports}: no such folder")
+    copied = {}
+    for run_id in sorted({r.run_id for s in site.series for r in s.runs}):
+        found = reports / run_id / "report.html"
+        if found.is_file():
+            target = root / "reports" / slug(run_id) / "report.html"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(found, target)
+            copied[run_id] = f"reports/{slug(run_id)}/report.html"
+    return copied
