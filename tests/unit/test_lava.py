@@ -1,11 +1,16 @@
-"""The LAVA job templates (lava/*.yaml) pass LAVA's own validator, `lava_common.schemas.validate(job,
+"""The LAVA jobs `bin/harness lab lava-job` writes for every board profile with a [lava] table, each tier
+and each device type's health check, pass LAVA's own validator, `lava_common.schemas.validate(job,
 strict=True)` from Debian's lava-common (bin/debian-packages.txt), run in the system Python it is
-installed for; a misspelt key fails it. The jobs check out an exact commit, reach the board's OS through
-transfer_overlay, and hand every parameter lava/board-session needs; tools/lava_results.py turns a real
-run's JUnit into one test set per gate and one case per test with its timing."""
+installed for; a misspelt key fails it. Every job runs the one test definition at the reviewed commit
+and hands it only parameters it declares; the definition hands every parameter to lava/board-session
+as an argument. harness/lab/results.py turns a real run's JUnit and benchmark JSON into LAVA's test
+sets, cases and measurements; `lab setup-board` makes the board's directories in a throw-away root.
+That LAVA's dispatcher runs all this as intended is tests/lab/test_lava_run.py."""
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import re
 import shlex
 import subprocess
@@ -15,13 +20,20 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
+from harness.cli.main import main
+from harness.lab.jobs import DEFINITION, TIERS, definition_params, job_yaml, lab_boards, lava_job, load_board
+from harness.lab.results import lava_commands
+from harness.lab.setup import SUBFOLDERS, WORK_ROOT
 from harness.model.config import REPO_ROOT
 from tests.helpers import missing_tool
+from tests.unit.test_workflows import suite_options  # noqa: F401 (fixture)
 
 LAVA = REPO_ROOT / "lava"
-JOBS = sorted(LAVA.glob("*.yaml"))
 SESSION = LAVA / "board-session"
+SHA = "0123456789abcdef0123456789abcdef01234567"
 SYSTEM_PYTHON = "/usr/bin/python3"
+# Device types LAVA ships (lava/etc/dispatcher-config/device-types upstream); the others are in lava/device-types.
+UPSTREAM_DEVICE_TYPES = {"rk3588-rock-5b", "ssh"}
 # Runs in the system Python: prints {file: null | "the validator's message"} for every file named.
 VALIDATE = """
 import json, sys, yaml
@@ -51,20 +63,51 @@ def load(path: Path) -> dict:
     return YAML(typ="safe").load(path.read_text())
 
 
-def test_there_are_job_templates_and_each_validates_strictly():
-    assert {p.name for p in JOBS} >= {"npu-acceptance.yaml", "npu-smoke.yaml"}
-    assert lava_validate(*JOBS) == {p.name: None for p in JOBS}
+def every_job() -> dict[str, dict]:
+    """file name -> job: every LAVA board in every tier, and one health check per device type."""
+    jobs = {}
+    for board in lab_boards():
+        for tier in TIERS:
+            jobs[f"{board.name}-{tier}.yaml"] = lava_job(board, tier, suite_sha=SHA)
+        if board.boot != "ssh":
+            jobs[f"health-{board.device_type}.yaml"] = lava_job(board, "smoke", health_check=True)
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("jobs")
+    for name, job in every_job().items():
+        (out / name).write_text(job_yaml(job, "test"))
+    return {name: out / name for name in every_job()}
+
+
+def test_every_generated_job_validates_strictly(written):
+    assert {"rock5c-8gb-nightly.yaml", "rock5b-pr.yaml", "health-rk3588-rock-5b.yaml",
+            "health-rk3588-rock-5c.yaml", "host-ci-pr.yaml"} <= set(written)
+    assert lava_validate(*written.values()) == {name: None for name in written}
+
+
+def test_the_rock5b_job_names_its_own_device_type_and_profile(tmp_path):
+    out = tmp_path / "rock5b.yaml"
+    assert main(["lab", "lava-job", "--board", "rock5b", "--tier", "pr", "--suite-sha", SHA, "--out", str(out)]) == 0
+    assert lava_validate(out) == {"rock5b.yaml": None}
+    job = load(out)
+    assert job["device_type"] == "rk3588-rock-5b"
+    definition = _definition(job)
+    assert definition["parameters"]["BOARD_PROFILE"] == "boards/rock5b.toml"
+    assert (REPO_ROOT / definition["parameters"]["BOARD_PROFILE"]).is_file()
 
 
 @pytest.mark.parametrize("old, new, named", [
     ("    transfer_overlay:\n", "    transfer_overlays:\n", "transfer_overlays"),
     ("      login_prompt:", "      login_promt:", "login_promt"),
     # a definition matches none of LAVA's three kinds: the message points at the definition
-    ("      repository:\n", "      repositroy:\n", "['definitions'][0]"),
+    ("      repository:", "      repositroy:", "['definitions'][0]"),
     ("timeouts:\n", "timeout:\n", "timeout"),
 ])
-def test_a_misspelt_key_fails_the_validation(tmp_path, old, new, named):
-    text = (LAVA / "npu-acceptance.yaml").read_text()
+def test_a_misspelt_key_fails_the_validation(written, tmp_path, old, new, named):
+    text = written["rock5c-8gb-nightly.yaml"].read_text()
     assert text.count(old) == 1
     bad = tmp_path / "bad.yaml"
     bad.write_text(text.replace(old, new))
@@ -72,101 +115,208 @@ def test_a_misspelt_key_fails_the_validation(tmp_path, old, new, named):
     assert message is not None and named in message, message
 
 
-def test_parameters_beside_an_inline_definition_fail_as_lava_says(tmp_path):
-    # LAVA takes an inline definition's parameters inside its repository, not beside it.
-    job = load(LAVA / "npu-acceptance.yaml")
+def _definition(job: dict) -> dict:
     [test] = [a["test"] for a in job["actions"] if "test" in a]
-    definition = test["definitions"][0]
-    definition["parameters"] = definition["repository"].pop("parameters")
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(json.dumps(job))
-    assert "['definitions'][0]" in (lava_validate(bad)["bad.yaml"] or "")
+    [definition] = test["definitions"]
+    return definition
 
 
-def _parts(job: dict) -> tuple[dict, dict, dict]:
-    actions = {next(iter(a)): a[next(iter(a))] for a in job["actions"]}
-    return actions["deploy"], actions["boot"], actions["test"]["definitions"][0]["repository"]
+@pytest.mark.parametrize("name", sorted(every_job()))
+def test_the_job_runs_the_one_definition_at_the_reviewed_commit(name):
+    job = every_job()[name]
+    definition = _definition(job)
+    assert definition["from"] == "git" and definition["path"] == DEFINITION
+    assert (REPO_ROOT / DEFINITION).is_file()
+    if name.startswith("health-"):
+        assert "revision" not in definition and definition["parameters"]["TIER"] == "smoke"
+    else:
+        assert definition["revision"] == SHA
+    assert set(definition["parameters"]) <= set(definition_params())
+    assert (REPO_ROOT / definition["parameters"]["BOARD_PROFILE"]).is_file()
 
 
-@pytest.mark.parametrize("job_file", JOBS, ids=lambda p: p.name)
-def test_the_job_reaches_the_board_and_checks_out_the_exact_commit(job_file):
-    deploy, boot, repository = _parts(load(job_file))
-    assert deploy["to"] == "overlay" and boot["method"] == "minimal"
-    assert {"download_command", "unpack_command"} <= set(boot["transfer_overlay"])
-    assert boot["auto_login"]["username"] and boot["prompts"]
-    steps = repository["run"]["steps"]
-    fetch = [s for s in steps if "git fetch" in s]
-    assert fetch and '"$SUITE_SHA"' in fetch[0] and "--branch" not in " ".join(steps)
-    assert any('git rev-parse HEAD)" = "$SUITE_SHA"' in s for s in steps), "the checkout is not verified"
-    assert re.fullmatch(r"[0-9a-f]{40}", str(repository["parameters"]["SUITE_SHA"]))
-    assert steps[-1] == "lava/board-session"
+def test_the_definition_hands_every_parameter_to_the_session_as_an_argument():
+    # LAVA writes the parameters as plain shell assignments in run.sh: an exported-only use would be empty
+    [step] = load(LAVA / "definitions" / "anima-npu.yaml")["run"]["steps"]
+    argv = shlex.split(step)
+    assert argv[0] == "lava/board-session"
+    passed = dict(zip(argv[1::2], argv[2::2]))
+    assert sorted(passed.values()) == sorted(f"${name}" for name in definition_params())
+    accepted = set(re.findall(r"\[([a-z0-9-]+)\]=", SESSION.read_text()))
+    assert {flag.removeprefix("--") for flag in passed} == accepted
 
 
-@pytest.mark.parametrize("job_file", JOBS, ids=lambda p: p.name)
-def test_the_job_hands_the_session_every_variable_it_needs(job_file):
-    needed = set(re.findall(r"\$\{(\w+):\?\}", SESSION.read_text()))
-    assert {"PARTITION_URL", "PARTITION_MANIFEST_SHA256", "UPLOAD_URL", "MARKERS"} <= needed
-    _, _, repository = _parts(load(job_file))
-    assert needed <= set(repository["parameters"]), needed - set(repository["parameters"])
+def test_the_sessions_pytest_runs_use_options_the_suite_has(suite_options):
+    text = SESSION.read_text()
+    runs = [line.strip() for line in text.splitlines() if line.strip().startswith("suite -m ")]
+    assert len(runs) == 2 and "--require-npu" in runs[0] and '--tier="${opt[tier]}"' in runs[1]
+    common = text[text.index("common=("):text.index(")", text.index("common=("))]
+    flags = set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", " ".join(runs) + common))
+    assert {"--partition", "--results", "--board-profile", "--require-npu", "--no-save-baseline"} <= flags
+    assert flags <= suite_options, flags - suite_options
+    assert ".ci/board-diagnostics" in text
 
 
-def test_the_session_uploads_before_the_job_ends_and_reports_per_gate():
-    lines = [line.strip() for line in SESSION.read_text().splitlines() if not line.strip().startswith("#")]
-    run = next(i for i, line in enumerate(lines) if line.startswith("bin/test "))
-    results = next(i for i, line in enumerate(lines) if "tools/lava_results.py" in line)
-    upload = next(i for i, line in enumerate(lines) if line.startswith("curl") and "-T" in line)
-    reference = next(i for i, line in enumerate(lines) if line.startswith("lava-test-reference"))
-    assert run < results < upload < reference < len(lines) - 1
-    assert lines[-1] == 'exit "$status"'
+def test_the_session_refuses_an_option_it_does_not_know():
+    proc = subprocess.run([str(SESSION), "--partition-ulr", "x"], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == "error: board-session: unknown option or missing value: --partition-ulr"
 
 
-def test_the_device_type_template_is_shipped_beside_the_jobs():
+@pytest.mark.parametrize("argv, fragment", [
+    (["--board", "rock5d"], "--board rock5d: no board profile"),
+    (["--board", "rock5b", "--suite-sha", "abc"], "--suite-sha abc: the reviewed commit's full id"),
+    (["--board", "rock5b"], "--suite-sha: a job runs one reviewed commit"),
+    (["--board", "rock5b", "--suite-sha", SHA, "--set", "PARTITON_URL=x"], "--set PARTITON_URL: not a parameter"),
+    (["--board", "rock5b", "--suite-sha", SHA, "--set", "TIER"], "--set TIER: expected KEY=VALUE"),
+    (["--board", "rock5b", "--suite-sha", SHA, "--health-check"], "--health-check: the smoke tier"),
+])
+def test_bad_lava_job_input_is_one_error_line(tmp_path, capsys, argv, fragment):
+    out = tmp_path / "job.yaml"
+    assert main(["lab", "lava-job", "--tier", "pr", *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and fragment in err and "\n" not in err, err
+    assert not out.exists()
+
+
+def test_a_board_profile_without_a_lava_table_is_named(tmp_path):
+    (tmp_path / "plain.toml").write_text('[suite]\nbackend = "onnxruntime"\n')
+    with pytest.raises(Exception, match=r"plain.toml: no \[lava\] table"):
+        load_board("plain", tmp_path)
+
+
+def test_each_device_type_is_shipped_or_upstream():
     from jinja2 import Environment, FileSystemLoader, meta
     env = Environment(loader=FileSystemLoader([str(LAVA / "device-types"), str(LAVA / "devices")]))
-    for job_file in JOBS:
-        device_type = load(job_file)["device_type"]
-        template = LAVA / "device-types" / f"{device_type}.jinja2"
-        assert template.is_file(), f"{job_file.name}: no device-type template {template}"
-        ast = env.parse(template.read_text())
-        assert list(meta.find_referenced_templates(ast)) == ["base-uboot.jinja2"]
+    for board in lab_boards():
+        template = LAVA / "device-types" / f"{board.device_type}.jinja2"
+        assert template.is_file() or board.device_type in UPSTREAM_DEVICE_TYPES, board
+        if template.is_file():
+            assert list(meta.find_referenced_templates(env.parse(template.read_text()))) == ["base-uboot.jinja2"]
     for device in (LAVA / "devices").glob("*.jinja2"):
         parents = list(meta.find_referenced_templates(env.parse(device.read_text())))
         assert [(LAVA / "device-types" / p).is_file() for p in parents] == [True], device
 
 
-def _junit(tmp_path) -> Path:
-    """A real JUnit XML: pytest on a module with a passing, a failing, a skipped test and a property."""
+# ------------------------------------------------------------------ what the session reports
+
+def _run(tmp_path) -> Path:
+    """A real run's artifacts: pytest with JUnit and pytest-benchmark's JSON on a module with a passing,
+    a failing, a skipped test, properties, and a benchmark whose extra_info has the suite's keys."""
     module = tmp_path / "test_quality.py"
-    module.write_text("import pytest, time\n"
-                      "def test_matches_golden_seven(record_property):\n"
-                      "    time.sleep(0.05); record_property('ssim', 0.99995); record_property('quality_on', 'image')\n"
-                      "def test_matches_golden_three():\n    assert False\n"
-                      "@pytest.mark.skip(reason='no board')\ndef test_skipped():\n    pass\n")
-    junit = tmp_path / "junit.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "junit_family=xunit1",
-                    f"--junitxml={junit}", str(module)], cwd=tmp_path, capture_output=True, timeout=120)
-    return junit
+    module.write_text(
+        "import pytest, time\n"
+        "def test_matches_golden_seven(record_property):\n"
+        "    time.sleep(0.05); record_property('ssim', 0.9999760198); record_property('quality_on', 'image')\n"
+        "    record_property('psnr', float('inf'))\n"
+        "def test_matches_golden_three():\n    assert False\n"
+        "@pytest.mark.skip(reason='no board')\ndef test_skipped():\n    pass\n"
+        "def test_denoise_time(benchmark):\n"
+        "    benchmark.pedantic(time.sleep, args=(0.01,), rounds=1)\n"
+        "    benchmark.extra_info.update(mean_step_s=0.25, core_s_per_step={'ffn': 0.012, 'self_attn': 0.02},\n"
+        "        verdict={'verdicts': [{'label': 'denoise step', 'shift_pct': 3.5, 'regression': False},\n"
+        "                              {'label': 'ffn core', 'shift_pct': 41.0, 'regression': True}]})\n")
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                    "-o", "junit_family=xunit1", f"--junitxml={artifacts / 'junit.xml'}",
+                    f"--benchmark-json={artifacts / 'benchmark.json'}", str(module)],
+                   cwd=tmp_path, capture_output=True, timeout=120)
+    return artifacts
 
 
-def test_junit_becomes_one_set_per_gate_and_one_case_per_test_with_its_timing(tmp_path):
-    sys.path.insert(0, str(REPO_ROOT / "tools"))
-    try:
-        from lava_results import lava_commands
-    finally:
-        sys.path.pop(0)
-    commands = [shlex.split(c) for c in lava_commands(_junit(tmp_path))]
+def test_a_run_becomes_one_set_per_gate_one_case_per_test_and_its_measurements(tmp_path):
+    commands = [shlex.split(c) for c in lava_commands(_run(tmp_path))]
     assert commands[0] == ["lava-test-set", "start", "quality"] and commands[-1] == ["lava-test-set", "stop", "quality"]
     cases = {c[1]: c for c in commands if c[0] == "lava-test-case"}
     seven = cases["test_matches_golden_seven"]
-    assert seven[2:4] == ["--result", "pass"] and seven[6:] == ["--units", "seconds"]
-    assert float(seven[5]) >= 0.05
+    assert seven[2:4] == ["--result", "pass"] and seven[6:] == ["--units", "s"] and float(seven[5]) >= 0.05
     assert cases["test_matches_golden_three"][3] == "fail" and cases["test_skipped"][3] == "skip"
-    assert cases["test_matches_golden_seven.ssim"][3:] == ["pass", "--measurement", "0.99995", "--units", "ssim"]
+    assert cases["test_matches_golden_seven.ssim"][3:] == ["pass", "--measurement", "0.9999760198", "--units", "SSIM"]
     assert "test_matches_golden_seven.quality_on" not in cases       # not a number: no measurement
+    assert "test_matches_golden_seven.psnr" not in cases             # not finite: LAVA takes numbers
+    assert cases["test_denoise_time.step"][3:] == ["pass", "--measurement", "0.25", "--units", "s"]
+    assert cases["test_denoise_time.ffn_core"][3:] == ["pass", "--measurement", "0.012", "--units", "s"]
+    assert cases["test_denoise_time.shift.denoise_step"][3:] == ["pass", "--measurement", "3.5", "--units", "%"]
+    # a figure that regressed fails its own case
+    assert cases["test_denoise_time.shift.ffn_core"][3] == "fail"
+    assert all(re.fullmatch(r"[-_a-zA-Z0-9.]+", name) for name in cases)        # LAVA's name pattern
 
 
-def test_a_missing_junit_is_one_failed_case(tmp_path):
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "lava_results.py"), str(tmp_path / "none.xml")],
+def test_a_run_without_results_is_one_failed_case(tmp_path):
+    proc = subprocess.run([SYSTEM_PYTHON, "-m", "harness.lab.results", str(tmp_path / "gates")], cwd=REPO_ROOT,
                           capture_output=True, text=True)
-    assert proc.returncode == 1 and proc.stdout.strip() == "lava-test-case junit --result fail"
-    assert "none.xml" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 1 and proc.stdout.strip() == "lava-test-case gates-results --result fail"
+    assert proc.stderr.startswith("error: ") and "gates" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ the board's directories
+
+def test_setup_board_makes_the_directories_owned_by_the_ci_user(tmp_path, capsys):
+    if os.geteuid() != 0:
+        missing_tool("giving folders to another user needs root")
+    nobody = pwd.getpwnam("nobody")
+    assert main(["lab", "setup-board", "--root", str(tmp_path), "--user", "nobody"]) == 0
+    base = tmp_path / WORK_ROOT
+    for folder in [base, *(base / name for name in SUBFOLDERS)]:
+        assert folder.is_dir() and folder.stat().st_uid == nobody.pw_uid, folder
+        assert folder.stat().st_mode & 0o777 == 0o755
+    assert {"lava", "venvs", "partitions"} <= set(SUBFOLDERS)
+    # again, after someone took a folder: it is given back
+    os.chown(base / "lava", 0, 0)
+    assert main(["lab", "setup-board", "--root", str(tmp_path), "--user", "nobody"]) == 0
+    assert (base / "lava").stat().st_uid == nobody.pw_uid
+    assert str(base / "lava") in capsys.readouterr().out
+
+
+def test_setup_board_names_a_missing_user(tmp_path, capsys):
+    assert main(["lab", "setup-board", "--root", str(tmp_path), "--user", "anima-ci-nobody-here"]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: --user anima-ci-nobody-here: no such user")
+    assert not (tmp_path / WORK_ROOT).exists()
+
+
+def test_the_session_work_root_is_the_one_setup_board_makes():
+    # the session's default and the folder it writes are what setup-board makes
+    text = SESSION.read_text()
+    assert f"[work-root]=/{WORK_ROOT}" in text and '"$root/lava"' in text
+    assert definition_params()["WORK_ROOT"] == f"/{WORK_ROOT}"
+
+
+# ------------------------------------------------------------------ docs/lab.md
+
+def test_the_lab_pages_lab_commands_parse_and_the_runnable_ones_write_valid_jobs(tmp_path, capsys):
+    from harness.cli.main import build_parser
+    from tests.doc_commands import bash_blocks, command_lines
+    blocks = bash_blocks((REPO_ROOT / "docs" / "lab.md").read_text())
+    ran = []
+    for marker, script in blocks:
+        for line in command_lines(script):
+            argv = shlex.split(line, comments=True)
+            argv = argv[1:] if argv[0] == "sudo" else argv
+            if argv[:2] != ["bin/harness", "lab"]:
+                continue
+            build_parser(["lab"]).parse_args(argv[1:])       # a misspelt option exits here
+            if marker == "":
+                argv = [a.replace("out/", f"{tmp_path}/") for a in argv[1:]]
+                assert main(argv) == 0, capsys.readouterr().err
+                ran.append(Path(argv[argv.index("--out") + 1]))
+    assert len(ran) >= 2 and any(m == "board-only" for m, _ in blocks)
+    assert lava_validate(*ran) == {p.name: None for p in ran}
+
+
+# ------------------------------------------------------------------ the NPU check before the gates
+
+def test_the_gates_need_the_npu_node_only_where_the_profile_requires_the_npu(tmp_path):
+    from harness.lab.node import node_problem
+    board_tree = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"
+    rock5b, host = REPO_ROOT / "boards" / "rock5b.toml", REPO_ROOT / "boards" / "host-ci.toml"
+    assert node_problem(rock5b, board_tree) is None
+    problem = node_problem(rock5b, tmp_path)
+    assert problem.startswith(f"{rock5b} requires the NPU: no NPU device node under {tmp_path}"), problem
+    assert node_problem(host, tmp_path) is None
+
+
+def test_the_npu_check_prints_its_problem_for_the_session(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "harness.lab.node", str(tmp_path / "none.toml")], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "none.toml" in proc.stdout and "Traceback" not in proc.stderr

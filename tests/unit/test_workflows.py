@@ -18,7 +18,6 @@ from harness.pytest_plugin.options import OPTIONS
 from tests.helpers import ci_plan, missing_tool
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "npu-acceptance.yml"
-LAVA_SESSION = REPO_ROOT / "lava" / "board-session"     # what the LAVA jobs (lava/*.yaml) run
 BOARD_LABELS = ["self-hosted", "linux", "ARM64", "rk3588", "${{ matrix.board }}"]
 # Where a job's steps find main's scripts (.ci/): the checkout at path `trusted`, never the change's.
 TRUSTED_SCRIPT = '"$TRUSTED/.ci/'
@@ -203,15 +202,6 @@ def test_the_board_runner_script_passes_known_options(suite_options):
     commands = pytest_commands(script.replace('exec "${wrap[@]}" ', ""))
     assert commands and option_problems(commands, suite_options) == []
     assert {"--results="} <= {t.split("=")[0] + "=" for t in commands[0] if "=" in t}
-
-
-def test_lava_job_runs_the_same_gates_with_known_options(suite_options):
-    script = LAVA_SESSION.read_text()
-    commands = pytest_commands(script)
-    assert commands and "--require-npu" in commands[0] and '"$MARKERS"' in script
-    assert any(t.startswith("--partition=") for t in commands[0])
-    assert option_problems(commands, suite_options) == []
-    assert ".ci/board-diagnostics" in script
 
 
 def test_board_profile_keys_are_suite_options():
