@@ -172,7 +172,8 @@ OPTIONS: dict[str, Option] = {
                       "judged against: a database URL in SQLAlchemy's form (sqlite:///relative.sqlite, "
                       "sqlite:////absolute.sqlite, postgresql://user@host/db for a fleet)"),
     "fault": Option(None, "fault injection for proving gates fail: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS, "
-                          "slow=xFACTOR, leak=mem:SIZE, leak=fd:PER_RELEASE (backend faults)"),
+                          "slow=xFACTOR, leak=mem:SIZE, leak=fd:PER_RELEASE, hang@SUBGRAPH, "
+                          "init-fails-after=INITS (backend faults)"),
     "cache_dir": Option(".cache", "where exported partitions are cached", kind="path"),
     # Baselines with rules (harness/pytest_plugin/baselines.py): saved only when asked, from valid passing runs.
     "save_baseline": Option(False, "save this run's benchmark timings as the baselines (CI: main branch only); "
