@@ -22,7 +22,7 @@ def pytest_configure(config):
 
 
 def _stop(session, line: str) -> None:
-    session.shouldfail = f"{line} (no npu test started)"
+    session.shouldfail = f"{line}: no test after it started"
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -155,7 +155,26 @@ def test_a_known_bad_stack_fails_the_smoke_tier_in_one_line_before_any_npu_test(
     [body] = re.findall(r"_+ test_0_stack_preflight _+\n(.*?)\n=", failures, re.S)
     assert body.count("\n") == 0, body          # one line, no traceback, no captured output repeating it
     assert body.startswith("stack preflight: rknn-toolkit2 2.3.0 with librknnrt 2.3.2 ") and "install librknnrt 2.3.0" in body
-    assert re.search(r"\n1 failed, \d+ deselected in ", out) and "stack preflight failed (no npu test started)" in out, out
+    assert re.search(r"\n1 failed, \d+ deselected in ", out) and "stack preflight failed: no test after it started" in out, out
     cases = [c.get("name") for c in ET.parse(junit).getroot().iter("testcase")]
     assert cases == ["test_0_stack_preflight"], cases
     assert "Traceback" not in out
+
+
+@pytest.mark.slow          # a pytest session of its own
+def test_a_board_session_without_the_preflight_test_checks_before_its_first_npu_test(onnx_partition, tmp_path):
+    """`-k` leaving the preflight test out: the first npu test's setup judges the stack; a bad one is that
+    test's error (the board's, not a gate's) with the same line, and no test after it starts."""
+    part = converted_partition(onnx_partition, tmp_path / "p", ["2.3.0"])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FAKES_DIR), str(REPO_ROOT)]),
+           "LIBRKNNRT_PATH": str(SIM_LIBRKNNRT), "COLUMNS": "400"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), "-m", "smoke",
+                           "-k", "test_3 or test_4", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "-rE",
+                           f"--telemetry-root={BOARD}", "--backend=rknnlite", f"--partition={part}",
+                           f"--artifacts={tmp_path / 'artifacts'}"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and re.search(r"\n\d+ deselected, 1 error in ", out), out
+    assert re.search(r"ERROR tests/acceptance/test_smoke.py::test_3_one_subgraph_lifecycle - Failed: stack "
+                     r"preflight: rknn-toolkit2 2.3.0 with librknnrt 2.3.2 ", out), out
+    assert "test_4" not in out.split("short test summary")[-1], out
