@@ -30,7 +30,7 @@ from ..partition.manifest import load_manifest
 from ..results.telemetry import board_identity
 from .smoke import version_problem
 
-__all__ = ["COMPATIBILITY", "Stack", "read_stack", "load_table", "judge", "Verdict", "preflight"]
+__all__ = ["COMPATIBILITY", "load_table", "preflight", "read_stack"]
 
 COMPATIBILITY = REPO_ROOT / "toolkit" / "compatibility.toml"
 COMPONENTS = {"converted_with": "rknn-toolkit2", "wheel": "rknn-toolkit-lite2", "librknnrt": "librknnrt",
