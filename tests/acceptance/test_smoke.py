@@ -40,6 +40,8 @@ def test_0_stack_preflight(suite):
     # Not marked npu: it opens no runtime context, and off the board --require-npu's general line would
     # answer first and stop the session before test 1 names the missing node. A session of npu tests
     # without it gets the same check before its first npu test (harness/pytest_plugin/preflight.py).
+    if suite.require_npu and suite.npu_problem:     # fails, and the checks after it say what is missing
+        pytest.fail(f"--require-npu: {suite.npu_problem}: no board stack to judge", pytrace=False)
     verdict = preflight(suite.partition, suite.telemetry_root)
     if verdict.kind == "bad":
         pytest.fail(verdict.line, pytrace=False)
