@@ -93,7 +93,8 @@ _SPEC = Field(_specifiers, "a version specifier such as '==2.3.0' or a list of t
 _COMBINATION = {**{name: _SPEC for name in COMPONENTS}, "verdict": Field(one_of("bad", "good"), "'bad' or 'good'"),
                 "symptom": Field(non_empty_str, "what happens on this stack", required=False),
                 "install": Field(non_empty_str, "what to install instead", required=False),
-                "source": Field(lambda v: bool(v) and (non_empty_str(v) or all(map(non_empty_str, v))),
+                "source": Field(lambda v: non_empty_str(v) or (isinstance(v, list) and bool(v)
+                                                               and all(map(non_empty_str, v))),
                                 "the report's address, or a list of them"),
                 "reported": Field(non_empty_str, "what the source reports")}
 

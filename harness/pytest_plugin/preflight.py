@@ -1,8 +1,8 @@
 """The stack preflight before any npu test on the board (harness/gates/preflight.py).
 
 The smoke tier's first test (marker `preflight`, sorted first by duration.py) judges the stack; when it
-fails on the board, no test after it starts: the session stops as `-x` stops it (exit 1), since every npu test on a
-known-bad stack would only fail the same way, slowly, or crash the runtime. A board session that did not
+fails on the board, no test after it starts: the session stops as `-x` stops it (exit 1), since every npu
+test on a known-bad stack would only fail the same way, slowly, or crash the runtime. A board session that did not
 select that test (`-k quality`) gets the same check before its first npu test, as that test's setup: a
 bad stack is then an error of the board, not a gate's verdict, and again nothing after it starts.
 """
