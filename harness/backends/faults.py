@@ -18,6 +18,11 @@ Options (the suite's `--fault` sets them):
     leak_bytes:   bytes every release() leaks for good (`leak=mem:64KiB`): written, so they are resident
                   and private, as a runtime that does not free a context's memory (the soak gate's proof).
     leak_fds:     descriptors every release() leaks (`leak=fd:0.1`: one per 10 releases), really open.
+    init_fails_after: inits this process completes before every later init() fails as the driver fails it
+                  (`init-fails-after=225`: "Bad address" after about 225 reloads, PaddlePaddle/FastDeploy#1858):
+                  an infrastructure failure that starts mid-session, after earlier runs passed.
+    hang_subgraph: index of the subgraph whose run() blocks until the process is stopped, as a run stuck in
+                  the driver does (`hang@5`); the suite's --npu-timeout ends the test.
 The subgraph index is read from the context label ("subgraph N (...)"), which the manifest defines.
 """
 from __future__ import annotations
@@ -40,7 +45,8 @@ _LABEL = re.compile(r"^subgraph (\d+) ")
 
 
 def parse_fault(spec: str | None) -> dict:
-    """'nan@37' -> {'nan_subgraph': 37}; 'shape@5' -> {'shape_subgraph': 5}; 'slow=0.01' ->
+    """'nan@37' -> {'nan_subgraph': 37}; 'shape@5' -> {'shape_subgraph': 5}; 'hang@5' -> {'hang_subgraph': 5};
+    'init-fails-after=225' -> {'init_fails_after': 225}; 'slow=0.01' ->
     {'delay': 0.01}; 'slow=x3' -> {'slowdown': 3.0}; 'leak=mem:64KiB' -> {'leak_bytes': 65536};
     'leak=fd:0.1' -> {'leak_fds': 0.1}; comma-separated."""
     options: dict = {}
@@ -53,6 +59,14 @@ def parse_fault(spec: str | None) -> dict:
             elif part.startswith("shape@"):
                 options["shape_subgraph"] = int(part[6:])
                 if options["shape_subgraph"] < 0:
+                    raise ValueError
+            elif part.startswith("hang@"):
+                options["hang_subgraph"] = int(part[5:])
+                if options["hang_subgraph"] < 0:
+                    raise ValueError
+            elif part.startswith("init-fails-after="):
+                options["init_fails_after"] = int(part[17:])
+                if options["init_fails_after"] < 0:
                     raise ValueError
             elif part.startswith("crash@"):
                 options["crash_subgraph"] = int(part[6:])
@@ -81,8 +95,8 @@ def parse_fault(spec: str | None) -> dict:
                 raise ConfigError(f"--fault '{part}': expected leak=mem:SIZE (up to 1GiB) or "
                                   f"leak=fd:PER_RELEASE (up to 100)") from None
             # crash@SUBGRAPH is left out of the hint: it is for prefetch workers only (docstring).
-            raise ConfigError(f"--fault '{part}': expected nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS or "
-                              f"slow=xFACTOR") from None
+            raise ConfigError(f"--fault '{part}': expected nan@SUBGRAPH, shape@SUBGRAPH, hang@SUBGRAPH, "
+                              f"init-fails-after=INITS, slow=SECONDS or slow=xFACTOR") from None
     return options
 
 
@@ -105,6 +119,7 @@ _leaked: list[bytes] = []
 _leaked_fds: list[int] = []
 _fd_debt = [0.0]
 _leak_lock = threading.Lock()
+_inits = [0]                # inits completed in this process, for init-fails-after
 
 
 def _leak(nbytes: int, fds: float) -> None:
@@ -127,7 +142,7 @@ class FaultInjectionContext(OnnxRuntimeContext):
         options = parse_fault(values.get("fault"))
         decoder = bool(cfg.decoder) and cfg.latent_channels == 1
         last = cfg.subgraphs if decoder else cfg.subgraphs - 1
-        for kind in ("nan", "shape"):
+        for kind in ("nan", "shape", "hang"):
             if options.get(f"{kind}_subgraph", 0) > last:
                 raise ConfigError(f"--fault {kind}@{options[kind + '_subgraph']}: {cfg.name} has subgraphs "
                                   f"0..{cfg.subgraphs - 1}" + (f" and its decoder {last}" if decoder else ""))
@@ -135,7 +150,8 @@ class FaultInjectionContext(OnnxRuntimeContext):
 
     def __init__(self, label: str, nan_subgraph: int | None = None, nan_count: int = 7,
                  delay: float = 0.0, shape_subgraph: int | None = None, slowdown: float = 1.0,
-                 crash_subgraph: int | None = None, leak_bytes: int = 0, leak_fds: float = 0.0, **options):
+                 crash_subgraph: int | None = None, leak_bytes: int = 0, leak_fds: float = 0.0,
+                 hang_subgraph: int | None = None, init_fails_after: int | None = None, **options):
         super().__init__(label, **options)
         match = _LABEL.match(label)
         self.index = int(match.group(1)) if match else None
@@ -146,6 +162,8 @@ class FaultInjectionContext(OnnxRuntimeContext):
         self.slowdown = slowdown
         self.crash = crash_subgraph is not None and self.index == crash_subgraph
         self.leak_bytes, self.leak_fds = leak_bytes, leak_fds
+        self.hang = hang_subgraph is not None and self.index == hang_subgraph
+        self.init_fails_after = init_fails_after
 
     def _stretched(self, stage, *args):
         started = time.perf_counter()
@@ -158,11 +176,20 @@ class FaultInjectionContext(OnnxRuntimeContext):
         self._stretched(super().load, path)
 
     def init(self) -> None:
+        with _leak_lock:
+            done = _inits[0]
+        if self.init_fails_after is not None and done >= self.init_fails_after:
+            raise self.error("init", f"failed to allocate handle, errno 14 Bad address (injected: "
+                                     f"init-fails-after={self.init_fails_after})")
         self._stretched(super().init)
+        with _leak_lock:
+            _inits[0] += 1
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         if self.crash:
             os.kill(os.getpid(), signal.SIGKILL)
+        while self.hang:            # in short sleeps: a signal's handler (a timeout, Ctrl-C) ends it
+            time.sleep(0.1)
         outputs = self._stretched(super().run, inputs)
         if self.delay:
             time.sleep(self.delay)

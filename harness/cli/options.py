@@ -174,7 +174,8 @@ OPTIONS: dict[str, Option] = {
     "results_spool": Option(".benchmarks/spool.sqlite", "SQLite file that keeps a benchmark run the results store "
                             "could not take (a server gone); `bin/harness results push` sends it later", kind="path"),
     "fault": Option(None, "fault injection for proving gates fail: nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS, "
-                          "slow=xFACTOR, leak=mem:SIZE, leak=fd:PER_RELEASE (backend faults)"),
+                          "slow=xFACTOR, leak=mem:SIZE, leak=fd:PER_RELEASE, hang@SUBGRAPH, "
+                          "init-fails-after=INITS (backend faults)"),
     "cache_dir": Option(".cache", "where exported partitions are cached", kind="path"),
     # Baselines with rules (harness/pytest_plugin/baselines.py): saved only when asked, from valid passing runs.
     "save_baseline": Option(False, "save this run's benchmark timings as the baselines (CI: main branch only); "

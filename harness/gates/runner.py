@@ -16,7 +16,7 @@ import numpy as np
 from ..results.compare import slowest_subgraphs
 from ..core.atomic import atomic_save_npy
 from ..model.config import BRANCHES
-from ..core.errors import ConfigError, HarnessError
+from ..core.errors import ConfigError, HarnessError, MemoryGuardTripped, NumericsError
 from ..lifecycle.steptimes import STAGE_NAMES
 from .cases import GoldenCase, case_inputs, run_key
 from ..core.imageio import save_png
@@ -27,7 +27,19 @@ from ..partition.manifest import (default_partition_dir, load_manifest, manifest
 from .quality import QualityResult, compare, compare_latents, diff_figure
 from ..runtime.run import run_partitioned, RunRequest, RunResult
 
-__all__ = ["GateRunner", "derived_case", "memory_case", "quality_check", "quality_line", "benchmark_info"]
+__all__ = ["GateRunner", "derived_case", "memory_case", "quality_check", "quality_line", "benchmark_info",
+           "is_verdict"]
+
+# The errors a run ends with that are a gate's verdict on the model: the numerics check the pipeline makes on
+# every output (NaN/Inf) and the memory guard's trip. Any other HarnessError (a lifecycle stage the driver
+# failed, a runtime or device node missing, a partition or weights file that does not open, a runtime
+# returning what its subgraph does not declare) ends the run before anything was judged: infrastructure.
+VERDICTS = (NumericsError, MemoryGuardTripped)
+
+
+def is_verdict(error: BaseException | None) -> bool:
+    """Whether a run's error is a gate's verdict (the test fails), not infrastructure (the test errors)."""
+    return isinstance(error, VERDICTS)
 
 
 @dataclass
@@ -36,6 +48,11 @@ class CaseRun:
     result: RunResult | None
     error: HarnessError | None
     report_path: Path
+
+    @property
+    def infrastructure(self) -> bool:
+        """The run ended for a reason of the board or its inputs, before any gate could judge it."""
+        return self.error is not None and not is_verdict(self.error)
 
 
 class GateRunner:

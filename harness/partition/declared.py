@@ -90,17 +90,35 @@ def _describe(tensors) -> str:
 
 # ---------------------------------------------------------------- .rknn
 
+# How much of a file's end to read for its description, growing: a subgraph file is up to hundreds of MB
+# (the stack preflight reads all 84 on the board), its description a few KB to a few MB.
+_TAIL_WINDOWS = (1 << 20, 1 << 24, None)
+
+
+def _tail(path: Path, size: int | None) -> tuple[bytes, bool]:
+    """The last `size` bytes of the file (all of it for None) and whether that is the whole file."""
+    with open(path, "rb") as fh:
+        total = fh.seek(0, 2)
+        fh.seek(0 if size is None else max(0, total - size))
+        data = fh.read()
+    return data, len(data) == total
+
+
 def rknn_description(path: Path) -> dict:
     """The model description table at the end of a .rknn file; ManifestError when there is none."""
-    data = Path(path).read_bytes()
-    start = len(data)
-    # The table is last and its length sits just before it: try each '{"' from the end.
-    while (start := data.rfind(b'{"', 0, start)) >= _LENGTH_BYTES:
-        if int.from_bytes(data[start - _LENGTH_BYTES:start], "little") == len(data) - start:
-            try:
-                return json.loads(data[start:])
-            except (ValueError, UnicodeDecodeError):
-                break
+    for window in _TAIL_WINDOWS:
+        data, whole = _tail(Path(path), window)
+        start = len(data)
+        # The table is last and its length sits just before it: try each '{"' from the end.
+        while (start := data.rfind(b'{"', 0, start)) >= _LENGTH_BYTES:
+            if int.from_bytes(data[start - _LENGTH_BYTES:start], "little") == len(data) - start:
+                try:
+                    return json.loads(data[start:])
+                except (ValueError, UnicodeDecodeError):
+                    whole = True
+                    break
+        if whole:
+            break
     raise ManifestError(f"{path}: no rknn-toolkit2 model description at the end of the file "
                         f"(not a .rknn file, or cut short)")
 

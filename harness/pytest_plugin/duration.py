@@ -31,8 +31,10 @@ def expected_duration(step_seconds: float, case_steps: list[int], bench_rounds: 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
-    # The smoke tier runs first: a board that cannot pass it would fail every gate after it, slowly.
-    items.sort(key=lambda item: item.get_closest_marker("smoke") is None)
+    # The smoke tier runs first, its stack preflight before all: a board that cannot pass it would fail
+    # every gate after it, slowly.
+    items.sort(key=lambda item: (item.get_closest_marker("smoke") is None,
+                                 item.get_closest_marker("preflight") is None))
 
 
 def pytest_collection_finish(session):

@@ -1,4 +1,8 @@
-"""The fixtures the gate modules use. They arrange; the gate tests assert."""
+"""The fixtures the gate modules use. They arrange; the gate tests assert.
+
+A gate's run is made here, in the test's setup (`case_run`, `memory_run`), so that a run the board could
+not finish ends the test as a pytest *error* with its cause, and a test *fails* only when its gate judged:
+see docs/gates.md, section 'Infrastructure errors and gate failures'."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,7 +15,9 @@ from .session import CALL_FAILED
 from .state import MEMORY_SAMPLES, RUNNER, SETTINGS, append_to
 
 __all__ = ["suite", "gate_runner", "golden_cases", "artifacts", "npu_guard", "runner_of",
-           "selected_cases", "npu_memory_guard"]
+           "selected_cases", "npu_memory_guard", "case_run", "memory_run", "judged_run"]
+
+_STOPPED = pytest.StashKey[dict]()      # case name -> why its run was stopped (a timeout): not waited for twice
 
 
 def runner_of(config):
@@ -83,3 +89,43 @@ def npu_guard(request, suite):
     # A test that failed on the trip already said so: a second report would count it twice.
     if guard.tripped and "memory guard tripped" not in request.node.stash.get(CALL_FAILED, ""):
         pytest.fail(f"memory guard tripped: {guard.trip_reason} (samples: {out})", pytrace=False)
+
+
+def judged_run(request, case, make):
+    """make() -> a CaseRun of `case`, in a fixture: the run when a gate can judge it (also a gate's own verdict,
+    a NaN or a memory guard trip, which the test reports as its failure); an infrastructure failure (a driver
+    error, a missing runtime or node, a partition that does not open) or a run stopped by --npu-timeout (a
+    hung NPU call) is raised here, in setup, so pytest reports it as an error with its cause. None, without
+    running, when --require-npu is not met: the test's call-time check fails it and nothing runs on the CPU."""
+    suite = request.config.stash[SETTINGS]
+    if suite.require_npu and suite.npu_problem:
+        return None
+    stopped = request.config.stash.setdefault(_STOPPED, {})
+    if case.name in stopped:
+        pytest.fail(f"{case.name}: not run again: {stopped[case.name]}", pytrace=False)
+    try:
+        run = make()
+    except pytest.fail.Exception as exc:        # pytest-timeout's, raised inside the stuck call
+        if not str(exc).startswith("Timeout"):
+            raise
+        stopped[case.name] = (f"its run did not end within --npu-timeout {suite.npu_timeout:g} s (a hung NPU call; "
+                              f"its report: {suite.artifacts / 'runs' / (case.name + '.json')})")
+        pytest.fail(f"{case.name}: {stopped[case.name]}", pytrace=False)
+    if run.infrastructure:
+        pytest.fail(f"{case.name}: the run failed before any gate could judge it: {run.error} "
+                    f"(report: {run.report_path})", pytrace=False)
+    return run
+
+
+@pytest.fixture
+def case_run(request, golden_case, gate_runner, npu_guard):
+    """The golden case's shared run (numerics, quality), made in setup: see judged_run."""
+    return judged_run(request, golden_case, lambda: gate_runner.case_run(golden_case, npu_guard))
+
+
+@pytest.fixture
+def memory_run(request, golden_cases, gate_runner, npu_guard):
+    """The run the memory gate measures (gates.runner.memory_case), made in setup: see judged_run."""
+    from ..gates.runner import memory_case
+    case = memory_case(golden_cases)
+    return judged_run(request, case, lambda: gate_runner.case_run(case, npu_guard))

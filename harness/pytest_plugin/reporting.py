@@ -60,7 +60,8 @@ def pytest_configure(config):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     # One outcome per test for the summary: the call phase, or setup/teardown when they failed or
-    # skipped it.
+    # skipped it. A failed setup or teardown is an error, as pytest and the JUnit XML count it: the run the
+    # gate needed did not happen (fixtures.judged_run), so nothing was judged.
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" or report.outcome != "passed":
@@ -71,7 +72,8 @@ def pytest_runtest_makereport(item, call):
             message = text.strip().splitlines()[0] if text.strip() else ""
         elif report.skipped and isinstance(report.longrepr, tuple):
             message = report.longrepr[2]
-        append_to(item.config, TEST_OUTCOMES, {"nodeid": report.nodeid, "outcome": report.outcome,
+        kind = "error" if report.failed and report.when != "call" else report.outcome
+        append_to(item.config, TEST_OUTCOMES, {"nodeid": report.nodeid, "outcome": kind,
                                                "seconds": report.duration, "message": message,
                                                "npu": item.get_closest_marker("npu") is not None})
 
@@ -80,7 +82,7 @@ def summary_data(config, exitstatus) -> dict:
     from ..results.compare import slowest_subgraphs
     s = config.stash[SETTINGS]
     tests = [t for t in config.stash.get(TEST_OUTCOMES, []) if t["npu"]]
-    counts = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "skipped")}
+    counts = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "error", "skipped")}
     runner = config.stash.get(RUNNER, None)
     run = {"run_id": None, "git_revision": None, "board": config.stash[BOARD], "backend": s.backend}
     from ..results.provenance import git_revision, run_id
@@ -103,7 +105,7 @@ def summary_data(config, exitstatus) -> dict:
             computed = (reports[0].get("steps") or {}).get("computed") or len(reports[0]["step_seconds"])
             slowest = slowest_subgraphs(reports[0]["lifecycle_records"], computed)
     memory = _memory_rows(config, runner)
-    return {"outcome": "passed" if exitstatus == 0 and counts["failed"] == 0 else "failed",
+    return {"outcome": "passed" if exitstatus == 0 and counts["failed"] + counts["error"] == 0 else "failed",
             "counts": counts, "run": run, "tests": tests, "quality": config.stash.get(QUALITY_RESULTS, []),
             "benchmarks": benchmarks, "slowest": slowest, "memory": memory,
             "baselines": [f"{nodeid}: {message}" for nodeid, _, message in config.stash.get(BASELINE_OUTCOMES, [])]}

@@ -27,7 +27,7 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:24px 0 8px;border-bot
 .passed{color:#1a7f37}.failed{color:#cf222e}
 table{border-collapse:collapse;font-size:13px} td,th{border:1px solid #d0d7de;padding:4px 8px;text-align:left}
 th{background:#f6f8fa} .meta{color:#57606a;font-size:13px}
-td.passed,td.pass{color:#1a7f37;font-weight:600} td.failed,td.fail{color:#cf222e;font-weight:600}
+td.passed,td.pass{color:#1a7f37;font-weight:600} td.failed,td.fail{color:#cf222e;font-weight:600} td.error{color:#9a6700;font-weight:600}
 td.skipped{color:#9a6700;font-weight:600}
 figure{display:inline-block;margin:0 12px 12px 0;text-align:center;font-size:12px}
 img.thumb{width:%dpx;height:%dpx;image-rendering:pixelated;border:1px solid #d0d7de}
@@ -98,7 +98,7 @@ def _img(png: bytes, cls: str, alt: str) -> str:
             f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
 
 
-_WORDS = {"passed": "passed", "failed": "FAILED", "skipped": "skipped", "pass": "pass", "fail": "FAIL"}
+_WORDS = {"passed": "passed", "failed": "FAILED", "error": "ERROR", "skipped": "skipped", "pass": "pass", "fail": "FAIL"}
 
 
 def _td(cell) -> str:

@@ -4,8 +4,10 @@ It goes to `$GITHUB_STEP_SUMMARY` when that is set (the pull request's checks pa
 `artifacts/summary.md`. Built from a plain dict (see harness/pytest_plugin/reporting.py) so it can be
 tested and rendered without pytest:
 
-    outcome, counts{passed, failed, skipped}, run{run_id, git_revision, board, backend, model,
-    precision, partition}, tests[{nodeid, outcome, seconds, message}], quality[{case, ssim, psnr,
+    outcome, counts{passed, failed, error, skipped}, run{run_id, git_revision, board, backend, model,
+    precision, partition}, tests[{nodeid, outcome, seconds, message}] (outcome "error": the test's run
+    failed for a reason of the board or its inputs, nothing judged; "failed": its gate judged and failed),
+    quality[{case, ssim, psnr,
     ssim_min, psnr_min, passed}], benchmarks[{case, mean_s, comparison{}, valid, reasons}],
     slowest[{subgraph, block, branch, seconds_per_step}], memory[{run, peak_pss_added_bytes,
     min_mem_available_bytes, pss_budget_bytes, floor_bytes}], baselines[str]
@@ -21,8 +23,9 @@ MiB = 2 ** 20
 
 def verdict_line(data: dict) -> str:
     c = data["counts"]
+    errors = f", {c['error']} error(s) (infrastructure, not judged)" if c.get("error") else ""
     return (f"{'PASSED' if data['outcome'] == 'passed' else 'FAILED'}: {c.get('passed', 0)} passed, "
-            f"{c.get('failed', 0)} failed, {c.get('skipped', 0)} skipped")
+            f"{c.get('failed', 0)} failed{errors}, {c.get('skipped', 0)} skipped")
 
 
 def _cell(text) -> str:
@@ -45,13 +48,13 @@ def _run_lines(run: dict) -> list[str]:
     return [" · ".join(f"{label} `{run[k]}`" for label, k in keys if run.get(k))]
 
 
-_MARKS = {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭ skipped", "pass": "✅ pass",
+_MARKS = {"passed": "✅ passed", "failed": "❌ failed", "error": "⚠️ error", "skipped": "⏭ skipped", "pass": "✅ pass",
           "fail": "❌ fail"}
 
 
 def _gate_rows(tests: list[dict], marks: dict = _MARKS, code: str = "`") -> list[list]:
     return [[f"{code}{t['nodeid']}{code}", marks.get(t["outcome"], t["outcome"]), f"{t['seconds']:.1f} s",
-             (t.get("message") or "").removeprefix("AssertionError: ").removeprefix("Skipped: ")[:240]] for t in tests]
+             (t.get("message") or "").removeprefix("AssertionError: ").removeprefix("Skipped: ").removeprefix("Failed: ")[:240]] for t in tests]
 
 
 def _quality_rows(quality: list[dict], marks: dict = _MARKS) -> list[list]:

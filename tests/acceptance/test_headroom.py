@@ -13,6 +13,7 @@ import pytest
 from harness.model.config import EMBEDDED_DIR, REPO_ROOT
 from harness.gates.headroom import headroom_failures, min_headroom_of
 from harness.gates.runner import memory_case
+from harness.pytest_plugin.fixtures import judged_run
 from harness.model.weights import read_safetensors, save_weights
 
 
@@ -22,13 +23,27 @@ from harness.model.weights import read_safetensors, save_weights
 FAST_TIER_CASES = 1
 
 
-@pytest.mark.npu
-def test_float16_headroom_of_every_subgraph(golden_case, golden_cases, gate_runner, npu_guard):
+@pytest.fixture
+def headroom_run(request, golden_case, golden_cases, gate_runner, npu_guard):
+    """(the probed run, its headroom section), made in setup (judged_run): a run the board could not finish
+    is the test's error."""
     limit = min_headroom_of(gate_runner.bundle.cfg)
     # Every case but the one the memory gate measures: this run is also the one numerics and
     # quality judge (one render per case).
     share = golden_case.name != memory_case(golden_cases).name
-    run, section = gate_runner.headroom_run(golden_case, npu_guard, limit, share=share)
+    sections = []
+
+    def probed():
+        run, section = gate_runner.headroom_run(golden_case, npu_guard, limit, share=share)
+        sections.append(section)
+        return run
+    run = judged_run(request, golden_case, probed)
+    return run, sections[0] if sections else None
+
+
+@pytest.mark.npu
+def test_float16_headroom_of_every_subgraph(golden_case, headroom_run, gate_runner):
+    run, section = headroom_run
     failures = headroom_failures(section)
     if failures:
         more = f" (and {len(failures) - 5} more)" if len(failures) > 5 else ""

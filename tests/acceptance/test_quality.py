@@ -4,29 +4,57 @@ PSNR and cosine. The line with every metric, threshold and margin goes to the te
 
 With --update-goldens the case's golden is written instead and the test is reported as skipped
 ("goldens written"): an update run judged nothing, so it must not read as a passed gate."""
+from dataclasses import dataclass
+
 import pytest
 
 from harness.core.errors import HarnessError
 from harness.gates.runner import quality_check, quality_line
 from harness.gates.golden import GoldenError, GoldenStore, relative_to_repo
+from harness.pytest_plugin.fixtures import judged_run
 from harness.pytest_plugin.state import GOLDEN_UPDATES, QUALITY_LINES, QUALITY_RESULTS, append_to
 
 pytestmark = [pytest.mark.npu, pytest.mark.quality]
 
 
-def test_matches_golden(golden_case, gate_runner, npu_guard, suite, artifacts, record_property, request):
-    case = golden_case
+@dataclass
+class Judged:
+    kind: str                   # what is compared: "image" or "latent"
+    store: GoldenStore
+    golden: object              # the golden array (None in an update run)
+    refused: GoldenError | None  # a golden the case cannot be judged against: the test fails on it, no run made
+    run: object                 # the case's shared run (gates.runner.CaseRun), None when refused
+
+
+@pytest.fixture
+def judged(request, golden_case, gate_runner, suite, npu_guard) -> Judged | None:
+    """The golden checked, then (only when it can be judged against) the case's shared run, both in setup:
+    a bad golden is found before a run is spent on it (the test fails on it), a run the board could not
+    finish is the test's error (judged_run)."""
+    if suite.require_npu and suite.npu_problem:
+        return None             # the call-time --require-npu check fails the test; nothing runs here
     try:
         kind = gate_runner.golden_kind
-        store = GoldenStore(suite.golden_dir, image_shape=gate_runner.image_shape if kind == "image" else None,
-                            kind=kind)
+    except HarnessError as exc:
+        pytest.fail(f"{golden_case.name}: the partition does not open: {exc}", pytrace=False)
+    store = GoldenStore(suite.golden_dir, image_shape=gate_runner.image_shape if kind == "image" else None, kind=kind)
+    golden = None
+    try:
         if suite.update_goldens:      # refuse a quantised golden before spending a run on it
-            store.check_writable(case, gate_runner.precision, suite.force_goldens)
+            store.check_writable(golden_case, gate_runner.precision, suite.force_goldens)
         else:
-            golden, _ = store.load(case)
+            golden, _ = store.load(golden_case)
     except GoldenError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    run = gate_runner.case_run(case, npu_guard)
+        return Judged(kind, store, None, exc, None)
+    run = judged_run(request, golden_case, lambda: gate_runner.case_run(golden_case, npu_guard))
+    return Judged(kind, store, golden, None, run)
+
+
+def test_matches_golden(golden_case, judged, gate_runner, suite, artifacts, record_property, request):
+    case = golden_case
+    if judged.refused is not None:
+        pytest.fail(str(judged.refused), pytrace=False)
+    kind, store, golden, run = judged.kind, judged.store, judged.golden, judged.run
     if run.error is not None:
         pytest.fail(f"{case.name}: no result to judge: {run.error}", pytrace=False)
     obtained = run.result.image if kind == "image" else run.result.latent[0]

@@ -1,4 +1,6 @@
-"""The board's first minutes (`bin/test -m smoke`): in order, the NPU device node, the librknnrt and
+"""The board's first minutes (`bin/test -m smoke`): in order, the stack preflight (the versions of the
+.rknn files, rknn-toolkit-lite2, librknnrt and the NPU driver against toolkit/compatibility.toml; a failed
+one starts no test after it), the NPU device node, the librknnrt and
 driver versions (RKNNLite.get_sdk_version, no root), one subgraph's load/init/run/release, and the model
 for 2 steps. Each failure is one line naming what to fix (harness/gates/smoke.py). Off the board the
 board-only checks (marker `board`) are deselected and the rest run on the host backend; with
@@ -6,6 +8,7 @@ board-only checks (marker `board`) are deselected and the rest run on the host b
 import numpy as np
 import pytest
 
+from harness.gates.preflight import preflight
 from harness.gates.smoke import find_npu_node, lifecycle_once, npu_node_problem, version_problem
 from harness.core.errors import HarnessError
 from harness.partition.manifest import load_manifest
@@ -29,6 +32,20 @@ def _first_entry(gate_runner):
     manifest = _or_fail(lambda: load_manifest(gate_runner.partition))
     entry = manifest.entries()[0]
     return manifest, entry, manifest.path_of(entry)
+
+
+@pytest.mark.board
+@pytest.mark.preflight
+def test_0_stack_preflight(suite):
+    # Not marked npu: it opens no runtime context, and off the board --require-npu's general line would
+    # answer first and stop the session before test 1 names the missing node. A session of npu tests
+    # without it gets the same check before its first npu test (harness/pytest_plugin/preflight.py).
+    if suite.require_npu and suite.npu_problem:     # fails, and the checks after it say what is missing
+        pytest.fail(f"--require-npu: {suite.npu_problem}: no board stack to judge", pytrace=False)
+    verdict = preflight(suite.partition, suite.telemetry_root)
+    if verdict.kind == "bad":
+        pytest.fail(verdict.line, pytrace=False)
+    print(verdict.line)
 
 
 @pytest.mark.board

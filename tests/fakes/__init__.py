@@ -1,7 +1,9 @@
 """Test doubles for what cannot run off the board. Only the RKNNLite runtime qualifies.
 
 `tests/fakes` is put first on sys.path (see `use_fake_rknnlite`) so that `from rknnlite.api import RKNNLite`
-finds tests/fakes/rknnlite/api.py exactly where the board would find rknn-toolkit-lite2.
+finds tests/fakes/rknnlite/api.py exactly where the board would find rknn-toolkit-lite2, and its package
+metadata (rknn_toolkit_lite2-2.5.0.dist-info) gives the wheel version the fake behaves as, where the board's
+installed wheel gives its own (importlib.metadata, as the stack preflight reads it).
 """
 from __future__ import annotations
 

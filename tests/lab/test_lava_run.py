@@ -215,9 +215,11 @@ def _junit_cases(upload: Path) -> dict[tuple[str, str], str]:
         for member in tar.getmembers():
             if member.name.endswith("junit.xml"):
                 for case in ET.parse(tar.extractfile(member)).getroot().iter("testcase"):
-                    failed = case.find("failure") is not None or case.find("error") is not None
+                    # a JUnit error (infrastructure, nothing judged) is LAVA's "unknown" (harness/lab/results.py)
+                    failed, errored = case.find("failure") is not None, case.find("error") is not None
                     skipped = case.find("skipped") is not None
-                    found[case_key(case)] = "fail" if failed else "skip" if skipped else "pass"
+                    found[case_key(case)] = ("fail" if failed else "unknown" if errored else "skip" if skipped
+                                             else "pass")
     return found
 
 
