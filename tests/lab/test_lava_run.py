@@ -319,7 +319,7 @@ def test_a_board_without_its_npu_node_is_the_labs_failure_after_the_smoke_tier(s
                                    BOARD_PROFILE="boards/rock5c-8gb.toml"))
     job = _job_result(results)
     assert job["result"] == "fail" and job["error_type"] == "Test", job
-    assert "boards/rock5c-8gb.toml requires the NPU: no NPU device node under /" in job["error_msg"], job
+    assert "boards/rock5c-8gb.toml requires the NPU: no NPU device node" in job["error_msg"], job
     cases = _cases(results)
     assert {c for (s, c) in cases if s == "smoke"} >= {"test_1_npu_device_node"}      # the smoke tier says what
     assert {r["result"] for (s, _), r in cases.items() if s == "smoke"} == {"fail"}
