@@ -19,9 +19,10 @@ def _latent_lines(out: str) -> str:
 def test_every_gate_passes_on_the_anima_shaped_model(run_suite):
     result = run_suite("tests/acceptance", "-m", "npu", MODEL, "--bench-steps=2")
     out = result.stdout.str()
-    # numerics x3, quality x3, headroom x3, benchmark, Spectrum benchmark, memory, and the smoke tier's
-    # host checks (one subgraph, the model for 2 steps); its board-only checks are deselected off the board
-    result.assert_outcomes(passed=14)
+    # numerics x3, quality x3, headroom x3, benchmark, Spectrum benchmark, memory, core masks, and the
+    # smoke tier's host checks (one subgraph, the model for 2 steps); its board-only checks are
+    # deselected off the board
+    result.assert_outcomes(passed=15)
     for case in CASES:
         assert f"{case} [latent] pass: SSIM" in out, out
     print(_latent_lines(out))
