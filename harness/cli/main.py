@@ -33,6 +33,7 @@ COMMANDS = {
     "accuracy": ("accuracy",),
     "search_precision": ("search-precision",),
     "bench_ab": ("bench-ab",),
+    "goldens": ("goldens",),
 }
 
 
