@@ -66,7 +66,8 @@ def _store(config) -> ResultsStore:
 
 
 class ResultsGate:
-    """What test_benchmark.py asks: its run as the store keeps it, the verdict, the write, the offer."""
+    """The session's side of the store that the benchmark gate's decision (harness/gates/benchmark.py)
+    uses: its run as the store keeps it, the verdict, the write, the offer."""
 
     def __init__(self, config):
         self.config = config
