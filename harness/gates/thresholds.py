@@ -128,7 +128,8 @@ def bars(rows: list[dict], kind: str) -> list[Bar]:
     for metric_key in rows[0]["errors"]:
         float16 = [r["errors"][metric_key] for r in rows if r["pair"] == FLOAT16]
         w8a8 = [r["errors"][metric_key] for r in rows if r["pair"] == W8A8]
-        error, value = gate_value(metric_key[1], math.sqrt(max(max(float16), 1e-300) * min(w8a8)))
+        # errors of 0 (identical runs) stay positive: a bar of 0 is one nothing but identity passes
+        error, value = gate_value(metric_key[1], math.sqrt(max(max(float16), 1e-300) * max(min(w8a8), 1e-300)))
         out.append(Bar(metric_key[0], metric_key[1], len(float16), (min(float16), max(float16)),
                        (min(w8a8), max(w8a8)), error, value,
                        metric_key[0] == kind and metric_key[1] in GATED[kind]))
@@ -182,10 +183,10 @@ def case_lines(row: dict) -> str:
 def bar_lines(table: list[Bar]) -> list[str]:
     """The table: metric, FP16 range, W8A8 range, the bar and its cases.toml value, margin each side."""
     lines = [f"{'metric':20s} {'FP16 vs FP32':>20s} {'W8A8 vs FP16':>20s}  {'bar':>9s}  "
-             f"{'cases.toml':22s} margins"]
+             f"{'cases.toml':24s} margins"]
     for b in table:
         value = f"{b.key} = {b.value!r}" if b.gated else "(not gated)"
         lines.append(f"{b.kind + ' ' + LABELS[b.metric]:20s} {b.float16[0]:.2e}..{b.float16[1]:.2e} "
-                     f"{b.w8a8[0]:.2e}..{b.w8a8[1]:.2e}  {b.error:.2e}  {value:22s} "
+                     f"{b.w8a8[0]:.2e}..{b.w8a8[1]:.2e}  {b.error:.2e}  {value:24s} "
                      f"x{b.margin_float16:.2f} / x{b.margin_w8a8:.2f}")
     return lines

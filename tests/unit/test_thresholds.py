@@ -9,11 +9,14 @@ import tomllib
 import numpy as np
 import pytest
 
+from harness.cli.main import main
 from harness.core.errors import ConfigError
 from harness.gates.cases import case_inputs, load_cases
 from harness.gates.runner import quality_check
 from harness.gates.thresholds import FLOAT16, W8A8, bars, gate_value, write_bars
 from harness.model.bundle import load_bundle
+from harness.model.config import load_model_dir
+from harness.model.weights import random_weights, save_weights
 from harness.partition.onnx_export import export_partition
 from harness.runtime.run import RunRequest, run_partitioned
 from tests.helpers import UNSEEN_CASES, make_unseen_model
@@ -83,11 +86,30 @@ def test_a_gate_on_cases_without_thresholds_names_the_command(tmp_path):
     assert all(math.isnan(c.ssim_min) for c in load_cases(tmp_path / "cases.toml", thresholds=False))
 
 
-def test_bad_seeds_are_one_clear_error(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "harness", "goldens", "thresholds", "--seeds", "1,x"],
-                          capture_output=True, text=True)
-    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
-        "error: --seeds '1,x': expected comma-separated whole numbers, e.g. 1,2,3,4,5"]
+@pytest.mark.parametrize("seeds", ["1,x", "1,1", ""])
+def test_bad_seeds_are_one_clear_error(seeds, capsys):
+    assert main(["goldens", "thresholds", "--seeds", seeds]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: --seeds {seeds!r}: expected ")
+
+
+@pytest.mark.slow       # about 9 s on the loaded 2-core machine
+def test_a_model_whose_w8a8_run_is_its_float16_run_gets_no_bars(tmp_path):
+    """FFN output weights of zero: the INT8 FFN gives the FP16 FFN's zeros, so W8A8 vs FP16 has no error
+    at all and no bar can fail it: the command exits 1 naming the metrics and leaves cases.toml as it was."""
+    model, golden = make_unseen_model(tmp_path / "model", tmp_path / "golden", blocks=2, width=32)
+    cfg = load_model_dir(model)
+    weights = random_weights(cfg, seed=0)
+    weights.update({k: np.zeros_like(v) for k, v in weights.items() if k.endswith("mlp.layer2.weight")})
+    save_weights(weights, model / cfg.files["weights"])
+    before = (golden / "cases.toml").read_bytes()
+    done = subprocess.run([sys.executable, "-m", "harness", "goldens", "thresholds", "--model-dir", str(model),
+                           "--golden-dir", str(golden), "--seeds", "1"], capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: {golden / 'cases.toml'}: not written: FP16 and W8A8 errors do not separate on ")
+    assert all(f"latent {metric} (x" in line for metric in ("ssim", "psnr", "cosine")), line
+    assert (golden / "cases.toml").read_bytes() == before
 
 
 def _latent(bundle, partition, case, golden_dir) -> np.ndarray:
