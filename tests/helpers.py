@@ -19,7 +19,7 @@ from harness.model.weights import random_weights, save_weights
 
 __all__ = ["make_random_model_dir", "random_bundle", "export_fp32", "missing_tool", "small_tmpfs", "worker_processes",
            "alive", "gate_runner_for", "TWO_STEP_DEFAULTS", "resign", "add_output_and_resign", "shared_blocks",
-           "parser_commands", "ci_plan"]
+           "parser_commands", "ci_plan", "make_unseen_model"]
 
 
 def missing_tool(reason: str) -> NoReturn:
@@ -44,6 +44,51 @@ def make_random_model_dir(target: Path, seed: int = 0) -> Path:
     }, target / cfg.files["prompt_encoder"])
     return target
 
+
+def make_unseen_model(target: Path, golden: Path, blocks: int, width: int, seed: int = 0) -> tuple[Path, Path]:
+    """A model no golden or threshold was made for: the Anima-shaped model.toml (latent goldens, text
+    embeddings from files) at another depth and width, random weights, and a golden folder whose
+    cases.toml names two text embeddings and no thresholds. Returns (model dir, golden dir)."""
+    import tomllib
+
+    import tomli_w
+    raw = tomllib.loads((REPO_ROOT / "models" / "anima-shaped" / "model.toml").read_text())
+    raw["name"] = f"unseen-{blocks}x{width}"
+    raw["description"] = f"{blocks}-block width-{width} random-weight DiT (a model upgrade's stand-in)"
+    raw["network"].update(blocks=blocks, width=width, heads=width // 16, text_emb_dim=width // 2)
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "model.toml").write_text(tomli_w.dumps(raw))
+    cfg = load_model_dir(target)
+    save_weights(random_weights(cfg, seed=seed), target / cfg.files["weights"])
+    golden.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed + 1)
+    for name in ("cond_a.npy", "cond_b.npy", "uncond.npy"):
+        np.save(golden / name, rng.standard_normal((cfg.text_emb_tokens, cfg.text_emb_dim)).astype(np.float32))
+    (golden / "cases.toml").write_text(UNSEEN_CASES)
+    return target, golden
+
+
+# A new model's cases: what to render, no thresholds yet (`harness goldens thresholds` writes them).
+UNSEEN_CASES = """format = 2
+
+[defaults]
+steps = 4
+cfg = 4.0
+sampler = "flow-euler"
+shift = 3.0
+
+[[case]]
+name = "a"
+text_emb = "cond_a.npy"
+uncond_text_emb = "uncond.npy"
+seed = 1
+
+[[case]]
+name = "b"
+text_emb = "cond_b.npy"
+uncond_text_emb = "uncond.npy"
+seed = 2
+"""
 
 
 def random_bundle(tmp_path_factory, seed: int):

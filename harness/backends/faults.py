@@ -96,7 +96,7 @@ def parse_fault(spec: str | None) -> dict:
                                   f"leak=fd:PER_RELEASE (up to 100)") from None
             # crash@SUBGRAPH is left out of the hint: it is for prefetch workers only (docstring).
             raise ConfigError(f"--fault '{part}': expected nan@SUBGRAPH, shape@SUBGRAPH, hang@SUBGRAPH, "
-                              f"init-fails-after=INITS, slow=SECONDS or slow=xFACTOR") from None
+                              f"init-fails-after=INITS, slow=SECONDS, slow=xFACTOR or leak=KIND:AMOUNT") from None
     return options
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import ConfigError, ManifestError
+from ..core.errors import ConfigError
 from ..partition.declared import check_identity
 from .base import Context
 

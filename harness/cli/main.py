@@ -34,6 +34,7 @@ COMMANDS = {
     "search_precision": ("search-precision",),
     "bench_ab": ("bench-ab",),
     "lab": ("lab",),
+    "goldens": ("goldens",),
 }
 
 

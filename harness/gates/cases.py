@@ -2,15 +2,20 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..model.config import REPO_ROOT
 from ..core.errors import ConfigError
 from ..core.schema import Field, check_table, is_int, is_number, positive_int, read_toml
+
+if TYPE_CHECKING:
+    from ..model.bundle import ModelBundle
 from ..sampling.reference_run import sample_settings
 from ..sampling.settings import SampleSettings
 from ..sampling.spectrum import SAMPLERS, check_params, params_from
@@ -32,8 +37,10 @@ def golden_dir_for(model_name: str) -> Path:
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")   # becomes a file name: no paths, no dots
 _NPY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\.npy$")  # a file beside cases.toml, never a path
-_DEFAULT_KEYS = {"ssim_min", "psnr_min", "steps", "cfg", "sampler", "shift"}
-_OPTIONAL_DEFAULT_KEYS = {"cosine_min"}
+_DEFAULT_KEYS = {"steps", "cfg", "sampler", "shift"}
+# A new model's cases.toml may have no thresholds until `harness goldens thresholds` writes them.
+_OPTIONAL_DEFAULT_KEYS = {"cosine_min", "ssim_min", "psnr_min"}
+THRESHOLDS_COMMAND = "bin/harness goldens thresholds"
 _CASE_KEYS = {"name", "prompt", "text_emb", "uncond_text_emb", "seed", "steps", "cfg", "ssim_min", "psnr_min",
               "sampler", "spectrum", "cosine_min"}
 # Settings that decide the image; thresholds only decide the verdict and may change freely.
@@ -87,8 +94,9 @@ _CHECKS = {
 }
 
 
-def load_cases(path: str | Path) -> list[GoldenCase]:
-    """Parse and validate the golden cases; every problem names the file, the case and the field."""
+def load_cases(path: str | Path, thresholds: bool = True) -> list[GoldenCase]:
+    """Parse and validate the golden cases; every problem names the file, the case and the field.
+    thresholds=False reads a case without ssim_min / psnr_min (NaN: no comparison passes it)."""
     path = Path(path)
     data = read_toml(path, "golden cases file")
     if data.get("format", FORMAT) != FORMAT:
@@ -114,6 +122,11 @@ def load_cases(path: str | Path) -> list[GoldenCase]:
             raise ConfigError(f"{where}: duplicate case name '{fields['name']}'")
         seen.add(fields["name"])
         merged = {**defaults, **fields}
+        missing = [key for key in ("ssim_min", "psnr_min") if key not in merged]
+        if missing and thresholds:
+            raise ConfigError(f"{where}: no {' / '.join(missing)} (in the case or [defaults]); derive them from "
+                              f"the model's own runs: {THRESHOLDS_COMMAND}")
+        merged.update({key: math.nan for key in missing})
         merged["cfg"], merged["shift"] = float(merged["cfg"]), float(merged["shift"])
         merged["ssim_min"], merged["psnr_min"] = float(merged["ssim_min"]), float(merged["psnr_min"])
         merged["cosine_min"] = float(merged.get("cosine_min", 0.0))

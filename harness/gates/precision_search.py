@@ -23,7 +23,6 @@ precision files), chosen.toml (a copy of the chosen one's), one folder per candi
 """
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import time
@@ -35,7 +34,7 @@ from ..core.atomic import atomic_write_json, atomic_write_text
 from ..model.config import REPO_ROOT
 from ..core.errors import ConfigError, HarnessError
 from .cases import case_inputs, golden_dir_for
-from ..toolkit.precisions import ALGORITHMS, LINEARS, METHODS, PRECISION_FILE_FORMAT
+from ..toolkit.precisions import LINEARS, PRECISION_FILE_FORMAT
 
 __all__ = ["Candidate", "board_saving", "predicted_step", "precision_text", "rank_ffns", "top_candidate",
            "search", "chosen", "render", "say"]

@@ -15,7 +15,6 @@ import numpy as np
 
 from ..results.compare import slowest_subgraphs
 from ..core.atomic import atomic_save_npy
-from ..model.config import BRANCHES
 from ..core.errors import ConfigError, HarnessError, MemoryGuardTripped, NumericsError
 from ..lifecycle.steptimes import STAGE_NAMES
 from .cases import GoldenCase, case_inputs, run_key
@@ -28,7 +27,7 @@ from .quality import QualityResult, compare, compare_latents, diff_figure
 from ..runtime.run import run_partitioned, RunRequest, RunResult
 
 __all__ = ["GateRunner", "derived_case", "memory_case", "quality_check", "quality_line", "benchmark_info",
-           "is_verdict"]
+           "is_verdict", "numerics_coverage"]
 
 # The errors a run ends with that are a gate's verdict on the model: the numerics check the pipeline makes on
 # every output (NaN/Inf) and the memory guard's trip. Any other HarnessError (a lifecycle stage the driver
@@ -295,6 +294,23 @@ def quality_line(case: GoldenCase, q: QualityResult) -> str:
         parts.append(f"cosine {q.cosine:.8f} (min {case.cosine_min}, margin {m['cosine']:+.2e})")
     verdict = "pass" if q.passes(case.ssim_min, case.psnr_min, case.cosine_min) else "FAIL"
     return f"{case.name} [{q.kind}] {verdict}: " + ", ".join(parts)
+
+
+def numerics_coverage(report: dict, steps: int, subgraphs: int) -> list[str]:
+    """What the numerics gate did not see in a run's report: every subgraph must have run (its output
+    checked as it arrived) at every computed step and at no forecast step, whose forecast was checked
+    per stream instead; [] when it saw everything."""
+    sampler = report["sampler"]
+    computed, forecast = sampler["computed_steps"], sampler["forecast_steps"]
+    ran = {(r["step"], r["subgraph"]) for r in report["lifecycle_records"]
+           if r["stage"] == "run" and r["branch"] != "decoder"}
+    expected = {(s, i) for s in computed for i in range(subgraphs)}
+    checks = [(len(computed) + len(forecast) == steps, f"{len(computed)} computed + {len(forecast)} forecast "
+                                                       f"steps of {steps}"),
+              (ran == expected, f"{len(expected - ran)} subgraph run(s) missing, {len(ran - expected)} unexpected"),
+              (sampler.get("forecasts_checked", 0) == len(forecast) * len(report["streams"]),
+               f"{sampler.get('forecasts_checked', 0)} forecasts checked of {len(forecast) * len(report['streams'])}")]
+    return [problem for ok, problem in checks if not ok]
 
 
 def benchmark_info(report: dict) -> dict:

@@ -30,7 +30,7 @@ import numpy as np
 from ..core.errors import BackendError
 from ..core.signals import group_signals_blocked
 from .records import Counters, LifecycleRecorder
-from .worker import read_arrays, worker_main, write_arrays
+from .worker import read_arrays, write_arrays
 
 __all__ = ["Prefetch"]
 

@@ -24,15 +24,15 @@ from dataclasses import replace
 import pytest
 
 from ..core.errors import HarnessError
-from ..results.judge import FIRST, NOT_COMPARABLE, STEP, UPGRADE, Judgement, confirm, judge_run
+from ..gates.benchmark import baseline_offer
+from ..results.judge import FIRST, NOT_COMPARABLE, Judgement, confirm, judge_run
 from ..results.records import Run, RunKey, board_model_of, utc_now
 from ..results.sessions import ABRecord, ab_record, subgraph_times
 from ..results.store import ResultsStore, StoreUnavailable, describe_url
-from ..report.sitelinks import series_url
 from .state import (BASELINE_OFFERS, BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, IDENTITY, QUALITY_RESULTS, SETTINGS,
                     STORE_FAILURE, append_to)
 
-__all__ = ["results_gate", "comparison_of"]
+__all__ = ["results_gate"]
 
 _INSTEAD = "the results store (--results URL), which every benchmark run is written to"
 # pytest-benchmark option -> what replaces it
@@ -88,7 +88,8 @@ def _store(config) -> ResultsStore:
 
 
 class ResultsGate:
-    """What test_benchmark.py asks: its run as the store keeps it, the verdict, the write, the offer."""
+    """The session's side of the store that the benchmark gate's decision (harness/gates/benchmark.py)
+    uses: its run as the store keeps it, the verdict, the write, the offer."""
 
     def __init__(self, config):
         self.config = config
@@ -159,35 +160,13 @@ class ResultsGate:
         append_to(self.config, _RECORDED, run)
 
     def offer(self, nodeid: str, run: Run, judgement: Judgement) -> None:
-        """Queue this run as its board's next baseline; written at session end if the rules allow."""
-        accept = self.settings.accept_upgrade and judgement.kind == UPGRADE
-        if not (self.settings.save_baseline or accept):
-            return
-        if not run.valid:
-            append_to(self.config, BASELINE_OUTCOMES,
-                      (nodeid, None, "baseline not saved: the run is INVALID (" + "; ".join(run.invalid_reasons) + ")"))
-            return
-        if judgement.regressed or judgement.kind == NOT_COMPARABLE:
-            why = "regressed" if judgement.regressed else "is not comparable with its history"
-            append_to(self.config, BASELINE_OUTCOMES, (nodeid, None, f"baseline not saved: the run {why}"))
-            return
-        append_to(self.config, BASELINE_OFFERS, (nodeid, run, "upgrade accepted" if accept else "saved"))
-
-
-def comparison_of(run: Run, judgement: Judgement) -> dict:
-    """The run summary's row: status, message and the step's shift against the reference."""
-    step = next((v for v in judgement.verdicts if v.label == STEP), None)
-    status = ("regressed" if judgement.regressed else judgement.kind if judgement.kind in (FIRST, NOT_COMPARABLE)
-              else f"{judgement.kind}: not confirmed by a second run" if judgement.regressions
-              else f"{judgement.kind}: within threshold")
-    reference = judgement.reference_run
-    moved = judgement.moved      # a figure that failed while the step did not: the row names it
-    return {"status": status, "message": judgement.headline(), "mean_s": run.total_denoise_s,
-            "moved": f"{moved.label} {moved.shift_pct:+.1f} %" if moved else None,
-            "threshold_pct": step.threshold_pct if step else float("nan"),
-            "baseline_mean_s": reference.total_denoise_s if reference else None,
-            "delta_pct": step.shift_pct if step else None, **judgement.as_dict(),
-            "site": series_url(run.board_id, run.key.case, run.key.backend, run.key.precision, run.key.steps)}
+        """Queue this run as its board's next baseline when the rules (gates.benchmark.baseline_offer)
+        allow; written at session end if the whole session passed."""
+        reason, refused = baseline_offer(run, judgement, self.settings.save_baseline, self.settings.accept_upgrade)
+        if refused:
+            append_to(self.config, BASELINE_OUTCOMES, (nodeid, None, refused))
+        elif reason:
+            append_to(self.config, BASELINE_OFFERS, (nodeid, run, reason))
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ def runner_of(config):
 def selected_cases(suite: SuiteSettings):
     from ..gates.cases import load_cases
     try:
-        cases = load_cases(suite.golden_dir / "cases.toml")
+        cases = load_cases(suite.golden_dir / "cases.toml", thresholds=not suite.update_goldens)
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
     chosen = [c for c in cases if suite.cases is None or c.name in suite.cases]

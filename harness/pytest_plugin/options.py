@@ -172,7 +172,7 @@ def _case_names(spec: str | None, golden_dir: Path) -> list[str] | None:
     names = [c.strip() for c in spec.split(",") if c.strip()]
     if not names:
         raise ConfigError(f"--cases {spec!r}: name at least one golden case")
-    known = {c.name for c in load_cases(golden_dir / "cases.toml")}
+    known = {c.name for c in load_cases(golden_dir / "cases.toml", thresholds=False)}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ConfigError(f"--cases: no golden case '{unknown[0]}' in {golden_dir / 'cases.toml'} "

@@ -20,7 +20,6 @@ from datetime import datetime
 from pathlib import Path
 
 from ..core.atomic import atomic_path
-from ..core.errors import ConfigError
 from .records import ResultsError, Run
 from .verdicts import change_points, history_verdict
 from ..lifecycle.steptimes import STAGE_NAMES

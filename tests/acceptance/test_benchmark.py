@@ -15,20 +15,18 @@ computed and forecast steps apart (time per computed step and per image).
 
 It also asserts what makes the figures it hands over trustworthy: every invocation of every computed
 step was recorded, the step split adds up without double counting. The run is written to the store at session end, with the
-quality gate's metrics of its image, in one transaction.
+quality gate's metrics of its image, in one transaction. The decision itself is harness/gates/benchmark.py;
+this test times the rounds and reports the decision to pytest (extra_info, JUnit properties, the summary).
 """
-from dataclasses import replace
-
 import pytest
 
 from harness.core.errors import HarnessError
+from harness.gates.benchmark import as_run, decide, figure_problems, measured_again
 from harness.gates.runner import benchmark_info, derived_case
-from harness.pytest_plugin.baselines import comparison_of
 from harness.pytest_plugin.state import BENCH_RESULTS, BOARD, INVALID_RUNS, STEP_SPLITS, append_to
-from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
-from harness.lifecycle.steptimes import STAGE_NAMES
 from harness.results.condition import HostCondition
 from harness.results.telemetry import TelemetryWindow
+from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
 
 pytestmark = [pytest.mark.npu, pytest.mark.benchmark]
 
@@ -53,38 +51,20 @@ def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, re
         pytest.fail(f"{case.name}: no benchmark: {exc}", pytrace=False)
     try:
         record_run(benchmark, case, gate_runner, window, results[-1], suite, request, results_gate,
-                   record_property, host, again=lambda: _run_again(case, gate_runner, npu_guard, suite, results_gate))
+                   record_property, host, again=lambda: measured_again(results_gate, case, gate_runner, npu_guard,
+                                                                       suite.telemetry_root, suite.bench_steps))
     except (HarnessError, OSError) as exc:
         pytest.fail(f"{case.name}: benchmark ran but was not judged: {exc}", pytrace=False)
 
 
-def _run_again(case, gate_runner, npu_guard, suite, results_gate):
-    """A second run of the case, measured as the benchmark's was: what confirms or clears a regression
-    judged from one run (Judgement.needs_confirmation)."""
-    with TelemetryWindow(suite.telemetry_root) as window, HostCondition() as host:
-        result = gate_runner.run(case, npu_guard, suite.bench_steps, keep=False)
-    return _as_run(results_gate, case, gate_runner, result, window.verdict(), benchmark_info(result.report), host)
-
-
-def _as_run(results_gate, case, gate_runner, result, verdict, info, host):
-    """The measured run `result` as the store keeps it."""
-    return results_gate.run_of(case.name, info, result.report, verdict, gate_runner.precision,
-                               gate_runner.manifest_hash, gate_runner.bundle.cfg.name, host)
-
-
 def record_run(benchmark, case, gate_runner, window, result, suite, request, results_gate, record_property,
                host, *, again):
+    """The gate's decision (harness/gates/benchmark.py) told to pytest, then the verdict."""
     verdict = window.verdict()
     info = benchmark_info(result.report)
     config = request.config
-    run = offered = _as_run(results_gate, case, gate_runner, result, verdict, info, host)
-    judgement = results_gate.judge(run)
-    if judgement.needs_confirmation:
-        # one run's regression fails only when a second run says so too: a run disturbed far past
-        # its history (another tenant, a page-cache flush) is not a slower stack
-        offered = replace(again(), run_id=f"{run.run_id}-confirm")     # (run id, case) names one run
-        judgement = results_gate.confirm(run, judgement, offered)
-    comparison = comparison_of(run, judgement)
+    decision = decide(results_gate, as_run(results_gate, case, gate_runner, result, verdict, info, host), again)
+    run, judgement, comparison = decision.run, decision.judgement, decision.comparison
     benchmark.extra_info.update(info, valid=verdict["valid"], invalid_reasons=verdict["reasons"],
                                 board_id=config.stash[BOARD], verdict=judgement.as_dict(), key=run.key.as_dict())
     record_property("baseline", judgement.kind)
@@ -97,29 +77,9 @@ def record_run(benchmark, case, gate_runner, window, result, suite, request, res
                                       "memory": result.report.get("memory"),
                                       "lifecycle": result.report.get("lifecycle"),
                                       "comparison": comparison, "key": run.key.as_dict()})
-    results_gate.record(run)        # written at session end with its quality metrics (harness/pytest_plugin/baselines.py)
-    if offered is not run:
-        results_gate.record(offered)
-    _assert_figures_add_up(info, suite.bench_steps or case.steps, gate_runner.subgraphs)
-    results_gate.offer(request.node.nodeid, offered, judgement)     # a baseline from the run that was not disturbed
+    decision.keep(results_gate)     # written at session end with its quality metrics (harness/pytest_plugin/baselines.py)
+    problems = figure_problems(info, suite.bench_steps or case.steps, gate_runner.subgraphs)
+    assert not problems, f"the benchmark's figures do not add up: {'; '.join(problems)}"
+    results_gate.offer(request.node.nodeid, decision.offered, judgement)    # a baseline from the run that was not disturbed
     if judgement.regressed:
         pytest.fail(f"benchmark regression: {judgement.headline()}", pytrace=False)
-
-
-def _assert_figures_add_up(info: dict, steps: int, subgraphs: int) -> None:
-    assert info["steps"] == steps == info["computed_steps"] + info["forecast_steps"]
-    computed = info["computed_steps"]       # all steps but Spectrum's forecast steps run the subgraphs
-    assert info["invocations"] == subgraphs * computed, "invocations missing from the lifecycle records"
-    assert info["stage_records"] == len(STAGE_NAMES) * subgraphs * computed, "stages missing"
-    split, life = info["step_split_s"], info["lifecycle_s_per_step"]
-    assert split["step"] == pytest.approx(info["computed_step_s"], rel=1e-9)
-    assert info["image_s"] == pytest.approx(computed * info["computed_step_s"]
-                                            + info["forecast_steps"] * info["forecast_step_s"], rel=1e-9)
-    assert split["lifecycle"] == pytest.approx(sum(life[s] for s in STAGE_NAMES), rel=1e-9)
-    assert split["host"] == pytest.approx(sum(v for k, v in split.items() if k.startswith("host_")), rel=1e-9)
-    # core time per branch is the run stage, split by branch: nothing counted twice or dropped
-    assert sum(info["core_s_per_step"].values()) == pytest.approx(life["run"], rel=1e-9)
-    # lifecycle and host math are timed inside the step: together they cannot exceed it
-    assert min(life.values()) >= 0 and split["host"] >= 0
-    assert split["rest"] >= 0, (f"lifecycle {split['lifecycle']:.4f} s + host math {split['host']:.4f} s "
-                                f"exceed the step's {split['step']:.4f} s: a stage is timed twice")

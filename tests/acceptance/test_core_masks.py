@@ -8,24 +8,14 @@ import json
 
 import pytest
 
-from harness.backends.board_sim import normalize_options
-from harness.gates.core_masks import MASK_BACKENDS, core_mask_consistency, failures
-from harness.partition.manifest import load_manifest
-from harness.runtime.partitions import exported_partition
+from harness.gates.core_masks import core_mask_consistency, failures, mask_backend
 
 pytestmark = pytest.mark.npu
 
 
-def _backend(suite, gate_runner):
-    if suite.backend in MASK_BACKENDS:
-        return suite.backend, suite.backend_options, load_manifest(gate_runner.partition)
-    partition = exported_partition(gate_runner.bundle, "float16", root=suite.cache_dir / "partitions")
-    # 1/50 of the board's time: stages long enough beside this machine's timer jitter to time a mask
-    return "board-sim", normalize_options({"time_scale": 0.02}), load_manifest(partition)
-
-
 def test_every_core_mask_gives_core_0s_outputs(suite, gate_runner, artifacts, record_property):
-    backend, options, manifest = _backend(suite, gate_runner)
+    backend, options, manifest = mask_backend(suite.backend, suite.backend_options, gate_runner.partition,
+                                              gate_runner.bundle, suite.cache_dir)
     rows = core_mask_consistency(backend, options, manifest)
     artifacts.mkdir(parents=True, exist_ok=True)
     (artifacts / "core-masks.json").write_text(json.dumps({"backend": backend, "rows": [r.as_dict() for r in rows]},

@@ -52,7 +52,6 @@ def _inputs(entry):
 
 def test_stages_take_the_profiles_time_at_scale_and_outputs_are_onnxruntimes(manifest):
     import time
-    from harness.backends import board_sim
     entry = _ffn(manifest)
     profile = load_board_profile()
     scale = 0.01

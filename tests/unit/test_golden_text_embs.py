@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from harness.core.errors import ConfigError
-from harness.gates.runner import GateRunner
 from harness.gates.cases import load_cases
 from harness.model.bundle import load_bundle
 from tests.helpers import TWO_STEP_DEFAULTS, gate_runner_for

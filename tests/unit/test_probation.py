@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from harness.model.config import BRANCHES
-from harness.pytest_plugin.baselines import comparison_of
+from harness.gates.benchmark import comparison_of
 from harness.report.summary import markdown_summary
 from harness.results.judge import HISTORY, UPGRADE, confirm, judge_run
 from harness.results.store import ResultsStore

@@ -87,7 +87,7 @@ def test_report_header_names_board_runtime_and_backend(pytester):
 
 
 @pytest.mark.parametrize("given, fragment", [
-    ({"backend": "faults", "fault": "bogus"}, "--fault 'bogus': expected nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS or slow=xFACTOR"),
+    ({"backend": "faults", "fault": "bogus"}, "--fault 'bogus': expected nan@SUBGRAPH, shape@SUBGRAPH, hang@SUBGRAPH, init-fails-after=INITS, slow=SECONDS, slow=xFACTOR or leak=KIND:AMOUNT"),
     ({"backend": "faults", "fault": "nan@-1"}, "--fault 'nan@-1'"),
     ({"backend": "faults", "fault": "nan@85"}, "--fault nan@85: embedded-digits has subgraphs 0..83 and its decoder 84"),
     ({"backend": "faults", "fault": "slow=inf"}, "--fault 'slow=inf'"),
@@ -119,7 +119,7 @@ def test_bad_option_is_one_line_and_a_usage_error(pytester):
                                            "-p", "no:cacheprovider", "--backend=faults", "--fault=nan@x",
                                            str(REPO_ROOT / "tests" / "acceptance" / "test_numerics.py"))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: --fault 'nan@x': expected nan@SUBGRAPH, shape@SUBGRAPH, slow=SECONDS or slow=xFACTOR"])
+    result.stderr.fnmatch_lines(["ERROR: --fault 'nan@x': expected nan@SUBGRAPH, shape@SUBGRAPH, hang@SUBGRAPH, init-fails-after=INITS, slow=SECONDS, slow=xFACTOR or leak=KIND:AMOUNT"])
     assert "Traceback" not in str(result.stderr) + str(result.stdout)
 
 
