@@ -61,14 +61,19 @@ def anima_block(tmp_path_factory):
     return cfg, weights, manifest
 
 
-@pytest.fixture(scope="session")
-def postgres_cluster():
-    """A throw-away PostgreSQL server (tests/postgres.py) for the session; in CI a missing server fails."""
+def _cluster():
+    """A throw-away PostgreSQL server (tests/postgres.py), started; in CI a missing server fails."""
     from tests.postgres import PostgresCluster, find_pg_bin
     bin_dir = find_pg_bin()
     if bin_dir is None:
         missing_tool("no PostgreSQL server (initdb) here: install Debian's postgresql (bin/debian-packages.txt)")
-    cluster = PostgresCluster(bin_dir).start()
+    return PostgresCluster(bin_dir).start()
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """The session's PostgreSQL server."""
+    cluster = _cluster()
     yield cluster
     cluster.stop()
 
@@ -76,11 +81,7 @@ def postgres_cluster():
 @pytest.fixture(scope="module")
 def halting_postgres():
     """A PostgreSQL server of one test module's own, for tests that stop it under its clients."""
-    from tests.postgres import PostgresCluster, find_pg_bin
-    bin_dir = find_pg_bin()
-    if bin_dir is None:
-        missing_tool("no PostgreSQL server (initdb) here: install Debian's postgresql (bin/debian-packages.txt)")
-    cluster = PostgresCluster(bin_dir).start()
+    cluster = _cluster()
     yield cluster
     cluster.stop()
 
