@@ -56,7 +56,7 @@ def test_a_driver_error_is_an_error_and_a_failed_gate_a_failure_everywhere(run_s
     result = run_suite("tests/acceptance/test_quality.py", "--cases=seven,three", "--backend=faults",
                        "--fake-quant=w8a8-ffn", f"--fault=init-fails-after={after}")
     result.assert_outcomes(failed=1, errors=1)
-    result.stdout.fnmatch_lines(["FAILED *test_matches_golden?seven? - AssertionError: seven: *fails SSIM >= 0.999915*",
+    result.stdout.fnmatch_lines(["FAILED *test_matches_golden?seven? - AssertionError: seven: *fails SSIM >= *",
                                  "ERROR *test_matches_golden?three? - Failed: three: the run failed before any gate "
                                  "could judge it: faults: subgraph * init failed: *Bad address*"])
     artifacts = pytester.path / "artifacts"
