@@ -112,30 +112,30 @@ def test_faults_slowdown_is_exact_for_short_stages():
     assert statistics.median(ratios) == pytest.approx(1.05, abs=0.01)
 
 
-def _release_seconds(backend: str, path, **options) -> float:
-    times = []
+def _stage_seconds(backend: str, path, **options) -> tuple[float, float]:
+    """The least (init, release) seconds over nine contexts: a busy machine only ever adds time."""
+    inits, releases = [], []
     for k in range(9):
         ctx = create_context(backend, f"release probe {k}", **options)
         ctx.load(path)
-        ctx.init()
         start = time.perf_counter()
+        ctx.init()
+        middle = time.perf_counter()
         ctx.release()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        inits.append(middle - start)
+        releases.append(time.perf_counter() - middle)
+    return min(inits), min(releases)
 
 
 def test_faults_slowdown_leaves_release_alone(partition):
-    # a slowed candidate stretches load, init and run; a release stretched 50x would show here as the
-    # faults context's release taking tens of times the plain one's
+    # a slowed candidate stretches load, init and run 20x; its release must stay as it was: measured
+    # against the same stretch of init in the same contexts, so a busy machine moves both sides alike
     manifest = load_manifest(partition)
     path = manifest.path_of(manifest.subgraphs[0])
-    plain = _release_seconds("onnxruntime", path)
-    slowed = _release_seconds("faults", path, slowdown=50.0)
-    assert slowed < 10 * plain + 0.002, (slowed, plain)
-
-
-def _pairs(base, cand):
-    return [{"baseline": b, "candidate": c} for b, c in zip(base, cand)]
+    plain_init, plain_release = _stage_seconds("onnxruntime", path)
+    slowed_init, slowed_release = _stage_seconds("faults", path, slowdown=20.0)
+    assert slowed_init / plain_init > 10, (slowed_init, plain_init)
+    assert slowed_release / plain_release < 5, (slowed_release, plain_release)
 
 
 def test_session_judges_every_figure_with_a_time_and_shares_the_confidence():
