@@ -195,7 +195,7 @@ def test_a_folder_that_is_not_a_site_is_refused_and_an_earlier_site_replaced(sit
 def test_the_run_summary_and_report_link_the_series_page_of_the_site(site, tmp_path, monkeypatch, configured):
     # the gate's row of a run (comparison_of) carries its series' URL under the configured site; the
     # markdown summary and the HTML report link it, and the page is one the site wrote, of that series
-    from harness.pytest_plugin.baselines import comparison_of
+    from harness.gates.benchmark import comparison_of
     from harness.report.html import html_report
     from harness.report.sitelinks import SITE_URL_VARIABLE
     from harness.report.summary import markdown_summary
