@@ -108,8 +108,20 @@ def _engine(url: str) -> Engine:
     return create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
 
 
-def _first_line(exc: DBAPIError) -> str:
-    return (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+def _first_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+
+
+def _driver_errors() -> tuple:
+    """SQLAlchemy's wrapped errors and the drivers' own: the pool's pre-ping of a connection whose
+    server is gone can raise psycopg's error unwrapped."""
+    import sqlite3
+    try:
+        import psycopg
+    except ImportError:
+        return (DBAPIError, sqlite3.Error)
+    return (DBAPIError, sqlite3.Error, psycopg.Error)
 
 
 def _guarded(what: str):
@@ -121,7 +133,7 @@ def _guarded(what: str):
         def guarded(self, *args, **kwargs):
             try:
                 return method(self, *args, **kwargs)
-            except DBAPIError as exc:
+            except _driver_errors() as exc:
                 raise StoreUnavailable(f"results store {self.where}: {what} failed ({_first_line(exc)}); "
                                        "the store is as it was") from None
         return guarded
@@ -259,7 +271,7 @@ class ResultsStore:
                                    "is already stored (run ids are unique)") from None
             raise ResultsError(f"results store {self.where}: run {run.run_id!r} rejected "
                                f"({str(exc.orig).splitlines()[0]})") from None
-        except DBAPIError as exc:     # locked past BUSY_SECONDS, or the server went away
+        except _driver_errors() as exc:     # locked past BUSY_SECONDS, or the server went away
             raise StoreUnavailable(f"results store {self.where}: run {run.run_id!r} not written "
                                    f"({_first_line(exc)}); the store is as it was") from None
 
@@ -272,7 +284,7 @@ class ResultsStore:
         except IntegrityError as exc:
             raise ResultsError(f"results store {self.where}: runs rejected ({_first_line(exc)}); "
                                "the store is as it was") from None
-        except DBAPIError as exc:
+        except _driver_errors() as exc:
             raise StoreUnavailable(f"results store {self.where}: runs not written ({_first_line(exc)}); "
                                    "the store is as it was") from None
 
@@ -286,7 +298,7 @@ class ResultsStore:
             raise ResultsError(f"results store {self.where}: A/B session {record.session_id!r} of case "
                                f"{record.case!r} rejected ({str(exc.orig).splitlines()[0]}); is it stored "
                                "already?") from None
-        except DBAPIError as exc:
+        except _driver_errors() as exc:
             raise StoreUnavailable(f"results store {self.where}: A/B session {record.session_id!r} not written "
                                    f"({_first_line(exc)}); the store is as it was") from None
 
