@@ -1,6 +1,7 @@
 """The soak gate's parts: the per-cycle readings of the process tree (real memory, descriptors and
 threads; DMA-BUF and RKNPU figures from a board-shaped tree), the growth fit and its judgement, and the
 leak fault's real leaks."""
+import mmap
 import os
 import subprocess
 import sys
@@ -24,7 +25,10 @@ BOARD_TREE = REPO_ROOT / "tests/data/sysfs-rk3588"
 def test_the_sampler_sees_real_memory_descriptors_and_threads_appear():
     sampler = ResourceSampler("/")
     before = sampler.read()
-    held = b"\x5a" * (32 * MiB)                  # written: resident and private
+    # fresh anonymous pages, every one written: resident and private (bytes from malloc could reuse
+    # memory an earlier test freed into the allocator, and then nothing would move)
+    held = mmap.mmap(-1, 32 * MiB, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    held[::mmap.PAGESIZE] = b"\x5a" * (32 * MiB // mmap.PAGESIZE)
     fd = os.open(os.devnull, os.O_RDONLY)
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
@@ -39,7 +43,7 @@ def test_the_sampler_sees_real_memory_descriptors_and_threads_appear():
     assert after["threads"] - before["threads"] == 1
     for memory in ("uss", "rss", "pss"):
         assert 31 * MiB <= after[memory] - before[memory] <= 40 * MiB, (memory, after[memory] - before[memory])
-    del held
+    held.close()
 
 
 def test_the_sampler_counts_a_child_process():
