@@ -138,6 +138,10 @@ def test_faults_slowdown_leaves_release_alone(partition):
     assert slowed_release / plain_release < 5, (slowed_release, plain_release)
 
 
+def _pairs(base, cand):
+    return [{"baseline": b, "candidate": c} for b, c in zip(base, cand)]
+
+
 def test_session_judges_every_figure_with_a_time_and_shares_the_confidence():
     rng = np.random.default_rng(0)
     base = [{"step": 1.0 * f, "ffn core": 0.5 * f, "load": 0.0} for f in np.exp(rng.normal(0, 0.1, 8))]
