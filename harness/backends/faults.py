@@ -44,6 +44,21 @@ __all__ = ["FaultInjectionContext", "parse_fault"]
 _LABEL = re.compile(r"^subgraph (\d+) ")
 
 
+# prefix -> (option, how its value is read, the range it must lie in); the first matching prefix wins,
+# so slow=x comes before slow=. A range written as a comparison also refuses nan.
+_FAULTS = (
+    ("nan@", "nan_subgraph", int, lambda v: v >= 0),
+    ("shape@", "shape_subgraph", int, lambda v: v >= 0),
+    ("hang@", "hang_subgraph", int, lambda v: v >= 0),
+    ("init-fails-after=", "init_fails_after", int, lambda v: v >= 0),
+    ("crash@", "crash_subgraph", int, lambda v: v >= 0),
+    ("leak=mem:", "leak_bytes", parse_size, lambda v: 0 < v <= 1 << 30),
+    ("leak=fd:", "leak_fds", float, lambda v: 0 < v <= 100),
+    ("slow=x", "slowdown", float, lambda v: 1 <= v <= 100),
+    ("slow=", "delay", float, lambda v: 0 <= v <= 60),
+)
+
+
 def parse_fault(spec: str | None) -> dict:
     """'nan@37' -> {'nan_subgraph': 37}; 'shape@5' -> {'shape_subgraph': 5}; 'hang@5' -> {'hang_subgraph': 5};
     'init-fails-after=225' -> {'init_fails_after': 225}; 'slow=0.01' ->
@@ -52,45 +67,12 @@ def parse_fault(spec: str | None) -> dict:
     options: dict = {}
     for part in filter(None, (p.strip() for p in (spec or "").split(","))):
         try:
-            if part.startswith("nan@"):
-                options["nan_subgraph"] = int(part[4:])
-                if options["nan_subgraph"] < 0:
-                    raise ValueError
-            elif part.startswith("shape@"):
-                options["shape_subgraph"] = int(part[6:])
-                if options["shape_subgraph"] < 0:
-                    raise ValueError
-            elif part.startswith("hang@"):
-                options["hang_subgraph"] = int(part[5:])
-                if options["hang_subgraph"] < 0:
-                    raise ValueError
-            elif part.startswith("init-fails-after="):
-                options["init_fails_after"] = int(part[17:])
-                if options["init_fails_after"] < 0:
-                    raise ValueError
-            elif part.startswith("crash@"):
-                options["crash_subgraph"] = int(part[6:])
-                if options["crash_subgraph"] < 0:
-                    raise ValueError
-            elif part.startswith("leak=mem:"):
-                options["leak_bytes"] = parse_size(part[9:])
-                if not 0 < options["leak_bytes"] <= 1 << 30:
-                    raise ValueError
-            elif part.startswith("leak=fd:"):
-                options["leak_fds"] = float(part[8:])
-                if not 0 < options["leak_fds"] <= 100:      # also refuses nan and inf
-                    raise ValueError
-            elif part.startswith("slow=x"):
-                options["slowdown"] = float(part[6:])
-                if not 1 <= options["slowdown"] <= 100:     # also refuses nan and inf
-                    raise ValueError
-            elif part.startswith("slow="):
-                options["delay"] = float(part[5:])
-                if not 0 <= options["delay"] <= 60:      # also refuses nan and inf
-                    raise ValueError
-            else:
+            prefix, key, read, within = next(f for f in _FAULTS if part.startswith(f[0]))
+            value = read(part[len(prefix):])
+            if not within(value):
                 raise ValueError
-        except (ValueError, ConfigError):
+            options[key] = value
+        except (StopIteration, ValueError, ConfigError):
             if part.startswith("leak="):        # the soak gate's proof, named only where it was meant
                 raise ConfigError(f"--fault '{part}': expected leak=mem:SIZE (up to 1GiB) or "
                                   f"leak=fd:PER_RELEASE (up to 100)") from None
