@@ -1,6 +1,7 @@
 """Fixtures shared by the test modules (the suite's own options and gate fixtures live in
 harness/pytest_plugin/)."""
 import alembic.command  # noqa: F401 - see below
+import psycopg  # noqa: F401 - see below
 import pytest
 import sqlalchemy.dialects.postgresql  # noqa: F401 - see below
 
@@ -10,7 +11,9 @@ from tests.helpers import missing_tool
 
 # The results store's libraries are imported here, before pytester's in-process runs take their
 # snapshot of sys.modules: imported inside each run and forgotten after it, SQLAlchemy re-registers its
-# PostgreSQL functions every time and warns about it ("GenericFunction ... is already registered").
+# PostgreSQL functions every time and warns about it ("GenericFunction ... is already registered"),
+# and psycopg comes back as a new module while its compiled half still raises the first one's
+# errors, which the store's `except psycopg.Error` then no longer catches.
 
 
 @pytest.fixture
