@@ -7,6 +7,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import NoReturn
 
@@ -224,3 +225,17 @@ def ci_plan(path: Path = REPO_ROOT / ".ci" / "plan.py"):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def pytest_artifacts(tmp_path: Path, module_source: str, *options: str) -> Path:
+    """Run a real pytest over one test module written from `module_source` and return the artifacts
+    folder holding its JUnit XML (xunit1, as the suite writes it) and whatever `options` add."""
+    module = tmp_path / "test_quality.py"
+    module.write_text(module_source)
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                    "-o", "junit_family=xunit1", f"--junitxml={artifacts / 'junit.xml'}",
+                    *(option.format(artifacts=artifacts) for option in options), str(module)],
+                   cwd=tmp_path, capture_output=True, timeout=120)
+    return artifacts

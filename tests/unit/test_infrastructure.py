@@ -4,8 +4,6 @@ driver, which run errors are a gate's verdict, and the summary's and LAVA's word
 from __future__ import annotations
 
 import shlex
-import subprocess
-import sys
 
 import pytest
 
@@ -14,6 +12,7 @@ from harness.core.errors import BackendError, ConfigError, ManifestError, Memory
 from harness.gates.runner import is_verdict
 from harness.lab.results import lava_commands
 from harness.report.summary import markdown_summary
+from tests.helpers import pytest_artifacts
 
 
 def test_the_infrastructure_faults_parse_and_a_bad_one_is_named():
@@ -47,15 +46,9 @@ def test_the_summary_counts_errors_apart_from_failures():
 
 def test_a_junit_error_is_lavas_unknown_and_a_failure_its_fail(tmp_path):
     """A real pytest run: a test whose fixture fails (an error) and one whose assert fails (a failure)."""
-    module = tmp_path / "test_quality.py"
-    module.write_text("import pytest\n"
-                      "@pytest.fixture\ndef run():\n    raise RuntimeError('init failed')\n"
-                      "def test_errors(run):\n    pass\n"
-                      "def test_fails():\n    assert False\n")
-    artifacts = tmp_path / "artifacts"
-    artifacts.mkdir()
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                    "-o", "junit_family=xunit1", f"--junitxml={artifacts / 'junit.xml'}", str(module)],
-                   cwd=tmp_path, capture_output=True, timeout=120)
+    artifacts = pytest_artifacts(tmp_path, "import pytest\n"
+                                 "@pytest.fixture\ndef run():\n    raise RuntimeError('init failed')\n"
+                                 "def test_errors(run):\n    pass\n"
+                                 "def test_fails():\n    assert False\n")
     results = {c[1]: c[3] for c in map(shlex.split, lava_commands(artifacts)) if c[0] == "lava-test-case"}
     assert results == {"test_errors": "unknown", "test_fails": "fail"}

@@ -25,7 +25,7 @@ from harness.lab.jobs import DEFINITION, TIERS, definition_params, job_yaml, lab
 from harness.lab.results import lava_commands
 from harness.lab.setup import SUBFOLDERS, WORK_ROOT
 from harness.model.config import REPO_ROOT
-from tests.helpers import missing_tool
+from tests.helpers import missing_tool, pytest_artifacts
 from tests.unit.test_workflows import suite_options  # noqa: F401 (fixture)
 
 LAVA = REPO_ROOT / "lava"
@@ -203,8 +203,7 @@ def test_each_device_type_is_shipped_or_upstream():
 def _run(tmp_path) -> Path:
     """A real run's artifacts: pytest with JUnit and pytest-benchmark's JSON on a module with a passing,
     a failing, a skipped test, properties, and a benchmark whose extra_info has the suite's keys."""
-    module = tmp_path / "test_quality.py"
-    module.write_text(
+    source = (
         "import pytest, time\n"
         "def test_matches_golden_seven(record_property):\n"
         "    time.sleep(0.05); record_property('ssim', 0.9999760198); record_property('quality_on', 'image')\n"
@@ -216,13 +215,7 @@ def _run(tmp_path) -> Path:
         "    benchmark.extra_info.update(mean_step_s=0.25, core_s_per_step={'ffn': 0.012, 'self_attn': 0.02},\n"
         "        verdict={'verdicts': [{'label': 'denoise step', 'shift_pct': 3.5, 'regression': False},\n"
         "                              {'label': 'ffn core', 'shift_pct': 41.0, 'regression': True}]})\n")
-    artifacts = tmp_path / "artifacts"
-    artifacts.mkdir()
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                    "-o", "junit_family=xunit1", f"--junitxml={artifacts / 'junit.xml'}",
-                    f"--benchmark-json={artifacts / 'benchmark.json'}", str(module)],
-                   cwd=tmp_path, capture_output=True, timeout=120)
-    return artifacts
+    return pytest_artifacts(tmp_path, source, "--benchmark-json={artifacts}/benchmark.json")
 
 
 def test_a_run_becomes_one_set_per_gate_one_case_per_test_and_its_measurements(tmp_path):
