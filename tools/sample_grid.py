@@ -3,8 +3,8 @@
     .venv/bin/python tools/sample_grid.py [--per-digit 10] [--cfg 4] [--out docs/sample-grid.png]
 
 Each row is one digit prompted as "a handwritten digit <word>", seeds 0..per_digit-1; the title gives
-the share of samples an SVC trained on the real digits reads as the prompted digit. Uses the
-monolithic FP32 reference, batched.
+the share of samples an SVC trained on the real digits reads as the prompted digit
+(harness.sampling.prompt_accuracy).
 """
 from __future__ import annotations
 
@@ -13,51 +13,31 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.model.config import EMBEDDED_DIR  # noqa: E402
-from harness.sampling.reference_run import sample_reference  # noqa: E402
 from harness.model.bundle import load_bundle  # noqa: E402
-from harness.model.embedded import DIGIT_WORDS, digit_classifier, latents_to_digits_features  # noqa: E402
+from harness.model.config import EMBEDDED_DIR  # noqa: E402
+from harness.model.embedded import DIGIT_WORDS  # noqa: E402
+from harness.sampling.prompt_accuracy import grade, prompted_latents  # noqa: E402
 
 
-def prompted_latents(bundle, per_digit: int, cfg_scale: float, steps: int = 20):
-    """(latents [10 * per_digit, C, H, W], prompted digit of each): the grid's samples, row by row."""
-    prompts = [f"a handwritten digit {DIGIT_WORDS[d]}" for d in range(10) for _ in range(per_digit)]
-    seeds = [s for _ in range(10) for s in range(per_digit)]
-    latents = sample_reference(bundle, prompts, seeds, steps, cfg_scale, 3.0)
-    return latents, np.repeat(np.arange(10), per_digit)
-
-
-def grade(latents, labels):
-    """(share of samples the classifier reads as the prompted digit, its reading of each)."""
-    predicted = digit_classifier().predict(latents_to_digits_features(latents))
-    return float((predicted == labels).mean()), predicted
-
-
-def prompt_accuracy(bundle, per_digit: int, cfg_scale: float, steps: int = 20):
-    latents, labels = prompted_latents(bundle, per_digit, cfg_scale, steps)
-    accuracy, predicted = grade(latents, labels)
-    return latents, accuracy, predicted
-
-
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model-dir", type=Path, default=EMBEDDED_DIR)
     ap.add_argument("--per-digit", type=int, default=10)
     ap.add_argument("--cfg", type=float, default=4.0)
+    ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--out", type=Path, default=Path("docs/sample-grid.png"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     bundle = load_bundle(args.model_dir)
     start = time.perf_counter()
-    latents, acc, _ = prompt_accuracy(bundle, args.per_digit, args.cfg)
+    latents, labels = prompted_latents(bundle, args.per_digit, args.cfg, args.steps)
+    acc, _ = grade(latents, labels)
     seconds = time.perf_counter() - start
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(10, args.per_digit, figsize=(args.per_digit * 0.8, 8.4))
+    fig, axes = plt.subplots(10, args.per_digit, figsize=(args.per_digit * 0.8, 8.4), squeeze=False)
     for d in range(10):
         for s in range(args.per_digit):
             ax = axes[d, s]
@@ -65,7 +45,7 @@ def main() -> int:
             ax.set_xticks([]), ax.set_yticks([])
             if s == 0:
                 ax.set_ylabel(DIGIT_WORDS[d], rotation=0, ha="right", va="center")
-    fig.suptitle(f"embedded model, CFG {args.cfg:g}, 20 steps: classifier agrees on {acc:.0%}")
+    fig.suptitle(f"embedded model, CFG {args.cfg:g}, {args.steps} steps: classifier agrees on {acc:.0%}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=80)
     print(f"{args.out}: {len(latents)} samples, CFG {args.cfg:g}, prompt accuracy {acc:.1%}, "

@@ -81,7 +81,7 @@ def session_options(threads: int = 1):
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     # A session lives for one invocation. On the embedded model building it is most of a step: graph
     # optimisation made init 2.4x slower (30 FP16 subgraphs, measured side by side) and saved nothing
-    # on one run. At full width (tools/bench_session_options.py, docs/full-size.md) it made init about
+    # on one run. At full width (docs/full-size.md) it made init about
     # 2x slower for a run not reliably faster, and with it onnxruntime pre-packs constant weights,
     # which sums in another order and moves FP16 outputs by one float16 ulp; without it the outputs
     # are bitwise those the goldens were made with.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..gates.precision_search import say, board_saving, chosen, render, search
+from ..gates.precision_search import board_saving, chosen, load_outcomes, markdown, render, say, search
 
 
 def add_command(subparsers):
@@ -22,11 +22,16 @@ def add_command(subparsers):
                    help="try only the board's quantization options (normal, per-channel) on the all-INT8 build")
     p.add_argument("--cache-dir", type=Path, default=Path(".cache"), help="FP32 export cache (default: %(default)s)")
     p.add_argument("--out", type=Path, default=Path("out/search-precision"), help="output directory (default: %(default)s)")
+    p.add_argument("--table-from", type=Path, metavar="SEARCH_JSON",
+                   help="search nothing: print a finished search's candidates (its search.json) as a markdown table")
     p.set_defaults(func=_cmd_search)
     return p
 
 
 def _cmd_search(args) -> int:
+    if args.table_from:
+        print(markdown(load_outcomes(args.table_from)[0]), end="")
+        return 0
     from ..gates.cases import golden_dir_for, load_cases
     from ..gates.golden import GoldenStore
     from ..model.bundle import load_bundle

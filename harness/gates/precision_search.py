@@ -18,11 +18,13 @@ boards/data/int8-ffn-saving.toml (derived from the board write-up's figures; an 
 there). The table ends with the fastest candidate that passes; `harness convert --precision FILE`
 rebuilds it from the precision file the search wrote.
 
-Output directory: search.json (every candidate, its metrics and margins), candidates/NAME.toml (the
-precision files), chosen.toml (a copy of the chosen one's), one folder per candidate's conversion.
+Output directory: search.json (every candidate, its metrics and margins), search.md (the same as a
+markdown table, for docs/precision.md), candidates/NAME.toml (the precision files), chosen.toml (a copy
+of the chosen one's), one folder per candidate's conversion.
 """
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
@@ -37,7 +39,7 @@ from .cases import case_inputs, golden_dir_for
 from ..toolkit.precisions import LINEARS, PRECISION_FILE_FORMAT
 
 __all__ = ["Candidate", "board_saving", "predicted_step", "precision_text", "rank_ffns", "top_candidate",
-           "search", "chosen", "render", "say"]
+           "search", "chosen", "render", "markdown", "load_outcomes", "write_search", "say"]
 
 SAVING_FILE = REPO_ROOT / "boards" / "data" / "int8-ffn-saving.toml"
 # The options tried on the all-INT8 build: the board's (normal, per-channel), the toolkit's
@@ -213,7 +215,7 @@ def search(bundle, calibration: Path, case, golden, out: Path, cache_dir: Path, 
     say("FFNs worst first: " + ", ".join(f"{i} ({best.ffn_cosines[i]:.5f})" for i in ranked[:8]) + " ...")
     if not any(o.passes for o in outcomes):
         outcomes += _bisect(judge, ranked, best.candidate)
-    _write(out, outcomes, saving, calibration, case)
+    write_search(out, outcomes, saving, calibration, case)
     return outcomes
 
 
@@ -242,7 +244,8 @@ def chosen(outcomes: list[Outcome]) -> Outcome | None:
     return min(passing, key=lambda o: (o.predicted_step_s, -o.candidate.int8_linears()), default=None)
 
 
-def _write(out: Path, outcomes: list[Outcome], saving: dict, calibration: Path, case) -> None:
+def write_search(out: Path, outcomes: list[Outcome], saving: dict, calibration: Path, case) -> None:
+    """search.json, search.md and chosen.toml (a copy of the chosen candidate's precision file) into `out`."""
     pick = chosen(outcomes)
     if pick is not None:
         shutil.copyfile(pick.precision_file, out / "chosen.toml")
@@ -251,23 +254,49 @@ def _write(out: Path, outcomes: list[Outcome], saving: dict, calibration: Path, 
         "calibration": str(calibration), "saving": saving,
         "chosen": pick.candidate.name if pick else None,
         "candidates": [{**asdict(o), "candidate": asdict(o.candidate)} for o in outcomes]})
+    atomic_write_text(out / "search.md", markdown(outcomes))
+
+
+def load_outcomes(path: Path) -> tuple[list[Outcome], dict]:
+    """(every candidate's outcome, the board saving) of a finished search's search.json."""
+    try:
+        data = json.loads(Path(path).read_text())
+        outcomes = [Outcome(**{**o, "candidate": Candidate(**o["candidate"]),
+                               "ffn_cosines": {int(k): v for k, v in o["ffn_cosines"].items()}})
+                    for o in data["candidates"]]
+        return outcomes, data["saving"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: not a search-precision search.json ({exc})") from None
+
+
+COLUMNS = ("candidate", "INT8 FFNs", "of them half", "options", "SSIM", "SSIM margin", "PSNR dB", "PSNR margin",
+           "worst FFN cosine", "verdict", "predicted board step")
+
+
+def _cells(o: Outcome) -> list[str]:
+    """One candidate's row, the same in the terminal table and the markdown one."""
+    c = o.candidate
+    head = [c.name, str(len(c.int8)), str(len(c.half)), f"{c.algorithm}/{c.method}"]
+    step = f"{o.predicted_step_s:.2f} s"
+    if o.error:
+        return head + ["-"] * 5 + ["error", step]
+    return head + [f"{o.ssim:.6f}", f"{o.ssim_margin:+.2e}", f"{o.psnr:.2f}", f"{o.psnr_margin:+.2f}",
+                   f"{o.worst_ffn_cosine:.6f}", "pass" if o.passes else "FAIL", step]
+
+
+def markdown(outcomes: list[Outcome]) -> str:
+    """The candidates as a markdown table (docs/precision.md takes it as written)."""
+    rows = [COLUMNS, ("---",) * len(COLUMNS)] + [_cells(o) for o in outcomes]
+    return "".join("| " + " | ".join(row) + " |\n" for row in rows)
 
 
 def render(outcomes: list[Outcome], saving: dict, con) -> None:
     from rich.table import Table
     table = Table(title="search-precision: candidates (simulator, quality gate, predicted board step)")
-    for col in ("candidate", "INT8 FFNs", "half", "options", "SSIM", "SSIM margin", "PSNR dB", "PSNR margin",
-                "worst FFN cos", "verdict", "board step s"):
+    for col in COLUMNS:
         table.add_column(col, justify="left" if col in ("candidate", "options", "verdict") else "right")
     for o in outcomes:
-        c = o.candidate
-        if o.error:
-            table.add_row(c.name, str(len(c.int8)), str(len(c.half)), f"{c.algorithm}/{c.method}",
-                          "-", "-", "-", "-", "-", "error", f"{o.predicted_step_s:.2f}")
-            continue
-        table.add_row(c.name, str(len(c.int8)), str(len(c.half)), f"{c.algorithm}/{c.method}", f"{o.ssim:.6f}",
-                      f"{o.ssim_margin:+.2e}", f"{o.psnr:.2f}", f"{o.psnr_margin:+.2f}", f"{o.worst_ffn_cosine:.6f}",
-                      "pass" if o.passes else "FAIL", f"{o.predicted_step_s:.2f}")
+        table.add_row(*_cells(o))
     con.print(table)
     pick = chosen(outcomes)
     con.print(f"board (assumption, {saving['file']}): FP16 {saving['float16_step_s']:.2f} s/step, all-FFN W8A8 "

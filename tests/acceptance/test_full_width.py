@@ -9,7 +9,7 @@ import pytest
 
 from harness.cli.main import main
 from harness.model.config import PROFILES_DIR, load_model_dir
-from tools.make_checkpoint import write_random_checkpoint
+from harness.model.random_checkpoint import write_random_checkpoint
 
 pytestmark = pytest.mark.slow
 

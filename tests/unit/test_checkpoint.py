@@ -18,7 +18,7 @@ from harness.partition.onnx_export import export_partition
 from harness.model.weights import weights_digest
 from harness.model.safetensors_io import bf16_bits_to_f32, f32_to_bf16_bits
 from harness.model.weights import expected_shapes
-from tools.make_checkpoint import random_tensor, write_random_checkpoint
+from harness.model.random_checkpoint import random_tensor, write_random_checkpoint
 
 ANIMA_SHAPED = "models/anima-shaped"
 

@@ -16,7 +16,7 @@ from harness.partition.onnx_export import export_partition
 from harness.runtime.run import RunRequest, run_partitioned
 from harness.model.weights import weights_digest
 from harness.sampling.settings import SampleSettings
-from tools.make_checkpoint import write_random_checkpoint
+from harness.model.random_checkpoint import write_random_checkpoint
 
 
 @pytest.fixture

@@ -20,12 +20,13 @@ from harness.core.atomic import atomic_write_bytes
 from harness.model.config import EMBEDDED_DIR, REPO_ROOT
 from harness.model.bundle import load_bundle
 from harness.model.embedded import digit_classifier, digits_latents, latents_to_digits_features
+from harness.sampling.prompt_accuracy import grade, prompted_latents
 
 SETTINGS = {"per_digit": 10, "cfg_scale": 4.0, "steps": 6}
 # Everything the samples depend on besides the model files: the reference forward, the sampler,
-# the prompt encoder, the weights loader and the grid tool that lays out prompts and seeds.
+# the prompt encoder, the weights loader and the module that lays out prompts and seeds.
 RENDER_CODE = ("harness/model", "harness/sampling/flow.py", "harness/sampling/reference_run.py", "harness/model/weights.py",
-               "harness/model/config.py", "tools/sample_grid.py")
+               "harness/model/config.py", "harness/sampling/prompt_accuracy.py")
 
 
 def test_classifier_reads_the_real_digits_through_the_same_features():
@@ -49,7 +50,6 @@ def render_key(model_dir, settings: dict) -> str:
 
 def cached_latents(cache_dir, model_dir, settings: dict):
     """(latents, prompted digits, came from the cache?) for the sample grid of `settings`."""
-    from tools.sample_grid import prompted_latents
     path = cache_dir / "digit-samples" / f"{render_key(model_dir, settings)[:32]}.npz"
     if path.is_file():
         with np.load(path) as saved:
@@ -77,7 +77,6 @@ def test_render_key_follows_model_code_and_settings(tmp_path):
 
 @pytest.mark.slow
 def test_prompted_digits_are_recognisable(suite):
-    from tools.sample_grid import grade
     latents, labels, cached = cached_latents(suite.cache_dir, EMBEDDED_DIR, SETTINGS)
     accuracy, predicted = grade(latents, labels)
     print(f"prompt accuracy at CFG 4 ({'cached' if cached else 'rendered'} samples): {accuracy:.0%}; "

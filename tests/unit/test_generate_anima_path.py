@@ -12,7 +12,7 @@ from harness.sampling.reference_run import sample_settings
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
 from harness.runtime.run import run_partitioned, RunRequest
-from tools.make_anima_shaped import GOLDEN_DIR, MODEL_DIR, write_decoder_onnx
+from tests.anima_shaped import GOLDEN_DIR, MODEL_DIR, write_decoder_onnx
 from tests.helpers import make_random_model_dir
 
 COND, UNCOND = GOLDEN_DIR / "cond_a.npy", GOLDEN_DIR / "uncond.npy"

@@ -11,7 +11,7 @@ from harness.partition.onnx_export import export_partition
 from harness.gates.quality import ImageMismatch, compare_latents
 from harness.runtime.run import run_partitioned, RunRequest
 from harness.sampling.settings import SampleSettings
-from tools.make_anima_shaped import GOLDEN_DIR, MODEL_DIR
+from tests.anima_shaped import GOLDEN_DIR, MODEL_DIR
 
 
 def test_data_range_comes_from_the_golden():

@@ -6,14 +6,15 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from harness.model.config import REPO_ROOT
 from harness.core.errors import ConfigError
 from harness.toolkit.precisions import quantization_for, recipe
-from harness.gates.precision_search import (Candidate, board_saving, precision_text, predicted_step, rank_ffns,
-                                    top_candidate)
+from harness.gates.precision_search import (Candidate, Outcome, board_saving, precision_text, predicted_step, rank_ffns,
+                                           top_candidate, write_search)
 
 
 def _write(tmp_path, text: str):
@@ -80,6 +81,37 @@ def test_predicted_step_reproduces_the_write_up_and_orders_candidates():
     assert set(top.int8) == set(ranked[-9:]) and set(top.half) == set(ranked[-9:-7])    # least bad first
     assert (top.algorithm, top.method) == ("kl_divergence", "layer") and not top_candidate(ranked, 0, best).int8
     assert set(top_candidate(ranked, 7, best, half=1, keep="layer2").half.values()) == {"layer2"}
+
+
+def test_the_docs_table_is_what_the_search_wrote(tmp_path):
+    """search.md and `--table-from search.json` give one row per candidate, in the search's order, with
+    the figures search.json holds: docs/precision.md's table is pasted from them, never typed."""
+    saving, ffns = board_saving(), list(range(2, 84, 3))
+    spec = _write(tmp_path, 'format = "anima-precision/1"\nint8_subgraphs = []\n')
+    outcomes = [Outcome(Candidate("all", ffns, algorithm="kl_divergence"), 98.15, 0.998763, 49.1, -1.1e-3, -8.9,
+                        0.999284, ffn_cosines={2: 0.999284}),
+                Outcome(Candidate("none", []), 120.40, 0.999975, 65.45, 6.0e-5, 7.45, 1.0, True, precision_file=str(spec)),
+                Outcome(Candidate("broken", ffns[:1]), 119.61, error="toolkit crashed")]
+    case = SimpleNamespace(name="seven", ssim_min=0.999908, psnr_min=58.1)
+    write_search(tmp_path, outcomes, saving, tmp_path / "calibration", case)
+    printed = subprocess.run([sys.executable, "-m", "harness", "search-precision", "--table-from",
+                              str(tmp_path / "search.json")], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout == (tmp_path / "search.md").read_text()
+    rows = [line.split(" | ") for line in printed.stdout.splitlines()[2:]]
+    assert [r[0].lstrip("| ") for r in rows] == ["all", "none", "broken"]
+    assert rows[0][3:10] == ["kl_divergence/channel", "0.998763", "-1.10e-03", "49.10", "-8.90", "0.999284", "FAIL"]
+    assert rows[1][9] == "pass" and rows[2][9] == "error" and rows[1][10].startswith("120.40 s")
+    assert (tmp_path / "chosen.toml").read_text() == spec.read_text()
+
+
+def test_table_from_a_file_that_is_not_a_search_is_one_line(tmp_path):
+    bad = tmp_path / "search.json"
+    bad.write_text('{"candidates": [{"name": 1}]}')
+    proc = subprocess.run([sys.executable, "-m", "harness", "search-precision", "--table-from", str(bad)],
+                          capture_output=True, text=True, cwd=REPO_ROOT)
+    assert proc.returncode == 2 and proc.stderr.startswith(f"error: {bad}: not a search-precision search.json")
+    assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.toolkit

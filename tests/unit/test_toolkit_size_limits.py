@@ -20,7 +20,7 @@ import pytest
 from harness.cli.main import main
 from harness.model.config import REPO_ROOT, load_model_dir
 from harness.partition.onnx_export import export_partition
-from tools.make_checkpoint import write_random_checkpoint
+from harness.model.random_checkpoint import write_random_checkpoint
 
 pytestmark = pytest.mark.toolkit
 
