@@ -173,7 +173,7 @@ def phase_step(work: Path, partition: Path, out: Path, lifecycle: str = "on-dema
     bundle = load_bundle(work / "model")
     loaded = read_memory().pss
     digest_start = time.perf_counter()
-    bundle.digest                       # streamed over the checkpoint; not part of the step
+    _ = bundle.digest                   # streamed over the checkpoint; not part of the step
     digest_s = time.perf_counter() - digest_start
     rng = np.random.default_rng(0)
     cfg = bundle.cfg

@@ -360,7 +360,7 @@ def _free(block: mmap.mmap | None) -> None:
         block.close()
 
 
-class _Clock:
+class Clock:
     """Keeps simulated stages on the board's time despite late wake-ups.
 
     A sleep of a millisecond can end several milliseconds late on a loaded machine; over the 336
@@ -400,7 +400,7 @@ class _Clock:
         self.debt[kind] = max(0.0, self.debt[kind] + (self.last_end - start) - target)
 
 
-_CLOCK = _Clock()       # per process: the stages of one process run one after another
+_CLOCK = Clock()       # per process: the stages of one process run one after another
 
 
 def _pad(start: float, target: float, kind: str = "lifecycle") -> None:

@@ -44,7 +44,7 @@ THRESHOLDS_COMMAND = "bin/harness goldens thresholds"
 _CASE_KEYS = {"name", "prompt", "text_emb", "uncond_text_emb", "seed", "steps", "cfg", "ssim_min", "psnr_min",
               "sampler", "spectrum", "cosine_min"}
 # Settings that decide the image; thresholds only decide the verdict and may change freely.
-_IMAGE_SETTINGS = ("prompt", "text_emb", "uncond_text_emb", "seed", "steps", "cfg", "sampler", "shift", "spectrum")
+IMAGE_SETTINGS = ("prompt", "text_emb", "uncond_text_emb", "seed", "steps", "cfg", "sampler", "shift", "spectrum")
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class GoldenCase:
 
     def settings(self) -> dict:
         """The settings that decide the rendered image."""
-        return {key: getattr(self, key) for key in _IMAGE_SETTINGS}
+        return {key: getattr(self, key) for key in IMAGE_SETTINGS}
 
 
 def _fields(keys: set[str], required: set[str]) -> dict[str, Field]:

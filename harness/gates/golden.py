@@ -31,7 +31,7 @@ from ..model.config import REPO_ROOT
 from ..core.errors import ConfigError, HarnessError
 from ..core.imageio import save_png
 from ..sampling.spectrum import SAMPLERS   # sampler names live with the sampler
-from .cases import GoldenCase, _IMAGE_SETTINGS
+from .cases import GoldenCase, IMAGE_SETTINGS
 
 __all__ = ["relative_to_repo", "GoldenStore", "GoldenError", "GoldenMissing", "GoldenCorrupt", "GoldenStale",
            "GoldenRefused", "UPDATE_COMMAND", "SAMPLERS", "latent_preview"]
@@ -165,7 +165,7 @@ class GoldenStore:
             raise GoldenCorrupt(f"golden case '{case.name}': {paths['npy']} does not match the sha256 "
                                 f"recorded in {paths['json']} (an interrupted update or a hand edit); "
                                 f"regenerate it: {UPDATE_COMMAND}")
-        recorded = {key: meta["case"].get(key) for key in _IMAGE_SETTINGS}
+        recorded = {key: meta["case"].get(key) for key in IMAGE_SETTINGS}
         changed = {k: (recorded[k], v) for k, v in case.settings().items() if recorded[k] != v}
         if changed:
             detail = ", ".join(f"{k}: golden {old!r} vs case {new!r}" for k, (old, new) in changed.items())

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.atomic import atomic_write_text
-from .summary import MiB, _bench_rows, _gate_rows, _memory_table, _quality_rows, verdict_line
+from .summary import MiB, bench_rows, gate_rows, memory_table, quality_rows, verdict_line
 
 __all__ = ["write_html_report"]
 
@@ -30,9 +30,9 @@ th{background:#f6f8fa} .meta{color:#57606a;font-size:13px}
 td.passed,td.pass{color:#1a7f37;font-weight:600} td.failed,td.fail{color:#cf222e;font-weight:600} td.error{color:#9a6700;font-weight:600}
 td.skipped{color:#9a6700;font-weight:600}
 figure{display:inline-block;margin:0 12px 12px 0;text-align:center;font-size:12px}
-img.thumb{width:%dpx;height:%dpx;image-rendering:pixelated;border:1px solid #d0d7de}
-img.plot{max-width:100%%;border:1px solid #d0d7de}
-""" % (THUMB_PX, THUMB_PX)
+""" + f"img.thumb{{width:{THUMB_PX}px;height:{THUMB_PX}px;image-rendering:pixelated;border:1px solid #d0d7de}}\n" + """\
+img.plot{max-width:100%;border:1px solid #d0d7de}
+"""
 
 
 def _png_bytes(array_uint8: np.ndarray) -> bytes:
@@ -139,16 +139,16 @@ def html_report(data: dict, trend_png: bytes | None = None, memory_pngs: list[by
     meta = " · ".join(f"{k} {html.escape(str(v))}" for k, v in run.items() if v)
     body = [f'<h1 class="{outcome}">Anima NPU acceptance: {html.escape(verdict_line(data))}</h1>',
             f'<p class="meta">{meta}</p>',
-            "<h2>Gates</h2>", _html_table(["test", "result", "time", "message"], _gate_rows(data["tests"], _WORDS, code=""))]
+            "<h2>Gates</h2>", _html_table(["test", "result", "time", "message"], gate_rows(data["tests"], _WORDS, code=""))]
     if data.get("quality"):
         body += ["<h2>Quality against the goldens</h2>",
                  _html_table(["case", "SSIM", "threshold", "PSNR", "threshold", "verdict"],
-                             _quality_rows(data["quality"], _WORDS)),
+                             quality_rows(data["quality"], _WORDS)),
                  _quality_pictures(data["quality"])]
     if data.get("benchmarks"):
         body += ["<h2>Benchmark against the baseline</h2>",
                  _html_table(["case", "mean denoise", "baseline", "delta", "threshold", "comparison", "clocks"],
-                             _bench_rows(data["benchmarks"]))]
+                             bench_rows(data["benchmarks"]))]
         body += [f"<p>{html.escape(b['comparison']['message'])}</p>" for b in data["benchmarks"]]
         body += [f'<p>{html.escape(b["case"])} on the results site: <a href="{html.escape(b["comparison"]["site"])}">'
                  f'{html.escape(b["comparison"]["site"])}</a></p>' for b in data["benchmarks"] if b["comparison"].get("site")]
@@ -162,7 +162,7 @@ def html_report(data: dict, trend_png: bytes | None = None, memory_pngs: list[by
     if memory_pngs or data.get("memory"):
         body.append("<h2>Memory</h2>")
         if data.get("memory"):
-            body.append(_html_table(*_memory_table(data["memory"])))
+            body.append(_html_table(*memory_table(data["memory"])))
         body += [_img(png, "plot", "memory curve") for png in memory_pngs]
     body += [f"<p>{html.escape(line)}</p>" for line in data.get("baselines", [])]
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"

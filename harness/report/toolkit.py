@@ -104,7 +104,7 @@ def _worst_first(rows: list[dict], version: str) -> list[dict]:
 
 def _subgraph_cells(row: dict, versions: list[str]) -> list:
     cells = [row["subgraph"]]
-    for field, show in (("cosine", lambda c: f"{c['cosine']:.7f}"),
+    for _field, show in (("cosine", lambda c: f"{c['cosine']:.7f}"),
                         ("cpu_ops", lambda c: ", ".join(c["cpu_ops"]) or "-"),
                         ("bytes", lambda c: f"{c['bytes'] / 1024:.0f}"),
                         ("build_seconds", lambda c: f"{c['build_seconds']:.2f}")):

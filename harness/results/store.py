@@ -434,9 +434,9 @@ class ResultsStore:
             target.add_run(run)
             copied += 1
         theirs = {(b, r, c) for b, r, c, _ in target.baseline_pairs()}
-        for board, run_id, case, reason in self.baseline_pairs():
-            if (board, run_id, case) not in theirs:
-                _newer_baseline(target, target.run(run_id, case), reason)
+        for board, run_id, case_name, reason in self.baseline_pairs():
+            if (board, run_id, case_name) not in theirs:
+                _newer_baseline(target, target.run(run_id, case_name), reason)
         return copied, had
 
 

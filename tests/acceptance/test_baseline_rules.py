@@ -139,7 +139,7 @@ def test_an_upgrade_with_no_saved_baseline_is_judged_on_every_run_until_it_is_ac
     shutil.copytree(BOARD_TREE, new_stack)
     (new_stack / _DRIVER).write_text("RKNPU driver: v0.9.9\n")
     headlines = []
-    for number in (1, 2, 3):
+    for _ in range(3):
         slow = gate("--backend=faults", "--fault=slow=x3", f"--telemetry-root={new_stack}")
         slow.assert_outcomes(failed=1)
         report = junit_case(tmp_path).find("failure").text

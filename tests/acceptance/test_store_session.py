@@ -17,7 +17,6 @@ from sqlalchemy import create_engine, text
 
 from harness.model.config import REPO_ROOT
 from harness.results.store import ResultsStore
-from tests.acceptance.test_benchmark_ab_rules import baseline_partition  # noqa: F401 - a fixture
 from tests.results_data import make_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.results]      # one one-step gate session each (~10 s)

@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from harness.model.config import REPO_ROOT
 from tests.helpers import missing_tool

@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 from sqlalchemy import insert, text
+from sqlalchemy.exc import DBAPIError
 
 from harness.model.config import REPO_ROOT
 from harness.results.records import ResultsError
@@ -59,7 +60,7 @@ def test_the_database_itself_rejects_a_corrupt_row(results_url, value):
         row = dict(run_id="x", case_name="c", time="2026-11-01T00:00:00+00:00", board_id="b", board_model="m",
                    model="e", backend="onnxruntime", precision="float16", steps=4, manifest_hash="h", versions="{}",
                    key_digest="k", experiment="e", valid=True, invalid_reasons="[]", total_denoise_s=1.0)
-        with pytest.raises(Exception), store.engine.begin() as conn:
+        with pytest.raises(DBAPIError), store.engine.begin() as conn:
             conn.execute(insert(runs).values(**row, mean_step_s=text(f"CAST('{value}' AS REAL)")
                                              if store.engine.dialect.name == "sqlite" else float(value)))
         assert store.runs() == []

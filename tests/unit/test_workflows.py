@@ -33,14 +33,6 @@ def load_yaml(text: str):
     return YAML(typ="safe").load(text)
 
 
-@pytest.fixture(scope="module")
-def suite_options() -> set[str]:
-    """Every option this suite's pytest accepts, from its own --help."""
-    out = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), "--help"],
-                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120).stdout
-    return set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", out))
-
-
 def pytest_commands(script: str) -> list[list[str]]:
     """The token lists of every `bin/test` / `pytest` command in a shell script (continuations joined)."""
     joined = re.sub(r"\\\n\s*", " ", script)
@@ -59,7 +51,7 @@ def pytest_commands(script: str) -> list[list[str]]:
 def option_problems(commands: list[list[str]], known: set[str]) -> list[str]:
     problems = []
     for tokens in commands:
-        for i, token in enumerate(tokens):
+        for token in tokens:
             if not token.startswith("--"):
                 continue
             name = token.split("=", 1)[0]
@@ -269,7 +261,7 @@ def test_harness_commands_in_the_workflow_parse():
             for line in step.get("run", "").splitlines():
                 line = line.strip().removeprefix(CHANGE_RUN)
                 if line.startswith("bin/harness "):
-                    expanded = re.sub(r"\$(\w+)", lambda m: env.get(m.group(1), os.environ.get(m.group(1), m.group(1))),
+                    expanded = re.sub(r"\$(\w+)", lambda m, env=env: env.get(m.group(1), os.environ.get(m.group(1), m.group(1))),
                                       line.strip().split(" || ")[0])
                     lines.append(expanded)
     assert len(lines) >= 3
