@@ -292,14 +292,19 @@ class BoardSimContext(OnnxRuntimeContext):
         self.lock_dir.mkdir(parents=True, exist_ok=True)
         return acquire(self.lock_dir / f"core{core}.lock", blocking)
 
+    def _wait_for(self, core: int) -> int:
+        fd = self._lock(core, blocking=True)
+        assert fd is not None           # a blocking acquire waits; only a non-blocking one gives up
+        return fd
+
     def _take_cores(self) -> list[int]:
         if self.cores:                       # a fixed mask: wait for each of its cores, in order
-            return [self._lock(c, blocking=True) for c in self.cores]
+            return [self._wait_for(c) for c in self.cores]
         for core in range(self.npu_cores):   # auto: the first idle core, else queue on core 0
             fd = self._lock(core, blocking=False)
             if fd is not None:
                 return [fd]
-        return [self._lock(0, blocking=True)]
+        return [self._wait_for(0)]
 
 
 def _bodies(entry) -> int:

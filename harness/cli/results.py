@@ -85,7 +85,8 @@ def read_csv(path: Path) -> list[Run]:
             rows = list(csv.DictReader(fh))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise ResultsError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
-    runs, seen = [], {}
+    runs: list[Run] = []
+    seen: dict[tuple[str, str], int] = {}
     for number, row in enumerate(rows, start=2):        # row 1 is the header
         run = _run_of_row(row, f"{path} row {number}")
         where = seen.setdefault((run.run_id, run.key.case), number)

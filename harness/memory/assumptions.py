@@ -7,6 +7,8 @@ where a measured file is given, the profile's otherwise, and says which, where a
 """
 from __future__ import annotations
 
+from typing import Any
+
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,7 @@ MEASURED_FORMAT = "anima-board-probe/1"
 
 @dataclass(frozen=True)
 class Figure:
-    value: object
+    value: Any           # a bool, a factor or a pair of floats, by figure (see Assumptions)
     source: str          # "[sim] lifecycle_holds_core" or "probe-board.toml"
     measured: bool
 

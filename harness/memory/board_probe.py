@@ -20,6 +20,8 @@ scales. The result is a data file (`anima-board-probe/1`) that `harness plan --m
 """
 from __future__ import annotations
 
+from typing import Any
+
 import contextlib
 import os
 import socket
@@ -34,6 +36,7 @@ import numpy as np
 from scipy import stats
 
 from ..backends.base import create_context
+from ..partition.manifest import SubgraphEntry
 from .assumptions import MEASURED_FORMAT
 from .guard import read_memory
 
@@ -50,7 +53,7 @@ class Subject:
     """One subgraph the probe loads: its file, its entry (input shapes) and its weight MiB."""
     kind: str            # "ffn", "self_attn", "block", "blocks:4", ...
     path: Path
-    entry: object
+    entry: SubgraphEntry
 
 
 @dataclass(frozen=True)
@@ -222,7 +225,7 @@ def measure_memory(setup: ProbeSetup, subject: Subject, held: int = 4) -> dict:
             stack.enter_context(_loaded(setup, subject, None, f"held {k}"))
         after, device_after = read_memory(), _dma_buf_bytes(setup.telemetry_root)
     host = (after.pss - before.pss) / held / MiB / setup.memory_scale
-    out = {"contexts_held": held, "host_mib": host}
+    out: dict[str, Any] = {"contexts_held": held, "host_mib": host}
     if device_after is not None:
         device = (device_after - (device_before or 0)) / held / MiB / setup.memory_scale
         out.update(device_mib=device, host_device_mib=[host, device])
@@ -236,7 +239,7 @@ def measure_memory(setup: ProbeSetup, subject: Subject, held: int = 4) -> dict:
 def probe_board(setup: ProbeSetup, subjects: dict[str, Subject], one_stream: Subject | None, weight_mib,
                 say=print) -> dict:
     """Every measurement this backend allows; the measured data file's tables."""
-    data = {"format": MEASURED_FORMAT,
+    data: dict[str, Any] = {"format": MEASURED_FORMAT,
             "probe": {"backend": setup.backend, "host": socket.gethostname(),
                       "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       "time_scale": setup.time_scale, "memory_scale": setup.memory_scale}}

@@ -131,7 +131,7 @@ def rknn_version(path: Path) -> str:
     return version
 
 
-def _rknn_names(description: dict, side: str) -> list[str]:
+def _rknn_names(description: dict, side: str) -> list[str | None]:
     tensors = {t.get("tensor_id"): t.get("url") for t in description.get("norm_tensor", [])}
     links = sorted((g for g in description.get("graph", []) if g.get("left") == side),
                    key=lambda g: g.get("left_tensor_id", 0))

@@ -70,6 +70,7 @@ def build_fused_body(g: Graph, w: dict, cfg: ModelConfig, blocks: list[int], str
             g.alias = {}
             gated = g.op("Mul", [mod_input(block, branch, "adaln_gate"), g.prefix + "y"], "gated")
             if (block, branch) == last:
+                assert delta is not None            # the last branch follows at least two others
                 g.prefix = ""
                 g.op("Add", [delta, gated], "y")
             else:

@@ -1,6 +1,8 @@
 """The ONNX graph builder of one subgraph: opsets, nodes, initializers and the float16 islands (explicit casts around the ops onnxruntime's CPU provider has no float16 kernel for), probed once per op type."""
 from __future__ import annotations
 
+from typing import Any
+
 import functools
 import math
 from pathlib import Path
@@ -38,7 +40,8 @@ def _probe_model(op_type: str, opset: int) -> onnx.ModelProto:
     shapes = {"MatMul": ([2, 4, 8], [8, 8])}.get(op_type, ([2, 4, 8], [2, 4, 8])
                                                    if op_type in ("Add", "Sub", "Mul", "Div") else ([2, 4, 8],))
     inputs = [helper.make_tensor_value_info(f"in{k}", f16, s) for k, s in enumerate(shapes)]
-    names, inits, attrs = [i.name for i in inputs], [], {}
+    names, inits = [i.name for i in inputs], []
+    attrs: dict[str, Any] = {}
     if op_type == "Softmax":
         attrs["axis"] = -1
     if op_type == "ReduceMean":

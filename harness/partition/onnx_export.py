@@ -226,7 +226,9 @@ def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32",
     manifest_path(out_dir).unlink(missing_ok=True)
     decoder_file = _decoder_source(cfg)
     advance = on_file or (lambda: None)
-    entries, islands, hashes = [], {}, {}
+    entries: list[SubgraphEntry] = []
+    islands: dict[str, list[str]] = {}
+    hashes: dict[str, bytes] = {}
     known = source.known_digest()       # e.g. computed for the default directory name
     for group in (_groups(chosen, gran) if gran.fused else [[b] for b in chosen]):
         w = {}

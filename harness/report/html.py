@@ -11,6 +11,7 @@ import base64
 import html
 import io
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -133,7 +134,7 @@ def _quality_pictures(quality: list[dict]) -> str:
     return "".join(parts)
 
 
-def html_report(data: dict, trend_png: bytes | None = None, memory_pngs: list[bytes] = ()) -> str:
+def html_report(data: dict, trend_png: bytes | None = None, memory_pngs: Sequence[bytes] = ()) -> str:
     outcome = data["outcome"]
     run = data.get("run", {})
     meta = " · ".join(f"{k} {html.escape(str(v))}" for k, v in run.items() if v)
@@ -171,7 +172,7 @@ def html_report(data: dict, trend_png: bytes | None = None, memory_pngs: list[by
 
 
 def write_html_report(path: str | Path, data: dict, trend_png: bytes | None = None,
-                      memory_files: list = ()) -> Path:
+                      memory_files: Sequence = ()) -> Path:
     pngs = []
     for f in memory_files:
         try:

@@ -87,7 +87,7 @@ def parse_layer_table(text: str, where: str = "build log") -> list[Layer]:
         raise ToolkitError(f"{where}: layer table header {' '.join(header) or '(none)'} lacks "
                            f"ID OpType DataType Target ... FullName")
     shapes = header[4:6] == ["InputShape", "OutputShape"]
-    layers = []
+    layers: list[Layer] = []
     for line in lines[k + 1:]:
         if _RULE.match(line):
             if layers:
@@ -172,8 +172,8 @@ def register_overflow(layers: list[Layer], log_text: str) -> str | None:
     if not over:
         return None
     limit = min(lim.limit for lim in over)
-    largest = max(lim.value for lim in over)
-    suspects = [f"{l.op_type}{' ' + repr(l.name) if l.name else ''} {l.input_shape or l.output_shape}"
+    largest = max(lim.value for lim in over if lim.value is not None)     # a register line names its value
+    suspects = [f"{layer.op_type}{' ' + repr(layer.name) if layer.name else ''} {layer.input_shape or layer.output_shape}"
                 for layer in layers if layer.op_type not in BOUNDARY_OPS and max(layer.dims(), default=0) > limit]
     suspects = list(dict.fromkeys(suspects))
     named = ", ".join(suspects[:3]) + (f" and {len(suspects) - 3} more" if len(suspects) > 3 else "")

@@ -304,7 +304,7 @@ def run_job(job: dict, emit) -> int:
     (out_dir / "sim").mkdir(exist_ok=True)
     emit({"event": "start", "toolkit": toolkit_version(), "count": len(job["items"])})
     for item in job["items"]:
-        failed = []
+        failed: list[dict] = []
         _one(item, job["config"], out_dir, lambda ev, failed=failed: (failed.append(ev), emit(ev)))
         if failed and failed[-1]["event"] == "failed":
             return 1
