@@ -127,7 +127,8 @@ def commit(repo: Path, branch: str, files: dict[str, str], message: str, start: 
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text(text)
     git(repo, "add", "-A")
-    git(repo, "-c", f"user.name={branch}", "-c", "user.email=ci@example.org", "commit", "-q", "--allow-empty", "-m", message)
+    git(repo, "-c", f"user.name={branch}", "-c", "user.email=ci@example.org", "commit", "-q", "--allow-empty", "-m",
+        message)
     return git(repo, "rev-parse", "HEAD").strip()
 
 

@@ -148,7 +148,8 @@ def report_onnxruntime(res: dict) -> None:
     init = o["on-demand"]["init_s_per_step"]
     saved = o["on-demand"]["step_s"] - o["prefetch:2"]["step_s"]
     print(f"  session creation (init) {init:.4f} s per step on demand; prefetch:2 takes {saved:.4f} s off the step "
-          f"= {100 * saved / init:.0f} % of it; overlap {100 * o['prefetch:2']['overlap']:.0f} % of its lifecycle seconds")
+          f"= {100 * saved / init:.0f} % of it; overlap {100 * o['prefetch:2']['overlap']:.0f} % of its lifecycle "
+          "seconds")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ seconds and their sum: the embedded model (sessions cost more to build than to r
 full-width partition (the run dominates) in one table, which is what the onnxruntime backend's
 choice (harness/backends/onnxruntime.py, `session_options`) is read from.
 
-    .venv/bin/python tools/bench_session_options.py out/partitions/embedded-float16-* .cache/full-size-2-blocks/partition-float16
+    .venv/bin/python tools/bench_session_options.py out/partitions/embedded-float16-* \
+        .cache/full-size-2-blocks/partition-float16
 """
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ def time_subgraph(path: Path, feed: dict, level: str, threads: int,
     """(load+init seconds, run seconds, output) of one fresh session, as one invocation costs."""
     import onnxruntime as ort
     start = time.perf_counter()
-    session = ort.InferenceSession(path.read_bytes(), _options(level, threads, prepack), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(path.read_bytes(), _options(level, threads, prepack),
+                                   providers=["CPUExecutionProvider"])
     built = time.perf_counter()
     out = session.run(None, feed)[0]
     return built - start, time.perf_counter() - built, out
@@ -89,7 +91,8 @@ def main(argv=None) -> int:
                 times.setdefault((name, option_set), []).append((init, run))
                 outputs.setdefault(name, {})[option_set] = out
     print(f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores, {args.rounds} rounds (medians)")
-    print("| subgraph | optimisation | threads | pre-packing | load+init s | run s | sum s | max abs diff vs the first set |")
+    print("| subgraph | optimisation | threads | pre-packing | load+init s | run s | sum s | max abs diff vs the "
+          "first set |")
     print("|---|---|---|---|---|---|---|---|")
     for (name, option_set), rows in times.items():
         level, threads, prepack = option_set
@@ -97,7 +100,8 @@ def main(argv=None) -> int:
         run = statistics.median(r[1] for r in rows)
         ref = outputs[name][sets[0]].astype(np.float32)
         diff = float(np.max(np.abs(outputs[name][option_set].astype(np.float32) - ref)))
-        print(f"| {name} | {level} | {threads} | {'on' if prepack else 'off'} | {init:.4f} | {run:.4f} | {init + run:.4f} | {diff:.3g} |")
+        print(f"| {name} | {level} | {threads} | {'on' if prepack else 'off'} | {init:.4f} | {run:.4f} | "
+              f"{init + run:.4f} | {diff:.3g} |")
     return 0
 
 

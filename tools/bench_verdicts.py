@@ -94,7 +94,8 @@ class SimulatedBoard:
             step = self.host
             for b in BRANCH_ORDER:
                 for stage in STAGES:
-                    x = self.blocks * self.seconds[b][stage] * (1 + slow) * self.drift.mean_factor(b, self.t, self.blocks)
+                    drift = self.drift.mean_factor(b, self.t, self.blocks)
+                    x = self.blocks * self.seconds[b][stage] * (1 + slow) * drift
                     name = f"{b} core" if stage == "run" else stage
                     totals[name] = totals.get(name, 0) + x
                     step = step + x
@@ -332,7 +333,8 @@ def section_onnxruntime(args) -> dict:
             rows[f"{slow:+.0%}"] = row = ort_row(bundle, part, slow, recorded.get(f"{slow:+.0%}"), args)
             total = totals.setdefault(f"{slow:+.0%}", {})
             counted = {**{v: (h, row["n"][v]) for v, h in row["hits"].items()},
-                       **{f"{v} + condition": (h, n) for v, (h, _, n) in row["windows"].items() if v.startswith("store")}}
+                       **{f"{v} + condition": (h, n)
+                          for v, (h, _, n) in row["windows"].items() if v.startswith("store")}}
             for verdict, (hits, n) in counted.items():
                 cell = total.setdefault(verdict, [0, 0])
                 cell[0], cell[1] = cell[0] + hits, cell[1] + n
@@ -442,8 +444,8 @@ def ab_figures(fig: dict) -> dict:
 
 class MemoryProbe:
     """A fixed piece of memory-bound work: a sum over a 32 MiB array gathered in a fixed random order
-    (a 32 MiB index; together twice this machine's 32 MiB last-level cache, so most reads miss it). The calibration probe's
-    256 KiB stay in a core's own cache and do not see what other tenants of the machine do to the
+    (a 32 MiB index; together twice this machine's 32 MiB last-level cache, so most reads miss it). The
+    calibration probe's 256 KiB stay in a core's own cache and do not see what other tenants of the machine do to the
     shared cache and memory; this one does. Timed around every run of a stream with --memory-probe,
     a measurement of what moves the runs, not part of the store's verdict."""
 

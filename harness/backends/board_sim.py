@@ -102,7 +102,8 @@ def normalize_options(options: dict, lock_dir: bool = True) -> dict:
     return {**options, "profile_data": str(profile.path), "core_mask": mask,
             "time_scale": _scale(options, "time_scale", profile.sim("time_scale")),
             "memory_scale": _scale(options, "memory_scale", profile.sim("memory_scale")),
-            **({"lock_dir": str(options.get("lock_dir") or _fresh_lock_dir())} if lock_dir or options.get("lock_dir") else {}),
+            **({"lock_dir": str(options.get("lock_dir") or _fresh_lock_dir())}
+               if lock_dir or options.get("lock_dir") else {}),
             "reuse_sessions": _flag(options, "reuse_sessions", True),
             "slowdown": parse_slowdown(options.get("slowdown")), "drift": _seed(options.get("drift"))}
 

@@ -44,7 +44,8 @@ def _add_sampler_options(gen) -> None:
                              ("flex", number, "window growth per computed step"),
                              ("degree", whole, "Chebyshev degree M"),
                              ("ridge", number, "ridge lambda of the Chebyshev fit"),
-                             ("blend", number, "weight w of the Chebyshev forecast against the Taylor step (1: Chebyshev only)"),
+                             ("blend", number,
+                              "weight w of the Chebyshev forecast against the Taylor step (1: Chebyshev only)"),
                              ("tail", whole, "last steps that always compute")):
         group.add_argument(f"--spectrum-{name}", type=kind, default=None, help=text)
 

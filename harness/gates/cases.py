@@ -139,7 +139,8 @@ def _spectrum_of(case: dict, where: str) -> dict | None:
     """The resolved Spectrum parameters of a spectrum case (checked against its steps), else None."""
     if case["sampler"] != "spectrum":
         if "spectrum" in case:
-            raise ConfigError(f"{where}: a 'spectrum' table needs sampler = \"spectrum\" (sampler is {case['sampler']!r})")
+            raise ConfigError(f"{where}: a 'spectrum' table needs sampler = \"spectrum\" (sampler is "
+                              f"{case['sampler']!r})")
         return None
     params = params_from(case.get("spectrum"), where)
     check_params(params, case["steps"], name=lambda f: f"{where}: spectrum.{f}")

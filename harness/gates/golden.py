@@ -205,7 +205,8 @@ class GoldenStore:
         atomic_write_json(paths["json"], full)   # last: its hash vouches for the .npy
         return full
 
-    def update(self, case: GoldenCase, image, meta: dict, precision: str, force: bool = False) -> tuple[list[Path], str]:
+    def update(self, case: GoldenCase, image, meta: dict, precision: str,
+               force: bool = False) -> tuple[list[Path], str]:
         """Write the golden unless the stored one is intact and `image` is within the case's
         tolerance of it (an update must not churn goldens that still hold). Returns (files written,
         why)."""

@@ -77,7 +77,8 @@ def rknpu_driver_signs(root: str | Path = "/") -> list[tuple[str, str | None]]:
     """Where /sys and /proc under `root` say the RKNPU driver is loaded: [(what says so, the /dev node it
     makes, or None when that sign names none)]. Readable without root, in a container too."""
     root = Path(root)
-    signs: list[tuple[str, str | None]] = [(f"/sys/class/drm/{drm.name}/device/uevent says {_RKNPU_DRIVER}", f"/dev/dri/{drm.name}")
+    signs: list[tuple[str, str | None]] = [(f"/sys/class/drm/{drm.name}/device/uevent says {_RKNPU_DRIVER}",
+                                            f"/dev/dri/{drm.name}")
              for drm in sorted((root / "sys/class/drm").glob("renderD*")) if _uevent_says(drm, _RKNPU_DRIVER)]
     if (root / "sys/class/misc/rknpu").exists():
         signs.append(("/sys/class/misc/rknpu exists", "/dev/rknpu"))

@@ -170,7 +170,8 @@ def measure_streams(setup: ProbeSetup, both: Subject, one: Subject) -> dict:
         rows = _inputs(one.entry)
         pair = statistics.median(_together([lambda: a.run(rows), lambda: b.run(rows)])
                                  for _ in range(setup.repeats))
-    return {"one_core_both_streams_s": one_core / setup.time_scale, "two_cores_one_stream_each_s": pair / setup.time_scale,
+    return {"one_core_both_streams_s": one_core / setup.time_scale,
+            "two_cores_one_stream_each_s": pair / setup.time_scale,
             "stream_per_core_speedup": one_core / pair, "all_cores_s": all_cores / setup.time_scale,
             "multi_core_speedup": one_core / all_cores}
 

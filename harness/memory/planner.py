@@ -209,7 +209,8 @@ def plan(inp: PlanInputs, pools=(4, 8, 16, 83), pins=(8, 16), prefetch=(1, 2, 3,
     keep_passes = passes - 1                        # the first pass loads whatever is kept
     choices = [Choice("on-demand", total, memory_mib(inp, 1), 1, "measured")]
     choices.append(Choice("resident", total - inp.pass_stage_sum * keep_passes, memory_mib(inp, n), n,
-                          f"{inp.pass_stage_sum:.3f} s x {keep_passes} passes = {inp.pass_stage_sum * keep_passes:.2f} s saved"))
+                          f"{inp.pass_stage_sum:.3f} s x {keep_passes} passes = "
+                          f"{inp.pass_stage_sum * keep_passes:.2f} s saved"))
     for pool in pools:
         if pool >= n:
             continue

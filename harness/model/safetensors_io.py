@@ -26,7 +26,8 @@ __all__ = ["SafetensorsFile", "FLOAT_DTYPES", "bf16_bits_to_f32", "f32_to_bf16_b
 
 # safetensors dtype tag -> (numpy dtype of the stored bits, bytes per element). BF16 is read as
 # uint16 bits and widened: bf16 is the top half of a float32, so the conversion is exact.
-FLOAT_DTYPES: dict[str, tuple[np.dtype, int]] = {"F32": (np.dtype("<f4"), 4), "F16": (np.dtype("<f2"), 2), "BF16": (np.dtype("<u2"), 2)}
+FLOAT_DTYPES: dict[str, tuple[np.dtype, int]] = {"F32": (np.dtype("<f4"), 4), "F16": (np.dtype("<f2"), 2),
+                                                 "BF16": (np.dtype("<u2"), 2)}
 _MAX_HEADER = 100 * 2 ** 20     # the format's own limit on the JSON header
 
 

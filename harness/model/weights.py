@@ -1,7 +1,8 @@
 """Weights in the public Cosmos-Predict2 key layout (safetensors), validated against a ModelConfig.
 
-Loading (checkpoint.load_weights) checks every expected key, its shape and that the values are finite, and names the first
-problem. Files are read through harness.model.checkpoint (prefix detection, BF16, extra tensors ignored).
+Loading (checkpoint.load_weights) checks every expected key, its shape and that the values are finite, and
+names the first problem. Files are read through harness.model.checkpoint (prefix detection, BF16, extra
+tensors ignored).
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The DiT bodies of the three subgraphs of a block (self-attention, cross-attention, FFN) as ONNX, op for op the FP32 reference's, and the FFN's simulated INT8 (fake quantisation)."""
+"""The DiT bodies of the three subgraphs of a block (self-attention, cross-attention, FFN) as ONNX, op for op
+the FP32 reference's, and the FFN's simulated INT8 (fake quantisation)."""
 from __future__ import annotations
 
 import math

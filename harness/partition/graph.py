@@ -1,4 +1,5 @@
-"""The ONNX graph builder of one subgraph: opsets, nodes, initializers and the float16 islands (explicit casts around the ops onnxruntime's CPU provider has no float16 kernel for), probed once per op type."""
+"""The ONNX graph builder of one subgraph: opsets, nodes, initializers and the float16 islands (explicit
+casts around the ops onnxruntime's CPU provider has no float16 kernel for), probed once per op type."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
-"""`harness inspect`'s findings: a partition's settings, per-branch counts and sizes, every checksum verified, and a verdict."""
+"""`harness inspect`'s findings: a partition's settings, per-branch counts and sizes, every checksum
+verified, and a verdict."""
 from __future__ import annotations
 
 from typing import Any

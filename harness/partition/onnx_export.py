@@ -97,7 +97,8 @@ def _build_fused(weights: dict, cfg: ModelConfig, blocks: list[int], dtype: str,
     outputs = [helper.make_tensor_value_info("y", g.elem, [streams, cfg.tokens, cfg.width])]
     held = f"block {blocks[0]}" if len(blocks) == 1 else f"blocks {blocks[0]}-{blocks[-1]}"
     model = g.model(f"blocks{blocks[0]}_{blocks[-1]}", inputs, outputs,
-                    f"{cfg.name}: {held} fused, AdaLN modulation, AdaLN gate and residual add inside; y = the residual delta ({dtype})",
+                    f"{cfg.name}: {held} fused, AdaLN modulation, AdaLN gate and residual add inside; y = the "
+                    f"residual delta ({dtype})",
                     {"model": cfg.name, "blocks": ",".join(map(str, blocks)), "branch": FUSED_BRANCH, "dtype": dtype})
     return model, g.islands
 

@@ -105,7 +105,8 @@ def typed_value(name: str, value, source: str):
                 raise ValueError
             return number
     except (TypeError, ValueError):
-        raise ConfigError(f"{source}: {name.replace('_', '-')} expects a positive whole number, got {value!r}") from None
+        raise ConfigError(f"{source}: {name.replace('_', '-')} expects a positive whole number, "
+                          f"got {value!r}") from None
     if name in _SIZES:
         from ..memory.guard import parse_size
         try:

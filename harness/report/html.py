@@ -28,7 +28,8 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:24px 0 8px;border-bot
 .passed{color:#1a7f37}.failed{color:#cf222e}
 table{border-collapse:collapse;font-size:13px} td,th{border:1px solid #d0d7de;padding:4px 8px;text-align:left}
 th{background:#f6f8fa} .meta{color:#57606a;font-size:13px}
-td.passed,td.pass{color:#1a7f37;font-weight:600} td.failed,td.fail{color:#cf222e;font-weight:600} td.error{color:#9a6700;font-weight:600}
+td.passed,td.pass{color:#1a7f37;font-weight:600} td.failed,td.fail{color:#cf222e;font-weight:600}
+td.error{color:#9a6700;font-weight:600}
 td.skipped{color:#9a6700;font-weight:600}
 figure{display:inline-block;margin:0 12px 12px 0;text-align:center;font-size:12px}
 """ + f"img.thumb{{width:{THUMB_PX}px;height:{THUMB_PX}px;image-rendering:pixelated;border:1px solid #d0d7de}}\n" + """\
@@ -99,7 +100,8 @@ def _img(png: bytes, cls: str, alt: str) -> str:
             f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
 
 
-_WORDS = {"passed": "passed", "failed": "FAILED", "error": "ERROR", "skipped": "skipped", "pass": "pass", "fail": "FAIL"}
+_WORDS = {"passed": "passed", "failed": "FAILED", "error": "ERROR", "skipped": "skipped", "pass": "pass",
+          "fail": "FAIL"}
 
 
 def _td(cell) -> str:
@@ -140,7 +142,8 @@ def html_report(data: dict, trend_png: bytes | None = None, memory_pngs: Sequenc
     meta = " · ".join(f"{k} {html.escape(str(v))}" for k, v in run.items() if v)
     body = [f'<h1 class="{outcome}">Anima NPU acceptance: {html.escape(verdict_line(data))}</h1>',
             f'<p class="meta">{meta}</p>',
-            "<h2>Gates</h2>", _html_table(["test", "result", "time", "message"], gate_rows(data["tests"], _WORDS, code=""))]
+            "<h2>Gates</h2>",
+            _html_table(["test", "result", "time", "message"], gate_rows(data["tests"], _WORDS, code=""))]
     if data.get("quality"):
         body += ["<h2>Quality against the goldens</h2>",
                  _html_table(["case", "SSIM", "threshold", "PSNR", "threshold", "verdict"],
@@ -152,7 +155,8 @@ def html_report(data: dict, trend_png: bytes | None = None, memory_pngs: Sequenc
                              bench_rows(data["benchmarks"]))]
         body += [f"<p>{html.escape(b['comparison']['message'])}</p>" for b in data["benchmarks"]]
         body += [f'<p>{html.escape(b["case"])} on the results site: <a href="{html.escape(b["comparison"]["site"])}">'
-                 f'{html.escape(b["comparison"]["site"])}</a></p>' for b in data["benchmarks"] if b["comparison"].get("site")]
+                 f'{html.escape(b["comparison"]["site"])}</a></p>'
+                 for b in data["benchmarks"] if b["comparison"].get("site")]
     if trend_png:
         body += ["<h2>Trend</h2>", _img(trend_png, "plot", "benchmark trend")]
     if data.get("slowest"):

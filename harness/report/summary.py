@@ -54,7 +54,13 @@ _MARKS = {"passed": "✅ passed", "failed": "❌ failed", "error": "⚠️ error
 
 def gate_rows(tests: list[dict], marks: dict = _MARKS, code: str = "`") -> list[list]:
     return [[f"{code}{t['nodeid']}{code}", marks.get(t["outcome"], t["outcome"]), f"{t['seconds']:.1f} s",
-             (t.get("message") or "").removeprefix("AssertionError: ").removeprefix("Skipped: ").removeprefix("Failed: ")[:240]] for t in tests]
+             _message(t)[:240]] for t in tests]
+
+
+def _message(test: dict) -> str:
+    """A test's message without the exception or outcome name pytest puts before it."""
+    message = test.get("message") or ""
+    return message.removeprefix("AssertionError: ").removeprefix("Skipped: ").removeprefix("Failed: ")
 
 
 def quality_rows(quality: list[dict], marks: dict = _MARKS) -> list[list]:

@@ -67,10 +67,12 @@ from .records import Run
 from .store import PendingView, RunSource
 from .verdicts import MIN_HISTORY, Verdict, fixed_verdict, history_verdict
 
-__all__ = ["Judgement", "judge_run", "confirm", "figures", "judge_figures", "judge_values", "parse_threshold", "since_change",
+__all__ = ["Judgement", "judge_run", "confirm", "figures", "judge_figures", "judge_values", "parse_threshold",
+           "since_change",
            "comparability", "npu_core", "group_note", "HISTORY", "UPGRADE", "FIRST", "NOT_COMPARABLE", "STEP",
            "NPU_CORE", "LOOKBACK", "CONFIDENCE", "GROUP_RUNS", "PRIMARY_SHARE", "SPENDING_RHO", "FIRST_LOOK_SHARE",
-           "look_alpha", "board_change", "board_record", "record_of", "record_before", "same_cpus", "figure_noise", "READ_RUNS"]
+           "look_alpha", "board_change", "board_record", "record_of", "record_before", "same_cpus", "figure_noise",
+           "READ_RUNS"]
 
 HISTORY, UPGRADE, FIRST, NOT_COMPARABLE = "history", "upgrade comparison", "no baseline yet", "not comparable"
 STEP = "denoise step"

@@ -576,7 +576,8 @@ def _insert_session(conn, record: ABRecord) -> None:
                                      for figure, seconds in pair[side].items()])
     if record.verdicts:
         conn.execute(insert(ab_verdicts), [
-            {"session": pk, "place": i, "figure": v.label, "kind": v.kind, "shift_pct": v.shift_pct, "ci_low_pct": v.ci_pct[0],
+            {"session": pk, "place": i, "figure": v.label, "kind": v.kind, "shift_pct": v.shift_pct,
+             "ci_low_pct": v.ci_pct[0],
              "ci_high_pct": v.ci_pct[1], "threshold_pct": v.threshold_pct, "confidence": v.confidence,
              "regression": v.regression, "n": v.n} for i, v in enumerate(record.verdicts)])
 

@@ -173,7 +173,8 @@ def register_overflow(layers: list[Layer], log_text: str) -> str | None:
         return None
     limit = min(lim.limit for lim in over)
     largest = max(lim.value for lim in over if lim.value is not None)     # a register line names its value
-    suspects = [f"{layer.op_type}{' ' + repr(layer.name) if layer.name else ''} {layer.input_shape or layer.output_shape}"
+    suspects = [f"{layer.op_type}{' ' + repr(layer.name) if layer.name else ''} "
+                f"{layer.input_shape or layer.output_shape}"
                 for layer in layers if layer.op_type not in BOUNDARY_OPS and max(layer.dims(), default=0) > limit]
     suspects = list(dict.fromkeys(suspects))
     named = ", ".join(suspects[:3]) + (f" and {len(suspects) - 3} more" if len(suspects) > 3 else "")

@@ -62,7 +62,8 @@ def test_trend_draws_one_line_per_board_learns_its_band_and_marks_changes(tmp_pa
         (10, "runtime_lib 2.3.2->2.5.0")]
     ax = Figure().subplots()
     plot_step_time(ax, rows, threshold_pct=10)
-    lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines() if not line.get_label().startswith("_")}
+    lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()
+             if not line.get_label().startswith("_")}
     assert set(lines) == {"board-sim/embedded/float16 @ rock-5c-aaaa", "board-sim/embedded/float16 @ rock-5c-bbbb"}
     marks = [c for c in ax.collections if c.get_label() == "change point"]
     assert [list(m.get_offsets()[0]) for m in marks] == [[float(len(a) + 6), 2.4]]

@@ -95,7 +95,8 @@ def test_counters_say_what_each_strategy_did(runs, on_demand):
 def test_prefetch_keeps_at_most_k_alive_and_measures_its_overlap(runs):
     c = runs("prefetch:2").report["lifecycle_counters"]
     assert c["peak_live"] == 2 and c["workers"] == 2
-    assert (c["hits"], c["misses"]) == (84 * STEPS - 1, 2)   # all but the first subgraph and the decoder were loaded ahead
+    # all but the first subgraph and the decoder were loaded ahead
+    assert (c["hits"], c["misses"]) == (84 * STEPS - 1, 2)
     assert c["lifecycle_s"] > 0 and 0.0 <= c["overlap"] <= 1.0
     assert c["hidden_s"] == pytest.approx(c["lifecycle_s"] * c["overlap"])
 

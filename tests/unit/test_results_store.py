@@ -222,7 +222,8 @@ def _held_cluster(pytester):
     """A real pytest process holding a cluster: (the process, the cluster's folder, its server's pid)."""
     pytester.makeconftest("from tests.conftest import postgres_cluster  # noqa: F401\n")
     pytester.makepyfile(test_holder=_HOLDER)
-    child = subprocess.Popen([sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", "test_holder.py"], cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    child = subprocess.Popen([sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", "test_holder.py"],
+                             cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     for line in child.stdout:       # "test_holder.py cluster /tmp/anima-pg-..."
         if "cluster " in line:
@@ -260,7 +261,8 @@ def _kill_leftover(root: Path, pid: int) -> None:
 def test_a_sigkilled_test_session_leaves_no_postgresql_server_behind(pytester, postgres_cluster):
     child, root, server = _held_cluster(pytester)
     try:
-        assert psutil.Process(server).cmdline()[:3] == [str(postgres_cluster.bin / "postgres"), "-D", str(root / "data")]
+        assert psutil.Process(server).cmdline()[:3] == [str(postgres_cluster.bin / "postgres"), "-D",
+                                                        str(root / "data")]
         os.kill(child.pid, signal.SIGKILL)
         child.wait(timeout=60)
         assert _gone(server, root), f"postgres -D {root / 'data'} still runs after its test session was killed"
