@@ -200,7 +200,7 @@ class MemoryGuard:
         while not self._stop.wait(self.interval):
             try:
                 self._observe(self._reader())
-            except Exception:  # noqa: BLE001 - the sampler must outlive a bad read
+            except Exception:  # any error: the sampler must outlive a bad read
                 # A failed read loses one sample; killing the thread would lose the guard.
                 self.sampler_errors += 1
                 log.exception("memory guard: reading failed")
@@ -224,7 +224,7 @@ class MemoryGuard:
         if self._on_trip is not None:
             try:
                 self._on_trip(reason)
-            except Exception:  # noqa: BLE001 - a broken callback must not hide the trip
+            except Exception:  # any error: a broken callback must not hide the trip
                 log.exception("memory guard: on_trip callback failed")
 
     def _limit_crossed(self, reading: MemoryReading) -> str | None:

@@ -167,7 +167,8 @@ def test_stream_batching_serves_every_image_from_one_loaded_context(model, parti
     assert run.latent.shape[0] == 2 and run.images.shape[0] == 2
     two = run.report["lifecycle_records"]
     single = on_demand.report["lifecycle_records"]
-    count = lambda recs, stage: sum(1 for r in recs if r["stage"] == stage)  # noqa: E731
+    def count(recs, stage):
+        return sum(1 for r in recs if r["stage"] == stage)
     # The same loads/inits/releases for 2 images as for 1: lifecycle stages per image halve.
     for stage in ("load", "init", "release"):
         assert count(two, stage) == count(single, stage)

@@ -116,7 +116,8 @@ def test_a_run_with_nothing_changed_fails_about_1_percent_of_the_time_over_all_i
 
     def noisy(i):
         run = make_run(f"r{i}")
-        jitter = lambda v: float(v * np.exp(rng.normal(0, 0.05)))  # noqa: E731
+        def jitter(v):
+            return float(v * np.exp(rng.normal(0, 0.05)))
         return replace(run, mean_step_s=jitter(run.mean_step_s),
                        branches={k: jitter(v) for k, v in run.branches.items()},
                        stages={k: jitter(v) for k, v in run.stages.items()})

@@ -41,8 +41,8 @@ if TYPE_CHECKING:       # the same files, as the type checker finds them inside 
     from .worker import BuildFailed, build_rknn, toolkit_version
 else:                   # run as a script by the toolkit's interpreter, without the package: its siblings
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from framing import read_frame, write_frame  # noqa: E402 (after the path they are found on)
-    from worker import BuildFailed, build_rknn, toolkit_version  # noqa: E402 (after the path they are found on)
+    from framing import read_frame, write_frame  # after the path they are found on
+    from worker import BuildFailed, build_rknn, toolkit_version  # after the path they are found on
 
 __all__ = ["serve"]
 
