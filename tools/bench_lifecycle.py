@@ -25,8 +25,7 @@ from harness.core.atomic import atomic_write_json  # noqa: E402
 from harness.backends.board_sim import normalize_options  # noqa: E402
 from harness.sampling.reference_run import sample_settings  # noqa: E402
 from harness.model.bundle import load_bundle  # noqa: E402
-from harness.partition.manifest import default_partition_dir  # noqa: E402
-from harness.partition.manifest import manifest_path  # noqa: E402
+from harness.partition.manifest import default_partition_dir, manifest_path  # noqa: E402
 from harness.partition.onnx_export import export_partition  # noqa: E402
 from harness.runtime.run import run_partitioned, RunRequest  # noqa: E402
 
