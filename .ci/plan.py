@@ -37,7 +37,8 @@ import tomllib
 from pathlib import Path
 from typing import NoReturn
 
-__all__ = ["bad_input", "load_targets", "load_boards", "plan", "trust", "toolkit_legs", "matrix", "convert_legs", "main"]
+__all__ = ["bad_input", "load_targets", "load_boards", "plan", "trust", "toolkit_legs", "matrix", "convert_legs",
+           "main"]
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ROOT / ".ci" / "targets.toml"

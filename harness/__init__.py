@@ -10,10 +10,13 @@ from .core.lazy import lazy_getattr
 __version__ = "0.1.0"
 
 _WHERE = {
-    "BRANCHES": "model.config", "ModelConfig": "model.config", "load_model_dir": "model.config", "load_profile": "model.config",
-    "HarnessError": "core.errors", "ConfigError": "core.errors", "WeightsError": "core.errors", "ManifestError": "core.errors",
+    "BRANCHES": "model.config", "ModelConfig": "model.config", "load_model_dir": "model.config",
+    "load_profile": "model.config",
+    "HarnessError": "core.errors", "ConfigError": "core.errors", "WeightsError": "core.errors",
+    "ManifestError": "core.errors",
     "BackendError": "core.errors", "NumericsError": "core.errors", "MemoryGuardTripped": "core.errors",
-    "sample_reference": "sampling.reference_run", "sample_settings": "sampling.reference_run", "MemoryGuard": "memory.guard",
+    "sample_reference": "sampling.reference_run", "sample_settings": "sampling.reference_run",
+    "MemoryGuard": "memory.guard",
     "ModelBundle": "model.bundle", "load_bundle": "model.bundle",
     "Manifest": "partition.manifest", "load_manifest": "partition.manifest",
     "inspect_partition": "partition.manifest", "export_partition": "partition.onnx_export",

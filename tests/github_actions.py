@@ -127,7 +127,8 @@ def commit(repo: Path, branch: str, files: dict[str, str], message: str, start: 
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text(text)
     git(repo, "add", "-A")
-    git(repo, "-c", f"user.name={branch}", "-c", "user.email=ci@example.org", "commit", "-q", "--allow-empty", "-m", message)
+    git(repo, "-c", f"user.name={branch}", "-c", "user.email=ci@example.org", "commit", "-q", "--allow-empty", "-m",
+        message)
     return git(repo, "rev-parse", "HEAD").strip()
 
 
@@ -159,7 +160,7 @@ def self_hosted(job: dict) -> bool:
     """Whether a job may run on a self-hosted runner: labels that say so, or labels an expression picks."""
     runs_on = job.get("runs-on")
     labels = runs_on if isinstance(runs_on, list) else [runs_on]
-    return any("self-hosted" in str(l) or "${{" in str(l) for l in labels)
+    return any("self-hosted" in str(label) or "${{" in str(label) for label in labels)
 
 
 def run_job(repo: Path, workflow: dict, job_name: str, run: Run, work: Path, api: dict,

@@ -21,13 +21,15 @@ def make_run(run_id: str, step_s: float = 1.0, *, board: str = "rock-5c-aaaa", b
     branches = {b: step_s * 0.25 * factor.get(b, 1.0) for b in BRANCHES}
     stages = {s: step_s * 0.05 for s in STAGE_NAMES}
     stages["run"] = sum(branches.values())
-    return Run(run_id=run_id, time=f"2026-11-{1 + minute // 1440:02d}T{minute // 60 % 24:02d}:{minute % 60:02d}:00+00:00",
+    return Run(run_id=run_id,
+               time=f"2026-11-{1 + minute // 1440:02d}T{minute // 60 % 24:02d}:{minute % 60:02d}:00+00:00",
                board_id=board, board_model=board_model, model="embedded", valid=valid,
                key=RunKey(case=case, steps=steps, precision="float16", backend="board-sim",
                           manifest_hash=manifest_hash, versions=dict(versions or VERSIONS_OLD)),
                mean_step_s=step_s, total_denoise_s=step_s * steps, stages=stages, branches=branches,
                step_s=tuple([step_s] * steps),
-               subgraphs=tuple(SubgraphTime(f"block{i:02d}_{b}", i, b, branches[b] / 2) for i in range(2) for b in BRANCHES),
+               subgraphs=tuple(SubgraphTime(f"block{i:02d}_{b}", i, b, branches[b] / 2)
+                               for i in range(2) for b in BRANCHES),
                quality={"ssim": 0.99}, git_revision="abc123", peak_pss_added_bytes=1 << 20)
 
 
@@ -40,7 +42,8 @@ def make_ab_record(session_id: str, factor: float = 1.0, *, rounds: int = 6, min
               "candidate": {"step": factor * noise[(i + 3) % 8], "ffn core": 0.25 * factor * noise[(i + 3) % 8],
                             "init": 0.05 * factor}} for i in range(rounds)]
     sides = {name: make_run(f"{session_id}-{name}", 1.0 if name == "baseline" else factor, minute=minute,
-                            board=board, manifest_hash=hash_) for name, hash_ in (("baseline", "m1"), ("candidate", "m2"))}
+                            board=board, manifest_hash=hash_)
+             for name, hash_ in (("baseline", "m1"), ("candidate", "m2"))}
     return ABRecord(session_id=session_id, baseline=sides["baseline"], candidate=sides["candidate"],
                     baseline_partition="/parts/old", candidate_partition="/parts/new", pairs=tuple(pairs),
                     verdicts=tuple(judge_pairs(pairs, threshold_pct=2.0)), threshold_pct=2.0, confidence=0.99,

@@ -173,7 +173,7 @@ def phase_step(work: Path, partition: Path, out: Path, lifecycle: str = "on-dema
     bundle = load_bundle(work / "model")
     loaded = read_memory().pss
     digest_start = time.perf_counter()
-    bundle.digest                       # streamed over the checkpoint; not part of the step
+    _ = bundle.digest                   # streamed over the checkpoint; not part of the step
     digest_s = time.perf_counter() - digest_start
     rng = np.random.default_rng(0)
     cfg = bundle.cfg
@@ -295,7 +295,8 @@ def _ratio_table(figures: dict, export: dict) -> str:
         row = pb.get(names[branch])
         if row:
             here = row.get("run", 0.0) * blocks
-            rows.append(f"| core {branch} per step (n={row['n']}) | {here:.1f} s | {board:.2f} s | {here / board:.2f} |")
+            rows.append(f"| core {branch} per step (n={row['n']}) | {here:.1f} s | {board:.2f} s "
+                        f"| {here / board:.2f} |")
     for stage, board in BOARD["lifecycle"].items():
         keys = ("load", "init", "release") if stage == "stage_sum" else (stage,)
         here = sum(row.get(k, 0.0) for row in pb.values() for k in keys) * blocks
@@ -404,7 +405,8 @@ def main(argv=None) -> int:
         return rc
     rates.append(gemm_rates())
     figures = json.loads((work / f"step-{args.precision}.json").read_text())
-    (work / f"summary-{args.precision}.json").write_text(json.dumps({"export": export, "step": figures, "gemm_rates": rates},
+    (work / f"summary-{args.precision}.json").write_text(json.dumps({"export": export, "step": figures,
+                                                                     "gemm_rates": rates},
                                                   indent=1))
     print(_ratio_table(figures, export))
     print(f"digest of the checkpoint: {figures['digest_seconds']:.1f} s ({figures.get('weights_digest')}); "

@@ -25,8 +25,7 @@ from harness.core.atomic import atomic_write_json  # noqa: E402
 from harness.backends.board_sim import normalize_options  # noqa: E402
 from harness.sampling.reference_run import sample_settings  # noqa: E402
 from harness.model.bundle import load_bundle  # noqa: E402
-from harness.partition.manifest import default_partition_dir  # noqa: E402
-from harness.partition.manifest import manifest_path  # noqa: E402
+from harness.partition.manifest import default_partition_dir, manifest_path  # noqa: E402
 from harness.partition.onnx_export import export_partition  # noqa: E402
 from harness.runtime.run import run_partitioned, RunRequest  # noqa: E402
 
@@ -148,7 +147,8 @@ def report_onnxruntime(res: dict) -> None:
     init = o["on-demand"]["init_s_per_step"]
     saved = o["on-demand"]["step_s"] - o["prefetch:2"]["step_s"]
     print(f"  session creation (init) {init:.4f} s per step on demand; prefetch:2 takes {saved:.4f} s off the step "
-          f"= {100 * saved / init:.0f} % of it; overlap {100 * o['prefetch:2']['overlap']:.0f} % of its lifecycle seconds")
+          f"= {100 * saved / init:.0f} % of it; overlap {100 * o['prefetch:2']['overlap']:.0f} % of its lifecycle "
+          "seconds")
 
 
 if __name__ == "__main__":

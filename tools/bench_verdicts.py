@@ -94,7 +94,8 @@ class SimulatedBoard:
             step = self.host
             for b in BRANCH_ORDER:
                 for stage in STAGES:
-                    x = self.blocks * self.seconds[b][stage] * (1 + slow) * self.drift.mean_factor(b, self.t, self.blocks)
+                    drift = self.drift.mean_factor(b, self.t, self.blocks)
+                    x = self.blocks * self.seconds[b][stage] * (1 + slow) * drift
                     name = f"{b} core" if stage == "run" else stage
                     totals[name] = totals.get(name, 0) + x
                     step = step + x
@@ -151,7 +152,7 @@ def board_history(model, trials: int, slow: float, steps: int, seed: int, histor
         record = [[product_figures(r, i) for r in earlier] + figs[:history_runs]]
         hits["history 1 run alone"] += all(_flagged(figs[:history_runs], [], figs[history_runs + j], None, record)
                                            for j in (0, 1))        # confirmed by the next run, as the gate does
-        looks = _store_looks(figs[:history_runs], figs[history_runs:], record)
+        looks = store_looks(figs[:history_runs], figs[history_runs:], record)
         for k, flagged in enumerate(looks):
             hits[f"history look {k + 1}"] += flagged
         hits["history any of looks 1-5"] += any(looks)
@@ -332,7 +333,8 @@ def section_onnxruntime(args) -> dict:
             rows[f"{slow:+.0%}"] = row = ort_row(bundle, part, slow, recorded.get(f"{slow:+.0%}"), args)
             total = totals.setdefault(f"{slow:+.0%}", {})
             counted = {**{v: (h, row["n"][v]) for v, h in row["hits"].items()},
-                       **{f"{v} + condition": (h, n) for v, (h, _, n) in row["windows"].items() if v.startswith("store")}}
+                       **{f"{v} + condition": (h, n)
+                          for v, (h, _, n) in row["windows"].items() if v.startswith("store")}}
             for verdict, (hits, n) in counted.items():
                 cell = total.setdefault(verdict, [0, 0])
                 cell[0], cell[1] = cell[0] + hits, cell[1] + n
@@ -431,7 +433,7 @@ class Burners:
         self.procs = []
 
 
-def _product(fig: dict) -> dict:
+def ab_figures(fig: dict) -> dict:
     """An A/B run's figures (session_figures) named as harness.results.judge.figures names them."""
     branches = {k[:-5]: v for k, v in fig.items() if k.endswith(" core")}
     out = {STEP: fig["step"], **{f"{b} core": v for b, v in branches.items()},
@@ -442,8 +444,8 @@ def _product(fig: dict) -> dict:
 
 class MemoryProbe:
     """A fixed piece of memory-bound work: a sum over a 32 MiB array gathered in a fixed random order
-    (a 32 MiB index; together twice this machine's 32 MiB last-level cache, so most reads miss it). The calibration probe's
-    256 KiB stay in a core's own cache and do not see what other tenants of the machine do to the
+    (a 32 MiB index; together twice this machine's 32 MiB last-level cache, so most reads miss it). The
+    calibration probe's 256 KiB stay in a core's own cache and do not see what other tenants of the machine do to the
     shared cache and memory; this one does. Timed around every run of a stream with --memory-probe,
     a measurement of what moves the runs, not part of the store's verdict."""
 
@@ -508,13 +510,13 @@ def judge_load_windows(pairs, hosts, loaded) -> dict[str, dict[str, list[int]]]:
         cells = out.setdefault(where, {})
         base = [pairs[j]["baseline"]["step"] for j in range(i - HISTORY_RUNS, i)]
         cand = [pairs[j]["candidate"]["step"] for j in range(i, i + AFTER_RUNS)]
-        history = [_product(pairs[j]["baseline"]) for j in range(i - HISTORY_RUNS, i)]
+        history = [ab_figures(pairs[j]["baseline"]) for j in range(i - HISTORY_RUNS, i)]
         pool = [_cond(hosts[j]["baseline"]) for j in range(i - HISTORY_RUNS, i)]
-        group = [_product(pairs[j]["candidate"]) for j in range(i, i + AFTER_RUNS)]
+        group = [ab_figures(pairs[j]["candidate"]) for j in range(i, i + AFTER_RUNS)]
         conds = [_cond(hosts[j]["candidate"]) for j in range(i, i + AFTER_RUNS)]
         results = {"step alone, 1 run": (history_verdict("step", base, cand[0]).regression, False),
                    "step alone, 5 runs": (history_verdict("step", base, cand).regression, False)}
-        flags = _store_looks(history, group, _record(pairs, i))
+        flags = store_looks(history, group, board_record_before(pairs, i))
         looks = [(False, True) if comparability(pool, conds[:k + 1])[2] else (flags[k], False)
                  for k in range(AFTER_RUNS)]
         results["store, 1 run"], results["store, 5 runs"] = looks[0], looks[-1]
@@ -581,7 +583,7 @@ def _load_row(pairs, hosts, loaded, args) -> dict:
             "loads": [[h["baseline"].load_per_cpu, h["candidate"].load_per_cpu] for h in hosts], "loaded": loaded}
 
 
-def _store_looks(history: list[dict], after: list[dict], record: list[list[dict]] = ()) -> list[bool]:
+def store_looks(history: list[dict], after: list[dict], record: list[list[dict]] = ()) -> list[bool]:
     """Per look k at a change: the store's verdict (judge_values) on the k-th run after it, with the
     runs before it since the change as its group, at look k's part of the change's alpha, the noise
     factor learned from `record` (the board's earlier runs, as judge.board_record gives them); look 1
@@ -598,9 +600,9 @@ def _flagged(history: list[dict], group: list[dict], new: dict, look: int | None
     return any(v.regression for v in judge_values(history, group, new, 10.0, look=look, record=record))
 
 
-def _record(pairs, i: int) -> list[list[dict]]:
+def board_record_before(pairs, i: int) -> list[list[dict]]:
     """The board's record before round i of a stream: its latest NOISE_LOOKBACK baseline runs."""
-    return [[_product(p["baseline"]) for p in pairs[max(0, i - NOISE_LOOKBACK):i]]]
+    return [[ab_figures(p["baseline"]) for p in pairs[max(0, i - NOISE_LOOKBACK):i]]]
 
 
 def _first_window() -> int:
@@ -626,13 +628,13 @@ def judge_stream(pairs, base, cand, rounds: int, threshold: float):
         history = base[i - HISTORY_RUNS:i]
         hits["step alone, 1 run"] += history_verdict("step", history, cand[i]).regression
         hits["step alone, 5 runs"] += history_verdict("step", history, cand[i:i + AFTER_RUNS]).regression
-        before = [_product(p["baseline"]) for p in pairs[i - HISTORY_RUNS:i]]
-        after = [_product(p["candidate"]) for p in pairs[i:i + AFTER_RUNS]]
-        looks = _store_looks(before, after, _record(pairs, i))
+        before = [ab_figures(p["baseline"]) for p in pairs[i - HISTORY_RUNS:i]]
+        after = [ab_figures(p["candidate"]) for p in pairs[i:i + AFTER_RUNS]]
+        looks = store_looks(before, after, board_record_before(pairs, i))
         hits["store, 1 run"] += looks[0]
         hits["store, 5 runs"] += looks[-1]
         hits["store, any of runs 1-5"] += any(looks)
-        hits["no noise factor, any of 1-5"] += any(_store_looks(before, after))
+        hits["no noise factor, any of 1-5"] += any(store_looks(before, after))
         for name in ("step alone, 1 run", "step alone, 5 runs", "store, 1 run", "store, 5 runs",
                      "store, any of runs 1-5", "no noise factor, any of 1-5"):
             n[name] += 1

@@ -296,7 +296,8 @@ def export(model: CosmosDiT, enc: PromptEncoder, cfg: ModelConfig, out: Path, me
     prompt = {PROMPT_KEYS[0]: enc.token_embedding.weight.detach().numpy().copy(),
               PROMPT_KEYS[1]: enc.position_embedding.detach().numpy().copy()}
     save_weights(prompt, out / cfg.files.get("prompt_encoder", "prompt_encoder.safetensors"), meta)
-    for name in (cfg.files.get("weights", "dit.safetensors"), cfg.files.get("prompt_encoder", "prompt_encoder.safetensors")):
+    for name in (cfg.files.get("weights", "dit.safetensors"),
+                 cfg.files.get("prompt_encoder", "prompt_encoder.safetensors")):
         (out / name).chmod(0o644)   # the atomic temp file is created 0600
 
 

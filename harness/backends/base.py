@@ -60,7 +60,8 @@ class Context(abc.ABC):
     def import_runtime(cls) -> None:
         """Import the runtime's own module now (before a run is under way), not at the first init:
         a stop signal that lands inside a C extension's import is reported by Python as that import
-        failing, not as the stop it was."""
+        failing, not as the stop it was. The base class's runtime is imported with it: nothing to do."""
+        return None
 
     @classmethod
     def between_invocations(cls, options: dict) -> list:

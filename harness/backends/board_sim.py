@@ -102,7 +102,8 @@ def normalize_options(options: dict, lock_dir: bool = True) -> dict:
     return {**options, "profile_data": str(profile.path), "core_mask": mask,
             "time_scale": _scale(options, "time_scale", profile.sim("time_scale")),
             "memory_scale": _scale(options, "memory_scale", profile.sim("memory_scale")),
-            **({"lock_dir": str(options.get("lock_dir") or _fresh_lock_dir())} if lock_dir or options.get("lock_dir") else {}),
+            **({"lock_dir": str(options.get("lock_dir") or _fresh_lock_dir())}
+               if lock_dir or options.get("lock_dir") else {}),
             "reuse_sessions": _flag(options, "reuse_sessions", True),
             "slowdown": parse_slowdown(options.get("slowdown")), "drift": _seed(options.get("drift"))}
 
@@ -292,14 +293,19 @@ class BoardSimContext(OnnxRuntimeContext):
         self.lock_dir.mkdir(parents=True, exist_ok=True)
         return acquire(self.lock_dir / f"core{core}.lock", blocking)
 
+    def _wait_for(self, core: int) -> int:
+        fd = self._lock(core, blocking=True)
+        assert fd is not None           # a blocking acquire waits; only a non-blocking one gives up
+        return fd
+
     def _take_cores(self) -> list[int]:
         if self.cores:                       # a fixed mask: wait for each of its cores, in order
-            return [self._lock(c, blocking=True) for c in self.cores]
+            return [self._wait_for(c) for c in self.cores]
         for core in range(self.npu_cores):   # auto: the first idle core, else queue on core 0
             fd = self._lock(core, blocking=False)
             if fd is not None:
                 return [fd]
-        return [self._lock(0, blocking=True)]
+        return [self._wait_for(0)]
 
 
 def _bodies(entry) -> int:
@@ -360,7 +366,7 @@ def _free(block: mmap.mmap | None) -> None:
         block.close()
 
 
-class _Clock:
+class Clock:
     """Keeps simulated stages on the board's time despite late wake-ups.
 
     A sleep of a millisecond can end several milliseconds late on a loaded machine; over the 336
@@ -400,7 +406,7 @@ class _Clock:
         self.debt[kind] = max(0.0, self.debt[kind] + (self.last_end - start) - target)
 
 
-_CLOCK = _Clock()       # per process: the stages of one process run one after another
+_CLOCK = Clock()       # per process: the stages of one process run one after another
 
 
 def _pad(start: float, target: float, kind: str = "lifecycle") -> None:

@@ -107,7 +107,7 @@ class OnnxRuntimeContext(Context):
 
     @classmethod
     def import_runtime(cls) -> None:
-        import onnxruntime  # noqa: F401
+        import onnxruntime  # noqa: F401 (imported now for its side effect: loaded before a run is under way)
 
     def __init__(self, label: str, **options):
         super().__init__(label, **options)

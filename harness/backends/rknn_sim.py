@@ -254,7 +254,7 @@ class RknnSimContext(Context):
         self._inited = True
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        if not self._inited:
+        if not self._inited or self._worker is None:
             raise self.error("run", "context not initialised (call load and init first)")
         return self._ask(self._worker, "run", {"op": "run", "key": self._key}, inputs)[1]
 

@@ -21,6 +21,8 @@ run something other than the NPU while claiming to gate it.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from pathlib import Path
 
 import os
@@ -78,7 +80,7 @@ def runtime_library() -> Path:
 
 def parse_sdk_version(text: str | None) -> dict:
     """{"api": librknnrt version, "driver": NPU driver version} from get_sdk_version()'s block."""
-    fields = {}
+    fields: dict[str, str] = {}
     for key, value in _SDK_FIELD.findall(text or ""):
         fields.setdefault({"API": "api", "DRV": "driver"}[key], value)
     return fields
@@ -99,7 +101,7 @@ class RknnLiteContext(Context):
         except BackendError as exc:
             raise BackendError(f"rknnlite: {label}: {NOT_ON_BOARD} ({exc.__cause__})") from exc
         self.core_mask = getattr(self._api, f"NPU_CORE_{CORE_MASKS[self.core_mask_name][0]}")
-        self._rknn = None
+        self._rknn: Any = None          # an RKNNLite once loaded (the board's runtime: no stubs)
         self._initialised = False
 
     def load(self, path: Path) -> None:

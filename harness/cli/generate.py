@@ -44,7 +44,8 @@ def _add_sampler_options(gen) -> None:
                              ("flex", number, "window growth per computed step"),
                              ("degree", whole, "Chebyshev degree M"),
                              ("ridge", number, "ridge lambda of the Chebyshev fit"),
-                             ("blend", number, "weight w of the Chebyshev forecast against the Taylor step (1: Chebyshev only)"),
+                             ("blend", number,
+                              "weight w of the Chebyshev forecast against the Taylor step (1: Chebyshev only)"),
                              ("tail", whole, "last steps that always compute")):
         group.add_argument(f"--spectrum-{name}", type=kind, default=None, help=text)
 
@@ -73,7 +74,7 @@ def _cmd_generate(args) -> int:
     if args.uncond_text_emb is not None and args.text_emb is None:
         raise ConfigError("--uncond-text-emb goes with --text-emb (the cond stream's text embedding)")
     bundle = load_bundle(args.model_dir)
-    if not args.quiet:
+    if not args.quiet and bundle.checkpoint is not None:
         print(bundle.checkpoint.summary_line(), file=sys.stderr)
     s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed, args.sampler,
                         _spectrum_params(args))
@@ -119,6 +120,7 @@ def _cmd_generate(args) -> int:
           f"backend={args.backend} sampler={s.sampler}")
     if s.sampler == "spectrum":
         from ..sampling.spectrum import SpectrumParams, schedule, schedule_text
+        assert s.spectrum is not None       # sample_settings gives the spectrum sampler its parameters
         plan = schedule(s.steps, SpectrumParams(**s.spectrum))
         print(f"Spectrum schedule, {sum(plan)} computed of {len(plan)} steps (C computed, F forecast): "
               f"{schedule_text(plan)}")
@@ -184,6 +186,7 @@ def _generate_partitioned(bundle, prompt, s, args, text_embs):
     if not args.quiet:
         print_run_tables(result.report)
         print(f"report: {report_path}")
+    assert result.latent is not None        # run_partitioned returned: the denoising finished
     return result.latent[0], (result.images if args.images > 1 else result.image)
 
 

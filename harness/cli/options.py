@@ -137,7 +137,8 @@ OPTIONS: dict[str, Option] = {
     "calibration": Option(None, "rknn-sim w8a8-ffn: calibration directory (default: captured on first use)",
                           kind="path"),
     "granularity": Option("branch", "subgraph size: branch (3 per block, the board's 84), block (one per block, "
-                                    "AdaLN modulation, AdaLN gate and residual add inside) or blocks:K (K consecutive blocks)",
+                                    "AdaLN modulation, AdaLN gate and residual add inside) "
+                                    "or blocks:K (K consecutive blocks)",
                           parse=checked(granularity)),
     "fake_quant": Option(None, "export the partition with simulated INT8 (w8a8-ffn): a what-if the quality gate "
                                "judges"),
@@ -191,7 +192,8 @@ OPTIONS: dict[str, Option] = {
                                      "prefetch:K", parse=checked(lifecycle)),
     # The lifecycle soak gate (harness/gates/soak.py, marker soak).
     "soak_cycles": Option(None, "soak gate: load/init/run/release cycles over the branch kinds' subgraphs (default: "
-                                "one image's, subgraphs x 13 computed Spectrum steps: 1,092 on the board)", kind="count"),
+                                "one image's, subgraphs x 13 computed Spectrum steps: 1,092 on the board)",
+                                kind="count"),
     "soak_memory_rate": Option("16KiB", "soak gate: memory growth per cycle that fails it (descriptors and threads "
                                         "fail on any steady growth)", kind="size"),
     "images": Option(1, "images generated together per run: every loaded context serves all their streams",

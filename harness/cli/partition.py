@@ -17,7 +17,7 @@ __all__ = ["add_command", "parse_blocks", "default_partition_dir"]
 
 def parse_blocks(text: str, blocks: int) -> list[int]:
     """"0", "0-3" or "0,2,5-7" -> sorted block indices, each within 0..blocks-1."""
-    chosen = set()
+    chosen: set[int] = set()
     for part in text.split(","):
         part = part.strip()
         try:

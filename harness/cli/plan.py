@@ -1,4 +1,5 @@
-"""`harness plan`: each lifecycle strategy's expected time and memory, and the best under a budget (harness.memory.planner)."""
+"""`harness plan`: each lifecycle strategy's expected time and memory, and the best under a budget
+(harness.memory.planner)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -73,7 +74,8 @@ def print_space(result: dict) -> None:
     from rich import box
     from rich.table import Table
     from ..report.terminal import console
-    t = Table(box=box.SIMPLE, title=f"granularity x core mask, per 28-step Spectrum image, budget {result['budget_mib']:.0f} MiB")
+    t = Table(box=box.SIMPLE,
+              title=f"granularity x core mask, per 28-step Spectrum image, budget {result['budget_mib']:.0f} MiB")
     for col in ("granularity", "core mask", "contexts", "on-demand s", "resident s", "resident MiB",
                 "best fitting", "s", "MiB"):
         t.add_column(col, no_wrap=True,
@@ -112,5 +114,6 @@ def print_plan(result: dict) -> None:
     for note in result["notes"]:
         con.print(f"note: {escape(note)}")
     best = result["best"]
-    con.print(f"best for this partition as measured: {best['strategy']} ({best['seconds']:.2f} s, {best['added_mib']:.0f} MiB)"
+    con.print(f"best for this partition as measured: {best['strategy']} ({best['seconds']:.2f} s, "
+              f"{best['added_mib']:.0f} MiB)"
               if best else "no strategy fits the budget")

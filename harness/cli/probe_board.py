@@ -125,10 +125,13 @@ def _one_stream(args, bundle):
 def _weight_of(setup):
     """The weight MiB of a subject: board-sim's simulated context, or the file's size (a .rknn)."""
     from ..backends.base import create_context
+    from ..backends.board_sim import BoardSimContext
 
     def weight(subject) -> float:
         if setup.backend == "board-sim":
-            return create_context("board-sim", subject.entry.label, **setup.options).board_weight_mib
+            ctx = create_context("board-sim", subject.entry.label, **setup.options)
+            assert isinstance(ctx, BoardSimContext)
+            return ctx.board_weight_mib
         return subject.path.stat().st_size / MiB
     return weight
 

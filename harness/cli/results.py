@@ -67,7 +67,8 @@ def add_command(subparsers) -> argparse.ArgumentParser:
     site = sub.add_parser("site", help="write a static results site (index, series, fleets, upgrades)")
     site.add_argument("--out", type=Path, required=True, help="folder of the site (new, empty, or an earlier site)")
     site.add_argument("--reports", type=Path, help="folder of run reports (<run id>/report.html) to link and copy")
-    site.add_argument("--threshold", default="10%", help="the fixed rule's threshold, as for check (default: %(default)s)")
+    site.add_argument("--threshold", default="10%",
+                      help="the fixed rule's threshold, as for check (default: %(default)s)")
     site.set_defaults(func=_cmd_site)
     for command in (imp, exp, chk, brd, push, site):
         add_results_option(command)
@@ -85,7 +86,8 @@ def read_csv(path: Path) -> list[Run]:
             rows = list(csv.DictReader(fh))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise ResultsError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
-    runs, seen = [], {}
+    runs: list[Run] = []
+    seen: dict[tuple[str, str], int] = {}
     for number, row in enumerate(rows, start=2):        # row 1 is the header
         run = _run_of_row(row, f"{path} row {number}")
         where = seen.setdefault((run.run_id, run.key.case), number)
@@ -181,7 +183,8 @@ def export_ab_csv(sessions: list) -> str:
     interval. The sides' runs are rows of export_csv too (run ids `<session>-baseline`, `-candidate`)."""
     header = ["time", "session_id", "case", "board_id", "rounds", "lifecycle", "baseline_run_id",
               "baseline_partition", "baseline_manifest_hash", "candidate_run_id", "candidate_partition",
-              "candidate_manifest_hash", *(f"{side}_{v}" for side in ("baseline", "candidate") for v in _VERSION_COLUMNS),
+              "candidate_manifest_hash",
+              *(f"{side}_{v}" for side in ("baseline", "candidate") for v in _VERSION_COLUMNS),
               "figure", "shift_pct", "ci_low_pct", "ci_high_pct", "threshold_pct", "confidence", "n", "regression"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")

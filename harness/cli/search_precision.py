@@ -21,7 +21,8 @@ def add_command(subparsers):
     p.add_argument("--no-options", dest="options", action="store_false",
                    help="try only the board's quantization options (normal, per-channel) on the all-INT8 build")
     p.add_argument("--cache-dir", type=Path, default=Path(".cache"), help="FP32 export cache (default: %(default)s)")
-    p.add_argument("--out", type=Path, default=Path("out/search-precision"), help="output directory (default: %(default)s)")
+    p.add_argument("--out", type=Path, default=Path("out/search-precision"),
+                   help="output directory (default: %(default)s)")
     p.add_argument("--table-from", type=Path, metavar="SEARCH_JSON",
                    help="search nothing: print a finished search's candidates (its search.json) as a markdown table")
     p.set_defaults(func=_cmd_search)

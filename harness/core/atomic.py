@@ -58,7 +58,7 @@ def sweep_temporaries(directory: str | Path) -> list[Path]:
     stays. Never raises: a directory that cannot be listed has nothing this run can clean.
     """
     import psutil
-    removed = []
+    removed: list[Path] = []
     try:
         names = os.listdir(directory)
     except OSError:

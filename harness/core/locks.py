@@ -33,6 +33,7 @@ def file_lock(path: str | Path) -> Iterator[int]:
     """Hold `path`'s lock for the block, waiting for any other holder."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fd = acquire(path)
+    assert fd is not None           # a blocking acquire waits; only a non-blocking one gives up
     try:
         yield fd
     finally:

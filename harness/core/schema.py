@@ -55,13 +55,14 @@ def check_table(table, fields: dict[str, Field], where: str, error: type[Excepti
 def _read(path: str | Path, what: str, error: type[Exception], parse: Callable[[str], Any], kind: str,
           malformed: tuple[type[Exception], ...]):
     path = Path(path)
+    unreadable: tuple[type[Exception], ...] = (*malformed, UnicodeDecodeError)
     try:
         return parse(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise error(f"{path}: no such {what}") from None
     except IsADirectoryError:
         raise error(f"{path}: is a directory, expected a {what}") from None
-    except (*malformed, UnicodeDecodeError) as exc:
+    except unreadable as exc:
         raise error(f"{path}: not valid {kind} ({exc})") from None
 
 

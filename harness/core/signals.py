@@ -65,13 +65,13 @@ class StopSignals:
         """The exception class of the signal received (None if none was)."""
         if self.received is None:
             return None
-        return STOP_SIGNALS[self.received][1]
+        return STOP_SIGNALS[signal.Signals(self.received)][1]
 
     def _handle(self, signum, frame) -> None:
         if self.received is not None:
             return                  # already stopping: let the cleanup finish
         self.received = signum
-        raise self.exception(f"{STOP_SIGNALS[signum][0]} received during {self.where}")
+        raise self.exception(f"{STOP_SIGNALS[signal.Signals(signum)][0]} received during {self.where}")
 
 
 def stop_status(exc: BaseException) -> str:

@@ -60,7 +60,7 @@ def max_rel_err(out: np.ndarray, ref: np.ndarray) -> float:
 class Row:
     step: int
     subgraph: int
-    block: int
+    block: int | None
     branch: str
     cosine: float
     max_rel_err: float
@@ -142,6 +142,7 @@ class AccuracyAnalysis:
                 self.repro = self._save(inv, ref, row)
 
     def _save(self, inv: Invocation, ref: np.ndarray, row: Row) -> Path:
+        assert self.save_dir is not None        # observe() saves only with a save_dir
         folder = self.save_dir / f"step{inv.step:02d}-subgraph{row.subgraph:02d}"
         folder.mkdir(parents=True, exist_ok=True)
         files = []

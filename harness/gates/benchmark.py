@@ -112,7 +112,8 @@ def figure_problems(info: dict, steps: int, subgraphs: int) -> list[str]:
     return [problem for ok, problem in checks if not ok]
 
 
-def baseline_offer(run: Run, judgement: Judgement, save_baseline: bool, accept_upgrade: bool) -> tuple[str | None, str | None]:
+def baseline_offer(run: Run, judgement: Judgement, save_baseline: bool,
+                   accept_upgrade: bool) -> tuple[str | None, str | None]:
     """(why the run is offered as its board's baseline, or None; why it is not, or None when nobody
     asked): only with --save-baseline, or --accept-upgrade after an upgrade comparison; never a run
     that is INVALID, regressed or not comparable with its history."""

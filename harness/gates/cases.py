@@ -44,7 +44,7 @@ THRESHOLDS_COMMAND = "bin/harness goldens thresholds"
 _CASE_KEYS = {"name", "prompt", "text_emb", "uncond_text_emb", "seed", "steps", "cfg", "ssim_min", "psnr_min",
               "sampler", "spectrum", "cosine_min"}
 # Settings that decide the image; thresholds only decide the verdict and may change freely.
-_IMAGE_SETTINGS = ("prompt", "text_emb", "uncond_text_emb", "seed", "steps", "cfg", "sampler", "shift", "spectrum")
+IMAGE_SETTINGS = ("prompt", "text_emb", "uncond_text_emb", "seed", "steps", "cfg", "sampler", "shift", "spectrum")
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class GoldenCase:
 
     def settings(self) -> dict:
         """The settings that decide the rendered image."""
-        return {key: getattr(self, key) for key in _IMAGE_SETTINGS}
+        return {key: getattr(self, key) for key in IMAGE_SETTINGS}
 
 
 def _fields(keys: set[str], required: set[str]) -> dict[str, Field]:
@@ -139,7 +139,8 @@ def _spectrum_of(case: dict, where: str) -> dict | None:
     """The resolved Spectrum parameters of a spectrum case (checked against its steps), else None."""
     if case["sampler"] != "spectrum":
         if "spectrum" in case:
-            raise ConfigError(f"{where}: a 'spectrum' table needs sampler = \"spectrum\" (sampler is {case['sampler']!r})")
+            raise ConfigError(f"{where}: a 'spectrum' table needs sampler = \"spectrum\" (sampler is "
+                              f"{case['sampler']!r})")
         return None
     params = params_from(case.get("spectrum"), where)
     check_params(params, case["steps"], name=lambda f: f"{where}: spectrum.{f}")

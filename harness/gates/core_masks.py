@@ -14,6 +14,7 @@ its outputs are onnxruntime's, equal under every mask by construction).
 """
 from __future__ import annotations
 
+
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -22,7 +23,7 @@ import numpy as np
 
 from ..backends.base import create_context
 from ..backends.board_sim import normalize_options
-from ..partition.manifest import load_manifest
+from ..partition.manifest import SubgraphEntry, load_manifest
 from ..runtime.partitions import exported_partition
 from .accuracy import DEFAULT_THRESHOLD, cosine, max_rel_err
 
@@ -73,7 +74,7 @@ def core_mask_consistency(backend: str, options: dict, manifest, masks=MASKS, re
     """Block 0's self-attention, cross-attention and FFN (or the first fused subgraph) under every
     mask, on one set of unit-scale inputs."""
     rng = np.random.default_rng(seed)
-    kinds = {}
+    kinds: dict[str, SubgraphEntry] = {}
     for entry in manifest.subgraphs:
         kinds.setdefault(entry.branch, entry)
     rows = []

@@ -31,7 +31,7 @@ from ..model.config import REPO_ROOT
 from ..core.errors import ConfigError, HarnessError
 from ..core.imageio import save_png
 from ..sampling.spectrum import SAMPLERS   # sampler names live with the sampler
-from .cases import GoldenCase, _IMAGE_SETTINGS
+from .cases import GoldenCase, IMAGE_SETTINGS
 
 __all__ = ["relative_to_repo", "GoldenStore", "GoldenError", "GoldenMissing", "GoldenCorrupt", "GoldenStale",
            "GoldenRefused", "UPDATE_COMMAND", "SAMPLERS", "latent_preview"]
@@ -165,7 +165,7 @@ class GoldenStore:
             raise GoldenCorrupt(f"golden case '{case.name}': {paths['npy']} does not match the sha256 "
                                 f"recorded in {paths['json']} (an interrupted update or a hand edit); "
                                 f"regenerate it: {UPDATE_COMMAND}")
-        recorded = {key: meta["case"].get(key) for key in _IMAGE_SETTINGS}
+        recorded = {key: meta["case"].get(key) for key in IMAGE_SETTINGS}
         changed = {k: (recorded[k], v) for k, v in case.settings().items() if recorded[k] != v}
         if changed:
             detail = ", ".join(f"{k}: golden {old!r} vs case {new!r}" for k, (old, new) in changed.items())
@@ -205,7 +205,8 @@ class GoldenStore:
         atomic_write_json(paths["json"], full)   # last: its hash vouches for the .npy
         return full
 
-    def update(self, case: GoldenCase, image, meta: dict, precision: str, force: bool = False) -> tuple[list[Path], str]:
+    def update(self, case: GoldenCase, image, meta: dict, precision: str,
+               force: bool = False) -> tuple[list[Path], str]:
         """Write the golden unless the stored one is intact and `image` is within the case's
         tolerance of it (an update must not churn goldens that still hold). Returns (files written,
         why)."""

@@ -178,8 +178,10 @@ class _Judge:
         analysis = AccuracyAnalysis(reference, 0.0, None, {})
         case = self.case
         inputs = case_inputs(case, self.bundle.cfg, self.golden_dir)
-        step_line = lambda i: say(f"{candidate.name}: simulator step {i + 1}/{case.steps}") \
-            if (i + 1) % 5 == 0 else None
+
+        def step_line(i: int) -> None:
+            if (i + 1) % 5 == 0:
+                say(f"{candidate.name}: simulator step {i + 1}/{case.steps}")
         try:
             result = run_partitioned(RunRequest(self.bundle, partition, "rknn-sim", inputs.prompt, inputs.settings,
                                                 text_embs=inputs.text_embs),

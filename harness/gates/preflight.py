@@ -148,7 +148,8 @@ def judge(stack: Stack, table: list[dict]) -> Verdict:
     """The stack against the table, each toolkit version of the partition in turn: the first bad one, else
     good when every toolkit version is on a good combination, else unknown."""
     kinds = []
-    for converted_with, files in sorted(stack.converted_with.items()) or [(None, [])]:
+    versions_used: list[tuple[str | None, list[str]]] = sorted(stack.converted_with.items()) or [(None, [])]
+    for converted_with, files in versions_used:
         versions = {"converted_with": converted_with, "wheel": stack.wheel, "librknnrt": stack.librknnrt,
                     "driver": stack.driver}
         which = f" ({len(files)} .rknn file(s), e.g. {files[0]})" if files else ""

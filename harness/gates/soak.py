@@ -31,7 +31,8 @@ from ..core.errors import ConfigError, MemoryGuardTripped
 from ..memory.resources import COUNT_RESOURCES, MEMORY_RESOURCES, RESOURCES
 from ..sampling.spectrum import DEFAULT_PRESET, PRESETS, schedule
 
-__all__ = ["Growth", "SoakRun", "SoakVerdict", "branch_kinds", "cycles_per_image", "run_soak", "fit_growth", "judge", "soak_verdict",
+__all__ = ["Growth", "SoakRun", "SoakVerdict", "branch_kinds", "cycles_per_image", "run_soak", "fit_growth", "judge",
+           "soak_verdict",
            "MIN_CYCLES", "NOT_JUDGED", "IMAGE_STEPS"]
 
 IMAGE_STEPS = 28            # the board's Spectrum image: 28 steps, 13 computed (boards/data/rock5c-anima.toml)
@@ -201,7 +202,8 @@ def _headroom(growth: Growth, value: int, floor_bytes: int, mem_available: int, 
             return
         which = "RLIMIT_NOFILE" if growth.resource == "fds" else "the thread limit"
         left = max(0, limit - int(value))
-        growth.headroom = f"the {'descriptor' if growth.resource == 'fds' else 'thread'} limit ({which} {limit:,}, {left:,} left)"
+        kind = "descriptor" if growth.resource == "fds" else "thread"
+        growth.headroom = f"the {kind} limit ({which} {limit:,}, {left:,} left)"
     else:
         left = max(0, mem_available - floor_bytes)
         growth.headroom = f"the memory floor ({_size(floor_bytes)}, {_size(left)} above it now)"

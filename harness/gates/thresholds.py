@@ -11,6 +11,7 @@ above 1 on both sides refuses the whole derivation: nothing is written.
 """
 from __future__ import annotations
 
+
 import math
 import tempfile
 from dataclasses import dataclass, replace
@@ -42,7 +43,7 @@ class NoSeparation(HarnessError):
 
 def threshold_cases(cases: list[GoldenCase], seeds: list[int], sampler: str) -> list[GoldenCase]:
     """Every distinct (prompt or text embedding, CFG, steps) of the `sampler` cases x every seed."""
-    distinct = {}
+    distinct: dict[tuple, GoldenCase] = {}
     for case in cases:
         key = (case.prompt, case.text_emb, case.uncond_text_emb, case.cfg, case.steps)
         if case.sampler == sampler:

@@ -157,7 +157,7 @@ def job_yaml(job: dict, command: str) -> str:
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
     yaml.width = 4096        # one line per value: a URL is not folded
-    yaml.sort_base_mapping_type_on_output = False
+    yaml.sort_base_mapping_type_on_output = False  # type: ignore[assignment]  # ruamel declares it None-typed
     out = io.StringIO()
     yaml.dump(job, out)
     return f"# Written by `{command}` (harness/lab/jobs.py); docs/lab.md says how to submit it.\n" + out.getvalue()

@@ -79,7 +79,8 @@ def _benchmark_figures(extra: dict) -> list[tuple[str, float, str, bool]]:
     figures += [(f"{branch}_core", seconds, "s", False) for branch, seconds in extra.get("core_s_per_step", {}).items()]
     for verdict in (extra.get("verdict") or {}).get("verdicts", []):
         figures.append((f"shift.{verdict['label']}", verdict.get("shift_pct"), "%", bool(verdict.get("regression"))))
-    return [(name, value, units, regressed) for name, value, units, regressed in figures if _numeric(value) is not None]
+    return [(name, number, units, regressed) for name, value, units, regressed in figures
+            if (number := _numeric(value)) is not None]
 
 
 def _benchmarks(path: Path) -> dict[str, dict]:

@@ -13,6 +13,8 @@ naming the subgraph. The outputs are the backend's own, bit for bit: only where 
 """
 from __future__ import annotations
 
+from typing import Any
+
 import contextlib
 import os
 import signal
@@ -159,7 +161,7 @@ class Prefetch:
         self.final_release_s = 0.0
         self.waited_by_branch: dict[str, float] = {}      # where the pipeline stood still
         self._ahead: deque = deque()                    # (entry, worker, seq, step) loaded ahead
-        self._current = None                            # (entry, worker) the pipeline is using
+        self._current: tuple[Any, _Worker] | None = None   # (entry, worker) the pipeline is using
         self._workers: list[_Worker] = []
         every = list(entries or self._order)
         try:

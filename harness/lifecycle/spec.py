@@ -80,11 +80,17 @@ def pinned_subset(spec: LifecycleSpec, manifest) -> frozenset[int]:
             raise ConfigError(f"--lifecycle {spec}: no subgraph {unknown[0]} in {manifest.file} "
                               f"(subgraphs {min(known)}..{max(known)})")
         return frozenset(spec.indices)
-    if spec.k > len(known):
+    if _count(spec) > len(known):
         raise ConfigError(f"--lifecycle {spec}: the partition has only {len(known)} subgraphs")
     ranked = sorted(manifest.subgraphs, key=lambda e: (PIN_ORDER.index(e.branch)
                                                        if e.branch in PIN_ORDER else len(PIN_ORDER), e.index))
     return frozenset(e.index for e in ranked[:spec.k])
+
+
+def _count(spec: LifecycleSpec) -> int:
+    """The count of lru:N, prefetch:N and pinned:N (parse_lifecycle gives these kinds one)."""
+    assert spec.k is not None, spec
+    return spec.k
 
 
 def make_strategy(spec: LifecycleSpec | str, backend: str, recorder, manifest, backend_options: dict | None = None):
@@ -96,8 +102,8 @@ def make_strategy(spec: LifecycleSpec | str, backend: str, recorder, manifest, b
     if spec.kind == "resident":
         return Resident(backend, recorder, manifest.path_of, **options)
     if spec.kind == "lru":
-        return Lru(backend, recorder, manifest.path_of, spec.k, **options)
+        return Lru(backend, recorder, manifest.path_of, _count(spec), **options)
     if spec.kind == "pinned":
         return Pinned(backend, recorder, manifest.path_of, pinned_subset(spec, manifest), str(spec), **options)
     entries = list(manifest.subgraphs) + ([manifest.decoder] if manifest.decoder else [])
-    return Prefetch(backend, recorder, manifest.path_of, manifest.subgraphs, spec.k, entries=entries, **options)
+    return Prefetch(backend, recorder, manifest.path_of, manifest.subgraphs, _count(spec), entries=entries, **options)

@@ -111,7 +111,7 @@ def worker_main(fd: int) -> None:
                 conn.send(("ok", seq, reply))
             except HarnessError as exc:
                 conn.send(("error", seq, str(exc)))
-            except Exception as exc:  # noqa: BLE001 - a bug in a stage still names the stage
+            except Exception as exc:  # any error: a bug in a stage still names the stage
                 conn.send(("error", seq, f"{op}: {type(exc).__name__}: {exc}"))
     finally:
         if ctx is not None:

@@ -7,6 +7,8 @@ where a measured file is given, the profile's otherwise, and says which, where a
 """
 from __future__ import annotations
 
+from typing import Any
+
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,7 @@ MEASURED_FORMAT = "anima-board-probe/1"
 
 @dataclass(frozen=True)
 class Figure:
-    value: object
+    value: Any           # a bool, a factor or a pair of floats, by figure (see Assumptions)
     source: str          # "[sim] lifecycle_holds_core" or "probe-board.toml"
     measured: bool
 
@@ -47,7 +49,8 @@ class Assumptions:
                                                                         else "can") + " hide it)"),
             self.stream_per_core_speedup.describe(
                 f"two contexts on two cores, one CFG stream each: {self.stream_per_core_speedup.value:.2f}x one core"),
-            self.multi_core_speedup.describe(f"one context on cores 0_1_2: {self.multi_core_speedup.value:.2f}x one core"),
+            self.multi_core_speedup.describe(
+                f"one context on cores 0_1_2: {self.multi_core_speedup.value:.2f}x one core"),
             self.lifecycle.describe(f"lifecycle per context {fixed:.3f} s + {1000 * per_mib:.2f} ms per weight MiB"),
             self.memory_split.describe("memory per context " + (f"host {split[0]:.1f} MiB + device {split[1]:.1f} MiB"
                                                                 if split else "one number (no host/device split)")),

@@ -20,6 +20,8 @@ scales. The result is a data file (`anima-board-probe/1`) that `harness plan --m
 """
 from __future__ import annotations
 
+from typing import Any
+
 import contextlib
 import os
 import socket
@@ -34,6 +36,7 @@ import numpy as np
 from scipy import stats
 
 from ..backends.base import create_context
+from ..partition.manifest import SubgraphEntry
 from .assumptions import MEASURED_FORMAT
 from .guard import read_memory
 
@@ -50,7 +53,7 @@ class Subject:
     """One subgraph the probe loads: its file, its entry (input shapes) and its weight MiB."""
     kind: str            # "ffn", "self_attn", "block", "blocks:4", ...
     path: Path
-    entry: object
+    entry: SubgraphEntry
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,8 @@ def measure_streams(setup: ProbeSetup, both: Subject, one: Subject) -> dict:
         rows = _inputs(one.entry)
         pair = statistics.median(_together([lambda: a.run(rows), lambda: b.run(rows)])
                                  for _ in range(setup.repeats))
-    return {"one_core_both_streams_s": one_core / setup.time_scale, "two_cores_one_stream_each_s": pair / setup.time_scale,
+    return {"one_core_both_streams_s": one_core / setup.time_scale,
+            "two_cores_one_stream_each_s": pair / setup.time_scale,
             "stream_per_core_speedup": one_core / pair, "all_cores_s": all_cores / setup.time_scale,
             "multi_core_speedup": one_core / all_cores}
 
@@ -222,7 +226,7 @@ def measure_memory(setup: ProbeSetup, subject: Subject, held: int = 4) -> dict:
             stack.enter_context(_loaded(setup, subject, None, f"held {k}"))
         after, device_after = read_memory(), _dma_buf_bytes(setup.telemetry_root)
     host = (after.pss - before.pss) / held / MiB / setup.memory_scale
-    out = {"contexts_held": held, "host_mib": host}
+    out: dict[str, Any] = {"contexts_held": held, "host_mib": host}
     if device_after is not None:
         device = (device_after - (device_before or 0)) / held / MiB / setup.memory_scale
         out.update(device_mib=device, host_device_mib=[host, device])
@@ -236,7 +240,7 @@ def measure_memory(setup: ProbeSetup, subject: Subject, held: int = 4) -> dict:
 def probe_board(setup: ProbeSetup, subjects: dict[str, Subject], one_stream: Subject | None, weight_mib,
                 say=print) -> dict:
     """Every measurement this backend allows; the measured data file's tables."""
-    data = {"format": MEASURED_FORMAT,
+    data: dict[str, Any] = {"format": MEASURED_FORMAT,
             "probe": {"backend": setup.backend, "host": socket.gethostname(),
                       "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       "time_scale": setup.time_scale, "memory_scale": setup.memory_scale}}

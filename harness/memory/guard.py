@@ -169,16 +169,16 @@ class MemoryGuard:
         self.swap_limit_bytes = parse_size(swap_limit_bytes)
         if not (isinstance(interval, numbers.Real) and interval > 0):
             raise ConfigError(f"memory guard interval {interval!r}: must be a positive number of seconds")
-        self.interval = float(interval)
-        self._reader = reader
-        self._on_trip = on_trip
-        self._lock = threading.Lock()
+        self.interval: float = float(interval)
+        self._reader: Callable[[], MemoryReading] = reader
+        self._on_trip: Callable[[str], None] | None = on_trip
+        self._lock: threading.Lock = threading.Lock()
         self._samples: list[MemoryReading] = []
         self._trip_reason: str | None = None
-        self._tripped = threading.Event()
-        self._stop = threading.Event()
+        self._tripped: threading.Event = threading.Event()
+        self._stop: threading.Event = threading.Event()
         self._thread: threading.Thread | None = None
-        self.sampler_errors = 0
+        self.sampler_errors: int = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> MemoryGuard:
@@ -200,7 +200,7 @@ class MemoryGuard:
         while not self._stop.wait(self.interval):
             try:
                 self._observe(self._reader())
-            except Exception:  # noqa: BLE001 - the sampler must outlive a bad read
+            except Exception:  # any error: the sampler must outlive a bad read
                 # A failed read loses one sample; killing the thread would lose the guard.
                 self.sampler_errors += 1
                 log.exception("memory guard: reading failed")
@@ -224,7 +224,7 @@ class MemoryGuard:
         if self._on_trip is not None:
             try:
                 self._on_trip(reason)
-            except Exception:  # noqa: BLE001 - a broken callback must not hide the trip
+            except Exception:  # any error: a broken callback must not hide the trip
                 log.exception("memory guard: on_trip callback failed")
 
     def _limit_crossed(self, reading: MemoryReading) -> str | None:

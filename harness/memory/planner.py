@@ -149,14 +149,14 @@ def memory_mib(inp: PlanInputs, contexts: int) -> float:
     """Added PSS with `contexts` live: the measured table inside its range, the marginal growth of
     its last `fit_rows` rows beyond it."""
     from .residency import extrapolate
-    contexts = contexts * inp.context_weight
+    weighted = contexts * inp.context_weight
     c = [r[0] for r in inp.probe]
     p = [r[1] for r in inp.probe]
-    if contexts <= c[-1] and len(c) > 1:
-        return float(np.interp(contexts, [0] + c, [0.0] + p))
+    if weighted <= c[-1] and len(c) > 1:
+        return float(np.interp(weighted, [0] + c, [0.0] + p))
     if len(c) == 1:
-        return p[0] * contexts / c[0]
-    return extrapolate(c, p, contexts, inp.fit_rows)
+        return p[0] * weighted / c[0]
+    return extrapolate(c, p, weighted, inp.fit_rows)
 
 
 def mean_lifecycle(inp: PlanInputs) -> float:
@@ -209,7 +209,8 @@ def plan(inp: PlanInputs, pools=(4, 8, 16, 83), pins=(8, 16), prefetch=(1, 2, 3,
     keep_passes = passes - 1                        # the first pass loads whatever is kept
     choices = [Choice("on-demand", total, memory_mib(inp, 1), 1, "measured")]
     choices.append(Choice("resident", total - inp.pass_stage_sum * keep_passes, memory_mib(inp, n), n,
-                          f"{inp.pass_stage_sum:.3f} s x {keep_passes} passes = {inp.pass_stage_sum * keep_passes:.2f} s saved"))
+                          f"{inp.pass_stage_sum:.3f} s x {keep_passes} passes = "
+                          f"{inp.pass_stage_sum * keep_passes:.2f} s saved"))
     for pool in pools:
         if pool >= n:
             continue

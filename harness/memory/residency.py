@@ -110,7 +110,7 @@ def growth_per_context(contexts, pss_added_mib, fit_rows: int = 2) -> float:
     return float(np.polyfit(c, p, 1)[0])
 
 
-def extrapolate(contexts, pss_added_mib, target: int, fit_rows: int = 2) -> float:
+def extrapolate(contexts, pss_added_mib, target: float, fit_rows: int = 2) -> float:
     """Added PSS (MiB) at `target` contexts: the last row plus the fitted growth per context."""
     slope = growth_per_context(contexts, pss_added_mib, fit_rows)
     return float(pss_added_mib[-1] + (target - contexts[-1]) * slope)

@@ -92,7 +92,7 @@ def resource_limits() -> dict[str, int | None]:
     """The per-process limits a count runs into: RLIMIT_NOFILE for descriptors, RLIMIT_NPROC (else the
     kernel's threads-max) for threads; None where there is none."""
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    nproc = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    nproc: int | None = resource.getrlimit(resource.RLIMIT_NPROC)[0]
     if nproc == resource.RLIM_INFINITY:
         try:
             nproc = int(Path("/proc/sys/kernel/threads-max").read_text())

@@ -105,7 +105,7 @@ class ModelBundle:
         """What an export reads its block tensors from: the checkpoint, one block at a time."""
         return self.checkpoint if self.checkpoint is not None else self.weights
 
-    def all_weights(self) -> dict:
+    def all_weights(self) -> Mapping:
         """Every DiT tensor (the monolithic reference forward only; gigabytes on anima-2b)."""
         if self.checkpoint is None:
             return self.weights

@@ -60,6 +60,7 @@ class TensorSource:
 
     cfg: ModelConfig
     source: str
+    _digest: str | None = None
 
     def read(self, keys) -> dict[str, np.ndarray]:
         raise NotImplementedError
@@ -73,11 +74,11 @@ class TensorSource:
 
     def known_digest(self) -> str | None:
         """The digest if it was already computed (an export then skips hashing)."""
-        return getattr(self, "_digest", None)
+        return self._digest
 
     def digest(self) -> str:
         """weights_digest of every expected tensor, read one at a time."""
-        if getattr(self, "_digest", None) is None:
+        if self._digest is None:
             self._digest = combine_digests({k: tensor_digest(k, self.read([k])[k]) for k in self.keys()})
         return self._digest
 
@@ -148,11 +149,12 @@ class Checkpoint(TensorSource):
             identity = digest_cache.file_identity(self.file.path)
             found = digest_cache.lookup(self.file.path, self._digest_scope(), identity)
             cached = found is not None
-            if not cached:
+            if found is None:
                 found = super().digest()
                 digest_cache.store(self.file.path, self._digest_scope(), identity, found)
             self._digest = found
             self.digest_info = {"seconds": time.perf_counter() - start, "cached": cached}
+            return found
         return self._digest
 
     # ---------------------------------------------------------------- header checks

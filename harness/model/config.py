@@ -6,6 +6,8 @@ computed here once so the math modules never re-derive it differently.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,7 +112,8 @@ def _parse(data: dict, source: str) -> ModelConfig:
     if not isinstance(net, dict):
         raise ConfigError(f"{source}: missing [network] table")
     check_table(net, _NETWORK, f"{source} [network]", extra=True)
-    values = {key: (float(net[key]) if kind is float else net[key]) for key, kind in NETWORK_KEYS.items()}
+    values: dict[str, Any] = {key: (float(net[key]) if kind is float else net[key])
+                              for key, kind in NETWORK_KEYS.items()}
     if values["width"] % values["heads"]:
         raise ConfigError(f"{source}: width {values['width']} is not divisible by heads {values['heads']}")
     if (values["width"] // values["heads"]) % 2:

@@ -85,7 +85,8 @@ def interp_matrix(n_in: int, scale: int) -> np.ndarray:
 
 def decode(latent: np.ndarray, scale: int, background, foreground) -> np.ndarray:
     """[1, H, W] latent in [-1, 1] -> [H*scale, W*scale, 3] float32 image in [0, 1]."""
-    lat = np.asarray(latent, dtype=np.float32).reshape(latent.shape[-2:])
+    rows, cols = latent.shape[-2:]
+    lat = np.asarray(latent, dtype=np.float32).reshape(rows, cols)
     ah = interp_matrix(lat.shape[0], scale)
     aw = interp_matrix(lat.shape[1], scale)
     level = np.clip((ah @ lat @ aw.T + 1.0) * 0.5, 0.0, 1.0)[..., None]

@@ -11,6 +11,7 @@ text_emb [B, L, text_emb_dim].
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -44,7 +45,7 @@ def make_rope(cfg: ModelConfig, latent_hw: tuple[int, int] | None = None) -> Rop
 
 # ---------------------------------------------------------------- host: timestep and modulation
 
-def time_embedding(w: dict, cfg: ModelConfig, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def time_embedding(w: Mapping, cfg: ModelConfig, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """sigma [B] -> (emb [B, D], adaln_lora [B, 3D]); the timestep fed is sigma x multiplier."""
     t = np.asarray(sigma, dtype=np.float32) * np.float32(cfg.timestep_multiplier)
     sin = ops.timestep_sinusoid(t, cfg.width)
@@ -55,7 +56,7 @@ def time_embedding(w: dict, cfg: ModelConfig, sigma: np.ndarray) -> tuple[np.nda
     return emb, lora
 
 
-def modulations(w: dict, cfg: ModelConfig, emb: np.ndarray, lora: np.ndarray,
+def modulations(w: Mapping, cfg: ModelConfig, emb: np.ndarray, lora: np.ndarray,
                 blocks: range | None = None) -> dict[tuple[int, str], tuple[np.ndarray, ...]]:
     """{(block, branch): (shift, scale, adaln_gate)}, each [B, D]. Depends on t only: once per step."""
     act = ops.silu(emb)
@@ -68,7 +69,7 @@ def modulations(w: dict, cfg: ModelConfig, emb: np.ndarray, lora: np.ndarray,
     return out
 
 
-def final_modulation(w: dict, cfg: ModelConfig, emb: np.ndarray, lora: np.ndarray):
+def final_modulation(w: Mapping, cfg: ModelConfig, emb: np.ndarray, lora: np.ndarray):
     m = ops.linear(ops.linear(ops.silu(emb), w["final_layer.adaln_modulation.1.weight"]),
                    w["final_layer.adaln_modulation.2.weight"]) + lora[:, : 2 * cfg.width]
     shift, scale = np.split(m, 2, axis=-1)
@@ -190,14 +191,14 @@ def block_forward(w, cfg, i, x, mods, text_emb, rope) -> np.ndarray:
     return block_branches(w, cfg, i, x, mods, text_emb, rope)[0]
 
 
-def final_layer(w: dict, cfg: ModelConfig, x: np.ndarray, emb: np.ndarray, lora: np.ndarray,
+def final_layer(w: Mapping, cfg: ModelConfig, x: np.ndarray, emb: np.ndarray, lora: np.ndarray,
                 latent_hw: tuple[int, int]) -> np.ndarray:
     shift, scale = final_modulation(w, cfg, emb, lora)
     h = branch_input(x, shift, scale, cfg.norm_eps)
     return unpatchify(ops.linear(h, w["final_layer.linear.weight"]), cfg, latent_hw)
 
 
-def forward_features(w: dict, cfg: ModelConfig, latent: np.ndarray, sigma: np.ndarray,
+def forward_features(w: Mapping, cfg: ModelConfig, latent: np.ndarray, sigma: np.ndarray,
                      text_emb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Hidden state after the last block, plus (emb, lora) for the final layer."""
     latent = np.asarray(latent, dtype=np.float32)

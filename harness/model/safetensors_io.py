@@ -16,7 +16,7 @@ import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import BinaryIO, Callable, Iterable
 
 import numpy as np
 
@@ -26,7 +26,8 @@ __all__ = ["SafetensorsFile", "FLOAT_DTYPES", "bf16_bits_to_f32", "f32_to_bf16_b
 
 # safetensors dtype tag -> (numpy dtype of the stored bits, bytes per element). BF16 is read as
 # uint16 bits and widened: bf16 is the top half of a float32, so the conversion is exact.
-FLOAT_DTYPES = {"F32": (np.dtype("<f4"), 4), "F16": (np.dtype("<f2"), 2), "BF16": (np.dtype("<u2"), 2)}
+FLOAT_DTYPES: dict[str, tuple[np.dtype, int]] = {"F32": (np.dtype("<f4"), 4), "F16": (np.dtype("<f2"), 2),
+                                                 "BF16": (np.dtype("<u2"), 2)}
 _MAX_HEADER = 100 * 2 ** 20     # the format's own limit on the JSON header
 
 
@@ -63,8 +64,8 @@ class SafetensorsFile:
             raise WeightsError(f"{self.path}: weights file not found")
         self.size = self.path.stat().st_size
         self.tensors, self.metadata = self._read_header()
-        self._fh = None
-        self._map = None
+        self._fh: BinaryIO | None = None
+        self._map: mmap.mmap | None = None
 
     def _read_header(self) -> tuple[dict[str, TensorInfo], dict]:
         where = str(self.path)
@@ -113,13 +114,15 @@ class SafetensorsFile:
     def close(self) -> None:
         if self._map is not None:
             self._map.close()
+            self._map = None
+        if self._fh is not None:
             self._fh.close()
-            self._map = self._fh = None
+            self._fh = None
 
     def _mapped(self) -> mmap.mmap:
         if self._map is None:
-            self._fh = open(self.path, "rb")
-            self._map = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ)
+            self._fh = fh = open(self.path, "rb")
+            self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         return self._map
 
     def read_f32(self, key: str) -> np.ndarray:
@@ -181,5 +184,5 @@ def write_streamed(path: str | Path, specs: Iterable[tuple[str, str, tuple[int, 
             stored, _ = FLOAT_DTYPES[dtype]
             if array.dtype != stored or tuple(array.shape) != tuple(shape):
                 raise ValueError(f"{key}: produced {array.dtype} {array.shape}, declared {dtype} {shape}")
-            fh.write(memoryview(array).cast("B"))
+            fh.write(array.data.cast("B"))
     return 8 + len(text) + offset

@@ -1,11 +1,13 @@
 """Weights in the public Cosmos-Predict2 key layout (safetensors), validated against a ModelConfig.
 
-Loading (checkpoint.load_weights) checks every expected key, its shape and that the values are finite, and names the first
-problem. Files are read through harness.model.checkpoint (prefix detection, BF16, extra tensors ignored).
+Loading (checkpoint.load_weights) checks every expected key, its shape and that the values are finite, and
+names the first problem. Files are read through harness.model.checkpoint (prefix detection, BF16, extra
+tensors ignored).
 """
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 
 from pathlib import Path
 
@@ -24,7 +26,7 @@ _BRANCH_ADALN = {"self_attn": "adaln_modulation_self_attn", "cross_attn": "adaln
 def block_keys(cfg: ModelConfig, i: int) -> dict[str, tuple[int, ...]]:
     d, hd, r, c, f = cfg.width, cfg.head_dim, cfg.adaln_lora_rank, cfg.text_emb_dim, cfg.ffn_hidden
     p = f"blocks.{i}."
-    shapes = {}
+    shapes: dict[str, tuple[int, ...]] = {}
     for proj in ("q_proj", "k_proj", "v_proj", "output_proj"):
         shapes[p + f"self_attn.{proj}.weight"] = (d, d)
     shapes[p + "cross_attn.q_proj.weight"] = (d, d)
@@ -102,7 +104,7 @@ def tensor_digest(key: str, value: np.ndarray) -> bytes:
     """sha256 of one tensor as float32 little-endian, with its key and shape."""
     value = np.ascontiguousarray(np.asarray(value, dtype="<f4"))
     h = hashlib.sha256(f"{key}:{list(value.shape)};".encode())
-    h.update(memoryview(value).cast("B"))
+    h.update(value.data.cast("B"))
     return h.digest()
 
 
@@ -115,7 +117,7 @@ def combine_digests(per_tensor: dict[str, bytes]) -> str:
     return h.hexdigest()
 
 
-def weights_digest(weights: dict) -> str:
+def weights_digest(weights: Mapping) -> str:
     """sha256 over the tensors (per-tensor float32 digests in sorted key order): independent of the
     file layout and the stored dtype, and computable one tensor at a time."""
     return combine_digests({key: tensor_digest(key, value) for key, value in weights.items()})

@@ -1,4 +1,5 @@
-"""The DiT bodies of the three subgraphs of a block (self-attention, cross-attention, FFN) as ONNX, op for op the FP32 reference's, and the FFN's simulated INT8 (fake quantisation)."""
+"""The DiT bodies of the three subgraphs of a block (self-attention, cross-attention, FFN) as ONNX, op for op
+the FP32 reference's, and the FFN's simulated INT8 (fake quantisation)."""
 from __future__ import annotations
 
 import math
@@ -8,7 +9,7 @@ import numpy as np
 from ..model.config import ModelConfig
 from ..core.errors import ConfigError
 from ..model.reference import make_rope
-from .graph import _Graph, _attention, _heads, _linear, _rms_norm, _rope
+from .graph import Graph, add_attention, add_heads, add_linear, add_rms_norm, add_rope
 
 __all__ = ["FAKE_QUANT"]
 
@@ -17,33 +18,33 @@ __all__ = ["FAKE_QUANT"]
 FAKE_QUANT = ("w8a8-ffn",)
 
 
-def _self_attn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int) -> None:
+def _self_attn(g: Graph, w: dict, cfg: ModelConfig, i: int, streams: int) -> None:
     p, n, eps = f"blocks.{i}.self_attn.", cfg.tokens, cfg.norm_eps
     heads = [streams, n, cfg.heads, cfg.head_dim]
-    q = _rms_norm(g, _heads(g, _linear(g, "x", w, p + "q_proj.weight", "q_proj"), heads, "q_heads"),
+    q = add_rms_norm(g, add_heads(g, add_linear(g, "x", w, p + "q_proj.weight", "q_proj"), heads, "q_heads"),
                   w, p + "q_norm.weight", eps, "q_norm")
-    k = _rms_norm(g, _heads(g, _linear(g, "x", w, p + "k_proj.weight", "k_proj"), heads, "k_heads"),
+    k = add_rms_norm(g, add_heads(g, add_linear(g, "x", w, p + "k_proj.weight", "k_proj"), heads, "k_heads"),
                   w, p + "k_norm.weight", eps, "k_norm")
-    v = _heads(g, _linear(g, "x", w, p + "v_proj.weight", "v_proj"), heads, "v_heads")
+    v = add_heads(g, add_linear(g, "x", w, p + "v_proj.weight", "v_proj"), heads, "v_heads")
     rope = make_rope(cfg)
     half = cfg.head_dim // 2
     cos = g.const("rope.cos", rope.cos.reshape(n, half))    # [N, half] broadcast over S*H
     sin = g.const("rope.sin", rope.sin.reshape(n, half))
-    q, k = _rope(g, q, cos, sin, half, "q_rope"), _rope(g, k, cos, sin, half, "k_rope")
-    o = _attention(g, q, k, v, cfg.head_dim, [streams, n, cfg.width])
+    q, k = add_rope(g, q, cos, sin, half, "q_rope"), add_rope(g, k, cos, sin, half, "k_rope")
+    o = add_attention(g, q, k, v, cfg.head_dim, [streams, n, cfg.width])
     g.op("MatMul", [o, g.weight_t("output_proj.weight_t", w, p + "output_proj.weight")], "y")
 
 
-def _cross_attn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int) -> None:
+def _cross_attn(g: Graph, w: dict, cfg: ModelConfig, i: int, streams: int) -> None:
     p, n, ctx, eps = f"blocks.{i}.cross_attn.", cfg.tokens, cfg.text_emb_tokens, cfg.norm_eps
-    q = _rms_norm(g, _heads(g, _linear(g, "x", w, p + "q_proj.weight", "q_proj"),
+    q = add_rms_norm(g, add_heads(g, add_linear(g, "x", w, p + "q_proj.weight", "q_proj"),
                             [streams, n, cfg.heads, cfg.head_dim], "q_heads"),
                   w, p + "q_norm.weight", eps, "q_norm")
     kv_heads = [streams, ctx, cfg.heads, cfg.head_dim]
-    k = _rms_norm(g, _heads(g, _linear(g, "text_emb", w, p + "k_proj.weight", "k_proj"), kv_heads, "k_heads"),
+    k = add_rms_norm(g, add_heads(g, add_linear(g, "text_emb", w, p + "k_proj.weight", "k_proj"), kv_heads, "k_heads"),
                   w, p + "k_norm.weight", eps, "k_norm")
-    v = _heads(g, _linear(g, "text_emb", w, p + "v_proj.weight", "v_proj"), kv_heads, "v_heads")
-    o = _attention(g, q, k, v, cfg.head_dim, [streams, n, cfg.width])
+    v = add_heads(g, add_linear(g, "text_emb", w, p + "v_proj.weight", "v_proj"), kv_heads, "v_heads")
+    o = add_attention(g, q, k, v, cfg.head_dim, [streams, n, cfg.width])
     g.op("MatMul", [o, g.weight_t("output_proj.weight_t", w, p + "output_proj.weight")], "y")
 
 
@@ -58,7 +59,7 @@ def _int8_weights(w: dict, keys: tuple[str, ...]) -> dict:
     return out
 
 
-def _int8_activation(g: _Graph, x: str, name: str) -> str:
+def _int8_activation(g: Graph, x: str, name: str) -> str:
     # Dynamic per-tensor symmetric INT8: round(x / s) * s with s = max|x| / 127 (|x / s| <= 127,
     # so no clip is needed). Written in primitive ops, like GELU, for opset <= 19.
     # No axes: ReduceMax over every axis, the same node in opset 13..19.
@@ -68,7 +69,7 @@ def _int8_activation(g: _Graph, x: str, name: str) -> str:
     return g.op("Mul", [q, scale], f"{name}/dq")
 
 
-def _ffn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int, fake_quant: str | None = None) -> None:
+def ffn_body(g: Graph, w: dict, cfg: ModelConfig, i: int, streams: int, fake_quant: str | None = None) -> None:
     p = f"blocks.{i}.mlp."
     x = "x"
     if fake_quant == "w8a8-ffn":
@@ -76,7 +77,7 @@ def _ffn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int, fake_quant:
         # GELU and everything else at the graph dtype.
         w = _int8_weights(w, (p + "layer1.weight", p + "layer2.weight"))
         x = _int8_activation(g, x, "quant_in")
-    h = _linear(g, x, w, p + "layer1.weight", "layer1")
+    h = add_linear(g, x, w, p + "layer1.weight", "layer1")
     # ops.gelu, exact erf form: (x * 0.5) * (erf(x / sqrt(2)) + 1). Constants second: written so,
     # rknn-toolkit2 fuses the five ops into one NPU GELU; constant-first leaves Erf on the CPU
     # (docs/architecture.md section 8). IEEE + and * commute exactly, so the values equal ops.gelu's.
@@ -88,10 +89,10 @@ def _ffn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int, fake_quant:
     g.op("MatMul", [act, g.weight_t("layer2.weight_t", w, p + "layer2.weight")], "y")
 
 
-_BODIES = {"self_attn": _self_attn, "cross_attn": _cross_attn, "ffn": _ffn}
+BODIES = {"self_attn": _self_attn, "cross_attn": _cross_attn, "ffn": ffn_body}
 
 
-def _check_fake_quant(fake_quant: str | None) -> str | None:
+def check_fake_quant(fake_quant: str | None) -> str | None:
     if fake_quant is not None and fake_quant not in FAKE_QUANT:
         raise ConfigError(f"fake quantisation '{fake_quant}' is unknown (known: {', '.join(FAKE_QUANT)})")
     return fake_quant

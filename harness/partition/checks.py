@@ -1,4 +1,5 @@
-"""What a subgraph is given and gives back, checked against its manifest entry: input names, shapes and dtypes; output count, shapes and dtypes."""
+"""What a subgraph is given and gives back, checked against its manifest entry: input names, shapes and
+dtypes; output count, shapes and dtypes."""
 from __future__ import annotations
 
 import numpy as np

@@ -71,7 +71,7 @@ def check_onnx(path: Path, entry, where: str) -> None:
     import onnx
     try:
         model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:       # noqa: BLE001 - onnx raises protobuf's DecodeError and others
+    except Exception as exc:       # any error: onnx raises protobuf's DecodeError and others
         raise ManifestError(f"{where}: {path.name} is not a readable ONNX model ({type(exc).__name__})") from None
     graph = model.graph
     initializers = {i.name for i in graph.initializer}
@@ -131,7 +131,7 @@ def rknn_version(path: Path) -> str:
     return version
 
 
-def _rknn_names(description: dict, side: str) -> list[str]:
+def _rknn_names(description: dict, side: str) -> list[str | None]:
     tensors = {t.get("tensor_id"): t.get("url") for t in description.get("norm_tensor", [])}
     links = sorted((g for g in description.get("graph", []) if g.get("left") == side),
                    key=lambda g: g.get("left_tensor_id", 0))

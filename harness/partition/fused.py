@@ -13,8 +13,8 @@ from __future__ import annotations
 from onnx import helper
 
 from ..model.config import BRANCHES, ModelConfig
-from .bodies import _BODIES, _ffn
-from .graph import _Graph
+from .bodies import BODIES, ffn_body
+from .graph import Graph
 
 __all__ = ["MOD_PARTS", "mod_input", "input_names", "fused_inputs", "build_fused_body"]
 
@@ -33,14 +33,14 @@ def input_names(blocks: list[int]) -> list[str]:
     return ["x", "text_emb"] + [mod_input(b, branch, part) for b in blocks for branch in BRANCHES for part in MOD_PARTS]
 
 
-def fused_inputs(g: _Graph, cfg: ModelConfig, blocks: list[int], streams: int) -> list:
+def fused_inputs(g: Graph, cfg: ModelConfig, blocks: list[int], streams: int) -> list:
     x, text_emb, *mods = input_names(blocks)
     inputs = [helper.make_tensor_value_info(x, g.elem, [streams, cfg.tokens, cfg.width]),
               helper.make_tensor_value_info(text_emb, g.elem, [streams, cfg.text_emb_tokens, cfg.text_emb_dim])]
     return inputs + [helper.make_tensor_value_info(name, g.elem, [streams, 1, cfg.width]) for name in mods]
 
 
-def _layer_norm(g: _Graph, x: str, eps: float) -> str:
+def add_layer_norm(g: Graph, x: str, eps: float) -> str:
     # ops.layer_norm: (x - mean) / sqrt(mean((x - mean)^2) + eps), no affine
     centred = g.op("Sub", [x, g.reduce_mean_last(x, "ln/mean")], "ln/centred")
     var = g.reduce_mean_last(g.op("Mul", [centred, centred], "ln/square"), "ln/var")
@@ -48,7 +48,7 @@ def _layer_norm(g: _Graph, x: str, eps: float) -> str:
                                       "ln/sqrt")], "ln")
 
 
-def build_fused_body(g: _Graph, w: dict, cfg: ModelConfig, blocks: list[int], streams: int,
+def build_fused_body(g: Graph, w: dict, cfg: ModelConfig, blocks: list[int], streams: int,
                      fake_quant: str | None) -> None:
     """Every branch of `blocks` in order, as reference.residual_stream computes them, the stream
     being x + delta; the output `y` is delta."""
@@ -60,16 +60,17 @@ def build_fused_body(g: _Graph, w: dict, cfg: ModelConfig, blocks: list[int], st
             stream = "x" if delta is None else g.op("Add", ["x", delta], "stream")
             # reference.branch_input: layer_norm(x) * (1 + scale) + shift
             one_plus = g.op("Add", [g.const("one", 1.0), mod_input(block, branch, "scale")], "one_plus_scale")
-            h = g.op("Add", [g.op("Mul", [_layer_norm(g, stream, cfg.norm_eps), one_plus], "modulated"),
+            h = g.op("Add", [g.op("Mul", [add_layer_norm(g, stream, cfg.norm_eps), one_plus], "modulated"),
                              mod_input(block, branch, "shift")], "h")
             g.alias = {"x": h}
             if branch == "ffn":
-                _ffn(g, w, cfg, block, streams, fake_quant)
+                ffn_body(g, w, cfg, block, streams, fake_quant)
             else:
-                _BODIES[branch](g, w, cfg, block, streams)
+                BODIES[branch](g, w, cfg, block, streams)
             g.alias = {}
             gated = g.op("Mul", [mod_input(block, branch, "adaln_gate"), g.prefix + "y"], "gated")
             if (block, branch) == last:
+                assert delta is not None            # the last branch follows at least two others
                 g.prefix = ""
                 g.op("Add", [delta, gated], "y")
             else:

@@ -1,5 +1,8 @@
-"""The ONNX graph builder of one subgraph: opsets, nodes, initializers and the float16 islands (explicit casts around the ops onnxruntime's CPU provider has no float16 kernel for), probed once per op type."""
+"""The ONNX graph builder of one subgraph: opsets, nodes, initializers and the float16 islands (explicit
+casts around the ops onnxruntime's CPU provider has no float16 kernel for), probed once per op type."""
 from __future__ import annotations
+
+from typing import Any
 
 import functools
 import math
@@ -19,7 +22,7 @@ DEFAULT_OPSET = 17
 MAX_OPSET = 19      # rknn-toolkit2 refuses newer opsets
 MIN_OPSET = 13      # Softmax over one axis (not flattened) needs 13+
 # Op types used for arithmetic; everything else in these graphs only moves data.
-_COMPUTE_OPS = ("MatMul", "Add", "Sub", "Mul", "Div", "Sqrt", "Erf", "Softmax", "ReduceMean",
+COMPUTE_OPS = ("MatMul", "Add", "Sub", "Mul", "Div", "Sqrt", "Erf", "Softmax", "ReduceMean",
                 "Abs", "ReduceMax", "Round")
 
 
@@ -38,7 +41,8 @@ def _probe_model(op_type: str, opset: int) -> onnx.ModelProto:
     shapes = {"MatMul": ([2, 4, 8], [8, 8])}.get(op_type, ([2, 4, 8], [2, 4, 8])
                                                    if op_type in ("Add", "Sub", "Mul", "Div") else ([2, 4, 8],))
     inputs = [helper.make_tensor_value_info(f"in{k}", f16, s) for k, s in enumerate(shapes)]
-    names, inits, attrs = [i.name for i in inputs], [], {}
+    names, inits = [i.name for i in inputs], []
+    attrs: dict[str, Any] = {}
     if op_type == "Softmax":
         attrs["axis"] = -1
     if op_type == "ReduceMean":
@@ -54,7 +58,7 @@ def _probe_model(op_type: str, opset: int) -> onnx.ModelProto:
 
 
 @functools.lru_cache(maxsize=None)
-def _lacks_float16_kernel(op_type: str, opset: int) -> bool:
+def lacks_float16_kernel(op_type: str, opset: int) -> bool:
     # onnxruntime's CPU provider wraps any node without a float16 kernel in Cast nodes (even with
     # optimisations off); a Cast appearing in the saved session graph is how we see it.
     import tempfile
@@ -72,7 +76,7 @@ def _lacks_float16_kernel(op_type: str, opset: int) -> bool:
 def float16_missing_kernels(opset: int = DEFAULT_OPSET) -> frozenset[str]:
     """Op types used by the export that onnxruntime's CPU provider cannot run in float16 here."""
     check_opset(opset)
-    return frozenset(op for op in _COMPUTE_OPS if _lacks_float16_kernel(op, opset))
+    return frozenset(op for op in COMPUTE_OPS if lacks_float16_kernel(op, opset))
 
 
 def _finish_model(graph: onnx.GraphProto, opset: int) -> onnx.ModelProto:
@@ -83,7 +87,7 @@ def _finish_model(graph: onnx.GraphProto, opset: int) -> onnx.ModelProto:
     return model
 
 
-class _Graph:
+class Graph:
     """Nodes and initializers of one subgraph; float16 islands are wrapped here, in one place."""
 
     def __init__(self, dtype: str, opset: int):
@@ -161,11 +165,11 @@ class _Graph:
         return model
 
 
-def _linear(g: _Graph, x: str, w: dict, key: str, name: str) -> str:
+def add_linear(g: Graph, x: str, w: dict, key: str, name: str) -> str:
     return g.op("MatMul", [x, g.weight_t(f"{name}.weight_t", w, key)], name)
 
 
-def _rms_norm(g: _Graph, x: str, w: dict, key: str, eps: float, name: str) -> str:
+def add_rms_norm(g: Graph, x: str, w: dict, key: str, eps: float, name: str) -> str:
     # ops.rms_norm: (x / sqrt(mean(x^2) + eps)) * weight
     sq = g.op("Mul", [x, x], f"{name}/square")
     ms = g.reduce_mean_last(sq, f"{name}/mean")
@@ -176,7 +180,7 @@ def _rms_norm(g: _Graph, x: str, w: dict, key: str, eps: float, name: str) -> st
     return g.op("Mul", [normed, g.const(f"{name}.weight", w[key], source=key)], name)
 
 
-def _heads(g: _Graph, x: str, shape: list[int], name: str) -> str:
+def add_heads(g: Graph, x: str, shape: list[int], name: str) -> str:
     """[S, N, H*d] -> head-major [S*H, N, d] (shape is [S, N, H, d]).
 
     Head-major before the norm and RoPE, not after: rknn-toolkit2 lays a rank-3 [S*H, N, d] out as the
@@ -191,7 +195,7 @@ def _heads(g: _Graph, x: str, shape: list[int], name: str) -> str:
     return g.op("Reshape", [major, g.ints(f"{name}/major_shape", [s * h, n, d])], name)
 
 
-def _rope(g: _Graph, x: str, cos: str, sin: str, half: int, name: str) -> str:
+def add_rope(g: Graph, x: str, cos: str, sin: str, half: int, name: str) -> str:
     # ops.apply_rope: split-half pairs (k, k + half); cos/sin [N, half] broadcast over the S*H head-major batch.
     axis = g.ints(f"{name}/axis", [-1])
     x1 = g.op("Slice", [x, g.ints(f"{name}/s0", [0]), g.ints(f"{name}/e0", [half]), axis], f"{name}/x1")
@@ -203,8 +207,8 @@ def _rope(g: _Graph, x: str, cos: str, sin: str, half: int, name: str) -> str:
     return g.op("Concat", [lo, hi], name, axis=-1)
 
 
-def _attention(g: _Graph, q: str, k: str, v: str, head_dim: int, out_shape: list[int]) -> str:
-    # ops.attention: softmax((q k^T) * 1/sqrt(d)) v over head-major [S*H, N, d] (see _heads)
+def add_attention(g: Graph, q: str, k: str, v: str, head_dim: int, out_shape: list[int]) -> str:
+    # ops.attention: softmax((q k^T) * 1/sqrt(d)) v over head-major [S*H, N, d] (see add_heads)
     s, n, width = out_shape
     kt = g.op("Transpose", [k], "attn/k_t", perm=[0, 2, 1])
     scores = g.op("Mul", [g.op("MatMul", [q, kt], "attn/qk"),

@@ -1,5 +1,8 @@
-"""`harness inspect`'s findings: a partition's settings, per-branch counts and sizes, every checksum verified, and a verdict."""
+"""`harness inspect`'s findings: a partition's settings, per-branch counts and sizes, every checksum
+verified, and a verdict."""
 from __future__ import annotations
+
+from typing import Any
 
 import hashlib
 from pathlib import Path
@@ -15,7 +18,7 @@ def inspect_partition(directory) -> dict:
     """Manifest summary, per-branch counts and sizes, every checksum verified, every file opened and
     checked against what its entry says (harness/partition/declared.py), and a verdict."""
     directory = Path(directory)
-    report = {"directory": str(directory), "manifest": str(manifest_path(directory)), "checks": [],
+    report: dict[str, Any] = {"directory": str(directory), "manifest": str(manifest_path(directory)), "checks": [],
               "branches": {}, "reasons": []}
     try:
         manifest = load_manifest(directory)
@@ -54,6 +57,7 @@ def inspect_partition(directory) -> dict:
 def _inspect_conversion(manifest: Manifest, report: dict) -> None:
     """A converted partition: toolkit, target, precision, build time, ops on the CPU, build log hash."""
     conv = manifest.conversion
+    assert conv is not None         # called for a converted partition only
     records = conv.get("subgraphs", [])
     report.update(toolkit=f"{conv.get('toolkit', 'rknn-toolkit2')} {conv['toolkit_version']}",
                   target=conv["target"], precision=conv["precision"],

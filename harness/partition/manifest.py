@@ -137,7 +137,7 @@ class Manifest:
 
     def blocks_held(self) -> set[int]:
         """Every block some subgraph computes (a fused subgraph holds several)."""
-        return {b for e in self.subgraphs for b in (e.blocks if e.blocks is not None else [e.block])}
+        return {b for e in self.subgraphs for b in (e.blocks if e.blocks is not None else [e.block]) if b is not None}
 
     def entries(self) -> list[SubgraphEntry]:
         return self.subgraphs + ([self.decoder] if self.decoder else [])
@@ -239,7 +239,7 @@ class Manifest:
                                     f"(after subgraph {previous}; file {e.file})")
             previous = e.index
         listed = {(e.block, e.branch) for e in self.subgraphs}
-        for block in sorted({e.block for e in self.subgraphs}):
+        for block in sorted({e.block for e in self.subgraphs if e.block is not None}):
             missing = [b for b in BRANCHES if (block, b) not in listed]
             if missing:
                 raise ManifestError(f"{where}: block {block} lacks its {', '.join(missing)} subgraph")

@@ -30,8 +30,8 @@ from .manifest import (FORMAT, FUSED_BRANCH, Manifest, SubgraphEntry, TensorSpec
                        network_settings, subgraph_index)
 from .fused import build_fused_body, fused_inputs
 from .granularity import Granularity, parse_granularity
-from .graph import DEFAULT_OPSET, DTYPES, _Graph, check_opset
-from .bodies import _BODIES, _check_fake_quant, _ffn
+from .graph import DEFAULT_OPSET, DTYPES, Graph, check_opset
+from .bodies import BODIES, check_fake_quant, ffn_body
 
 __all__ = ["export_partition", "build_subgraph", "build_decoder", "subgraph_file", "planned_files"]
 
@@ -68,9 +68,9 @@ def _check_block(cfg: ModelConfig, block: int) -> int:
 def _build(weights: dict, cfg: ModelConfig, block: int, branch: str, dtype: str, streams: int,
            opset: int, fake_quant: str | None = None) -> tuple[onnx.ModelProto, list[str]]:
     block = _check_block(cfg, block)
-    if branch not in _BODIES:
+    if branch not in BODIES:
         raise ConfigError(f"branch '{branch}' is unknown (known: {', '.join(BRANCHES)})")
-    g = _Graph(_check_dtype(dtype), check_opset(opset))
+    g = Graph(_check_dtype(dtype), check_opset(opset))
     _check_streams(streams)
     x_shape = [streams, cfg.tokens, cfg.width]
     inputs = [helper.make_tensor_value_info("x", g.elem, x_shape)]
@@ -78,9 +78,9 @@ def _build(weights: dict, cfg: ModelConfig, block: int, branch: str, dtype: str,
         inputs.append(helper.make_tensor_value_info("text_emb", g.elem,
                                                     [streams, cfg.text_emb_tokens, cfg.text_emb_dim]))
     if branch == "ffn":
-        _ffn(g, weights, cfg, block, streams, _check_fake_quant(fake_quant))
+        ffn_body(g, weights, cfg, block, streams, check_fake_quant(fake_quant))
     else:
-        _BODIES[branch](g, weights, cfg, block, streams)
+        BODIES[branch](g, weights, cfg, block, streams)
     outputs = [helper.make_tensor_value_info("y", g.elem, x_shape)]
     index = subgraph_index(block, branch)
     model = g.model(f"block{block}_{branch}", inputs, outputs,
@@ -91,13 +91,14 @@ def _build(weights: dict, cfg: ModelConfig, block: int, branch: str, dtype: str,
 
 def _build_fused(weights: dict, cfg: ModelConfig, blocks: list[int], dtype: str, streams: int, opset: int,
                  fake_quant: str | None = None) -> tuple[onnx.ModelProto, list[str]]:
-    g = _Graph(_check_dtype(dtype), check_opset(opset))
+    g = Graph(_check_dtype(dtype), check_opset(opset))
     inputs = fused_inputs(g, cfg, blocks, _check_streams(streams))
-    build_fused_body(g, weights, cfg, blocks, streams, _check_fake_quant(fake_quant))
+    build_fused_body(g, weights, cfg, blocks, streams, check_fake_quant(fake_quant))
     outputs = [helper.make_tensor_value_info("y", g.elem, [streams, cfg.tokens, cfg.width])]
     held = f"block {blocks[0]}" if len(blocks) == 1 else f"blocks {blocks[0]}-{blocks[-1]}"
     model = g.model(f"blocks{blocks[0]}_{blocks[-1]}", inputs, outputs,
-                    f"{cfg.name}: {held} fused, AdaLN modulation, AdaLN gate and residual add inside; y = the residual delta ({dtype})",
+                    f"{cfg.name}: {held} fused, AdaLN modulation, AdaLN gate and residual add inside; y = the "
+                    f"residual delta ({dtype})",
                     {"model": cfg.name, "blocks": ",".join(map(str, blocks)), "branch": FUSED_BRANCH, "dtype": dtype})
     return model, g.islands
 
@@ -108,9 +109,9 @@ def fused_file(index: int, blocks: list[int]) -> str:
 
 
 def build_subgraph(weights: dict, cfg: ModelConfig, block: int, branch: str, dtype: str = "float32",
-                   streams: int = 2, opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
+                   streams: int = 2, opset: int = DEFAULT_OPSET, fake_quant: str | None = None) -> onnx.ModelProto:
     """The ONNX model of one branch body of one block (inputs x [, text_emb], output y)."""
-    return _build(weights, cfg, block, branch, dtype, streams, opset)[0]
+    return _build(weights, cfg, block, branch, dtype, streams, opset, fake_quant)[0]
 
 
 def build_decoder(cfg: ModelConfig, opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
@@ -123,7 +124,7 @@ def build_decoder(cfg: ModelConfig, opset: int = DEFAULT_OPSET) -> onnx.ModelPro
     bg = np.asarray(cfg.decoder.get("background", [0, 0, 0]), dtype=np.float32)
     fg = np.asarray(cfg.decoder.get("foreground", [1, 1, 1]), dtype=np.float32)
     h, w = cfg.latent_size
-    g = _Graph("float32", opset)
+    g = Graph("float32", opset)
     lat = g.op("Reshape", ["latent", g.ints("latent/shape", [h, w])], "latent_2d")
     rows = g.op("MatMul", [g.const("interp_h", interp_matrix(h, scale)), lat], "upsample_h")
     up = g.op("MatMul", [rows, g.const("interp_w_t", interp_matrix(w, scale).T.copy())], "upsample_w")
@@ -215,7 +216,7 @@ def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32",
     """
     gran = parse_granularity(granularity, cfg.blocks)
     _check_dtype(dtype)
-    _check_fake_quant(fake_quant)
+    check_fake_quant(fake_quant)
     _check_streams(streams)
     check_opset(opset)
     chosen = _select_blocks(cfg, blocks)
@@ -226,7 +227,9 @@ def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32",
     manifest_path(out_dir).unlink(missing_ok=True)
     decoder_file = _decoder_source(cfg)
     advance = on_file or (lambda: None)
-    entries, islands, hashes = [], {}, {}
+    entries: list[SubgraphEntry] = []
+    islands: dict[str, list[str]] = {}
+    hashes: dict[str, bytes] = {}
     known = source.known_digest()       # e.g. computed for the default directory name
     for group in (_groups(chosen, gran) if gran.fused else [[b] for b in chosen]):
         w = {}

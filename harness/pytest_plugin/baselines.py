@@ -210,7 +210,7 @@ def _write_runs(session, exitstatus) -> None:
             store = _store(config)
             store.add_run(whole, baseline=reason)
         except StoreUnavailable as exc:
-            kept = _spool(config, lambda spool: spool.add_run(whole, baseline=reason))
+            kept = _spool(config, lambda spool, whole=whole, reason=reason: spool.add_run(whole, baseline=reason))
             append_to(config, BASELINE_OUTCOMES, (nodeid, None, f"benchmark run not written: {exc}; {kept}"))
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
             continue

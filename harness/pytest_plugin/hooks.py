@@ -119,7 +119,8 @@ def _write_step_split(tr, name: str, info: dict) -> None:
     sp = info["step_split_s"]
     tr.write_sep("-", f"step split: {name}")
     tr.write_line(
-        f"mean computed step {sp['step']:.4f} s = lifecycle {sp['lifecycle']:.4f} s ({100 * sp['lifecycle'] / sp['step']:.1f} %)"
+        f"mean computed step {sp['step']:.4f} s = lifecycle {sp['lifecycle']:.4f} s "
+        f"({100 * sp['lifecycle'] / sp['step']:.1f} %)"
         f" + host math {sp['host']:.4f} s ({100 * sp['host'] / sp['step']:.1f} %)"
         f" + rest {sp['rest']:.4f} s ({100 * sp['rest'] / sp['step']:.1f} %)")
     life = info["lifecycle_s_per_step"]
@@ -130,4 +131,5 @@ def _write_step_split(tr, name: str, info: dict) -> None:
         f"{k} {v:.4f} s" for k, v in info["core_s_per_step"].items()))
     if info.get("forecast_steps"):
         tr.write_line(f"  per image: {info['computed_steps']} computed steps x {info['computed_step_s']:.4f} s + "
-                      f"{info['forecast_steps']} forecast steps x {info['forecast_step_s']:.4f} s = {info['image_s']:.3f} s")
+                      f"{info['forecast_steps']} forecast steps x {info['forecast_step_s']:.4f} s = "
+                      f"{info['image_s']:.3f} s")

@@ -6,6 +6,8 @@ Backend-specific options (core mask, fault) are parsed by the backend that owns 
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import argparse
 from dataclasses import field, make_dataclass
 from pathlib import Path
@@ -43,9 +45,16 @@ def _settings_fields() -> list:
 
 
 # One field per option (typed: sizes in bytes, the threshold in percent) plus what is decided from them.
-SuiteSettings = make_dataclass("SuiteSettings", _settings_fields())
-SuiteSettings.__module__ = __name__
-SuiteSettings.__doc__ = "The session's settings: every option of the declaration, typed, and what they decide."
+if TYPE_CHECKING:
+    class SuiteSettings:
+        """The fields are made from OPTIONS at run time: mypy sees any attribute, each of type Any."""
+        def __init__(self, **fields: Any) -> None: ...
+        def __getattr__(self, name: str) -> Any: ...
+        def __setattr__(self, name: str, value: Any) -> None: ...
+else:
+    SuiteSettings = make_dataclass("SuiteSettings", _settings_fields())
+    SuiteSettings.__module__ = __name__
+    SuiteSettings.__doc__ = "The session's settings: every option of the declaration, typed, and what they decide."
 
 
 def pytest_addoption(parser):
@@ -96,7 +105,8 @@ def typed_value(name: str, value, source: str):
                 raise ValueError
             return number
     except (TypeError, ValueError):
-        raise ConfigError(f"{source}: {name.replace('_', '-')} expects a positive whole number, got {value!r}") from None
+        raise ConfigError(f"{source}: {name.replace('_', '-')} expects a positive whole number, "
+                          f"got {value!r}") from None
     if name in _SIZES:
         from ..memory.guard import parse_size
         try:

@@ -1,16 +1,22 @@
 """Session state kept in `config.stash` (pytest's typed per-config store), one key per thing."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
+
+if TYPE_CHECKING:
+    from ..gates.runner import GateRunner
+    from .options import SuiteSettings
 
 __all__ = ["SETTINGS", "IDENTITY", "BOARD", "RUNNER", "STEP_SPLITS", "INVALID_RUNS", "BASELINE_OFFERS",
            "BASELINE_OUTCOMES", "BENCH_RESULTS", "QUALITY_RESULTS", "TEST_OUTCOMES", "MEMORY_SAMPLES",
            "GOLDEN_UPDATES", "SPECTRUM_LINES", "QUALITY_LINES", "STORE_FAILURE", "settings_of", "append_to"]
 
-SETTINGS = pytest.StashKey["SuiteSettings"]()       # resolved options (options.py)
+SETTINGS: pytest.StashKey[SuiteSettings] = pytest.StashKey()     # resolved options (options.py)
 IDENTITY = pytest.StashKey[dict]()                  # board identity read from telemetry
 BOARD = pytest.StashKey[str]()                      # board id: benchmark storage and history key
-RUNNER = pytest.StashKey["GateRunner"]()            # one GateRunner per session
+RUNNER: pytest.StashKey[GateRunner] = pytest.StashKey()          # one GateRunner per session
 STEP_SPLITS = pytest.StashKey[list]()               # (test name, benchmark info) for the summary
 INVALID_RUNS = pytest.StashKey[list]()              # (test name, reasons) of INVALID benchmarks
 BASELINE_OFFERS = pytest.StashKey[list]()           # (nodeid, key, mean s, provenance) to save at the end

@@ -11,12 +11,13 @@ import base64
 import html
 import io
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from ..core.atomic import atomic_write_text
-from .summary import MiB, _bench_rows, _gate_rows, _memory_table, _quality_rows, verdict_line
+from .summary import MiB, bench_rows, gate_rows, memory_table, quality_rows, verdict_line
 
 __all__ = ["write_html_report"]
 
@@ -27,12 +28,13 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:24px 0 8px;border-bot
 .passed{color:#1a7f37}.failed{color:#cf222e}
 table{border-collapse:collapse;font-size:13px} td,th{border:1px solid #d0d7de;padding:4px 8px;text-align:left}
 th{background:#f6f8fa} .meta{color:#57606a;font-size:13px}
-td.passed,td.pass{color:#1a7f37;font-weight:600} td.failed,td.fail{color:#cf222e;font-weight:600} td.error{color:#9a6700;font-weight:600}
+td.passed,td.pass{color:#1a7f37;font-weight:600} td.failed,td.fail{color:#cf222e;font-weight:600}
+td.error{color:#9a6700;font-weight:600}
 td.skipped{color:#9a6700;font-weight:600}
 figure{display:inline-block;margin:0 12px 12px 0;text-align:center;font-size:12px}
-img.thumb{width:%dpx;height:%dpx;image-rendering:pixelated;border:1px solid #d0d7de}
-img.plot{max-width:100%%;border:1px solid #d0d7de}
-""" % (THUMB_PX, THUMB_PX)
+""" + f"img.thumb{{width:{THUMB_PX}px;height:{THUMB_PX}px;image-rendering:pixelated;border:1px solid #d0d7de}}\n" + """\
+img.plot{max-width:100%;border:1px solid #d0d7de}
+"""
 
 
 def _png_bytes(array_uint8: np.ndarray) -> bytes:
@@ -98,7 +100,8 @@ def _img(png: bytes, cls: str, alt: str) -> str:
             f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
 
 
-_WORDS = {"passed": "passed", "failed": "FAILED", "error": "ERROR", "skipped": "skipped", "pass": "pass", "fail": "FAIL"}
+_WORDS = {"passed": "passed", "failed": "FAILED", "error": "ERROR", "skipped": "skipped", "pass": "pass",
+          "fail": "FAIL"}
 
 
 def _td(cell) -> str:
@@ -133,25 +136,27 @@ def _quality_pictures(quality: list[dict]) -> str:
     return "".join(parts)
 
 
-def html_report(data: dict, trend_png: bytes | None = None, memory_pngs: list[bytes] = ()) -> str:
+def html_report(data: dict, trend_png: bytes | None = None, memory_pngs: Sequence[bytes] = ()) -> str:
     outcome = data["outcome"]
     run = data.get("run", {})
     meta = " · ".join(f"{k} {html.escape(str(v))}" for k, v in run.items() if v)
     body = [f'<h1 class="{outcome}">Anima NPU acceptance: {html.escape(verdict_line(data))}</h1>',
             f'<p class="meta">{meta}</p>',
-            "<h2>Gates</h2>", _html_table(["test", "result", "time", "message"], _gate_rows(data["tests"], _WORDS, code=""))]
+            "<h2>Gates</h2>",
+            _html_table(["test", "result", "time", "message"], gate_rows(data["tests"], _WORDS, code=""))]
     if data.get("quality"):
         body += ["<h2>Quality against the goldens</h2>",
                  _html_table(["case", "SSIM", "threshold", "PSNR", "threshold", "verdict"],
-                             _quality_rows(data["quality"], _WORDS)),
+                             quality_rows(data["quality"], _WORDS)),
                  _quality_pictures(data["quality"])]
     if data.get("benchmarks"):
         body += ["<h2>Benchmark against the baseline</h2>",
                  _html_table(["case", "mean denoise", "baseline", "delta", "threshold", "comparison", "clocks"],
-                             _bench_rows(data["benchmarks"]))]
+                             bench_rows(data["benchmarks"]))]
         body += [f"<p>{html.escape(b['comparison']['message'])}</p>" for b in data["benchmarks"]]
         body += [f'<p>{html.escape(b["case"])} on the results site: <a href="{html.escape(b["comparison"]["site"])}">'
-                 f'{html.escape(b["comparison"]["site"])}</a></p>' for b in data["benchmarks"] if b["comparison"].get("site")]
+                 f'{html.escape(b["comparison"]["site"])}</a></p>'
+                 for b in data["benchmarks"] if b["comparison"].get("site")]
     if trend_png:
         body += ["<h2>Trend</h2>", _img(trend_png, "plot", "benchmark trend")]
     if data.get("slowest"):
@@ -162,7 +167,7 @@ def html_report(data: dict, trend_png: bytes | None = None, memory_pngs: list[by
     if memory_pngs or data.get("memory"):
         body.append("<h2>Memory</h2>")
         if data.get("memory"):
-            body.append(_html_table(*_memory_table(data["memory"])))
+            body.append(_html_table(*memory_table(data["memory"])))
         body += [_img(png, "plot", "memory curve") for png in memory_pngs]
     body += [f"<p>{html.escape(line)}</p>" for line in data.get("baselines", [])]
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -171,7 +176,7 @@ def html_report(data: dict, trend_png: bytes | None = None, memory_pngs: list[by
 
 
 def write_html_report(path: str | Path, data: dict, trend_png: bytes | None = None,
-                      memory_files: list = ()) -> Path:
+                      memory_files: Sequence = ()) -> Path:
     pngs = []
     for f in memory_files:
         try:

@@ -52,17 +52,23 @@ _MARKS = {"passed": "✅ passed", "failed": "❌ failed", "error": "⚠️ error
           "fail": "❌ fail"}
 
 
-def _gate_rows(tests: list[dict], marks: dict = _MARKS, code: str = "`") -> list[list]:
+def gate_rows(tests: list[dict], marks: dict = _MARKS, code: str = "`") -> list[list]:
     return [[f"{code}{t['nodeid']}{code}", marks.get(t["outcome"], t["outcome"]), f"{t['seconds']:.1f} s",
-             (t.get("message") or "").removeprefix("AssertionError: ").removeprefix("Skipped: ").removeprefix("Failed: ")[:240]] for t in tests]
+             _message(t)[:240]] for t in tests]
 
 
-def _quality_rows(quality: list[dict], marks: dict = _MARKS) -> list[list]:
+def _message(test: dict) -> str:
+    """A test's message without the exception or outcome name pytest puts before it."""
+    message = test.get("message") or ""
+    return message.removeprefix("AssertionError: ").removeprefix("Skipped: ").removeprefix("Failed: ")
+
+
+def quality_rows(quality: list[dict], marks: dict = _MARKS) -> list[list]:
     return [[q["case"], f"{q['ssim']:.6f}", f">= {q['ssim_min']:g}", f"{q['psnr']:.2f} dB",
              f">= {q['psnr_min']:g} dB", marks["pass" if q["passed"] else "fail"]] for q in quality]
 
 
-def _bench_rows(benchmarks: list[dict]) -> list[list]:
+def bench_rows(benchmarks: list[dict]) -> list[list]:
     rows = []
     for b in benchmarks:
         c = b["comparison"]
@@ -76,7 +82,7 @@ def _bench_rows(benchmarks: list[dict]) -> list[list]:
     return rows
 
 
-def _memory_table(memory: list[dict]) -> tuple[list[str], list[list]]:
+def memory_table(memory: list[dict]) -> tuple[list[str], list[list]]:
     """One row per run: the peak PSS its process tree added over its own start (what the memory gate
     checks against the budget), each part's own peak (the pipeline process; the processes it started,
     such as prefetch workers), and the lowest MemAvailable the guard saw (against its floor)."""
@@ -91,15 +97,15 @@ def _memory_table(memory: list[dict]) -> tuple[list[str], list[list]]:
 def markdown_summary(data: dict) -> str:
     lines = [f"## Anima NPU acceptance: {verdict_line(data)}", ""]
     lines += _run_lines(data.get("run", {})) + [""]
-    lines += ["### Gates", ""] + _table(["test", "result", "time", "message"], _gate_rows(data["tests"])) + [""]
+    lines += ["### Gates", ""] + _table(["test", "result", "time", "message"], gate_rows(data["tests"])) + [""]
     if data.get("quality"):
         lines += ["### Quality against the goldens", ""]
-        lines += _table(["case", "SSIM", "threshold", "PSNR", "threshold", "verdict"], _quality_rows(data["quality"]))
+        lines += _table(["case", "SSIM", "threshold", "PSNR", "threshold", "verdict"], quality_rows(data["quality"]))
         lines.append("")
     if data.get("benchmarks"):
         lines += ["### Benchmark against the baseline", ""]
         lines += _table(["case", "mean denoise", "baseline", "delta", "threshold", "comparison", "clocks"],
-                        _bench_rows(data["benchmarks"]))
+                        bench_rows(data["benchmarks"]))
         lines += [""] + [f"- {b['comparison']['message']}" for b in data["benchmarks"]]
         lines += [f"- {b['case']} on the results site: {b['comparison']['site']}" for b in data["benchmarks"]
                   if b["comparison"].get("site")] + [""]
@@ -110,7 +116,7 @@ def markdown_summary(data: dict) -> str:
                          for s in data["slowest"]])
         lines.append("")
     if data.get("memory"):
-        lines += ["### Memory", ""] + _table(*_memory_table(data["memory"])) + [""]
+        lines += ["### Memory", ""] + _table(*memory_table(data["memory"])) + [""]
     for line in data.get("baselines", []):
         lines.append(f"- {line}")
     return "\n".join(lines).rstrip() + "\n"

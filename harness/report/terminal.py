@@ -45,8 +45,8 @@ def print_run_tables(report: dict, out=None) -> None:
     t.add_column("stage")
     t.add_column("board call")
     t.add_column("seconds", justify="right")
-    for s in STAGE_NAMES:
-        t.add_row(s, BOARD_CALLS[s], f"{lp.get(s, 0.0):.4f}")
+    for stage in STAGE_NAMES:
+        t.add_row(stage, BOARD_CALLS[stage], f"{lp.get(stage, 0.0):.4f}")
     t.add_row("stage_sum", "load+init+release", f"{lp.get('stage_sum', 0.0):.4f}")
     con.print(t)
     c = Table(title="core time per branch per computed step")

@@ -82,7 +82,8 @@ def print_convert_summary(result, rows=None, file=sys.stdout) -> None:
 def _verdict_line(report: dict) -> str:
     """The verdict on NEW first, then why (every failure, then every part that did not run)."""
     v, new = report["verdict"], report["new"]
-    head = f"**{new} {v['status']}** (rknn-toolkit2 {report['old']} -> {new}, {report['target']}, {report['precision']})"
+    head = (f"**{new} {v['status']}** (rknn-toolkit2 {report['old']} -> {new}, {report['target']}, "
+            f"{report['precision']})")
     if v["status"] == "passes":
         return (f"{head}: every op on the NPU, every subgraph's cosine >= {report['cosine_min']}, "
                 f"every case ({len(report['images'])}) within its quality thresholds.")
@@ -104,7 +105,7 @@ def _worst_first(rows: list[dict], version: str) -> list[dict]:
 
 def _subgraph_cells(row: dict, versions: list[str]) -> list:
     cells = [row["subgraph"]]
-    for field, show in (("cosine", lambda c: f"{c['cosine']:.7f}"),
+    for _field, show in (("cosine", lambda c: f"{c['cosine']:.7f}"),
                         ("cpu_ops", lambda c: ", ".join(c["cpu_ops"]) or "-"),
                         ("bytes", lambda c: f"{c['bytes'] / 1024:.0f}"),
                         ("build_seconds", lambda c: f"{c['build_seconds']:.2f}")):
@@ -158,7 +159,8 @@ def _image_section(report: dict) -> list[str]:
         return lines + ["No case was rendered (see the verdict)."]
     body = [[r["case"] + (" (golden unusable)" if "golden_error" in r else "")]
             + [_image_cell(r, v) for v in versions]
-            + [f"SSIM {r['ssim_min']}, PSNR {r['psnr_min']} dB" + (f", cosine {r['cosine_min']}" if r["cosine_min"] else "")]
+            + [f"SSIM {r['ssim_min']}, PSNR {r['psnr_min']} dB"
+               + (f", cosine {r['cosine_min']}" if r["cosine_min"] else "")]
             for r in rows]
     return lines + [markdown_table(["case"] + versions + ["thresholds"], body)]
 

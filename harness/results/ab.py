@@ -25,6 +25,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..runtime.run import RunRequest, run_partitioned
+from ..sampling.settings import SampleSettings
 from .verdicts import Verdict, paired_verdict
 
 __all__ = ["Side", "ABSession", "run_session", "judge_pairs", "session_figures", "side_options",
@@ -109,7 +110,7 @@ def parse_confidence(text, option: str = "--confidence") -> float:
     return value
 
 
-def run_session(bundle, baseline: Side, candidate: Side, settings: dict, *, rounds: int, warmup: int = 1,
+def run_session(bundle, baseline: Side, candidate: Side, settings: SampleSettings, *, rounds: int, warmup: int = 1,
                 lifecycle: str = "on-demand", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
                 confidence: float = DEFAULT_CONFIDENCE, on_pair: Callable[[int, dict], None] | None = None,
                 prompt: str | None = None, text_embs: dict | None = None, guard=None,

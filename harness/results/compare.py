@@ -2,8 +2,9 @@
 
 A and B are each a run report (the JSON beside a generated image, or artifacts/runs/<case>.json) or a
 run in the results store (`run:RUN_ID`, or `run:RUN_ID/CASE` when the id has several cases; --results
-names the store). Both become one view: mean step time, lifecycle seconds per step by stage, core seconds per step by branch, the 10
-slowest subgraphs (all stages, per step) and the memory peak; the command prints each with the delta.
+names the store). Both become one view: mean step time, lifecycle seconds per step by stage, core seconds per
+step by branch, the 10 slowest subgraphs (all stages, per step) and the memory peak; the command prints each
+with the delta.
 """
 from __future__ import annotations
 

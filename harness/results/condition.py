@@ -74,12 +74,11 @@ class HostCondition:
         self._probe = probe_seconds()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> None:
         after = _load_per_cpu(self.cpus)
         loads = [x for x in (self._load, after) if x is not None]
         self.load_per_cpu = max(loads) if loads else None
         self.probe_s = (self._probe + probe_seconds()) / 2
-        return False
 
 
 def probe_verdict(history: list[float], probes: list[float], confidence: float) -> Verdict | None:

@@ -55,6 +55,7 @@ neither a pass nor a regression, and the judgement says why.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..model.config import BRANCHES
@@ -63,13 +64,15 @@ from ..lifecycle.steptimes import STAGE_NAMES
 from .condition import condition_line, probe_verdict
 from .noise import NOISE_LOOKBACK, NoiseFactor, noise_factor
 from .records import Run
-from .store import PendingView, ResultsStore
+from .store import PendingView, RunSource
 from .verdicts import MIN_HISTORY, Verdict, fixed_verdict, history_verdict
 
-__all__ = ["Judgement", "judge_run", "confirm", "figures", "judge_figures", "judge_values", "parse_threshold", "since_change",
+__all__ = ["Judgement", "judge_run", "confirm", "figures", "judge_figures", "judge_values", "parse_threshold",
+           "since_change",
            "comparability", "npu_core", "group_note", "HISTORY", "UPGRADE", "FIRST", "NOT_COMPARABLE", "STEP",
            "NPU_CORE", "LOOKBACK", "CONFIDENCE", "GROUP_RUNS", "PRIMARY_SHARE", "SPENDING_RHO", "FIRST_LOOK_SHARE",
-           "look_alpha", "board_change", "board_record", "record_of", "record_before", "same_cpus", "figure_noise", "READ_RUNS"]
+           "look_alpha", "board_change", "board_record", "record_of", "record_before", "same_cpus", "figure_noise",
+           "READ_RUNS"]
 
 HISTORY, UPGRADE, FIRST, NOT_COMPARABLE = "history", "upgrade comparison", "no baseline yet", "not comparable"
 STEP = "denoise step"
@@ -300,8 +303,8 @@ def since_change(pool: list[Run], run: Run) -> tuple[list[Run], list[Run], int |
 
 
 def judge_figures(pool: list[Run], run: Run, threshold_pct: float, fixed: bool = True,
-                  group: list[Run] = (), look: int | None = None,
-                  record: list[list[dict]] = ()) -> list[Verdict]:
+                  group: Sequence[Run] = (), look: int | None = None,
+                  record: Sequence[list[dict]] = ()) -> list[Verdict]:
     """A verdict per figure of `run` (with `group`, the earlier runs since the change: their mean)
     against the runs of `pool` (oldest first), at the false-alarm rate of its `look` at the change
     (look_alpha; None: judged alone); a figure that is 0 somewhere (a stage a strategy skips) has no
@@ -318,7 +321,7 @@ def judge_figures(pool: list[Run], run: Run, threshold_pct: float, fixed: bool =
 
 
 def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pct: float,
-                 fixed: bool = True, look: int | None = None, record: list[list[dict]] = ()) -> list[Verdict]:
+                 fixed: bool = True, look: int | None = None, record: Sequence[list[dict]] = ()) -> list[Verdict]:
     """judge_figures on the figures themselves (label -> value per run, as `figures` gives them).
     `look`: `new`'s look at its change (len(group) + 1, as since_change gives it), None for a run
     judged alone. `record`: series of figures (each a key's runs on the board, oldest first) the
@@ -351,13 +354,13 @@ def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pc
     return verdicts
 
 
-def figure_noise(record: list[list[dict]], label: str, n: int, k: int, alpha: float) -> NoiseFactor:
+def figure_noise(record: Sequence[list[dict]], label: str, n: int, k: int, alpha: float) -> NoiseFactor:
     """The noise factor of one figure for a group of k runs against n earlier ones, judged at the
     one-sided level `alpha` (noise.py)."""
     return noise_factor([[r[label] for r in series if r.get(label, 0) > 0] for series in record], n, k, alpha)
 
 
-def board_record(store: ResultsStore, run: Run, from_fleet: bool = False, group: list[Run] = ()) -> list[list[dict]]:
+def board_record(store: RunSource, run: Run, from_fleet: bool = False, group: Sequence[Run] = ()) -> list[list[dict]]:
     """The figures of the latest NOISE_LOOKBACK valid runs of `run`'s experiment on its board (on the
     other boards of its model when it is judged against the fleet) and its CPU count, one series per
     board, key and CPU count, oldest first, the runs of its `group` left out: what the noise factor
@@ -373,7 +376,7 @@ def _scope(run: Run, from_fleet: bool) -> dict:
     return {"board_model": run.board_model, "other_than_board": run.board_id} if from_fleet else {"board": run.board_id}
 
 
-def record_of(runs: list[Run], group: list[Run] = (), by_board: bool = True) -> list[list[dict]]:
+def record_of(runs: list[Run], group: Sequence[Run] = (), by_board: bool = True) -> list[list[dict]]:
     """board_record on runs at hand (valid, oldest first, all before the run judged): the latest
     NOISE_LOOKBACK of them but the runs of `group` (a change must not widen its own interval), one
     series of figures per board (with `by_board`), key and CPU count (a step between CPU counts is
@@ -386,7 +389,7 @@ def record_of(runs: list[Run], group: list[Run] = (), by_board: bool = True) -> 
     return list(series.values())
 
 
-def record_before(runs: list[Run], run: Run, group: list[Run] = ()) -> list[list[dict]]:
+def record_before(runs: list[Run], run: Run, group: Sequence[Run] = ()) -> list[list[dict]]:
     """board_record on runs at hand (oldest first, `run` among them or newer than them all): the
     valid runs of `run`'s experiment on its board and CPU count that came before it."""
     upto = next((i for i, r in enumerate(runs) if r is run), len(runs))      # as the gate saw it
@@ -400,7 +403,7 @@ def same_cpus(run: Run, other: Run) -> bool:
     return run.host_cpus is None or other.host_cpus in (None, run.host_cpus)
 
 
-def _reference(store: ResultsStore, run: Run) -> tuple[Run, str, bool, bool] | None:
+def _reference(store: RunSource, run: Run) -> tuple[Run, str, bool, bool] | None:
     """(reference run, how it was chosen, from the fleet?, a saved baseline?) or None: a run of the
     board's accepted stack (the module docstring), never merely its latest run, so a new stack stays
     on probation run after run until it is accepted."""
@@ -419,13 +422,13 @@ def _reference(store: ResultsStore, run: Run) -> tuple[Run, str, bool, bool] | N
     return None
 
 
-def judge_run(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
+def judge_run(store: RunSource, run: Run, threshold_pct: float) -> Judgement:
     """Judge `run` (not yet stored, filed under its board: ResultsStore.filed) against its reference in
     `store` (see the module docstring); the judgement says when the board's model string changed."""
     return replace(_judge(store, run, threshold_pct), board_change=board_change(store, run))
 
 
-def board_change(store: ResultsStore, run: Run) -> str | None:
+def board_change(store: RunSource, run: Run) -> str | None:
     """'the device-tree model string changed: ...' when the board's latest stored run read another
     model string from the same serial, else None."""
     latest = store.runs(board=run.board_id, latest=1) if run.serial_hash and run.device_model else []
@@ -436,7 +439,7 @@ def board_change(store: ResultsStore, run: Run) -> str | None:
             f"board {run.board_id} of board model {run.board_model} keeps its history and baseline)")
 
 
-def _judge(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
+def _judge(store: RunSource, run: Run, threshold_pct: float) -> Judgement:
     found = _reference(store, run)
     if found is None:
         return Judgement(FIRST, f"no baseline yet for {run.key.case} on board {run.board_id} or its board model "
@@ -477,7 +480,7 @@ def _judge(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
     return Judgement(kind, how, verdicts, differences, reference, condition, noise, probation=probation)
 
 
-def confirm(store: ResultsStore, first_run: Run, first: Judgement, second_run: Run,
+def confirm(store: RunSource, first_run: Run, first: Judgement, second_run: Run,
             threshold_pct: float) -> Judgement:
     """`first` (the judgement of `first_run`, which needs_confirmation) with the judgements of a
     second run of the same session: against the same history as the first run, and as the store will
@@ -494,7 +497,7 @@ def confirm(store: ResultsStore, first_run: Run, first: Judgement, second_run: R
     return replace(first, confirmation=(alone, after))
 
 
-def _split(store: ResultsStore, pool: list[Run], run: Run, kind: str,
+def _split(store: RunSource, pool: list[Run], run: Run, kind: str,
            from_fleet: bool) -> tuple[list[Run], list[Run], int | None]:
     """(history, group since the change, look): for an upgrade the group is the board's earlier valid
     runs of the new stack while they are fewer than GROUP_RUNS; for a history, see since_change."""
@@ -516,7 +519,7 @@ def comparability(pool: list[Run], judged: list[Run]) -> tuple[list[Run], Verdic
     if run.host_cpus is not None:
         same = [r for r in pool if same_cpus(run, r)]
         if pool and not same:
-            cpus = sorted({r.host_cpus for r in pool})
+            cpus = sorted({r.host_cpus for r in pool}, key=lambda c: -1 if c is None else c)   # None: not recorded
             return pool, None, f"the history ran on {cpus} CPUs, this run on {run.host_cpus}"
         pool = same
     probes = [r.host_probe_s for r in pool[-LOOKBACK:] if r.host_probe_s is not None]

@@ -49,7 +49,7 @@ QUANTILES = (0.9, 0.95, 0.99)
 # normal one.
 TAIL_DFS = (1.5, 2.0, 3.0, 4.0, 6.0, 10.0, 20.0, 50.0, 1000.0)
 _DFS = np.array(TAIL_DFS)
-_T75 = stats.t.ppf(0.75, _DFS)          # a t's MAD over its scale
+_T75 = np.asarray(stats.t.ppf(0.75, _DFS))          # a t's MAD over its scale, one per df
 _MAD_NORMAL = 1.0 / float(stats.norm.ppf(0.75))     # a normal's standard deviation over its MAD
 # A ratio counts as evidence when independent runs give a smaller one this often (NULL_RECORDS
 # simulated records): at 0.99 a quiet board's interval is widened in about 1 verdict of 100. At 0.9
@@ -158,8 +158,8 @@ def _tail_quantile(t: np.ndarray, alpha: float, centre: float, mad: float) -> fl
     deviation."""
     if mad == 0:
         return centre
-    scales = mad / _T75                                             # each df's scale for this MAD
-    likelihood = stats.t.logpdf((t - centre)[None, :] / scales[:, None], _DFS[:, None]).sum(axis=1) \
+    scales = np.asarray(mad / _T75)                                 # each df's scale for this MAD
+    likelihood = np.asarray(stats.t.logpdf((t - centre)[None, :] / scales[:, None], _DFS[:, None])).sum(axis=1) \
         - t.size * np.log(scales)
     best = int(np.argmax(likelihood))
     return centre + float(scales[best]) * float(stats.t.ppf(1 - alpha, _DFS[best]))
@@ -178,4 +178,5 @@ def _independent_ratios(positions: int, n: int, k: int, alpha: float) -> tuple[f
     for _ in range(NULL_RECORDS):
         t, df = standardized_shifts(rng.normal(size=positions + n + k - 1), n, k)
         ratios.append(_ratios(t, float(np.median(df)), alpha))
-    return tuple(float(q) for q in np.quantile(np.array(ratios), EVIDENCE, axis=0))
+    low, mid, high = (float(q) for q in np.quantile(np.array(ratios), EVIDENCE, axis=0))
+    return low, mid, high

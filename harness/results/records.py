@@ -132,10 +132,11 @@ class Run:
         if not isinstance(self.key.steps, int) or isinstance(self.key.steps, bool) or self.key.steps < 1:
             raise ResultsError(f"{where}: key steps must be a positive whole number, got {self.key.steps!r}")
         try:
-            when = datetime.fromisoformat(self.time)
-            when.utcoffset().total_seconds()
-        except (ValueError, AttributeError, TypeError):
-            raise ResultsError(f"{where}: time must be ISO 8601 with a UTC offset, got {self.time!r}") from None
+            when: datetime | None = datetime.fromisoformat(self.time)
+        except (ValueError, TypeError):
+            when = None
+        if when is None or when.utcoffset() is None:
+            raise ResultsError(f"{where}: time must be ISO 8601 with a UTC offset, got {self.time!r}")
         # kept in UTC: the store orders runs by this text, which sorts by time only in one offset
         object.__setattr__(self, "time", when.astimezone(timezone.utc).isoformat(timespec="seconds"))
         if not isinstance(self.valid, bool):

@@ -18,6 +18,8 @@ at once are written one after the other, neither is lost.
 """
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import contextlib
 import functools
 import json
@@ -434,10 +436,29 @@ class ResultsStore:
             target.add_run(run)
             copied += 1
         theirs = {(b, r, c) for b, r, c, _ in target.baseline_pairs()}
-        for board, run_id, case, reason in self.baseline_pairs():
-            if (board, run_id, case) not in theirs:
-                _newer_baseline(target, target.run(run_id, case), reason)
+        for board, run_id, case_name, reason in self.baseline_pairs():
+            if (board, run_id, case_name) not in theirs:
+                _newer_baseline(target, target.run(run_id, case_name), reason)
         return copied, had
+
+
+class RunSource(Protocol):
+    """What a judgement reads from a store: a ResultsStore, a PendingView of one, or the results site's
+    history at one run (harness/site/collect.py)."""
+
+    @property
+    def where(self) -> str: ...         # how an error line names the store
+
+    def runs(self, *, board: str | None = None, board_model: str | None = None, key: str | None = None,
+             experiment: str | None = None, valid: bool | None = None, case: str | None = None,
+             backend: str | None = None, run_id: str | None = None, other_than_board: str | None = None,
+             cpus: int | None = None, latest: int | None = None) -> list[Run]: ...
+
+    def baseline(self, board: str, experiment: str) -> tuple[Run, str] | None: ...
+
+    def fleet_baseline(self, board_model: str, experiment: str, exclude_board: str) -> tuple[Run, str] | None: ...
+
+    def stacks(self, board: str, experiment: str) -> list[tuple[str, int, int]]: ...
 
 
 class PendingView:
@@ -445,7 +466,7 @@ class PendingView:
     first, all newer than the stored ones) are written: what a second run of the session is judged
     against when the first must count as written (a change's next look). Reads only."""
 
-    def __init__(self, store: ResultsStore, pending: list[Run]):
+    def __init__(self, store: RunSource, pending: list[Run]):
         self.store, self.pending = store, list(pending)
 
     @property
@@ -555,7 +576,8 @@ def _insert_session(conn, record: ABRecord) -> None:
                                      for figure, seconds in pair[side].items()])
     if record.verdicts:
         conn.execute(insert(ab_verdicts), [
-            {"session": pk, "place": i, "figure": v.label, "kind": v.kind, "shift_pct": v.shift_pct, "ci_low_pct": v.ci_pct[0],
+            {"session": pk, "place": i, "figure": v.label, "kind": v.kind, "shift_pct": v.shift_pct,
+             "ci_low_pct": v.ci_pct[0],
              "ci_high_pct": v.ci_pct[1], "threshold_pct": v.threshold_pct, "confidence": v.confidence,
              "regression": v.regression, "n": v.n} for i, v in enumerate(record.verdicts)])
 
@@ -563,7 +585,7 @@ def _insert_session(conn, record: ABRecord) -> None:
 def _session_of(conn, row) -> ABRecord:
     sides = {side: _with_children(conn, conn.execute(select(runs).where(runs.c.id == row[f"{side}_run"]))
                                   .mappings().all())[0] for side in SIDES}
-    pairs = [{side: {} for side in SIDES} for _ in range(row["rounds"])]
+    pairs: list[dict[str, dict[str, float]]] = [{side: {} for side in SIDES} for _ in range(row["rounds"])]
     for r in conn.execute(select(ab_rounds).where(ab_rounds.c.session == row["id"])).mappings():
         pairs[r["round"]][r["side"]][r["figure"]] = r["seconds"]
     verdicts = [verdict_of(v) for v in conn.execute(select(ab_verdicts).where(ab_verdicts.c.session == row["id"])
@@ -580,7 +602,7 @@ def _with_children(conn, rows) -> list[Run]:
     ids = [row["id"] for row in rows]
     if not ids:
         return []
-    per = defaultdict(lambda: defaultdict(list))
+    per: defaultdict[Any, defaultdict[str, list]] = defaultdict(lambda: defaultdict(list))
     for table, name in ((run_stages, "stages"), (run_branches, "branches"), (run_steps, "steps"),
                         (run_subgraphs, "subgraphs"), (run_quality, "quality")):
         for child in conn.execute(select(table).where(table.c.run.in_(ids))).mappings():

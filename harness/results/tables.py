@@ -82,7 +82,8 @@ run_subgraphs = _child("run_subgraphs", Column("subgraph", String(200), nullable
                        Column("branch", String(20), nullable=False), *_seconds("seconds_per_step"),
                        UniqueConstraint("run", "subgraph", name="uq_subgraph"))
 run_quality = _child("run_quality", Column("metric", String(100), nullable=False),
-                     Column("value", Float, CheckConstraint("value > -1e300 AND value < 1e300", name="ck_quality_finite"),
+                     Column("value", Float,
+                            CheckConstraint("value > -1e300 AND value < 1e300", name="ck_quality_finite"),
                             nullable=False),
                      UniqueConstraint("run", "metric", name="uq_metric"))
 

@@ -244,13 +244,13 @@ class TelemetryWindow:
         self._thread.start()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         self.sample()
         if self._error is not None and exc_type is None:
             raise self._error
-        return False
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):

@@ -107,7 +107,7 @@ def _plot_change_points(ax, members: list[dict], colour: str) -> None:
                    edgecolors=colour, zorder=4, label="change point")
 
 
-def _plot_step_time(ax, rows: list[dict], threshold_pct: float | None = None) -> None:
+def plot_step_time(ax, rows: list[dict], threshold_pct: float | None = None) -> None:
     changes = version_changes(rows)
     changed_at = {row["index"] for row, _ in changes}
     groups: dict[tuple, list[dict]] = {}
@@ -169,7 +169,7 @@ def trend(runs: list[Run], out_png: str | Path, board: str | None = None, backen
     fig = Figure(figsize=(min(24.0, max(8.0, 0.35 * len(rows))), 7), layout="constrained")
     FigureCanvasAgg(fig)
     ax_step, ax_life = fig.subplots(2, 1, sharex=True)
-    _plot_step_time(ax_step, rows, threshold_pct)
+    plot_step_time(ax_step, rows, threshold_pct)
     _plot_lifecycle(ax_life, rows)
     ticks = _tick_positions(len(rows))
     ax_life.set_xticks(ticks, [_date_label(rows[i]["time"]) for i in ticks], rotation=45, ha="right")

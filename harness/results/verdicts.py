@@ -74,7 +74,7 @@ def _pct(value: float) -> str:
     return f"{round(value, 1):g}"
 
 
-def _finite_positive(name: str, values: Sequence[float]) -> np.ndarray:
+def _finite_positive(name: str, values: Sequence[float] | np.ndarray) -> np.ndarray:
     array = np.asarray(values, dtype=float).ravel()
     if not np.all(np.isfinite(array)) or np.any(array <= 0):
         raise ValueError(f"{name}: every value must be a finite time > 0")

@@ -29,6 +29,7 @@ from ..core.atomic import atomic_directory, atomic_write_json, atomic_write_text
 from ..model.config import BRANCHES
 from ..core.errors import ConfigError
 from ..core.schema import read_json
+from ..sampling.settings import SampleSettings
 from .pipeline import Invocation
 
 __all__ = ["FORMAT", "RECORD_FILE", "PRESETS", "parse_steps", "parse_branches", "parse_streams",
@@ -61,7 +62,7 @@ def parse_steps(text: str, steps: int, shift: float = 3.0) -> list[int]:
     """'high,low' -> [0, steps-1]: high sigma is the first step, low sigma the last one that still
     runs the network (the schedule ends at sigma 0); 'mid' is steps // 2; numbers are steps;
     'strata:N' is N steps evenly spaced in sigma over the schedule of `steps` steps and `shift`."""
-    chosen = []
+    chosen: list[int] = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         if part.startswith("strata:"):
             from ..sampling.flow import flow_sigmas
@@ -153,7 +154,7 @@ class CalibrationCapture:
             atomic_write_text(self.staging / record["dataset"], "\n".join(lines) + "\n")
 
 
-def capture_calibration(bundle, partition, out, prompt: str, settings: dict, branches, steps,
+def capture_calibration(bundle, partition, out, prompt: str, settings: SampleSettings, branches, steps,
                         streams, blocks=None, backend: str = "onnxruntime", guard=None,
                         text_embs: dict | None = None) -> dict:
     """Run one FP32 generation through `partition` and write the calibration directory `out`.

@@ -48,4 +48,4 @@ def is_current(partition: Path) -> bool:
         fused = [e for e in load_manifest(partition).subgraphs if e.blocks is not None]
     except ManifestError:
         return False
-    return all([spec.name for spec in e.inputs] == input_names(e.blocks) for e in fused)
+    return all(e.blocks is not None and [spec.name for spec in e.inputs] == input_names(e.blocks) for e in fused)

@@ -43,7 +43,7 @@ class Invocation:
     exactly as the backend got them (the subgraph's dtype, all streams along axis 0) and the output
     cast back to FP32. Observers (calibration capture, accuracy analysis) must not modify them."""
 
-    entry: object
+    entry: SubgraphEntry
     step: int
     sigma: float
     streams: tuple[str, ...]

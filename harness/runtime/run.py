@@ -8,7 +8,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Callable
 
 import numpy as np
@@ -25,6 +24,7 @@ from .pipeline import PartitionedPipeline
 from ..core.run_report import check_run_report
 from ..lifecycle.steptimes import summarize
 from ..sampling.flow import denoise, flow_sigmas
+from ..sampling.settings import SampleSettings
 from ..core.signals import stop_status
 from ..sampling.spectrum import sampler_velocity
 
@@ -105,7 +105,7 @@ class RunRequest:
     partition: str | Path
     backend: str
     prompt: str
-    settings: Mapping
+    settings: SampleSettings
     backend_options: dict | None = None
     verify: bool = True
     text_embs: dict | None = None
@@ -123,7 +123,8 @@ def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | N
     bundle, partition_dir, backend, prompt, settings = r.bundle, r.partition, r.backend, r.prompt, r.settings
     backend_options, verify, text_embs, lifecycle, images = (r.backend_options, r.verify, r.text_embs,
                                                              r.lifecycle, r.images)
-    result = RunResult(recorder=LifecycleRecorder())
+    recorder = LifecycleRecorder()
+    result = RunResult(recorder=recorder)
     report = result.report
     report.update(status="running", error=None, backend=backend, backend_options=backend_options or {},
                   prompt=prompt, settings=settings.as_dict(), partition=str(partition_dir), model=bundle.cfg.name,
@@ -188,7 +189,7 @@ def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | N
             report["lifecycle_counters"] = strategy.stats()
         if sampler_summary is not None:
             report["sampler"] = sampler_summary()    # the schedule, and how far a failed run got
-        report.update(summarize(result.recorder.as_dicts(), pipeline.host.as_dicts() if pipeline else [],
+        report.update(summarize(recorder.as_dicts(), pipeline.host.as_dicts() if pipeline else [],
                                 step_walls, (report.get("sampler") or {}).get("computed_steps"),
                                 hidden_s=strategy.counters.as_dict()["hidden_s"] if strategy else 0.0))
         if guard is not None:

@@ -18,4 +18,5 @@ class SampleSettings:
 
     def as_dict(self) -> dict:
         """The settings as the run report stores them (no `spectrum` key for another sampler)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "spectrum" or self.spectrum is not None}
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name != "spectrum" or self.spectrum is not None}

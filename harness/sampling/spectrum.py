@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import scipy.linalg
@@ -66,7 +66,7 @@ def params_from(table: dict | None, where: str) -> SpectrumParams:
     unknown = sorted(set(table) - set(_FIELDS))
     if unknown:
         raise ConfigError(f"{where}: unknown Spectrum parameter(s) {unknown}; allowed: preset, {', '.join(_FIELDS)}")
-    values = {}
+    values: dict[str, Any] = {}
     for key, value in table.items():
         whole = _FIELDS[key] == "int"
         ok = isinstance(value, int) if whole else isinstance(value, (int, float))

@@ -231,7 +231,8 @@ def _bands(values: list, valid: list[bool], digests: list[str], label: str) -> l
     """Per run: the interval a run of its key had to stay within, learned from the spread of the up to
     LOOKBACK valid runs of its key before it (verdicts.history_verdict at judge.CONFIDENCE, its
     threshold around the history's centre); None with fewer than MIN_HISTORY of them."""
-    bands, earlier = [], defaultdict(list)
+    bands: list[tuple[float, float] | None] = []
+    earlier: defaultdict[str, list[float]] = defaultdict(list)
     for value, ok, digest in zip(values, valid, digests):
         history = earlier[digest]
         verdict = history_verdict(label, history, value, confidence=CONFIDENCE, lookback=LOOKBACK) \
@@ -270,6 +271,8 @@ def _scopes(runs: list[Run]) -> dict[tuple, list[Run]]:
 class _Baselines:
     """The store's baselines as they stood before `run` was written (a baseline saved on a later run
     did not exist yet), and no runs: PendingView adds the runs before it."""
+
+    where = "the results site's history"
 
     def __init__(self, baselines: dict, run: Run, before: list[Run]):
         self._baselines, self._run, self._before = baselines, run, {(r.run_id, r.key.case) for r in before}

@@ -113,7 +113,8 @@ def _series_plots(s: Series, root: Path) -> list[dict]:
         points = [(c.index, f"{c.shift_pct:+.1f} %") for c in s.change_points if c.figure == label]
         svg = plots.series_plot(label, values, valid, times, s.bands.get(label, [None] * len(values)), points, stacks,
                                 list(s.baselines))
-        panels.append({"figure": label, "anchor": slug(label), "img": _svg(root, f"series/{s.stem}--{slug(label)}.svg", svg),
+        panels.append({"figure": label, "anchor": slug(label),
+                       "img": _svg(root, f"series/{s.stem}--{slug(label)}.svg", svg),
                        "verdict": s.verdict(label), "status": s.status(label)})
     return panels
 
@@ -125,9 +126,11 @@ def _fleet_groups(fleet, root: Path) -> list[dict]:
         windows = {board: [r.mean_step_s for r in runs if r.valid][-LOOKBACK:] for board, runs in group.runs.items()}
         means = [sum(v) / len(v) for v in windows.values() if v]
         reference = sum(means) / len(means) if means else None
-        svg = plots.fleet_plot(f"{group.key.case} ({group.key.backend}, {group.key.precision}, {group.key.steps} steps)",
+        key = group.key
+        svg = plots.fleet_plot(f"{key.case} ({key.backend}, {key.precision}, {key.steps} steps)",
                                windows, reference, outliers)
-        out.append({"group": group, "stack": stack_label(group.key), "verdicts": verdicts, "left_out": left_out, "outliers": sorted(outliers),
+        out.append({"group": group, "stack": stack_label(group.key), "verdicts": verdicts, "left_out": left_out,
+                    "outliers": sorted(outliers),
                     "img": _svg(root, f"fleet/{slug(fleet.board_model)}-{n}.svg", svg)})
     return out
 

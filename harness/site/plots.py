@@ -117,7 +117,8 @@ def fleet_plot(title: str, boards: dict[str, list[float]], reference: float | No
             mean = sum(values) / len(values)
             ax.plot([x - 0.3, x + 0.3], [mean, mean], color=colour, linewidth=2.5)
     if reference:
-        ax.axhline(reference, color=_STACK, linestyle="--", linewidth=1, label="the boards' mean (each board is judged against the others')")
+        ax.axhline(reference, color=_STACK, linestyle="--", linewidth=1,
+                   label="the boards' mean (each board is judged against the others')")
         ax.legend(loc="upper left", fontsize="x-small", frameon=False)
     ax.set_xticks(range(len(boards)), list(boards), rotation=15, ha="right", fontsize="small")
     ax.set_ylabel("denoise step [s]", fontsize="small")

@@ -9,6 +9,8 @@ the source ONNX hashes, per-subgraph build seconds and op placement, and the bui
 """
 from __future__ import annotations
 
+from typing import Any
+
 import contextlib
 import errno
 import hashlib
@@ -101,7 +103,7 @@ def _items(source: Manifest, work: Path, precision: str, calibration, samples: i
         if quant:   # the toolkit reads list entries from its own cwd: hand it absolute paths
             quant["dataset"] = str(absolute_dataset(Path(quant["dataset"]),
                                                     work / "datasets" / f"{stem}.txt"))
-        item = {"name": stem, "onnx": str(source.path_of(entry).resolve()), "rknn": f"{stem}.rknn",
+        item: dict[str, Any] = {"name": stem, "onnx": str(source.path_of(entry).resolve()), "rknn": f"{stem}.rknn",
                 "quantization": quant, "recorded_quantization": recorded}
         if samples:
             sets = sample_inputs(entry, samples, seed)
@@ -152,7 +154,7 @@ def _in_out(text: str, work: Path, out: Path) -> str:
 
 def _fail(source: Manifest, version: str, event: dict, work: Path, out: Path) -> ToolkitError:
     by_stem = {Path(e.file).stem: e for e in source.entries()}
-    entry = by_stem.get(event.get("name"))
+    entry = by_stem.get(str(event.get("name")))
     where = f"{entry.label} ({entry.file})" if entry else "toolkit start-up"
     writing = f" writing {event['name']}.rknn into --out {out}" if entry and event["stage"] == "export_rknn" else ""
     kept = _kept_log(Path(event["log"]), out) if event.get("log") and Path(event["log"]).exists() else ""

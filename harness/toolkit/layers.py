@@ -87,7 +87,7 @@ def parse_layer_table(text: str, where: str = "build log") -> list[Layer]:
         raise ToolkitError(f"{where}: layer table header {' '.join(header) or '(none)'} lacks "
                            f"ID OpType DataType Target ... FullName")
     shapes = header[4:6] == ["InputShape", "OutputShape"]
-    layers = []
+    layers: list[Layer] = []
     for line in lines[k + 1:]:
         if _RULE.match(line):
             if layers:
@@ -152,13 +152,13 @@ def cpu_fallbacks(layers: list[Layer], log_text: str = "") -> list[dict]:
     size limit moved there carries `why` (its shape, the dimension and the limit)."""
     limits = [lim for lim in size_limits(log_text) if lim.kind != "register"]
     out = []
-    for l in layers:
-        if l.target == "NPU" or l.op_type in BOUNDARY_OPS:
+    for layer in layers:
+        if layer.target == "NPU" or layer.op_type in BOUNDARY_OPS:
             continue
-        op = {"id": l.id, "op": l.op_type, "name": l.name, "target": l.target}
-        if l.input_shape:
-            op["input"] = l.input_shape
-        why = _why(l, limits)
+        op = {"id": layer.id, "op": layer.op_type, "name": layer.name, "target": layer.target}
+        if layer.input_shape:
+            op["input"] = layer.input_shape
+        why = _why(layer, limits)
         if why:
             op["why"] = why
         out.append(op)
@@ -172,9 +172,10 @@ def register_overflow(layers: list[Layer], log_text: str) -> str | None:
     if not over:
         return None
     limit = min(lim.limit for lim in over)
-    largest = max(lim.value for lim in over)
-    suspects = [f"{l.op_type}{' ' + repr(l.name) if l.name else ''} {l.input_shape or l.output_shape}"
-                for l in layers if l.op_type not in BOUNDARY_OPS and max(l.dims(), default=0) > limit]
+    largest = max(lim.value for lim in over if lim.value is not None)     # a register line names its value
+    suspects = [f"{layer.op_type}{' ' + repr(layer.name) if layer.name else ''} "
+                f"{layer.input_shape or layer.output_shape}"
+                for layer in layers if layer.op_type not in BOUNDARY_OPS and max(layer.dims(), default=0) > limit]
     suspects = list(dict.fromkeys(suspects))
     named = ", ".join(suspects[:3]) + (f" and {len(suspects) - 3} more" if len(suspects) > 3 else "")
     return (f"{len(over)} register field(s) written past their limit {limit:#x} ({limit}), largest "

@@ -5,7 +5,6 @@ memory pass at FP16, and the latent gate fails the FFN W8A8 variant with its mar
 import pytest
 
 from harness.model.config import REPO_ROOT
-from tests.acceptance.test_gates_can_fail import run_suite  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.slow
 MODEL = f"--model-dir={REPO_ROOT / 'models' / 'anima-shaped'}"

@@ -105,7 +105,8 @@ def test_invalid_run_is_stored_but_not_saved_and_a_valid_one_is(gate, tmp_path):
 
 def test_an_npu_stack_upgrade_on_the_simulated_board_gets_a_verdict_not_a_skip(gate, tmp_path, results_url):
     url = results_url          # SQLite, and a fleet's PostgreSQL server
-    gate("--backend=board-sim", f"--telemetry-root={BOARD_TREE}", "--save-baseline", store=url).assert_outcomes(passed=1)
+    gate("--backend=board-sim", f"--telemetry-root={BOARD_TREE}", "--save-baseline",
+         store=url).assert_outcomes(passed=1)
     new_stack = upgraded(tmp_path)
     # the new stack, three times slower: the upgrade comparison fails and names the branches
     slow = gate("--backend=board-sim", f"--telemetry-root={new_stack}", "--time-scale=0.015", "--accept-upgrade",
@@ -139,7 +140,7 @@ def test_an_upgrade_with_no_saved_baseline_is_judged_on_every_run_until_it_is_ac
     shutil.copytree(BOARD_TREE, new_stack)
     (new_stack / _DRIVER).write_text("RKNPU driver: v0.9.9\n")
     headlines = []
-    for number in (1, 2, 3):
+    for _ in range(3):
         slow = gate("--backend=faults", "--fault=slow=x3", f"--telemetry-root={new_stack}")
         slow.assert_outcomes(failed=1)
         report = junit_case(tmp_path).find("failure").text
@@ -169,12 +170,14 @@ def test_a_board_whose_model_string_changes_keeps_its_baseline_and_history(gate,
     # serial stays, and so do its board id, its history and its baseline (SQLite and PostgreSQL)
     tree = tmp_path / "board"
     shutil.copytree(BOARD_TREE, tree)
-    gate("--backend=board-sim", f"--telemetry-root={tree}", "--save-baseline", store=results_url).assert_outcomes(passed=1)
+    gate("--backend=board-sim", f"--telemetry-root={tree}", "--save-baseline",
+         store=results_url).assert_outcomes(passed=1)
     (first,) = stored(results_url)
     (tree / "proc/device-tree/model").write_bytes(b"Radxa ROCK 5C Rev 1.1\0")
     renamed = gate("--backend=board-sim", f"--telemetry-root={tree}", "--baseline-threshold=60%", store=results_url)
     renamed.assert_outcomes(passed=1)
-    renamed.stdout.fnmatch_lines([f"*history against the baseline of board {first.board_id} (saved, run {first.run_id})*"
+    renamed.stdout.fnmatch_lines([f"*history against the baseline of board {first.board_id} (saved, run "
+                                  f"{first.run_id})*"
                                   "the device-tree model string changed: 'Radxa ROCK 5C' -> 'Radxa ROCK 5C Rev 1.1'*"])
     runs = stored(results_url)
     assert [(r.board_id, r.board_model) for r in runs] == [(first.board_id, first.board_model)] * 2
@@ -208,7 +211,8 @@ def test_one_disturbed_run_is_cleared_by_a_second_run_which_becomes_the_baseline
     result.assert_outcomes(passed=1)
     base, disturbed, second = stored(tmp_path)
     assert disturbed.mean_step_s > base.mean_step_s + 1.5 and second.mean_step_s < base.mean_step_s + 1.0
-    result.stdout.fnmatch_lines(["*not confirmed by a second run (denoise step *): one disturbed run, not a regression*"])
+    result.stdout.fnmatch_lines(
+        ["*not confirmed by a second run (denoise step *): one disturbed run, not a regression*"])
     assert baseline_of(tmp_path, second)[0] == second, "the run that was not disturbed is the baseline"
 
 

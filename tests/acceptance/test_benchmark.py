@@ -14,9 +14,10 @@ With `--bench-sampler spectrum` the rounds run the 13-of-28 Spectrum preset; ext
 computed and forecast steps apart (time per computed step and per image).
 
 It also asserts what makes the figures it hands over trustworthy: every invocation of every computed
-step was recorded, the step split adds up without double counting. The run is written to the store at session end, with the
-quality gate's metrics of its image, in one transaction. The decision itself is harness/gates/benchmark.py;
-this test times the rounds and reports the decision to pytest (extra_info, JUnit properties, the summary).
+step was recorded, the step split adds up without double counting. The run is written to the store at session
+end, with the quality gate's metrics of its image, in one transaction. The decision itself is
+harness/gates/benchmark.py; this test times the rounds and reports the decision to pytest (extra_info, JUnit
+properties, the summary).
 """
 import pytest
 
@@ -77,9 +78,11 @@ def record_run(benchmark, case, gate_runner, window, result, suite, request, res
                                       "memory": result.report.get("memory"),
                                       "lifecycle": result.report.get("lifecycle"),
                                       "comparison": comparison, "key": run.key.as_dict()})
-    decision.keep(results_gate)     # written at session end with its quality metrics (harness/pytest_plugin/baselines.py)
+    # written at session end with its quality metrics (harness/pytest_plugin/baselines.py)
+    decision.keep(results_gate)
     problems = figure_problems(info, suite.bench_steps or case.steps, gate_runner.subgraphs)
     assert not problems, f"the benchmark's figures do not add up: {'; '.join(problems)}"
-    results_gate.offer(request.node.nodeid, decision.offered, judgement)    # a baseline from the run that was not disturbed
+    # a baseline from the run that was not disturbed
+    results_gate.offer(request.node.nodeid, decision.offered, judgement)
     if judgement.regressed:
         pytest.fail(f"benchmark regression: {judgement.headline()}", pytrace=False)

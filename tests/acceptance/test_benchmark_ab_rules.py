@@ -5,21 +5,11 @@ Either way the session reaches the results store, both sides keyed by their own 
 """
 import pytest
 
-from harness.model.config import EMBEDDED_DIR, REPO_ROOT
+from harness.model.config import REPO_ROOT
 from harness.partition.manifest import manifest_sha256
 from harness.results.store import ResultsStore
 
 pytestmark = pytest.mark.slow       # two gate sessions of 1 + 8 rounds each
-
-
-@pytest.fixture(scope="module")
-def baseline_partition(tmp_path_factory):
-    from harness.model.bundle import load_bundle
-    from harness.partition.onnx_export import export_partition
-    bundle = load_bundle(EMBEDDED_DIR)
-    out = tmp_path_factory.mktemp("ab-baseline") / "float16"
-    export_partition(bundle.weights, bundle.cfg, out, dtype="float16")
-    return out
 
 
 @pytest.fixture

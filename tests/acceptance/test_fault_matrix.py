@@ -81,14 +81,19 @@ FAULTS = [
     # the run starts (model loaded, settings valid) and fails: one line, report "failed"
     cli("cli-weights-truncated", (*GEN, "--model-dir={bad_weights}"), 2, r"dit\.safetensors"),
     cli("cli-no-manifest", (*GEN, "--partition={empty}"), 2, r"manifest\.json.*no manifest", "failed"),
-    cli("cli-manifest-nul-name", (*GEN, "--partition={nul}"), 2, r"subgraph 2 \(block 0 ffn\).*not a plain path", "failed"),
+    cli("cli-manifest-nul-name", (*GEN, "--partition={nul}"), 2, r"subgraph 2 \(block 0 ffn\).*not a plain path",
+        "failed"),
     cli("cli-subgraph-truncated", (*GEN, "--partition={truncated}"), 2, r"subgraph 4 .*truncated", "failed"),
     cli("cli-other-weights", (*GEN, "--model-dir={other_model}"), 2, r"exported from other weights", "failed"),
-    cli("cli-subgraphs-swapped", (*GEN, "--partition={swapped}"), 2, r"subgraph 3 .*another subgraph per its ONNX metadata", "failed"),
-    cli("cli-onnx-garbage", (*GEN, "--partition={garbage}"), 2, r"subgraph 7 .*init failed: onnxruntime rejected", "failed"),
+    cli("cli-subgraphs-swapped", (*GEN, "--partition={swapped}"), 2,
+        r"subgraph 3 .*another subgraph per its ONNX metadata", "failed"),
+    cli("cli-onnx-garbage", (*GEN, "--partition={garbage}"), 2, r"subgraph 7 .*init failed: onnxruntime rejected",
+        "failed"),
     cli("cli-nan-subgraph", (*GEN, "--backend=faults", "--fault=nan@37"), 3, r"block 12, branch cross_attn", "failed"),
-    cli("cli-output-shape", (*GEN, "--backend=faults", "--fault=shape@5"), 2, r"subgraph 5 .*output 'y' is float32 \[1, 64, 64\]", "failed"),
-    cli("cli-nan-decoder", (*GEN, "--backend=faults", "--fault=nan@84"), 3, r"NaN/Inf in the image from subgraph 84 \(decoder\)", "failed"),
+    cli("cli-output-shape", (*GEN, "--backend=faults", "--fault=shape@5"), 2,
+        r"subgraph 5 .*output 'y' is float32 \[1, 64, 64\]", "failed"),
+    cli("cli-nan-decoder", (*GEN, "--backend=faults", "--fault=nan@84"), 3,
+        r"NaN/Inf in the image from subgraph 84 \(decoder\)", "failed"),
     cli("cli-guard-trip", (*GEN, "--mem-floor=1000TiB"), 4, r"memory guard tripped: MemAvailable", "failed"),
     cli("cli-trend-store-not-a-database", ("trend", "--results=sqlite:///{torn_history}", "--out={dir}/trend.png"), 2,
         r"results store sqlite:///.*torn\.jsonl: cannot open \(file is not a database\)"),
@@ -96,9 +101,12 @@ FAULTS = [
         r"--results 'results\.sqlite': not a database URL"),
     # pytest: refused at configure time, one "ERROR:" line
     gate("pytest-mem-floor-abc", ("--mem-floor=abc",), 4, r"--mem-floor: memory size 'abc'"),
-    gate("pytest-profile-mem-floor-float", ("--board-profile={profile}",), 4, r"board\.toml \[suite\]: --mem-floor: memory size 1\.5"),
-    gate("pytest-golden-dir-missing", ("--golden-dir={dir}/nowhere",), 4, r"--golden-dir=.*nowhere.*no such golden cases file"),
-    gate("pytest-profile-missing", ("--board-profile={dir}/none.toml",), 4, r"none\.toml: no such board profile \(--board-profile\)"),
+    gate("pytest-profile-mem-floor-float", ("--board-profile={profile}",), 4,
+         r"board\.toml \[suite\]: --mem-floor: memory size 1\.5"),
+    gate("pytest-golden-dir-missing", ("--golden-dir={dir}/nowhere",), 4,
+         r"--golden-dir=.*nowhere.*no such golden cases file"),
+    gate("pytest-profile-missing", ("--board-profile={dir}/none.toml",), 4,
+         r"none\.toml: no such board profile \(--board-profile\)"),
     gate("pytest-case-unknown", ("--cases=nosuch",), 4, r"--cases: no golden case 'nosuch'"),
     gate("pytest-backend-unknown", ("--backend=bogus",), 4, r"--backend bogus: unknown"),
     gate("pytest-artifacts-under-a-file", ("--artifacts={file}/art",), 4, r"--artifacts=.*is not a folder"),
@@ -110,14 +118,18 @@ FAULTS = [
     # against): one FAILED line, report "failed"; a run that ends before any gate judged it (a runtime
     # returning what its subgraph does not declare, a partition or weights file that does not open) is
     # an infrastructure error: one ERROR line (docs/gates.md), report "failed"
-    gate("pytest-nan-subgraph", ("--backend=faults", "--fault=nan@37"), 1, r"FAILED .*block 12, branch cross_attn", "failed"),
-    gate("pytest-output-shape", ("--backend=faults", "--fault=shape@5"), 1, r"ERROR .*subgraph 5 .*\[1, 64, 64\]", "failed"),
-    gate("pytest-nan-decoder", ("--backend=faults", "--fault=nan@84"), 1, r"FAILED .*subgraph 84 \(decoder\)", "failed"),
+    gate("pytest-nan-subgraph", ("--backend=faults", "--fault=nan@37"), 1, r"FAILED .*block 12, branch cross_attn",
+         "failed"),
+    gate("pytest-output-shape", ("--backend=faults", "--fault=shape@5"), 1, r"ERROR .*subgraph 5 .*\[1, 64, 64\]",
+         "failed"),
+    gate("pytest-nan-decoder", ("--backend=faults", "--fault=nan@84"), 1, r"FAILED .*subgraph 84 \(decoder\)",
+         "failed"),
     gate("pytest-guard-trip", ("--mem-floor=1000TiB",), 1, r"FAILED .*memory guard tripped", "failed"),
     gate("pytest-subgraph-truncated", ("--partition={truncated}",), 1, r"ERROR .*subgraph 4 .*truncated", "failed"),
     gate("pytest-weights-truncated", ("--model-dir={bad_weights}", "--partition={partition}"), 1,
          r"ERROR .*dit\.safetensors", "failed"),
-    gate("pytest-golden-wrong-shape", ("--golden-dir={bad_golden}",), 1, r"FAILED .*one\.npy has shape \(32, 32, 3\), the model makes \(64, 64, 3\)", "failed",
+    gate("pytest-golden-wrong-shape", ("--golden-dir={bad_golden}",), 1,
+         r"FAILED .*one\.npy has shape \(32, 32, 3\), the model makes \(64, 64, 3\)", "failed",
          test="tests/acceptance/test_quality.py"),
     gate("pytest-benchmark-guard-trip", ("--mem-floor=1000TiB", "--bench-steps=1"), 1,
          r"FAILED .*no benchmark: memory guard tripped", "failed", test="tests/acceptance/test_benchmark.py"),
@@ -241,7 +253,8 @@ def world(tmp_path_factory):
     (root / "board.toml").write_text('[suite]\nmem_floor = 1.5\n')
     yield {
         "root": root, "model": model, "partition": partition, "golden": golden, "bad_golden": bad_golden,
-        "bad_weights": bad_weights, "torn_history": torn_history, "other_model": make_random_model_dir(root / "other_model", seed=9),
+        "bad_weights": bad_weights, "torn_history": torn_history,
+        "other_model": make_random_model_dir(root / "other_model", seed=9),
         "empty": empty, "foreign": foreign, "busy": busy, "file": root / "a-file", "profile": root / "board.toml",
         "nul": _edit_manifest(partition, root / "nul",
                               lambda d, _: d["subgraphs"][2].update(file="02_block00\x00ffn.onnx")),
@@ -524,7 +537,8 @@ BIN_TEST = (str(REPO_ROOT / "bin" / "test"), *GATE_COMMON, "--backend=faults")
 
 
 def _numerics_run(world, name, signum):
-    return SignalRun(name, world, [*BIN_TEST, "--fault=slow=0.02", str(REPO_ROOT / "tests/acceptance/test_numerics.py")],
+    return SignalRun(name, world,
+                     [*BIN_TEST, "--fault=slow=0.02", str(REPO_ROOT / "tests/acceptance/test_numerics.py")],
                      signum, _denoising("artifacts/runs/one.json"))
 
 

@@ -19,7 +19,8 @@ def test_full_width_block_from_bf16_checkpoint_to_latent(tmp_path, capsys):
     model.mkdir()
     text = (PROFILES_DIR / "anima-2b.toml").read_text()
     for old, new in (("blocks = 28", "blocks = 1"), ("latent_size = [64, 64]", "latent_size = [8, 8]"),
-                     ("text_emb_tokens = 512", "text_emb_tokens = 8"), ('name = "anima-2b"', 'name = "anima-2b-1block"')):
+                     ("text_emb_tokens = 512", "text_emb_tokens = 8"),
+                     ('name = "anima-2b"', 'name = "anima-2b-1block"')):
         assert old in text
         text = text.replace(old, new)
     (model / "model.toml").write_text('weights = "dit.safetensors"\n' + text)

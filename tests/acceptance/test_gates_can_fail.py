@@ -14,27 +14,6 @@ from harness.model.config import REPO_ROOT
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def run_suite(pytester, suite, monkeypatch):
-    """Run the suite's gates in a fresh pytest process (pytester); returns its RunResult.
-
-    The partitions come from this session's cache (--cache-dir): the FP16 one the gates above already
-    exported, and the fake-quant one exported once and then kept, as they are keyed by the weights'
-    digest, precision and fake quantisation.
-    """
-    tmp_path = pytester.path
-    monkeypatch.setenv("COLUMNS", "400")     # failure lines unwrapped for fnmatch_lines
-
-    def run(*args):
-        # Run from tmp_path: pytest-benchmark shows stored runs relative to the working directory.
-        args = [str(REPO_ROOT / a) if a.startswith("tests/") else a for a in args]
-        return pytester.runpytest_subprocess(
-            "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}", "-p", "no:cacheprovider", "-q",
-            f"--artifacts={tmp_path / 'artifacts'}", f"--results=sqlite:///{tmp_path / 'results.sqlite'}",
-            f"--cache-dir={suite.cache_dir}", "--benchmark-storage=file://./bench", *args, timeout=300)
-    return run
-
-
 def test_numerics_gate_names_the_subgraph_that_emits_nan(run_suite):
     # subgraph 37 = block 12 cross_attn (index = 3 * block + branch)
     result = run_suite("tests/acceptance/test_numerics.py", "--cases=seven", "--backend=faults", "--fault=nan@37")

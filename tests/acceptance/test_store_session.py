@@ -17,7 +17,6 @@ from sqlalchemy import create_engine, text
 
 from harness.model.config import REPO_ROOT
 from harness.results.store import ResultsStore
-from tests.acceptance.test_benchmark_ab_rules import baseline_partition  # noqa: F401 - a fixture
 from tests.results_data import make_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.results]      # one one-step gate session each (~10 s)
@@ -128,7 +127,8 @@ def test_an_ab_session_whose_server_is_lost_is_kept_in_the_spool_and_push_sends_
     assert done.returncode == 1
     (line,) = _lines_with(done, "A/B session ran but was not recorded: ")
     spool = tmp_path / "spool.sqlite"
-    assert re.search(rf"A/B session '[^']+' not written \(.+\); the store is as it was; kept in the spool {spool}: ", line)
+    assert re.search(rf"A/B session '[^']+' not written \(.+\); the store is as it was; kept in the spool {spool}: ",
+                     line)
     lost_server.resume()
     with ResultsStore(url) as store:
         assert store.runs() == [] and store.ab_sessions() == []

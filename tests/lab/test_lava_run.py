@@ -120,7 +120,8 @@ def store(tools, tmp_path_factory) -> tuple[str, str, Path]:
     export_partition(bundle.weights, bundle.cfg, tmp / "partition", dtype="float16")
     (tmp / "partitions").mkdir()
     sha = subprocess.run([str(REPO_ROOT / ".ci" / "publish-partition"), str(tmp / "partition")], check=True,
-                         capture_output=True, text=True, env={**os.environ, "ANIMA_PARTITION_STORE": str(tmp / "partitions")},
+                         capture_output=True, text=True,
+                         env={**os.environ, "ANIMA_PARTITION_STORE": str(tmp / "partitions")},
                          ).stdout.strip()
     return f"file://{tmp / 'partitions' / sha}.tar", sha, tmp / "partition"
 

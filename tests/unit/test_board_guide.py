@@ -22,7 +22,7 @@ import pytest
 from harness.model.config import EMBEDDED_DIR, REPO_ROOT
 from tests.doc_commands import FAILED, bash_blocks, commands_of, run_script, simple_commands, syntax_problem
 from tests.helpers import missing_tool
-from tests.unit.test_workflows import option_problems, pytest_commands, suite_options  # noqa: F401 (fixture)
+from tests.unit.test_workflows import option_problems, pytest_commands
 
 GUIDE = REPO_ROOT / "docs" / "board.md"
 TREE = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"
@@ -118,7 +118,8 @@ def shell_problems(text: str) -> list[str]:
     names = {argv[0] for _, argv in commands if "/" not in argv[0]}
     kinds = _kinds(sorted(names))
     packages = debian_packages({n for n in names if not kinds.get(n)} |
-                               {p for _, argv in commands if argv[0] in ("apt-get", "apt") for p in _package_args(argv)})
+                               {p for _, argv in commands if argv[0] in ("apt-get", "apt")
+                                for p in _package_args(argv)})
     for where, argv in commands:
         problems += [f"{where}: `{' '.join(argv)}`: {p}" for p in _command_problems(argv, kinds, packages)]
     return problems
@@ -134,7 +135,8 @@ def _command_problems(argv: list[str], kinds: dict, packages: set[str]) -> list[
         return []
     operation = next((a for a in argv[1:] if not a.startswith("-")), None)
     if operation not in _apt_commands():
-        return [f"{command} {operation}: not an apt-get command (apt-get --help lists {', '.join(sorted(_apt_commands()))})"]
+        return [f"{command} {operation}: not an apt-get command (apt-get --help lists "
+                f"{', '.join(sorted(_apt_commands()))})"]
     return [f"{name}: no such Debian package" for name in _package_args(argv) if name not in packages]
 
 

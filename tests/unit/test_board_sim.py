@@ -31,7 +31,7 @@ def manifest(model, tmp_path_factory):
 def fresh_clock(monkeypatch):
     """No overshoot debt carried in from another test: each stage here takes its full time."""
     from harness.backends import board_sim
-    monkeypatch.setattr(board_sim, "_CLOCK", board_sim._Clock())
+    monkeypatch.setattr(board_sim, "_CLOCK", board_sim.Clock())
 
 
 def _ffn(manifest):
@@ -174,9 +174,9 @@ def test_strategies_on_the_simulated_board_give_onnxruntimes_latent(model, manif
 
 
 def test_late_wake_ups_are_taken_off_the_next_pauses_of_their_kind():
-    from harness.backends.board_sim import _Clock
+    from harness.backends.board_sim import Clock
     import time
-    clock = _Clock()
+    clock = Clock()
     start = time.perf_counter()
     time.sleep(0.05)                      # a load whose real work overran its 10 ms by 40 ms
     clock.pad(start, 0.01)
@@ -190,9 +190,9 @@ def test_late_wake_ups_are_taken_off_the_next_pauses_of_their_kind():
 
 
 def test_this_machines_host_work_is_taken_off_the_boards_host_pause():
-    from harness.backends.board_sim import _Clock
+    from harness.backends.board_sim import Clock
     import time
-    clock = _Clock()
+    clock = Clock()
     clock.pad(time.perf_counter(), 0.0, "path")     # a stage ends
     time.sleep(0.03)                                 # the pipeline's own host math
     start = time.perf_counter()
@@ -232,7 +232,7 @@ def test_a_sessions_one_build_is_no_debt_for_later_stages(manifest, monkeypatch)
     from harness.backends.onnxruntime import OnnxRuntimeContext
     import time
     monkeypatch.setattr(board_sim, "_SESSIONS", {})
-    monkeypatch.setattr(board_sim, "_CLOCK", board_sim._Clock())    # no debt carried from earlier tests
+    monkeypatch.setattr(board_sim, "_CLOCK", board_sim.Clock())    # no debt carried from earlier tests
     build = OnnxRuntimeContext.init
 
     def slow_build(self):

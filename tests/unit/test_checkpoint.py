@@ -94,7 +94,8 @@ def _header(path):
 @pytest.mark.parametrize("damage,message", [
     ("truncate", r"tensor 'net\.final_layer\.linear\.weight' ends at byte \d+ but the file has \d+ bytes \(truncated"),
     ("missing", r"missing tensor 'net\.blocks\.1\.cross_attn\.k_norm\.weight'"),
-    ("shape", r"tensor 'net\.blocks\.0\.mlp\.layer1\.weight' has shape \[8, 64\], profile cosmos-tiny expects \[256, 64\]"),
+    ("shape",
+     r"tensor 'net\.blocks\.0\.mlp\.layer1\.weight' has shape \[8, 64\], profile cosmos-tiny expects \[256, 64\]"),
     ("dtype", r"tensor 'net\.blocks\.0\.self_attn\.q_proj\.weight' has dtype I8; supported: F32, F16, BF16"),
 ])
 def test_damaged_checkpoint_gives_one_line_naming_the_tensor(cfg, bf16_file, tmp_path, capsys, damage, message):

@@ -84,9 +84,9 @@ def test_progress_in_a_log_is_one_plain_line_per_step(model_dir, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "harness", "generate", "--model-dir", str(model_dir),
                            "--steps", "3", "--out", str(tmp_path / "p.png")], capture_output=True, text=True,
                           check=True)
-    lines = [l for l in proc.stderr.splitlines() if "step" in l]
-    assert [l.split(": step ")[1].split(",")[0] for l in lines] == ["1/3", "2/3", "3/3"], proc.stderr
-    assert all(", elapsed " in l and ", ETA " in l for l in lines)
+    lines = [line for line in proc.stderr.splitlines() if "step" in line]
+    assert [line.split(": step ")[1].split(",")[0] for line in lines] == ["1/3", "2/3", "3/3"], proc.stderr
+    assert all(", elapsed " in line and ", ETA " in line for line in lines)
     assert "\r" not in proc.stderr and "\x1b[" not in proc.stderr, "no terminal control codes in a log"
 
 

@@ -160,7 +160,8 @@ def test_a_golden_no_build_can_pass_exits_1_and_writes_the_report(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["2.3.2", "2.5.0", REPORT_JSON, REPORT_MD]
     assert done.stdout == (out / REPORT_MD).read_text()
     first = done.stdout.splitlines()[0]
-    assert first.startswith("**2.5.0 fails** (rknn-toolkit2 2.3.2 -> 2.5.0, rk3588, float16): case swapped: SSIM"), first
+    assert first.startswith("**2.5.0 fails** (rknn-toolkit2 2.3.2 -> 2.5.0, rk3588, float16): "
+                            "case swapped: SSIM"), first
     report = json.loads((out / REPORT_JSON).read_text())
     assert report["verdict"]["status"] == "fails"
     assert [f.split(":")[0] for f in report["verdict"]["failures"]] == ["case swapped"]

@@ -25,7 +25,8 @@ from harness.sampling.prompt_accuracy import grade, prompted_latents
 SETTINGS = {"per_digit": 10, "cfg_scale": 4.0, "steps": 6}
 # Everything the samples depend on besides the model files: the reference forward, the sampler,
 # the prompt encoder, the weights loader and the module that lays out prompts and seeds.
-RENDER_CODE = ("harness/model", "harness/sampling/flow.py", "harness/sampling/reference_run.py", "harness/model/weights.py",
+RENDER_CODE = ("harness/model", "harness/sampling/flow.py", "harness/sampling/reference_run.py",
+               "harness/model/weights.py",
                "harness/model/config.py", "harness/sampling/prompt_accuracy.py")
 
 

@@ -50,7 +50,8 @@ def _runtime(fake, path):
 
 def test_signatures_follow_the_real_api(fake):
     # Parameter order of rknn-toolkit-lite2 2.5.0's rknn_lite.py: positional callers depend on it.
-    params = lambda f: list(inspect.signature(f).parameters)[1:]
+    def params(f):
+        return list(inspect.signature(f).parameters)[1:]
     assert params(fake.load_rknn) == ["path", "key_path"]
     assert params(fake.init_runtime) == ["target", "device_id", "async_mode", "core_mask"]
     assert params(fake.inference) == ["inputs", "data_type", "data_format", "inputs_pass_through",

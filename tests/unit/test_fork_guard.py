@@ -26,7 +26,8 @@ HEAD = "a" * 40
 
 def _event(action="labeled", label="run-on-board", fork=True) -> dict:
     return {"action": action, "label": {"name": label},
-            "pull_request": {"number": 7, "head": {"sha": HEAD, "repo": {"full_name": "someone/anima-npu" if fork else REPO}}}}
+            "pull_request": {"number": 7,
+                             "head": {"sha": HEAD, "repo": {"full_name": "someone/anima-npu" if fork else REPO}}}}
 
 
 def _review(commit=HEAD, state="APPROVED", association="MEMBER") -> dict:
@@ -93,7 +94,8 @@ def test_a_toolkit_version_from_the_change_is_checked(tmp_path):
     proc = subprocess.run([sys.executable, REPO_ROOT / ".ci" / "plan.py", "--changed", "harness/x.py",
                            f"--head-versions={head}", "--github-output"], env={**os.environ, "GITHUB_OUTPUT": str(out)},
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and proc.stderr == f"error: {head}: default '2.5.0; rm -rf /' is not a toolkit version\n"
+    assert proc.returncode == 2
+    assert proc.stderr == f"error: {head}: default '2.5.0; rm -rf /' is not a toolkit version\n"
     assert not out.exists()
 
 

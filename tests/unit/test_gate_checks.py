@@ -46,7 +46,8 @@ def test_a_baseline_is_offered_only_when_asked_and_never_from_an_invalid_run():
     judged = Judgement(HISTORY, "its history")
     assert baseline_offer(run, judged, save_baseline=False, accept_upgrade=False) == (None, None)
     assert baseline_offer(run, judged, save_baseline=True, accept_upgrade=False) == ("saved", None)
-    assert baseline_offer(run, Judgement(UPGRADE, "the accepted stack"), False, accept_upgrade=True) == ("upgrade accepted", None)
+    assert baseline_offer(run, Judgement(UPGRADE, "the accepted stack"), False,
+                          accept_upgrade=True) == ("upgrade accepted", None)
     invalid = make_run("r2", 1.0, valid=False)
     reason, refused = baseline_offer(invalid, judged, save_baseline=True, accept_upgrade=False)
     assert reason is None and refused.startswith("baseline not saved: the run is INVALID")

@@ -68,7 +68,8 @@ def test_cfg_1_with_a_prompt_on_the_embedded_layout(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--text-emb", "WRONG"], "--text-emb {wrong}: text embedding is float32 [3, 5]; anima-shaped takes float [16, 32]"),
+    (["--text-emb", "WRONG"],
+     "--text-emb {wrong}: text embedding is float32 [3, 5]; anima-shaped takes float [16, 32]"),
     (["--text-emb", "COND", "--cfg", "4"], "--cfg 4 mixes an unconditional stream: give --uncond-text-emb FILE"),
     (["--prompt", "a cat"], "model anima-shaped has no prompt encoder here"),
     (["--text-emb", "COND", "--prompt", "x"], "--prompt and --text-emb both given"),

@@ -209,8 +209,8 @@ def test_golden_from_other_settings_is_stale(tmp_path, case):
         store.load(case)
 
 
-_TEXT_EMB_CASE = '[defaults]\nssim_min = 0.9\npsnr_min = 30.0\nsteps = 2\ncfg = 4.0\nsampler = "flow-euler"\nshift = 3.0\n' \
-                 '[[case]]\nname = "a"\nseed = 1\n'
+_TEXT_EMB_CASE = ('[defaults]\nssim_min = 0.9\npsnr_min = 30.0\nsteps = 2\ncfg = 4.0\nsampler = "flow-euler"\n'
+                  'shift = 3.0\n[[case]]\nname = "a"\nseed = 1\n')
 
 
 @pytest.mark.parametrize("head", ["format = 2\n", ""])        # no format: the current one

@@ -50,7 +50,7 @@ def test_bad_text_emb_file_names_case_and_file(runner):
 def test_model_without_prompt_encoder_runs_text_emb_cases_only(runner):
     gates, golden = runner
     toml = gates.s.model_dir / "model.toml"
-    toml.write_text("\n".join(l for l in toml.read_text().splitlines() if not l.startswith("prompt_encoder")))
+    toml.write_text("\n".join(line for line in toml.read_text().splitlines() if not line.startswith("prompt_encoder")))
     by_prompt, by_text_emb = load_cases(golden / "cases.toml")
     assert gates.bundle.encoder is None
     assert gates.run(by_text_emb, guard=None, keep=False).image.shape == (64, 64, 3)

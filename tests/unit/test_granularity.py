@@ -1,6 +1,6 @@
-"""Partition granularity: fused subgraphs (whole blocks, AdaLN modulation, AdaLN gate and residual add inside) compute the
-branch partition's image, the manifest records the granularity, a kept fused partition with other input
-names is exported again, and a malformed fused manifest is one error naming the subgraph."""
+"""Partition granularity: fused subgraphs (whole blocks, AdaLN modulation, AdaLN gate and residual add
+inside) compute the branch partition's image, the manifest records the granularity, a kept fused partition
+with other input names is exported again, and a malformed fused manifest is one error naming the subgraph."""
 import json
 
 import numpy as np

@@ -74,13 +74,13 @@ def _layer_norm_then_modulation(path, mod_shape):
     """LN(x) * (1 + scale) + shift, scale and shift graph inputs of `mod_shape`, then a MatMul."""
     import onnx
     from onnx import helper
-    from harness.partition.fused import _layer_norm
-    from harness.partition.graph import _Graph
-    g = _Graph("float32", 17)
+    from harness.partition.fused import add_layer_norm
+    from harness.partition.graph import Graph
+    g = Graph("float32", 17)
     inputs = [helper.make_tensor_value_info("x", g.elem, [2, 16, 32])]
     inputs += [helper.make_tensor_value_info(n, g.elem, mod_shape) for n in ("scale", "shift")]
     one_plus = g.op("Add", [g.const("one", 1.0), "scale"], "one_plus_scale")
-    h = g.op("Add", [g.op("Mul", [_layer_norm(g, "x", 1e-6), one_plus], "modulated"), "shift"], "h")
+    h = g.op("Add", [g.op("Mul", [add_layer_norm(g, "x", 1e-6), one_plus], "modulated"), "shift"], "h")
     g.op("MatMul", [h, g.const("w", np.eye(32, dtype=np.float32))], "y")
     onnx.save(g.model("probe", inputs, [helper.make_tensor_value_info("y", g.elem, [2, 16, 32])], "probe", {}),
               path)

@@ -52,7 +52,7 @@ def test_trend_command_reads_the_store(tmp_path, capsys):
 def test_trend_draws_one_line_per_board_learns_its_band_and_marks_changes(tmp_path):
     from matplotlib.figure import Figure
 
-    from harness.results.trend import _plot_step_time, trend_rows, version_changes
+    from harness.results.trend import plot_step_time, trend_rows, version_changes
     # board A: ten quiet runs, then the driver changes; board B: a level shift after run 6
     a = [make_run(f"a{i}", 1.0 + 0.01 * (i % 3), minute=i) for i in range(10)]
     a.append(make_run("a10", 1.2, minute=10, versions=VERSIONS_NEW))
@@ -61,8 +61,9 @@ def test_trend_draws_one_line_per_board_learns_its_band_and_marks_changes(tmp_pa
     assert [(row["index"], what.split(",")[0]) for row, what in version_changes(rows)] == [
         (10, "runtime_lib 2.3.2->2.5.0")]
     ax = Figure().subplots()
-    _plot_step_time(ax, rows, threshold_pct=10)
-    lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines() if not line.get_label().startswith("_")}
+    plot_step_time(ax, rows, threshold_pct=10)
+    lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()
+             if not line.get_label().startswith("_")}
     assert set(lines) == {"board-sim/embedded/float16 @ rock-5c-aaaa", "board-sim/embedded/float16 @ rock-5c-bbbb"}
     marks = [c for c in ax.collections if c.get_label() == "change point"]
     assert [list(m.get_offsets()[0]) for m in marks] == [[float(len(a) + 6), 2.4]]

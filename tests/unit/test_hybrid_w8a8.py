@@ -39,15 +39,15 @@ def _tables(build_log: Path) -> dict[str, list]:
 def test_ffn_linears_are_int8_and_gelu_and_output_float16(hybrid):
     tables = _tables(hybrid / "w8a8" / "build.log")
     ffn = tables["subgraph 2 (block 0 ffn)"]
-    types = {l.op_type: set() for l in ffn}
+    types = {layer.op_type: set() for layer in ffn}
     for layer in ffn:
         types[layer.op_type].add(layer.data_type)
-    linears = [l for l in ffn if l.op_type in ("Conv", "MatMul", "exMatMul")]
-    assert len(linears) == 2 and {l.data_type for l in linears} == {"INT8"}
+    linears = [layer for layer in ffn if layer.op_type in ("Conv", "MatMul", "exMatMul")]
+    assert len(linears) == 2 and {layer.data_type for layer in linears} == {"INT8"}
     assert types["exGelu"] == {"FLOAT16"}
     assert types["OutputOperator"] == {"FLOAT16"}                 # the branch output leaves in FP16
     for label in ("subgraph 0 (block 0 self_attn)", "subgraph 1 (block 0 cross_attn)"):
-        assert "INT8" not in {l.data_type for l in tables[label]}, label
+        assert "INT8" not in {layer.data_type for layer in tables[label]}, label
 
 
 def test_hybrid_ffn_is_close_to_fp32_but_not_float16_close(hybrid):

@@ -30,7 +30,8 @@ def partition(bundle, tmp_path_factory):
 
 def _inspect(directory):
     return subprocess.run([sys.executable, "-m", "harness", "inspect", str(directory)], capture_output=True,
-                          text=True, cwd=REPO_ROOT, env={"COLUMNS": "400", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT)})
+                          text=True, cwd=REPO_ROOT,
+                          env={"COLUMNS": "400", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT)})
 
 
 def test_resigned_onnx_with_an_extra_output_fails_inspect(partition, tmp_path):

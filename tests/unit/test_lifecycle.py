@@ -95,7 +95,8 @@ def test_counters_say_what_each_strategy_did(runs, on_demand):
 def test_prefetch_keeps_at_most_k_alive_and_measures_its_overlap(runs):
     c = runs("prefetch:2").report["lifecycle_counters"]
     assert c["peak_live"] == 2 and c["workers"] == 2
-    assert (c["hits"], c["misses"]) == (84 * STEPS - 1, 2)   # all but the first subgraph and the decoder were loaded ahead
+    # all but the first subgraph and the decoder were loaded ahead
+    assert (c["hits"], c["misses"]) == (84 * STEPS - 1, 2)
     assert c["lifecycle_s"] > 0 and 0.0 <= c["overlap"] <= 1.0
     assert c["hidden_s"] == pytest.approx(c["lifecycle_s"] * c["overlap"])
 
@@ -166,7 +167,8 @@ def test_stream_batching_serves_every_image_from_one_loaded_context(model, parti
     assert run.latent.shape[0] == 2 and run.images.shape[0] == 2
     two = run.report["lifecycle_records"]
     single = on_demand.report["lifecycle_records"]
-    count = lambda recs, stage: sum(1 for r in recs if r["stage"] == stage)  # noqa: E731
+    def count(recs, stage):
+        return sum(1 for r in recs if r["stage"] == stage)
     # The same loads/inits/releases for 2 images as for 1: lifecycle stages per image halve.
     for stage in ("load", "init", "release"):
         assert count(two, stage) == count(single, stage)

@@ -229,21 +229,20 @@ def test_bad_arguments_name_the_culprit(embedded, tmp_path):
 
 
 # Ops that only move data: onnxruntime's CPU provider has float16 kernels for them, so the probe
-# need not check them. Any other op the export emits must be in _COMPUTE_OPS, or it escapes the probe.
+# need not check them. Any other op the export emits must be in COMPUTE_OPS, or it escapes the probe.
 _DATA_MOVEMENT = {"Cast", "Concat", "Reshape", "Slice", "Transpose"}
 
 
 def test_float16_kernel_probe_covers_every_op_the_export_uses(embedded):
     """A data-movement op has a float16 kernel everywhere; the probe must not call it missing, and
     every compute op in a float16 export (fake-quant FFN included) must be one the probe checks."""
-    from harness.partition.onnx_export import _build
-    from harness.partition.graph import _COMPUTE_OPS, _lacks_float16_kernel
+    from harness.partition.graph import COMPUTE_OPS, lacks_float16_kernel
     cfg, w = embedded
-    assert _lacks_float16_kernel("Transpose", 17) is False
+    assert lacks_float16_kernel("Transpose", 17) is False
     models = [build_subgraph(w, cfg, 0, branch, "float16") for branch in BRANCHES]
-    models.append(_build(w, cfg, 0, "ffn", "float16", 2, 17, fake_quant="w8a8-ffn")[0])
+    models.append(build_subgraph(w, cfg, 0, "ffn", "float16", 2, 17, fake_quant="w8a8-ffn"))
     used = {n.op_type for m in models for n in m.graph.node}
-    unprobed = used - set(_COMPUTE_OPS) - _DATA_MOVEMENT
+    unprobed = used - set(COMPUTE_OPS) - _DATA_MOVEMENT
     assert not unprobed, f"the float16 export uses {sorted(unprobed)}, which float16_missing_kernels never probes"
     print(f"onnxruntime {ort.__version__} CPU lacks float16 kernels for: {sorted(float16_missing_kernels(17))}")
 
@@ -267,8 +266,7 @@ def test_ffn_w8a8_fake_quant_matches_an_independent_simulation():
     w = random_weights(cfg, seed=8)
     x = np.random.default_rng(9).standard_normal((2, cfg.tokens, cfg.width)).astype(np.float32)
     model = build_subgraph(w, cfg, 1, "ffn", "float32", streams=2)
-    from harness.partition.onnx_export import _build
-    quant, _ = _build(w, cfg, 1, "ffn", "float32", 2, 17, fake_quant="w8a8-ffn")
+    quant = build_subgraph(w, cfg, 1, "ffn", "float32", 2, 17, fake_quant="w8a8-ffn")
 
     def q8(a, axis=None):
         s = np.abs(a).max(axis=axis, keepdims=axis is not None) / 127.0

@@ -37,7 +37,8 @@ def test_published_once_under_its_manifest_hash_and_fetched_into_the_cache(parti
     first = tar.stat().st_mtime_ns
     assert _run("publish-partition", partition, env=env).stdout.strip() == sha and tar.stat().st_mtime_ns == first
     got = _run("fetch-partition", sha, cache, env=env).stdout.strip()
-    assert got == str(cache / sha) and (cache / sha / "manifest.json").read_bytes() == (partition / "manifest.json").read_bytes()
+    assert got == str(cache / sha)
+    assert (cache / sha / "manifest.json").read_bytes() == (partition / "manifest.json").read_bytes()
     tar.unlink()                                     # the cached copy is used: the store is not read again
     assert _run("fetch-partition", sha, cache, env=env).stdout.strip() == got
     assert not [p for p in cache.iterdir() if p.name.startswith(".incoming")]

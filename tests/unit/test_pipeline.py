@@ -189,7 +189,8 @@ def test_rknnlite_failing_mid_run_names_subgraph_and_releases_everything(model, 
 
     monkeypatch.setattr(fake, "inference", flaky)
     report = tmp_path / "r.json"
-    with pytest.raises(BackendError, match=r"subgraph 40 \(block 13 cross_attn\): run failed: inference\(\) returned None"):
+    with pytest.raises(BackendError,
+                       match=r"subgraph 40 \(block 13 cross_attn\): run failed: inference\(\) returned None"):
         run_partitioned(
             RunRequest(model, partition, "rknnlite", "digit one", sample_settings(model, steps=1),
                        backend_options={"core_mask": "0_1_2"}),

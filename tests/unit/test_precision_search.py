@@ -133,8 +133,9 @@ def test_one_linear_of_an_ffn_stays_float16(embedded_fp32, tmp_path, toolkit_ver
     log = (tmp_path / "conv" / "build.log").read_text()
     body = log[log.index("02_block00_ffn.onnx ->"):log.index("decoder.onnx ->")]
     # The FP16 first linear fuses with the GELU after it (ConvExGelu); the second stays an INT8 Conv.
-    linears = [l for l in parse_layer_table(body, "ffn") if l.op_type.startswith("Conv") or "MatMul" in l.op_type]
-    assert [(l.op_type, l.data_type) for l in linears] == [("ConvExGelu", "FLOAT16"), ("Conv", "INT8")], \
-        [(l.op_type, l.data_type) for l in linears]
+    linears = [layer for layer in parse_layer_table(body, "ffn")
+               if layer.op_type.startswith("Conv") or "MatMul" in layer.op_type]
+    assert [(layer.op_type, layer.data_type) for layer in linears] == [("ConvExGelu", "FLOAT16"), ("Conv", "INT8")], \
+        [(layer.op_type, layer.data_type) for layer in linears]
     record = result.manifest.conversion["precision_recipe"]
     assert record["quantized_method"] == "layer" and record["int8_subgraphs"] == [2]

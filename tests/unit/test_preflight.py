@@ -70,7 +70,8 @@ def test_the_table_reads_and_every_bad_combination_cites_its_source_and_the_fix(
     bad = [r for r in rows if r["verdict"] == "bad"]
     assert bad and all(r["source"] and r["symptom"] and r["install"] for r in bad)
     text = COMPATIBILITY.read_text()
-    for thread in ("airockchip/rknn-toolkit2/issues/281", "airockchip/rknn-toolkit2/issues/254", "jaylfc/taOS/issues/42"):
+    for thread in ("airockchip/rknn-toolkit2/issues/281", "airockchip/rknn-toolkit2/issues/254",
+                   "jaylfc/taOS/issues/42"):
         assert thread in text
 
 
@@ -154,8 +155,10 @@ def test_a_known_bad_stack_fails_the_smoke_tier_in_one_line_before_any_npu_test(
     failures = out.split("= FAILURES =")[1].split("short test summary")[0]
     [body] = re.findall(r"_+ test_0_stack_preflight _+\n(.*?)\n=", failures, re.S)
     assert body.count("\n") == 0, body          # one line, no traceback, no captured output repeating it
-    assert body.startswith("stack preflight: rknn-toolkit2 2.3.0 with librknnrt 2.3.2 ") and "install librknnrt 2.3.0" in body
-    assert re.search(r"\n1 failed, \d+ deselected in ", out) and "stack preflight failed: no test after it started" in out, out
+    assert body.startswith("stack preflight: rknn-toolkit2 2.3.0 with librknnrt 2.3.2 "), body
+    assert "install librknnrt 2.3.0" in body
+    assert re.search(r"\n1 failed, \d+ deselected in ", out), out
+    assert "stack preflight failed: no test after it started" in out, out
     cases = [c.get("name") for c in ET.parse(junit).getroot().iter("testcase")]
     assert cases == ["test_0_stack_preflight"], cases
     assert "Traceback" not in out

@@ -78,7 +78,8 @@ def test_a_lifecycle_that_holds_the_core_is_found_and_changes_the_plan(tmp_path)
     assert data["overlap"]["lifecycle_holds_core"] is True and data["overlap"]["rates_kept"] < 1.2
     text, assumed_choice = _choice(DEFAULT_BOARD_DATA)
     text, measured_choice = _choice(DEFAULT_BOARD_DATA, tmp_path / "probe.toml")
-    assert "holds the NPU core another context runs on (prefetch cannot hide it): measured (probe.toml: board-sim" in text
+    assert ("holds the NPU core another context runs on (prefetch cannot hide it): "
+            "measured (probe.toml: board-sim") in text
     assert measured_choice != assumed_choice, measured_choice
 
 

@@ -116,7 +116,8 @@ def test_a_run_with_nothing_changed_fails_about_1_percent_of_the_time_over_all_i
 
     def noisy(i):
         run = make_run(f"r{i}")
-        jitter = lambda v: float(v * np.exp(rng.normal(0, 0.05)))  # noqa: E731
+        def jitter(v):
+            return float(v * np.exp(rng.normal(0, 0.05)))
         return replace(run, mean_step_s=jitter(run.mean_step_s),
                        branches={k: jitter(v) for k, v in run.branches.items()},
                        stages={k: jitter(v) for k, v in run.stages.items()})
@@ -149,12 +150,15 @@ def test_export_and_check_read_the_ab_sessions(results_url, tmp_path, capsys):
     step = [r for r in rows if r["figure"] == "step"]
     assert [(r["session_id"], r["regression"]) for r in step] == [("s1", "0"), ("s2", "1")]
     s2 = step[1]
-    assert (s2["baseline_manifest_hash"], s2["candidate_manifest_hash"], s2["candidate_run_id"]) == ("m1", "m2", "s2-candidate")
-    assert float(s2["ci_low_pct"]) < float(s2["shift_pct"]) < float(s2["ci_high_pct"]) and 9 < float(s2["shift_pct"]) < 11
+    assert (s2["baseline_manifest_hash"], s2["candidate_manifest_hash"]) == ("m1", "m2")
+    assert s2["candidate_run_id"] == "s2-candidate"
+    assert float(s2["ci_low_pct"]) < float(s2["shift_pct"]) < float(s2["ci_high_pct"])
+    assert 9 < float(s2["shift_pct"]) < 11
     capsys.readouterr()
     assert main(["results", "check", "--results", results_url]) == 1
     text = capsys.readouterr().out
-    assert "A/B cat on rock-5c-aaaa: /parts/new against /parts/old (manifest_hash m1 -> m2), session s2, 6 pairs" in text
+    assert ("A/B cat on rock-5c-aaaa: /parts/new against /parts/old (manifest_hash m1 -> m2), session s2, "
+            "6 pairs") in text
     assert re.search(r"REGRESSION step \+\d+\.\d % \[[\d.]+, [\d.]+\] over the 2 % threshold \(paired, n=6\)", text)
     assert "session s1" not in text
 

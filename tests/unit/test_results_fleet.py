@@ -71,7 +71,7 @@ def test_boards_names_only_the_board_8_percent_slower(results_url, capsys, runs)
     healthy = [line for line in lines if re.match(r"  board rock-5c-[a-d]{4} ", line)]
     assert len(healthy) == 4 and all("against the other 3 boards (outlier rock-5c-eeee left out), within the" in line
                                      for line in healthy), "\n".join(lines)
-    assert "5 boards, runs from" in lines[0] and all(f"{runs} valid run(s)" in l for l in lines[1:-1])
+    assert "5 boards, runs from" in lines[0] and all(f"{runs} valid run(s)" in line for line in lines[1:-1])
 
 
 def test_a_board_whose_history_is_mostly_invalid_is_judged_by_its_valid_runs_only(results_url, capsys):

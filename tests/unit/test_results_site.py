@@ -44,7 +44,8 @@ def index_rows(dom) -> list:
 
 def test_the_index_lists_the_regression_first(site):
     rows = index_rows(rendered_dom((site / "index.html").as_uri()))
-    assert len(rows) == len(BOARDS) * len(CASES) * 9          # nine figures a series: step, NPU core, 3 branches, 4 stages
+    # nine figures a series: step, NPU core, 3 branches, 4 stages
+    assert len(rows) == len(BOARDS) * len(CASES) * 9
     first = rows[0]
     assert (first.attrs["data-board"], first.attrs["data-case"]) == SLOW
     assert first.attrs["data-figure"] == "denoise step" or first.attrs["data-status"] == "regression"
@@ -128,7 +129,8 @@ def test_the_index_filter_works_with_script_and_the_full_list_without(site):
     assert len(plain) == len(BOARDS) * len(CASES) * 9, "without script every row is listed"
 
 
-@pytest.mark.parametrize("page", ["index.html", SERIES_PAGE.format(board=SLOW[0], case=SLOW[1]), "fleet/radxa-rock-5c.html"])
+@pytest.mark.parametrize("page",
+                         ["index.html", SERIES_PAGE.format(board=SLOW[0], case=SLOW[1]), "fleet/radxa-rock-5c.html"])
 def test_every_plot_loads_from_the_file_system_with_script_off(site, page):
     images = in_page((site / page).as_uri(), _IMAGES, script=False)
     assert images and all(loaded for _, loaded in images), [src for src, loaded in images if not loaded]
@@ -169,7 +171,8 @@ def test_the_site_from_postgresql_equals_the_site_from_sqlite_page_by_page(tmp_p
     assert sum(p.suffix == ".html" for p in files) == 1 + len(BOARDS) * len(CASES) + 1 + 1
     for name in files:
         if name.suffix in (".html", ".svg"):
-            assert _page_data(one / name, describe_url(sqlite_url)) == _page_data(two / name, describe_url(pg_url)), name
+            assert _page_data(one / name, describe_url(sqlite_url)) == _page_data(two / name,
+                                                                                  describe_url(pg_url)), name
 
 
 def test_a_folder_that_is_not_a_site_is_refused_and_an_earlier_site_replaced(site, tmp_path, capsys):
@@ -187,7 +190,8 @@ def test_a_folder_that_is_not_a_site_is_refused_and_an_earlier_site_replaced(sit
     assert main(["results", "site", "--results", url, "--out", str(again)]) == 0
     assert (again / "index.html").read_text() == (site / "index.html").read_text()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], "no staging folder left"
-    assert main(["results", "site", "--results", f"sqlite:///{tmp_path / 'none.sqlite'}", "--out", str(tmp_path / 'x')]) == 2
+    assert main(["results", "site", "--results", f"sqlite:///{tmp_path / 'none.sqlite'}", "--out",
+                 str(tmp_path / 'x')]) == 2
     assert "no results store at" in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 

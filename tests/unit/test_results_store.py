@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 from sqlalchemy import insert, text
+from sqlalchemy.exc import DBAPIError
 
 from harness.model.config import REPO_ROOT
 from harness.results.records import ResultsError
@@ -59,7 +60,7 @@ def test_the_database_itself_rejects_a_corrupt_row(results_url, value):
         row = dict(run_id="x", case_name="c", time="2026-11-01T00:00:00+00:00", board_id="b", board_model="m",
                    model="e", backend="onnxruntime", precision="float16", steps=4, manifest_hash="h", versions="{}",
                    key_digest="k", experiment="e", valid=True, invalid_reasons="[]", total_denoise_s=1.0)
-        with pytest.raises(Exception), store.engine.begin() as conn:
+        with pytest.raises(DBAPIError), store.engine.begin() as conn:
             conn.execute(insert(runs).values(**row, mean_step_s=text(f"CAST('{value}' AS REAL)")
                                              if store.engine.dialect.name == "sqlite" else float(value)))
         assert store.runs() == []
@@ -221,7 +222,8 @@ def _held_cluster(pytester):
     """A real pytest process holding a cluster: (the process, the cluster's folder, its server's pid)."""
     pytester.makeconftest("from tests.conftest import postgres_cluster  # noqa: F401\n")
     pytester.makepyfile(test_holder=_HOLDER)
-    child = subprocess.Popen([sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", "test_holder.py"], cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    child = subprocess.Popen([sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", "test_holder.py"],
+                             cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     for line in child.stdout:       # "test_holder.py cluster /tmp/anima-pg-..."
         if "cluster " in line:
@@ -259,7 +261,8 @@ def _kill_leftover(root: Path, pid: int) -> None:
 def test_a_sigkilled_test_session_leaves_no_postgresql_server_behind(pytester, postgres_cluster):
     child, root, server = _held_cluster(pytester)
     try:
-        assert psutil.Process(server).cmdline()[:3] == [str(postgres_cluster.bin / "postgres"), "-D", str(root / "data")]
+        assert psutil.Process(server).cmdline()[:3] == [str(postgres_cluster.bin / "postgres"), "-D",
+                                                        str(root / "data")]
         os.kill(child.pid, signal.SIGKILL)
         child.wait(timeout=60)
         assert _gone(server, root), f"postgres -D {root / 'data'} still runs after its test session was killed"

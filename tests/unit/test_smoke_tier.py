@@ -94,7 +94,8 @@ def test_every_citation_of_the_guide_in_the_code_names_a_section_that_exists():
         for path in sorted((REPO_ROOT / folder).rglob("*")):
             if path.suffix in (".py", ".sh", ".toml", "") and path.is_file():
                 text = path.read_text(errors="replace")
-                missing += [f"{path.relative_to(REPO_ROOT)}: '{c}'" for c in CITATION.findall(text) if c not in headings]
+                missing += [f"{path.relative_to(REPO_ROOT)}: '{c}'" for c in CITATION.findall(text)
+                            if c not in headings]
     assert missing == []
 
 
@@ -226,7 +227,8 @@ def test_an_unknown_tier_names_the_profile_and_its_tiers(tmp_path):
     profile.write_text("[suite]\n[tier.pr]\ncase_limit = 1\n[tier.nightly]\n")
     from harness.core.errors import ConfigError
     from harness.pytest_plugin.options import resolve_settings
-    with pytest.raises(ConfigError, match=rf"--tier weekly: {profile} has no \[tier.weekly\] table \(tiers: nightly, pr\)"):
+    with pytest.raises(ConfigError,
+                       match=rf"--tier weekly: {profile} has no \[tier.weekly\] table \(tiers: nightly, pr\)"):
         resolve_settings({"tier": "weekly"}, str(profile))
     profile.write_text("[suite]\n[tier.pr]\ncase_limt = 1\n")
     with pytest.raises(ConfigError, match=r"unknown \[tier.pr\] option 'case_limt'"):

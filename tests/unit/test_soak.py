@@ -134,7 +134,8 @@ def test_a_64_kib_per_cycle_leak_fails_with_its_rate_and_images_left():
     assert growth.failed and 60 * KiB < growth.low <= growth.per_cycle <= growth.high < 68 * KiB
     expected_images = (5 * GiB - 1.5 * GiB) / (growth.per_cycle * 1092)
     assert growth.images_left == pytest.approx(expected_images)
-    assert "limit 16.0 KiB" in growth.line(1092) and "the memory floor (1.5 GiB, 3.5 GiB above it now)" in growth.line(1092)
+    assert "limit 16.0 KiB" in growth.line(1092)
+    assert "the memory floor (1.5 GiB, 3.5 GiB above it now)" in growth.line(1092)
 
 
 def test_a_descriptor_every_10_cycles_fails_and_one_late_descriptor_does_not():
@@ -165,7 +166,8 @@ def test_the_fit_thins_a_long_run_and_keeps_its_slope():
 
 def test_leak_fault_options_and_bad_values():
     assert parse_fault("leak=mem:64KiB,leak=fd:0.1") == {"leak_bytes": 64 * KiB, "leak_fds": 0.1}
-    for bad in ("leak=mem:0", "leak=mem:2GiB", "leak=mem:lots", "leak=fd:0", "leak=fd:nan", "leak=fd:101", "leak=cpu:1"):
+    for bad in ("leak=mem:0", "leak=mem:2GiB", "leak=mem:lots", "leak=fd:0", "leak=fd:nan", "leak=fd:101",
+                "leak=cpu:1"):
         with pytest.raises(ConfigError, match=rf"--fault '{bad}': expected leak=mem:SIZE \(up to 1GiB\) or "
                                               r"leak=fd:PER_RELEASE \(up to 100\)"):
             parse_fault(bad)

@@ -87,13 +87,18 @@ def test_report_header_names_board_runtime_and_backend(pytester):
 
 
 @pytest.mark.parametrize("given, fragment", [
-    ({"backend": "faults", "fault": "bogus"}, "--fault 'bogus': expected nan@SUBGRAPH, shape@SUBGRAPH, hang@SUBGRAPH, init-fails-after=INITS, slow=SECONDS, slow=xFACTOR or leak=KIND:AMOUNT"),
+    ({"backend": "faults", "fault": "bogus"},
+     "--fault 'bogus': expected nan@SUBGRAPH, shape@SUBGRAPH, hang@SUBGRAPH, init-fails-after=INITS, slow=SECONDS, "
+     "slow=xFACTOR or leak=KIND:AMOUNT"),
     ({"backend": "faults", "fault": "nan@-1"}, "--fault 'nan@-1'"),
-    ({"backend": "faults", "fault": "nan@85"}, "--fault nan@85: embedded-digits has subgraphs 0..83 and its decoder 84"),
+    ({"backend": "faults", "fault": "nan@85"},
+     "--fault nan@85: embedded-digits has subgraphs 0..83 and its decoder 84"),
     ({"backend": "faults", "fault": "slow=inf"}, "--fault 'slow=inf'"),
     ({"backend": "faults", "fault": "slow=x0.5"}, "--fault 'slow=x0.5'"),
-    ({"backend": "onnxruntime", "fault": "nan@3"}, "--fault nan@3: only --backend faults reads it, this run uses onnxruntime"),
-    ({"cases": "seven,nine"}, "--cases: no golden case 'nine' in .*cases.toml \\(cases: seven, seven-spectrum, three, zero\\)"),
+    ({"backend": "onnxruntime", "fault": "nan@3"},
+     "--fault nan@3: only --backend faults reads it, this run uses onnxruntime"),
+    ({"cases": "seven,nine"},
+     "--cases: no golden case 'nine' in .*cases.toml \\(cases: seven, seven-spectrum, three, zero\\)"),
     ({"cases": " , "}, "--cases ' , ': name at least one golden case"),
     ({"bench_sampler": "dpm"}, "--bench-sampler dpm: choose flow-euler, spectrum"),
 ])
@@ -103,7 +108,8 @@ def test_bad_fault_and_cases_are_named(tmp_path, given, fragment):
 
 
 def test_bench_sampler_is_taken(tmp_path):
-    assert resolve_settings(cli(telemetry_root=str(tmp_path), bench_sampler="spectrum"), None).bench_sampler == "spectrum"
+    assert resolve_settings(cli(telemetry_root=str(tmp_path), bench_sampler="spectrum"),
+                            None).bench_sampler == "spectrum"
     assert resolve_settings(cli(telemetry_root=str(tmp_path)), None).bench_sampler is None
 
 
@@ -119,7 +125,8 @@ def test_bad_option_is_one_line_and_a_usage_error(pytester):
                                            "-p", "no:cacheprovider", "--backend=faults", "--fault=nan@x",
                                            str(REPO_ROOT / "tests" / "acceptance" / "test_numerics.py"))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: --fault 'nan@x': expected nan@SUBGRAPH, shape@SUBGRAPH, hang@SUBGRAPH, init-fails-after=INITS, slow=SECONDS, slow=xFACTOR or leak=KIND:AMOUNT"])
+    result.stderr.fnmatch_lines(["ERROR: --fault 'nan@x': expected nan@SUBGRAPH, shape@SUBGRAPH, hang@SUBGRAPH, "
+                                 "init-fails-after=INITS, slow=SECONDS, slow=xFACTOR or leak=KIND:AMOUNT"])
     assert "Traceback" not in str(result.stderr) + str(result.stdout)
 
 

@@ -8,7 +8,8 @@ from harness.report.summary import markdown_summary
 def _summary(threshold_pct: float) -> str:
     comparison = {"mean_s": 0.25, "baseline_mean_s": None, "delta_pct": None, "threshold_pct": threshold_pct,
                   "status": "no baseline yet", "message": "this run starts the history"}
-    return markdown_summary({"counts": {}, "outcome": "passed", "tests": [], "benchmarks": [{"case": "seven", "comparison": comparison,
+    return markdown_summary({"counts": {}, "outcome": "passed", "tests": [],
+                             "benchmarks": [{"case": "seven", "comparison": comparison,
                                                           "valid": True, "reasons": []}]})
 
 

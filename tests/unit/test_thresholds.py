@@ -81,7 +81,8 @@ def test_written_into_defaults_keeping_comments_or_per_case_when_another_sampler
 
 def test_a_gate_on_cases_without_thresholds_names_the_command(tmp_path):
     (tmp_path / "cases.toml").write_text(UNSEEN_CASES)
-    with pytest.raises(ConfigError, match=r"cases.toml \[\[case\]\] #1 'a': no ssim_min / psnr_min.*goldens thresholds"):
+    with pytest.raises(ConfigError,
+                       match=r"cases.toml \[\[case\]\] #1 'a': no ssim_min / psnr_min.*goldens thresholds"):
         load_cases(tmp_path / "cases.toml")
     assert all(math.isnan(c.ssim_min) for c in load_cases(tmp_path / "cases.toml", thresholds=False))
 

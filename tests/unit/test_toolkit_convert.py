@@ -270,7 +270,8 @@ def test_cpu_fallback_gate_on_a_real_conversion(block0, tmp_path, toolkit_versio
     except ToolkitError:
         missing_tool("no rknn-toolkit2 2.3.2 environment: create it with bin/toolkit-env 2.3.2")
     with pytest.raises(ToolkitError, match=r"CPU fallback: subgraph 0 \(block 0 self_attn\) "
-                                           r"\(00_block00_self_attn\.rknn\): op Reshape 'q_norm/mean_rs' runs on the CPU "
+                                           r"\(00_block00_self_attn\.rknn\): "
+                                           r"op Reshape 'q_norm/mean_rs' runs on the CPU "
                                            # 2.3.2 gives no reason: the line names the op's input shape
                                            r"\(input \(512,1,1,1\),\(4\)\) "
                                            r"\(and 4 more op\(s\) in 3 subgraph\(s\)\)"):
@@ -296,7 +297,8 @@ def test_disk_full_in_the_output_folder_names_the_subgraph_and_leaves_nothing(bl
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert re.match(rf"error: rknn-toolkit2 {re.escape(toolkit_version)}: subgraph \d+ \(.*\) \(\S+\.onnx\): "
-                    rf"export_rknn failed writing \S+\.rknn into --out {re.escape(str(disk / 'conv'))}: ", lines[0]), lines[0]
+                    rf"export_rknn failed writing \S+\.rknn into --out {re.escape(str(disk / 'conv'))}: ",
+                    lines[0]), lines[0]
     assert "No space left on device" in lines[0]                    # the toolkit's own message, kept
     assert ".converting" not in lines[0]                            # no folder that is gone by now
     assert left == [], f"left in the full folder: {left}"           # no 0-byte log, no work folder

@@ -15,7 +15,7 @@ def _log(name: str) -> str:
 
 def test_constant_first_gelu_leaves_erf_on_the_cpu():
     layers = parse_layer_table(_log("2.5.0-ffn-erf-on-cpu.log"))
-    assert [l.id for l in layers] == list(range(13))
+    assert [layer.id for layer in layers] == list(range(13))
     assert (layers[0].op_type, layers[0].target) == ("InputOperator", "CPU")
     assert (layers[-1].op_type, layers[-1].target) == ("OutputOperator", "CPU")
     assert cpu_fallbacks(layers) == [{"id": 6, "op": "Erf", "name": "gelu/erf", "target": "CPU",
@@ -24,7 +24,7 @@ def test_constant_first_gelu_leaves_erf_on_the_cpu():
 
 def test_constant_second_gelu_fuses_on_the_npu():
     layers = parse_layer_table(_log("2.5.0-ffn-all-npu.log"))
-    assert "ConvExGelu" in [l.op_type for l in layers]
+    assert "ConvExGelu" in [layer.op_type for layer in layers]
     assert cpu_fallbacks(layers) == []
 
 

@@ -76,14 +76,14 @@ LEVEL_MOVED = [("onnxruntime-aa-2026-12-02-0041.json.gz", 155, 5), ("onnxruntime
 
 @pytest.mark.parametrize("name,at,look", LEVEL_MOVED)
 def test_a_level_that_moves_now_and_then_widens_by_the_records_spread(name, at, look):
-    from tools.bench_verdicts import AFTER_RUNS, HISTORY_RUNS, _product, _record
+    from tools.bench_verdicts import AFTER_RUNS, HISTORY_RUNS, ab_figures, board_record_before
     from harness.results import noise
     from harness.results.judge import NPU_CORE, judge_values
 
     pairs = _kept(STREAMS_DIR / name)["onnxruntime"]["rows"]["+0%"]["pairs"]
-    history = [_product(p["baseline"]) for p in pairs[at - HISTORY_RUNS:at]]
-    group = [_product(p["candidate"]) for p in pairs[at:at + AFTER_RUNS]]
-    record = _record(pairs, at)
+    history = [ab_figures(p["baseline"]) for p in pairs[at - HISTORY_RUNS:at]]
+    group = [ab_figures(p["candidate"]) for p in pairs[at:at + AFTER_RUNS]]
+    record = board_record_before(pairs, at)
     verdicts = judge_values(history, group[:look - 1], group[look - 1], 10.0, look=look, record=record)
     core = next(v for v in verdicts if v.label == NPU_CORE)
     assert not [v.line() for v in verdicts if v.regression]
@@ -105,14 +105,14 @@ ONE_RUN_DISTURBED = [("onnxruntime-aa-2026-12-02-0041.json.gz", 605), ("onnxrunt
 
 @pytest.mark.parametrize("name,at", ONE_RUN_DISTURBED)
 def test_a_run_disturbed_at_look_1_is_cleared_by_the_second_run(name, at):
-    from tools.bench_verdicts import AFTER_RUNS, HISTORY_RUNS, _product, _record, _store_looks
+    from tools.bench_verdicts import AFTER_RUNS, HISTORY_RUNS, ab_figures, board_record_before, store_looks
     from harness.results.judge import judge_values
 
     pairs = _kept(STREAMS_DIR / name)["onnxruntime"]["rows"]["+0%"]["pairs"]
-    history = [_product(p["baseline"]) for p in pairs[at - HISTORY_RUNS:at]]
-    after = [_product(p["candidate"]) for p in pairs[at:at + AFTER_RUNS]]
-    record = _record(pairs, at)
+    history = [ab_figures(p["baseline"]) for p in pairs[at - HISTORY_RUNS:at]]
+    after = [ab_figures(p["candidate"]) for p in pairs[at:at + AFTER_RUNS]]
+    record = board_record_before(pairs, at)
     first, second = (judge_values(history, [], run, 10.0, look=1, record=record) for run in after[:2])
     assert [v for v in first if v.regression], "the first run alone is over its threshold"
     assert not [v.line() for v in second if v.regression]
-    assert not any(_store_looks(history, after, record)), "and no look of the change is flagged"
+    assert not any(store_looks(history, after, record)), "and no look of the change is flagged"

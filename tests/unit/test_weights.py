@@ -41,7 +41,8 @@ def test_round_trip_and_net_prefix(tmp_path, cfg):
     (lambda w: w.__setitem__("blocks.0.mlp.layer1.weight", np.zeros((8, 64), np.float32)),
      "'blocks.0.mlp.layer1.weight' has shape [8, 64]"),
     (lambda w: w["t_embedding_norm.weight"].__setitem__(3, np.nan), "'t_embedding_norm.weight' has 1 non-finite"),
-    (lambda w: w.__setitem__("blocks.9.mlp.layer1.weight", np.zeros((2, 2), np.float32)), "unexpected tensor 'blocks.9"),
+    (lambda w: w.__setitem__("blocks.9.mlp.layer1.weight", np.zeros((2, 2), np.float32)),
+     "unexpected tensor 'blocks.9"),
 ])
 def test_bad_weights_name_the_first_problem(tmp_path, cfg, damage, message):
     w = random_weights(cfg, seed=1)

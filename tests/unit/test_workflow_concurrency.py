@@ -20,7 +20,8 @@ REPO = "anima-npu/anima-npu"
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "npu-acceptance.yml"
 # The groups before issue #31: one per board and change, shared by every leg, target and event of it.
 PER_BOARD_GROUPS = {"board": "anima-board-${{ matrix.board }}-${{ github.event.pull_request.number || github.sha }}",
-                    "upgrade": "anima-board-${{ matrix.board }}-${{ github.event.pull_request.number || github.sha }}-upgrade"}
+                    "upgrade": "anima-board-${{ matrix.board }}-${{ github.event.pull_request.number || github.sha "
+                               "}}-upgrade"}
 
 
 def _other_toolkit(versions: str) -> str:
@@ -70,9 +71,11 @@ def runs(tmp_path_factory):
         (workflow,) = workflows_started(repo, run).values()
         pr_head = run.event.get("pull_request", {}).get("head", {}).get("sha")
         api = {} if pr_head is None else {
-            f"repos/{REPO}/pulls/12/files": [{"filename": f} for f in git(repo, "diff", "--name-only", commit_sha, pr_head).split()],
+            f"repos/{REPO}/pulls/12/files": [{"filename": f}
+                                             for f in git(repo, "diff", "--name-only", commit_sha, pr_head).split()],
             f"repos/{REPO}/pulls/12/reviews": [],
-            f"repos/{REPO}/contents/toolkit/versions.toml?ref={pr_head}": git(repo, "show", f"{pr_head}:toolkit/versions.toml")}
+            f"repos/{REPO}/contents/toolkit/versions.toml?ref={pr_head}": git(repo, "show",
+                                                                              f"{pr_head}:toolkit/versions.toml")}
         outputs = run_job(repo, workflow, "plan", run, tmp / f"run-{run.run_id}", api)
         out.append((label, run, outputs))
     return out
@@ -83,7 +86,8 @@ def jobs(workflow: dict, runs) -> list[dict]:
     concurrency group evaluated as GitHub evaluates it."""
     started = [(label, run, {"plan": {"outputs": outputs, "result": "success"}}, name, job)
                for label, run, outputs in runs for name, job in workflow["jobs"].items()]
-    matrices = evaluate({}, [{"value": str(job["strategy"]["matrix"]).strip()[3:-2], "context": run.context(needs=needs)}
+    matrices = evaluate({},
+                        [{"value": str(job["strategy"]["matrix"]).strip()[3:-2], "context": run.context(needs=needs)}
                              for _, run, needs, _, job in started if "strategy" in job])
     found, items = [], []
     for label, run, needs, name, job in started:

@@ -58,8 +58,10 @@ def fork_pr(tmp_path):
     assert '--event-name="$EVENT"' in text, "the fork's edit of the workflow no longer applies"
     text = text.replace('--event-name="$EVENT"', "--event-name=push")
     if not re.search(r"^  pull_request:", text, re.M):
-        text = text.replace("\non:\n", "\non:\n  pull_request:\n    types: [opened, synchronize, reopened, labeled]\n", 1)
-    claimed = (repo / script).read_text().replace('\nif __name__ == "__main__":', CLAIM_TRUST + '\n\nif __name__ == "__main__":')
+        text = text.replace("\non:\n", "\non:\n  pull_request:\n    types: [opened, synchronize, reopened, labeled]\n",
+                            1)
+    claimed = (repo / script).read_text().replace('\nif __name__ == "__main__":',
+                                                  CLAIM_TRUST + '\n\nif __name__ == "__main__":')
     assert CLAIM_TRUST in claimed, "the fork's edit of the plan script no longer applies"
     head = commit(repo, "fork-head", {workflow: text, script: claimed}, "trust me", start=base)
     git(repo, "checkout", "-q", "main")
@@ -76,7 +78,8 @@ def _api(repo: Path, base: str, head: str, reviews: list[dict]) -> dict:
     """GitHub's answers about pull request 7, from the repository itself."""
     files = [{"filename": f} for f in git(repo, "diff", "--name-only", base, head).split()]
     return {f"repos/{REPO}/pulls/7/files": files, f"repos/{REPO}/pulls/7/reviews": reviews,
-            f"repos/{REPO}/contents/toolkit/versions.toml?ref={head}": git(repo, "show", f"{head}:toolkit/versions.toml")}
+            f"repos/{REPO}/contents/toolkit/versions.toml?ref={head}": git(repo, "show",
+                                                                           f"{head}:toolkit/versions.toml")}
 
 
 def board_trusts(repo: Path, base: str, head: str, reviews: list[dict], work: Path) -> list[tuple[str, str, str]]:
@@ -145,7 +148,8 @@ def test_the_board_jobs_wait_in_the_documented_environments():
             if not self_hosted(job) or "rk3588" not in str(job["runs-on"]):
                 continue
             assert "environment" in job, f"{path}: board job {name} names no environment"
-            names = [evaluate({"needs": {"plan": {"outputs": {"trust": t}}}}, [{"template": str(job["environment"])}])[0]
+            names = [evaluate({"needs": {"plan": {"outputs": {"trust": t}}}},
+                              [{"template": str(job["environment"])}])[0]
                      for t in ("fork", "branch", "main")]
             assert names == ["board-fork", "board", "board"], (name, names)
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| environment `([\w-]+)` .*$", settings, re.M)}

@@ -33,14 +33,6 @@ def load_yaml(text: str):
     return YAML(typ="safe").load(text)
 
 
-@pytest.fixture(scope="module")
-def suite_options() -> set[str]:
-    """Every option this suite's pytest accepts, from its own --help."""
-    out = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), "--help"],
-                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120).stdout
-    return set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", out))
-
-
 def pytest_commands(script: str) -> list[list[str]]:
     """The token lists of every `bin/test` / `pytest` command in a shell script (continuations joined)."""
     joined = re.sub(r"\\\n\s*", " ", script)
@@ -59,7 +51,7 @@ def pytest_commands(script: str) -> list[list[str]]:
 def option_problems(commands: list[list[str]], known: set[str]) -> list[str]:
     problems = []
     for tokens in commands:
-        for i, token in enumerate(tokens):
+        for token in tokens:
             if not token.startswith("--"):
                 continue
             name = token.split("=", 1)[0]
@@ -154,7 +146,8 @@ def workflow_problems(text: str, known: set[str]) -> list[str]:
 def _checkout_problems(name: str, job: dict) -> list[str]:
     """The plan job checks out the workflow's own commit only; every other job main's scripts at `trusted`
     and the change, at the commit the plan pinned, at `change` (its working folder)."""
-    found = {(s.get("with", {}).get("path"), s.get("with", {}).get("ref")) for s in _steps_using(job, "actions/checkout")}
+    found = {(s.get("with", {}).get("path"), s.get("with", {}).get("ref"))
+             for s in _steps_using(job, "actions/checkout")}
     if name == "plan":
         return [] if found == {(None, None)} else ["the plan job checks out something else than main's own commit"]
     wanted = {("trusted", None), ("change", "${{ needs.plan.outputs.sha }}")}
@@ -269,7 +262,8 @@ def test_harness_commands_in_the_workflow_parse():
             for line in step.get("run", "").splitlines():
                 line = line.strip().removeprefix(CHANGE_RUN)
                 if line.startswith("bin/harness "):
-                    expanded = re.sub(r"\$(\w+)", lambda m: env.get(m.group(1), os.environ.get(m.group(1), m.group(1))),
+                    expanded = re.sub(r"\$(\w+)",
+                                      lambda m, env=env: env.get(m.group(1), os.environ.get(m.group(1), m.group(1))),
                                       line.strip().split(" || ")[0])
                     lines.append(expanded)
     assert len(lines) >= 3
@@ -317,9 +311,11 @@ def test_actionlint_reports_an_unknown_label_and_a_bad_expression(tmp_path):
 def test_the_changes_own_scripts_or_a_pull_request_trigger_fail_the_check(suite_options):
     text = WORKFLOW.read_text()
     own = text.replace('"$TRUSTED/.ci/board-run"', ".ci/board-run")
-    assert any(p.startswith("board runs the change's copy of a .ci/ script") for p in workflow_problems(own, suite_options))
+    assert any(p.startswith("board runs the change's copy of a .ci/ script")
+               for p in workflow_problems(own, suite_options))
     unsealed = text.replace(CHANGE_RUN + "bin/harness export", "bin/harness export")
-    assert any(p.startswith("convert runs the change's code outside") for p in workflow_problems(unsealed, suite_options))
+    assert any(p.startswith("convert runs the change's code outside")
+               for p in workflow_problems(unsealed, suite_options))
     assert "pull_request_target:\n" in text
     both = text.replace("pull_request_target:\n", "pull_request:\n    types: [opened]\n  pull_request_target:\n")
     assert "a pull_request run is the change's own workflow: no board job may be in it" in \

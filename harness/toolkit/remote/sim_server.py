@@ -26,6 +26,8 @@ Everything the toolkit prints (Python and native) goes to stderr, which the suit
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import os
 import sys
 import tempfile
@@ -34,9 +36,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from framing import read_frame, write_frame  # noqa: E402
-from worker import BuildFailed, build_rknn, toolkit_version  # noqa: E402
+if TYPE_CHECKING:       # the same files, as the type checker finds them inside the package
+    from .framing import read_frame, write_frame
+    from .worker import BuildFailed, build_rknn, toolkit_version
+else:                   # run as a script by the toolkit's interpreter, without the package: its siblings
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from framing import read_frame, write_frame  # after the path they are found on
+    from worker import BuildFailed, build_rknn, toolkit_version  # after the path they are found on
 
 __all__ = ["serve"]
 
@@ -71,7 +77,7 @@ def compare_builds(rebuilt: bytes, recorded: bytes) -> tuple[bool, str]:
 class Models:
     def __init__(self, scratch: Path):
         self.scratch = scratch
-        self.built: dict[str, object] = {}
+        self.built: dict[str, Any] = {}       # rknn.api.RKNN objects (the toolkit's own environment)
         self.inited: set[str] = set()
 
     def load(self, req: dict) -> dict:

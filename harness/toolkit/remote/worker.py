@@ -304,8 +304,8 @@ def run_job(job: dict, emit) -> int:
     (out_dir / "sim").mkdir(exist_ok=True)
     emit({"event": "start", "toolkit": toolkit_version(), "count": len(job["items"])})
     for item in job["items"]:
-        failed = []
-        _one(item, job["config"], out_dir, lambda ev: (failed.append(ev), emit(ev)))
+        failed: list[dict] = []
+        _one(item, job["config"], out_dir, lambda ev, failed=failed: (failed.append(ev), emit(ev)))
         if failed and failed[-1]["event"] == "failed":
             return 1
     emit({"event": "done"})
