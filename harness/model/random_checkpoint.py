@@ -33,7 +33,7 @@ def random_tensor(key: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
 def adapter_shapes(cfg: ModelConfig, layers: int = 1) -> dict[str, tuple[int, ...]]:
     """A stand-in `llm_adapter.*` group at the text side's width (made-up shapes)."""
     c = cfg.text_emb_dim
-    shapes = {"llm_adapter.embed.weight": (c, c)}
+    shapes: dict[str, tuple[int, ...]] = {"llm_adapter.embed.weight": (c, c)}
     for i in range(layers):
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
             shapes[f"llm_adapter.layers.{i}.attn.{name}.weight"] = (c, c)
