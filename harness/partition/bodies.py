@@ -9,12 +9,7 @@ from ..model.config import ModelConfig
 from ..core.errors import ConfigError
 from ..model.reference import make_rope
 from .graph import _Graph, _attention, _heads, _linear, _rms_norm, _rope
-
-__all__ = ["FAKE_QUANT"]
-
-
-# Fake quantisation variants an export can simulate (what-if analysis before converting for INT8).
-FAKE_QUANT = ("w8a8-ffn",)
+from .manifest import FAKE_QUANT
 
 
 def _self_attn(g: _Graph, w: dict, cfg: ModelConfig, i: int, streams: int) -> None:

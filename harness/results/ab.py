@@ -24,7 +24,6 @@ from typing import Callable
 import numpy as np
 
 from ..core.errors import ConfigError
-from ..runtime.run import RunRequest, run_partitioned
 from .verdicts import Verdict, paired_verdict
 
 __all__ = ["Side", "ABSession", "run_session", "judge_pairs", "session_figures", "side_options",
@@ -117,6 +116,7 @@ def run_session(bundle, baseline: Side, candidate: Side, settings: dict, *, roun
     """`warmup` rounds first (a process's first run of a partition builds its sessions), then
     `rounds` pairs, judged. Both partitions are verified on the first round only. The order within
     each round comes from `rng` (fresh entropy by default: see round_orders)."""
+    from ..runtime.run import RunRequest, run_partitioned     # onnx: not for a process that only parses options
     if rounds < 2:
         raise ConfigError(f"{rounds} A/B rounds: a paired verdict needs at least 2")
     prompt = prompt if prompt is not None else bundle.cfg.prompt["default"]
