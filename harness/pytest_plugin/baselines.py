@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -29,6 +30,9 @@ from ..results.sessions import ABRecord, ab_record, subgraph_times
 from ..results.store import ResultsStore, StoreUnavailable, describe_url
 from .state import (BASELINE_OFFERS, BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, IDENTITY, QUALITY_RESULTS, SETTINGS,
                     STORE_FAILURE, append_to)
+
+if TYPE_CHECKING:
+    from ..results.judge import Judgement
 
 __all__ = ["results_gate"]
 

@@ -22,7 +22,7 @@ import pytest
 from harness.model.config import EMBEDDED_DIR, REPO_ROOT
 from tests.doc_commands import FAILED, bash_blocks, commands_of, run_script, simple_commands, syntax_problem
 from tests.helpers import missing_tool
-from tests.unit.test_workflows import option_problems, pytest_commands, suite_options  # noqa: F401 (fixture)
+from tests.unit.test_workflows import option_problems, pytest_commands
 
 GUIDE = REPO_ROOT / "docs" / "board.md"
 TREE = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"

@@ -26,7 +26,6 @@ from harness.lab.results import lava_commands
 from harness.lab.setup import SUBFOLDERS, WORK_ROOT
 from harness.model.config import REPO_ROOT
 from tests.helpers import missing_tool
-from tests.unit.test_workflows import suite_options  # noqa: F401 (fixture)
 
 LAVA = REPO_ROOT / "lava"
 SESSION = LAVA / "board-session"

@@ -33,14 +33,6 @@ def load_yaml(text: str):
     return YAML(typ="safe").load(text)
 
 
-@pytest.fixture(scope="module")
-def suite_options() -> set[str]:
-    """Every option this suite's pytest accepts, from its own --help."""
-    out = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), "--help"],
-                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120).stdout
-    return set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", out))
-
-
 def pytest_commands(script: str) -> list[list[str]]:
     """The token lists of every `bin/test` / `pytest` command in a shell script (continuations joined)."""
     joined = re.sub(r"\\\n\s*", " ", script)
