@@ -3,8 +3,12 @@ harness/pytest_plugin/)."""
 import alembic.command  # noqa: F401 - see below
 import psycopg  # noqa: F401 - see below
 import pytest
+import ruptures  # noqa: F401 - see below
+import scipy.stats  # noqa: F401 - see below
 import sqlalchemy.dialects.postgresql  # noqa: F401 - see below
 
+import harness.gates.benchmark  # noqa: F401 - see below
+import harness.runtime.run  # noqa: F401 - see below
 from harness.model.config import EMBEDDED_DIR
 from tests.fakes import forget_rknnlite, use_fake_rknnlite
 from tests.helpers import missing_tool
@@ -13,7 +17,9 @@ from tests.helpers import missing_tool
 # snapshot of sys.modules: imported inside each run and forgotten after it, SQLAlchemy re-registers its
 # PostgreSQL functions every time and warns about it ("GenericFunction ... is already registered"),
 # and psycopg comes back as a new module while its compiled half still raises the first one's
-# errors, which the store's `except psycopg.Error` then no longer catches.
+# errors, which the store's `except psycopg.Error` then no longer catches. The verdicts' and the runs'
+# modules (scipy, ruptures, onnx) too: the plugin imports them only when a run is made or judged, and an
+# in-process run would otherwise import them afresh each time (onnx's protobuf types twice).
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..partition.bodies import FAKE_QUANT
+from ..partition.manifest import FAKE_QUANT
 from ..model.config import EMBEDDED_DIR, load_model_dir, load_profile
 from ..core.errors import ConfigError
 from .options import add_options, check_precision

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,7 +25,6 @@ from .golden import latent_preview
 from ..partition.manifest import (default_partition_dir, load_manifest, manifest_path, manifest_sha256,
                                   partition_precision)
 from .quality import QualityResult, compare, compare_latents, diff_figure
-from ..runtime.run import run_partitioned, RunRequest, RunResult
 
 __all__ = ["GateRunner", "derived_case", "memory_case", "quality_check", "quality_line", "benchmark_info",
            "is_verdict", "numerics_coverage"]
@@ -34,6 +34,9 @@ __all__ = ["GateRunner", "derived_case", "memory_case", "quality_check", "qualit
 # failed, a runtime or device node missing, a partition or weights file that does not open, a runtime
 # returning what its subgraph does not declare) ends the run before anything was judged: infrastructure.
 VERDICTS = (NumericsError, MemoryGuardTripped)
+
+if TYPE_CHECKING:
+    from ..runtime.run import RunResult
 
 
 def is_verdict(error: BaseException | None) -> bool:
@@ -170,6 +173,7 @@ class GateRunner:
             keep: bool = True, observers=()) -> RunResult:
         """A fresh partitioned run of `case`; raises HarnessError. With keep, its report and image
         go to the artifacts (a failed run's report too); a benchmark round keeps them afterwards."""
+        from ..runtime.run import RunRequest, run_partitioned     # onnx: imported by a run, not by the report header
         self.prepare()
         report = self._report_path(f"{case.name}{tag}") if keep else None
         inputs = case_inputs(case, self.bundle.cfg, self.s.golden_dir, steps)

@@ -10,12 +10,7 @@ from ..model.config import ModelConfig
 from ..core.errors import ConfigError
 from ..model.reference import make_rope
 from .graph import Graph, add_attention, add_heads, add_linear, add_rms_norm, add_rope
-
-__all__ = ["FAKE_QUANT"]
-
-
-# Fake quantisation variants an export can simulate (what-if analysis before converting for INT8).
-FAKE_QUANT = ("w8a8-ffn",)
+from .manifest import FAKE_QUANT
 
 
 def _self_attn(g: Graph, w: dict, cfg: ModelConfig, i: int, streams: int) -> None:

@@ -19,7 +19,7 @@ from ..core.schema import Field, check_table, is_int, list_of, non_empty_str, on
 
 __all__ = ["manifest_sha256", "default_partition_dir", "FORMAT", "FUSED_BRANCH", "MANIFEST_FILE",
            "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest", "manifest_path", "network_settings",
-           "subgraph_index", "partition_precision"]
+           "subgraph_index", "partition_precision", "FAKE_QUANT"]
 
 # The one format this suite reads and writes; the next change of the manifest's keys raises it, so a
 # manifest of the other kind is refused by name.
@@ -27,6 +27,9 @@ FORMAT = "anima-partition/4"
 FUSED_BRANCH = "block"         # the branch name of a fused subgraph (one or more whole blocks)
 MANIFEST_FILE = "manifest.json"
 DECODER_BRANCH = "decoder"
+# Fake quantisation variants an export can simulate (what-if analysis before converting for INT8); here,
+# not beside the ONNX bodies that build them, so that checking an option does not import onnx.
+FAKE_QUANT = ("w8a8-ffn",)
 def manifest_path(directory) -> Path:
     return Path(directory) / MANIFEST_FILE
 

@@ -20,19 +20,24 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ..core.errors import HarnessError
-from ..gates.benchmark import baseline_offer
-from ..results.judge import FIRST, NOT_COMPARABLE, Judgement, confirm, judge_run
 from ..results.records import Run, RunKey, board_model_of, utc_now
 from ..results.sessions import ABRecord, ab_record, subgraph_times
 from ..results.store import ResultsStore, StoreUnavailable, describe_url
 from .state import (BASELINE_OFFERS, BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, IDENTITY, QUALITY_RESULTS, SETTINGS,
                     STORE_FAILURE, append_to)
 
+if TYPE_CHECKING:
+    from ..results.judge import Judgement
+
 __all__ = ["results_gate"]
+
+# The verdict's modules (results.judge, gates.benchmark: scipy and onnx, ~2 s of start-up) are imported
+# where a benchmark is judged: every pytest process loads this plugin, and most judge nothing.
 
 _INSTEAD = "the results store (--results URL), which every benchmark run is written to"
 # pytest-benchmark option -> what replaces it
@@ -135,12 +140,14 @@ class ResultsGate:
         return record
 
     def judge(self, run: Run) -> Judgement:
+        from ..results.judge import judge_run
         with self._kept_if_unread(run):
             return judge_run(self.store, run, self.settings.baseline_threshold)
 
     def confirm(self, run: Run, judgement: Judgement, second: Run) -> Judgement:
         """`judgement` of `run` with a second run's (judge.confirm; Judgement.regressed says whether
         the regression stands)."""
+        from ..results.judge import confirm
         with self._kept_if_unread(run, second):
             return confirm(self.store, run, judgement, second, self.settings.baseline_threshold)
 
@@ -162,6 +169,7 @@ class ResultsGate:
     def offer(self, nodeid: str, run: Run, judgement: Judgement) -> None:
         """Queue this run as its board's next baseline when the rules (gates.benchmark.baseline_offer)
         allow; written at session end if the whole session passed."""
+        from ..gates.benchmark import baseline_offer
         reason, refused = baseline_offer(run, judgement, self.settings.save_baseline, self.settings.accept_upgrade)
         if refused:
             append_to(self.config, BASELINE_OUTCOMES, (nodeid, None, refused))
@@ -248,9 +256,16 @@ def pytest_unconfigure(config):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    for bench in config.stash.get(BENCH_RESULTS, []):
+    benches = config.stash.get(BENCH_RESULTS, [])
+    if benches:
+        _write_comparisons(terminalreporter, benches)
+    for nodeid, path, message in config.stash.get(BASELINE_OUTCOMES, []):
+        terminalreporter.write_line(f"{nodeid}: {message}", green=path is not None, yellow=path is None)
+
+
+def _write_comparisons(terminalreporter, benches: list) -> None:
+    from ..results.judge import FIRST, NOT_COMPARABLE
+    for bench in benches:
         c = bench["comparison"]
         terminalreporter.write_line(f"{bench['test']}: {c['message']}",
                                     red=c["status"] == "regressed", yellow=c["status"] in (FIRST, NOT_COMPARABLE))
-    for nodeid, path, message in config.stash.get(BASELINE_OUTCOMES, []):
-        terminalreporter.write_line(f"{nodeid}: {message}", green=path is not None, yellow=path is None)

@@ -92,12 +92,18 @@ def pytest_generate_tests(metafunc):
 
 
 def _fast_tier_split(cases: list, module) -> list:
-    """A gate module may say FAST_TIER_CASES = N: its cases after the first N are also `slow`, so the
-    fast tier judges N of them and the full suite and `-m npu` judge every one."""
+    """A gate module may say FAST_TIER_CASES = N: of each sampler's cases, those after the first N are
+    also `slow`, so the fast tier judges N of each sampler's path (flow-euler, Spectrum with its
+    forecast steps) and the full suite and `-m npu` judge every case."""
     keep = getattr(module, "FAST_TIER_CASES", None)
     if keep is None:
         return cases
-    return [c if i < keep else pytest.param(c, marks=pytest.mark.slow) for i, c in enumerate(cases)]
+    seen: dict[str, int] = {}
+    split = []
+    for case in cases:
+        seen[case.sampler] = seen.get(case.sampler, 0) + 1
+        split.append(case if seen[case.sampler] <= keep else pytest.param(case, marks=pytest.mark.slow))
+    return split
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

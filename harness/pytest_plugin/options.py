@@ -149,7 +149,7 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     from ..partition.granularity import parse_granularity
     values["granularity"] = str(parse_granularity(values["granularity"]))
     check_precision(backend, values["precision"])
-    from ..partition.bodies import FAKE_QUANT
+    from ..partition.manifest import FAKE_QUANT
     if values["fake_quant"] not in (None, *FAKE_QUANT):
         raise ConfigError(f"--fake-quant {values['fake_quant']}: choose {', '.join(FAKE_QUANT)}")
     cfg = load_model_dir(values["model_dir"])

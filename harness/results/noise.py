@@ -30,7 +30,6 @@ from typing import Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
-from scipy import stats
 
 from .verdicts import OUTLIER_Z
 
@@ -49,8 +48,16 @@ QUANTILES = (0.9, 0.95, 0.99)
 # normal one.
 TAIL_DFS = (1.5, 2.0, 3.0, 4.0, 6.0, 10.0, 20.0, 50.0, 1000.0)
 _DFS = np.array(TAIL_DFS)
-_T75 = np.asarray(stats.t.ppf(0.75, _DFS))          # a t's MAD over its scale, one per df
-_MAD_NORMAL = 1.0 / float(stats.norm.ppf(0.75))     # a normal's standard deviation over its MAD
+
+
+@functools.cache
+def _quartiles() -> tuple[np.ndarray, float]:
+    """(a t's MAD over its scale for each of TAIL_DFS, a normal's standard deviation over its MAD), from
+    scipy on first use: importing scipy costs ~1 s, which a process that only reads the store skips."""
+    from scipy import stats
+    return np.asarray(stats.t.ppf(0.75, _DFS)), 1.0 / float(stats.norm.ppf(0.75))
+
+
 # A ratio counts as evidence when independent runs give a smaller one this often (NULL_RECORDS
 # simulated records): at 0.99 a quiet board's interval is widened in about 1 verdict of 100. At 0.9
 # the simulated board found +5 % within 5 runs 93 % of the time instead of 96 % (500 trials each).
@@ -89,7 +96,7 @@ def standardized_shifts(logs: np.ndarray, n: int, k: int) -> tuple[np.ndarray, n
     history = sliding_window_view(logs[:logs.size - k], n)
     group = sliding_window_view(logs[n:], k)[:history.shape[0]]
     median = np.median(history, axis=1, keepdims=True)
-    mad = _MAD_NORMAL * np.median(np.abs(history - median), axis=1, keepdims=True)    # as the verdict's screen
+    mad = _quartiles()[1] * np.median(np.abs(history - median), axis=1, keepdims=True)    # as the verdict's screen
     kept = np.where(mad == 0, True, np.abs(history - median) <= OUTLIER_Z * mad)
     m = kept.sum(axis=1)
     centre = (history * kept).sum(axis=1) / m
@@ -136,6 +143,7 @@ def _ratios(t: np.ndarray, df: float, alpha: float) -> tuple[float, float, float
     then raises. The spread is the ratio that varies least between records of independent runs (a
     MAD uses every position, an upper quantile the few past it), so its evidence bar is the lowest:
     a modest but real lack of independence, under the bars of the other two, passes this one."""
+    from scipy import stats
     bulk = max(float(np.quantile(t, q)) / float(stats.t.ppf(q, df)) for q in QUANTILES)
     centre = float(np.median(t))
     mad = float(np.median(np.abs(t - centre)))      # the spread's, and the fitted tail's scale
@@ -156,9 +164,10 @@ def _tail_quantile(t: np.ndarray, alpha: float, centre: float, mad: float) -> fl
     normal-looking bulk. The 99 % quantile of a few hundred positions says nothing about the 0.01 %
     one a figure of a look is judged at. `centre` and `mad`: the median of `t` and its median absolute
     deviation."""
+    from scipy import stats
     if mad == 0:
         return centre
-    scales = np.asarray(mad / _T75)                                 # each df's scale for this MAD
+    scales = np.asarray(mad / _quartiles()[0])                                  # each df's scale for this MAD
     likelihood = np.asarray(stats.t.logpdf((t - centre)[None, :] / scales[:, None], _DFS[:, None])).sum(axis=1) \
         - t.size * np.log(scales)
     best = int(np.argmax(likelihood))

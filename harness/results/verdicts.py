@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-import ruptures
-from scipy import stats
 
 __all__ = ["Verdict", "history_verdict", "change_points", "paired_verdict", "fixed_verdict",
            "MIN_HISTORY", "HISTORY_FLOOR_PCT", "FIXED_THRESHOLD_PCT", "OUTLIER_Z"]
@@ -87,6 +85,7 @@ def _robust_centre_spread(logs: np.ndarray) -> tuple[np.ndarray, float, float]:
     The screen uses the median and the MAD (robust to a few wild runs); what is kept is then
     summarised by mean and standard deviation, which are efficient for the normal-looking bulk, so
     the t-quantile below keeps its meaning and the false-positive rate stays where it is set."""
+    from scipy import stats     # here, not at the top: scipy costs every process that reads the store ~1 s
     median = float(np.median(logs))
     mad = float(stats.median_abs_deviation(logs, scale="normal"))
     kept = logs if mad == 0 else logs[np.abs(logs - median) <= OUTLIER_Z * mad]
@@ -109,6 +108,7 @@ def history_verdict(label: str, history: Sequence[float], value: float | Sequenc
     interval is exact for log-normal noise. `widen` (>= 1, harness/results/noise.py) stretches the
     interval where the board's record shows runs that are not independent. None when fewer than
     `min_runs` earlier runs survive."""
+    from scipy import stats
     earlier = np.log(_finite_positive(f"{label} history", history)[-lookback:])
     new = np.log(_finite_positive(f"{label} value", np.atleast_1d(value)))
     if earlier.size < min_runs:     # (an empty history would reach numpy as a mean of nothing: a warning)
@@ -154,6 +154,8 @@ def change_points(values: Sequence[float], *, alpha: float = 0.005, min_size: in
 
 def _split(series: np.ndarray, start: int, stop: int, alpha: float, min_size: int,
            found: list[int]) -> None:
+    import ruptures
+    from scipy import stats
     segment = series[start:stop]
     if segment.size < 2 * min_size or np.ptp(segment) == 0:
         return
@@ -204,6 +206,7 @@ def paired_verdict(label: str, baseline: Sequence[float], candidate: Sequence[fl
 
 
 def _mean_interval(sample: np.ndarray, confidence: float, method: str) -> tuple[float, float]:
+    from scipy import stats
     mean = float(np.mean(sample))
     if np.ptp(sample) == 0:
         return mean, mean

@@ -17,9 +17,9 @@ from harness.pytest_plugin.fixtures import judged_run
 from harness.model.weights import read_safetensors, save_weights
 
 
-# Headroom is mostly the network's: the fast tier judges the first case, the full suite and -m npu
-# every case (each a whole probed denoise, ~3-7 s here; for every case but the first it is the
-# case's only render, which numerics and quality judge too).
+# Headroom is mostly the network's: the fast tier judges the first case of each sampler, the full
+# suite and -m npu every case (each a whole probed denoise, ~3-7 s here; for every case but the first
+# it is the case's only render, which numerics and quality judge too).
 FAST_TIER_CASES = 1
 
 

@@ -15,6 +15,9 @@ from harness.pytest_plugin.fixtures import judged_run
 from harness.pytest_plugin.state import GOLDEN_UPDATES, QUALITY_LINES, QUALITY_RESULTS, append_to
 
 pytestmark = [pytest.mark.npu, pytest.mark.quality]
+# The fast tier judges the first case of each sampler (the same gate on the same path; every case is
+# a whole 20-step render here), the full suite and -m npu every case.
+FAST_TIER_CASES = 1
 
 
 @dataclass

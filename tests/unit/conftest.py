@@ -10,9 +10,15 @@ import pytest
 from harness.model.config import REPO_ROOT
 
 
-@pytest.fixture(scope="module")
-def suite_options() -> set[str]:
+@pytest.fixture(scope="session")
+def suite_help() -> str:
+    """This suite's `pytest --help`, run once for every module that reads it (a pytest process of its
+    own, loading every plugin: seconds each time)."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), "--help"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120).stdout
+
+
+@pytest.fixture(scope="session")
+def suite_options(suite_help) -> set[str]:
     """Every option this suite's pytest accepts, from its own --help."""
-    out = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), "--help"],
-                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120).stdout
-    return set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", out))
+    return set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", suite_help))

@@ -22,12 +22,16 @@ def test_generate_writes_a_png_of_the_decoder_size(model_dir, tmp_path):
 
 
 def test_same_command_twice_gives_identical_bytes(model_dir, tmp_path):
-    # Two fresh processes (nothing shared but the files); determinism does not depend on the step
-    # count, so two steps suffice. The other seed needs no process of its own.
+    # Two fresh processes (nothing shared but the files), side by side on the machine's cores;
+    # determinism does not depend on the step count, so two steps suffice. The other seed needs no
+    # process of its own.
     args = ["generate", "--model-dir", str(model_dir), "--steps", "2", "--quiet"]
     a, b, c = tmp_path / "a.png", tmp_path / "b.png", tmp_path / "c.png"
-    subprocess.run([sys.executable, "-m", "harness", *args, "--out", str(a)], check=True, capture_output=True)
-    subprocess.run([sys.executable, "-m", "harness", *args, "--out", str(b)], check=True, capture_output=True)
+    procs = [subprocess.Popen([sys.executable, "-m", "harness", *args, "--out", str(out)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for out in (a, b)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out + err
     assert a.read_bytes() == b.read_bytes()
     assert main([*args, "--out", str(c), "--seed", "99"]) == 0
     assert c.read_bytes() != a.read_bytes()

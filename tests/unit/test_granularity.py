@@ -38,6 +38,13 @@ def _latent(model, partition, backend="onnxruntime", lifecycle="on-demand", opti
                                       backend_options=options or {})).latent
 
 
+@pytest.fixture(scope="module")
+def on_demand(model, partitions):
+    """Each granularity's latent on onnxruntime, on demand: what the other strategies and backends must
+    give, rendered once for the module's tests."""
+    return {text: _latent(model, path) for text, path in partitions.items()}
+
+
 @pytest.mark.parametrize("text, words", [("blocks", "blocks:K"), ("blocks:0", "blocks:K"), ("fused", "branch"),
                                          ("blocks:99", "has 28 blocks")])
 def test_bad_granularity_is_one_error_naming_the_option(text, words):
@@ -76,20 +83,19 @@ def test_fused_partitions_hold_whole_blocks_and_record_their_granularity(model, 
     assert names[:2] == ["x", "text_emb"] and "b7_ffn_adaln_gate" in names and len(names) == 2 + 4 * 9
 
 
-def test_fused_partitions_compute_the_branch_partitions_latent(model, partitions):
-    branch = _latent(model, partitions["branch"])
+def test_fused_partitions_compute_the_branch_partitions_latent(on_demand):
+    branch = on_demand["branch"]
     for text in ("block", "blocks:4"):
-        fused = _latent(model, partitions[text])
+        fused = on_demand[text]
         # FP32 throughout: only the order of the residual adds differs (x + (g1 o1 + g2 o2 + g3 o3))
         assert np.max(np.abs(fused - branch)) < 1e-4 * max(1.0, float(np.max(np.abs(branch)))), text
 
 
-def test_every_strategy_and_the_simulated_board_run_a_fused_partition(model, partitions):
-    on_demand = _latent(model, partitions["block"])
+def test_every_strategy_and_the_simulated_board_run_a_fused_partition(model, partitions, on_demand):
     for lifecycle in ("resident", "lru:4", "pinned:4", "prefetch:2"):
-        assert np.array_equal(_latent(model, partitions["block"], lifecycle=lifecycle), on_demand), lifecycle
+        assert np.array_equal(_latent(model, partitions["block"], lifecycle=lifecycle), on_demand["block"]), lifecycle
     sim = _latent(model, partitions["blocks:4"], "board-sim", "prefetch:2", {"time_scale": 1e-4})
-    assert np.array_equal(sim, _latent(model, partitions["blocks:4"]))
+    assert np.array_equal(sim, on_demand["blocks:4"])
 
 
 def test_a_fused_subgraph_out_of_order_is_named(partitions, tmp_path):
