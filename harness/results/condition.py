@@ -23,7 +23,7 @@ import statistics
 import time
 from dataclasses import dataclass, replace
 
-from .verdicts import Verdict, history_verdict
+from .verdicts import Decision, history_verdict
 
 __all__ = ["HostCondition", "probe_seconds", "probe_verdict", "condition_line", "PROBE_LABEL",
            "PROBE_FLOOR_PCT"]
@@ -82,9 +82,9 @@ class HostCondition:
         return False
 
 
-def probe_verdict(history: list[float], probes: list[float], confidence: float) -> Verdict | None:
+def probe_verdict(history: list[float], probes: list[float], confidence: float) -> Decision | None:
     """The new run(s)' probe against the probes of the history they would be judged by, two-sided:
-    None when too few history runs have one; else a Verdict whose `regression` means "not comparable"
+    None when too few history runs have one; else a Decision whose `regression` means "not comparable"
     (the machine ran slower or faster than in that history by more than the probe's spread)."""
     verdict = history_verdict(PROBE_LABEL, history, probes, confidence=confidence, floor_pct=PROBE_FLOOR_PCT)
     if verdict is None:

@@ -32,7 +32,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy import stats
 
-from .verdicts import OUTLIER_Z
+from .verdicts import outliers_kept
 
 __all__ = ["NoiseFactor", "standardized_shifts", "noise_factor", "NOISE_LOOKBACK", "MIN_POSITIONS", "QUANTILES",
            "TAIL_DFS", "EVIDENCE", "NULL_RECORDS", "NULL_BUCKET", "MAX_FACTOR", "null_positions"]
@@ -50,7 +50,6 @@ QUANTILES = (0.9, 0.95, 0.99)
 TAIL_DFS = (1.5, 2.0, 3.0, 4.0, 6.0, 10.0, 20.0, 50.0, 1000.0)
 _DFS = np.array(TAIL_DFS)
 _T75 = stats.t.ppf(0.75, _DFS)          # a t's MAD over its scale
-_MAD_NORMAL = 1.0 / float(stats.norm.ppf(0.75))     # a normal's standard deviation over its MAD
 # A ratio counts as evidence when independent runs give a smaller one this often (NULL_RECORDS
 # simulated records): at 0.99 a quiet board's interval is widened in about 1 verdict of 100. At 0.9
 # the simulated board found +5 % within 5 runs 93 % of the time instead of 96 % (500 trials each).
@@ -88,9 +87,7 @@ def standardized_shifts(logs: np.ndarray, n: int, k: int) -> tuple[np.ndarray, n
         return np.empty(0), np.empty(0)
     history = sliding_window_view(logs[:logs.size - k], n)
     group = sliding_window_view(logs[n:], k)[:history.shape[0]]
-    median = np.median(history, axis=1, keepdims=True)
-    mad = _MAD_NORMAL * np.median(np.abs(history - median), axis=1, keepdims=True)    # as the verdict's screen
-    kept = np.where(mad == 0, True, np.abs(history - median) <= OUTLIER_Z * mad)
+    kept = outliers_kept(history)       # the verdict's own screen
     m = kept.sum(axis=1)
     centre = (history * kept).sum(axis=1) / m
     with np.errstate(divide="ignore", invalid="ignore"):
