@@ -2,6 +2,7 @@
 kept onnxruntime A/A streams (harness/results/simulate.py), written as JSON.
 
     results simulate --out FILE.json [--runs 2000] [--seed 0] [--streams PATH] [--shift PCT]...
+    results simulate --table FILE.json [--table FILE.json]...     markdown tables of earlier results
 
 The same --seed judges the same simulated runs every time: two versions of the verdict code are
 compared on identical data. Progress goes to standard error; a summary of the rates to standard output.
@@ -20,7 +21,7 @@ __all__ = ["add_subcommand", "summary_lines"]
 
 def add_subcommand(sub) -> argparse.ArgumentParser:
     sim = sub.add_parser("simulate", help="measure the verdicts' false alarms and detection (Monte Carlo, JSON)")
-    sim.add_argument("--out", type=Path, required=True, help="JSON file of the rates, written whole")
+    sim.add_argument("--out", type=Path, help="JSON file of the rates, written whole (required unless --table)")
     sim.add_argument("--runs", type=int, default=2000,
                      help="simulated boards (and A/B sessions) per condition (default %(default)s)")
     sim.add_argument("--seed", type=int, default=0, help="added to every condition's seed (default %(default)s)")
@@ -28,6 +29,9 @@ def add_subcommand(sub) -> argparse.ArgumentParser:
                      help="a kept stream file (.json.gz) or a folder of them (default: harness/results/streams)")
     sim.add_argument("--shift", action="append", default=[], metavar="PCT",
                      help="also the simulated board's detection within 5 runs of a slowdown of PCT %% (repeatable)")
+    sim.add_argument("--table", type=Path, action="append", metavar="FILE.json",
+                     help="print the markdown tables of these earlier --out files side by side (no simulation); "
+                          "a column is named by its file's name")
     sim.set_defaults(func=_cmd_simulate)
     return sim
 
@@ -43,7 +47,12 @@ def _shift(text: str) -> float:
 
 
 def _cmd_simulate(args) -> int:
-    from ..results.simulate import kept_streams, simulate
+    from ..results.simulate import kept_streams, rates_table, simulate
+    if args.table:
+        print(rates_table({path.stem: _read_result(path) for path in args.table}), end="")
+        return 0
+    if args.out is None:
+        raise ConfigError("--out FILE.json is required (or --table FILE.json to print earlier results)")
     if args.runs < 1:
         raise ConfigError(f"--runs {args.runs}: expected at least 1 simulated board per condition")
     if args.out.is_dir():
@@ -61,6 +70,15 @@ def _cmd_simulate(args) -> int:
     print("\n".join(summary_lines(result)))
     print(f"wrote {args.out}")
     return 0
+
+
+def _read_result(path: Path) -> dict:
+    try:
+        result = json.loads(path.read_text())
+        result["rates"], result["started"]      # noqa: B018 (the fields a table needs)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"--table {path}: not a `results simulate` JSON file ({exc.__class__.__name__}: {exc})") from None
+    return result
 
 
 def summary_lines(result: dict) -> list[str]:

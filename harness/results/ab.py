@@ -25,15 +25,13 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..runtime.run import RunRequest, run_partitioned
+from .constants import AB_THRESHOLD_PCT, CONFIDENCE
 from .verdicts import Decision, paired_verdict
 
 __all__ = ["Side", "ABSession", "run_session", "judge_pairs", "session_figures", "side_options",
            "baseline_options", "round_orders", "parse_confidence", "DEFAULT_THRESHOLD_PCT", "DEFAULT_CONFIDENCE"]
 
-# A shift under this is not worth failing a board for, however certain: the paired interval is
-# narrow enough on the board to call +2 % real, but the gate is for regressions that matter.
-DEFAULT_THRESHOLD_PCT = 2.0
-DEFAULT_CONFIDENCE = 0.99   # of a session's verdict over all its figures: 1 % false alarms
+DEFAULT_THRESHOLD_PCT, DEFAULT_CONFIDENCE = AB_THRESHOLD_PCT, CONFIDENCE     # constants.py says why
 _STAGES = ("load", "init", "release")
 
 

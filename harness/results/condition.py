@@ -23,15 +23,13 @@ import statistics
 import time
 from dataclasses import dataclass, replace
 
+from .constants import PROBE_FLOOR_PCT
 from .verdicts import Decision, history_verdict
 
 __all__ = ["HostCondition", "probe_seconds", "probe_verdict", "condition_line", "PROBE_LABEL",
            "PROBE_FLOOR_PCT"]
 
 PROBE_LABEL = "calibration probe"
-# The smallest change of the probe that makes two runs incomparable however quiet its history: below
-# it the figures' own thresholds (3 % floor) absorb the machine's speed.
-PROBE_FLOOR_PCT = 3.0
 _BUFFER = bytes(range(256)) * 1024          # 256 KiB, fixed
 _PASSES = 40                                # about 10 ms per repetition on a 2020s x86 core
 _REPEATS = 5

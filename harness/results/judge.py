@@ -61,7 +61,8 @@ from ..model.config import BRANCHES
 from ..core.errors import ConfigError
 from ..lifecycle.steptimes import STAGE_NAMES
 from .condition import condition_line, probe_verdict
-from .noise import NOISE_LOOKBACK, NoiseFactor, noise_factor
+from .constants import CONFIDENCE, FIRST_LOOK_SHARE, GROUP_RUNS, LOOKBACK, NOISE_LOOKBACK, PRIMARY_SHARE, SPENDING_RHO
+from .noise import NoiseFactor, noise_factor
 from .records import Run
 from .store import PendingView, ResultsStore
 from .verdicts import MIN_HISTORY, Decision, fixed_verdict, history_verdict
@@ -74,28 +75,6 @@ __all__ = ["Judgement", "judge_run", "confirm", "figures", "judge_figure", "judg
 HISTORY, UPGRADE, FIRST, NOT_COMPARABLE = "history", "upgrade comparison", "no baseline yet", "not comparable"
 STEP = "denoise step"
 NPU_CORE = "NPU core"   # geometric mean of the branches' core times per step
-LOOKBACK = 30       # earlier runs a verdict looks back on (Conbench's lookback window)
-CONFIDENCE = 0.99   # two-sided, of a lone run over all its figures; 1 - CONFIDENCE of a change's looks
-# Runs since a change judged as one group: the target is a +5 % shift of the whole NPU found within
-# 5 runs, so a change's first 5 runs are its group.
-GROUP_RUNS = 5
-# The NPU core's share of a look's false-alarm rate: three quarters for the shift of the whole NPU
-# (the regression an upgrade brings, which the NPU core sees with the least noise), a quarter for the
-# figures that locate a shift (step, branches, stages). Chosen with the alpha spending below by the
-# simulated board's Monte Carlo (tools/bench_verdicts.py, docs/results-statistics.md).
-PRIMARY_SHARE = 0.75
-# Alpha spending over looks 2..K of one change, K = GROUP_RUNS (Kim-DeMets' power family: look k
-# spends (1 - FIRST_LOOK_SHARE) x alpha x (((k-1)/(K-1))^rho - ((k-2)/(K-1))^rho)): rho 3 is close to
-# O'Brien-Fleming's boundary, little for the early looks, whose group is small, most for the last.
-# The looks share most of their runs, so an exact group-sequential boundary would need their
-# correlation; the spent parts sum to the change's alpha, so by Bonferroni (the union bound) the
-# sequence holds it whatever that correlation.
-SPENDING_RHO = 3.0
-# Look 1's part of a change's false-alarm rate (the later looks spend the rest by the power family):
-# 0.3 of the 1 % keeps most of a lone run's power on a change's first run (+10 % found 91 % of the
-# time against 94 % at a lone run's 0.5 %, simulated board), and leaves the later looks enough to find
-# +5 % within 5 runs 96 % of the time; chosen with the Monte Carlo (docs/results-statistics.md).
-FIRST_LOOK_SHARE = 0.3
 # Runs of a key read from the store for one judgement: the noise factor's record; the lookback, a
 # change's group and the host's condition need fewer. A fleet's store holds thousands, each with
 # its subgraphs' rows, and a verdict must not read them all.

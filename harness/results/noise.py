@@ -32,34 +32,15 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy import stats
 
+from .constants import (EVIDENCE, MAX_FACTOR, MIN_POSITIONS, NOISE_LOOKBACK, NULL_BUCKET, NULL_RECORDS, QUANTILES,
+                        TAIL_DFS)
 from .verdicts import outliers_kept
 
 __all__ = ["NoiseFactor", "standardized_shifts", "noise_factor", "NOISE_LOOKBACK", "MIN_POSITIONS", "QUANTILES",
            "TAIL_DFS", "EVIDENCE", "NULL_RECORDS", "NULL_BUCKET", "MAX_FACTOR", "null_positions"]
 
-# The board's latest runs the factor is learned from (older ones are dropped). 480 left fewer A/A
-# changes flagged on the onnxruntime streams (27 of 1,309 against 34) but found +5 % within 5 runs
-# on the simulated board 94.6 % of the time against 95.5 % (docs/results-statistics.md).
-NOISE_LOOKBACK = 240
-# Fewer positions than this say nothing about a 99 % quantile: the factor is 1, "not learned yet".
-MIN_POSITIONS = 60
-# Upper quantiles of the statistic compared with the t distribution's (the bulk's ratio is the largest).
-QUANTILES = (0.9, 0.95, 0.99)
-# Degrees of freedom a fitted tail may have: from a Cauchy-like 1.5 (a record with wild runs) to a
-# normal one.
-TAIL_DFS = (1.5, 2.0, 3.0, 4.0, 6.0, 10.0, 20.0, 50.0, 1000.0)
 _DFS = np.array(TAIL_DFS)
 _T75 = stats.t.ppf(0.75, _DFS)          # a t's MAD over its scale
-# A ratio counts as evidence when independent runs give a smaller one this often (NULL_RECORDS
-# simulated records): at 0.99 a quiet board's interval is widened in about 1 verdict of 100. At 0.9
-# the simulated board found +5 % within 5 runs 93 % of the time instead of 96 % (500 trials each).
-EVIDENCE = 0.99
-NULL_RECORDS = 400
-# The simulated records come in steps of this many positions (one simulation serves a board's record
-# as it grows).
-NULL_BUCKET = 20
-# A wider interval than this says nothing anyway: the history of such a board cannot judge a run.
-MAX_FACTOR = 20.0
 
 
 @dataclass(frozen=True)

@@ -241,3 +241,31 @@ def _holds(value: float | None, bound: tuple[str, float]) -> bool | None:
         return None
     kind, limit = bound
     return value <= limit if kind == "max" else value >= limit
+
+
+def rates_table(results: dict[str, dict]) -> str:
+    """The markdown tables of `results` ({column label: a `simulate` JSON}): the rates, one column per
+    result, each cell the rate, its 95 % interval and the counts; then when and where each was measured."""
+    found = {name for result in results.values() for name in result["rates"]}
+    names = [name for name in RATES if name in found] + sorted(found - set(RATES))
+    head = ["rate", "must be", *results]
+    rows = [head, ["---"] * len(head)]
+    for name in names:
+        bound = RATES[name][1] if name in RATES else None
+        rows.append([name, f"{'≤' if bound[0] == 'max' else '≥'} {100 * bound[1]:g} %" if bound else "",
+                     *(_cell(result["rates"].get(name)) for result in results.values())])
+    when = [["measured", "date (UTC)", "machine", "CPUs", "load (1 min) start, end", "boards per cell", "seed", "seconds"],
+            ["---"] * 8]
+    for label, r in results.items():
+        when.append([label, r["started"].replace("T", " ").removesuffix("+00:00"), r["machine"], str(r["cpus"]),
+                     f"{r['load_start'][0]:.1f}, {r['load_end'][0]:.1f}", str(r["runs"]), str(r["seed"]),
+                     f"{r['seconds']:.0f}"])
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows) + "\n\n" + \
+        "\n".join("| " + " | ".join(row) + " |" for row in when) + "\n"
+
+
+def _cell(cell: dict | None) -> str:
+    if not cell or cell["rate"] is None:
+        return "–"
+    low, high = cell["ci95"]
+    return f"{100 * cell['rate']:.1f} % [{100 * low:.1f}, {100 * high:.1f}] ({cell['hits']}/{cell['n']})"

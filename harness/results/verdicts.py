@@ -20,19 +20,12 @@ import numpy as np
 import ruptures
 from scipy import stats
 
+from .constants import (CHANGE_ALPHA, CHANGE_MIN_RUNS, FIXED_THRESHOLD_PCT, HISTORY_FLOOR_PCT, LOOKBACK,
+                        MIN_HISTORY, OUTLIER_Z)
+
 __all__ = ["Decision", "Verdict", "outliers_kept", "history_verdict", "change_points", "paired_verdict", "fixed_verdict",
            "MIN_HISTORY", "HISTORY_FLOOR_PCT", "FIXED_THRESHOLD_PCT", "OUTLIER_Z"]
 
-# Fewer earlier runs than this give no spread worth a threshold: the caller says "too few runs".
-MIN_HISTORY = 5
-# The smallest shift a history verdict calls a regression, however quiet the history: below it a
-# statistically clear shift is too small to fail a board for.
-HISTORY_FLOOR_PCT = 3.0
-# Today's rule: candidate mean over the baseline mean by more than 10 %.
-FIXED_THRESHOLD_PCT = 10.0
-# Earlier runs further than this many robust standard deviations from the median are outliers
-# (a run disturbed by another job): they are left out of the spread, not allowed to widen it.
-OUTLIER_Z = 5.0
 
 
 @dataclass(frozen=True)
@@ -129,7 +122,7 @@ def _robust_centre_spread(logs: np.ndarray) -> tuple[np.ndarray, float, float]:
 
 def history_verdict(label: str, history: Sequence[float], value: float | Sequence[float], *,
                     confidence: float = 0.99, floor_pct: float = HISTORY_FLOOR_PCT,
-                    lookback: int = 30, min_runs: int = MIN_HISTORY, widen: float = 1.0) -> Decision | None:
+                    lookback: int = LOOKBACK, min_runs: int = MIN_HISTORY, widen: float = 1.0) -> Decision | None:
     """Judge `value` (one run's figure, or the figures of the runs since a change, judged as one
     group) against the earlier valid runs of the same key and board, oldest first.
 
@@ -177,7 +170,7 @@ def _to_pct(log_ratio: float) -> float:
     return 100.0 * math.expm1(log_ratio)
 
 
-def change_points(values: Sequence[float], *, alpha: float = 0.005, min_size: int = 3) -> list[int]:
+def change_points(values: Sequence[float], *, alpha: float = CHANGE_ALPHA, min_size: int = CHANGE_MIN_RUNS) -> list[int]:
     """Indices where a new level starts in a history (oldest first), e.g. [12] when runs 12.. are
     slower or faster than runs ..11.
 

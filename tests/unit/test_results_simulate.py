@@ -66,3 +66,31 @@ def test_simulate_writes_every_rate_and_finds_a_large_shift(tmp_path):
     assert result["rates"]["board +20%, 5 runs"]["rate"] >= 0.75       # a +20 % step is found
     assert result["runs"] == 4 and result["seed"] == 5 and result["machine"]
     assert "board history +20%" in proc.stderr              # progress on standard error
+
+
+def _result(tmp_path, name: str, hits: int) -> str:
+    """A `simulate` JSON of the command's own shape, its A/A rate `hits` of 1000."""
+    rates = {rate: {**simulate.rate(hits, 1000), "what": what, "bound": list(bound), "holds": None}
+             for rate, (what, bound) in simulate.RATES.items()}
+    result = {"rates": rates, "started": "2026-12-03T12:00:00+00:00", "machine": "here", "cpus": 2,
+              "load_start": [1.0, 1.0, 1.0], "load_end": [2.0, 2.0, 2.0], "runs": 1000, "seed": 0, "seconds": 60.0}
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(result))
+    return str(path)
+
+
+def test_table_puts_results_side_by_side_from_their_files(tmp_path):
+    proc = _harness("--table", _result(tmp_path, "before", 7), "--table", _result(tmp_path, "after", 5))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "| rate | must be | before | after |"
+    row = next(line for line in lines if line.startswith("| board A/A, 5 looks |"))
+    assert "| ≤ 1 % | 0.7 % [" in row and "(7/1000) | 0.5 % [" in row and row.endswith("(5/1000) |")
+    assert any(line.startswith("| after | 2026-12-03 12:00:00 | here | 2 | 1.0, 2.0 | 1000 | 0 | 60 |")
+               for line in lines)
+
+
+def test_table_of_a_file_that_is_not_a_result_is_one_line(tmp_path):
+    (tmp_path / "x.json").write_text("{}")
+    proc = _harness("--table", str(tmp_path / "x.json"))
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --table ") and proc.stderr.count("\n") == 1
