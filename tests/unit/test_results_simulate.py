@@ -94,3 +94,15 @@ def test_table_of_a_file_that_is_not_a_result_is_one_line(tmp_path):
     (tmp_path / "x.json").write_text("{}")
     proc = _harness("--table", str(tmp_path / "x.json"))
     assert proc.returncode == 2 and proc.stderr.startswith("error: --table ") and proc.stderr.count("\n") == 1
+
+
+def test_the_statistics_pages_tables_are_generated_from_the_kept_results():
+    """docs/results-statistics.md's rate tables are `results simulate --table` of the files its marker
+    names: a figure typed into the page, or a result file changed without the page, fails here."""
+    page = (REPO_ROOT / "docs" / "results-statistics.md").read_text()
+    marker = next(line for line in page.splitlines() if line.startswith("<!-- results simulate --table "))
+    files = marker.removeprefix("<!-- results simulate ").removesuffix(" -->").split()[1::2]
+    generated = simulate.rates_table({path.stem: json.loads(path.read_text())
+                                      for path in (REPO_ROOT / name for name in files)})
+    start = page.index(marker) + len(marker) + 1
+    assert page[start:page.index("<!-- end of generated tables -->", start)] == generated
