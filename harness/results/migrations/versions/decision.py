@@ -24,5 +24,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     with op.batch_alter_table("ab_verdicts") as batch:
+        batch.drop_constraint("ck_ab_p_value", type_="check")
         batch.drop_column("p_value")
         batch.drop_column("statistic")
