@@ -6,8 +6,9 @@
     results boards                                         the boards of one board model, outliers named
     results push --to URL                                  this store's runs into another (a fleet's)
     results site --out DIR [--reports DIR]                 a static site of the store (harness/site/)
+    results simulate --out FILE.json [--runs N]            the verdicts' error rates (harness/cli/results_simulate.py)
 
-Every subcommand takes --results URL (SQLAlchemy's form, default sqlite:///.benchmarks/results.sqlite).
+Every subcommand but `simulate` takes --results URL (SQLAlchemy's form, default sqlite:///.benchmarks/results.sqlite).
 `check` and `boards` exit 1 when they find a regression or an outlier board, so CI can act on them.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from ..core.atomic import atomic_write_text
+from . import results_simulate
 from ..model.config import BRANCHES
 from ..core.errors import ConfigError
 from ..lifecycle.steptimes import STAGE_NAMES
@@ -72,6 +74,7 @@ def add_command(subparsers) -> argparse.ArgumentParser:
     site.set_defaults(func=_cmd_site)
     for command in (imp, exp, chk, brd, push, site):
         add_results_option(command)
+    results_simulate.add_subcommand(sub)
     return parser
 
 

@@ -25,15 +25,13 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..sampling.settings import SampleSettings
-from .verdicts import Verdict, paired_verdict
+from .constants import AB_THRESHOLD_PCT, CONFIDENCE
+from .verdicts import Decision, paired_verdict
 
 __all__ = ["Side", "ABSession", "run_session", "judge_pairs", "session_figures", "side_options",
            "baseline_options", "round_orders", "parse_confidence", "DEFAULT_THRESHOLD_PCT", "DEFAULT_CONFIDENCE"]
 
-# A shift under this is not worth failing a board for, however certain: the paired interval is
-# narrow enough on the board to call +2 % real, but the gate is for regressions that matter.
-DEFAULT_THRESHOLD_PCT = 2.0
-DEFAULT_CONFIDENCE = 0.99   # of a session's verdict over all its figures: 1 % false alarms
+DEFAULT_THRESHOLD_PCT, DEFAULT_CONFIDENCE = AB_THRESHOLD_PCT, CONFIDENCE     # constants.py says why
 _STAGES = ("load", "init", "release")
 
 
@@ -49,12 +47,12 @@ class Side:
 @dataclass
 class ABSession:
     pairs: list[dict]               # per round: {"baseline": {figure: s}, "candidate": {figure: s}}
-    verdicts: list[Verdict]
+    verdicts: list[Decision]
     reports: dict = field(default_factory=dict)     # side name -> its judged rounds' run reports (the store's)
     first: list[str] = field(default_factory=list)  # per judged round: the side that ran first
 
     @property
-    def regressions(self) -> list[Verdict]:
+    def regressions(self) -> list[Decision]:
         return [v for v in self.verdicts if v.regression]
 
     def as_dict(self) -> dict:
@@ -72,7 +70,7 @@ def session_figures(report: dict) -> dict[str, float]:
 
 
 def judge_pairs(pairs: list[dict], threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-                confidence: float = DEFAULT_CONFIDENCE) -> list[Verdict]:
+                confidence: float = DEFAULT_CONFIDENCE) -> list[Decision]:
     """A paired verdict per figure both sides have with a time in every round (a stage a resident
     strategy never repeats is 0 and has nothing to judge)."""
     names = [n for n in pairs[0]["baseline"]

@@ -23,15 +23,13 @@ import statistics
 import time
 from dataclasses import dataclass, replace
 
-from .verdicts import Verdict, history_verdict
+from .constants import PROBE_FLOOR_PCT
+from .verdicts import Decision, history_verdict
 
 __all__ = ["HostCondition", "probe_seconds", "probe_verdict", "condition_line", "PROBE_LABEL",
            "PROBE_FLOOR_PCT"]
 
 PROBE_LABEL = "calibration probe"
-# The smallest change of the probe that makes two runs incomparable however quiet its history: below
-# it the figures' own thresholds (3 % floor) absorb the machine's speed.
-PROBE_FLOOR_PCT = 3.0
 _BUFFER = bytes(range(256)) * 1024          # 256 KiB, fixed
 _PASSES = 40                                # about 10 ms per repetition on a 2020s x86 core
 _REPEATS = 5
@@ -81,9 +79,9 @@ class HostCondition:
         self.probe_s = (self._probe + probe_seconds()) / 2
 
 
-def probe_verdict(history: list[float], probes: list[float], confidence: float) -> Verdict | None:
+def probe_verdict(history: list[float], probes: list[float], confidence: float) -> Decision | None:
     """The new run(s)' probe against the probes of the history they would be judged by, two-sided:
-    None when too few history runs have one; else a Verdict whose `regression` means "not comparable"
+    None when too few history runs have one; else a Decision whose `regression` means "not comparable"
     (the machine ran slower or faster than in that history by more than the probe's spread)."""
     verdict = history_verdict(PROBE_LABEL, history, probes, confidence=confidence, floor_pct=PROBE_FLOOR_PCT)
     if verdict is None:

@@ -62,13 +62,13 @@ from ..model.config import BRANCHES
 from ..core.errors import ConfigError
 from ..lifecycle.steptimes import STAGE_NAMES
 from .condition import condition_line, probe_verdict
-from .noise import NOISE_LOOKBACK, NoiseFactor, noise_factor
+from .constants import CONFIDENCE, FIRST_LOOK_SHARE, GROUP_RUNS, LOOKBACK, NOISE_LOOKBACK, PRIMARY_SHARE, SPENDING_RHO
+from .noise import NoiseFactor, noise_factor
 from .records import Run
 from .store import PendingView, RunSource
-from .verdicts import MIN_HISTORY, Verdict, fixed_verdict, history_verdict
+from .verdicts import MIN_HISTORY, Decision, fixed_verdict, history_verdict
 
-__all__ = ["Judgement", "judge_run", "confirm", "figures", "judge_figures", "judge_values", "parse_threshold",
-           "since_change",
+__all__ = ["Judgement", "judge_run", "confirm", "figures", "judge_figure", "judge_figures", "judge_values", "parse_threshold", "since_change",
            "comparability", "npu_core", "group_note", "HISTORY", "UPGRADE", "FIRST", "NOT_COMPARABLE", "STEP",
            "NPU_CORE", "LOOKBACK", "CONFIDENCE", "GROUP_RUNS", "PRIMARY_SHARE", "SPENDING_RHO", "FIRST_LOOK_SHARE",
            "look_alpha", "board_change", "board_record", "record_of", "record_before", "same_cpus", "figure_noise",
@@ -77,28 +77,6 @@ __all__ = ["Judgement", "judge_run", "confirm", "figures", "judge_figures", "jud
 HISTORY, UPGRADE, FIRST, NOT_COMPARABLE = "history", "upgrade comparison", "no baseline yet", "not comparable"
 STEP = "denoise step"
 NPU_CORE = "NPU core"   # geometric mean of the branches' core times per step
-LOOKBACK = 30       # earlier runs a verdict looks back on (Conbench's lookback window)
-CONFIDENCE = 0.99   # two-sided, of a lone run over all its figures; 1 - CONFIDENCE of a change's looks
-# Runs since a change judged as one group: the target is a +5 % shift of the whole NPU found within
-# 5 runs, so a change's first 5 runs are its group.
-GROUP_RUNS = 5
-# The NPU core's share of a look's false-alarm rate: three quarters for the shift of the whole NPU
-# (the regression an upgrade brings, which the NPU core sees with the least noise), a quarter for the
-# figures that locate a shift (step, branches, stages). Chosen with the alpha spending below by the
-# simulated board's Monte Carlo (tools/bench_verdicts.py, docs/results-statistics.md).
-PRIMARY_SHARE = 0.75
-# Alpha spending over looks 2..K of one change, K = GROUP_RUNS (Kim-DeMets' power family: look k
-# spends (1 - FIRST_LOOK_SHARE) x alpha x (((k-1)/(K-1))^rho - ((k-2)/(K-1))^rho)): rho 3 is close to
-# O'Brien-Fleming's boundary, little for the early looks, whose group is small, most for the last.
-# The looks share most of their runs, so an exact group-sequential boundary would need their
-# correlation; the spent parts sum to the change's alpha, so by Bonferroni (the union bound) the
-# sequence holds it whatever that correlation.
-SPENDING_RHO = 3.0
-# Look 1's part of a change's false-alarm rate (the later looks spend the rest by the power family):
-# 0.3 of the 1 % keeps most of a lone run's power on a change's first run (+10 % found 91 % of the
-# time against 94 % at a lone run's 0.5 %, simulated board), and leaves the later looks enough to find
-# +5 % within 5 runs 96 % of the time; chosen with the Monte Carlo (docs/results-statistics.md).
-FIRST_LOOK_SHARE = 0.3
 # Runs of a key read from the store for one judgement: the noise factor's record; the lookback, a
 # change's group and the host's condition need fewer. A fleet's store holds thousands, each with
 # its subgraphs' rows, and a verdict must not read them all.
@@ -142,17 +120,17 @@ def figures(run: Run) -> dict[str, float]:
 class Judgement:
     kind: str                       # HISTORY, UPGRADE, FIRST or NOT_COMPARABLE
     reference: str                  # what the run was compared with, in words
-    verdicts: list = field(default_factory=list)     # Verdict per figure
+    verdicts: list = field(default_factory=list)     # Decision per figure
     differences: list = field(default_factory=list)  # stack fields that changed (upgrade)
     reference_run: Run | None = None
-    condition: Verdict | None = None                 # the calibration probe against its history
+    condition: Decision | None = None                 # the calibration probe against its history
     noise: NoiseFactor | None = None                 # the step's noise factor, for the record's size
     confirmation: tuple = ()                         # a second run's Judgements (confirm)
     probation: int | None = None                     # upgrade: which run of the new stack this is
     board_change: str | None = None                  # the board's device-tree model string changed (board_change)
 
     @property
-    def regressions(self) -> list[Verdict]:
+    def regressions(self) -> list[Decision]:
         return [v for v in self.verdicts if v.regression]
 
     @property
@@ -192,7 +170,7 @@ class Judgement:
             + self._branches_of_npu(worst) + self._over_but_not_failed() + self._confirmed()
 
     @property
-    def moved(self) -> Verdict | None:
+    def moved(self) -> Decision | None:
         """The figure whose verdict fails while the step's does not (the first such), else None: what
         a one-line summary of the run must name besides, or instead of, the step."""
         if any(v.label == STEP for v in self.regressions):
@@ -224,7 +202,7 @@ class Judgement:
             return f"; confirmed by a second run: {said}"
         return f"; not confirmed by a second run ({said}): one disturbed run, not a regression"
 
-    def _branches_of_npu(self, shown: list[Verdict]) -> str:
+    def _branches_of_npu(self, shown: list[Decision]) -> str:
         """A regression of the whole NPU names each branch's own shift and interval."""
         if not any(v.label == NPU_CORE and v.regression for v in shown):
             return ""
@@ -247,7 +225,7 @@ class Judgement:
                 "confirmation": [c.as_dict() for c in self.confirmation], "board_change": self.board_change}
 
 
-def group_note(verdict: Verdict) -> str:
+def group_note(verdict: Decision) -> str:
     """', mean of the 3 runs since the change' for a group verdict ('' for one run), and
     ', noise x2.4' when the board's record widened its interval (noise.py)."""
     return (f", mean of the {verdict.runs} runs since the change" if verdict.runs > 1 else "") + \
@@ -304,7 +282,7 @@ def since_change(pool: list[Run], run: Run) -> tuple[list[Run], list[Run], int |
 
 def judge_figures(pool: list[Run], run: Run, threshold_pct: float, fixed: bool = True,
                   group: Sequence[Run] = (), look: int | None = None,
-                  record: Sequence[list[dict]] = ()) -> list[Verdict]:
+                  record: Sequence[list[dict]] = ()) -> list[Decision]:
     """A verdict per figure of `run` (with `group`, the earlier runs since the change: their mean)
     against the runs of `pool` (oldest first), at the false-alarm rate of its `look` at the change
     (look_alpha; None: judged alone); a figure that is 0 somewhere (a stage a strategy skips) has no
@@ -321,7 +299,7 @@ def judge_figures(pool: list[Run], run: Run, threshold_pct: float, fixed: bool =
 
 
 def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pct: float,
-                 fixed: bool = True, look: int | None = None, record: Sequence[list[dict]] = ()) -> list[Verdict]:
+                 fixed: bool = True, look: int | None = None, record: Sequence[list[dict]] = ()) -> list[Decision]:
     """judge_figures on the figures themselves (label -> value per run, as `figures` gives them).
     `look`: `new`'s look at its change (len(group) + 1, as since_change gives it), None for a run
     judged alone. `record`: series of figures (each a key's runs on the board, oldest first) the
@@ -336,22 +314,35 @@ def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pc
     for label, value in judged.items():
         earlier = [h[label] for h in history if label in h]
         values = [g[label] for g in group if g.get(label, 0) > 0] + [value]
-        widen = figure_noise(record, label, len(earlier[-LOOKBACK:]), len(values), (1 - confidence[label]) / 2).factor \
-            if len(earlier) >= MIN_HISTORY else 1.0         # too few for an interval: nothing to widen
-        verdict = history_verdict(label, earlier, values, confidence=confidence[label], widen=widen)
-        # the NPU core is there to average the branches' drift away: the fixed rule has no noise
-        # estimate to gain from it, and the branches name the shift themselves
-        if verdict is None and fixed and label != NPU_CORE:
-            # the runs since the change together, as a group's look judges them: a group's verdict
-            # has its repetition already (Judgement.needs_confirmation)
-            verdict = replace(fixed_verdict(label, earlier[-(MIN_HISTORY - 1):], values, threshold_pct=threshold_pct),
-                              runs=len(values))
-        if verdict is not None:
-            verdicts.append(verdict)
+        decision = judge_figure(label, earlier, values, confidence[label], look, record, threshold_pct, fixed)
+        if decision is not None:
+            verdicts.append(decision)
     step = next((v for v in verdicts if v.label == STEP), None)
     if step is not None and step.kind == "fixed" and not step.regression:
         verdicts = [replace(v, regression=False) if v.kind == "fixed" else v for v in verdicts]
     return verdicts
+
+
+def judge_figure(label: str, earlier: list[float], values: list[float], confidence: float, look: int | None,
+                 record: Sequence[list[dict]] = (), threshold_pct: float = 10.0, fixed: bool = True) -> Decision | None:
+    """The Decision on one figure: `values` (the runs since the change, the judged run last) against the
+    `earlier` runs' values, at `confidence` (two-sided; its one-sided half is the figure's part of the
+    look's false-alarm rate), the interval widened by the figure's noise factor learned from `record`.
+    Too few earlier runs: with `fixed`, the fixed rule against the latest of them (not for the NPU
+    core); else None."""
+    widen = figure_noise(record, label, len(earlier[-LOOKBACK:]), len(values), (1 - confidence) / 2).factor \
+        if len(earlier) >= MIN_HISTORY else 1.0         # too few for an interval: nothing to widen
+    decision = history_verdict(label, earlier, values, confidence=confidence, widen=widen)
+    if decision is not None:
+        return replace(decision, look=look)
+    # the NPU core is there to average the branches' drift away: the fixed rule has no noise
+    # estimate to gain from it, and the branches name the shift themselves
+    if not fixed or label == NPU_CORE:
+        return None
+    # the runs since the change together, as a group's look judges them: a group's verdict has its
+    # repetition already (Judgement.needs_confirmation)
+    return replace(fixed_verdict(label, earlier[-(MIN_HISTORY - 1):], values, threshold_pct=threshold_pct),
+                   runs=len(values), look=look)
 
 
 def figure_noise(record: Sequence[list[dict]], label: str, n: int, k: int, alpha: float) -> NoiseFactor:
@@ -509,7 +500,7 @@ def _split(store: RunSource, pool: list[Run], run: Run, kind: str,
     return (pool, ours, len(ours) + 1) if len(ours) + 1 <= GROUP_RUNS else (pool, [], None)
 
 
-def comparability(pool: list[Run], judged: list[Run]) -> tuple[list[Run], Verdict | None, str | None]:
+def comparability(pool: list[Run], judged: list[Run]) -> tuple[list[Run], Decision | None, str | None]:
     """(the history runs of the judged runs' CPU count, the probe's verdict, why not comparable or None).
 
     The judged runs (the group since the change and the new run, last) are compared with the runs of

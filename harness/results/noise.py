@@ -31,43 +31,23 @@ from typing import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .verdicts import OUTLIER_Z
+from .constants import (EVIDENCE, MAX_FACTOR, MIN_POSITIONS, NOISE_LOOKBACK, NULL_BUCKET, NULL_RECORDS, QUANTILES,
+                        TAIL_DFS)
+from .verdicts import outliers_kept
 
 __all__ = ["NoiseFactor", "standardized_shifts", "noise_factor", "NOISE_LOOKBACK", "MIN_POSITIONS", "QUANTILES",
            "TAIL_DFS", "EVIDENCE", "NULL_RECORDS", "NULL_BUCKET", "MAX_FACTOR", "null_positions"]
 
-# The board's latest runs the factor is learned from (older ones are dropped). 480 left fewer A/A
-# changes flagged on the onnxruntime streams (27 of 1,309 against 34) but found +5 % within 5 runs
-# on the simulated board 94.6 % of the time against 95.5 % (docs/results-statistics.md).
-NOISE_LOOKBACK = 240
-# Fewer positions than this say nothing about a 99 % quantile: the factor is 1, "not learned yet".
-MIN_POSITIONS = 60
-# Upper quantiles of the statistic compared with the t distribution's (the bulk's ratio is the largest).
-QUANTILES = (0.9, 0.95, 0.99)
-# Degrees of freedom a fitted tail may have: from a Cauchy-like 1.5 (a record with wild runs) to a
-# normal one.
-TAIL_DFS = (1.5, 2.0, 3.0, 4.0, 6.0, 10.0, 20.0, 50.0, 1000.0)
 _DFS = np.array(TAIL_DFS)
 
 
 @functools.cache
-def _quartiles() -> tuple[np.ndarray, float]:
-    """(a t's MAD over its scale for each of TAIL_DFS, a normal's standard deviation over its MAD), from
-    scipy on first use: importing scipy costs ~1 s, which a process that only reads the store skips."""
+def _quartiles() -> np.ndarray:
+    """A t's MAD over its scale, one per TAIL_DFS, from scipy on first use: importing scipy costs
+    ~1 s, which a process that only reads the store skips."""
     from scipy import stats
-    return np.asarray(stats.t.ppf(0.75, _DFS)), 1.0 / float(stats.norm.ppf(0.75))
+    return np.asarray(stats.t.ppf(0.75, _DFS))
 
-
-# A ratio counts as evidence when independent runs give a smaller one this often (NULL_RECORDS
-# simulated records): at 0.99 a quiet board's interval is widened in about 1 verdict of 100. At 0.9
-# the simulated board found +5 % within 5 runs 93 % of the time instead of 96 % (500 trials each).
-EVIDENCE = 0.99
-NULL_RECORDS = 400
-# The simulated records come in steps of this many positions (one simulation serves a board's record
-# as it grows).
-NULL_BUCKET = 20
-# A wider interval than this says nothing anyway: the history of such a board cannot judge a run.
-MAX_FACTOR = 20.0
 
 
 @dataclass(frozen=True)
@@ -95,9 +75,7 @@ def standardized_shifts(logs: np.ndarray, n: int, k: int) -> tuple[np.ndarray, n
         return np.empty(0), np.empty(0)
     history = sliding_window_view(logs[:logs.size - k], n)
     group = sliding_window_view(logs[n:], k)[:history.shape[0]]
-    median = np.median(history, axis=1, keepdims=True)
-    mad = _quartiles()[1] * np.median(np.abs(history - median), axis=1, keepdims=True)    # as the verdict's screen
-    kept = np.where(mad == 0, True, np.abs(history - median) <= OUTLIER_Z * mad)
+    kept = outliers_kept(history)       # the verdict's own screen
     m = kept.sum(axis=1)
     centre = (history * kept).sum(axis=1) / m
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -167,7 +145,7 @@ def _tail_quantile(t: np.ndarray, alpha: float, centre: float, mad: float) -> fl
     from scipy import stats
     if mad == 0:
         return centre
-    scales = np.asarray(mad / _quartiles()[0])                                  # each df's scale for this MAD
+    scales = np.asarray(mad / _quartiles())                                  # each df's scale for this MAD
     likelihood = np.asarray(stats.t.logpdf((t - centre)[None, :] / scales[:, None], _DFS[:, None])).sum(axis=1) \
         - t.size * np.log(scales)
     best = int(np.argmax(likelihood))

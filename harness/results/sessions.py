@@ -18,7 +18,7 @@ import numpy as np
 from ..lifecycle.steptimes import STAGE_NAMES
 from ..partition.manifest import manifest_sha256, partition_precision
 from .records import ResultsError, Run, RunKey, SubgraphTime, board_model_of, utc_now
-from .verdicts import Verdict
+from .verdicts import Decision
 
 __all__ = ["ABRecord", "SIDES", "subgraph_times", "side_run", "ab_record", "verdict_of"]
 
@@ -34,7 +34,7 @@ class ABRecord:
     baseline_partition: str
     candidate_partition: str
     pairs: tuple                    # per round: {"baseline": {figure: s}, "candidate": {figure: s}}
-    verdicts: tuple                 # Verdict per figure
+    verdicts: tuple                 # Decision per figure
     threshold_pct: float
     confidence: float
     lifecycle: str
@@ -126,8 +126,9 @@ def _plain(options: dict) -> dict:
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}
 
 
-def verdict_of(row) -> Verdict:
-    """A stored verdict row back as a Verdict."""
-    return Verdict(kind=row["kind"], label=row["figure"], shift_pct=row["shift_pct"],
+def verdict_of(row) -> Decision:
+    """A stored verdict row back as a Decision."""
+    return Decision(kind=row["kind"], label=row["figure"], shift_pct=row["shift_pct"],
                    ci_pct=(row["ci_low_pct"], row["ci_high_pct"]), threshold_pct=row["threshold_pct"],
-                   regression=bool(row["regression"]), n=row["n"], confidence=row["confidence"])
+                    regression=bool(row["regression"]), n=row["n"], confidence=row["confidence"],
+                    statistic=row["statistic"], p_value=row["p_value"])

@@ -579,7 +579,8 @@ def _insert_session(conn, record: ABRecord) -> None:
             {"session": pk, "place": i, "figure": v.label, "kind": v.kind, "shift_pct": v.shift_pct,
              "ci_low_pct": v.ci_pct[0],
              "ci_high_pct": v.ci_pct[1], "threshold_pct": v.threshold_pct, "confidence": v.confidence,
-             "regression": v.regression, "n": v.n} for i, v in enumerate(record.verdicts)])
+             "regression": v.regression, "n": v.n, "statistic": v.statistic, "p_value": v.p_value}
+            for i, v in enumerate(record.verdicts)])
 
 
 def _session_of(conn, row) -> ABRecord:

@@ -150,4 +150,7 @@ ab_verdicts = _session_child(
       for c in ("shift_pct", "ci_low_pct", "ci_high_pct", "threshold_pct")),
     Column("confidence", Float, nullable=False), Column("regression", Boolean, nullable=False),
     Column("n", Integer, nullable=False),
+    # the Decision's t statistic and one-sided p-value (revision "decision"; none in sessions stored before it)
+    Column("statistic", Float, nullable=True),
+    Column("p_value", Float, CheckConstraint("p_value >= 0 AND p_value <= 1", name="ck_ab_p_value"), nullable=True),
     UniqueConstraint("session", "figure", name="uq_ab_figure"))

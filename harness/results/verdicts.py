@@ -18,25 +18,23 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Verdict", "history_verdict", "change_points", "paired_verdict", "fixed_verdict",
+from .constants import (CHANGE_ALPHA, CHANGE_MIN_RUNS, FIXED_THRESHOLD_PCT, HISTORY_FLOOR_PCT, LOOKBACK,
+                        MIN_HISTORY, OUTLIER_Z)
+
+__all__ = ["Decision", "Verdict", "outliers_kept", "history_verdict", "change_points", "paired_verdict", "fixed_verdict",
            "MIN_HISTORY", "HISTORY_FLOOR_PCT", "FIXED_THRESHOLD_PCT", "OUTLIER_Z"]
 
-# Fewer earlier runs than this give no spread worth a threshold: the caller says "too few runs".
-MIN_HISTORY = 5
-# The smallest shift a history verdict calls a regression, however quiet the history: below it a
-# statistically clear shift is too small to fail a board for.
-HISTORY_FLOOR_PCT = 3.0
-# Today's rule: candidate mean over the baseline mean by more than 10 %.
-FIXED_THRESHOLD_PCT = 10.0
-# Earlier runs further than this many robust standard deviations from the median are outliers
-# (a run disturbed by another job): they are left out of the spread, not allowed to widen it.
-OUTLIER_Z = 5.0
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """One judged shift. `shift_pct` and `ci_pct` are in % of the baseline (positive is slower);
-    `n` counts the independent units behind it (earlier runs, or pairs)."""
+class Decision:
+    """One figure judged: the shift, the statistic it was decided by and its p-value, the interval, the
+    threshold, and the look at a change it was judged as. `shift_pct` and `ci_pct` are in % of the
+    baseline (positive is slower); `n` counts the independent units behind it (earlier runs, or
+    pairs). `statistic` is the shift over its standard error (a t statistic, the noise factor's
+    widening included) and `p_value` its one-sided p-value against "no slowdown"; a history or paired
+    decision is a regression when the p-value is under its level (1 - confidence) / 2 and the shift
+    over the threshold. The fixed rule has no noise estimate: neither statistic nor p-value."""
 
     kind: str                      # "history" | "paired" | "fixed"
     label: str                     # what was judged, e.g. "ffn core"
@@ -48,6 +46,24 @@ class Verdict:
     confidence: float = 0.95
     runs: int = 1                  # new runs judged together (history: the runs since the change)
     widened: float = 1.0           # history: the noise factor its interval was widened by (noise.py)
+    statistic: float | None = None
+    p_value: float | None = None
+    look: int | None = None        # history: the look at its change (None: a run judged alone)
+
+    @property
+    def level(self) -> float:
+        """The one-sided level the p-value is held to."""
+        return (1.0 - self.confidence) / 2
+
+    def reason(self) -> str:
+        """Why, in words: 'p = 0.0004 under its 0.0025 and +6.8 % over the 3 % threshold'."""
+        if self.p_value is None:
+            return f"{self.shift_pct:+.1f} % {'over' if self.regression else 'within'} the fixed " \
+                   f"{_pct(self.threshold_pct)} % threshold (no noise estimate)"
+        clear = f"p = {self.p_value:.2g} {'under' if self.p_value < self.level else 'not under'} its {self.level:.2g}"
+        look = f" (look {self.look} of its change)" if self.look else ""
+        return f"{clear} and {self.shift_pct:+.1f} % {'over' if self.shift_pct > self.threshold_pct else 'within'} " \
+               f"the {_pct(self.threshold_pct)} % threshold{look}"
 
     def shift(self) -> str:
         """'ffn core +6.8 % [5.9, 7.7]': what was judged, its shift and the shift's interval."""
@@ -65,7 +81,11 @@ class Verdict:
         return {"kind": self.kind, "label": self.label, "shift_pct": self.shift_pct,
                 "ci_pct": list(self.ci_pct), "threshold_pct": self.threshold_pct,
                 "regression": self.regression, "n": self.n, "confidence": self.confidence, "runs": self.runs,
-                "widened": self.widened}
+                "widened": self.widened, "statistic": self.statistic, "p_value": self.p_value, "look": self.look}
+
+
+# The name every importer outside harness/results/ still uses: the same type.
+Verdict = Decision
 
 
 def _pct(value: float) -> str:
@@ -79,22 +99,29 @@ def _finite_positive(name: str, values: Sequence[float] | np.ndarray) -> np.ndar
     return array
 
 
+def outliers_kept(logs: np.ndarray) -> np.ndarray:
+    """The outlier screen, along the last axis of `logs` (one history, or one per row): True for the
+    runs within OUTLIER_Z robust standard deviations (the MAD's) of the median; all of them when the
+    MAD is 0. The history verdict and the noise factor's statistics (noise.py) both screen by it."""
+    from scipy import stats     # here, not at the top: scipy costs every process that reads the store ~1 s
+    median = np.median(logs, axis=-1, keepdims=True)
+    mad = stats.median_abs_deviation(logs, axis=-1, scale="normal")[..., None]
+    return np.where(mad == 0, True, np.abs(logs - median) <= OUTLIER_Z * mad)
+
+
 def _robust_centre_spread(logs: np.ndarray) -> tuple[np.ndarray, float, float]:
     """The runs kept after the outlier screen, and the mean and standard deviation of their logs.
 
     The screen uses the median and the MAD (robust to a few wild runs); what is kept is then
     summarised by mean and standard deviation, which are efficient for the normal-looking bulk, so
     the t-quantile below keeps its meaning and the false-positive rate stays where it is set."""
-    from scipy import stats     # here, not at the top: scipy costs every process that reads the store ~1 s
-    median = float(np.median(logs))
-    mad = float(stats.median_abs_deviation(logs, scale="normal"))
-    kept = logs if mad == 0 else logs[np.abs(logs - median) <= OUTLIER_Z * mad]
+    kept = logs[outliers_kept(logs)]
     return kept, float(np.mean(kept)), float(np.std(kept, ddof=1)) if kept.size > 1 else 0.0
 
 
 def history_verdict(label: str, history: Sequence[float], value: float | Sequence[float], *,
                     confidence: float = 0.99, floor_pct: float = HISTORY_FLOOR_PCT,
-                    lookback: int = 30, min_runs: int = MIN_HISTORY, widen: float = 1.0) -> Verdict | None:
+                    lookback: int = LOOKBACK, min_runs: int = MIN_HISTORY, widen: float = 1.0) -> Decision | None:
     """Judge `value` (one run's figure, or the figures of the runs since a change, judged as one
     group) against the earlier valid runs of the same key and board, oldest first.
 
@@ -121,19 +148,30 @@ def history_verdict(label: str, history: Sequence[float], value: float | Sequenc
         pooled = df * spread ** 2 + (new.size - 1) * float(np.var(new, ddof=1))
         df += new.size - 1
         spread = math.sqrt(pooled / df)
-    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * spread * math.sqrt(1.0 / new.size + 1.0 / kept.size) * widen
+    se = spread * math.sqrt(1.0 / new.size + 1.0 / kept.size) * widen
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
     delta = float(np.mean(new)) - centre
     shift, low, high = (_to_pct(x) for x in (delta, delta - half, delta + half))
     threshold = max(floor_pct, _to_pct(half))
-    return Verdict("history", label, shift, (low, high), threshold, bool(shift > threshold),
-                   int(kept.size), confidence, int(new.size), float(widen))
+    statistic, p = _t_test(delta, se, df)
+    return Decision("history", label, shift, (low, high), threshold, bool(shift > threshold),
+                    int(kept.size), confidence, int(new.size), float(widen), statistic, p)
+
+
+def _t_test(delta: float, se: float, df: float) -> tuple[float, float]:
+    """(t, its one-sided p-value against no slowdown) of a shift `delta` with standard error `se`."""
+    if se == 0:
+        return (math.copysign(math.inf, delta), 0.0 if delta > 0 else 1.0) if delta else (0.0, 0.5)
+    from scipy import stats
+    t = delta / se
+    return t, float(stats.t.sf(t, df))
 
 
 def _to_pct(log_ratio: float) -> float:
     return 100.0 * math.expm1(log_ratio)
 
 
-def change_points(values: Sequence[float], *, alpha: float = 0.005, min_size: int = 3) -> list[int]:
+def change_points(values: Sequence[float], *, alpha: float = CHANGE_ALPHA, min_size: int = CHANGE_MIN_RUNS) -> list[int]:
     """Indices where a new level starts in a history (oldest first), e.g. [12] when runs 12.. are
     slower or faster than runs ..11.
 
@@ -184,7 +222,7 @@ def _best_split_gain(x: np.ndarray, axis: int, min_size: int) -> np.ndarray:
 
 
 def paired_verdict(label: str, baseline: Sequence[float], candidate: Sequence[float], *,
-                   threshold_pct: float, confidence: float = 0.95, method: str = "t") -> Verdict:
+                   threshold_pct: float, confidence: float = 0.95, method: str = "t") -> Decision:
     """Judge an interleaved A/B session: baseline[i] and candidate[i] were timed side by side (one
     pair per round or per step), so drift common to both cancels in their ratio.
 
@@ -198,11 +236,14 @@ def paired_verdict(label: str, baseline: Sequence[float], candidate: Sequence[fl
         raise ValueError(f"{label}: {base.size} baseline and {cand.size} candidate values do not pair")
     if base.size < 2:
         raise ValueError(f"{label}: a paired verdict needs at least 2 pairs, got {base.size}")
+    from scipy import stats
     logs = np.log(cand / base)
     low, high = _mean_interval(logs, confidence, method)
     shift, ci = _to_pct(float(np.mean(logs))), (_to_pct(low), _to_pct(high))
-    return Verdict("paired", label, shift, ci, float(threshold_pct),
-                   bool(ci[0] > 0 and shift > threshold_pct), int(base.size), confidence)
+    statistic, p = _t_test(float(np.mean(logs)), float(stats.sem(logs)) if np.ptp(logs) else 0.0, base.size - 1)
+    return Decision("paired", label, shift, ci, float(threshold_pct),
+                    bool(ci[0] > 0 and shift > threshold_pct), int(base.size), confidence, statistic=statistic,
+                    p_value=p)
 
 
 def _mean_interval(sample: np.ndarray, confidence: float, method: str) -> tuple[float, float]:
@@ -221,11 +262,11 @@ def _mean_interval(sample: np.ndarray, confidence: float, method: str) -> tuple[
 
 
 def fixed_verdict(label: str, baseline: Sequence[float], candidate: Sequence[float], *,
-                  threshold_pct: float = FIXED_THRESHOLD_PCT) -> Verdict:
+                  threshold_pct: float = FIXED_THRESHOLD_PCT) -> Decision:
     """Today's rule, kept to compare against: the candidate's mean over the baseline's mean by more
     than `threshold_pct`, with no noise estimate (the interval is the point itself)."""
     base = _finite_positive(f"{label} baseline", baseline)
     cand = _finite_positive(f"{label} candidate", candidate)
     shift = 100.0 * (float(np.mean(cand)) - float(np.mean(base))) / float(np.mean(base))
-    return Verdict("fixed", label, shift, (shift, shift), float(threshold_pct),
+    return Decision("fixed", label, shift, (shift, shift), float(threshold_pct),
                    bool(shift > threshold_pct), int(cand.size), 1.0)

@@ -207,7 +207,7 @@ def test_a_session_finds_a_slowed_candidate_and_passes_an_unchanged_one(model, p
     # busier host spreads the step's log ratios further and the slowed session stops calling it.
     # 16 pairs raise the x4 step's t by sqrt(2) and lower the bar to 4.0.
     # The A/A session is judged at 99.99 %: at the product's 99 % an unchanged candidate fails 1 % of
-    # sessions by design (tools/bench_verdicts.py measures that rate), and a test must not fail one
+    # sessions by design (`results simulate` measures that rate), and a test must not fail one
     # CI run in a hundred for it. A verdict that took invocations for independent samples, or a
     # session whose order let one side meet a periodic disturbance, still fails it: their t statistics
     # run far past the 10.6 a figure needs at 99.99 % over 7 figures (an A/A figure's, 100 sessions

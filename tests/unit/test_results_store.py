@@ -311,3 +311,24 @@ def test_an_ab_session_killed_mid_write_leaves_nothing_of_it(results_url):
         assert store.ab_sessions() == [] and store.runs() == []
         with store.engine.connect() as conn:
             assert conn.execute(text("SELECT COUNT(*) FROM ab_rounds")).scalar() == 0
+
+
+def test_a_store_of_the_initial_revision_is_upgraded_and_its_ab_verdicts_read_without_p_values(results_url):
+    from dataclasses import replace
+
+    from alembic import command
+    from alembic.config import Config
+
+    from harness.results.store import _MIGRATIONS
+    record = make_ab_record("s1", 1.10)
+    assert all(v.p_value is not None for v in record.verdicts)
+    with ResultsStore(results_url) as store:
+        store.add_ab_session(record)
+        config = Config()
+        config.set_main_option("script_location", str(_MIGRATIONS))
+        with store.engine.begin() as conn:      # the store as the revision before the Decision left it
+            config.attributes["connection"] = conn
+            command.downgrade(config, "initial")
+    with ResultsStore(results_url) as store:    # opened by this checkout: upgraded, nothing lost but the p-values
+        (back,) = store.ab_sessions()
+    assert back.verdicts == tuple(replace(v, statistic=None, p_value=None) for v in record.verdicts)

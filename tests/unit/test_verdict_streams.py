@@ -1,5 +1,5 @@
-"""The onnxruntime A/A streams the README's history-verdict figures come from (tools/data/streams) are
-read back and judged again by tools/bench_verdicts.py --ort-pairs, each stream and all together."""
+"""The onnxruntime A/A streams the history verdict's figures come from (harness/results/streams) are
+read back and judged again by `results simulate --streams`, each stream and all together."""
 import functools
 import gzip
 import json
@@ -11,7 +11,9 @@ import pytest
 
 from harness.model.config import REPO_ROOT
 
-STREAMS_DIR = REPO_ROOT / "tools" / "data" / "streams"
+from harness.results.simulate import (AFTER_RUNS, HISTORY_RUNS, STREAMS_DIR, store_looks, stream_figures,
+                                      stream_record)
+
 STREAMS = sorted(STREAMS_DIR.glob("onnxruntime-aa-*.json.gz"))
 
 
@@ -23,7 +25,7 @@ def _kept(path) -> dict:
 
 
 def test_every_kept_stream_says_how_and_when_it_was_recorded():
-    assert STREAMS, "no stream kept under tools/data/streams"
+    assert STREAMS, "no stream kept under harness/results/streams"
     for path in STREAMS:
         kept = _kept(path)
         recorded = kept["recorded"]
@@ -46,23 +48,20 @@ def _cut(path, rounds: int, out):
 @pytest.mark.slow          # a few dozen noise factors, in a subprocess
 def test_kept_streams_are_judged_each_and_together(tmp_path):
     # 110 rounds give five windows: from the first with a learned noise factor (round 85) to round 105
-    one, two = (_cut(STREAMS[0], 110, tmp_path / f"{name}.json.gz") for name in ("one", "two"))
+    (tmp_path / "kept").mkdir()
+    for name in ("one", "two"):
+        _cut(STREAMS[0], 110, tmp_path / "kept" / f"{name}.json.gz")
     out = tmp_path / "out.json"
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "bench_verdicts.py"), "--only", "onnxruntime",
-                           "--ort-slow", "0", "--ort-pairs", str(one), "--ort-pairs", str(two), "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "harness", "results", "simulate", "--runs", "1",
+                           "--streams", str(tmp_path / "kept"), "--out", str(out)],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "  one.json.gz\n" in proc.stdout and "  two.json.gz\n" in proc.stdout
-    assert "  all 2 streams\n" in proc.stdout
-    result = json.loads(out.read_text())["onnxruntime"]
-    each = [result["streams"][name]["+0%"] for name in ("one.json.gz", "two.json.gz")]
-    total = result["total"]["+0%"]
-    for verdict, (hits, n) in total.items():
-        if verdict.endswith(" + condition"):
-            continue
-        assert n == sum(row["n"][verdict] for row in each) > 0, verdict
-        assert hits == sum(row["hits"][verdict] for row in each), verdict
-    assert total["store, any of runs 1-5"][1] == 2 * 5       # windows at rounds 85, 90, ..., 105
+    assert "kept stream one.json.gz" in proc.stderr and "kept stream two.json.gz" in proc.stderr
+    result = json.loads(out.read_text())
+    each = [result["streams"][name] for name in ("one.json.gz", "two.json.gz")]
+    assert [row["any look"][1] for row in each] == [5, 5]       # windows at rounds 85, 90, ..., 105
+    total = result["rates"]["kept streams A/A, 5 looks"]
+    assert (total["hits"], total["n"]) == (sum(row["any look"][0] for row in each), 10)
 
 
 # The A/A changes of the kept streams that the store's verdict flagged while the noise factor had
@@ -76,14 +75,13 @@ LEVEL_MOVED = [("onnxruntime-aa-2026-12-02-0041.json.gz", 155, 5), ("onnxruntime
 
 @pytest.mark.parametrize("name,at,look", LEVEL_MOVED)
 def test_a_level_that_moves_now_and_then_widens_by_the_records_spread(name, at, look):
-    from tools.bench_verdicts import AFTER_RUNS, HISTORY_RUNS, ab_figures, board_record_before
     from harness.results import noise
     from harness.results.judge import NPU_CORE, judge_values
 
     pairs = _kept(STREAMS_DIR / name)["onnxruntime"]["rows"]["+0%"]["pairs"]
-    history = [ab_figures(p["baseline"]) for p in pairs[at - HISTORY_RUNS:at]]
-    group = [ab_figures(p["candidate"]) for p in pairs[at:at + AFTER_RUNS]]
-    record = board_record_before(pairs, at)
+    history = [stream_figures(p["baseline"]) for p in pairs[at - HISTORY_RUNS:at]]
+    group = [stream_figures(p["candidate"]) for p in pairs[at:at + AFTER_RUNS]]
+    record = stream_record(pairs, at)
     verdicts = judge_values(history, group[:look - 1], group[look - 1], 10.0, look=look, record=record)
     core = next(v for v in verdicts if v.label == NPU_CORE)
     assert not [v.line() for v in verdicts if v.regression]
@@ -105,13 +103,12 @@ ONE_RUN_DISTURBED = [("onnxruntime-aa-2026-12-02-0041.json.gz", 605), ("onnxrunt
 
 @pytest.mark.parametrize("name,at", ONE_RUN_DISTURBED)
 def test_a_run_disturbed_at_look_1_is_cleared_by_the_second_run(name, at):
-    from tools.bench_verdicts import AFTER_RUNS, HISTORY_RUNS, ab_figures, board_record_before, store_looks
     from harness.results.judge import judge_values
 
     pairs = _kept(STREAMS_DIR / name)["onnxruntime"]["rows"]["+0%"]["pairs"]
-    history = [ab_figures(p["baseline"]) for p in pairs[at - HISTORY_RUNS:at]]
-    after = [ab_figures(p["candidate"]) for p in pairs[at:at + AFTER_RUNS]]
-    record = board_record_before(pairs, at)
+    history = [stream_figures(p["baseline"]) for p in pairs[at - HISTORY_RUNS:at]]
+    after = [stream_figures(p["candidate"]) for p in pairs[at:at + AFTER_RUNS]]
+    record = stream_record(pairs, at)
     first, second = (judge_values(history, [], run, 10.0, look=1, record=record) for run in after[:2])
     assert [v for v in first if v.regression], "the first run alone is over its threshold"
     assert not [v.line() for v in second if v.regression]

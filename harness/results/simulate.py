@@ -1,0 +1,271 @@
+"""The verdicts' error rates, measured (`bin/harness results simulate`): how often the store's history
+verdict and the A/B session say "regression" when nothing changed, and how often they find a change.
+
+Two sources of runs, judged by the same code the gate uses (judge.judge_values, ab.judge_pairs):
+  the simulated board: board-sim's timing model (boards/data/rock5c-anima.toml) with its drift model
+    (boards/data/board-drift.toml), vectorised over `runs` independent boards, a slowdown stretching
+    every NPU stage of every branch as board-sim's `slowdown` option does. A history is HISTORY_RUNS
+    runs far apart (independent drift levels) after RECORD_RUNS more the noise factor is learned
+    from, then AFTER_RUNS runs of the change, each judged as its look (the runs since the change its
+    group); an A/B session is AB_ROUNDS interleaved pairs of one-step runs;
+  the kept onnxruntime A/A streams (harness/results/streams/, recorded here on 2 December 2026): long
+    interleaved streams of baseline and candidate runs of the same partition, cut into history windows
+    (HISTORY_RUNS baseline runs, then AFTER_RUNS candidate runs, every AFTER_RUNS rounds) and judged
+    again by today's verdicts.
+Every cell has its own seed (the command's --seed plus the slowdown's), so two runs of the command on
+the same seed judge the same simulated runs: the verdict code before and after a change is compared on
+identical data.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from scipy import stats
+
+from ..backends.board_drift import Drift, load_drift_model
+from ..backends.board_profile import BRANCH_ORDER, load_board_profile
+from .ab import DEFAULT_THRESHOLD_PCT, judge_pairs, round_orders
+from .judge import NPU_CORE, STEP, judge_values, npu_core
+from .noise import MIN_POSITIONS, NOISE_LOOKBACK
+
+__all__ = ["RATES", "STREAMS_DIR", "kept_streams", "simulate", "store_looks", "stream_figures", "stream_record"]
+
+STREAMS_DIR = Path(__file__).resolve().parent / "streams"
+HISTORY_RUNS, AFTER_RUNS = 20, 5       # the earlier runs a change is judged against; a change's looks
+RECORD_RUNS = NOISE_LOOKBACK - HISTORY_RUNS     # the board's runs before them: the noise factor's record
+HISTORY_STEPS = 20                     # denoise steps per simulated history run (a gate run's length)
+AB_ROUNDS, AB_STEPS = 12, 1            # an A/B session as `bench-ab` runs it by default
+_STAGES = ("load", "init", "run", "release")
+
+# name -> (what it counts, the bound it must hold: ("max" or "min", rate))
+RATES = {
+    "board A/A, 5 looks": ("simulated board, nothing changed: any of a change's 5 looks flagged", ("max", 0.01)),
+    "board A/A, lone run": ("simulated board, nothing changed: one run judged alone (confirmed by the next)",
+                            ("max", 0.01)),
+    "board +5 %, 5 runs": ("simulated board +5 %: found by one of the change's first 5 looks", ("min", 0.95)),
+    "board +3 %, A/B": ("simulated board +3 %: one interleaved A/B session fails", ("min", 0.95)),
+    "board A/A, A/B": ("simulated board, nothing changed: one interleaved A/B session fails", ("max", 0.01)),
+    "kept streams A/A, 5 looks": ("kept onnxruntime A/A streams: any of a window's 5 looks flagged", ("max", 0.01)),
+}
+
+
+class SimulatedBoard:
+    """board-sim's step, vectorised over trials: per branch and stage, the profile's seconds x the
+    slowdown x the branch's drift factor now, summed over the branch's subgraphs; plus the host's time."""
+
+    def __init__(self, drift: Drift):
+        profile = load_board_profile()
+        self.drift = drift
+        self.blocks = profile.blocks
+        self.seconds = {b: {**profile.stage_seconds(b), "run": profile.core_per_invocation(b)} for b in BRANCH_ORDER}
+        self.host = profile.host_per_invocation() * profile.subgraphs
+        self.t = 0.0
+
+    def run(self, steps: int, slow: float) -> dict[str, np.ndarray]:
+        """One run's figures (as ab.session_figures names them), one value per trial."""
+        totals: dict[str, np.ndarray] = {}
+        for _ in range(steps):
+            step = self.host
+            for b in BRANCH_ORDER:
+                for stage in _STAGES:
+                    x = self.blocks * self.seconds[b][stage] * (1 + slow) * self.drift.mean_factor(b, self.t, self.blocks)
+                    name = f"{b} core" if stage == "run" else stage
+                    totals[name] = totals.get(name, 0) + x
+                    step = step + x
+                    self.t += float(np.mean(x))
+            totals["step"] = totals.get("step", 0) + step
+            self.t += self.host
+        return {k: v / steps for k, v in totals.items()}
+
+    def idle(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def stream_figures(fig: dict) -> dict:
+    """A run's figures as ab.session_figures names them ('step', '<branch> core', stages), named as
+    judge.figures names a stored run's."""
+    branches = {k[:-5]: v for k, v in fig.items() if k.endswith(" core")}
+    out = {STEP: fig["step"], **{f"{b} core": v for b, v in branches.items()},
+           **{f"{s} stage": fig[s] for s in ("load", "init", "release")}, "run stage": sum(branches.values())}
+    npu = npu_core(branches)
+    return {**out, NPU_CORE: npu} if npu else out
+
+
+def flagged(history: list[dict], group: list[dict], new: dict, look: int | None, record) -> bool:
+    return any(v.regression for v in judge_values(history, group, new, 10.0, look=look, record=record))
+
+
+def store_looks(history: list[dict], after: list[dict], record=()) -> list[bool]:
+    """Per look k at a change: the store's verdict on the k-th run after it, the runs before it since
+    the change its group, the noise factor learned from `record`; look 1 flagged only when the second
+    run, judged alone against the same history, is flagged too (the gate's confirmation, judge.confirm)."""
+    looks = [flagged(history, after[:k], after[k], k + 1, record) for k in range(len(after))]
+    if len(after) > 1 and looks[0]:
+        looks[0] = flagged(history, [], after[1], 1, record)
+    return looks
+
+
+def _board_history(model, trials: int, slow: float, seed: int, progress: Callable[[str], None]) -> dict[str, int]:
+    """Per trial (an independent board): RECORD_RUNS + HISTORY_RUNS runs, then AFTER_RUNS runs at
+    `slow`; hits of a lone run (judged alone, confirmed by the next) and of the change's looks."""
+    board = SimulatedBoard(Drift(model, seed, trials=trials))
+    runs = []
+    for k in range(RECORD_RUNS + HISTORY_RUNS + AFTER_RUNS):
+        runs.append(board.run(HISTORY_STEPS, slow if k >= RECORD_RUNS + HISTORY_RUNS else 0.0))
+        board.idle(10 * model.correlation_s)        # the next run: another day, another drift level
+    earlier, runs = runs[:RECORD_RUNS], runs[RECORD_RUNS:]
+    hits = {"lone run": 0, **{f"look {k + 1}": 0 for k in range(AFTER_RUNS)}, "any look": 0}
+    for i in range(trials):
+        figs = [_board_figures(r, i) for r in runs]
+        history, after = figs[:HISTORY_RUNS], figs[HISTORY_RUNS:]
+        record = [[_board_figures(r, i) for r in earlier] + history]
+        hits["lone run"] += all(flagged(history, [], after[j], None, record) for j in (0, 1))
+        looks = store_looks(history, after, record)
+        for k, hit in enumerate(looks):
+            hits[f"look {k + 1}"] += hit
+        hits["any look"] += any(looks)
+        if (i + 1) % 100 == 0:
+            progress(f"board history {slow:+.0%}: {i + 1}/{trials} boards")
+    return hits
+
+
+def _board_figures(sim: dict[str, np.ndarray], i: int) -> dict[str, float]:
+    return stream_figures({k: float(v[i]) for k, v in sim.items()})
+
+
+def _board_ab(model, trials: int, slow: float, seed: int) -> int:
+    """Sessions (of `trials` boards) that an A/B session of AB_ROUNDS pairs fails."""
+    board = SimulatedBoard(Drift(model, seed, trials=trials))
+    pairs = []
+    for baseline_first in round_orders(AB_ROUNDS, np.random.default_rng(seed)):     # as the session orders them
+        order = ("baseline", "candidate") if baseline_first else ("candidate", "baseline")
+        pairs.append({side: board.run(AB_STEPS, slow if side == "candidate" else 0.0) for side in order})
+    return sum(any(v.regression for v in judge_pairs([{side: {k: float(v[i]) for k, v in p[side].items()}
+                                                             for side in p} for p in pairs], DEFAULT_THRESHOLD_PCT))
+               for i in range(trials))
+
+
+def kept_streams(where: Path = STREAMS_DIR) -> list[Path]:
+    """The kept stream files: `where` itself, or the *.json.gz in it."""
+    return [where] if where.is_file() else sorted(where.glob("*.json.gz"))
+
+
+def read_stream(path: Path) -> list[dict]:
+    """A kept stream's A/A rounds ({'baseline': figures, 'candidate': figures}), oldest first."""
+    with (gzip.open(path, "rt") if path.suffix == ".gz" else path.open()) as handle:
+        return json.load(handle)["onnxruntime"]["rows"]["+0%"]["pairs"]
+
+
+def stream_record(pairs: list[dict], i: int) -> list[list[dict]]:
+    """The board's record before round i of a stream: its latest NOISE_LOOKBACK baseline runs."""
+    return [[stream_figures(p["baseline"]) for p in pairs[max(0, i - NOISE_LOOKBACK):i]]]
+
+
+def first_window() -> int:
+    """The first round a history window starts at once the record is long enough for a 5-run
+    group's noise factor (MIN_POSITIONS positions)."""
+    first = HISTORY_RUNS + AFTER_RUNS - 1 + MIN_POSITIONS
+    return first + (-(first - HISTORY_RUNS)) % AFTER_RUNS
+
+
+def judge_stream(pairs: list[dict]) -> dict[str, list[int]]:
+    """A stream's history windows (HISTORY_RUNS baseline runs, then AFTER_RUNS candidate runs, every
+    AFTER_RUNS rounds: neighbours share most of their history, so the interval of the rate is narrower
+    than it should be) and its A/B sessions: {what: [flagged, judged]}."""
+    out = {"any look": [0, 0], "look 1": [0, 0], "A/B session": [0, 0]}
+    for i in range(first_window(), len(pairs) - AFTER_RUNS + 1, AFTER_RUNS):
+        before = [stream_figures(p["baseline"]) for p in pairs[i - HISTORY_RUNS:i]]
+        after = [stream_figures(p["candidate"]) for p in pairs[i:i + AFTER_RUNS]]
+        looks = store_looks(before, after, stream_record(pairs, i))
+        for name, hit in (("any look", any(looks)), ("look 1", looks[0])):
+            out[name][0] += hit
+            out[name][1] += 1
+    for i in range(0, len(pairs) - AB_ROUNDS + 1, AB_ROUNDS):
+        out["A/B session"][0] += any(v.regression for v in judge_pairs(pairs[i:i + AB_ROUNDS], DEFAULT_THRESHOLD_PCT))
+        out["A/B session"][1] += 1
+    return out
+
+
+def rate(hits: int, n: int) -> dict:
+    """The rate with its 95 % Clopper-Pearson interval."""
+    ci = stats.binomtest(hits, n).proportion_ci(0.95) if n else None
+    return {"hits": int(hits), "n": int(n), "rate": hits / n if n else None,
+            "ci95": [ci.low, ci.high] if ci else None}
+
+
+def simulate(runs: int, seed: int = 0, streams: list[Path] | None = None, shifts: tuple[float, ...] = (),
+             progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> dict:
+    """Every rate of RATES (and detection within 5 runs at each extra shift of `shifts`, fractions),
+    `runs` simulated boards per cell; `streams`: the kept stream files (default: every kept one)."""
+    started, t0 = datetime.now(timezone.utc), time.perf_counter()
+    model = load_drift_model()
+    out = {"what": "the verdicts' error rates (harness/results/simulate.py)", "seed": seed, "runs": runs,
+           "machine": platform.platform(), "cpus": os.cpu_count(), "load_start": list(os.getloadavg()),
+           "started": started.isoformat(timespec="seconds"), "board": {}, "streams": {}}
+    for slow in sorted({0.0, 0.05, *shifts}):
+        progress(f"board history {slow:+.0%}: {runs} boards, seed {seed + int(1000 * slow) + 1}")
+        out["board"][f"{slow:+.0%}"] = _board_history(model, runs, slow, seed + int(1000 * slow) + 1, progress)
+    ab = {}
+    for slow in (0.0, 0.03):
+        progress(f"board A/B {slow:+.0%}: {runs} sessions")
+        ab[slow] = _board_ab(model, runs, slow, seed + int(1000 * slow) + 7)
+    for path in kept_streams() if streams is None else streams:
+        progress(f"kept stream {path.name}")
+        out["streams"][path.name] = judge_stream(read_stream(path))
+    total = [sum(s["any look"][j] for s in out["streams"].values()) for j in (0, 1)]
+    counts = {"board A/A, 5 looks": (out["board"]["+0%"]["any look"], runs),
+              "board A/A, lone run": (out["board"]["+0%"]["lone run"], runs),
+              "board +5 %, 5 runs": (out["board"]["+5%"]["any look"], runs),
+              "board +3 %, A/B": (ab[0.03], runs), "board A/A, A/B": (ab[0.0], runs),
+              "kept streams A/A, 5 looks": tuple(total)}
+    out["rates"] = {name: {**rate(*counts[name]), "what": RATES[name][0], "bound": list(RATES[name][1]),
+                           "holds": _holds(rate(*counts[name])["rate"], RATES[name][1])} for name in RATES}
+    for slow in shifts:
+        out["rates"][f"board {slow:+.0%}, 5 runs"] = {**rate(out["board"][f"{slow:+.0%}"]["any look"], runs),
+                                                      "what": f"simulated board {slow:+.0%}: found within 5 runs"}
+    out["load_end"], out["seconds"] = list(os.getloadavg()), round(time.perf_counter() - t0, 1)
+    return out
+
+
+def _holds(value: float | None, bound: tuple[str, float]) -> bool | None:
+    if value is None:
+        return None
+    kind, limit = bound
+    return value <= limit if kind == "max" else value >= limit
+
+
+def rates_table(results: dict[str, dict]) -> str:
+    """The markdown tables of `results` ({column label: a `simulate` JSON}): the rates, one column per
+    result, each cell the rate, its 95 % interval and the counts; then when and where each was measured."""
+    found = {name for result in results.values() for name in result["rates"]}
+    names = [name for name in RATES if name in found] + sorted(found - set(RATES))
+    head = ["rate", "must be", *results]
+    rows = [head, ["---"] * len(head)]
+    for name in names:
+        bound = RATES[name][1] if name in RATES else None
+        rows.append([name, f"{'≤' if bound[0] == 'max' else '≥'} {100 * bound[1]:g} %" if bound else "",
+                     *(_cell(result["rates"].get(name)) for result in results.values())])
+    when = [["measured", "date (UTC)", "machine", "CPUs", "load (1 min) start, end", "boards per cell", "seed", "seconds"],
+            ["---"] * 8]
+    for label, r in results.items():
+        when.append([label, r["started"].replace("T", " ").removesuffix("+00:00"), r["machine"], str(r["cpus"]),
+                     f"{r['load_start'][0]:.1f}, {r['load_end'][0]:.1f}", str(r["runs"]), str(r["seed"]),
+                     f"{r['seconds']:.0f}"])
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows) + "\n\n" + \
+        "\n".join("| " + " | ".join(row) + " |" for row in when) + "\n"
+
+
+def _cell(cell: dict | None) -> str:
+    if not cell or cell["rate"] is None:
+        return "–"
+    low, high = cell["ci95"]
+    return f"{100 * cell['rate']:.1f} % [{100 * low:.1f}, {100 * high:.1f}] ({cell['hits']}/{cell['n']})"

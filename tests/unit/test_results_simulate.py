@@ -1,0 +1,108 @@
+"""`bin/harness results simulate`: the verdicts' error rates as JSON, same seeds every run."""
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+
+from harness.backends.board_drift import load_drift_model
+from harness.model.config import REPO_ROOT
+from harness.results import simulate
+
+
+def _harness(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", "results", "simulate", *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=900)
+
+
+def _short_stream(out, rounds: int = 110):
+    """The first `rounds` rounds of the first kept stream (110: five windows with a learned noise factor)."""
+    source = simulate.kept_streams()[0]
+    with gzip.open(source, "rt") as handle:
+        kept = json.load(handle)
+    row = {key: value[:rounds] for key, value in kept["onnxruntime"]["rows"]["+0%"].items()}
+    with gzip.open(out, "wt") as handle:
+        json.dump({**kept, "onnxruntime": {"rows": {"+0%": row}}}, handle)
+    return out
+
+
+@pytest.mark.parametrize("args,culprit", [(["--runs", "0"], "--runs 0"), (["--streams", "nowhere"], "--streams nowhere"),
+                                          (["--shift", "fast"], "--shift 'fast'")])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, culprit):
+    out = tmp_path / "rates.json"
+    proc = _harness("--out", str(out), *args)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: ") and culprit in proc.stderr and proc.stderr.count("\n") == 1
+    assert not out.exists()
+
+
+def test_an_ab_session_finds_a_large_slowdown_and_passes_none():
+    model = load_drift_model()
+    assert simulate._board_ab(model, 30, 0.20, seed=3) == 30
+    assert simulate._board_ab(model, 30, 0.0, seed=3) <= 3
+
+
+def test_a_rate_holds_or_misses_its_bound():
+    assert simulate._holds(0.005, ("max", 0.01)) and not simulate._holds(0.02, ("max", 0.01))
+    assert simulate._holds(0.96, ("min", 0.95)) and not simulate._holds(0.9, ("min", 0.95))
+
+
+@pytest.mark.slow          # a few simulated boards and five stream windows, each judged with a noise factor
+def test_simulate_writes_every_rate_and_finds_a_large_shift(tmp_path):
+    (tmp_path / "kept").mkdir()
+    _short_stream(tmp_path / "kept" / "short.json.gz")
+    out = tmp_path / "rates.json"
+    args = ("--runs", "4", "--seed", "5", "--shift", "20", "--streams", str(tmp_path / "kept"), "--out", str(out))
+    proc = _harness(*args)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert set(simulate.RATES) < set(result["rates"])
+    for name, cell in result["rates"].items():
+        assert 0 <= cell["hits"] <= cell["n"], name
+        assert cell["ci95"][0] <= cell["rate"] <= cell["ci95"][1], name
+        assert name in proc.stdout
+    assert result["rates"]["kept streams A/A, 5 looks"]["n"] == 5
+    assert result["rates"]["board +20%, 5 runs"]["rate"] >= 0.75       # a +20 % step is found
+    assert result["runs"] == 4 and result["seed"] == 5 and result["machine"]
+    assert "board history +20%" in proc.stderr              # progress on standard error
+
+
+def _result(tmp_path, name: str, hits: int) -> str:
+    """A `simulate` JSON of the command's own shape, its A/A rate `hits` of 1000."""
+    rates = {rate: {**simulate.rate(hits, 1000), "what": what, "bound": list(bound), "holds": None}
+             for rate, (what, bound) in simulate.RATES.items()}
+    result = {"rates": rates, "started": "2026-12-03T12:00:00+00:00", "machine": "here", "cpus": 2,
+              "load_start": [1.0, 1.0, 1.0], "load_end": [2.0, 2.0, 2.0], "runs": 1000, "seed": 0, "seconds": 60.0}
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(result))
+    return str(path)
+
+
+def test_table_puts_results_side_by_side_from_their_files(tmp_path):
+    proc = _harness("--table", _result(tmp_path, "before", 7), "--table", _result(tmp_path, "after", 5))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "| rate | must be | before | after |"
+    row = next(line for line in lines if line.startswith("| board A/A, 5 looks |"))
+    assert "| ≤ 1 % | 0.7 % [" in row and "(7/1000) | 0.5 % [" in row and row.endswith("(5/1000) |")
+    assert any(line.startswith("| after | 2026-12-03 12:00:00 | here | 2 | 1.0, 2.0 | 1000 | 0 | 60 |")
+               for line in lines)
+
+
+def test_table_of_a_file_that_is_not_a_result_is_one_line(tmp_path):
+    (tmp_path / "x.json").write_text("{}")
+    proc = _harness("--table", str(tmp_path / "x.json"))
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --table ") and proc.stderr.count("\n") == 1
+
+
+def test_the_statistics_pages_tables_are_generated_from_the_kept_results():
+    """docs/results-statistics.md's rate tables are `results simulate --table` of the files its marker
+    names: a figure typed into the page, or a result file changed without the page, fails here."""
+    page = (REPO_ROOT / "docs" / "results-statistics.md").read_text()
+    marker = next(line for line in page.splitlines() if line.startswith("<!-- results simulate --table "))
+    files = marker.removeprefix("<!-- results simulate ").removesuffix(" -->").split()[1::2]
+    generated = simulate.rates_table({path.stem: json.loads(path.read_text())
+                                      for path in (REPO_ROOT / name for name in files)})
+    start = page.index(marker) + len(marker) + 1
+    assert page[start:page.index("<!-- end of generated tables -->", start)] == generated
