@@ -46,14 +46,14 @@ class Element:
             if isinstance(child, Element):
                 yield from child.iter()
 
-    def find_all(self, tag: str, **attrs) -> list["Element"]:
+    def find_all(self, tag: str, **attrs) -> list[Element]:
         """Descendants of `tag` whose attributes have the values given (data_x: data-x; class_: one of its classes)."""
         wanted_class = attrs.pop("class_", None)
         return [e for e in self.iter() if e.tag == tag
                 and all(e.attrs.get(k.replace("data_", "data-", 1)) == v for k, v in attrs.items())
                 and (wanted_class is None or wanted_class in e.attrs.get("class", "").split())]
 
-    def find(self, tag: str, **attrs) -> "Element":
+    def find(self, tag: str, **attrs) -> Element:
         found = self.find_all(tag, **attrs)
         assert found, f"no <{tag}> with {attrs}"
         return found[0]

@@ -7,7 +7,7 @@ import ruptures  # noqa: F401 - see below
 import scipy.stats  # noqa: F401 - see below
 import sqlalchemy.dialects.postgresql  # noqa: F401 - see below
 
-import harness.gates.benchmark  # noqa: F401 - see below
+import harness.gates.benchmark
 import harness.runtime.run  # noqa: F401 - see below
 from harness.model.config import EMBEDDED_DIR
 from tests.fakes import forget_rknnlite, use_fake_rknnlite
@@ -61,8 +61,8 @@ def anima_block(tmp_path_factory):
     """(config, weights, manifest): one random full-width anima-2b block (D 2048, FFN 8192) and its
     FP32 single-stream export, made once for the full-width tests (~4 s of CPU each time otherwise)."""
     from harness.model.config import load_profile
-    from harness.partition import export_partition
     from harness.model.weights import random_weights
+    from harness.partition import export_partition
     cfg = load_profile("anima-2b")
     weights = random_weights(cfg, seed=2, blocks=range(1))
     manifest = export_partition(weights, cfg, tmp_path_factory.mktemp("anima-block"), dtype="float32",

@@ -189,6 +189,7 @@ def add_output_and_resign(directory: Path, index: int) -> str:
     """Give subgraph `index`'s ONNX file an extra output (an intermediate tensor) and re-sign it, so
     every checksum passes; returns the extra output's name."""
     import json
+
     import onnx
     doc = json.loads((directory / "manifest.json").read_text())
     entry = next(e for e in [*doc["subgraphs"], doc.get("decoder") or {}] if e.get("index") == index)

@@ -60,7 +60,7 @@ class PostgresCluster:
     def _run(self, *args: str) -> None:
         _run_as(self.as_postgres, *args)
 
-    def start(self) -> "PostgresCluster":
+    def start(self) -> PostgresCluster:
         reap_stale_clusters(self.bin)
         self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "anima", "--auth=trust", "-E", "UTF8",
                   "--no-sync", "--no-instructions")

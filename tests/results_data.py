@@ -1,11 +1,11 @@
 """Runs for the results store's tests, built the way the benchmark gate builds them."""
 from __future__ import annotations
 
+from harness.lifecycle.steptimes import STAGE_NAMES
 from harness.model.config import BRANCHES
 from harness.results.ab import judge_pairs
 from harness.results.records import Run, RunKey, SubgraphTime
 from harness.results.sessions import ABRecord
-from harness.lifecycle.steptimes import STAGE_NAMES
 
 __all__ = ["make_run", "make_ab_record", "VERSIONS_OLD", "VERSIONS_NEW"]
 

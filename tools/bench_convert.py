@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.model.config import EMBEDDED_DIR  # noqa: E402
-from harness.model.bundle import load_bundle  # noqa: E402
-from harness.partition.onnx_export import export_partition  # noqa: E402
-from harness.toolkit.convert import convert_partition  # noqa: E402
+from harness.model.bundle import load_bundle
+from harness.model.config import EMBEDDED_DIR
+from harness.partition.onnx_export import export_partition
+from harness.toolkit.convert import convert_partition
 
 GOAL_SECONDS = 60.0
 

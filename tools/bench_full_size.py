@@ -132,6 +132,7 @@ class RateProbe:
 def _profile_with_blocks(work: Path, profile: str, blocks: int) -> str:
     """A copy of the profile with `blocks` blocks (full width otherwise), as a .toml path."""
     import re
+
     from harness.model.config import load_profile
     text = Path(load_profile(profile).source).read_text()
     text, found = re.subn(r"(?m)^blocks\s*=\s*\d+", f"blocks = {blocks}", text)
@@ -165,6 +166,7 @@ def _model_dir(work: Path, checkpoint: Path, profile: str) -> Path:
 def phase_step(work: Path, partition: Path, out: Path, lifecycle: str = "on-demand") -> None:
     """In this process: load host tensors, run one step, write the figures as JSON."""
     import numpy as np
+
     from harness.memory.guard import MemoryGuard, read_memory, read_system_memory
     from harness.model.bundle import load_bundle
     from harness.runtime.run import RunRequest, run_partitioned
@@ -312,6 +314,7 @@ def _bound_lines(figures: dict, rates: list[dict], profile: str) -> list[str]:
     included) less the GEMM-rate samples and PSS readings taken during it; the bound is FLOPs over
     the median rate sampled during the step, and, for comparison, over the best rate before or after it."""
     import statistics
+
     from harness.model.config import load_profile
     from harness.model.flops import step_flops
     flops = step_flops(load_profile(profile), figures["streams"])

@@ -21,13 +21,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.core.atomic import atomic_write_json  # noqa: E402
 from harness.backends.board_sim import normalize_options  # noqa: E402
-from harness.sampling.reference_run import sample_settings  # noqa: E402
+from harness.core.atomic import atomic_write_json  # noqa: E402
 from harness.model.bundle import load_bundle  # noqa: E402
 from harness.partition.manifest import default_partition_dir, manifest_path  # noqa: E402
 from harness.partition.onnx_export import export_partition  # noqa: E402
-from harness.runtime.run import run_partitioned, RunRequest  # noqa: E402
+from harness.runtime.run import RunRequest, run_partitioned  # noqa: E402
+from harness.sampling.reference_run import sample_settings  # noqa: E402
 
 LIFECYCLE = ("load", "init", "release")
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.model.config import load_profile  # noqa: E402
-from harness.model.random_checkpoint import DTYPE_TAGS, write_random_checkpoint  # noqa: E402
+from harness.model.config import load_profile
+from harness.model.random_checkpoint import DTYPE_TAGS, write_random_checkpoint
 
 
 def main(argv=None) -> int:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.model.bundle import load_bundle  # noqa: E402
-from harness.model.config import EMBEDDED_DIR  # noqa: E402
-from harness.model.embedded import DIGIT_WORDS  # noqa: E402
-from harness.sampling.prompt_accuracy import grade, prompted_latents  # noqa: E402
+from harness.model.bundle import load_bundle
+from harness.model.config import EMBEDDED_DIR
+from harness.model.embedded import DIGIT_WORDS
+from harness.sampling.prompt_accuracy import grade, prompted_latents
 
 
 def main(argv=None) -> int:

@@ -302,7 +302,14 @@ def export(model: CosmosDiT, enc: PromptEncoder, cfg: ModelConfig, out: Path, me
 
 
 def train(args, cfg: ModelConfig, console):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     latents, labels = digits_latents()

@@ -125,7 +125,7 @@ def backend_options(backend: str, values: dict, cfg) -> dict:
     return chosen
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def backend_class(backend: str) -> type[Context]:
     """The Context class of a backend, importing its module (and runtime) on first use."""
     module_name, cls_name = BACKENDS[backend].split(":")

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .board_profile import BRANCH_ORDER
-from ..model.config import REPO_ROOT
 from ..core.errors import ConfigError
+from ..model.config import REPO_ROOT
+from .board_profile import BRANCH_ORDER
 
 __all__ = ["Drift", "load_drift_model"]
 
@@ -36,7 +36,7 @@ class DriftModel:
     pairs: dict             # {branch: (first run, second run)} as measured
     path: Path
 
-    def scaled(self, sigma: float | None = None, correlation_s: float | None = None) -> "DriftModel":
+    def scaled(self, sigma: float | None = None, correlation_s: float | None = None) -> DriftModel:
         """The same model with another spread or time scale (a sensitivity check)."""
         return DriftModel(self.sigma if sigma is None else sigma,
                           self.correlation_s if correlation_s is None else correlation_s,

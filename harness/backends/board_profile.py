@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model.config import REPO_ROOT
 from ..core.errors import ConfigError
+from ..model.config import REPO_ROOT
 
 __all__ = ["load_board_profile", "DEFAULT_BOARD_DATA", "BRANCH_ORDER", "fits"]
 

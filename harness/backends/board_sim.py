@@ -53,12 +53,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .board_drift import Drift, load_drift_model
-from .board_profile import BRANCH_ORDER, fits, load_board_profile
 from ..core.errors import ConfigError
 from ..core.locks import acquire, release
 from ..partition.granularity import BRANCHES_PER_BLOCK
 from ..partition.manifest import FUSED_BRANCH
+from .board_drift import Drift, load_drift_model
+from .board_profile import BRANCH_ORDER, fits, load_board_profile
 from .onnxruntime import OnnxRuntimeContext
 from .rknnlite import parse_core_mask
 

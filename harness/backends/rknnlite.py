@@ -21,12 +21,10 @@ run something other than the NPU while claiming to gate it.
 """
 from __future__ import annotations
 
-from typing import Any
-
-from pathlib import Path
-
 import os
 import re
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.run_report import read_run_report
-from ..gates.golden import GoldenStale, GoldenStore, relative_to_repo
 from ..gates.cases import golden_dir_for, load_cases
+from ..gates.golden import GoldenStale, GoldenStore, relative_to_repo
 
 __all__ = ["accept_golden", "add_command"]
 

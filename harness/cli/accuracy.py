@@ -12,9 +12,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from ..core.errors import ConfigError
 from ..gates.accuracy import DEFAULT_THRESHOLD, Row, analyze, per_subgraph, replay, worst_first
 from ..model.config import BRANCHES
-from ..core.errors import ConfigError
 from .options import add_options, check_precision, default_partition, ranged, resolve_backend
 
 __all__ = ["add_command"]
@@ -63,8 +63,8 @@ def _cmd_accuracy(args) -> int:
         return _cmd_replay(args, con)
     from ..gates.cases import chosen_inputs
     from ..model.bundle import load_bundle
-    from ..runtime.partitions import exported_partition
     from ..results.telemetry import detect_rk3588
+    from ..runtime.partitions import exported_partition
     args.backend = resolve_backend(args.backend, detect_rk3588(Path("/")))
     check_precision(args.backend, args.precision)
     bundle = load_bundle(args.model_dir)

@@ -45,12 +45,12 @@ def add_command(sub) -> None:
 
 
 def _cmd_bench_ab(args) -> int:
-    from ..results.judge import parse_threshold
     from ..model.bundle import load_bundle
-    from ..sampling.reference_run import sample_settings
+    from ..results.judge import parse_threshold
     from ..results.sessions import ab_record
     from ..results.store import ResultsStore
     from ..results.telemetry import TelemetryWindow, board_id, board_identity
+    from ..sampling.reference_run import sample_settings
 
     threshold = parse_threshold(args.threshold, "--threshold")
     args.confidence = parse_confidence(args.confidence, "--confidence")

@@ -6,6 +6,7 @@ from pathlib import Path
 from ..core.errors import ConfigError
 from ..runtime.capture import PRESETS, RECORD_FILE, capture_calibration, parse_branches, parse_steps, parse_streams
 
+
 def add_command(subparsers):
     """Register `capture-calibration` on the CLI's subparsers."""
     from ..model.config import EMBEDDED_DIR
@@ -64,6 +65,7 @@ def _cmd_capture(args) -> int:
 
 def _print_summary(record: dict, out: Path) -> None:
     from rich.table import Table
+
     from ..report.terminal import console
     r = record["recipe"]
     table = Table(title=f"calibration capture {out}")

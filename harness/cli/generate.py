@@ -134,10 +134,10 @@ def _preflight(args) -> None:
         args.backend = resolve_backend("auto", detect_rk3588(Path("/")))
     if args.backend != "reference":
         check_precision(args.backend, args.precision)
-    from ..core.atomic import sweep_temporaries
     from ..backends.faults import parse_fault
-    from ..memory.guard import parse_size
+    from ..core.atomic import sweep_temporaries
     from ..core.outputs import check_free_space
+    from ..memory.guard import parse_size
     if args.out.suffix.lower() != ".png":
         raise ConfigError(f"--out {args.out}: the image is written as PNG; use a .png path")
     _check_writable_dir(args.out)
@@ -150,8 +150,9 @@ def _preflight(args) -> None:
 
 def _generate_reference(bundle, prompt, s, quiet, text_embs):
     import numpy as np
-    from ..sampling.reference_run import sample_reference
+
     from ..report.terminal import progress_bar
+    from ..sampling.reference_run import sample_reference
     with progress_bar(s.steps, "denoising (reference)", disable=quiet) as advance:
         latents = sample_reference(bundle, [prompt], [s.seed], s.steps, s.cfg_scale,
                                    s.shift, on_step=lambda i: advance(), settings=s, text_embs=text_embs)
@@ -165,10 +166,10 @@ def _generate_reference(bundle, prompt, s, quiet, text_embs):
 
 
 def _generate_partitioned(bundle, prompt, s, args, text_embs):
+    from ..backends import backend_options
     from ..memory.guard import MemoryGuard, read_system_memory
     from ..report.terminal import print_run_tables, progress_bar
-    from ..runtime.run import run_partitioned, RunRequest
-    from ..backends import backend_options
+    from ..runtime.run import RunRequest, run_partitioned
     options = backend_options(args.backend, vars(args), bundle.cfg)
     partition = args.partition or default_partition(bundle, args.backend, args.precision, args.quiet,
                                                     args.calibration, args.cache_dir)

@@ -45,7 +45,16 @@ def parse_seeds(text: str) -> list[int]:
 
 def _cmd_thresholds(args) -> int:
     from ..gates.cases import golden_dir_for, load_cases
-    from ..gates.thresholds import GATED, NoSeparation, bar_lines, bars, case_lines, measure, threshold_cases, write_bars
+    from ..gates.thresholds import (
+        GATED,
+        NoSeparation,
+        bar_lines,
+        bars,
+        case_lines,
+        measure,
+        threshold_cases,
+        write_bars,
+    )
     from ..model.bundle import load_bundle
     seeds = parse_seeds(args.seeds)
     bundle = load_bundle(args.model_dir)

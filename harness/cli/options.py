@@ -5,9 +5,10 @@ the same words and the same defaults as the gates."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..core.errors import ConfigError, HarnessError
 from ..model.config import EMBEDDED_DIR

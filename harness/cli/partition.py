@@ -5,12 +5,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..partition.manifest import FAKE_QUANT
-from ..model.config import EMBEDDED_DIR, load_model_dir, load_profile
 from ..core.errors import ConfigError
-from .options import add_options, check_precision
-from ..partition.manifest import default_partition_dir
+from ..model.config import EMBEDDED_DIR, load_model_dir, load_profile
+from ..partition.manifest import FAKE_QUANT, default_partition_dir
 from ..runtime.partitions import export_with_progress
+from .options import add_options, check_precision
 
 __all__ = ["add_command", "parse_blocks", "default_partition_dir"]
 
@@ -116,6 +115,7 @@ def cmd_export(args) -> int:
 def render_inspection(report: dict, console=None) -> None:
     """The inspection as rich tables: settings, per-branch counts/sizes, failures, verdict."""
     from rich.table import Table
+
     from ..report.terminal import console as make_console
     console = console or make_console(stderr=False)
     head = Table(title=f"partition {report['directory']}", show_header=False)
@@ -152,6 +152,7 @@ def cmd_inspect(args) -> int:
 def cmd_inspect_checkpoint(args) -> int:
     """Header only: nothing but the JSON header is read, so a 4 GB file answers at once."""
     from rich.table import Table
+
     from ..model.checkpoint import Checkpoint
     from ..report.terminal import console as make_console
     cfg = load_profile(args.profile)

@@ -73,6 +73,7 @@ def _plan_space(profile_path, budget, measured):
 def print_space(result: dict) -> None:
     from rich import box
     from rich.table import Table
+
     from ..report.terminal import console
     t = Table(box=box.SIMPLE,
               title=f"granularity x core mask, per 28-step Spectrum image, budget {result['budget_mib']:.0f} MiB")
@@ -94,6 +95,7 @@ def print_space(result: dict) -> None:
 def print_plan(result: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
+
     from ..report.terminal import console
     con = console(stderr=False)
     budget = result["budget_mib"]

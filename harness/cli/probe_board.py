@@ -41,6 +41,7 @@ def add_command(sub) -> None:
 
 def _cmd_probe_board(args) -> int:
     import tomli_w
+
     from ..core.atomic import atomic_write_bytes
     from ..memory.board_probe import ProbeSetup, probe_board
     from ..model.bundle import load_bundle

@@ -17,8 +17,16 @@ from pathlib import Path
 
 from ..core.atomic import atomic_write_bytes, atomic_write_json
 from ..core.errors import ConfigError
-from .options import (add_options, board_sim_options, check_precision, checked, default_partition, positive_int,
-                      resolve_backend, size)
+from .options import (
+    add_options,
+    board_sim_options,
+    check_precision,
+    checked,
+    default_partition,
+    positive_int,
+    resolve_backend,
+    size,
+)
 
 __all__ = ["add_command", "verdict"]
 
@@ -49,10 +57,10 @@ def add_command(sub) -> None:
 
 def _cmd_probe(args) -> int:
     from ..memory.guard import MemoryGuard, parse_size
-    from ..model.bundle import load_bundle
     from ..memory.residency import residency_probe
-    from ..runtime.run import open_partition
+    from ..model.bundle import load_bundle
     from ..results.telemetry import detect_rk3588
+    from ..runtime.run import open_partition
     args.backend = resolve_backend(args.backend, detect_rk3588(Path("/")))
     check_precision(args.backend, args.precision)
     bundle = load_bundle(args.model_dir)
@@ -85,6 +93,7 @@ def _cmd_probe(args) -> int:
 def print_table(result, backend: str) -> None:
     """The board profile's [[residency_probe]] columns, one row per context held."""
     from rich.table import Table
+
     from ..report.terminal import console
     t = Table(title=f"residency probe ({backend}, measured here, MiB)")
     for name in _FIELDS:

@@ -23,16 +23,23 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from ..core.atomic import atomic_write_text
-from . import results_simulate
-from ..model.config import BRANCHES
 from ..core.errors import ConfigError
 from ..lifecycle.steptimes import STAGE_NAMES
-from ..results.judge import (NOT_COMPARABLE, comparability, group_note, judge_figures, parse_threshold, record_before,
-                             since_change)
+from ..model.config import BRANCHES
 from ..results.fleet import board_verdicts, fleet_groups
+from ..results.judge import (
+    NOT_COMPARABLE,
+    comparability,
+    group_note,
+    judge_figures,
+    parse_threshold,
+    record_before,
+    since_change,
+)
 from ..results.records import ResultsError, Run, RunKey
 from ..results.store import DEFAULT_RESULTS, ResultsStore
 from ..results.verdicts import change_points
+from . import results_simulate
 
 __all__ = ["add_command", "add_results_option", "check_lines", "series"]
 

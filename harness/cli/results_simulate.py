@@ -75,9 +75,10 @@ def _cmd_simulate(args) -> int:
 def _read_result(path: Path) -> dict:
     try:
         result = json.loads(path.read_text())
-        result["rates"], result["started"]      # noqa: B018 (the fields a table needs)
+        result["rates"], result["started"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"--table {path}: not a `results simulate` JSON file ({exc.__class__.__name__}: {exc})") from None
+        raise ConfigError(f"--table {path}: not a `results simulate` JSON file "
+                          f"({exc.__class__.__name__}: {exc})") from None
     return result
 
 

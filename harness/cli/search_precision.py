@@ -62,8 +62,8 @@ def _cmd_search(args) -> int:
 
 def _full_schedule(bundle, cache_dir: Path, out: Path) -> Path:
     from ..runtime.capture import PRESETS, RECORD_FILE, capture_calibration, parse_branches, parse_steps, parse_streams
-    from ..sampling.reference_run import sample_settings
     from ..runtime.converted import cached_fp32_export
+    from ..sampling.reference_run import sample_settings
     target = out / "calibration-full-schedule"
     if (target / RECORD_FILE).is_file():
         return target

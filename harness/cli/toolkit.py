@@ -25,8 +25,8 @@ def _precision(text: str) -> str:
 
 
 def add_command(subparsers) -> None:
-    from ..toolkit.precisions import precisions
     from ..toolkit.convert import DEFAULT_TARGET
+    from ..toolkit.precisions import precisions
     conv = subparsers.add_parser("convert", help="convert an FP32 partition to .rknn files (rknn-toolkit2)")
     conv.add_argument("partition", type=Path, help="exported FP32 partition directory (manifest.json)")
     conv.add_argument("--out", type=Path, required=True, help="output directory for the .rknn files")
@@ -66,8 +66,8 @@ def add_command(subparsers) -> None:
 
 
 def cmd_convert(args) -> int:
-    from ..toolkit.convert import convert_partition
     from ..report.toolkit import cosine_rows, print_convert_summary
+    from ..toolkit.convert import convert_partition
     result = convert_partition(args.partition, args.out, version=args.toolkit, precision=args.precision,
                                calibration=args.calibration, target=args.target,
                                allow_cpu_ops=args.allow_cpu_ops, samples=args.sim_samples,

@@ -52,7 +52,7 @@ class ArtifactsLock:
         self.default = default       # the repository's own artifacts/: always the suite's
         self._fd: int | None = None
 
-    def claim(self) -> "ArtifactsLock":
+    def claim(self) -> ArtifactsLock:
         path = self.directory / LOCK_FILE
         try:
             self.directory.mkdir(parents=True, exist_ok=True)

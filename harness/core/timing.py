@@ -7,7 +7,7 @@ the timed block raises: a partial report still shows where the time went.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["Timed"]
 

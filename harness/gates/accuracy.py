@@ -96,6 +96,7 @@ class ReferenceSubgraphs:
     def _session(self, index: int):
         if index not in self._sessions:
             import onnxruntime as ort
+
             from ..backends.onnxruntime import session_options
             entry = next(e for e in self.manifest.entries() if e.index == index)
             self.manifest.verify_entry(entry)
@@ -199,7 +200,7 @@ def analyze(bundle, partition, backend: str, backend_options: dict, reference_di
     the first failure's folder under OUT/repro/.
     """
     from ..partition.manifest import manifest_sha256
-    from ..runtime.run import open_partition, run_partitioned, RunRequest
+    from ..runtime.run import RunRequest, open_partition, run_partitioned
     out_dir = Path(out_dir)
     reference = ReferenceSubgraphs(open_partition(bundle, reference_dir, verify=True))
     repro_dir = out_dir / "repro"

@@ -9,11 +9,11 @@ offer): the decision here is the same whoever holds the store.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
-from ..report.sitelinks import series_url
 from ..lifecycle.steptimes import STAGE_NAMES
+from ..report.sitelinks import series_url
 from ..results.condition import HostCondition
 from ..results.judge import FIRST, NOT_COMPARABLE, STEP, UPGRADE, Judgement
 from ..results.records import Run

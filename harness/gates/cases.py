@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..model.config import REPO_ROOT
 from ..core.errors import ConfigError
 from ..core.schema import Field, check_table, is_int, is_number, positive_int, read_toml
+from ..model.config import REPO_ROOT
 
 if TYPE_CHECKING:
     from ..model.bundle import ModelBundle

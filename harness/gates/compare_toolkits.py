@@ -22,10 +22,10 @@ from pathlib import Path
 
 from ..core.atomic import atomic_write_json, atomic_write_text
 from ..core.errors import ConfigError, HarnessError, ToolkitError
-from ..toolkit.precisions import recipe
+from ..report.toolkit import comparison_markdown, cosine_rows, decibels
 from ..toolkit.convert import check_out, convert_partition
 from ..toolkit.envs import toolkit_python
-from ..report.toolkit import comparison_markdown, cosine_rows, decibels
+from ..toolkit.precisions import recipe
 
 __all__ = ["Comparison", "compare_toolkits", "image_rows", "REPORT_JSON", "REPORT_MD"]
 
@@ -122,8 +122,8 @@ def image_rows(bundle, conversions: dict[str, Path], cases, backend: str = "rknn
     """Each conversion's render of each golden case, judged against the golden as the quality gate
     judges it. Each case is rendered as its golden was (case_inputs: its sampler, text embeddings and
     all). A case whose golden cannot be used, or a render that fails, says why and did not run."""
-    from .golden import GoldenStore
     from .cases import case_inputs, golden_dir_for
+    from .golden import GoldenStore
     golden_dir = Path(golden_dir) if golden_dir else golden_dir_for(bundle.cfg.name)
     kind = _golden_kind(next(iter(conversions.values())))
     goldens = _load_goldens(GoldenStore(golden_dir, kind=kind), cases)
@@ -144,8 +144,8 @@ def image_rows(bundle, conversions: dict[str, Path], cases, backend: str = "rknn
 
 def _render(bundle, path, backend, inputs, golden, case, kind) -> dict:
     """One build's render of one case against its golden; {"error": why} when it could not run."""
-    from .quality import compare, compare_latents
     from ..runtime.run import RunRequest, run_partitioned
+    from .quality import compare, compare_latents
     try:        # one build failing on the simulator must not hide the other's result
         result = run_partitioned(RunRequest(bundle, path, backend, inputs.prompt, inputs.settings,
                                             text_embs=inputs.text_embs))
@@ -207,8 +207,8 @@ def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolki
                      model_dir=None, golden_dir=None) -> Comparison:
     """Both conversions, the per-subgraph and image parts, the verdict on NEW; the report is written
     into `out` (report.json and report.md) beside the conversions."""
-    from ..model.config import EMBEDDED_DIR
     from ..model.bundle import load_bundle
+    from ..model.config import EMBEDDED_DIR
     from .cases import golden_dir_for
     out = Path(out)
     _check_input(old, new, samples, out)

@@ -14,7 +14,6 @@ its outputs are onnxruntime's, equal under every mask by construction).
 """
 from __future__ import annotations
 
-
 import statistics
 import time
 from dataclasses import asdict, dataclass

@@ -20,18 +20,18 @@ import math
 import os
 import socket
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
 from .. import __version__
 from ..core.atomic import atomic_path, atomic_write_json
-from ..model.config import REPO_ROOT
 from ..core.errors import ConfigError, HarnessError
 from ..core.imageio import save_png
-from ..sampling.spectrum import SAMPLERS   # sampler names live with the sampler
-from .cases import GoldenCase, IMAGE_SETTINGS
+from ..model.config import REPO_ROOT
+from ..sampling.spectrum import SAMPLERS  # sampler names live with the sampler
+from .cases import IMAGE_SETTINGS, GoldenCase
 
 __all__ = ["relative_to_repo", "GoldenStore", "GoldenError", "GoldenMissing", "GoldenCorrupt", "GoldenStale",
            "GoldenRefused", "UPDATE_COMMAND", "SAMPLERS", "latent_preview"]
@@ -252,7 +252,7 @@ class GoldenStore:
             "precision": precision,
             "forced": bool(force and precision not in REFERENCE_PRECISIONS),
             "image": {"shape": list(image.shape), "dtype": "float32", "sha256": _image_sha256(image)},
-            "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
             "user": _user(),
             "host": socket.gethostname(),
             "versions": runtime_versions(),

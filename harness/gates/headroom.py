@@ -111,6 +111,7 @@ class OnnxProbe:
     def _session(self, entry):
         if entry.index not in self._sessions:
             import onnxruntime as ort
+
             from ..backends.onnxruntime import session_options
             model = probe_model(self.manifest.path_of(entry), probe_tensors(entry))
             self._sessions[entry.index] = ort.InferenceSession(

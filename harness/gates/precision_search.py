@@ -33,10 +33,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..core.atomic import atomic_write_json, atomic_write_text
-from ..model.config import REPO_ROOT
 from ..core.errors import ConfigError, HarnessError
-from .cases import case_inputs, golden_dir_for
+from ..model.config import REPO_ROOT
 from ..toolkit.precisions import LINEARS, PRECISION_FILE_FORMAT
+from .cases import case_inputs, golden_dir_for
 
 __all__ = ["Candidate", "board_saving", "predicted_step", "precision_text", "rank_ffns", "top_candidate",
            "search", "chosen", "render", "markdown", "load_outcomes", "write_search", "say"]
@@ -99,7 +99,7 @@ def predicted_step(candidate: Candidate, saving: dict, blocks: int) -> float:
 def precision_text(candidate: Candidate, calibration: Path) -> str:
     """The precision file of a candidate (toolkit/calibration.py reads it)."""
     lines = [f'# Written by `harness search-precision`: candidate {candidate.name}.',
-             f'# Rebuild: bin/harness convert FP32_PARTITION --precision THIS_FILE --out DIR',
+             '# Rebuild: bin/harness convert FP32_PARTITION --precision THIS_FILE --out DIR',
              f'format = "{PRECISION_FILE_FORMAT}"', f'name = "{candidate.name}"',
              f'int8_subgraphs = {sorted(candidate.int8)}', 'quantized_dtype = "w8a8"',
              f'quantized_algorithm = "{candidate.algorithm}"', f'quantized_method = "{candidate.method}"',
@@ -165,8 +165,8 @@ class _Judge:
         return outcome
 
     def _judge(self, candidate: Candidate, spec: Path, outcome: Outcome) -> None:
-        from ..gates.accuracy import AccuracyAnalysis, ReferenceSubgraphs, per_subgraph
         from ..backends.rknn_sim import shutdown_workers
+        from ..gates.accuracy import AccuracyAnalysis, ReferenceSubgraphs, per_subgraph
         from ..gates.quality import compare
         from ..runtime.run import RunRequest, open_partition, run_partitioned
         from ..toolkit.convert import convert_partition

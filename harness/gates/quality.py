@@ -62,7 +62,7 @@ class QualityResult:
         return out
 
     @classmethod
-    def from_json(cls, data: dict) -> "QualityResult":
+    def from_json(cls, data: dict) -> QualityResult:
         return cls(float(data["ssim"]), float(data["psnr_db"]), float(data["max_abs_diff"]),
                    data.get("kind", "image"), data.get("cosine"), float(data.get("data_range", DATA_RANGE)))
 

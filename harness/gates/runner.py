@@ -14,16 +14,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..results.compare import slowest_subgraphs
 from ..core.atomic import atomic_save_npy
 from ..core.errors import ConfigError, HarnessError, MemoryGuardTripped, NumericsError
-from ..lifecycle.steptimes import STAGE_NAMES
-from .cases import GoldenCase, case_inputs, run_key
 from ..core.imageio import save_png
+from ..lifecycle.steptimes import STAGE_NAMES
 from ..model.bundle import ModelBundle, load_bundle
+from ..partition.manifest import (
+    default_partition_dir,
+    load_manifest,
+    manifest_path,
+    manifest_sha256,
+    partition_precision,
+)
+from ..results.compare import slowest_subgraphs
+from .cases import GoldenCase, case_inputs, run_key
 from .golden import latent_preview
-from ..partition.manifest import (default_partition_dir, load_manifest, manifest_path, manifest_sha256,
-                                  partition_precision)
 from .quality import QualityResult, compare, compare_latents, diff_figure
 
 __all__ = ["GateRunner", "derived_case", "memory_case", "quality_check", "quality_line", "benchmark_info",
@@ -173,7 +178,7 @@ class GateRunner:
             keep: bool = True, observers=()) -> RunResult:
         """A fresh partitioned run of `case`; raises HarnessError. With keep, its report and image
         go to the artifacts (a failed run's report too); a benchmark round keeps them afterwards."""
-        from ..runtime.run import RunRequest, run_partitioned     # onnx: imported by a run, not by the report header
+        from ..runtime.run import RunRequest, run_partitioned  # onnx: imported by a run, not by the report header
         self.prepare()
         report = self._report_path(f"{case.name}{tag}") if keep else None
         inputs = case_inputs(case, self.bundle.cfg, self.s.golden_dir, steps)

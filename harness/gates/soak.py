@@ -249,6 +249,7 @@ class SoakVerdict:
 def soak_verdict(run: SoakRun, memory_rate: int, floor_bytes: int, per_image: int) -> SoakVerdict:
     """Judge a run against the limits of this machine now (MemAvailable, RLIMIT_NOFILE, threads)."""
     import psutil
+
     from ..memory.resources import resource_limits
     limits = resource_limits()
     available = int(psutil.virtual_memory().available)

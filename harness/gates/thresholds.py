@@ -11,7 +11,6 @@ above 1 on both sides refuses the whole derivation: nothing is written.
 """
 from __future__ import annotations
 
-
 import math
 import tempfile
 from dataclasses import dataclass, replace

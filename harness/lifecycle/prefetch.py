@@ -13,8 +13,6 @@ naming the subgraph. The outputs are the backend's own, bit for bit: only where 
 """
 from __future__ import annotations
 
-from typing import Any
-
 import contextlib
 import os
 import signal
@@ -26,6 +24,7 @@ from collections import deque
 from multiprocessing import resource_tracker, shared_memory
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .steptimes import BOARD_CALLS
 from ..core.timing import Timed
+from .steptimes import BOARD_CALLS
 
 __all__ = ["StageRecord", "LifecycleRecorder", "Counters", "STAGES"]
 

@@ -7,11 +7,10 @@ where a measured file is given, the profile's otherwise, and says which, where a
 """
 from __future__ import annotations
 
-from typing import Any
-
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..backends.board_profile import fits
 from ..core.errors import ConfigError

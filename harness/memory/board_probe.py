@@ -20,8 +20,6 @@ scales. The result is a data file (`anima-board-probe/1`) that `harness plan --m
 """
 from __future__ import annotations
 
-from typing import Any
-
 import contextlib
 import os
 import socket
@@ -29,8 +27,9 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -242,7 +241,7 @@ def probe_board(setup: ProbeSetup, subjects: dict[str, Subject], one_stream: Sub
     """Every measurement this backend allows; the measured data file's tables."""
     data: dict[str, Any] = {"format": MEASURED_FORMAT,
             "probe": {"backend": setup.backend, "host": socket.gethostname(),
-                      "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                      "date": datetime.now(UTC).isoformat(timespec="seconds"),
                       "time_scale": setup.time_scale, "memory_scale": setup.memory_scale}}
     if setup.cores:
         say("probe-board: overlap (an inference on core 0 beside another context's lifecycle on it)")

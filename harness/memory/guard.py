@@ -18,9 +18,9 @@ import math
 import numbers
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import psutil
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.errors import ConfigError
 from .checkpoint import Checkpoint, is_host_key
 from .config import ModelConfig, load_model_dir
-from ..core.errors import ConfigError
 from .embedded import PromptEncoder, decode
 
 __all__ = ["ModelBundle", "load_bundle", "check_text_emb"]
@@ -147,6 +147,7 @@ def load_bundle(model_dir: str | Path) -> ModelBundle:
 
 def _run_decoder_onnx(path: Path, latent: np.ndarray, value_range) -> np.ndarray:
     import onnxruntime as ort
+
     from ..core.imageio import as_rgb
     if not path.is_file():
         raise ConfigError(f"decoder {path} does not exist ([decoder] onnx in model.toml)")

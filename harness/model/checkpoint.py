@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import ModelConfig
 from ..core.errors import WeightsError
 from . import digest_cache
+from .config import ModelConfig
 from .safetensors_io import FLOAT_DTYPES, SafetensorsFile
 from .weights import combine_digests, expected_shapes, tensor_digest
 

@@ -6,10 +6,9 @@ computed here once so the math modules never re-derive it differently.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..core.errors import ConfigError
 from ..core.schema import Field, check_table, is_number, positive_int, read_toml

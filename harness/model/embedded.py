@@ -51,7 +51,7 @@ class PromptEncoder:
                                f"but the vocabulary has {len(self.vocab)} words")
 
     @classmethod
-    def from_file(cls, path: str | Path, vocab: list[str]) -> "PromptEncoder":
+    def from_file(cls, path: str | Path, vocab: list[str]) -> PromptEncoder:
         from .weights import read_safetensors
         tensors = read_safetensors(path)
         missing = [k for k in PROMPT_KEYS if k not in tensors]

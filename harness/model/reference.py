@@ -11,14 +11,14 @@ text_emb [B, L, text_emb_dim].
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 
-from .config import BRANCHES, ModelConfig
 from . import ops
+from .config import BRANCHES, ModelConfig
 
 __all__ = ["make_rope", "time_embedding", "modulations", "patchify", "unpatchify", "branch_input",
            "self_attn_body", "branch_body", "residual_stream", "block_forward", "block_branches", "forward",

@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import mmap
 import struct
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO
 
 import numpy as np
 
@@ -105,7 +106,7 @@ class SafetensorsFile:
         return info
 
     # ---------------------------------------------------------------- reading
-    def __enter__(self) -> "SafetensorsFile":
+    def __enter__(self) -> SafetensorsFile:
         return self
 
     def __exit__(self, *exc) -> None:

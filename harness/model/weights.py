@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-
 from pathlib import Path
 
 import numpy as np
 
-from .config import ModelConfig
 from ..core.errors import WeightsError
+from .config import ModelConfig
 
 __all__ = ["weights_digest", "tensor_digest", "combine_digests", "expected_shapes", "read_safetensors",
            "save_weights", "random_weights"]
@@ -76,6 +75,7 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
 
 def save_weights(tensors: dict[str, np.ndarray], path: str | Path, metadata: dict | None = None) -> None:
     from safetensors.numpy import save_file
+
     from ..core.atomic import atomic_path
     with atomic_path(path) as tmp:
         save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp), metadata=metadata)

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from ..model.config import ModelConfig
 from ..core.errors import ConfigError
+from ..model.config import ModelConfig
 from ..model.reference import make_rope
 from .graph import Graph, add_attention, add_heads, add_linear, add_rms_norm, add_rope
 from .manifest import FAKE_QUANT

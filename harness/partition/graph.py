@@ -2,11 +2,10 @@
 casts around the ops onnxruntime's CPU provider has no float16 kernel for), probed once per op type."""
 from __future__ import annotations
 
-from typing import Any
-
 import functools
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -57,11 +56,12 @@ def _probe_model(op_type: str, opset: int) -> onnx.ModelProto:
     return _finish_model(graph, opset)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lacks_float16_kernel(op_type: str, opset: int) -> bool:
     # onnxruntime's CPU provider wraps any node without a float16 kernel in Cast nodes (even with
     # optimisations off); a Cast appearing in the saved session graph is how we see it.
     import tempfile
+
     import onnxruntime as ort
     with tempfile.TemporaryDirectory() as tmp:
         opts = ort.SessionOptions()

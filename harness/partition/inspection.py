@@ -2,10 +2,9 @@
 verified, and a verdict."""
 from __future__ import annotations
 
-from typing import Any
-
 import hashlib
 from pathlib import Path
+from typing import Any
 
 from ..core.errors import ManifestError
 from .declared import check_declared

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ..core.atomic import atomic_write_json
-from ..model.config import BRANCHES, NETWORK_KEYS, ModelConfig
 from ..core.errors import ConfigError, ManifestError
-from .granularity import parse_granularity
 from ..core.schema import Field, check_table, is_int, list_of, non_empty_str, one_of, positive_int, read_json
+from ..model.config import BRANCHES, NETWORK_KEYS, ModelConfig
+from .granularity import parse_granularity
 
 __all__ = ["manifest_sha256", "default_partition_dir", "FORMAT", "FUSED_BRANCH", "MANIFEST_FILE",
            "TensorSpec", "SubgraphEntry", "Manifest", "load_manifest", "manifest_path", "network_settings",

@@ -13,25 +13,33 @@ op output is still rounded to float16 like on the NPU, and the manifest lists th
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
 from ..core.atomic import atomic_write_bytes
+from ..core.errors import ConfigError
 from ..model.checkpoint import as_source
 from ..model.config import BRANCHES, ModelConfig
-from ..core.errors import ConfigError
 from ..model.embedded import interp_matrix
 from ..model.weights import combine_digests, tensor_digest
-from .manifest import (FORMAT, FUSED_BRANCH, Manifest, SubgraphEntry, TensorSpec, manifest_path,
-                       network_settings, subgraph_index)
+from .bodies import BODIES, check_fake_quant, ffn_body
 from .fused import build_fused_body, fused_inputs
 from .granularity import Granularity, parse_granularity
 from .graph import DEFAULT_OPSET, DTYPES, Graph, check_opset
-from .bodies import BODIES, check_fake_quant, ffn_body
+from .manifest import (
+    FORMAT,
+    FUSED_BRANCH,
+    Manifest,
+    SubgraphEntry,
+    TensorSpec,
+    manifest_path,
+    network_settings,
+    subgraph_index,
+)
 
 __all__ = ["export_partition", "build_subgraph", "build_decoder", "subgraph_file", "planned_files"]
 

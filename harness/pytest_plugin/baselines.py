@@ -28,8 +28,17 @@ from ..core.errors import HarnessError
 from ..results.records import Run, RunKey, board_model_of, utc_now
 from ..results.sessions import ABRecord, ab_record, subgraph_times
 from ..results.store import ResultsStore, StoreUnavailable, describe_url
-from .state import (BASELINE_OFFERS, BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, IDENTITY, QUALITY_RESULTS, SETTINGS,
-                    STORE_FAILURE, append_to)
+from .state import (
+    BASELINE_OFFERS,
+    BASELINE_OUTCOMES,
+    BENCH_RESULTS,
+    BOARD,
+    IDENTITY,
+    QUALITY_RESULTS,
+    SETTINGS,
+    STORE_FAILURE,
+    append_to,
+)
 
 if TYPE_CHECKING:
     from ..results.judge import Judgement

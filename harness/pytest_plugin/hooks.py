@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from ..core.errors import HarnessError
-from .options import OPTIONS, resolve_settings
-from .state import BOARD, IDENTITY, INVALID_RUNS, QUALITY_LINES, SETTINGS, SPECTRUM_LINES, STEP_SPLITS
 from .fixtures import runner_of, selected_cases
+from .options import OPTIONS, resolve_settings
 from .session import start_run
+from .state import BOARD, IDENTITY, INVALID_RUNS, QUALITY_LINES, SETTINGS, SPECTRUM_LINES, STEP_SPLITS
 
 
 @pytest.hookimpl(tryfirst=True)     # before the other parts' configure, which read the settings

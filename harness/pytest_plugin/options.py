@@ -6,16 +6,15 @@ Backend-specific options (core mask, fault) are parsed by the backend that owns 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import argparse
 from dataclasses import field, make_dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from ..model.config import load_model_dir
+from ..cli.options import SUITE_OPTIONS, check_precision, resolve_backend
 from ..core.errors import ConfigError, HarnessError
 from ..core.schema import read_toml
-from ..cli.options import SUITE_OPTIONS, check_precision, resolve_backend
+from ..model.config import load_model_dir
 
 __all__ = ["SuiteSettings", "resolve_settings", "OPTIONS"]
 
@@ -126,9 +125,9 @@ def typed_value(name: str, value, source: str):
 def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     """Merge command line, board profile and defaults, and decide the backend."""
     from ..backends import backend_options
-    from ..results.judge import parse_threshold
-    from ..results.ab import parse_confidence
     from ..memory.guard import parse_size
+    from ..results.ab import parse_confidence
+    from ..results.judge import parse_threshold
     from ..results.telemetry import detect_rk3588
     profile_file = Path(profile_path) if profile_path else None
     profile = _profile_values(profile_file, cli.get("tier"))

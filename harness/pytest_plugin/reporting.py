@@ -9,8 +9,19 @@ from pathlib import Path
 import pytest
 
 from ..core.errors import HarnessError
-from .state import (BASELINE_OUTCOMES, BENCH_RESULTS, BOARD, GOLDEN_UPDATES, MEMORY_SAMPLES, QUALITY_RESULTS, RUNNER,
-                    SETTINGS, STORE_FAILURE, TEST_OUTCOMES, append_to)
+from .state import (
+    BASELINE_OUTCOMES,
+    BENCH_RESULTS,
+    BOARD,
+    GOLDEN_UPDATES,
+    MEMORY_SAMPLES,
+    QUALITY_RESULTS,
+    RUNNER,
+    SETTINGS,
+    STORE_FAILURE,
+    TEST_OUTCOMES,
+    append_to,
+)
 
 
 class LogProgress:

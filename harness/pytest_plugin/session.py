@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from ..core.atomic import atomic_write_json, sweep_temporaries
-from ..model.config import REPO_ROOT
 from ..core.errors import HarnessError, Terminated
 from ..core.outputs import ArtifactsLock, check_free_space, check_writable
 from ..core.signals import StopSignals
+from ..model.config import REPO_ROOT
 from .state import SETTINGS, STORE_FAILURE
 
 __all__ = ["start_run", "CALL_FAILED"]

@@ -7,7 +7,7 @@ where output goes to a file or a pipe, each step becomes one line that survives 
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["StepLines"]
 

@@ -19,8 +19,14 @@ def console(stderr: bool = True):
 def progress_bar(total: int, label: str, disable: bool = False):
     """Yield an `advance()` callable: a live rich bar when stderr is a terminal, one plain line per
     step (step k/N, elapsed, ETA) when it is a log; nothing when disabled."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
     if disable:
         yield lambda n=1: None
         return

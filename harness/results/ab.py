@@ -17,9 +17,9 @@ within 1 - confidence.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -115,7 +115,7 @@ def run_session(bundle, baseline: Side, candidate: Side, settings: SampleSetting
     """`warmup` rounds first (a process's first run of a partition builds its sessions), then
     `rounds` pairs, judged. Both partitions are verified on the first round only. The order within
     each round comes from `rng` (fresh entropy by default: see round_orders)."""
-    from ..runtime.run import RunRequest, run_partitioned     # onnx: not for a process that only parses options
+    from ..runtime.run import RunRequest, run_partitioned  # onnx: not for a process that only parses options
     if rounds < 2:
         raise ConfigError(f"{rounds} A/B rounds: a paired verdict needs at least 2")
     prompt = prompt if prompt is not None else bundle.cfg.prompt["default"]

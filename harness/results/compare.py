@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from ..model.config import BRANCHES
 from ..core.errors import ConfigError
-from ..core.schema import read_json
 from ..core.run_report import check_run_report
-from .records import Run
+from ..core.schema import read_json
 from ..lifecycle.steptimes import STAGE_NAMES
+from ..model.config import BRANCHES
+from .records import Run
 
 __all__ = ["RunView", "load_view", "view_of_report", "view_of_run", "slowest_subgraphs", "compare_lines"]
 

@@ -66,7 +66,7 @@ class HostCondition:
     load_per_cpu: float | None = None
     probe_s: float | None = None
 
-    def __enter__(self) -> "HostCondition":
+    def __enter__(self) -> HostCondition:
         self.cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         self._load = _load_per_cpu(self.cpus)
         self._probe = probe_seconds()

@@ -58,9 +58,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from ..model.config import BRANCHES
 from ..core.errors import ConfigError
 from ..lifecycle.steptimes import STAGE_NAMES
+from ..model.config import BRANCHES
 from .condition import condition_line, probe_verdict
 from .constants import CONFIDENCE, FIRST_LOOK_SHARE, GROUP_RUNS, LOOKBACK, NOISE_LOOKBACK, PRIMARY_SHARE, SPENDING_RHO
 from .noise import NoiseFactor, noise_factor
@@ -68,7 +68,8 @@ from .records import Run
 from .store import PendingView, RunSource
 from .verdicts import MIN_HISTORY, Decision, fixed_verdict, history_verdict
 
-__all__ = ["Judgement", "judge_run", "confirm", "figures", "judge_figure", "judge_figures", "judge_values", "parse_threshold", "since_change",
+__all__ = ["Judgement", "judge_run", "confirm", "figures", "judge_figure", "judge_figures", "judge_values",
+           "parse_threshold", "since_change",
            "comparability", "npu_core", "group_note", "HISTORY", "UPGRADE", "FIRST", "NOT_COMPARABLE", "STEP",
            "NPU_CORE", "LOOKBACK", "CONFIDENCE", "GROUP_RUNS", "PRIMARY_SHARE", "SPENDING_RHO", "FIRST_LOOK_SHARE",
            "look_alpha", "board_change", "board_record", "record_of", "record_before", "same_cpus", "figure_noise",

@@ -25,14 +25,22 @@ leaves the NOISE_LOOKBACK runs: a verdict after it is slower to flag, never quic
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .constants import (EVIDENCE, MAX_FACTOR, MIN_POSITIONS, NOISE_LOOKBACK, NULL_BUCKET, NULL_RECORDS, QUANTILES,
-                        TAIL_DFS)
+from .constants import (
+    EVIDENCE,
+    MAX_FACTOR,
+    MIN_POSITIONS,
+    NOISE_LOOKBACK,
+    NULL_BUCKET,
+    NULL_RECORDS,
+    QUANTILES,
+    TAIL_DFS,
+)
 from .verdicts import outliers_kept
 
 __all__ = ["NoiseFactor", "standardized_shifts", "noise_factor", "NOISE_LOOKBACK", "MIN_POSITIONS", "QUANTILES",

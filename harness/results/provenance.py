@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import lru_cache
 
 from ..model.config import REPO_ROOT
@@ -28,7 +28,7 @@ def run_id() -> str:
         return f"gh-{os.environ['GITHUB_RUN_ID']}-{os.environ.get('GITHUB_RUN_ATTEMPT', '1')}"
     if os.environ.get("LAVA_JOB_ID"):
         return f"lava-{os.environ['LAVA_JOB_ID']}"
-    return datetime.now(timezone.utc).strftime("local-%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:6]
+    return datetime.now(UTC).strftime("local-%Y%m%dT%H%M%SZ-") + uuid.uuid4().hex[:6]
 
 
 @lru_cache(maxsize=1)

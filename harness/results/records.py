@@ -16,12 +16,12 @@ import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from ..model.config import BRANCHES
-from ..partition.manifest import FUSED_BRANCH
 from ..core.errors import HarnessError
 from ..lifecycle.steptimes import STAGE_NAMES
+from ..model.config import BRANCHES
+from ..partition.manifest import FUSED_BRANCH
 
 __all__ = ["ResultsError", "RunKey", "Run", "SubgraphTime", "utc_now", "board_model_of", "STACK_FIELDS"]
 
@@ -34,7 +34,7 @@ class ResultsError(HarnessError):
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def board_model_of(board_id: str) -> str:
@@ -69,7 +69,7 @@ class RunKey:
         """The key without the stack: runs with equal experiments differ at most by an upgrade."""
         return _digest({k: v for k, v in self.as_dict().items() if k not in STACK_FIELDS})
 
-    def differences(self, other: "RunKey") -> list[str]:
+    def differences(self, other: RunKey) -> list[str]:
         """'field: other -> this' for every field that differs (versions one by one)."""
         out = [f"{name} {_short(getattr(other, name))} -> {_short(getattr(self, name))}"
                for name in ("case", "steps", "precision", "backend", "manifest_hash")
@@ -138,7 +138,7 @@ class Run:
         if when is None or when.utcoffset() is None:
             raise ResultsError(f"{where}: time must be ISO 8601 with a UTC offset, got {self.time!r}")
         # kept in UTC: the store orders runs by this text, which sorts by time only in one offset
-        object.__setattr__(self, "time", when.astimezone(timezone.utc).isoformat(timespec="seconds"))
+        object.__setattr__(self, "time", when.astimezone(UTC).isoformat(timespec="seconds"))
         if not isinstance(self.valid, bool):
             raise ResultsError(f"{where}: valid must be true or false, got {self.valid!r}")
         _seconds(self.mean_step_s, where, "mean_step_s", positive=True)

@@ -24,9 +24,10 @@ import os
 import platform
 import sys
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -72,12 +73,13 @@ class SimulatedBoard:
 
     def run(self, steps: int, slow: float) -> dict[str, np.ndarray]:
         """One run's figures (as ab.session_figures names them), one value per trial."""
-        totals: dict[str, np.ndarray] = {}
+        totals: dict[str, Any] = {}
         for _ in range(steps):
             step = self.host
             for b in BRANCH_ORDER:
                 for stage in _STAGES:
-                    x = self.blocks * self.seconds[b][stage] * (1 + slow) * self.drift.mean_factor(b, self.t, self.blocks)
+                    drift = self.drift.mean_factor(b, self.t, self.blocks)
+                    x = self.blocks * self.seconds[b][stage] * (1 + slow) * drift
                     name = f"{b} core" if stage == "run" else stage
                     totals[name] = totals.get(name, 0) + x
                     step = step + x
@@ -206,11 +208,12 @@ def simulate(runs: int, seed: int = 0, streams: list[Path] | None = None, shifts
              progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> dict:
     """Every rate of RATES (and detection within 5 runs at each extra shift of `shifts`, fractions),
     `runs` simulated boards per cell; `streams`: the kept stream files (default: every kept one)."""
-    started, t0 = datetime.now(timezone.utc), time.perf_counter()
+    started, t0 = datetime.now(UTC), time.perf_counter()
     model = load_drift_model()
-    out = {"what": "the verdicts' error rates (harness/results/simulate.py)", "seed": seed, "runs": runs,
-           "machine": platform.platform(), "cpus": os.cpu_count(), "load_start": list(os.getloadavg()),
-           "started": started.isoformat(timespec="seconds"), "board": {}, "streams": {}}
+    out: dict[str, Any] = {
+        "what": "the verdicts' error rates (harness/results/simulate.py)", "seed": seed, "runs": runs,
+        "machine": platform.platform(), "cpus": os.cpu_count(), "load_start": list(os.getloadavg()),
+        "started": started.isoformat(timespec="seconds"), "board": {}, "streams": {}}
     for slow in sorted({0.0, 0.05, *shifts}):
         progress(f"board history {slow:+.0%}: {runs} boards, seed {seed + int(1000 * slow) + 1}")
         out["board"][f"{slow:+.0%}"] = _board_history(model, runs, slow, seed + int(1000 * slow) + 1, progress)
@@ -254,7 +257,8 @@ def rates_table(results: dict[str, dict]) -> str:
         bound = RATES[name][1] if name in RATES else None
         rows.append([name, f"{'≤' if bound[0] == 'max' else '≥'} {100 * bound[1]:g} %" if bound else "",
                      *(_cell(result["rates"].get(name)) for result in results.values())])
-    when = [["measured", "date (UTC)", "machine", "CPUs", "load (1 min) start, end", "boards per cell", "seed", "seconds"],
+    when = [["measured", "date (UTC)", "machine", "CPUs", "load (1 min) start, end", "boards per cell", "seed",
+             "seconds"],
             ["---"] * 8]
     for label, r in results.items():
         when.append([label, r["started"].replace("T", " ").removesuffix("+00:00"), r["machine"], str(r["cpus"]),

@@ -18,8 +18,6 @@ at once are written one after the other, neither is lost.
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
-
 import contextlib
 import functools
 import json
@@ -28,6 +26,7 @@ import time
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Protocol
 
 from sqlalchemy import case, create_engine, delete, event, func, insert, or_, select, text
 from sqlalchemy.engine import Engine, make_url
@@ -35,8 +34,18 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModu
 
 from .records import ResultsError, Run, RunKey, SubgraphTime, utc_now
 from .sessions import SIDES, ABRecord, verdict_of
-from .tables import (ab_rounds, ab_sessions, ab_verdicts, baselines, run_branches, run_quality, run_stages,
-                     run_steps, run_subgraphs, runs)
+from .tables import (
+    ab_rounds,
+    ab_sessions,
+    ab_verdicts,
+    baselines,
+    run_branches,
+    run_quality,
+    run_stages,
+    run_steps,
+    run_subgraphs,
+    runs,
+)
 
 __all__ = ["ResultsStore", "PendingView", "StoreUnavailable", "DEFAULT_RESULTS", "BUSY_SECONDS", "describe_url",
            "absolute_url", "sqlite_path", "check_url"]
@@ -416,7 +425,7 @@ class ResultsStore:
                 select(baselines.c.board_id, runs.c.run_id, runs.c.case_name, baselines.c.reason)
                 .join(runs, baselines.c.run == runs.c.id))]
 
-    def push(self, target: "ResultsStore") -> tuple[int, int]:
+    def push(self, target: ResultsStore) -> tuple[int, int]:
         """Copy the runs and baselines `target` lacks; (runs copied, runs it had). Idempotent."""
         copied = had = 0
         sessions = self.ab_sessions()

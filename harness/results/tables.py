@@ -8,8 +8,20 @@ SQLite stores NaN as NULL, which NOT NULL rejects.
 """
 from __future__ import annotations
 
-from sqlalchemy import (Boolean, CheckConstraint, Column, Float, ForeignKey, Integer, MetaData, String,
-                        Table, Text, UniqueConstraint, BigInteger)
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
 
 __all__ = ["metadata", "runs", "run_stages", "run_branches", "run_steps", "run_subgraphs", "run_quality",
            "baselines", "ab_sessions", "ab_rounds", "ab_verdicts", "MAX_SECONDS"]

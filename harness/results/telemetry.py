@@ -236,7 +236,7 @@ class TelemetryWindow:
             self.samples.append(reading)
         return reading
 
-    def __enter__(self) -> "TelemetryWindow":
+    def __enter__(self) -> TelemetryWindow:
         self._t0 = time.monotonic()
         self.sample()
         self._stop.clear()

@@ -20,9 +20,9 @@ from datetime import datetime
 from pathlib import Path
 
 from ..core.atomic import atomic_path
+from ..lifecycle.steptimes import STAGE_NAMES
 from .records import ResultsError, Run
 from .verdicts import change_points, history_verdict
-from ..lifecycle.steptimes import STAGE_NAMES
 
 __all__ = ["trend", "trend_rows", "group_of", "version_changes", "render_table", "DEFAULT_TREND_PNG"]
 

@@ -13,15 +13,23 @@ ratio, so one threshold in % serves a 0.4 ms CPU invocation and a 25 s board ste
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from .constants import (CHANGE_ALPHA, CHANGE_MIN_RUNS, FIXED_THRESHOLD_PCT, HISTORY_FLOOR_PCT, LOOKBACK,
-                        MIN_HISTORY, OUTLIER_Z)
+from .constants import (
+    CHANGE_ALPHA,
+    CHANGE_MIN_RUNS,
+    FIXED_THRESHOLD_PCT,
+    HISTORY_FLOOR_PCT,
+    LOOKBACK,
+    MIN_HISTORY,
+    OUTLIER_Z,
+)
 
-__all__ = ["Decision", "Verdict", "outliers_kept", "history_verdict", "change_points", "paired_verdict", "fixed_verdict",
+__all__ = ["Decision", "Verdict", "outliers_kept", "history_verdict", "change_points", "paired_verdict",
+           "fixed_verdict",
            "MIN_HISTORY", "HISTORY_FLOOR_PCT", "FIXED_THRESHOLD_PCT", "OUTLIER_Z"]
 
 
@@ -103,7 +111,7 @@ def outliers_kept(logs: np.ndarray) -> np.ndarray:
     """The outlier screen, along the last axis of `logs` (one history, or one per row): True for the
     runs within OUTLIER_Z robust standard deviations (the MAD's) of the median; all of them when the
     MAD is 0. The history verdict and the noise factor's statistics (noise.py) both screen by it."""
-    from scipy import stats     # here, not at the top: scipy costs every process that reads the store ~1 s
+    from scipy import stats  # here, not at the top: scipy costs every process that reads the store ~1 s
     median = np.median(logs, axis=-1, keepdims=True)
     mad = stats.median_abs_deviation(logs, axis=-1, scale="normal")[..., None]
     return np.where(mad == 0, True, np.abs(logs - median) <= OUTLIER_Z * mad)
@@ -171,7 +179,8 @@ def _to_pct(log_ratio: float) -> float:
     return 100.0 * math.expm1(log_ratio)
 
 
-def change_points(values: Sequence[float], *, alpha: float = CHANGE_ALPHA, min_size: int = CHANGE_MIN_RUNS) -> list[int]:
+def change_points(values: Sequence[float], *, alpha: float = CHANGE_ALPHA,
+                  min_size: int = CHANGE_MIN_RUNS) -> list[int]:
     """Indices where a new level starts in a history (oldest first), e.g. [12] when runs 12.. are
     slower or faster than runs ..11.
 

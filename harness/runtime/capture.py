@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from ..core.atomic import atomic_directory, atomic_write_json, atomic_write_text
-from ..model.config import BRANCHES
 from ..core.errors import ConfigError
 from ..core.schema import read_json
+from ..model.config import BRANCHES
 from ..sampling.settings import SampleSettings
 from .pipeline import Invocation
 
@@ -160,7 +160,7 @@ def capture_calibration(bundle, partition, out, prompt: str, settings: SampleSet
     """Run one FP32 generation through `partition` and write the calibration directory `out`.
     Returns the record. Nothing is left under `out` if the run fails."""
     from ..partition.manifest import load_manifest, manifest_sha256
-    from .run import run_partitioned, RunRequest
+    from .run import RunRequest, run_partitioned
     manifest = load_manifest(partition)
     if manifest.export.get("dtype") != "float32" or manifest.export.get("fake_quant"):
         raise ConfigError(f"--partition {partition}: calibration is captured from an FP32 generation, "

@@ -21,7 +21,7 @@ _PAIRS = {(np.dtype(np.float32), np.dtype(np.float16)), (np.dtype(np.float16), n
 _lock = threading.Lock()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _session(src: str, dst: str):
     import onnxruntime as ort
     from onnx import helper

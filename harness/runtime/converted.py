@@ -24,8 +24,8 @@ def cached_fp32_export(bundle, cache_dir: Path, granularity: str = "branch") -> 
 
 def cached_calibration(bundle, cache_dir: Path, source: Path) -> Path:
     """The board's recipe ({high, low} sigma x {cond, uncond}, FFNs) from the model's default prompt."""
-    from .capture import RECORD_FILE, capture_calibration
     from ..sampling.reference_run import sample_settings
+    from .capture import RECORD_FILE, capture_calibration
     out = Path(cache_dir) / "calibration" / f"{bundle.cfg.name}-{bundle.digest[:12]}-ffn-high-low"
     if not (out / RECORD_FILE).is_file():
         settings = sample_settings(bundle)
@@ -51,8 +51,9 @@ def cached_conversion(bundle, cache_dir: Path, precision: str, calibration: Path
     name = f"{source.name}-rknn-{version}-{precision}"
     if calibration is not None:     # another calibration set is another conversion
         import hashlib
-        from .capture import load_calibration
+
         from ..partition.manifest import load_manifest
+        from .capture import load_calibration
         load_calibration(calibration, load_manifest(source))
         name += "-cal-" + hashlib.sha256((Path(calibration) / "calibration.json").read_bytes()).hexdigest()[:10]
     out = source.with_name(name)

@@ -15,8 +15,8 @@ __all__ = ["exported_partition", "export_with_progress", "is_current"]
 
 def export_with_progress(weights: dict, cfg: ModelConfig, out, quiet: bool = False, **options):
     """export_partition with a progress bar on stderr (the exporter itself prints nothing)."""
-    from ..report.terminal import progress_bar
     from ..partition.onnx_export import export_partition, planned_files
+    from ..report.terminal import progress_bar
     total = planned_files(cfg, options.get("blocks"), options.get("granularity", "branch"))
     with progress_bar(total, f"export {cfg.name} {options.get('dtype', 'float32')}", disable=quiet) as advance:
         return export_partition(weights, cfg, out, on_file=advance, **options)

@@ -17,21 +17,22 @@ lifecycle stages, host math and the rest (harness bookkeeping).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..core.errors import ManifestError, NumericsError
-from ..model import ops, reference as R
+from ..core.imageio import as_rgb
+from ..core.timing import Timed
+from ..model import ops
+from ..model import reference as R
 from ..model.bundle import ModelBundle
 from ..model.config import BRANCHES
 from ..partition.checks import check_input, check_outputs
 from ..partition.fused import MOD_PARTS, mod_input
 from ..partition.manifest import SubgraphEntry
-from ..core.imageio import as_rgb
-from ..core.timing import Timed
 from .casts import cast
 
 __all__ = ["PartitionedPipeline", "Invocation", "check_finite", "check_image_finite", "batch_of"]

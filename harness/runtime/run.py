@@ -6,27 +6,27 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
-from ..core.atomic import atomic_write_json
 from ..backends.base import backend_class, run_options
+from ..core.atomic import atomic_write_json
 from ..core.errors import HarnessError, ManifestError, StorageError
-from ..sampling.reference_run import initial_latents, stream_text_embs
+from ..core.run_report import check_run_report
+from ..core.signals import stop_status
 from ..lifecycle import LifecycleRecorder, make_strategy
+from ..lifecycle.steptimes import summarize
 from ..memory.guard import read_memory
 from ..model.bundle import ModelBundle
 from ..partition.manifest import load_manifest, manifest_sha256, network_settings
-from .pipeline import PartitionedPipeline
-from ..core.run_report import check_run_report
-from ..lifecycle.steptimes import summarize
 from ..sampling.flow import denoise, flow_sigmas
+from ..sampling.reference_run import initial_latents, stream_text_embs
 from ..sampling.settings import SampleSettings
-from ..core.signals import stop_status
 from ..sampling.spectrum import sampler_velocity
+from .pipeline import PartitionedPipeline
 
 __all__ = ["RunRequest", "RunResult", "run_partitioned", "open_partition"]
 

@@ -5,7 +5,7 @@ and the partitioned pipeline are sampled by the same code.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

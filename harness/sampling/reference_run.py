@@ -6,15 +6,15 @@ as a single run with that seed does, and cond/uncond run as one batch of 2B.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..core.errors import ConfigError
 from ..model import reference
 from ..model.bundle import ModelBundle
 from .flow import denoise, initial_noise
 from .settings import SampleSettings
-from ..core.errors import ConfigError
 from .spectrum import DEFAULT_PRESET, PRESETS, SpectrumParams, check_params, sampler_velocity
 
 __all__ = ["sample_settings", "stream_text_embs", "initial_latents", "sample_reference", "text_emb_streams"]

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import scipy.linalg

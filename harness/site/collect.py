@@ -18,8 +18,18 @@ from dataclasses import dataclass, field
 
 from ..report.sitelinks import series_page
 from ..results.fleet import board_verdicts, fleet_groups
-from ..results.judge import (CONFIDENCE, GROUP_RUNS, LOOKBACK, NOT_COMPARABLE, NPU_CORE, STEP, Judgement,
-                             figures, judge_run, parse_threshold)
+from ..results.judge import (
+    CONFIDENCE,
+    GROUP_RUNS,
+    LOOKBACK,
+    NOT_COMPARABLE,
+    NPU_CORE,
+    STEP,
+    Judgement,
+    figures,
+    judge_run,
+    parse_threshold,
+)
 from ..results.records import Run, RunKey
 from ..results.store import PendingView, ResultsStore
 from ..results.verdicts import MIN_HISTORY, change_points, history_verdict

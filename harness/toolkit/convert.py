@@ -9,8 +9,6 @@ the source ONNX hashes, per-subgraph build seconds and op placement, and the bui
 """
 from __future__ import annotations
 
-from typing import Any
-
 import contextlib
 import errno
 import hashlib
@@ -21,15 +19,16 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..core.atomic import atomic_path
 from ..core.errors import ConfigError, ManifestError, StorageError, ToolkitError
 from ..partition.manifest import Manifest, SubgraphEntry, load_manifest, manifest_sha256
-from .precisions import absolute_dataset, precisions, quantization_for, recipe
 from .envs import default_version, toolkit_python
 from .layers import check_no_cpu_ops, cpu_fallbacks, parse_layer_table, register_overflow
+from .precisions import absolute_dataset, precisions, quantization_for, recipe
 from .process import run_worker
 
 __all__ = ["PRECISIONS", "DEFAULT_TARGET", "BUILD_LOG", "ConvertResult", "convert_partition", "check_out",

@@ -53,7 +53,7 @@ def is_precision_file(precision: str) -> bool:
     return str(precision).endswith(".toml")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _precision_file(path: str, mtime_ns: int) -> dict:
     where = f"--precision {path}"
     try:

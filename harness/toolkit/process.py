@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from ..core.errors import ToolkitError
 from .envs import toolkit_python

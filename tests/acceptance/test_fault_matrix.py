@@ -34,13 +34,12 @@ import numpy as np
 import psutil
 import pytest
 
-from harness.model.config import REPO_ROOT
-from harness.gates.golden import GoldenStore
 from harness.gates.cases import load_cases
+from harness.gates.golden import GoldenStore
 from harness.model.bundle import load_bundle
+from harness.model.config import REPO_ROOT
 from harness.partition.onnx_export import export_partition
-from tests.helpers import (add_output_and_resign, alive, make_random_model_dir, shared_blocks,
-                           worker_processes)
+from tests.helpers import add_output_and_resign, alive, make_random_model_dir, shared_blocks, worker_processes
 
 STALE = {"status": "ok", "stale": "from the previous run"}
 

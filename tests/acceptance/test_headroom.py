@@ -10,12 +10,11 @@ import sys
 
 import pytest
 
-from harness.model.config import EMBEDDED_DIR, REPO_ROOT
 from harness.gates.headroom import headroom_failures, min_headroom_of
 from harness.gates.runner import memory_case
-from harness.pytest_plugin.fixtures import judged_run
+from harness.model.config import EMBEDDED_DIR, REPO_ROOT
 from harness.model.weights import read_safetensors, save_weights
-
+from harness.pytest_plugin.fixtures import judged_run
 
 # Headroom is mostly the network's: the fast tier judges the first case of each sampler, the full
 # suite and -m npu every case (each a whole probed denoise, ~3-7 s here; for every case but the first

@@ -4,7 +4,6 @@ stated budget. It judges the run of the lifecycle the suite runs (--lifecycle) a
 the workers' part beside the pipeline's."""
 import pytest
 
-
 pytestmark = [pytest.mark.npu, pytest.mark.memory]
 
 

@@ -6,12 +6,12 @@ import pytest
 
 from harness.backends import live_contexts
 from harness.core.errors import MemoryGuardTripped
-from harness.sampling.reference_run import sample_settings
 from harness.memory.guard import MemoryGuard, MemoryReading, read_memory
+from harness.memory.residency import residency_probe
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
-from harness.memory.residency import residency_probe
-from harness.runtime.run import run_partitioned, RunRequest
+from harness.runtime.run import RunRequest, run_partitioned
+from harness.sampling.reference_run import sample_settings
 from tests.helpers import make_random_model_dir
 
 pytestmark = pytest.mark.memory

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import pytest
 
 from harness.core.errors import HarnessError
-from harness.gates.runner import quality_check, quality_line
 from harness.gates.golden import GoldenError, GoldenStore, relative_to_repo
+from harness.gates.runner import quality_check, quality_line
 from harness.pytest_plugin.fixtures import judged_run
 from harness.pytest_plugin.state import GOLDEN_UPDATES, QUALITY_LINES, QUALITY_RESULTS, append_to
 

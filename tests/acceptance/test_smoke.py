@@ -8,9 +8,9 @@ board-only checks (marker `board`) are deselected and the rest run on the host b
 import numpy as np
 import pytest
 
+from harness.core.errors import HarnessError
 from harness.gates.preflight import preflight
 from harness.gates.smoke import find_npu_node, lifecycle_once, npu_node_problem, version_problem
-from harness.core.errors import HarnessError
 from harness.partition.manifest import load_manifest
 
 pytestmark = pytest.mark.smoke

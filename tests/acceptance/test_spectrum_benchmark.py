@@ -9,9 +9,9 @@ by hand with `bin/test tests/acceptance/test_spectrum_benchmark.py`.
 """
 import pytest
 
+from harness.gates.quality import compare, compare_latents
 from harness.gates.runner import benchmark_info, derived_case
 from harness.pytest_plugin.state import SPECTRUM_LINES, append_to
-from harness.gates.quality import compare, compare_latents
 from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
 
 pytestmark = [pytest.mark.npu, pytest.mark.benchmark, pytest.mark.slow]

@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 
 from harness.backends import create_context
+from harness.backends.board_drift import Drift, load_drift_model
 from harness.backends.board_sim import normalize_options
 from harness.backends.faults import FaultInjectionContext
-from harness.backends.board_drift import Drift, load_drift_model
-from harness.model.config import REPO_ROOT
 from harness.core.errors import ConfigError
+from harness.model.config import REPO_ROOT
 from harness.partition.manifest import load_manifest, manifest_sha256
-from harness.sampling.reference_run import sample_settings
 from harness.results.ab import Side, baseline_options, judge_pairs, parse_confidence, round_orders, run_session
 from harness.results.store import ResultsStore
+from harness.sampling.reference_run import sample_settings
 from tests.helpers import export_fp32, random_bundle
 
 

@@ -7,10 +7,10 @@ import sys
 import numpy as np
 import pytest
 
-from harness.gates.accuracy import analyze, cosine, max_rel_err, worst_first
 from harness.cli.main import main
-from harness.sampling.reference_run import sample_settings
+from harness.gates.accuracy import analyze, cosine, max_rel_err, worst_first
 from harness.partition.onnx_export import export_partition
+from harness.sampling.reference_run import sample_settings
 
 STEPS = 2
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from harness.sampling.reference_run import sample_reference, sample_settings
 from harness.runtime.run import RunRequest, run_partitioned
+from harness.sampling.reference_run import sample_reference, sample_settings
 from tests.helpers import export_fp32, random_bundle
 
 STEPS = 3

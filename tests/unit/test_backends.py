@@ -280,10 +280,11 @@ def test_rknnlite_off_board_says_so():
 def test_rknn_sim_without_its_toolkit_environment_says_how_to_make_it(tmp_path, monkeypatch):
     """No toolkit needed: an absent environment fails the load naming bin/toolkit-env."""
     import shutil as _shutil
+
     from harness.backends import create_context as _create
+    from harness.model.bundle import load_bundle
     from harness.partition.onnx_export import export_partition
     from tests.helpers import make_random_model_dir
-    from harness.model.bundle import load_bundle
     bundle = load_bundle(make_random_model_dir(tmp_path / "model"))
     export_partition(bundle.weights, bundle.cfg, tmp_path / "fp32", dtype="float32", blocks=[0])
     part = tmp_path / "conv"

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from harness.backends import create_context, live_contexts
-from harness.backends.board_sim import normalize_options
 from harness.backends.board_profile import DEFAULT_BOARD_DATA, load_board_profile
+from harness.backends.board_sim import normalize_options
 from harness.core.errors import ConfigError
 from harness.memory.guard import read_memory
 from harness.partition.manifest import load_manifest
@@ -142,8 +142,9 @@ def test_the_profile_says_which_figures_are_measured_and_which_assumed():
 
 
 def test_the_boards_host_time_falls_before_every_invocation(tmp_path, manifest):
-    from harness.backends.board_sim import BoardSimContext
     import time
+
+    from harness.backends.board_sim import BoardSimContext
     opts = normalize_options({"time_scale": 0.01})
     pauses = BoardSimContext.between_invocations(opts)
     host = load_board_profile().host_per_invocation()
@@ -159,8 +160,8 @@ def test_the_boards_host_time_falls_before_every_invocation(tmp_path, manifest):
 
 
 def test_strategies_on_the_simulated_board_give_onnxruntimes_latent(model, manifest):
+    from harness.runtime.run import RunRequest, run_partitioned
     from harness.sampling.reference_run import sample_settings
-    from harness.runtime.run import run_partitioned, RunRequest
     settings = sample_settings(model, steps=1)
 
     def latent(backend, lifecycle, options):
@@ -174,8 +175,9 @@ def test_strategies_on_the_simulated_board_give_onnxruntimes_latent(model, manif
 
 
 def test_late_wake_ups_are_taken_off_the_next_pauses_of_their_kind():
-    from harness.backends.board_sim import Clock
     import time
+
+    from harness.backends.board_sim import Clock
     clock = Clock()
     start = time.perf_counter()
     time.sleep(0.05)                      # a load whose real work overran its 10 ms by 40 ms
@@ -190,8 +192,9 @@ def test_late_wake_ups_are_taken_off_the_next_pauses_of_their_kind():
 
 
 def test_this_machines_host_work_is_taken_off_the_boards_host_pause():
-    from harness.backends.board_sim import Clock
     import time
+
+    from harness.backends.board_sim import Clock
     clock = Clock()
     clock.pad(time.perf_counter(), 0.0, "path")     # a stage ends
     time.sleep(0.03)                                 # the pipeline's own host math
@@ -211,6 +214,7 @@ def test_default_settings_give_the_boards_on_demand_to_resident_ratio(tmp_path):
     resident within 5 % of the board's 120.40 / (120.40 - 33.84), runs alternating."""
     import json
     import statistics
+
     from harness.cli.main import main
     steps = {"on-demand": [], "resident": []}
     for round_ in range(2):
@@ -228,9 +232,10 @@ def test_a_sessions_one_build_is_no_debt_for_later_stages(manifest, monkeypatch)
     """The process builds each subgraph's session once (reuse_sessions); that build is not a board
     init, so its seconds must not become debt that shortens the later, steady steps' stages. The
     build is made 50 ms slow here, so a build counted as debt would show as 50 ms of it."""
+    import time
+
     from harness.backends import board_sim
     from harness.backends.onnxruntime import OnnxRuntimeContext
-    import time
     monkeypatch.setattr(board_sim, "_SESSIONS", {})
     monkeypatch.setattr(board_sim, "_CLOCK", board_sim.Clock())    # no debt carried from earlier tests
     build = OnnxRuntimeContext.init

@@ -6,13 +6,14 @@ import json
 import numpy as np
 import pytest
 
-from harness.runtime.capture import RECORD_FILE, capture_calibration, load_calibration, parse_steps
 from harness.cli.main import main
 from harness.core.errors import ConfigError, NumericsError
-from harness.sampling.reference_run import sample_settings, stream_text_embs
-from harness.model import ops, reference as R
+from harness.model import ops
+from harness.model import reference as R
 from harness.partition.manifest import load_manifest
+from harness.runtime.capture import RECORD_FILE, capture_calibration, load_calibration, parse_steps
 from harness.sampling.flow import flow_sigmas, initial_noise
+from harness.sampling.reference_run import sample_settings, stream_text_embs
 
 STEPS = 3       # a 3-step generation: "high" is step 0, "low" is step 2
 

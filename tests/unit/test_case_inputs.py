@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from harness.model.config import REPO_ROOT
 from harness.gates.cases import find_case, golden_dir_for
-from harness.model.bundle import load_bundle
-from harness.partition.onnx_export import export_partition
 from harness.gates.compare_toolkits import image_rows
+from harness.model.bundle import load_bundle
+from harness.model.config import REPO_ROOT
+from harness.partition.onnx_export import export_partition
 
 ANIMA_SHAPED = REPO_ROOT / "models" / "anima-shaped"
 

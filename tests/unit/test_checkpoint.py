@@ -9,16 +9,15 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from harness.model.checkpoint import Checkpoint, is_host_key
 from harness.cli.main import main
-from harness.model.config import load_profile
 from harness.core.errors import WeightsError
 from harness.model.bundle import load_bundle
-from harness.partition.onnx_export import export_partition
-from harness.model.weights import weights_digest
-from harness.model.safetensors_io import bf16_bits_to_f32, f32_to_bf16_bits
-from harness.model.weights import expected_shapes
+from harness.model.checkpoint import Checkpoint, is_host_key
+from harness.model.config import load_profile
 from harness.model.random_checkpoint import random_tensor, write_random_checkpoint
+from harness.model.safetensors_io import bf16_bits_to_f32, f32_to_bf16_bits
+from harness.model.weights import expected_shapes, weights_digest
+from harness.partition.onnx_export import export_partition
 
 ANIMA_SHAPED = "models/anima-shaped"
 

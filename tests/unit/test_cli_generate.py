@@ -74,8 +74,8 @@ def test_bad_weights_file_exits_without_traceback(model_dir, tmp_path):
 
 
 def test_batched_reference_equals_single_runs(model_dir):
-    from harness.sampling.reference_run import sample_reference
     from harness.model.bundle import load_bundle
+    from harness.sampling.reference_run import sample_reference
     bundle = load_bundle(model_dir)
     # Two steps: the second sees the first's update, which is where rows could mix.
     batch = sample_reference(bundle, ["digit one", "the number 7"], [5, 6], 2, 4.0, 3.0)

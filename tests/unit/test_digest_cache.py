@@ -8,15 +8,15 @@ import shutil
 import numpy as np
 import pytest
 
-from harness.model.checkpoint import Checkpoint, load_weights
-from harness.model.config import load_profile
 from harness.model import digest_cache
 from harness.model.bundle import load_bundle
+from harness.model.checkpoint import Checkpoint, load_weights
+from harness.model.config import load_profile
+from harness.model.random_checkpoint import write_random_checkpoint
+from harness.model.weights import weights_digest
 from harness.partition.onnx_export import export_partition
 from harness.runtime.run import RunRequest, run_partitioned
-from harness.model.weights import weights_digest
 from harness.sampling.settings import SampleSettings
-from harness.model.random_checkpoint import write_random_checkpoint
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from harness.core.atomic import atomic_write_bytes
-from harness.model.config import EMBEDDED_DIR, REPO_ROOT
 from harness.model.bundle import load_bundle
+from harness.model.config import EMBEDDED_DIR, REPO_ROOT
 from harness.model.embedded import digit_classifier, digits_latents, latents_to_digits_features
 from harness.sampling.prompt_accuracy import grade, prompted_latents
 

@@ -6,8 +6,8 @@ import pytest
 
 from harness.model.config import BRANCHES, EMBEDDED_DIR, load_model_dir, load_profile
 from harness.model.flops import branch_flops, branch_macs, step_flops
-from harness.partition.onnx_export import build_subgraph
 from harness.model.weights import random_weights
+from harness.partition.onnx_export import build_subgraph
 
 
 def _matmul_macs(model: onnx.ModelProto) -> int:

@@ -8,10 +8,10 @@ import pytest
 from harness.backends import live_contexts
 from harness.cli.main import main
 from harness.core.errors import NumericsError
-from harness.sampling.reference_run import sample_settings
 from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
-from harness.runtime.run import run_partitioned, RunRequest
+from harness.runtime.run import RunRequest, run_partitioned
+from harness.sampling.reference_run import sample_settings
 from tests.anima_shaped import GOLDEN_DIR, MODEL_DIR, write_decoder_onnx
 from tests.helpers import make_random_model_dir
 
@@ -137,8 +137,8 @@ def test_decoder_emitting_nan_is_caught_and_everything_released(tmp_path):
 
 
 def test_text_emb_of_a_prompt_renders_what_the_prompt_renders_on_the_embedded_model(tmp_path):
-    from harness.model.config import EMBEDDED_DIR
     from harness.core.imageio import load_png
+    from harness.model.config import EMBEDDED_DIR
     bundle = load_bundle(EMBEDDED_DIR)
     np.save(tmp_path / "seven.npy", bundle.text_emb("a handwritten digit seven"))
     np.save(tmp_path / "empty.npy", bundle.text_emb(""))

@@ -5,9 +5,17 @@ import numpy as np
 import pytest
 
 from harness.core.errors import ConfigError
-from harness.gates.golden import UPDATE_COMMAND, GoldenCorrupt, GoldenError, GoldenMissing, GoldenRefused, GoldenStale, GoldenStore
-from harness.gates.cases import golden_dir_for, load_cases
 from harness.core.imageio import load_png
+from harness.gates.cases import golden_dir_for, load_cases
+from harness.gates.golden import (
+    UPDATE_COMMAND,
+    GoldenCorrupt,
+    GoldenError,
+    GoldenMissing,
+    GoldenRefused,
+    GoldenStale,
+    GoldenStore,
+)
 
 META = {"backend": "onnxruntime", "manifest_hash": "sha256:abc123"}
 

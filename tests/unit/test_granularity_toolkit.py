@@ -74,6 +74,7 @@ def _layer_norm_then_modulation(path, mod_shape):
     """LN(x) * (1 + scale) + shift, scale and shift graph inputs of `mod_shape`, then a MatMul."""
     import onnx
     from onnx import helper
+
     from harness.partition.fused import add_layer_norm
     from harness.partition.graph import Graph
     g = Graph("float32", 17)

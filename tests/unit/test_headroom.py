@@ -4,9 +4,9 @@ import dataclasses
 
 import pytest
 
-from harness.model.config import EMBEDDED_DIR, load_model_dir
 from harness.core.errors import ConfigError
 from harness.gates.headroom import DEFAULT_MIN_HEADROOM, min_headroom_of, probe_model
+from harness.model.config import EMBEDDED_DIR, load_model_dir
 
 
 def test_stated_headroom_from_model_toml():

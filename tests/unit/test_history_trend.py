@@ -5,10 +5,10 @@ import io
 import pytest
 from rich.console import Console
 
+from harness.cli.trend import add_command
 from harness.core.imageio import load_png
 from harness.results.records import ResultsError
 from harness.results.store import ResultsStore
-from harness.cli.trend import add_command
 from harness.results.trend import render_table, trend
 from tests.results_data import VERSIONS_NEW, make_run
 

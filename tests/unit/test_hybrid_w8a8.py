@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.partition.manifest import load_manifest
 from harness.runtime.capture import capture_calibration
 from harness.sampling.reference_run import sample_settings
-from harness.partition.manifest import load_manifest
 from harness.toolkit.layers import parse_layer_table
 
 pytestmark = pytest.mark.toolkit
@@ -54,8 +54,9 @@ def test_hybrid_ffn_is_close_to_fp32_but_not_float16_close(hybrid):
     """On the captured inputs (what it was calibrated for) the INT8 FFN is near FP32, yet measurably
     further than FP16 rounding (>= 0.9999998 on these subgraphs, docs/architecture.md section 8)."""
     import onnxruntime as ort
-    from harness.gates.accuracy import cosine
+
     from harness.backends import create_context
+    from harness.gates.accuracy import cosine
     sim = load_manifest(hybrid / "w8a8")
     entry = sim.subgraphs[2]
     source = load_manifest(hybrid / "fp32")

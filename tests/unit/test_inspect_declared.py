@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from harness.backends.rknn_sim import conversion_record
-from harness.model.config import REPO_ROOT
 from harness.core.errors import ManifestError
+from harness.model.config import REPO_ROOT
 from harness.partition.inspection import inspect_partition
 from harness.toolkit.convert import convert_partition
 from tests.helpers import add_output_and_resign, export_fp32, random_bundle, resign

@@ -3,13 +3,13 @@ the FP32 partition's latent passes against the committed FP16 golden of the Anim
 import numpy as np
 import pytest
 
-from harness.gates.runner import quality_line
-from harness.gates.golden import GoldenStale, GoldenStore
 from harness.gates.cases import load_cases
+from harness.gates.golden import GoldenStale, GoldenStore
+from harness.gates.quality import ImageMismatch, compare_latents
+from harness.gates.runner import quality_line
 from harness.model.bundle import check_text_emb, load_bundle
 from harness.partition.onnx_export import export_partition
-from harness.gates.quality import ImageMismatch, compare_latents
-from harness.runtime.run import run_partitioned, RunRequest
+from harness.runtime.run import RunRequest, run_partitioned
 from harness.sampling.settings import SampleSettings
 from tests.anima_shaped import GOLDEN_DIR, MODEL_DIR
 

@@ -9,11 +9,11 @@ import pytest
 from harness.backends import live_contexts
 from harness.cli.main import main
 from harness.core.errors import BackendError, ConfigError, MemoryGuardTripped, NumericsError
-from harness.sampling.reference_run import sample_settings
 from harness.lifecycle import parse_lifecycle, pinned_subset
 from harness.memory.guard import MemoryGuard, MemoryReading, read_memory
 from harness.partition.manifest import load_manifest
-from harness.runtime.run import run_partitioned, RunRequest
+from harness.runtime.run import RunRequest, run_partitioned
+from harness.sampling.reference_run import sample_settings
 from tests.helpers import export_fp32, random_bundle
 
 STEPS = 2

@@ -8,13 +8,12 @@ import shutil
 import numpy as np
 import pytest
 
-from harness.model.config import EMBEDDED_DIR, load_model_dir
-from harness.core.errors import HarnessError, ManifestError
 from harness.cli.partition import add_command
-from harness.partition import (check_input, export_partition, inspect_partition,
-                               load_manifest)
-from harness.partition.manifest import FORMAT, MANIFEST_FILE
+from harness.core.errors import HarnessError, ManifestError
+from harness.model.config import EMBEDDED_DIR, load_model_dir
 from harness.model.weights import random_weights, save_weights
+from harness.partition import check_input, export_partition, inspect_partition, load_manifest
+from harness.partition.manifest import FORMAT, MANIFEST_FILE
 
 
 @pytest.fixture(scope="module")
@@ -281,8 +280,8 @@ def test_decoder_file_shared_with_a_subgraph_is_refused(part):
 def test_decoder_out_of_place_is_refused(part, index):
     # The decoder runs after all 28 x 3 subgraphs: its index is 84 whatever blocks were exported.
     edit_manifest(part, lambda d: d["decoder"].update(index=index))
-    with pytest.raises(ManifestError, match=rf"decoder entry must have branch 'decoder' and index 84 "
-                                            rf"\(file decoder.onnx\)"):
+    with pytest.raises(ManifestError, match=r"decoder entry must have branch 'decoder' and index 84 "
+                                            r"\(file decoder.onnx\)"):
         load_manifest(part).verify()
 
 

@@ -11,8 +11,20 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.results.judge import (GROUP_RUNS, HISTORY, LOOKBACK, NOT_COMPARABLE, NPU_CORE, READ_RUNS, STEP,
-                                   board_record, figures, judge_run, judge_values, record_of)
+from harness.results.judge import (
+    GROUP_RUNS,
+    HISTORY,
+    LOOKBACK,
+    NOT_COMPARABLE,
+    NPU_CORE,
+    READ_RUNS,
+    STEP,
+    board_record,
+    figures,
+    judge_run,
+    judge_values,
+    record_of,
+)
 from harness.results.noise import MIN_POSITIONS, NOISE_LOOKBACK, noise_factor, standardized_shifts
 from harness.results.store import ResultsStore
 from harness.results.verdicts import history_verdict

@@ -8,9 +8,9 @@ import pytest
 
 from harness.backends import live_contexts
 from harness.core.errors import ManifestError, NumericsError
-from harness.sampling.reference_run import sample_settings
 from harness.partition.manifest import SubgraphEntry, TensorSpec
-from harness.runtime.run import run_partitioned, RunRequest
+from harness.runtime.run import RunRequest, run_partitioned
+from harness.sampling.reference_run import sample_settings
 from tests.helpers import export_fp32, random_bundle
 
 

@@ -9,13 +9,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from harness.model.config import BRANCHES, EMBEDDED_DIR, load_model_dir, load_profile
 from harness.core.errors import ConfigError, WeightsError
 from harness.model import reference
+from harness.model.config import BRANCHES, EMBEDDED_DIR, load_model_dir, load_profile
 from harness.model.embedded import decode
-from harness.partition import (build_decoder, build_subgraph, export_partition, float16_missing_kernels,
-                               load_manifest)
 from harness.model.weights import random_weights
+from harness.partition import build_decoder, build_subgraph, export_partition, float16_missing_kernels, load_manifest
 
 EXPORTED_BLOCKS = (0, 1)
 

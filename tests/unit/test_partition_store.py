@@ -21,8 +21,8 @@ def _run(*args, env=None, ok=True):
 
 @pytest.fixture(scope="module")
 def partition(tmp_path_factory):
-    from harness.model.config import EMBEDDED_DIR
     from harness.model.bundle import load_bundle
+    from harness.model.config import EMBEDDED_DIR
     from tests.helpers import export_fp32
     return export_fp32(load_bundle(EMBEDDED_DIR), tmp_path_factory)
 

@@ -8,9 +8,9 @@ import pytest
 
 from harness.backends import live_contexts
 from harness.cli.main import main
-from harness.sampling.reference_run import sample_reference, sample_settings
 from harness.partition.onnx_export import export_partition
-from harness.runtime.run import run_partitioned, RunRequest
+from harness.runtime.run import RunRequest, run_partitioned
+from harness.sampling.reference_run import sample_reference, sample_settings
 from harness.sampling.settings import SampleSettings
 from tests.helpers import export_fp32, random_bundle
 
@@ -203,10 +203,10 @@ def test_anima_shaped_partition_without_decoder_or_prompt_encoder(tmp_path):
     """The Cosmos reference model (16 -> here 4 latent channels, no decoder, no prompt encoder: the
     shape of an Anima deployment) through the partition, fed precomputed text_embs: the final latent
     matches the monolithic reference and no image is claimed."""
-    from harness.model.config import load_profile
     from harness.model.bundle import ModelBundle
-    from harness.sampling.flow import initial_noise
     from harness.model.checkpoint import load_weights
+    from harness.model.config import load_profile
+    from harness.sampling.flow import initial_noise
     from tests.unit.test_reference import DATA
     cfg = load_profile("cosmos-tiny")
     bundle = ModelBundle(cfg, load_weights(DATA / "tiny.safetensors", cfg), None, tmp_path)

@@ -10,11 +10,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.model.config import REPO_ROOT
 from harness.core.errors import ConfigError
+from harness.gates.precision_search import (
+    Candidate,
+    Outcome,
+    board_saving,
+    precision_text,
+    predicted_step,
+    rank_ffns,
+    top_candidate,
+    write_search,
+)
+from harness.model.config import REPO_ROOT
 from harness.toolkit.precisions import quantization_for, recipe
-from harness.gates.precision_search import (Candidate, Outcome, board_saving, precision_text, predicted_step, rank_ffns,
-                                           top_candidate, write_search)
 
 
 def _write(tmp_path, text: str):
@@ -48,8 +56,8 @@ def test_convert_cli_refuses_a_bad_precision_file_in_one_line(tmp_path):
 
 
 def test_written_precision_file_selects_subgraphs_and_linears(embedded_fp32, tmp_path):
-    from harness.runtime.capture import capture_calibration
     from harness.partition.manifest import load_manifest
+    from harness.runtime.capture import capture_calibration
     from harness.sampling.reference_run import sample_settings
     bundle, partition = embedded_fp32
     capture_calibration(bundle, partition, tmp_path / "cal", "digit four", sample_settings(bundle, 2),
@@ -90,7 +98,8 @@ def test_the_docs_table_is_what_the_search_wrote(tmp_path):
     spec = _write(tmp_path, 'format = "anima-precision/1"\nint8_subgraphs = []\n')
     outcomes = [Outcome(Candidate("all", ffns, algorithm="kl_divergence"), 98.15, 0.998763, 49.1, -1.1e-3, -8.9,
                         0.999284, ffn_cosines={2: 0.999284}),
-                Outcome(Candidate("none", []), 120.40, 0.999975, 65.45, 6.0e-5, 7.45, 1.0, True, precision_file=str(spec)),
+                Outcome(Candidate("none", []), 120.40, 0.999975, 65.45, 6.0e-5, 7.45, 1.0, True,
+                        precision_file=str(spec)),
                 Outcome(Candidate("broken", ffns[:1]), 119.61, error="toolkit crashed")]
     case = SimpleNamespace(name="seven", ssim_min=0.999908, psnr_min=58.1)
     write_search(tmp_path, outcomes, saving, tmp_path / "calibration", case)
@@ -117,8 +126,8 @@ def test_table_from_a_file_that_is_not_a_search_is_one_line(tmp_path):
 @pytest.mark.toolkit
 @pytest.mark.slow
 def test_one_linear_of_an_ffn_stays_float16(embedded_fp32, tmp_path, toolkit_version):
-    from harness.runtime.capture import capture_calibration
     from harness.partition.onnx_export import export_partition
+    from harness.runtime.capture import capture_calibration
     from harness.sampling.reference_run import sample_settings
     from harness.toolkit.convert import convert_partition
     from harness.toolkit.layers import parse_layer_table

@@ -11,8 +11,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from harness.model.config import BRANCHES
 from harness.gates.benchmark import comparison_of
+from harness.model.config import BRANCHES
 from harness.report.summary import markdown_summary
 from harness.results.judge import HISTORY, UPGRADE, confirm, judge_run
 from harness.results.store import ResultsStore

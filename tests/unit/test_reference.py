@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.model.config import load_profile
-from harness.model import ops, reference as R
+from harness.model import ops
+from harness.model import reference as R
 from harness.model.checkpoint import load_weights
+from harness.model.config import load_profile
 from harness.model.weights import random_weights
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "cosmos-reference"

@@ -3,9 +3,9 @@ PostgreSQL). The store's failures: test_store_failures.py."""
 from __future__ import annotations
 
 import csv
-from dataclasses import replace
 import io
 import re
+from dataclasses import replace
 
 import pytest
 

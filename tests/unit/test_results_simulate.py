@@ -27,7 +27,8 @@ def _short_stream(out, rounds: int = 110):
     return out
 
 
-@pytest.mark.parametrize("args,culprit", [(["--runs", "0"], "--runs 0"), (["--streams", "nowhere"], "--streams nowhere"),
+@pytest.mark.parametrize("args,culprit", [(["--runs", "0"], "--runs 0"),
+                                          (["--streams", "nowhere"], "--streams nowhere"),
                                           (["--shift", "fast"], "--shift 'fast'")])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, culprit):
     out = tmp_path / "rates.json"

@@ -13,8 +13,7 @@ import pytest
 from harness.cli.main import main
 from harness.results.store import describe_url
 from tests.browser import in_page, parse_html, rendered_dom, screenshot
-from tests.site_data import (BOARDS, CASES, INVALID_RUN, REGRESSION_AT, RUNS, SLOW, UPGRADE_AT, lab_store,
-                             run_name)
+from tests.site_data import BOARDS, CASES, INVALID_RUN, REGRESSION_AT, RUNS, SLOW, UPGRADE_AT, lab_store, run_name
 
 pytestmark = [pytest.mark.results, pytest.mark.slow]      # one site ~30 s here
 

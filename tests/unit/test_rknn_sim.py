@@ -6,9 +6,9 @@ import shutil
 import numpy as np
 import pytest
 
-from harness.gates.accuracy import cosine
 from harness.backends import create_context, live_contexts
 from harness.core.errors import BackendError
+from harness.gates.accuracy import cosine
 from harness.partition.manifest import load_manifest
 
 pytestmark = pytest.mark.toolkit

@@ -8,10 +8,11 @@ from dataclasses import replace
 import pytest
 
 from harness.core.errors import ConfigError
-from harness.partition.manifest import load_manifest
-from harness.gates.headroom import DEFAULT_MIN_HEADROOM as MIN_HEADROOM, REPORT_KEY
-from harness.gates.runner import derived_case, memory_case
 from harness.gates.cases import load_cases
+from harness.gates.headroom import DEFAULT_MIN_HEADROOM as MIN_HEADROOM
+from harness.gates.headroom import REPORT_KEY
+from harness.gates.runner import derived_case, memory_case
+from harness.partition.manifest import load_manifest
 from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
 from tests.helpers import TWO_STEP_DEFAULTS, gate_runner_for
 

@@ -207,8 +207,8 @@ def _collect(tmp_path, *extra) -> str:
 
 @pytest.mark.slow          # two collections of the whole suite
 def test_a_session_prints_its_expected_length_and_a_tier_shortens_it(tmp_path):
-    from harness.model.config import EMBEDDED_DIR, load_model_dir
     from harness.gates.cases import golden_dir_for, load_cases
+    from harness.model.config import EMBEDDED_DIR, load_model_dir
     cases = load_cases(golden_dir_for(load_model_dir(EMBEDDED_DIR).name) / "cases.toml")
     steps = [c.steps for c in cases]
     full = _collect(tmp_path)

@@ -7,8 +7,17 @@ import pytest
 from numpy.polynomial import chebyshev
 
 from harness.core.errors import ConfigError, NumericsError
-from harness.sampling.spectrum import (PRESETS, Forecaster, SpectrumVelocity, chebyshev_basis,
-                              check_params, params_from, schedule, schedule_text, step_tau)
+from harness.sampling.spectrum import (
+    PRESETS,
+    Forecaster,
+    SpectrumVelocity,
+    chebyshev_basis,
+    check_params,
+    params_from,
+    schedule,
+    schedule_text,
+    step_tau,
+)
 
 PRESET = PRESETS["13-of-28"]
 EPS32 = float(np.finfo(np.float32).eps)

@@ -9,10 +9,10 @@ test_embedded_model.py reads them).
 import numpy as np
 import pytest
 
+from harness.gates.quality import compare
+from harness.model.bundle import load_bundle
 from harness.model.config import EMBEDDED_DIR
 from harness.sampling.reference_run import sample_reference, sample_settings
-from harness.model.bundle import load_bundle
-from harness.gates.quality import compare
 
 pytestmark = pytest.mark.slow
 

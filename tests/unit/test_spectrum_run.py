@@ -6,12 +6,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tests.helpers import export_fp32, random_bundle
-
 from harness.backends import live_contexts
 from harness.cli.main import main
 from harness.sampling.reference_run import sample_reference, sample_settings
 from harness.sampling.spectrum import PRESETS
+from tests.helpers import export_fp32, random_bundle
 
 # 6 steps, warmup 2, degree 1: CCFCFC (2 forecast steps), small enough for a unit test.
 PARAMS = replace(PRESETS["13-of-28"], warmup=2, degree=1, flex=0.0)
@@ -36,7 +35,7 @@ def settings(model):
 
 @pytest.fixture(scope="module")
 def spectrum_run(model, partition, settings, tmp_path_factory):
-    from harness.runtime.run import run_partitioned, RunRequest
+    from harness.runtime.run import RunRequest, run_partitioned
     report = tmp_path_factory.mktemp("run") / "r.json"
     return run_partitioned(RunRequest(model, partition, "onnxruntime", PROMPT, settings), report_path=report)
 

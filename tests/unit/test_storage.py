@@ -6,11 +6,11 @@ import pytest
 
 from harness.core.atomic import atomic_write_json, sweep_temporaries
 from harness.core.errors import BackendError, ConfigError, StorageError
-from harness.model.bundle import load_bundle
 from harness.core.outputs import MARKER, ArtifactsLock
+from harness.model.bundle import load_bundle
 from harness.partition.onnx_export import export_partition
+from harness.runtime.run import RunRequest, run_partitioned
 from harness.sampling.reference_run import sample_settings
-from harness.runtime.run import run_partitioned, RunRequest
 from tests.helpers import make_random_model_dir
 
 

@@ -3,8 +3,8 @@ import re
 
 import pytest
 
-from harness.model.config import REPO_ROOT
 from harness.core.errors import ConfigError
+from harness.model.config import REPO_ROOT
 from harness.pytest_plugin import OPTIONS, resolve_settings
 
 BOARD_TREE = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"

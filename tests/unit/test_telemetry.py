@@ -12,8 +12,14 @@ from pathlib import Path
 import pytest
 
 from harness.core.errors import ConfigError
-from harness.results.telemetry import (TelemetryWindow, board_id, board_identity, detect_rk3588, read_clocks,
-                               read_thermals)
+from harness.results.telemetry import (
+    TelemetryWindow,
+    board_id,
+    board_identity,
+    detect_rk3588,
+    read_clocks,
+    read_thermals,
+)
 
 BOARD = Path(__file__).resolve().parents[1] / "data" / "sysfs-rk3588"
 POLICY4 = "sys/devices/system/cpu/cpufreq/policy4/scaling_cur_freq"

@@ -15,16 +15,17 @@ import onnx
 import pytest
 
 from harness.core.errors import ConfigError, ManifestError, ToolkitError
-from harness.model import ops, reference as R
+from harness.model import ops
+from harness.model import reference as R
 from harness.model.bundle import load_bundle
 from harness.model.config import EMBEDDED_DIR
-from harness.sampling.reference_run import initial_latents, stream_text_embs
 from harness.partition.manifest import load_manifest, manifest_path
 from harness.partition.onnx_export import export_partition
-from harness.runtime.run import open_partition
-from harness.toolkit.precisions import write_dataset
-from harness.toolkit.convert import convert_partition
 from harness.report.toolkit import cosine_rows
+from harness.runtime.run import open_partition
+from harness.sampling.reference_run import initial_latents, stream_text_embs
+from harness.toolkit.convert import convert_partition
+from harness.toolkit.precisions import write_dataset
 from tests.helpers import missing_tool
 
 ROOT = Path(__file__).resolve().parents[2]

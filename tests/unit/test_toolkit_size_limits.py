@@ -19,8 +19,8 @@ import pytest
 
 from harness.cli.main import main
 from harness.model.config import REPO_ROOT, load_model_dir
-from harness.partition.onnx_export import export_partition
 from harness.model.random_checkpoint import write_random_checkpoint
+from harness.partition.onnx_export import export_partition
 
 pytestmark = pytest.mark.toolkit
 

@@ -17,8 +17,7 @@ TOOLS = REPO_ROOT / "tools"
 HELP_ONLY = ("bench_convert.py", "bench_full_size.py", "bench_lifecycle.py", "bench_results_store.py",
              "bench_soak.py")
 # Not run here at all, and why.
-NOT_RUN = {"train_embedded.py": "needs torch, which lives only in bin/train's own venv (.venv-train)",
-           "bench_verdicts.py": "run by tests/unit/test_verdict_streams.py"}
+NOT_RUN = {"train_embedded.py": "needs torch, which lives only in bin/train's own venv (.venv-train)"}
 
 
 def _run(script: str, *args, timeout: float = 300) -> str:

@@ -12,8 +12,20 @@ from scipy import stats
 
 from harness.model.config import BRANCHES
 from harness.results.condition import HostCondition, probe_seconds
-from harness.results.judge import (CONFIDENCE, FIRST_LOOK_SHARE, GROUP_RUNS, HISTORY, NOT_COMPARABLE, NPU_CORE,
-                                   PRIMARY_SHARE, STEP, UPGRADE, judge_run, judge_values, since_change)
+from harness.results.judge import (
+    CONFIDENCE,
+    FIRST_LOOK_SHARE,
+    GROUP_RUNS,
+    HISTORY,
+    NOT_COMPARABLE,
+    NPU_CORE,
+    PRIMARY_SHARE,
+    STEP,
+    UPGRADE,
+    judge_run,
+    judge_values,
+    since_change,
+)
 from harness.results.records import ResultsError
 from harness.results.store import ResultsStore
 from harness.results.verdicts import history_verdict

@@ -10,9 +10,7 @@ import numpy as np
 import pytest
 
 from harness.model.config import REPO_ROOT
-
-from harness.results.simulate import (AFTER_RUNS, HISTORY_RUNS, STREAMS_DIR, store_looks, stream_figures,
-                                      stream_record)
+from harness.results.simulate import AFTER_RUNS, HISTORY_RUNS, STREAMS_DIR, store_looks, stream_figures, stream_record
 
 STREAMS = sorted(STREAMS_DIR.glob("onnxruntime-aa-*.json.gz"))
 

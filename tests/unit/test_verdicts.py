@@ -4,8 +4,7 @@ and change points land where a step was injected."""
 import numpy as np
 import pytest
 
-from harness.results.verdicts import (Verdict, change_points, fixed_verdict, history_verdict,
-                                      paired_verdict)
+from harness.results.verdicts import Verdict, change_points, fixed_verdict, history_verdict, paired_verdict
 
 
 def _drifting_session(rng, pairs, shift, drift=0.08, jitter=0.01):

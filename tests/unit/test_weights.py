@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from harness.model.config import load_profile
 from harness.core.errors import WeightsError
 from harness.model.checkpoint import load_weights
+from harness.model.config import load_profile
 from harness.model.weights import expected_shapes, random_weights
 
 

@@ -13,8 +13,17 @@ from collections import defaultdict
 import pytest
 
 from harness.model.config import REPO_ROOT
-from tests.github_actions import (Run, commit, evaluate, git, load_yaml, main_repo, pull_request_runs, run_job,
-                                  workflows_started)
+from tests.github_actions import (
+    Run,
+    commit,
+    evaluate,
+    git,
+    load_yaml,
+    main_repo,
+    pull_request_runs,
+    run_job,
+    workflows_started,
+)
 
 REPO = "anima-npu/anima-npu"
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "npu-acceptance.yml"

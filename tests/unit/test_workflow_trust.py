@@ -17,8 +17,17 @@ from pathlib import Path
 import pytest
 
 from harness.model.config import REPO_ROOT
-from tests.github_actions import (commit, evaluate, git, load_yaml, main_repo, pull_request_runs, run_job,
-                                  self_hosted, workflows_started)
+from tests.github_actions import (
+    commit,
+    evaluate,
+    git,
+    load_yaml,
+    main_repo,
+    pull_request_runs,
+    run_job,
+    self_hosted,
+    workflows_started,
+)
 
 REPO = "anima-npu/anima-npu"
 LAB_DOC = REPO_ROOT / "docs" / "lab.md"

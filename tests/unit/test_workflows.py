@@ -251,6 +251,7 @@ def test_harness_commands_in_the_workflow_parse():
     """Every `bin/harness ...` line of the workflow parses with this harness's own CLI, with the job's
     env (and a planned target's matrix values) filled in."""
     import os
+
     from harness.cli.main import build_parser
     from tests.helpers import parser_commands
     parser = build_parser()

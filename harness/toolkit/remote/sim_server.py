@@ -26,13 +26,12 @@ Everything the toolkit prints (Python and native) goes to stderr, which the suit
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
