@@ -52,7 +52,7 @@ __all__ = ["ResultsStore", "PendingView", "StoreUnavailable", "DEFAULT_RESULTS",
 
 DEFAULT_RESULTS = "sqlite:///.benchmarks/results.sqlite"
 BUSY_SECONDS = 60
-_MIGRATIONS = Path(__file__).with_name("migrations")
+MIGRATIONS = Path(__file__).with_name("migrations")
 _MIGRATION_LOCK = 0x616E696D61       # PostgreSQL advisory lock id of the schema upgrade ("anima")
 # The revisions of the days before the schema was squashed into one: a store stamped with one is old, not newer.
 _SQUASHED = frozenset({"0001", "0002", "0003"})
@@ -240,7 +240,7 @@ class ResultsStore:
         from alembic.config import Config
         from alembic.script import ScriptDirectory
         config = Config()
-        config.set_main_option("script_location", str(_MIGRATIONS))
+        config.set_main_option("script_location", str(MIGRATIONS))
         with self._writing() as conn:
             if conn.dialect.name == "postgresql":
                 conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK})

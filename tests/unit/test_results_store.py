@@ -319,13 +319,13 @@ def test_a_store_of_the_initial_revision_is_upgraded_and_its_ab_verdicts_read_wi
     from alembic import command
     from alembic.config import Config
 
-    from harness.results.store import _MIGRATIONS
+    from harness.results.store import MIGRATIONS
     record = make_ab_record("s1", 1.10)
     assert all(v.p_value is not None for v in record.verdicts)
     with ResultsStore(results_url) as store:
         store.add_ab_session(record)
         config = Config()
-        config.set_main_option("script_location", str(_MIGRATIONS))
+        config.set_main_option("script_location", str(MIGRATIONS))
         with store.engine.begin() as conn:      # the store as the revision before the Decision left it
             config.attributes["connection"] = conn
             command.downgrade(config, "initial")
