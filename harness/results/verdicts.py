@@ -28,7 +28,7 @@ from .constants import (
     OUTLIER_Z,
 )
 
-__all__ = ["Decision", "Verdict", "outliers_kept", "history_verdict", "change_points", "paired_verdict",
+__all__ = ["Decision", "outliers_kept", "history_verdict", "change_points", "paired_verdict",
            "fixed_verdict",
            "MIN_HISTORY", "HISTORY_FLOOR_PCT", "FIXED_THRESHOLD_PCT", "OUTLIER_Z"]
 
@@ -91,9 +91,6 @@ class Decision:
                 "regression": self.regression, "n": self.n, "confidence": self.confidence, "runs": self.runs,
                 "widened": self.widened, "statistic": self.statistic, "p_value": self.p_value, "look": self.look}
 
-
-# The name every importer outside harness/results/ still uses: the same type.
-Verdict = Decision
 
 
 def _pct(value: float) -> str:

@@ -4,7 +4,7 @@ and change points land where a step was injected."""
 import numpy as np
 import pytest
 
-from harness.results.verdicts import Verdict, change_points, fixed_verdict, history_verdict, paired_verdict
+from harness.results.verdicts import Decision, change_points, fixed_verdict, history_verdict, paired_verdict
 
 
 def _drifting_session(rng, pairs, shift, drift=0.08, jitter=0.01):
@@ -16,11 +16,11 @@ def _drifting_session(rng, pairs, shift, drift=0.08, jitter=0.01):
 
 
 def test_line_names_branch_shift_interval_and_threshold():
-    v = Verdict("paired", "ffn core", 6.84, (5.91, 7.73), 3.0, True, 12)
+    v = Decision("paired", "ffn core", 6.84, (5.91, 7.73), 3.0, True, 12)
     assert v.line() == "ffn core +6.8 % [5.9, 7.7] over the 3 % threshold"
-    assert Verdict("history", "step", -1.04, (-3.0, 0.9), 4.25, False, 9).line() == \
+    assert Decision("history", "step", -1.04, (-3.0, 0.9), 4.25, False, 9).line() == \
         "step -1.0 % [-3.0, 0.9] within the 4.2 % threshold"
-    assert Verdict("paired", "load", 5.0, (-1.0, 11.0), 2.0, False, 4).line() == \
+    assert Decision("paired", "load", 5.0, (-1.0, 11.0), 2.0, False, 4).line() == \
         "load +5.0 % [-1.0, 11.0] not clearly over the 2 % threshold"
 
 
