@@ -28,7 +28,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from .judge import CONFIDENCE, LOOKBACK
 from .records import Run, RunKey
@@ -161,6 +160,8 @@ def _verdict(board: str, window: _Window, confidence: float, judged: int, named:
     if np.ptp(others) == 0:         # no spread to learn from (identical boards): the floor alone
         half, p_value = 0.0, float(delta == 0)
     else:
+        # scipy.stats costs ~1.2 s to import: every `results` command imports this module, few judge a fleet.
+        from scipy import stats
         test = stats.ttest_ind([window.mean], others, equal_var=True)
         interval = test.confidence_interval(confidence)
         half, p_value = (float(interval.high) - float(interval.low)) / 2, float(test.pvalue)
