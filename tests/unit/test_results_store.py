@@ -73,6 +73,22 @@ def test_schema_migrations_match_the_tables(results_url):
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
 
 
+def test_the_schema_head_is_alembics_and_a_store_at_it_opens_without_alembic(results_url):
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from harness.results.store import MIGRATIONS, SCHEMA_HEAD
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    assert ScriptDirectory.from_config(config).get_current_head() == SCHEMA_HEAD
+    ResultsStore(results_url).close()        # made and migrated here; the next open is a new process's
+    opened = subprocess.run(
+        [sys.executable, "-c", "import sys; from harness.results.store import ResultsStore; "
+         f"ResultsStore({results_url!r}).close(); print(sorted(m for m in sys.modules if m.startswith('alembic')))"],
+        capture_output=True, text=True, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, check=True)
+    assert opened.stdout.strip() == "[]", opened.stdout
+
+
 _WRITER = textwrap.dedent("""
     import sys
     from harness.results.store import ResultsStore
