@@ -31,9 +31,9 @@ def _revision(i: int) -> str:
     return f"{era:x}{'0' * 39}"[:1] + f"{era * 7 + 0xabc:x}" + "0" * 35
 
 
-def lab_store(url: str, seed: int = 3) -> None:
+def lab_store(url: str, seed: int = 3, before_write=None) -> None:
     """Write the lab's runs into the store at `url`, interleaved in time; each series' first run saved
-    as its baseline."""
+    as its baseline. `before_write(store, run)` is called before each run is written."""
     rng = np.random.default_rng(seed)
     with ResultsStore(url) as store:
         for i in range(RUNS):
@@ -47,4 +47,6 @@ def lab_store(url: str, seed: int = 3) -> None:
                                    minute=60 * i + 6 * b + c)
                     run = replace(run, git_revision=_revision(i),
                                   invalid_reasons=("thermal throttling: 95 C, clocks down",) if invalid else ())
+                    if before_write is not None:
+                        before_write(store, run)
                     store.add_run(run, baseline="saved" if i == 0 else None)

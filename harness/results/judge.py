@@ -65,7 +65,7 @@ from .condition import condition_line, probe_verdict
 from .constants import CONFIDENCE, FIRST_LOOK_SHARE, GROUP_RUNS, LOOKBACK, NOISE_LOOKBACK, PRIMARY_SHARE, SPENDING_RHO
 from .noise import NoiseFactor, noise_factor
 from .records import Run
-from .store import PendingView, RunSource
+from .store import RunSource
 from .verdicts import MIN_HISTORY, Decision, fixed_verdict, history_verdict
 
 __all__ = ["Judgement", "judge_run", "confirm", "figures", "judge_figure", "judge_figures", "judge_values",
@@ -485,7 +485,8 @@ def confirm(store: RunSource, first_run: Run, first: Judgement, second_run: Run,
     rates are as before (the first of two is at most its own); what a regression costs is one more
     run, and only when it is flagged."""
     alone = judge_run(store, second_run, threshold_pct)
-    after = judge_run(PendingView(store, [first_run]), second_run, threshold_pct)
+    with store.pending([first_run]) as written:         # the store's own queries, the first run in it
+        after = judge_run(written, second_run, threshold_pct)
     return replace(first, confirmation=(alone, after))
 
 

@@ -5,6 +5,8 @@
     store.runs(board="rock-5c-1a2b", key=run.key.digest, valid=True)
     store.set_baseline(run, "saved")    # the board's accepted reference for the run's experiment
     store.add_ab_session(record)        # an interleaved A/B session: both sides' runs, pairs, verdicts
+    with store.pending([run]) as view:  # reads as if `run` were written; nothing of it remains after
+        view.runs(board=run.board_id)
 
 The URL is SQLAlchemy's: `sqlite:///relative.sqlite`, `sqlite:////absolute.sqlite`, `postgresql://...`
 (psycopg 3 is the driver). Opening a store brings its schema to the newest alembic revision, under a
@@ -19,17 +21,19 @@ at once are written one after the other, neither is lost.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import json
 import sqlite3
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from sqlalchemy import case, create_engine, delete, event, func, insert, inspect, or_, select, text
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 
 from .records import ResultsError, Run, RunKey, SubgraphTime, utc_now
@@ -47,7 +51,7 @@ from .tables import (
     runs,
 )
 
-__all__ = ["ResultsStore", "PendingView", "StoreUnavailable", "DEFAULT_RESULTS", "BUSY_SECONDS", "describe_url",
+__all__ = ["ResultsStore", "StoreUnavailable", "DEFAULT_RESULTS", "BUSY_SECONDS", "describe_url",
            "absolute_url", "sqlite_path", "check_url"]
 
 DEFAULT_RESULTS = "sqlite:///.benchmarks/results.sqlite"
@@ -196,6 +200,8 @@ def _sqlite_engine(parsed) -> Engine:
 class ResultsStore:
     """One results database (see the module docstring)."""
 
+    _pinned: Connection | None = None       # the connection of a view of pending()
+
     def __init__(self, url: str = DEFAULT_RESULTS, create: bool = True):
         """`create=False` (the commands that only read): a SQLite file that is not there is an error,
         not a new empty store made by a typo."""
@@ -229,11 +235,62 @@ class ResultsStore:
 
     @contextlib.contextmanager
     def _writing(self):
-        """A connection in a write transaction: committed when the block ends, rolled back on error."""
+        """A connection in a write transaction: committed when the block ends, rolled back on error.
+        In a view of pending(): a SAVEPOINT in its transaction, rolled back with it."""
+        if self._pinned is not None:
+            with self._pinned.begin_nested():
+                yield self._pinned
+            return
         with self.engine.connect() as conn:
             conn.execution_options(**{_WRITE: True})
             with conn.begin():
                 yield conn
+
+    @contextlib.contextmanager
+    def _reading(self):
+        """A connection to read on: a new one, or in a view of pending() the one holding its transaction."""
+        if self._pinned is not None:
+            yield self._pinned
+            return
+        with self.engine.connect() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def pending(self, runs: list[Run]) -> Iterator[ResultsStore]:
+        """The store as it will be once `runs` are written (filed under their boards, as add_run files
+        them; none of them a baseline): a view of it whose reads run the store's own queries inside one
+        write transaction that holds `runs` and is rolled back when the block ends, also when the block
+        raises, so nothing of them remains. What a second run of a session is judged against when the
+        first must count as written (judge.confirm). The view is good inside the block only; on SQLite
+        it holds the write lock for the block (another writer waits, up to BUSY_SECONDS)."""
+        try:
+            conn = self.engine.connect()
+            conn.execution_options(**{_WRITE: True})
+            transaction = conn.begin()
+        except _driver_errors() as exc:
+            raise StoreUnavailable(f"results store {self.where}: opening a transaction failed "
+                                   f"({_first_line(exc)}); the store is as it was") from None
+        try:
+            view = copy.copy(self)
+            view._pinned = conn
+            view._hold(runs)
+            yield view
+        finally:
+            # a rollback that fails has lost its connection, and an uncommitted transaction ends with it
+            with contextlib.suppress(*_driver_errors()):
+                transaction.rollback()
+            conn.close()
+
+    @_guarded("writing runs not yet written into a transaction")
+    def _hold(self, runs: list[Run]) -> None:
+        """pending()'s runs, written into its view's transaction."""
+        try:
+            with self._writing() as conn:
+                for run in runs:
+                    _insert_run(conn, _filed(conn, run))
+        except IntegrityError as exc:
+            raise ResultsError(f"results store {self.where}: a run judged as not yet written is stored already "
+                               f"({_first_line(exc)})") from None
 
     @property
     def where(self) -> str:
@@ -332,7 +389,7 @@ class ResultsStore:
         run's): a board whose device-tree model string changed ("ROCK 5C" -> "ROCK 5C Rev 1.1") keeps its
         id, its history and its baseline, and stays in its board model's fleet. A run without a serial
         hash, or of a serial the store has not seen, is as it was. add_run files every run it writes."""
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             return _filed(conn, run)
 
     @_guarded("reading A/B sessions")
@@ -343,7 +400,7 @@ class ResultsStore:
             query = query.where(ab_sessions.c.board_id == board)
         if case is not None:
             query = query.where(ab_sessions.c.case_name == case)
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             rows = conn.execute(query.order_by(ab_sessions.c.time, ab_sessions.c.id)).mappings().all()
             return [_session_of(conn, row) for row in rows]
 
@@ -361,7 +418,7 @@ class ResultsStore:
 
     @_guarded("reading runs")
     def has_run(self, run_id: str, case: str) -> bool:
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             return _run_pk(conn, run_id, case) is not None
 
     @_guarded("reading runs")
@@ -387,7 +444,7 @@ class ResultsStore:
             query = query.order_by(runs.c.time.desc(), runs.c.id.desc()).limit(latest)
         else:
             query = query.order_by(runs.c.time, runs.c.id)
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             rows = conn.execute(query).mappings().all()
             return _with_children(conn, rows[::-1] if latest is not None else rows)
 
@@ -403,7 +460,7 @@ class ResultsStore:
     @_guarded("reading a baseline")
     def baseline(self, board: str, experiment: str) -> tuple[Run, str] | None:
         """(run, reason) of the board's baseline for the experiment, or None."""
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             row = conn.execute(select(runs, baselines.c.reason).join(baselines, baselines.c.run == runs.c.id)
                                .where(baselines.c.board_id == board, baselines.c.experiment == experiment)
                                ).mappings().first()
@@ -412,7 +469,7 @@ class ResultsStore:
     @_guarded("reading the fleet's baselines")
     def fleet_baseline(self, board_model: str, experiment: str, exclude_board: str) -> tuple[Run, str] | None:
         """(run, reason) of the newest baseline of another board of the same model, or None."""
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             row = conn.execute(select(runs, baselines.c.reason).join(baselines, baselines.c.run == runs.c.id)
                                .where(runs.c.board_model == board_model, baselines.c.experiment == experiment,
                                       baselines.c.board_id != exclude_board)
@@ -427,13 +484,13 @@ class ResultsStore:
         query = (select(runs.c.key_digest, func.count(), func.sum(case((runs.c.valid, 1), else_=0)))
                  .where(runs.c.board_id == board, runs.c.experiment == experiment)
                  .group_by(runs.c.key_digest).order_by(func.min(runs.c.time), func.min(runs.c.id)))
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             return [(digest, int(count), int(valid or 0)) for digest, count, valid in conn.execute(query)]
 
     @_guarded("reading baselines")
     def baseline_pairs(self) -> list[tuple[str, str, str, str]]:
         """(board, run id, case, reason) of every baseline: what `push` copies besides the runs."""
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             return [tuple(r) for r in conn.execute(
                 select(baselines.c.board_id, runs.c.run_id, runs.c.case_name, baselines.c.reason)
                 .join(runs, baselines.c.run == runs.c.id))]
@@ -465,8 +522,7 @@ class ResultsStore:
 
 
 class RunSource(Protocol):
-    """What a judgement reads from a store: a ResultsStore, a PendingView of one, or the results site's
-    history at one run (harness/site/collect.py)."""
+    """What a judgement reads from a store: a ResultsStore, or the view of one that pending() yields."""
 
     @property
     def where(self) -> str: ...         # how an error line names the store
@@ -482,49 +538,7 @@ class RunSource(Protocol):
 
     def stacks(self, board: str, experiment: str) -> list[tuple[str, int, int]]: ...
 
-
-class PendingView:
-    """A store as it will be once `pending` (runs judged in this session, written at its end, oldest
-    first, all newer than the stored ones) are written: what a second run of the session is judged
-    against when the first must count as written (a change's next look). Reads only."""
-
-    def __init__(self, store: RunSource, pending: list[Run]):
-        self.store, self.pending = store, list(pending)
-
-    @property
-    def where(self) -> str:
-        return self.store.where
-
-    def runs(self, *, latest: int | None = None, **filters) -> list[Run]:
-        """ResultsStore.runs with the pending runs that match the same filters after the stored ones."""
-        found = self.store.runs(latest=latest, **filters) + [r for r in self.pending if _matches(r, **filters)]
-        return found[-latest:] if latest is not None else found
-
-    def baseline(self, board: str, experiment: str) -> tuple[Run, str] | None:
-        return self.store.baseline(board, experiment)       # a pending run becomes one at session end, not before
-
-    def fleet_baseline(self, board_model: str, experiment: str, exclude_board: str) -> tuple[Run, str] | None:
-        return self.store.fleet_baseline(board_model, experiment, exclude_board)
-
-    def stacks(self, board: str, experiment: str) -> list[tuple[str, int, int]]:
-        """ResultsStore.stacks with the pending runs counted (a new key after the stored ones)."""
-        counts = {digest: [count, valid] for digest, count, valid in self.store.stacks(board, experiment)}
-        for run in self.pending:
-            if run.board_id == board and run.key.experiment == experiment:
-                counted = counts.setdefault(run.key.digest, [0, 0])
-                counted[0], counted[1] = counted[0] + 1, counted[1] + int(run.valid)
-        return [(digest, count, valid) for digest, (count, valid) in counts.items()]
-
-
-def _matches(run: Run, *, board=None, board_model=None, key=None, experiment=None, valid=None, case=None,
-             backend=None, run_id=None, other_than_board=None, cpus=None) -> bool:
-    """ResultsStore.runs' filters in Python, for a run not yet written."""
-    wanted = ((board, run.board_id), (board_model, run.board_model), (key, run.key.digest),
-              (experiment, run.key.experiment), (valid, run.valid), (case, run.key.case),
-              (backend, run.key.backend), (run_id, run.run_id))
-    return all(value is None or value == actual for value, actual in wanted) \
-        and (other_than_board is None or run.board_id != other_than_board) \
-        and (cpus is None or run.host_cpus in (None, cpus))
+    def pending(self, runs: list[Run]) -> contextlib.AbstractContextManager[RunSource]: ...
 
 
 def _newer_baseline(target: ResultsStore, run: Run, reason: str) -> None:

@@ -4,7 +4,8 @@ stack changes, the fleets and the upgrades. Plain data; plots.py draws it and pa
 A *series* is one board's runs of one experiment (case, steps, precision, backend), across stack
 changes: a stack upgrade is a marked point in it, not a new series. The latest run of a series is
 judged as the benchmark gate judged it when it was written (judge.judge_run against the store as it
-was before that run: the runs before it and the baselines saved on runs before it).
+was before that run: the runs before it and the baselines saved on runs before it, replayed into a
+throw-away store: _judged_as_written).
 """
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import hashlib
 import json
 import multiprocessing
 import os
+import tempfile
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..report.sitelinks import series_page
 from ..results.fleet import board_verdicts, fleet_groups
@@ -31,7 +34,7 @@ from ..results.judge import (
     parse_threshold,
 )
 from ..results.records import Run, RunKey
-from ..results.store import PendingView, ResultsStore
+from ..results.store import ResultsStore
 from ..results.verdicts import MIN_HISTORY, change_points, history_verdict
 
 __all__ = ["Site", "Series", "Upgrade", "Fleet", "collect", "stack_of", "stack_label", "STATUS_ORDER"]
@@ -188,12 +191,11 @@ def collect(store: ResultsStore, threshold: str = "10%") -> Site:
         by_series[(run.board_id, run.key.experiment)].append(run)
     series = [_series(members, saved) for members in by_series.values()]
     _analyse_all(series)
-    scope = _scopes(runs)
-    baselines = {(r.board_id, r.key.experiment): (r, saved[(r.run_id, r.key.case)])
-                 for r in runs if (r.run_id, r.key.case) in saved}
+    judged = _judged_as_written(runs, saved, [s.latest for s in series] + [m[2] for m in _upgrade_runs(series)],
+                                threshold_pct)
     for s in series:
-        s.judgement = _judge_as_written(s.latest, scope, baselines, threshold_pct)
-    upgrades = _upgrades(series, scope, baselines, threshold_pct)
+        s.judgement = judged[id(s.latest)]
+    upgrades = _upgrades(series, judged)
     fleets = _fleets(runs)
     series.sort(key=lambda s: (s.board_model, s.board, s.case, s.page))
     return Site(store.where, series, upgrades, fleets, len(runs))
@@ -270,64 +272,55 @@ def _change_points(values: list, valid: list[bool], label: str) -> list[tuple]:
     return out
 
 
-def _scopes(runs: list[Run]) -> dict[tuple, list[Run]]:
-    """(board model, experiment) -> its runs, oldest first: everything a judgement of one run reads."""
-    out: dict[tuple, list[Run]] = defaultdict(list)
-    for run in runs:
-        out[(run.board_model, run.key.experiment)].append(run)
-    return out
+def _judged_as_written(runs: list[Run], saved: dict, wanted: list[Run], threshold_pct: float) -> dict[int, Judgement]:
+    """id(run) -> judge.judge_run of each of the `wanted` stored runs against the store as it was before
+    the run was written: the runs before it, and the baselines saved on those runs.
+
+    The store's history is replayed, oldest run first, into a throw-away SQLite store, and each wanted
+    run is judged when its turn comes, so a judgement runs the store's own queries on exactly the runs
+    written before it. Hiding the later runs in the real store instead (deleting them in a transaction
+    rolled back afterwards) would make the site, a reader, take the write lock of a lab's SQLite file
+    (every gate's write waiting) or row locks on a fleet's server, and delete thousands of rows per
+    judgement; the replay writes once per judged run, to a file of its own."""
+    at = {id(run): i for i, run in enumerate(runs)}
+    judged: dict[int, Judgement] = {}
+    with tempfile.TemporaryDirectory(prefix="anima-site-") as tmp, \
+            ResultsStore(f"sqlite:///{Path(tmp) / 'replay.sqlite'}") as replay:
+        written = 0
+        for run in sorted({id(r): r for r in wanted}.values(), key=lambda r: at[id(r)]):
+            before = runs[written:at[id(run)]]
+            if before:
+                replay.add_runs(before)
+            for earlier in before:
+                if (earlier.run_id, earlier.key.case) in saved:
+                    replay.set_baseline(earlier, saved[(earlier.run_id, earlier.key.case)])
+            written += len(before)
+            judged[id(run)] = judge_run(replay, run, threshold_pct)
+    return judged
 
 
-class _Baselines:
-    """The store's baselines as they stood before `run` was written (a baseline saved on a later run
-    did not exist yet), and no runs: PendingView adds the runs before it."""
-
-    where = "the results site's history"
-
-    def __init__(self, baselines: dict, run: Run, before: list[Run]):
-        self._baselines, self._run, self._before = baselines, run, {(r.run_id, r.key.case) for r in before}
-
-    def _then(self, board: str, experiment: str):
-        found = self._baselines.get((board, experiment))
-        return found if found and (found[0].run_id, found[0].key.case) in self._before else None
-
-    def runs(self, **_filters) -> list[Run]:
-        return []
-
-    def baseline(self, board: str, experiment: str):
-        return self._then(board, experiment)
-
-    def fleet_baseline(self, board_model: str, experiment: str, exclude_board: str):
-        found = [b for (board, exp), b in self._baselines.items() if exp == experiment and board != exclude_board
-                 and b[0].board_model == board_model and self._then(board, exp)]
-        return max(found, key=lambda b: b[0].time) if found else None
-
-    def stacks(self, board: str, experiment: str) -> list:
-        return []
-
-
-def _judge_as_written(run: Run, scope: dict, baselines: dict, threshold_pct: float) -> Judgement:
-    """judge.judge_run of a stored run against the store as it was before it was written."""
-    members = scope[(run.board_model, run.key.experiment)]
-    before = members[:next(i for i, r in enumerate(members) if r is run)]
-    return judge_run(PendingView(_Baselines(baselines, run, before), before), run, threshold_pct)
-
-
-def _upgrades(series: list[Series], scope: dict, baselines: dict, threshold_pct: float) -> list[Upgrade]:
-    found: dict[str, Upgrade] = {}
+def _upgrade_runs(series: list[Series]) -> list[tuple[Series, StackChange, Run]]:
+    """(series, stack change, the new stack's run judged for it: its group's last look, GROUP_RUNS, or
+    its latest valid run before that) of every stack change with a valid run of the new stack."""
+    found = []
     for s in series:
         for change in s.stack_changes:
             new = [r for r in s.runs[change.index:] if r.key.digest == change.new.digest and r.valid]
-            if not new:
-                continue
-            judged = new[min(GROUP_RUNS, len(new)) - 1]
-            judgement = _judge_as_written(judged, scope, baselines, threshold_pct)
-            upto = s.runs.index(judged)
-            reference = judgement.reference_run.key.digest if judgement.reference_run else change.old.digest
-            old_runs = [r for r in s.runs[:upto] if r.valid and r.key.digest == reference][-LOOKBACK:]
-            new_runs = [r for r in s.runs[:upto + 1] if r.valid and r.key.digest == change.new.digest][-GROUP_RUNS:]
-            upgrade = found.setdefault(change.upgrade_id, Upgrade(change.upgrade_id, change.old, change.new))
-            upgrade.members.append((s, judged, judgement, old_runs, new_runs))
+            if new:
+                found.append((s, change, new[min(GROUP_RUNS, len(new)) - 1]))
+    return found
+
+
+def _upgrades(series: list[Series], judged: dict[int, Judgement]) -> list[Upgrade]:
+    found: dict[str, Upgrade] = {}
+    for s, change, run in _upgrade_runs(series):
+        judgement = judged[id(run)]
+        upto = s.runs.index(run)
+        reference = judgement.reference_run.key.digest if judgement.reference_run else change.old.digest
+        old_runs = [r for r in s.runs[:upto] if r.valid and r.key.digest == reference][-LOOKBACK:]
+        new_runs = [r for r in s.runs[:upto + 1] if r.valid and r.key.digest == change.new.digest][-GROUP_RUNS:]
+        upgrade = found.setdefault(change.upgrade_id, Upgrade(change.upgrade_id, change.old, change.new))
+        upgrade.members.append((s, run, judgement, old_runs, new_runs))
     return sorted(found.values(), key=lambda u: min(m[1].time for m in u.members))
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from harness.model.config import BRANCHES
 from harness.results.judge import HISTORY, confirm, judge_run
-from harness.results.store import PendingView, ResultsStore
+from harness.results.records import ResultsError
+from harness.results.store import ResultsStore
 from tests.results_data import VERSIONS_NEW, make_run
 
 pytestmark = pytest.mark.results
@@ -75,7 +76,23 @@ def test_a_groups_regression_needs_no_second_run(results_url):
     assert third.regressions[0].runs == 3
 
 
-def test_a_pending_view_answers_as_the_store_will_once_its_runs_are_written(results_url):
+def test_the_second_runs_next_look_is_its_judgement_once_the_first_run_is_written(results_url):
+    with ResultsStore(results_url) as store:
+        _history(store)
+        disturbed, second = _run("new0", 100, revision="r2", factor=2.0), _run("new1", 101, revision="r2")
+        first = judge_run(store, disturbed, 10.0)
+        _, after = confirm(store, disturbed, first, second, 10.0).confirmation
+        assert not store.has_run("new0", "cat"), "the first run is not left in the store"
+        store.add_run(disturbed)
+        written = judge_run(store, second, 10.0)
+    assert after.kind == HISTORY and after.verdicts and after == written
+
+
+def _ids(runs):
+    return [r.run_id for r in runs]
+
+
+def test_the_store_read_with_pending_runs_answers_as_it_will_once_they_are_written(results_url):
     runs = [_run(f"r{i}", i, board=("rock-5c-aaaa", "rock-5c-bbbb")[i % 2], valid=i % 5 != 3,
                  versions=VERSIONS_NEW if i % 3 == 0 else None, case=("cat", "seven")[i % 4 == 1])
             for i in range(24)]
@@ -85,13 +102,46 @@ def test_a_pending_view_answers_as_the_store_will_once_its_runs_are_written(resu
                {"case": "seven"}, {"cpus": 2}, {"other_than_board": "rock-5c-aaaa", "board_model": "Radxa ROCK 5C"},
                {"key": key, "valid": True, "latest": 4}, {"experiment": experiment, "cpus": 4, "latest": 3},
                {"run_id": "r20"}, {"backend": "board-sim", "latest": 30}]
-    with ResultsStore(results_url) as store:
+
+    def answers(source):
+        return ([_ids(source.runs(**f)) for f in filters],
+                [source.stacks(board, experiment) for board in ("rock-5c-aaaa", "rock-5c-bbbb")])
+
+    with ResultsStore(results_url) as store, ResultsStore(results_url) as other:
         for run in runs[:16]:
             store.add_run(run)
-        view = PendingView(store, runs[16:])
-        seen = [[r.run_id for r in view.runs(**f)] for f in filters]
+        stored = answers(store)
+        with store.pending(runs[16:]) as view:
+            seen = answers(view)
+            assert _ids(other.runs()) == _ids(runs[:16]), "another connection does not see the pending runs"
+        assert answers(store) == stored, "nothing of the pending runs remains"
         for run in runs[16:]:
             store.add_run(run)
-        written = [[r.run_id for r in store.runs(**f)] for f in filters]
+        written = answers(store)
     assert seen == written
-    assert any(ids and ids[-1] in {r.run_id for r in runs[16:]} for ids in seen), "the pending runs were asked about"
+    assert any(ids and ids[-1] in _ids(runs[16:]) for ids in seen[0]), "the pending runs were asked about"
+
+
+def test_pending_runs_leave_no_trace_when_the_block_raises_or_writes(results_url):
+    with ResultsStore(results_url) as store:
+        _history(store, 3)
+        stored, experiment = _ids(store.runs()), _run("new0", 100).key.experiment
+        with pytest.raises(ResultsError, match="no run 'missing'"):
+            with store.pending([_run("new0", 100)]) as view:
+                assert view.has_run("new0", "cat")
+                view.run("missing")
+        with store.pending([_run("new0", 100)]) as view:
+            view.add_run(_run("new1", 101), baseline="saved")       # a SAVEPOINT in the view's transaction
+            assert _ids(view.runs())[-2:] == ["new0", "new1"] and view.baseline("rock-5c-aaaa", experiment)
+        assert _ids(store.runs()) == stored and store.baseline("rock-5c-aaaa", experiment) is None
+        store.add_run(_run("new0", 100))        # the ids the pending runs held are free
+
+
+def test_a_pending_run_that_is_stored_already_is_one_line(results_url):
+    with ResultsStore(results_url) as store:
+        _history(store, 3)
+        with pytest.raises(ResultsError, match=r"^results store .*: a run judged as not yet written is stored "
+                                               r"already \(.*\)$"):
+            with store.pending([_run("old1", 1)]):
+                pass
+        assert _ids(store.runs()) == ["old0", "old1", "old2"]

@@ -174,6 +174,28 @@ def test_the_site_from_postgresql_equals_the_site_from_sqlite_page_by_page(tmp_p
                                                                                   describe_url(pg_url)), name
 
 
+def test_the_site_judges_latest_runs_and_upgrades_as_the_gate_did_before_writing_them(tmp_path):
+    # the gate judges a run against the real store just before it writes it; the site, reading the
+    # whole store later, must show the same judgement for each series' latest run and each upgrade's
+    from harness.results.judge import GROUP_RUNS, judge_run
+    from harness.results.store import ResultsStore
+    from harness.site.collect import collect
+    wanted = {run_name(b, c, i) for b in BOARDS for c in CASES for i in (RUNS - 1, UPGRADE_AT + GROUP_RUNS - 1)}
+    gate = {}
+
+    def judge(store, run):
+        if run.run_id in wanted:
+            gate[run.run_id] = judge_run(store, run, 10.0)
+
+    url = f"sqlite:///{tmp_path / 'results.sqlite'}"
+    lab_store(url, before_write=judge)
+    with ResultsStore(url, create=False) as store:
+        site = collect(store)
+    shown = {s.latest.run_id: s.judgement for s in site.series}
+    shown |= {run.run_id: judgement for u in site.upgrades for _, run, judgement, _, _ in u.members}
+    assert shown == gate and len(gate) == len(wanted)
+
+
 def test_a_folder_that_is_not_a_site_is_refused_and_an_earlier_site_replaced(site, tmp_path, capsys):
     url = f"sqlite:///{site.parent / 'results.sqlite'}"
     other = tmp_path / "notes"

@@ -60,6 +60,29 @@ def test_every_read_and_write_of_a_store_whose_server_is_gone_is_one_line(lost_s
 
 
 @_POSTGRESQL
+def test_a_server_lost_inside_a_pending_transaction_is_one_line_and_nothing_of_it_remains(lost_server):
+    url = lost_server.database()
+    with ResultsStore(url) as store:
+        store.add_run(make_run("r1"))
+        try:
+            with pytest.raises(StoreUnavailable) as inside:
+                with store.pending([make_run("r2", minute=1)]) as view:
+                    lost_server.halt()              # the transaction open, the pending run in it
+                    judge_run(view, make_run("r3", minute=2), 10.0)
+            with pytest.raises(StoreUnavailable) as opening:
+                with store.pending([make_run("r2", minute=1)]):
+                    pass
+        finally:
+            lost_server.resume()
+        for caught in (inside, opening):
+            assert str(caught.value).startswith(f"results store {store.where}: ") and "\n" not in str(caught.value)
+            assert str(caught.value).endswith("the store is as it was")
+        assert "opening a transaction failed" in str(opening.value)
+    with ResultsStore(url) as again:
+        assert [r.run_id for r in again.runs()] == ["r1"]
+
+
+@_POSTGRESQL
 def test_results_check_with_the_server_lost_between_open_and_read_is_one_line(lost_server, monkeypatch, capsys):
     url = lost_server.database()
     with ResultsStore(url) as store:
