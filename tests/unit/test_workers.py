@@ -117,12 +117,14 @@ def test_the_report_header_is_the_controllers(session):
     assert "created: 2/2 workers" in result.stdout
 
 
+@pytest.mark.slow          # a distributed session of its own
 def test_a_distributed_run_that_collected_nothing_fails(tmp_path):
     result = run(tmp_path, "-n", "2", "-k", "no_such_test")
     assert result.ret == 1, result.stdout + result.stderr
     assert "error: no tests were collected" in result.stderr
 
 
+@pytest.mark.slow          # a session of its own
 def test_n_is_ignored_with_require_npu(tmp_path):
     result = run(tmp_path, "-n", "2", "--require-npu", "-k", "test_more")
     assert "-n ignored: the npu gates run one after another" in result.stdout + result.stderr
