@@ -8,8 +8,8 @@ from ..core.errors import HarnessError
 from .fixtures import runner_of, selected_cases
 from .options import OPTIONS, resolve_settings
 from .session import start_run
-from .state import BOARD, IDENTITY, INVALID_RUNS, QUALITY_LINES, SETTINGS, SPECTRUM_LINES, STEP_SPLITS
-from .workers import choose, is_worker
+from .state import BOARD, IDENTITY, INVALID_RUNS, QUALITY_LINES, SETTINGS, SPECTRUM_LINES, STEP_SPLITS, is_worker
+from .workers import choose
 
 
 @pytest.hookimpl(tryfirst=True)     # before the other parts' configure, which read the settings

@@ -22,6 +22,7 @@ from .state import (
     TEST_OUTCOMES,
     WORKER_FACTS,
     append_to,
+    is_worker,
 )
 
 
@@ -190,7 +191,6 @@ def _trend_png(config, artifacts: Path) -> bytes | None:
 @pytest.hookimpl(trylast=True)      # after baselines.py has saved (or refused) the baselines
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
-    from .workers import is_worker
     if is_worker(config):
         return          # under xdist the controller writes them, with every worker's share (workers.py)
     # a session stopped before its npu tests because --results could not be opened still reports why

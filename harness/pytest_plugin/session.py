@@ -15,8 +15,7 @@ from ..core.errors import HarnessError, Terminated
 from ..core.outputs import ArtifactsLock, check_free_space, check_writable
 from ..core.signals import StopSignals
 from ..model.config import REPO_ROOT
-from .state import SETTINGS, STORE_FAILURE
-from .workers import is_worker
+from .state import SETTINGS, STORE_FAILURE, is_worker
 
 __all__ = ["start_run", "CALL_FAILED"]
 

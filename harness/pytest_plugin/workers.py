@@ -37,9 +37,10 @@ from .state import (
     STORE_FAILURE,
     TEST_OUTCOMES,
     WORKER_FACTS,
+    is_worker,
 )
 
-__all__ = ["choose", "is_worker", "distributed", "runs_alone", "ship_benchmark_json", "ALONE_MARKERS"]
+__all__ = ["choose", "distributed", "runs_alone", "ship_benchmark_json", "ALONE_MARKERS"]
 
 ALONE_MARKERS = ("npu", "benchmark", "memory", "soak")
 GROUP = "alone"                     # the xdist group of the tests that run alone
@@ -55,10 +56,6 @@ _ROOM = pytest.StashKey[Path]()     # the controller's folder of the room lock
 _OUTPUT = "anima"                   # this plugin's key in workeroutput
 # What xdist tells a worker's own process; a pytest run inside a test (pytester, a subprocess) is no worker.
 _WORKER_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
-
-
-def is_worker(config) -> bool:
-    return hasattr(config, "workerinput")
 
 
 def distributed(config) -> bool:
