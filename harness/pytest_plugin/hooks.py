@@ -8,7 +8,8 @@ from ..core.errors import HarnessError
 from .fixtures import runner_of, selected_cases
 from .options import OPTIONS, resolve_settings
 from .session import start_run
-from .state import BOARD, IDENTITY, INVALID_RUNS, QUALITY_LINES, SETTINGS, SPECTRUM_LINES, STEP_SPLITS
+from .state import BOARD, IDENTITY, INVALID_RUNS, QUALITY_LINES, SETTINGS, SPECTRUM_LINES, STEP_SPLITS, is_worker
+from .workers import choose
 
 
 @pytest.hookimpl(tryfirst=True)     # before the other parts' configure, which read the settings
@@ -20,6 +21,7 @@ def pytest_configure(config):
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[SETTINGS] = settings
+    choose(config, settings)        # -n: distributed, or serial when the session must be
     try:
         start_run(config, settings)
     except HarnessError as exc:
@@ -54,6 +56,8 @@ def _deselect(config, items: list, marker: str, why: str) -> None:
 
 
 def pytest_report_header(config):
+    if is_worker(config):
+        return []       # the controller's header is the session's (and reading the partition costs a worker)
     s = config.stash[SETTINGS]
     i = config.stash[IDENTITY]
     lines = [

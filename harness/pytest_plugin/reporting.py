@@ -20,7 +20,9 @@ from .state import (
     SETTINGS,
     STORE_FAILURE,
     TEST_OUTCOMES,
+    WORKER_FACTS,
     append_to,
+    is_worker,
 )
 
 
@@ -90,42 +92,63 @@ def pytest_runtest_makereport(item, call):
 
 
 def summary_data(config, exitstatus) -> dict:
-    from ..results.compare import slowest_subgraphs
     s = config.stash[SETTINGS]
     tests = [t for t in config.stash.get(TEST_OUTCOMES, []) if t["npu"]]
     counts = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "error", "skipped")}
-    runner = config.stash.get(RUNNER, None)
     run = {"run_id": None, "git_revision": None, "board": config.stash[BOARD], "backend": s.backend}
     from ..results.provenance import git_revision, run_id
     run.update(run_id=run_id(), git_revision=git_revision())
-    slowest, memory = [], []
-    if runner is not None and runner.loaded():
-        run["model"] = runner.bundle.cfg.name
-        try:
-            run["precision"], run["partition"] = runner.precision, str(runner.partition)
-        except (HarnessError, OSError):     # a partition that never loaded: the tests already said why
-            pass
+    facts = _merged_facts(config.stash.get(WORKER_FACTS, None) or [runner_facts(config)])
+    run.update(facts["run"])
     benchmarks = [{"case": b["case"], "comparison": b["comparison"], "valid": b["valid"],
                    "reasons": b["reasons"]} for b in config.stash.get(BENCH_RESULTS, [])]
     bench_infos = [b["info"] for b in config.stash.get(BENCH_RESULTS, [])]
-    if bench_infos:
-        slowest = bench_infos[0]["slowest_subgraphs"]
-    elif runner is not None:
-        reports = list(runner.case_reports().values())
-        if reports:
-            computed = (reports[0].get("steps") or {}).get("computed") or len(reports[0]["step_seconds"])
-            slowest = slowest_subgraphs(reports[0]["lifecycle_records"], computed)
-    memory = _memory_rows(config, runner)
+    slowest = bench_infos[0]["slowest_subgraphs"] if bench_infos else facts["slowest"]
+    memory = _memory_rows(config, facts["reports"])
     return {"outcome": "passed" if exitstatus == 0 and counts["failed"] + counts["error"] == 0 else "failed",
             "counts": counts, "run": run, "tests": tests, "quality": config.stash.get(QUALITY_RESULTS, []),
             "benchmarks": benchmarks, "slowest": slowest, "memory": memory,
             "baselines": [f"{nodeid}: {message}" for nodeid, _, message in config.stash.get(BASELINE_OUTCOMES, [])]}
 
 
-def _memory_rows(config, runner) -> list[dict]:
+def runner_facts(config) -> dict:
+    """What the summary reads of this process's gate runner: the model, precision and partition it ran,
+    the slowest subgraphs of its first case run, and each kept run's memory and lifecycle (an xdist
+    worker sends these to the controller: workers.py)."""
+    from ..results.compare import slowest_subgraphs
+    runner = config.stash.get(RUNNER, None)
+    facts: dict = {"run": {}, "slowest": [], "reports": []}
+    if runner is None:
+        return facts
+    if runner.loaded():
+        facts["run"]["model"] = runner.bundle.cfg.name
+        try:
+            facts["run"]["precision"], facts["run"]["partition"] = runner.precision, str(runner.partition)
+        except (HarnessError, OSError):     # a partition that never loaded: the tests already said why
+            pass
+    reports = list(runner.case_reports().items())
+    if reports:
+        first = reports[0][1]
+        computed = (first.get("steps") or {}).get("computed") or len(first["step_seconds"])
+        facts["slowest"] = slowest_subgraphs(first["lifecycle_records"], computed)
+    facts["reports"] = [(name, {"memory": r.get("memory"), "lifecycle": r.get("lifecycle")}) for name, r in reports]
+    return facts
+
+
+def _merged_facts(parts: list[dict]) -> dict:
+    """Several workers' runner facts as one: the first run named, the first slowest list, every report."""
+    merged: dict = {"run": {}, "slowest": [], "reports": []}
+    for part in parts:
+        merged["run"] = merged["run"] or part["run"]
+        merged["slowest"] = merged["slowest"] or part["slowest"]
+        merged["reports"] += part["reports"]
+    return merged
+
+
+def _memory_rows(config, reports: list) -> list[dict]:
     """Per kept run (golden cases, benchmark): its own peak added PSS and the guard's lowest MemAvailable."""
     s = config.stash[SETTINGS]
-    reports = list(runner.case_reports().items()) if runner else []
+    reports = list(reports)
     reports += [(f"{b['case']} (benchmark)", {"memory": b.get("memory"), "lifecycle": b.get("lifecycle")})
                 for b in config.stash.get(BENCH_RESULTS, [])]
     rows = []
@@ -168,6 +191,8 @@ def _trend_png(config, artifacts: Path) -> bytes | None:
 @pytest.hookimpl(trylast=True)      # after baselines.py has saved (or refused) the baselines
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
+    if is_worker(config):
+        return          # under xdist the controller writes them, with every worker's share (workers.py)
     # a session stopped before its npu tests because --results could not be opened still reports why
     if not any(t["npu"] for t in config.stash.get(TEST_OUTCOMES, [])) and STORE_FAILURE not in config.stash:
         return

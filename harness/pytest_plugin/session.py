@@ -15,7 +15,7 @@ from ..core.errors import HarnessError, Terminated
 from ..core.outputs import ArtifactsLock, check_free_space, check_writable
 from ..core.signals import StopSignals
 from ..model.config import REPO_ROOT
-from .state import SETTINGS, STORE_FAILURE
+from .state import SETTINGS, STORE_FAILURE, is_worker
 
 __all__ = ["start_run", "CALL_FAILED"]
 
@@ -69,9 +69,12 @@ def _check_golden_dir(golden_dir, explicit: bool) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
     """The artifacts folder ours and empty, leftovers of killed writers swept, signals armed. Not at
-    configure time: `pytest --help` must not clear a folder."""
+    configure time: `pytest --help` must not clear a folder. An xdist worker writes into the folder its
+    controller holds, and leaves stops and session.json to it."""
     config = session.config
     settings = config.stash[SETTINGS]
+    if is_worker(config):
+        return
     try:
         lock = ArtifactsLock(settings.artifacts, default=REPO_ROOT / "artifacts").claim()
         try:
@@ -134,7 +137,7 @@ def _drop_unfinished_benchmarks(config) -> None:
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
     run = config.stash.get(RUN, None)
-    if run is not None:
+    if run is not None or is_worker(config):
         _drop_unfinished_benchmarks(config)
     yield
     if run is None:

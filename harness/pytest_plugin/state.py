@@ -11,7 +11,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SETTINGS", "IDENTITY", "BOARD", "RUNNER", "STEP_SPLITS", "INVALID_RUNS", "BASELINE_OFFERS",
            "BASELINE_OUTCOMES", "BENCH_RESULTS", "QUALITY_RESULTS", "TEST_OUTCOMES", "MEMORY_SAMPLES",
-           "GOLDEN_UPDATES", "SPECTRUM_LINES", "QUALITY_LINES", "STORE_FAILURE", "settings_of", "append_to"]
+           "GOLDEN_UPDATES", "SPECTRUM_LINES", "QUALITY_LINES", "STORE_FAILURE", "WORKER_FACTS",
+           "settings_of", "append_to", "is_worker"]
 
 SETTINGS: pytest.StashKey[SuiteSettings] = pytest.StashKey()     # resolved options (options.py)
 IDENTITY = pytest.StashKey[dict]()                  # board identity read from telemetry
@@ -28,7 +29,13 @@ MEMORY_SAMPLES = pytest.StashKey[list]()            # (test name, guard samples 
 GOLDEN_UPDATES = pytest.StashKey[list]()            # (case, files written, why) of --update-goldens
 SPECTRUM_LINES = pytest.StashKey[list]()            # Spectrum vs full: wall-time ratio lines
 QUALITY_LINES = pytest.StashKey[list]()             # quality gate: metrics, thresholds, margins per case
+WORKER_FACTS = pytest.StashKey[list]()              # -n: each worker's gate-runner facts (reporting.runner_facts)
 STORE_FAILURE = pytest.StashKey[str]()              # why --results could not be opened when the session started
+
+
+def is_worker(config) -> bool:
+    """This process is a pytest-xdist worker (workers.py): the controller writes the session's files."""
+    return hasattr(config, "workerinput")
 
 
 def settings_of(config):

@@ -18,9 +18,13 @@ def atomic_json(bench) -> None:
     from pytest_benchmark.utils import safe_dumps
 
     from ..core.atomic import atomic_write_bytes
+    from .workers import ship_benchmark_json
 
     def save_json(output_json):
-        atomic_write_bytes(bench.json, safe_dumps(output_json, ensure_ascii=True, indent=4).encode())
+        text = safe_dumps(output_json, ensure_ascii=True, indent=4)
+        if ship_benchmark_json(bench.config, bench.json, text):
+            return          # an xdist worker's: the controller writes the session's one file
+        atomic_write_bytes(bench.json, text.encode())
         bench.logger.info(f"Wrote benchmark data in: {bench.json}", purple=True)
 
     bench.save_json = save_json

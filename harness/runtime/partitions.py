@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..core.errors import ManifestError
+from ..core.locks import file_lock
 from ..model.config import ModelConfig
 from ..partition.manifest import default_partition_dir, load_manifest, manifest_path
 
@@ -29,10 +30,13 @@ def exported_partition(bundle, dtype: str, fake_quant: str | None = None, quiet:
     partition = default_partition_dir(bundle.cfg, bundle.digest, dtype, fake_quant, granularity=granularity)
     if root is not None:
         partition = Path(root) / partition.name
-    if not is_current(partition):
-        print(f"exporting the partition to {partition} ({dtype}, first use)", file=sys.stderr)
-        export_with_progress(bundle.weights_source, bundle.cfg, partition, quiet=quiet, dtype=dtype,
-                             fake_quant=fake_quant, granularity=granularity)
+    # Two processes on one cache (two bin/harness runs, two test workers) export it once: the second
+    # waits, then finds it current, instead of removing the manifest under the first one's run.
+    with file_lock(partition.parent / f".{partition.name}.lock"):
+        if not is_current(partition):
+            print(f"exporting the partition to {partition} ({dtype}, first use)", file=sys.stderr)
+            export_with_progress(bundle.weights_source, bundle.cfg, partition, quiet=quiet, dtype=dtype,
+                                 fake_quant=fake_quant, granularity=granularity)
     return partition
 
 

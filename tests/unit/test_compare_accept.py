@@ -12,7 +12,6 @@ from harness.gates.cases import load_cases
 from harness.gates.golden import GoldenRefused, GoldenStale, GoldenStore
 from harness.memory.guard import MemoryGuard
 from harness.model.bundle import load_bundle
-from harness.partition.onnx_export import export_partition
 from harness.results.compare import compare_rows, load_view, slowest_subgraphs
 from harness.runtime.run import RunRequest, run_partitioned
 from harness.sampling.reference_run import sample_settings
@@ -26,12 +25,9 @@ def embedded(tmp_path_factory):
     """The embedded model and its FP16 partition, from the suite's partition cache (keyed by the
     weights' digest, as the gates use it; exported on first use)."""
     from harness.model.config import EMBEDDED_DIR, REPO_ROOT
-    from harness.partition.manifest import default_partition_dir, manifest_path
+    from harness.runtime.partitions import exported_partition
     model = load_bundle(EMBEDDED_DIR)
-    out = REPO_ROOT / ".cache" / "partitions" / default_partition_dir(model.cfg, model.digest, "float16", None).name
-    if not manifest_path(out).exists():
-        export_partition(model.weights, model.cfg, out, dtype="float16")
-    return model, out
+    return model, exported_partition(model, "float16", root=REPO_ROOT / ".cache" / "partitions")
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,236 @@
+"""The suite under pytest-xdist (`bin/test -n 2` off the board): the tests spread over worker processes,
+the session's artifacts still written once, whole, by the controller.
+
+- Never on the board, never with --require-npu: an 8 GB board runs its gates one after another.
+- The tests that time or measure memory (markers npu, benchmark, memory, soak) run alone: one worker
+  takes a room lock exclusively for each of them, every other test holds it shared, so none of them is
+  judged under the other worker's load. They also share one xdist group (--dist loadgroup), so they run
+  on one worker, in order, and share the golden cases' runs as a serial session does.
+- What a worker gathers for the session's end (stash lists, its gate runner's facts, pytest-benchmark's
+  JSON) goes to the controller in `workeroutput`, as JSON text; the controller merges it into its own
+  stash and its usual session-end hooks write session.json, summary.md, report.html and benchmark.json.
+- Baselines are saved only when the whole session passed, which no worker knows: --save-baseline and
+  --accept-upgrade are refused with -n.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from .state import (
+    BASELINE_OUTCOMES,
+    BENCH_RESULTS,
+    GOLDEN_UPDATES,
+    INVALID_RUNS,
+    MEMORY_SAMPLES,
+    QUALITY_LINES,
+    QUALITY_RESULTS,
+    SPECTRUM_LINES,
+    STEP_SPLITS,
+    STORE_FAILURE,
+    TEST_OUTCOMES,
+    WORKER_FACTS,
+    is_worker,
+)
+
+__all__ = ["choose", "distributed", "runs_alone", "ship_benchmark_json", "ALONE_MARKERS"]
+
+ALONE_MARKERS = ("npu", "benchmark", "memory", "soak")
+GROUP = "alone"                     # the xdist group of the tests that run alone
+BENCHMARK_JSON = pytest.StashKey[list]()    # pytest-benchmark's JSON text of each worker that timed one
+_SHIPPED = (TEST_OUTCOMES, BENCH_RESULTS, QUALITY_RESULTS, MEMORY_SAMPLES, GOLDEN_UPDATES, STEP_SPLITS,
+            QUALITY_LINES, SPECTRUM_LINES, INVALID_RUNS, BASELINE_OUTCOMES)
+_NAMES = {key: name for name, key in (("outcomes", TEST_OUTCOMES), ("bench", BENCH_RESULTS),
+                                      ("quality", QUALITY_RESULTS), ("memory", MEMORY_SAMPLES),
+                                      ("golden", GOLDEN_UPDATES), ("splits", STEP_SPLITS),
+                                      ("quality_lines", QUALITY_LINES), ("spectrum", SPECTRUM_LINES),
+                                      ("invalid", INVALID_RUNS), ("baselines", BASELINE_OUTCOMES))}
+_ROOM = pytest.StashKey[Path]()     # the controller's folder of the room lock
+_OUTPUT = "anima"                   # this plugin's key in workeroutput
+# What xdist tells a worker's own process; a pytest run inside a test (pytester, a subprocess) is no worker.
+_WORKER_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
+def distributed(config) -> bool:
+    """This is the controller of an xdist session (-n N, N > 0)."""
+    return not is_worker(config) and bool(getattr(config.option, "numprocesses", None)) \
+        and getattr(config.option, "dist", "no") != "no"
+
+
+def choose(config, settings) -> None:
+    """At configure time (hooks.py, once the settings are resolved, before xdist starts its session): a
+    session that must run serially does, whatever -n said, in one line; a distributed one keeps the tests
+    that run alone on one worker (--dist loadgroup) and gets its room lock."""
+    if not distributed(config):
+        return
+    why = _serial_because(settings)
+    if why:
+        config.option.dist, config.option.tx, config.option.numprocesses = "no", [], 0
+        config.issue_config_time_warning(pytest.PytestConfigWarning(f"-n ignored: {why}"), stacklevel=2)
+        return
+    config.option.dist = "loadgroup"
+    config.stash[_ROOM] = Path(tempfile.mkdtemp(prefix="anima-workers-"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Work units of one module each (its module-scoped fixtures, such as the fault matrix's one run of
+    every fault, made once, not once per worker), and one unit of the tests that run alone."""
+    if _ROOM not in config.stash:
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleOrGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid.rsplit("@", 1)[1] if "@" in nodeid else nodeid.split("::", 1)[0]
+    return ModuleOrGroup(config, log)
+
+
+def _serial_because(s) -> str | None:
+    if s.on_board or s.require_npu:
+        return ("the npu gates run one after another on the board and with --require-npu (an 8 GB board "
+                "cannot hold two sessions' subgraphs)")
+    for flag, on in (("--save-baseline", s.save_baseline), ("--accept-upgrade", s.accept_upgrade)):
+        if on:
+            return f"{flag} saves a baseline only when the whole session passed, which no worker knows"
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    node.workerinput["anima_room"] = str(node.config.stash[_ROOM] / "room")
+
+
+def pytest_sessionstart(session):
+    """In a worker: no longer marked a worker for the pytest runs its tests start, and benchmarks on."""
+    config = session.config
+    if not is_worker(config):
+        return
+    for name in _WORKER_ENV:
+        os.environ.pop(name, None)
+    # pytest-benchmark turns itself off under xdist (timings taken beside other tests mean nothing); here
+    # a benchmark runs alone (the room lock), so its timings are as good as a serial session's.
+    bench = getattr(config, "_benchmarksession", None)
+    if bench is not None and getattr(bench, "xdist_warning", False):
+        bench.disabled = bench.xdist_warning = False
+
+
+@pytest.hookimpl(tryfirst=True)     # before xdist's own, which reads the group into the test's id
+def pytest_collection_modifyitems(config, items):
+    if not is_worker(config):
+        return
+    for item in items:
+        if runs_alone(item):
+            item.add_marker(pytest.mark.xdist_group(GROUP))
+
+
+def runs_alone(item) -> bool:
+    return any(item.get_closest_marker(m) for m in ALONE_MARKERS)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    room = getattr(item.config, "workerinput", {}).get("anima_room")
+    if room is None:
+        yield
+        return
+    with _held(room, exclusive=runs_alone(item)):
+        yield
+
+
+@contextlib.contextmanager
+def _held(room: str, exclusive: bool):
+    """A readers-writer lock across the workers: a test that runs alone holds `room` exclusively, the others
+    shared. The turnstile keeps a waiting writer from being starved: it holds the turnstile while it waits,
+    and a reader passes the turnstile before it takes its share."""
+    turnstile = os.open(room + ".turnstile", os.O_CREAT | os.O_RDWR, 0o600)
+    fd = os.open(room, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if not exclusive:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        if exclusive:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        yield
+    finally:
+        os.close(fd)
+        os.close(turnstile)
+
+
+def ship_benchmark_json(config, path: Path, text: str) -> bool:
+    """In a worker, pytest-benchmark's JSON goes to the controller instead of the file (True)."""
+    if not is_worker(config):
+        return False
+    config.workeroutput.setdefault(_OUTPUT + "_benchmark", []).append([str(path), text])
+    return True
+
+
+@pytest.hookimpl(trylast=True)      # after the session-end parts (baselines) have added their lines
+def pytest_sessionfinish(session):
+    config = session.config
+    if not is_worker(config):
+        _write_benchmark_json(config)
+        return
+    from .reporting import runner_facts
+    shipped = {_NAMES[key]: config.stash.get(key, []) for key in _SHIPPED}
+    ran_gates = any(t["npu"] for t in shipped["outcomes"])
+    shipped["facts"] = runner_facts(config) if ran_gates else {"run": {}, "slowest": [], "reports": []}
+    if STORE_FAILURE in config.stash:
+        shipped["store_failure"] = config.stash[STORE_FAILURE]
+    config.workeroutput[_OUTPUT] = json.dumps(shipped, default=_plain)
+
+
+def _plain(value):
+    """JSON for what the stash holds besides JSON's own types: paths, numpy numbers and arrays."""
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """A worker's share of the session, merged into the controller's stash as it ends."""
+    config = node.config
+    output = getattr(node, "workeroutput", {})
+    config.stash.setdefault(BENCHMARK_JSON, []).extend(output.get(_OUTPUT + "_benchmark", []))
+    if _OUTPUT not in output:
+        return                          # a worker that crashed: xdist reports its tests
+    shipped = json.loads(output[_OUTPUT])
+    for key in _SHIPPED:
+        items = shipped[_NAMES[key]]
+        if key is MEMORY_SAMPLES:
+            items = [(name, Path(path)) for name, path in items]
+        config.stash.setdefault(key, []).extend(items)
+    config.stash.setdefault(WORKER_FACTS, []).append(shipped["facts"])
+    if "store_failure" in shipped:
+        config.stash[STORE_FAILURE] = shipped["store_failure"]
+
+
+def _write_benchmark_json(config) -> None:
+    """One pytest-benchmark JSON of the workers' (every worker's benchmarks, the first one's machine info),
+    written by the controller where the workers would have written theirs."""
+    shipped = config.stash.get(BENCHMARK_JSON, [])
+    if not shipped:
+        return
+    from ..core.atomic import atomic_write_text
+    documents = [json.loads(text) for _, text in shipped]
+    whole = documents[0]
+    for other in documents[1:]:
+        whole["benchmarks"].extend(other["benchmarks"])
+    atomic_write_text(Path(shipped[0][0]), json.dumps(whole, ensure_ascii=True, indent=4))
+
+
+def pytest_unconfigure(config):
+    room = config.stash.get(_ROOM, None)
+    if room is not None:
+        shutil.rmtree(room, ignore_errors=True)

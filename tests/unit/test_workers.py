@@ -1,0 +1,131 @@
+"""The suite under pytest-xdist (-n 2, harness/pytest_plugin/workers.py): a test that times or measures memory
+runs with nothing else running, the controller writes the session's files once with every worker's tests in
+them, and -n is ignored where the gates must run serially."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness.model.config import REPO_ROOT
+
+SPANS = """
+import json, os, time
+from pathlib import Path
+
+def span(name):
+    start = time.monotonic()
+    time.sleep(0.4)
+    with Path(os.environ["SPANS"]).open("a") as fh:
+        fh.write(json.dumps([name, os.getpid(), start, time.monotonic()]) + "\\n")
+"""
+GATES = """
+import pytest
+from spans import span
+
+@pytest.mark.npu
+@pytest.mark.parametrize("i", range(3))
+def test_gate(i):
+    span(f"gate{i}")
+
+@pytest.mark.memory
+def test_memory_gate():
+    span("memory")
+"""
+OTHERS = """
+import pytest
+from spans import span
+
+@pytest.mark.parametrize("i", range(6))
+def test_other(i):
+    span(f"other{i}")
+
+def test_fails():
+    assert False, "a failure on the other worker"
+"""
+MORE = """
+from spans import span
+
+def test_more():
+    span("more")
+"""
+
+
+class Result:
+    def __init__(self, proc):
+        self.ret, self.stdout, self.stderr = proc.returncode, proc.stdout, proc.stderr
+
+
+def run(path, *args) -> Result:
+    """The three modules above as a suite session of their own, in `path`."""
+    for name, text in (("spans", SPANS), ("test_gates", GATES), ("test_others", OTHERS), ("test_more", MORE)):
+        (path / f"{name}.py").write_text(text)
+    env = {**os.environ, "SPANS": str(path / "spans.jsonl"), "PYTHONPATH": f"{path}:{REPO_ROOT}"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={path}",
+                           "-p", "no:cacheprovider", "--suite-run", "--cases=seven",
+                           f"--artifacts={path / 'artifacts'}", f"--results=sqlite:///{path / 'results.sqlite'}",
+                           "test_gates.py", "test_others.py", "test_more.py", *args],
+                          cwd=path, env=env, capture_output=True, text=True, timeout=300)
+    return Result(proc)
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    path = tmp_path_factory.mktemp("distributed")
+    return run(path, "-n", "2"), path
+
+
+def spans(path) -> list:
+    return [json.loads(line) for line in (path / "spans.jsonl").read_text().splitlines()]
+
+
+def test_tests_ran_on_both_workers_and_the_gates_on_one(session):
+    result, path = session
+    assert "11 passed" in result.stdout and "1 failed" in result.stdout, result.stdout + result.stderr
+    ran = spans(path)
+    assert len({pid for _, pid, _, _ in ran}) == 2, ran
+    assert len({pid for name, pid, _, _ in ran if name.startswith(("gate", "memory"))}) == 1, ran
+
+
+def test_a_gate_runs_with_nothing_else_running(session):
+    _, path = session
+    ran = spans(path)
+    alone = [s for s in ran if s[0].startswith(("gate", "memory"))]
+    for name, _, start, end in alone:
+        overlapping = [s[0] for s in ran if s[0] != name and s[2] < end and s[3] > start]
+        assert not overlapping, f"{name} ran beside {overlapping}"
+
+
+def test_the_controller_writes_one_report_with_every_workers_tests(session):
+    result, path = session
+    artifacts = path / "artifacts"
+    report = json.loads((artifacts / "session.json").read_text())
+    assert report["status"] == "failed" and report["exit_code"] == 1
+    assert report["tests"] == {"passed": 11, "failed": 1}
+    assert report["failed"] == ["test_others.py::test_fails"]
+    junit = (artifacts / "junit.xml").read_text()
+    assert junit.count("<testcase ") == 12
+    summary = (artifacts / "summary.md").read_text()       # the npu tests' summary, from the gate worker
+    assert "test_gates.py::test_gate[2]" in summary and "test_others" not in summary
+    assert (artifacts / "report.html").exists()
+
+
+def test_the_report_header_is_the_controllers(session):
+    result, _ = session
+    assert "anima: backend onnxruntime (asked: auto), board " in result.stdout
+    assert "created: 2/2 workers" in result.stdout
+
+
+@pytest.mark.slow          # a distributed session of its own
+def test_a_distributed_run_that_collected_nothing_fails(tmp_path):
+    result = run(tmp_path, "-n", "2", "-k", "no_such_test")
+    assert result.ret == 1, result.stdout + result.stderr
+    assert "error: no tests were collected" in result.stderr
+
+
+@pytest.mark.slow          # a session of its own
+def test_n_is_ignored_with_require_npu(tmp_path):
+    result = run(tmp_path, "-n", "2", "--require-npu", "-k", "test_more")
+    assert "-n ignored: the npu gates run one after another" in result.stdout + result.stderr
+    assert "created: 2/2 workers" not in result.stdout
