@@ -92,5 +92,6 @@ MAX_FACTOR = 20.0
 # == DERIVED ==============================================================================================
 
 # A split of a history is kept when its permutation test gives p under this (per search): the
-# one-sided half of a lone run's two-sided 1 - CONFIDENCE.
-CHANGE_ALPHA = (1 - CONFIDENCE) / 2
+# one-sided half of a lone run's two-sided 1 - CONFIDENCE (rounded: 1 - 0.99 is not 0.01 in binary, and
+# a permutation p-value of exactly 10 / 2000 must stay "not under" it).
+CHANGE_ALPHA = round((1 - CONFIDENCE) / 2, 12)
