@@ -23,11 +23,9 @@ import statistics
 import time
 from dataclasses import dataclass, replace
 
-from .constants import PROBE_FLOOR_PCT
 from .verdicts import Decision, history_verdict
 
-__all__ = ["HostCondition", "probe_seconds", "probe_verdict", "condition_line", "PROBE_LABEL",
-           "PROBE_FLOOR_PCT"]
+__all__ = ["HostCondition", "probe_seconds", "probe_verdict", "condition_line", "PROBE_LABEL"]
 
 PROBE_LABEL = "calibration probe"
 _BUFFER = bytes(range(256)) * 1024          # 256 KiB, fixed
@@ -83,7 +81,9 @@ def probe_verdict(history: list[float], probes: list[float], confidence: float) 
     """The new run(s)' probe against the probes of the history they would be judged by, two-sided:
     None when too few history runs have one; else a Decision whose `regression` means "not comparable"
     (the machine ran slower or faster than in that history by more than the probe's spread)."""
-    verdict = history_verdict(PROBE_LABEL, history, probes, confidence=confidence, floor_pct=PROBE_FLOOR_PCT)
+    # the probe's floor is the figures' (HISTORY_FLOOR_PCT): below it their own threshold absorbs the
+    # machine's speed
+    verdict = history_verdict(PROBE_LABEL, history, probes, confidence=confidence)
     if verdict is None:
         return None
     return replace(verdict, regression=abs(verdict.shift_pct) > verdict.threshold_pct)

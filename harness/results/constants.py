@@ -1,39 +1,46 @@
-"""Every tuned constant of the verdicts, once, with its reason. The modules that use one import it
-from here (and keep its name for their importers); `bin/harness results simulate` measures what a
-change of any of them does to the false-alarm and detection rates (docs/results-statistics.md).
+"""Every constant of the verdicts, once, with its reason. The modules that use one import it from
+here (and keep its name for their importers); `bin/harness results simulate` measures what a change
+of any of them does to the false-alarm and detection rates (docs/results-statistics.md).
 
-Rates quoted below are from the simulated board and the kept onnxruntime A/A streams
-(harness/results/simulate.py) at the time each constant was chosen.
+Two kinds. What the gate PROMISES its users: each is stated policy in docs/results.md,
+docs/options.md or the issues the verdicts were built for, and a change of one is a change of the
+gate's contract, not a tuning. What is TUNED to keep those promises on the simulated board and the
+kept onnxruntime A/A streams (harness/results/simulate.py); the rates quoted are from them at the
+time each constant was chosen. Anything else is derived from these.
 """
 from __future__ import annotations
 
 __all__ = ["CONFIDENCE", "LOOKBACK", "MIN_HISTORY", "HISTORY_FLOOR_PCT", "FIXED_THRESHOLD_PCT", "AB_THRESHOLD_PCT",
            "OUTLIER_Z", "GROUP_RUNS", "PRIMARY_SHARE", "SPENDING_RHO", "FIRST_LOOK_SHARE", "CHANGE_ALPHA",
            "CHANGE_MIN_RUNS", "NOISE_LOOKBACK", "MIN_POSITIONS", "QUANTILES", "TAIL_DFS", "EVIDENCE", "NULL_RECORDS",
-           "NULL_BUCKET", "MAX_FACTOR", "PROBE_FLOOR_PCT"]
+           "NULL_BUCKET", "MAX_FACTOR"]
 
-# -- what a verdict may get wrong --------------------------------------------------------------------
+# == PROMISED ==========================================================================================
 
 # Of one judgement over all its figures: a run judged alone (two-sided), a change over all its looks
-# (1 - CONFIDENCE one-sided), an A/B session (two-sided): 1 % false alarms.
+# (1 - CONFIDENCE one-sided), an A/B session (two-sided): 1 % false alarms (docs/results.md: the
+# figures of one run share its 99 % confidence; a change's 5 runs share 1 %).
 CONFIDENCE = 0.99
 # The smallest shift a history verdict calls a regression, however quiet the history: below it a
-# statistically clear shift is too small to fail a board for.
+# statistically clear shift is too small to fail a board for (docs/results.md: "at least 3 %"). The
+# calibration probe's too: below it the figures' own 3 % absorbs the machine's speed.
 HISTORY_FLOOR_PCT = 3.0
-# An A/B session's: the paired interval is narrow enough on the board to call +2 % real, but the gate
-# is for regressions that matter.
+# An A/B session's (--ab-threshold, docs/options.md): the paired interval is narrow enough on the
+# board to call +2 % real, and a threshold at the +3 % that must be caught would catch it half the time.
 AB_THRESHOLD_PCT = 2.0
-# The rule before the store (candidate mean over the baseline mean by more than 10 %): what stands in
-# while a history has too few runs for a learned threshold.
+# The rule before the store (--baseline-threshold, docs/results.md: the candidate mean over the
+# baseline mean by more than 10 %): what stands in while a history has too few runs for a learned one.
 FIXED_THRESHOLD_PCT = 10.0
-# The smallest change of the calibration probe that makes two runs incomparable however quiet its
-# history: below it the figures' own thresholds (the 3 % floor) absorb the machine's speed.
-PROBE_FLOOR_PCT = 3.0
+# Earlier runs a verdict looks back on (Conbench's lookback window; docs/results.md: "the last 30").
+LOOKBACK = 30
+# Runs since a change judged as one group: the target is a +5 % shift of the whole NPU found within
+# 5 runs, so a change's first 5 runs are its group and its looks (docs/results.md).
+GROUP_RUNS = 5
+
+# == TUNED to keep the promises ==========================================================================
 
 # -- the history --------------------------------------------------------------------------------------
 
-# Earlier runs a verdict looks back on (Conbench's lookback window).
-LOOKBACK = 30
 # Fewer earlier runs than this give no spread worth a threshold: the caller says "too few runs".
 MIN_HISTORY = 5
 # Earlier runs further than this many robust standard deviations (the MAD's) from the median are
@@ -42,9 +49,6 @@ OUTLIER_Z = 5.0
 
 # -- a change's looks ---------------------------------------------------------------------------------
 
-# Runs since a change judged as one group: the target is a +5 % shift of the whole NPU found within
-# 5 runs, so a change's first 5 runs are its group and its looks.
-GROUP_RUNS = 5
 # The NPU core's share of a look's false-alarm rate: three quarters for the shift of the whole NPU
 # (what an upgrade brings, which the NPU core sees with the least noise), a quarter for the figures
 # that locate a shift (step, branches, stages).
@@ -59,9 +63,7 @@ SPENDING_RHO = 3.0
 
 # -- change points --------------------------------------------------------------------------------------
 
-# A split of a history is kept when its permutation test gives p under this (per search), and leaves
-# at least CHANGE_MIN_RUNS runs each side.
-CHANGE_ALPHA = 0.005
+# A split of a history leaves at least this many runs each side (fewer give no level to compare).
 CHANGE_MIN_RUNS = 3
 
 # -- the noise factor (noise.py) -------------------------------------------------------------------------
@@ -86,3 +88,10 @@ NULL_RECORDS = 400
 NULL_BUCKET = 20
 # A wider interval than this says nothing anyway: the history of such a board cannot judge a run.
 MAX_FACTOR = 20.0
+
+# == DERIVED ==============================================================================================
+
+# A split of a history is kept when its permutation test gives p under this (per search): the
+# one-sided half of a lone run's two-sided 1 - CONFIDENCE (rounded: 1 - 0.99 is not 0.01 in binary, and
+# a permutation p-value of exactly 10 / 2000 must stay "not under" it).
+CHANGE_ALPHA = round((1 - CONFIDENCE) / 2, 12)

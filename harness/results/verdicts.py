@@ -21,6 +21,7 @@ import numpy as np
 from .constants import (
     CHANGE_ALPHA,
     CHANGE_MIN_RUNS,
+    CONFIDENCE,
     FIXED_THRESHOLD_PCT,
     HISTORY_FLOOR_PCT,
     LOOKBACK,
@@ -125,7 +126,7 @@ def _robust_centre_spread(logs: np.ndarray) -> tuple[np.ndarray, float, float]:
 
 
 def history_verdict(label: str, history: Sequence[float], value: float | Sequence[float], *,
-                    confidence: float = 0.99, floor_pct: float = HISTORY_FLOOR_PCT,
+                    confidence: float = CONFIDENCE, floor_pct: float = HISTORY_FLOOR_PCT,
                     lookback: int = LOOKBACK, min_runs: int = MIN_HISTORY, widen: float = 1.0) -> Decision | None:
     """Judge `value` (one run's figure, or the figures of the runs since a change, judged as one
     group) against the earlier valid runs of the same key and board, oldest first.
