@@ -13,9 +13,10 @@ has room:
 
 Intermediates are not outputs of a subgraph, so a probe runs each invocation's inputs once more
 through the same subgraph with those tensors added as graph outputs: an onnxruntime session of the
-partition's own ONNX file on the host, and on the simulator (rknn-sim) the subgraph rebuilt by the
-toolkit from its source ONNX with the conversion's recorded settings. A probe is kept for the whole
-run: it is not on the board's lifecycle, so it is not loaded and released per step.
+partition's own ONNX file on the host (cut after those tensors: its nodes up to them only), and on the
+simulator (rknn-sim) the subgraph rebuilt by the toolkit from its source ONNX with the conversion's
+recorded settings. A probe is kept for the whole run: it is not on the board's lifecycle, so it is not
+loaded and released per step.
 
 headroom = 65504 / peak magnitude (an infinite or NaN peak has headroom 0). The gate fails a subgraph
 whose lowest headroom over its tensors is below `min_headroom`, naming the tensor, step and stream.
@@ -34,8 +35,8 @@ from ..model.config import BRANCHES
 from ..partition.manifest import FUSED_BRANCH
 from ..runtime.pipeline import Invocation, batch_of
 
-__all__ = ["DEFAULT_MIN_HEADROOM", "Peak", "probe_model", "OnnxProbe", "make_probe", "HeadroomObserver",
-           "min_headroom_of", "headroom_failures", "REPORT_KEY"]
+__all__ = ["DEFAULT_MIN_HEADROOM", "Peak", "probe_model", "pruned_probe_model", "OnnxProbe", "make_probe",
+           "HeadroomObserver", "min_headroom_of", "headroom_failures", "REPORT_KEY"]
 
 FP16_MAX = float(np.finfo(np.float16).max)      # 65504
 # 8x is three binades: a board run whose activations are several times larger than here (other
@@ -75,14 +76,25 @@ class Peak:
         return FP16_MAX / self.peak if self.peak > 0 else float("inf")
 
 
-def _peak(array: np.ndarray) -> float:
-    """max |a|; inf when anything is not finite (an overflow already happened)."""
+# A float's magnitude bits (the sign bit cleared) order like its magnitude, and every inf or NaN
+# sorts above every finite value: max |a| is then an integer max over a view, with no float copy
+# (numpy emulates float16 arithmetic, and a float32 copy of every tensor cost more than the max).
+_MAGNITUDE = {np.dtype(np.float16): (np.uint16, 0x7FFF), np.dtype(np.float32): (np.uint32, 0x7FFFFFFF),
+              np.dtype(np.float64): (np.uint64, 0x7FFFFFFFFFFFFFFF)}
+
+
+def _peaks(array) -> list[float]:
+    """max |a| of each row (stream) along axis 0; inf for a row where anything is not finite (an
+    overflow already happened)."""
     a = np.asarray(array)
+    if a.dtype not in _MAGNITUDE:
+        a = a.astype(np.float32)
     if a.size == 0:
-        return 0.0
-    with np.errstate(invalid="ignore", over="ignore"):
-        value = float(np.max(np.abs(a.astype(np.float32, copy=False))))
-    return value if np.isfinite(value) else float("inf")
+        return [0.0] * len(a)
+    uint, mask = _MAGNITUDE[a.dtype]
+    bits = np.bitwise_and(np.ascontiguousarray(a).view(uint).reshape(len(a), -1), mask).max(axis=1)
+    values = bits.astype(uint).view(a.dtype).astype(np.float64)
+    return [float(v) if np.isfinite(v) else float("inf") for v in values]
 
 
 def probe_model(onnx_path: Path, tensors) -> bytes:
@@ -101,8 +113,21 @@ def probe_model(onnx_path: Path, tensors) -> bytes:
     return model.SerializeToString()
 
 
+def pruned_probe_model(onnx_path: Path, tensors) -> bytes:
+    """probe_model's graph cut down to what `tensors` are computed from: its outputs are those tensors
+    only (no y), and the nodes after them (the FFN's second layer, attention's softmax, value product
+    and output projection) are gone, so a probe costs the host less than the invocation it watches.
+    The nodes kept are the graph's own, in its order: the probed values do not change."""
+    import onnx
+    from onnx.utils import Extractor
+    model = onnx.load_from_string(probe_model(onnx_path, tensors))
+    inputs = [i.name for i in model.graph.input]      # all kept, so inputs are fed as the subgraph's
+    return Extractor(model).extract_model(inputs, list(tensors)).SerializeToString()
+
+
 class OnnxProbe:
-    """Intermediates on the host: one onnxruntime session per subgraph of the partition under test."""
+    """Intermediates on the host: one onnxruntime session per subgraph of the partition under test,
+    of its graph pruned to the probed tensors (pruned_probe_model)."""
 
     def __init__(self, manifest):
         self.manifest = manifest
@@ -113,7 +138,7 @@ class OnnxProbe:
             import onnxruntime as ort
 
             from ..backends.onnxruntime import session_options
-            model = probe_model(self.manifest.path_of(entry), probe_tensors(entry))
+            model = pruned_probe_model(self.manifest.path_of(entry), probe_tensors(entry))
             self._sessions[entry.index] = ort.InferenceSession(
                 model, sess_options=session_options(1), providers=["CPUExecutionProvider"])
         return self._sessions[entry.index]
@@ -121,7 +146,7 @@ class OnnxProbe:
     def run(self, entry, inputs) -> list[np.ndarray]:
         session = self._session(entry)
         names = [i.name for i in session.get_inputs()]
-        return session.run(None, dict(zip(names, inputs)))[1:]
+        return session.run(None, dict(zip(names, inputs)))
 
     def close(self) -> None:
         self._sessions.clear()
@@ -218,11 +243,11 @@ class HeadroomObserver:
 
     def _see(self, index: int, tensor: str, array, inv: Invocation, offset: int = 0) -> None:
         # Per stream: the gate names the stream whose activations came closest.
-        for k in range(len(array)):
-            value = _peak(array[k])
-            have = self.peaks.setdefault(index, {}).get(tensor)
+        peaks = self.peaks.setdefault(index, {})
+        for k, value in enumerate(_peaks(array)):
+            have = peaks.get(tensor)
             if have is None or value > have.peak:
-                self.peaks[index][tensor] = Peak(tensor, value, inv.step, inv.streams[offset + k])
+                peaks[tensor] = Peak(tensor, value, inv.step, inv.streams[offset + k])
 
     def summary(self) -> list[dict]:
         """Per subgraph (execution order): its lowest headroom, where, and every tensor's peak."""

@@ -253,6 +253,20 @@ class GateRunner:
             self._runs[key] = run
         return run, observer.report_section()[REPORT_KEY]
 
+    def unprobed_run(self, case: GoldenCase, guard) -> CaseRun:
+        """A run of `case` at its own steps whose time is the pipeline's alone: the case's shared run
+        when no probe watched it (in a whole session, the benchmark's last round of the memory case),
+        else a fresh one. A headroom run's time includes its probe, so it is never the one returned."""
+        from .headroom import REPORT_KEY
+        shared = self.case_run(case, guard)
+        if shared.result is None or REPORT_KEY not in shared.result.report:
+            return shared
+        report = self._report_path(f"{case.name}+unprobed")        # a derived run's name: no case's
+        try:
+            return CaseRun(case, self.run(case, guard, tag="+unprobed"), None, report)
+        except HarnessError as exc:
+            return CaseRun(case, None, exc, report)
+
     def case_run(self, case: GoldenCase, guard) -> CaseRun:
         """The one shared run of a golden case (numerics and quality both look at it)."""
         key = run_key(case)

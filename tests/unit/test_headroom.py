@@ -1,12 +1,25 @@
 """The headroom gate's stated limit comes from model.toml and is checked; intermediates a probe adds
-are the graph's own tensors."""
+are the graph's own tensors, the host's probe computes them bitwise as the whole graph does; a peak is
+per stream, and an inf or NaN anywhere in a stream is headroom 0."""
 import dataclasses
 
+import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 
+from harness.backends.onnxruntime import session_options
 from harness.core.errors import ConfigError
-from harness.gates.headroom import DEFAULT_MIN_HEADROOM, min_headroom_of, probe_model
+from harness.gates.headroom import (
+    DEFAULT_MIN_HEADROOM,
+    HeadroomObserver,
+    min_headroom_of,
+    probe_model,
+    pruned_probe_model,
+)
 from harness.model.config import EMBEDDED_DIR, load_model_dir
+from harness.partition.manifest import load_manifest
+from harness.runtime.pipeline import Invocation
 
 
 def test_stated_headroom_from_model_toml():
@@ -24,3 +37,38 @@ def test_probe_names_a_missing_tensor(embedded_fp32):
     assert probe_model(onnx_file, ["layer1", "gelu"])
     with pytest.raises(ConfigError, match=f"headroom probe: {onnx_file} has no tensor 'attn/qk'"):
         probe_model(onnx_file, ["attn/qk"])
+
+
+@pytest.mark.parametrize("name, tensors", [("00_block00_self_attn", ("attn/qk", "attn/scores")),
+                                           ("01_block00_cross_attn", ("attn/qk", "attn/scores")),
+                                           ("02_block00_ffn", ("layer1", "gelu"))])
+def test_pruned_probe_computes_the_whole_graphs_tensors(embedded_fp32, name, tensors):
+    _, partition = embedded_fp32
+    onnx_file = partition / f"{name}.onnx"
+    whole, pruned = probe_model(onnx_file, tensors), pruned_probe_model(onnx_file, tensors)
+    graph = onnx.load_from_string(pruned).graph
+    assert [o.name for o in graph.output] == list(tensors)
+    assert len(graph.node) < len(onnx.load_from_string(whole).graph.node)     # the tail after them is cut
+    sessions = [ort.InferenceSession(m, sess_options=session_options(1), providers=["CPUExecutionProvider"])
+                for m in (whole, pruned)]
+    rng = np.random.default_rng(3)
+    feed = {i.name: rng.standard_normal(i.shape).astype(np.float32) * 4 for i in sessions[0].get_inputs()}
+    assert [i.name for i in sessions[1].get_inputs()] == list(feed)      # fed as the subgraph is
+    for a, b in zip(sessions[0].run(None, feed)[1:], sessions[1].run(None, feed), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_peaks_are_per_stream_and_a_non_finite_value_is_headroom_zero(embedded_fp32):
+    _, partition = embedded_fp32
+    entry = next(e for e in load_manifest(partition).subgraphs if e.branch == "ffn")
+    x = np.zeros(entry.inputs[0].shape, np.float16)
+    observer = HeadroomObserver(None)
+    for step, (cond, uncond) in enumerate(((-300.0, 2.0), (100.0, np.nan))):
+        x[0].flat[5], x[1].flat[-1] = cond, uncond
+        y = np.zeros(x.shape, np.float32)
+        y[0].flat[0] = -4096.0 * (step + 1)
+        observer(Invocation(entry, step, 1.0, ("cond", "uncond"), (x.copy(),), y))
+    [sub] = observer.summary()
+    assert sub["tensors"]["x"] == {"tensor": "x", "peak": "inf", "step": 1, "stream": "uncond", "headroom": 0.0}
+    assert sub["tensors"]["y"]["peak"] == 8192.0 and sub["tensors"]["y"]["stream"] == "cond"
+    assert (sub["tensor"], sub["headroom"]) == ("x", 0.0)

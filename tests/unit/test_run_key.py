@@ -93,3 +93,19 @@ def test_a_failed_shared_headroom_run_names_the_report_its_run_wrote(gates):
     judged = runner.case_run(one, guard=None)
     assert failed.error is not None and judged.error is failed.error        # not rendered again
     assert judged.report_path.name == "one-headroom.json" and judged.report_path.exists()
+
+
+
+def test_the_benchmarks_round_is_the_cases_unprobed_run(gates):
+    runner, (one, _) = gates
+    benchmarked = runner.run(one, guard=None, keep=False)
+    assert runner.share(derived_case(one, "bench"), benchmarked, one.steps)
+    assert runner.unprobed_run(one, guard=None).result is benchmarked      # timed with no probe in it
+
+
+def test_a_probed_shared_run_is_not_the_cases_unprobed_run(gates):
+    runner, (one, _) = gates
+    probed, _ = runner.headroom_run(one, None, MIN_HEADROOM, share=True)
+    timed = runner.unprobed_run(one, guard=None)
+    assert timed.result is not probed.result and REPORT_KEY not in timed.result.report
+    assert runner.case_run(one, guard=None).result is probed.result        # numerics and quality keep theirs

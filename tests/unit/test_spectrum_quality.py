@@ -1,6 +1,5 @@
 """On the embedded model: the Spectrum 28-step image (13-of-28 preset) against the full 28-step image,
-through the monolithic FP32 reference (the partitioned Spectrum run matches it: test_spectrum_run.py;
-the same comparison through the FP16 partition is in tests/acceptance/test_spectrum_benchmark.py).
+through the monolithic FP32 reference (the partitioned Spectrum run matches it: test_spectrum_run.py).
 
 The threshold is data (`spectrum_ssim_min` in the model's [gates]) chosen from measurement; see
 models/embedded/model.toml for the figures. Images stay the prompted digit (the classifier of
