@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,7 @@ from .state import (
 __all__ = ["choose", "distributed", "runs_alone", "ship_benchmark_json", "ALONE_MARKERS"]
 
 ALONE_MARKERS = ("npu", "benchmark", "memory", "soak")
+_LONG_MARKERS = ("slow", "toolkit", "lab")
 GROUP = "alone"                     # the xdist group of the tests that run alone
 BENCHMARK_JSON = pytest.StashKey[list]()    # pytest-benchmark's JSON text of each worker that timed one
 _SHIPPED = (TEST_OUTCOMES, BENCH_RESULTS, QUALITY_RESULTS, MEMORY_SAMPLES, GOLDEN_UPDATES, STEP_SPLITS,
@@ -76,6 +78,7 @@ def choose(config, settings) -> None:
         config.issue_config_time_warning(pytest.PytestConfigWarning(f"-n ignored: {why}"), stacklevel=2)
         return
     config.option.dist = "loadgroup"
+    config.option.loadscopereorder = False      # the work units in the order _in_order gives them
     config.stash[_ROOM] = Path(tempfile.mkdtemp(prefix="anima-workers-"))
 
 
@@ -129,6 +132,28 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if runs_alone(item):
             item.add_marker(pytest.mark.xdist_group(GROUP))
+    items[:] = _in_order(items)
+
+
+def _in_order(items: list) -> list:
+    """The tests that run alone first, then the modules with no slow, toolkit or lab test, then the modules
+    with such tests, most of them first. Each test that runs alone waits for the test the other worker is
+    in: with the short modules beside the group that wait is seconds, not the ten minutes of a README run."""
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(_module(item), i)
+    long = Counter(_module(item) for item in items if any(item.get_closest_marker(m) for m in _LONG_MARKERS))
+
+    def key(item) -> tuple[int, int, int]:
+        if runs_alone(item):
+            return 0, 0, 0
+        module = _module(item)
+        return (2 if long[module] else 1), -long[module], first[module]
+    return sorted(items, key=key)       # stable: a module's tests keep their order
+
+
+def _module(item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
 def runs_alone(item) -> bool:
