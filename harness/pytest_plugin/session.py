@@ -15,6 +15,7 @@ from ..core.errors import HarnessError, Terminated
 from ..core.outputs import ArtifactsLock, check_free_space, check_writable
 from ..core.signals import StopSignals
 from ..model.config import REPO_ROOT
+from ..results.provenance import run_id
 from .state import SETTINGS, STORE_FAILURE, is_worker
 
 __all__ = ["start_run", "CALL_FAILED"]
@@ -73,6 +74,9 @@ def pytest_sessionstart(session):
     controller holds, and leaves stops and session.json to it."""
     config = session.config
     settings = config.stash[SETTINGS]
+    # A run id per session, not per process: a pytest run inside a test (pytester, in process) is a
+    # session of its own, and its runs must not collide with the runs of the session before it.
+    run_id.cache_clear()
     if is_worker(config):
         return
     try:

@@ -2,7 +2,7 @@
 the session's artifacts still written once, whole, by the controller.
 
 - Never on the board, never with --require-npu: an 8 GB board runs its gates one after another.
-- The tests that time or measure memory (markers npu, benchmark, memory, soak) run alone: one worker
+- The tests that time or measure memory (markers npu, benchmark, memory, soak, timed) run alone: one worker
   takes a room lock exclusively for each of them, every other test holds it shared, so none of them is
   judged under the other worker's load. They also share one xdist group (--dist loadgroup), so they run
   on one worker, in order, and share the golden cases' runs as a serial session does.
@@ -43,7 +43,7 @@ from .state import (
 
 __all__ = ["choose", "distributed", "runs_alone", "ship_benchmark_json", "ALONE_MARKERS"]
 
-ALONE_MARKERS = ("npu", "benchmark", "memory", "soak")
+ALONE_MARKERS = ("npu", "benchmark", "memory", "soak", "timed")
 _LONG_MARKERS = ("slow", "toolkit", "lab")
 GROUP = "alone"                     # the xdist group of the tests that run alone
 BENCHMARK_JSON = pytest.StashKey[list]()    # pytest-benchmark's JSON text of each worker that timed one

@@ -23,7 +23,8 @@ VERSION_FIELDS = ("npu_driver", "runtime_lib", "toolkit_lite", "onnxruntime")
 
 @lru_cache(maxsize=1)
 def run_id() -> str:
-    """One id per process: CI's run id (with the attempt), else UTC time plus a random suffix."""
+    """One id per process, or per test session (the pytest plugin starts each with a new one): CI's run id
+    (with the attempt), else UTC time plus a random suffix."""
     if os.environ.get("GITHUB_RUN_ID"):
         return f"gh-{os.environ['GITHUB_RUN_ID']}-{os.environ.get('GITHUB_RUN_ATTEMPT', '1')}"
     if os.environ.get("LAVA_JOB_ID"):

@@ -14,7 +14,8 @@ from harness.model.random_checkpoint import write_random_checkpoint
 pytestmark = pytest.mark.slow
 
 
-def test_full_width_block_from_bf16_checkpoint_to_latent(tmp_path, capsys):
+def test_full_width_block_from_bf16_checkpoint_to_latent(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")        # one line per fact, however long the worker's tmp path
     model = tmp_path / "model"
     model.mkdir()
     text = (PROFILES_DIR / "anima-2b.toml").read_text()

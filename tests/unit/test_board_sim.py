@@ -191,6 +191,7 @@ def test_late_wake_ups_are_taken_off_the_next_pauses_of_their_kind():
     assert time.perf_counter() - start < 0.02 and clock.debt["lifecycle"] >= 0.005
 
 
+@pytest.mark.timed
 def test_this_machines_host_work_is_taken_off_the_boards_host_pause():
     import time
 
@@ -209,6 +210,7 @@ def test_this_machines_host_work_is_taken_off_the_boards_host_pause():
 
 
 @pytest.mark.slow
+@pytest.mark.timed
 def test_default_settings_give_the_boards_on_demand_to_resident_ratio(tmp_path):
     """`generate --backend board-sim` at its default time scale: the steady step of on-demand over
     resident within 5 % of the board's 120.40 / (120.40 - 33.84), runs alternating."""
