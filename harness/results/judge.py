@@ -65,7 +65,7 @@ from .condition import condition_line, probe_verdict
 from .constants import CONFIDENCE, FIRST_LOOK_SHARE, GROUP_RUNS, LOOKBACK, NOISE_LOOKBACK, PRIMARY_SHARE, SPENDING_RHO
 from .noise import NoiseFactor, noise_factor
 from .records import Run
-from .store import RunSource
+from .store import ResultsStore
 from .verdicts import MIN_HISTORY, Decision, fixed_verdict, history_verdict
 
 __all__ = ["Judgement", "judge_run", "confirm", "figures", "judge_figure", "judge_figures", "judge_values",
@@ -352,7 +352,8 @@ def figure_noise(record: Sequence[list[dict]], label: str, n: int, k: int, alpha
     return noise_factor([[r[label] for r in series if r.get(label, 0) > 0] for series in record], n, k, alpha)
 
 
-def board_record(store: RunSource, run: Run, from_fleet: bool = False, group: Sequence[Run] = ()) -> list[list[dict]]:
+def board_record(store: ResultsStore, run: Run, from_fleet: bool = False,
+                 group: Sequence[Run] = ()) -> list[list[dict]]:
     """The figures of the latest NOISE_LOOKBACK valid runs of `run`'s experiment on its board (on the
     other boards of its model when it is judged against the fleet) and its CPU count, one series per
     board, key and CPU count, oldest first, the runs of its `group` left out: what the noise factor
@@ -395,7 +396,7 @@ def same_cpus(run: Run, other: Run) -> bool:
     return run.host_cpus is None or other.host_cpus in (None, run.host_cpus)
 
 
-def _reference(store: RunSource, run: Run) -> tuple[Run, str, bool, bool] | None:
+def _reference(store: ResultsStore, run: Run) -> tuple[Run, str, bool, bool] | None:
     """(reference run, how it was chosen, from the fleet?, a saved baseline?) or None: a run of the
     board's accepted stack (the module docstring), never merely its latest run, so a new stack stays
     on probation run after run until it is accepted."""
@@ -414,13 +415,13 @@ def _reference(store: RunSource, run: Run) -> tuple[Run, str, bool, bool] | None
     return None
 
 
-def judge_run(store: RunSource, run: Run, threshold_pct: float) -> Judgement:
+def judge_run(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
     """Judge `run` (not yet stored, filed under its board: ResultsStore.filed) against its reference in
     `store` (see the module docstring); the judgement says when the board's model string changed."""
     return replace(_judge(store, run, threshold_pct), board_change=board_change(store, run))
 
 
-def board_change(store: RunSource, run: Run) -> str | None:
+def board_change(store: ResultsStore, run: Run) -> str | None:
     """'the device-tree model string changed: ...' when the board's latest stored run read another
     model string from the same serial, else None."""
     latest = store.runs(board=run.board_id, latest=1) if run.serial_hash and run.device_model else []
@@ -431,7 +432,7 @@ def board_change(store: RunSource, run: Run) -> str | None:
             f"board {run.board_id} of board model {run.board_model} keeps its history and baseline)")
 
 
-def _judge(store: RunSource, run: Run, threshold_pct: float) -> Judgement:
+def _judge(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
     found = _reference(store, run)
     if found is None:
         return Judgement(FIRST, f"no baseline yet for {run.key.case} on board {run.board_id} or its board model "
@@ -472,7 +473,7 @@ def _judge(store: RunSource, run: Run, threshold_pct: float) -> Judgement:
     return Judgement(kind, how, verdicts, differences, reference, condition, noise, probation=probation)
 
 
-def confirm(store: RunSource, first_run: Run, first: Judgement, second_run: Run,
+def confirm(store: ResultsStore, first_run: Run, first: Judgement, second_run: Run,
             threshold_pct: float) -> Judgement:
     """`first` (the judgement of `first_run`, which needs_confirmation) with the judgements of a
     second run of the same session: against the same history as the first run, and as the store will
@@ -490,7 +491,7 @@ def confirm(store: RunSource, first_run: Run, first: Judgement, second_run: Run,
     return replace(first, confirmation=(alone, after))
 
 
-def _split(store: RunSource, pool: list[Run], run: Run, kind: str,
+def _split(store: ResultsStore, pool: list[Run], run: Run, kind: str,
            from_fleet: bool) -> tuple[list[Run], list[Run], int | None]:
     """(history, group since the change, look): for an upgrade the group is the board's earlier valid
     runs of the new stack while they are fewer than GROUP_RUNS; for a history, see since_change."""

@@ -30,7 +30,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import case, create_engine, delete, event, func, insert, inspect, or_, select, text
 from sqlalchemy.engine import Connection, Engine, make_url
@@ -519,26 +519,6 @@ class ResultsStore:
             if (board, run_id, case_name) not in theirs:
                 _newer_baseline(target, target.run(run_id, case_name), reason)
         return copied, had
-
-
-class RunSource(Protocol):
-    """What a judgement reads from a store: a ResultsStore, or the view of one that pending() yields."""
-
-    @property
-    def where(self) -> str: ...         # how an error line names the store
-
-    def runs(self, *, board: str | None = None, board_model: str | None = None, key: str | None = None,
-             experiment: str | None = None, valid: bool | None = None, case: str | None = None,
-             backend: str | None = None, run_id: str | None = None, other_than_board: str | None = None,
-             cpus: int | None = None, latest: int | None = None) -> list[Run]: ...
-
-    def baseline(self, board: str, experiment: str) -> tuple[Run, str] | None: ...
-
-    def fleet_baseline(self, board_model: str, experiment: str, exclude_board: str) -> tuple[Run, str] | None: ...
-
-    def stacks(self, board: str, experiment: str) -> list[tuple[str, int, int]]: ...
-
-    def pending(self, runs: list[Run]) -> contextlib.AbstractContextManager[RunSource]: ...
 
 
 def _newer_baseline(target: ResultsStore, run: Run, reason: str) -> None:
