@@ -11,13 +11,13 @@ from pathlib import Path
 __all__ = ["acquire", "release", "file_lock"]
 
 
-def acquire(path: str | Path, blocking: bool = True) -> int | None:
+def acquire(path: str | Path, blocking: bool = True, shared: bool = False) -> int | None:
     """Hold `path`'s lock (created if absent); the open descriptor, or None when not blocking and
     another holder has it. Each call opens the file anew: flock conflicts between open files, also
-    within one process."""
+    within one process. `shared`: held beside other shared holders, never beside an exclusive one."""
     fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o666)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if blocking else fcntl.LOCK_NB))
     except BlockingIOError:
         os.close(fd)
         return None

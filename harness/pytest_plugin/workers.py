@@ -15,7 +15,6 @@ the session's artifacts still written once, whole, by the controller.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from ..core.locks import acquire, release
 from .state import (
     BASELINE_OUTCOMES,
     BENCH_RESULTS,
@@ -175,19 +175,20 @@ def _held(room: str, exclusive: bool):
     """A readers-writer lock across the workers: a test that runs alone holds `room` exclusively, the others
     shared. The turnstile keeps a waiting writer from being starved: it holds the turnstile while it waits,
     and a reader passes the turnstile before it takes its share."""
-    turnstile = os.open(room + ".turnstile", os.O_CREAT | os.O_RDWR, 0o600)
-    fd = os.open(room, os.O_CREAT | os.O_RDWR, 0o600)
+    turnstile = acquire(room + ".turnstile")
     try:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        if not exclusive:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        if exclusive:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        if not exclusive and turnstile is not None:     # a blocking acquire is never None
+            release(turnstile)
+            turnstile = None
+        fd = acquire(room, shared=not exclusive)
+    finally:
+        if turnstile is not None:
+            release(turnstile)
+    try:
         yield
     finally:
-        os.close(fd)
-        os.close(turnstile)
+        if fd is not None:
+            release(fd)
 
 
 def ship_benchmark_json(config, path: Path, text: str) -> bool:
