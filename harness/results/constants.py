@@ -12,8 +12,7 @@ from __future__ import annotations
 
 __all__ = ["CONFIDENCE", "LOOKBACK", "MIN_HISTORY", "HISTORY_FLOOR_PCT", "FIXED_THRESHOLD_PCT", "AB_THRESHOLD_PCT",
            "OUTLIER_Z", "GROUP_RUNS", "PRIMARY_SHARE", "SPENDING_RHO", "FIRST_LOOK_SHARE", "CHANGE_ALPHA",
-           "CHANGE_MIN_RUNS", "NOISE_LOOKBACK", "MIN_POSITIONS", "QUANTILES", "TAIL_DFS", "EVIDENCE", "NULL_RECORDS",
-           "NULL_BUCKET", "MAX_FACTOR"]
+           "CHANGE_MIN_RUNS", "NOISE_LOOKBACK", "TAIL_DFS", "NULL_RECORDS"]
 
 # == PROMISED ==========================================================================================
 
@@ -41,8 +40,6 @@ GROUP_RUNS = 5
 
 # -- the history --------------------------------------------------------------------------------------
 
-# Fewer earlier runs than this give no spread worth a threshold: the caller says "too few runs".
-MIN_HISTORY = 5
 # Earlier runs further than this many robust standard deviations (the MAD's) from the median are
 # outliers (a run disturbed by another job): left out of the spread, not allowed to widen it.
 OUTLIER_Z = 5.0
@@ -72,24 +69,17 @@ CHANGE_MIN_RUNS = 3
 # onnxruntime streams (27 of 1,309 against 34) but found +5 % within 5 runs on the simulated board
 # 94.6 % of the time against 95.5 %.
 NOISE_LOOKBACK = 240
-# Fewer positions than this say nothing about a 99 % quantile: the factor is 1, "not learned yet".
-MIN_POSITIONS = 60
-# Upper quantiles of the statistic compared with the t distribution's (the bulk's ratio is the largest).
-QUANTILES = (0.9, 0.95, 0.99)
 # Degrees of freedom a fitted tail may have: from a Cauchy-like 1.5 (a record with wild runs) to a normal one.
 TAIL_DFS = (1.5, 2.0, 3.0, 4.0, 6.0, 10.0, 20.0, 50.0, 1000.0)
-# A ratio counts as evidence when independent runs give a smaller one this often: at 0.99 a quiet
-# board's interval is widened in about 1 verdict of 100; at 0.9 the simulated board found +5 % within
-# 5 runs 93 % of the time instead of 96 %.
-EVIDENCE = 0.99
-# Simulated records of independent runs that EVIDENCE's quantile is taken over, in steps of
-# NULL_BUCKET positions (one simulation serves a board's record as it grows).
+# Simulated records of independent runs a ratio's CONFIDENCE quantile (its evidence bar) is taken
+# over: 400 leave 4 records past the 99 % quantile, and cost about a second per shape of record.
 NULL_RECORDS = 400
-NULL_BUCKET = 20
-# A wider interval than this says nothing anyway: the history of such a board cannot judge a run.
-MAX_FACTOR = 20.0
 
 # == DERIVED ==============================================================================================
+
+# Fewer earlier runs than a change's group give no spread worth a threshold: the caller says "too few
+# runs" (a history shorter than the group judged against it says less about the board than the group).
+MIN_HISTORY = GROUP_RUNS
 
 # A split of a history is kept when its permutation test gives p under this (per search): the
 # one-sided half of a lone run's two-sided 1 - CONFIDENCE (rounded: 1 - 0.99 is not 0.01 in binary, and

@@ -12,12 +12,14 @@ verdict's own statistic (the shift of a group of k runs over the n runs before i
 standard error: `standardized_shifts`) at every earlier position of the board's valid runs of the
 experiment, each key's runs a series of its own (the noise belongs to the board and the case, not
 to one stack). Three ratios say how far those statistics reach past the t distribution the verdict
-assumes: the bulk's (upper QUANTILES, raised by slow drift), the tail's (a fitted Student t's
-quantile at the figure's own level, raised by disturbed runs) and the spread's (their median
-absolute deviation, raised by a level that moves now and then). Each counts only when it is past what
-records of independent runs give (EVIDENCE, simulated: `_independent_ratios`), so a quiet board keeps
-its power; the interval is widened by the largest one that counts, never narrowed. With fewer than
-MIN_POSITIONS positions the factor is 1 and the verdict says the noise is not learned yet.
+assumes: the bulk's (the upper quantiles', from the quartile to the CONFIDENCE quantile, raised by
+slow drift), the tail's (a fitted Student t's quantile at the figure's own level, raised by disturbed
+runs) and the spread's (their median absolute deviation, raised by a level that moves now and then).
+Each counts only when records of independent runs of the same shape give a smaller one CONFIDENCE of
+the time (a Monte Carlo test at the gate's own level: `_independent_ratios`), so a quiet board keeps
+its power and a short record, whose ratios vary most, needs the most evidence; the interval is
+widened by the largest one that counts, never narrowed. A record with no earlier position leaves the
+factor at 1 and the verdict says the noise is not learned yet.
 
 A real change inside the record widens the factor too (its shift is counted as noise) until it
 leaves the NOISE_LOOKBACK runs: a verdict after it is slower to flag, never quicker.
@@ -31,20 +33,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .constants import (
-    EVIDENCE,
-    MAX_FACTOR,
-    MIN_POSITIONS,
-    NOISE_LOOKBACK,
-    NULL_BUCKET,
-    NULL_RECORDS,
-    QUANTILES,
-    TAIL_DFS,
-)
+from .constants import CONFIDENCE, NOISE_LOOKBACK, NULL_RECORDS, TAIL_DFS
 from .verdicts import outliers_kept
 
-__all__ = ["NoiseFactor", "standardized_shifts", "noise_factor", "NOISE_LOOKBACK", "MIN_POSITIONS", "QUANTILES",
-           "TAIL_DFS", "EVIDENCE", "NULL_RECORDS", "NULL_BUCKET", "MAX_FACTOR", "null_positions"]
+__all__ = ["NoiseFactor", "standardized_shifts", "noise_factor", "NOISE_LOOKBACK", "TAIL_DFS", "NULL_RECORDS"]
 
 _DFS = np.array(TAIL_DFS)
 
@@ -57,7 +49,6 @@ def _quartiles() -> np.ndarray:
     return np.asarray(stats.t.ppf(0.75, _DFS))
 
 
-
 @dataclass(frozen=True)
 class NoiseFactor:
     factor: float       # >= 1: the history verdict's interval is this many times wider
@@ -68,7 +59,7 @@ class NoiseFactor:
         """'x2.4, learned from 180 earlier positions of the board's valid runs', or that it is not
         learned yet."""
         if not self.positions:
-            return (f"not learned yet (fewer than {MIN_POSITIONS} earlier positions in {self.whose} valid runs): "
+            return (f"not learned yet (no earlier position in {self.whose} valid runs): "
                     "the runs of the history are taken as independent")
         return f"x{self.factor:.2g}, learned from {self.positions} earlier positions of {self.whose} valid runs"
 
@@ -105,7 +96,7 @@ def noise_factor(series: Sequence[Sequence[float]], n: int, k: int, alpha: float
 
     The record's statistics give three ratios (`_ratios`: the bulk's, the tail's and the spread's);
     the interval is widened by the largest of those past what independent runs give in records of
-    the same shape (their EVIDENCE quantiles, `_independent_ratios`): even independent runs give
+    the same shape (their CONFIDENCE quantiles, `_independent_ratios`): even independent runs give
     ratios a little over 1, and widening by them would cost a quiet board its power for nothing."""
     ts, dfs = [], []
     for values in series:
@@ -113,65 +104,71 @@ def noise_factor(series: Sequence[Sequence[float]], n: int, k: int, alpha: float
         ts.append(t)
         dfs.append(df)
     t, df = np.concatenate(ts or [np.empty(0)]), np.concatenate(dfs or [np.empty(0)])
-    if t.size < MIN_POSITIONS:
+    if t.size < 2:          # no spread among the positions: nothing to learn
         return NoiseFactor(1.0, 0)
-    ratios = _ratios(t, float(np.median(df)), alpha)
-    independent = _independent_ratios(null_positions(t.size), n, k, round(alpha, 8))
-    shown = [r for r, bar in zip(ratios, independent) if r > bar]
-    return NoiseFactor(min(MAX_FACTOR, max([1.0, *shown])), int(t.size))
+    ratios = _ratios(t[None, :], np.array([np.median(df)]), alpha)[0]
+    independent = _independent_ratios(int(t.size), n, k, round(alpha, 8))
+    shown = [float(r) for r, bar in zip(ratios, independent) if r > bar]
+    return NoiseFactor(max([1.0, *shown]), int(t.size))
 
 
-def _ratios(t: np.ndarray, df: float, alpha: float) -> tuple[float, float, float]:
-    """How far the statistics `t` reach past the t distribution the verdict assumes (df degrees of
-    freedom): (bulk) the largest of their upper QUANTILES over its, which slow drift raises; (tail) a
-    fitted tail's quantile at `alpha` over its (`_tail_quantile`), which disturbed runs raise; and
-    (spread) their median absolute deviation over its, which the machine's level moving now and
-    then raises. The spread is the ratio that varies least between records of independent runs (a
-    MAD uses every position, an upper quantile the few past it), so its evidence bar is the lowest:
-    a modest but real lack of independence, under the bars of the other two, passes this one."""
+def _ratios(t: np.ndarray, df: np.ndarray, alpha: float) -> np.ndarray:
+    """How far each row of statistics `t` (a record's positions; one row per record) reaches past
+    the t distribution the verdict assumes (`df` degrees of freedom per row), one column per ratio:
+    (bulk) the largest of its upper order statistics over the t's quantiles at their levels, from
+    the quartile to the CONFIDENCE quantile, which slow drift raises; (tail) a fitted tail's quantile
+    at `alpha` over the t's (`_tail_quantile`), which disturbed runs raise; and (spread) its median
+    absolute deviation over the t's, which the machine's level moving now and then raises. The
+    spread is the ratio that varies least between records of independent runs (a MAD uses every
+    position, an upper quantile the few past it), so its evidence bar is the lowest: a modest but
+    real lack of independence, under the bars of the other two, passes this one."""
     from scipy import stats
-    bulk = max(float(np.quantile(t, q)) / float(stats.t.ppf(q, df)) for q in QUANTILES)
-    centre = float(np.median(t))
-    mad = float(np.median(np.abs(t - centre)))      # the spread's, and the fitted tail's scale
-    tail = _tail_quantile(t, alpha, centre, mad) / float(stats.t.ppf(1 - alpha, df))
-    return bulk, tail, mad / float(stats.t.ppf(0.75, df))
+    rows, size = t.shape
+    levels = np.arange(1, size + 1) / (size + 1)            # each order statistic's level (Weibull's)
+    upper = (levels >= 0.75) & (levels <= CONFIDENCE)
+    upper[-1] |= not upper.any()                            # a tiny record: its largest statistic
+    bulk = (np.sort(t, axis=1)[:, upper] / stats.t.ppf(levels[upper][None, :], df[:, None])).max(axis=1)
+    centre = np.median(t, axis=1)
+    mad = np.median(np.abs(t - centre[:, None]), axis=1)   # the spread's, and the fitted tail's scale
+    tail = _tail_quantile(t, alpha, centre, mad) / stats.t.ppf(1 - alpha, df)
+    return np.column_stack([bulk, tail, mad / stats.t.ppf(0.75, df)])
 
 
-def null_positions(positions: int) -> int:
-    """The record size `_independent_ratios` is simulated at for a record of `positions`: rounded up
-    to a step of NULL_BUCKET."""
-    return -(-positions // NULL_BUCKET) * NULL_BUCKET
-
-
-def _tail_quantile(t: np.ndarray, alpha: float, centre: float, mad: float) -> float:
-    """The upper `alpha` quantile of a Student t fitted to `t` (centre the median, scale from the
-    MAD, its degrees of freedom the likeliest of TAIL_DFS): a record with a few disturbed runs gets
-    heavy tails, and the quantile the verdict is decided at comes from them rather than from the
-    normal-looking bulk. The 99 % quantile of a few hundred positions says nothing about the 0.01 %
-    one a figure of a look is judged at. `centre` and `mad`: the median of `t` and its median absolute
-    deviation."""
+def _tail_quantile(t: np.ndarray, alpha: float, centre: np.ndarray, mad: np.ndarray) -> np.ndarray:
+    """Per row of `t`, the upper `alpha` quantile of a Student t fitted to it (centre the row's
+    median, scale from its MAD, its degrees of freedom the likeliest of TAIL_DFS): a record with a
+    few disturbed runs gets heavy tails, and the quantile the verdict is decided at comes from them
+    rather than from the normal-looking bulk. The 99 % quantile of a few hundred positions says
+    nothing about the 0.01 % one a figure of a look is judged at. `centre` and `mad`: each row's
+    median and median absolute deviation."""
     from scipy import stats
-    if mad == 0:
-        return centre
-    scales = np.asarray(mad / _quartiles())                                  # each df's scale for this MAD
-    likelihood = np.asarray(stats.t.logpdf((t - centre)[None, :] / scales[:, None], _DFS[:, None])).sum(axis=1) \
-        - t.size * np.log(scales)
-    best = int(np.argmax(likelihood))
-    return centre + float(scales[best]) * float(stats.t.ppf(1 - alpha, _DFS[best]))
+    scales = np.where(mad == 0, 1.0, mad)[:, None] / _quartiles()[None, :]       # rows x dfs
+    z = (t - centre[:, None])[:, None, :] / scales[:, :, None]                   # rows x dfs x positions
+    likelihood = np.asarray(stats.t.logpdf(z, _DFS[None, :, None])).sum(axis=2) - t.shape[1] * np.log(scales)
+    best = np.argmax(likelihood, axis=1)
+    rows = np.arange(t.shape[0])
+    quantile = centre + scales[rows, best] * stats.t.ppf(1 - alpha, _DFS[best])
+    return np.where(mad == 0, centre, quantile)
 
 
-@functools.lru_cache(maxsize=512)
-def _independent_ratios(positions: int, n: int, k: int, alpha: float) -> tuple[float, float, float]:
-    """The EVIDENCE quantiles of each of `_ratios` over NULL_RECORDS seeded records of independent
-    normal runs, each one series with `positions` positions: a ratio under its quantile is no
-    evidence that the board's runs are anything else. The statistics do not depend on the runs'
-    level or spread, so one simulation serves every figure of that shape; the positions come in
-    steps of NULL_BUCKET, rounded up (the quantiles move slowly with them, and more positions give
-    lower ones, so rounding up errs towards widening)."""
+@functools.lru_cache(maxsize=64)
+def _independent_records(n: int, k: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """NULL_RECORDS seeded records of independent normal runs, each one series with `size`
+    positions: their statistics and degrees of freedom (records x positions). A record of fewer
+    positions is judged against the first positions of these: the prefix of a series of
+    independent runs is one."""
     rng = np.random.default_rng(20261201)
-    ratios = []
-    for _ in range(NULL_RECORDS):
-        t, df = standardized_shifts(rng.normal(size=positions + n + k - 1), n, k)
-        ratios.append(_ratios(t, float(np.median(df)), alpha))
-    low, mid, high = (float(q) for q in np.quantile(np.array(ratios), EVIDENCE, axis=0))
+    shifts = [standardized_shifts(rng.normal(size=size + n + k - 1), n, k) for _ in range(NULL_RECORDS)]
+    return np.stack([t for t, _ in shifts]), np.stack([df for _, df in shifts])
+
+
+@functools.lru_cache(maxsize=1024)
+def _independent_ratios(positions: int, n: int, k: int, alpha: float) -> tuple[float, float, float]:
+    """The CONFIDENCE quantiles of each of `_ratios` over the NULL_RECORDS records of independent
+    runs cut to `positions` positions: a ratio under its quantile is no evidence that the board's
+    runs are anything else. The statistics do not depend on the runs' level or spread, so one
+    simulation serves every figure of that shape."""
+    t, df = _independent_records(n, k, max(positions, NOISE_LOOKBACK - n - k + 1))
+    ratios = _ratios(t[:, :positions], np.median(df[:, :positions], axis=1), alpha)
+    low, mid, high = (float(q) for q in np.quantile(ratios, CONFIDENCE, axis=0))
     return low, mid, high

@@ -36,7 +36,7 @@ from ..backends.board_drift import Drift, load_drift_model
 from ..backends.board_profile import BRANCH_ORDER, load_board_profile
 from .ab import DEFAULT_THRESHOLD_PCT, judge_pairs, round_orders
 from .judge import NPU_CORE, STEP, judge_values, npu_core
-from .noise import MIN_POSITIONS, NOISE_LOOKBACK
+from .noise import NOISE_LOOKBACK
 
 __all__ = ["RATES", "STREAMS_DIR", "kept_streams", "simulate", "store_looks", "stream_figures", "stream_record"]
 
@@ -45,6 +45,10 @@ HISTORY_RUNS, AFTER_RUNS = 20, 5       # the earlier runs a change is judged aga
 RECORD_RUNS = NOISE_LOOKBACK - HISTORY_RUNS     # the board's runs before them: the noise factor's record
 HISTORY_STEPS = 20                     # denoise steps per simulated history run (a gate run's length)
 AB_ROUNDS, AB_STEPS = 12, 1            # an A/B session as `bench-ab` runs it by default
+# A kept stream's windows are judged once the record holds this many positions of a 5-run group
+# (as since the rates were first measured, 2 December): a verdict on a younger record widens only
+# on stronger evidence, and the streams' early windows would measure that, not the board's noise.
+STREAM_RECORD_POSITIONS = 60
 _STAGES = ("load", "init", "run", "release")
 
 # name -> (what it counts, the bound it must hold: ("max" or "min", rate))
@@ -174,8 +178,8 @@ def stream_record(pairs: list[dict], i: int) -> list[list[dict]]:
 
 def first_window() -> int:
     """The first round a history window starts at once the record is long enough for a 5-run
-    group's noise factor (MIN_POSITIONS positions)."""
-    first = HISTORY_RUNS + AFTER_RUNS - 1 + MIN_POSITIONS
+    group's noise factor (STREAM_RECORD_POSITIONS positions)."""
+    first = HISTORY_RUNS + AFTER_RUNS - 1 + STREAM_RECORD_POSITIONS
     return first + (-(first - HISTORY_RUNS)) % AFTER_RUNS
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from harness.results import noise
 from harness.results.judge import (
     GROUP_RUNS,
     HISTORY,
@@ -25,7 +26,7 @@ from harness.results.judge import (
     judge_values,
     record_of,
 )
-from harness.results.noise import MIN_POSITIONS, NOISE_LOOKBACK, noise_factor, standardized_shifts
+from harness.results.noise import NOISE_LOOKBACK, noise_factor, standardized_shifts
 from harness.results.store import ResultsStore
 from harness.results.verdicts import history_verdict
 from tests.results_data import make_run
@@ -93,7 +94,7 @@ def test_independent_runs_are_barely_widened_and_a_slowdown_is_still_found():
     for seed in range(40):
         values = np.exp(np.random.default_rng(seed).normal(0, 0.02, NOISE_LOOKBACK))
         factors.append(noise_factor([values], HISTORY_RUNS, 1).factor)
-    # widened only where a record happens to look like evidence (EVIDENCE: about 1 in 100 per ratio)
+    # widened only where a record happens to look like evidence (about 1 in 100 per ratio: CONFIDENCE)
     assert sum(f > 1 for f in factors) <= 4, np.round(factors, 2)
     values = np.exp(np.random.default_rng(99).normal(0, 0.02, NOISE_LOOKBACK))
     figures = [{STEP: float(v)} for v in values]
@@ -112,11 +113,14 @@ def test_a_record_with_disturbed_runs_widens_a_lone_runs_interval():
     assert min(factors) > 1.5 and max(normal) < 1.5, (np.round(factors, 2), np.round(normal, 2))
 
 
-def test_a_short_record_learns_nothing_and_the_series_of_each_key_are_apart():
-    # one run short of MIN_POSITIONS positions learns nothing, one more learns from all of them
-    runs = np.exp(np.random.default_rng(8).normal(0, 0.05, HISTORY_RUNS + MIN_POSITIONS))
+def test_a_short_record_needs_more_evidence_and_the_series_of_each_key_are_apart():
+    # a record without two positions learns nothing; one more run and it learns from both
+    runs = np.exp(np.random.default_rng(8).normal(0, 0.05, HISTORY_RUNS + 2))
     assert noise_factor([runs[:-1]], HISTORY_RUNS, 1).positions == 0
-    assert noise_factor([runs], HISTORY_RUNS, 1).positions == MIN_POSITIONS
+    assert noise_factor([runs], HISTORY_RUNS, 1).positions == 2
+    # independent runs' ratios vary more over fewer positions: each evidence bar is higher there
+    short, long = (noise._independent_ratios(p, HISTORY_RUNS, 1, 0.005) for p in (40, 200))
+    assert all(few > many > 1 for few, many in zip(short, long)), (short, long)
     drifting = _ar1(0.95, 0.05, 200, seed=5)
     # two keys' series side by side: no position straddles them, so a level between keys is no noise
     apart = noise_factor([drifting[:100], drifting[100:] * 1.5], HISTORY_RUNS, 1)

@@ -84,19 +84,20 @@ def test_a_level_that_moves_now_and_then_widens_by_the_records_spread(name, at, 
     core = next(v for v in verdicts if v.label == NPU_CORE)
     assert not [v.line() for v in verdicts if v.regression]
     assert core.widened > 1, core
-    # what widened it: the spread of the record's statistics, past what independent runs give, where
-    # its upper quantiles are not
+    # what widened it: the spread of the record's statistics, past what independent runs give (in 4
+    # of these 6 its upper quantiles are not: a bulk ratio alone missed them on 2 December)
     t, df = noise.standardized_shifts(np.log([r[NPU_CORE] for r in record[0]]), HISTORY_RUNS, look)
-    bulk, _, spread = noise._ratios(t, float(np.median(df)), 0.005)
-    bars = noise._independent_ratios(noise.null_positions(t.size), HISTORY_RUNS, look, 0.005)
-    assert spread > bars[2] and bulk <= bars[0], (bulk, spread, bars)
+    bulk, _, spread = noise._ratios(t[None, :], np.array([np.median(df)]), 0.005)[0]
+    bars = noise._independent_ratios(t.size, HISTORY_RUNS, look, 0.005)
+    assert spread > bars[2], (bulk, spread, bars)
 
 
 # The A/A changes of the kept streams flagged at look 1 by the three-ratio noise factor (2 December
 # 2026): each one run disturbed past its threshold (one branch or stage +38-132 %, or the NPU core +58 %).
-# (stream, round the change is at)
-ONE_RUN_DISTURBED = [("onnxruntime-aa-2026-12-02-0041.json.gz", 605), ("onnxruntime-aa-2026-12-02-0542.json.gz", 405),
-                     ("onnxruntime-aa-2026-12-02-0542.json.gz", 735), ("onnxruntime-aa-2026-12-02-0604.json.gz", 445)]
+# A fourth then, 0542 at round 405, is no longer over its threshold at look 1 since the bulk ratio
+# reads every upper quantile (3 December). (stream, round the change is at)
+ONE_RUN_DISTURBED = [("onnxruntime-aa-2026-12-02-0041.json.gz", 605), ("onnxruntime-aa-2026-12-02-0542.json.gz", 735),
+                     ("onnxruntime-aa-2026-12-02-0604.json.gz", 445)]
 
 
 @pytest.mark.parametrize("name,at", ONE_RUN_DISTURBED)
