@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from ..core.errors import ManifestError, NumericsError
 from ..core.imageio import as_rgb
@@ -52,12 +52,14 @@ class Invocation:
     output: np.ndarray
 
 
-def _host_blas():
+def _host_blas(blas: ThreadpoolController):
     """One BLAS thread for the host's GEMMs (at most a few rows each: the modulations, the embedder,
     the final layer). OpenBLAS's workers busy-wait between calls; beside onnxruntime's threads and on
     a loaded machine its two threads made anima-2b's modulation pass 7-25x slower than one
-    (docs/full-size.md), and they spin on the cores the subgraph runs need."""
-    return threadpool_limits(limits=1, user_api="blas")
+    (docs/full-size.md), and they spin on the cores the subgraph runs need. `blas` is the pipeline's
+    controller: finding the loaded BLAS libraries (threadpool_limits does it on every call) cost
+    ~4 ms, three times a step."""
+    return blas.limit(limits=1, user_api="blas")
 
 
 class HostTimes:
@@ -134,6 +136,7 @@ class PartitionedPipeline:
         self.observers = list(observers)
         self.sigma = float("nan")
         self.host = HostTimes()
+        self._blas = ThreadpoolController()        # the BLAS libraries loaded now (numpy's), found once
         self._checked: set[int] = set()
         self._text_embs: dict[str, np.ndarray] = {}
         self._emb: tuple | None = None
@@ -149,10 +152,10 @@ class PartitionedPipeline:
         """Every subgraph in order: {stream: [images, T, D]} FP32, the input of the final layer."""
         w, cfg, host = self.bundle.weights, self.cfg, self.host
         self.sigma = sigma
-        with host.timed(step, "adaln"), _host_blas():
+        with host.timed(step, "adaln"), _host_blas(self._blas):
             emb, lora = self._time_embedding(sigma, step)
             mods = self._step_modulations(sigma, emb, lora)
-        with host.timed(step, "embed"), _host_blas():
+        with host.timed(step, "embed"), _host_blas(self._blas):
             tokens = ops.linear(R.patchify(latent, cfg), w["x_embedder.proj.1.weight"])
             x = np.concatenate([tokens] * len(self.streams))                    # [S*N, T, D] FP32
         if self.manifest.granularity != "branch":
@@ -167,7 +170,7 @@ class PartitionedPipeline:
     def final_velocity(self, hidden: dict[str, np.ndarray], sigma: float, step: int,
                        latent_hw: tuple[int, int]) -> dict[str, np.ndarray]:
         """The final layer on given hidden states (computed or forecast) with this step's embedding."""
-        with self.host.timed(step, "final"), _host_blas():
+        with self.host.timed(step, "final"), _host_blas(self._blas):
             emb, lora = self._time_embedding(sigma, step)
             x = np.concatenate([hidden[s] for s in self.streams])          # [S*N, T, D], stream-major
             v = R.final_layer(self.bundle.weights, self.cfg, x, np.repeat(emb, len(x), 0),
@@ -183,7 +186,7 @@ class PartitionedPipeline:
         of FP32 per step on anima-2b), and kept are the results, 3 x D floats per branch and step
         (39 MiB for anima-2b's 20 steps). The time goes to `step`'s AdaLN host time.
         """
-        with self.host.timed(step, "adaln"), _host_blas():
+        with self.host.timed(step, "adaln"), _host_blas(self._blas):
             w, cfg = self.bundle.weights, self.cfg
             sigmas = [float(s) for s in sigmas]
             # One sigma at a time, as a step would compute it (a batched GEMM rounds otherwise, and the
