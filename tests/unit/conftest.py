@@ -13,8 +13,10 @@ from harness.model.config import REPO_ROOT
 @pytest.fixture(scope="session")
 def suite_help() -> str:
     """This suite's `pytest --help`, run once for every module that reads it (a pytest process of its
-    own, loading every plugin: seconds each time)."""
-    return subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), "--help"],
+    own, loading every plugin: seconds each time). --noconftest: the options come from pytest.ini's plugins
+    (-p harness.pytest_plugin); no conftest adds one, and tests/conftest.py's libraries cost ~1.7 s of CPU."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), "--noconftest",
+                           "--help"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120).stdout
 
 
