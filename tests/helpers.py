@@ -159,9 +159,10 @@ shift = 3.0
 """
 
 
-def gate_runner_for(tmp_path: Path, cases_toml: str, seed: int):
-    """A GateRunner on a random model (FP32 partition exported on first use) and a golden folder
-    holding `cases_toml`; returns (runner, golden folder)."""
+def gate_runner_for(tmp_path: Path, cases_toml: str, seed: int, cache: Path | None = None):
+    """A GateRunner on a random model (FP32 partition exported on first use, into `cache` when given: a
+    folder shared by tests of the same seed exports once) and a golden folder holding `cases_toml`;
+    returns (runner, golden folder)."""
     from harness.gates.runner import GateRunner
     from harness.pytest_plugin import OPTIONS, resolve_settings
     model = make_random_model_dir(tmp_path / "model", seed=seed)
@@ -169,7 +170,7 @@ def gate_runner_for(tmp_path: Path, cases_toml: str, seed: int):
     golden.mkdir()
     (golden / "cases.toml").write_text(cases_toml)
     cli = {name: None for name in OPTIONS}
-    cli.update(model_dir=str(model), golden_dir=str(golden), cache_dir=str(tmp_path / "cache"),
+    cli.update(model_dir=str(model), golden_dir=str(golden), cache_dir=str(cache or tmp_path / "cache"),
                artifacts=str(tmp_path / "artifacts"), precision="float32", telemetry_root=str(tmp_path))
     return GateRunner(resolve_settings(cli, None)), golden
 
