@@ -10,6 +10,17 @@ import pytest
 from harness.model.config import REPO_ROOT
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_blas_thread():
+    """The unit tests' numpy on one BLAS thread, as the pipeline's host math already is: their matrices
+    are small (width 64), and OpenBLAS's second thread adds only its busy-waiting, which under bin/test's
+    two workers spins on the core the other worker needs. test_cli_generate, test_pipeline and six other
+    modules of the reference took 33 s with the default two threads, 19 s with one (-n 0)."""
+    from threadpoolctl import threadpool_limits
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
 @pytest.fixture(scope="session")
 def suite_help() -> str:
     """This suite's `pytest --help`, run once for every module that reads it (a pytest process of its
