@@ -10,10 +10,11 @@ import pytest
 from harness.model.config import REPO_ROOT
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def one_blas_thread():
-    """The unit tests' numpy on one BLAS thread, as the pipeline's host math already is: their matrices
-    are small (width 64), and OpenBLAS's second thread adds only its busy-waiting, which under bin/test's
+    """The unit tests' numpy on one BLAS thread, as the pipeline's host math already is (each module's,
+    restored after it: the acceptance gates a worker runs next keep the machine's): their matrices are
+    small (width 64), and OpenBLAS's second thread adds only its busy-waiting, which under bin/test's
     two workers spins on the core the other worker needs. test_cli_generate, test_pipeline and six other
     modules of the reference took 33 s with the default two threads, 19 s with one (-n 0)."""
     from threadpoolctl import threadpool_limits
