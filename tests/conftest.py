@@ -1,25 +1,37 @@
 """Fixtures shared by the test modules (the suite's own options and gate fixtures live in
 harness/pytest_plugin/)."""
-import alembic.command  # noqa: F401 - see below
-import psycopg  # noqa: F401 - see below
-import pytest
-import ruptures  # noqa: F401 - see below
-import scipy.stats  # noqa: F401 - see below
-import sqlalchemy.dialects.postgresql  # noqa: F401 - see below
+import importlib
 
-import harness.gates.benchmark
-import harness.runtime.run  # noqa: F401 - see below
+import pytest
+
 from harness.model.config import EMBEDDED_DIR
 from tests.fakes import forget_rknnlite, use_fake_rknnlite
 from tests.helpers import missing_tool
+from tests.postgres_fixtures import halting_postgres, lost_server, postgres_cluster  # noqa: F401 - fixtures
 
-# The results store's libraries are imported here, before pytester's in-process runs take their
-# snapshot of sys.modules: imported inside each run and forgotten after it, SQLAlchemy re-registers its
-# PostgreSQL functions every time and warns about it ("GenericFunction ... is already registered"),
-# and psycopg comes back as a new module while its compiled half still raises the first one's
-# errors, which the store's `except psycopg.Error` then no longer catches. The verdicts' and the runs'
-# modules (scipy, ruptures, onnx) too: the plugin imports them only when a run is made or judged, and an
-# in-process run would otherwise import them afresh each time (onnx's protobuf types twice).
+# The results store's libraries are imported before pytester's in-process runs take their snapshot of
+# sys.modules: imported inside each run and forgotten after it, SQLAlchemy re-registers its PostgreSQL
+# functions every time and warns about it ("GenericFunction ... is already registered"), and psycopg
+# comes back as a new module while its compiled half still raises the first one's errors, which the
+# store's `except psycopg.Error` then no longer catches. The verdicts' and the runs' modules (scipy,
+# ruptures, onnx) too: the plugin imports them only when a run is made or judged, and an in-process run
+# would otherwise import them afresh each time (onnx's protobuf types twice). Imported by the pytester
+# fixture below, not at this file's top: a pytest process of a test's own (a subprocess) that collects
+# tests/ then no longer pays ~2.5 s of CPU for libraries its session may never use.
+BEFORE_PYTESTER = ("alembic.command", "psycopg", "ruptures", "scipy.stats", "sqlalchemy.dialects.postgresql",
+                   "harness.gates.benchmark", "harness.runtime.run")
+
+
+@pytest.fixture(scope="session")
+def libraries_before_pytester() -> None:
+    for name in BEFORE_PYTESTER:
+        importlib.import_module(name)
+
+
+@pytest.fixture
+def pytester(libraries_before_pytester, pytester):
+    """pytester, its snapshot of sys.modules taken with BEFORE_PYTESTER imported (see above)."""
+    return pytester
 
 
 @pytest.fixture
@@ -68,43 +80,6 @@ def anima_block(tmp_path_factory):
     manifest = export_partition(weights, cfg, tmp_path_factory.mktemp("anima-block"), dtype="float32",
                                 streams=1, blocks=[0])
     return cfg, weights, manifest
-
-
-def _cluster():
-    """A throw-away PostgreSQL server (tests/postgres.py), started; in CI a missing server fails."""
-    from tests.postgres import PostgresCluster, find_pg_bin
-    bin_dir = find_pg_bin()
-    if bin_dir is None:
-        missing_tool("no PostgreSQL server (initdb) here: install Debian's postgresql (bin/debian-packages.txt)")
-    return PostgresCluster(bin_dir).start()
-
-
-@pytest.fixture(scope="session")
-def postgres_cluster():
-    """The session's PostgreSQL server."""
-    cluster = _cluster()
-    yield cluster
-    cluster.stop()
-
-
-@pytest.fixture(scope="module")
-def halting_postgres():
-    """A PostgreSQL server of one test module's own, for tests that stop it under its clients."""
-    cluster = _cluster()
-    yield cluster
-    cluster.stop()
-
-
-@pytest.fixture
-def lost_server(halting_postgres, monkeypatch):
-    """halting_postgres with tests/stop_server.py told where it is (STOP_SERVER_AT then chooses the
-    statement that stops it); the server runs again after the test."""
-    import tests.stop_server  # noqa: F401 - registers the statement hook (inert without STOP_SERVER_AT)
-    monkeypatch.setenv("STOP_SERVER_BIN", str(halting_postgres.bin))
-    monkeypatch.setenv("STOP_SERVER_ROOT", str(halting_postgres.root))
-    yield halting_postgres
-    if not (halting_postgres.data / "postmaster.pid").exists():
-        halting_postgres.resume()
 
 
 # The PostgreSQL half runs in the full suite (and in `-m results`), not in the fast tier: the same

@@ -5,7 +5,6 @@ import argparse
 import contextlib
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,10 +30,14 @@ def missing_tool(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-def make_random_model_dir(target: Path, seed: int = 0) -> Path:
-    """A copy of the embedded model's model.toml with random DiT and prompt-encoder weights."""
+def make_random_model_dir(target: Path, seed: int = 0, blocks: int | None = None) -> Path:
+    """A copy of the embedded model's model.toml with random DiT and prompt-encoder weights; `blocks`
+    makes it shallower (what a test's partitions and runs cost grows with the depth)."""
     target.mkdir(parents=True, exist_ok=True)
-    shutil.copy(EMBEDDED_DIR / "model.toml", target / "model.toml")
+    text = (EMBEDDED_DIR / "model.toml").read_text()
+    if blocks is not None:
+        text = text.replace("\nblocks = 28\n", f"\nblocks = {blocks}\n", 1)
+    (target / "model.toml").write_text(text)
     cfg = load_model_dir(target)
     save_weights(random_weights(cfg, seed=seed), target / cfg.files["weights"])
     rng = np.random.default_rng(seed + 1)
@@ -92,10 +95,10 @@ seed = 2
 """
 
 
-def random_bundle(tmp_path_factory, seed: int):
+def random_bundle(tmp_path_factory, seed: int, blocks: int | None = None):
     """A loaded random-weight model in a fresh temporary directory (one per test module)."""
     from harness.model.bundle import load_bundle
-    return load_bundle(make_random_model_dir(tmp_path_factory.mktemp("model"), seed=seed))
+    return load_bundle(make_random_model_dir(tmp_path_factory.mktemp("model"), seed=seed, blocks=blocks))
 
 
 def export_fp32(bundle, tmp_path_factory) -> Path:
@@ -159,9 +162,10 @@ shift = 3.0
 """
 
 
-def gate_runner_for(tmp_path: Path, cases_toml: str, seed: int):
-    """A GateRunner on a random model (FP32 partition exported on first use) and a golden folder
-    holding `cases_toml`; returns (runner, golden folder)."""
+def gate_runner_for(tmp_path: Path, cases_toml: str, seed: int, cache: Path | None = None):
+    """A GateRunner on a random model (FP32 partition exported on first use, into `cache` when given: a
+    folder shared by tests of the same seed exports once) and a golden folder holding `cases_toml`;
+    returns (runner, golden folder)."""
     from harness.gates.runner import GateRunner
     from harness.pytest_plugin import OPTIONS, resolve_settings
     model = make_random_model_dir(tmp_path / "model", seed=seed)
@@ -169,7 +173,7 @@ def gate_runner_for(tmp_path: Path, cases_toml: str, seed: int):
     golden.mkdir()
     (golden / "cases.toml").write_text(cases_toml)
     cli = {name: None for name in OPTIONS}
-    cli.update(model_dir=str(model), golden_dir=str(golden), cache_dir=str(tmp_path / "cache"),
+    cli.update(model_dir=str(model), golden_dir=str(golden), cache_dir=str(cache or tmp_path / "cache"),
                artifacts=str(tmp_path / "artifacts"), precision="float32", telemetry_root=str(tmp_path))
     return GateRunner(resolve_settings(cli, None)), golden
 

@@ -10,11 +10,15 @@ residual to float16 at every subgraph boundary and lose what the host keeps.
 """
 from __future__ import annotations
 
-from onnx import helper
+from typing import TYPE_CHECKING
 
 from ..model.config import BRANCHES, ModelConfig
-from .bodies import BODIES, ffn_body
-from .graph import Graph
+
+if TYPE_CHECKING:
+    from .graph import Graph
+
+# onnx and the graph builders are imported where a subgraph is built: the runtime's pipeline reads only
+# MOD_PARTS and mod_input, and onnx costs every generate process ~0.5 s of CPU.
 
 __all__ = ["MOD_PARTS", "mod_input", "input_names", "fused_inputs", "build_fused_body"]
 
@@ -34,6 +38,7 @@ def input_names(blocks: list[int]) -> list[str]:
 
 
 def fused_inputs(g: Graph, cfg: ModelConfig, blocks: list[int], streams: int) -> list:
+    from onnx import helper
     x, text_emb, *mods = input_names(blocks)
     inputs = [helper.make_tensor_value_info(x, g.elem, [streams, cfg.tokens, cfg.width]),
               helper.make_tensor_value_info(text_emb, g.elem, [streams, cfg.text_emb_tokens, cfg.text_emb_dim])]
@@ -52,6 +57,7 @@ def build_fused_body(g: Graph, w: dict, cfg: ModelConfig, blocks: list[int], str
                      fake_quant: str | None) -> None:
     """Every branch of `blocks` in order, as reference.residual_stream computes them, the stream
     being x + delta; the output `y` is delta."""
+    from .bodies import BODIES, ffn_body
     delta = None
     last = (blocks[-1], BRANCHES[-1])
     for block in blocks:

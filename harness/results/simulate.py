@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from ..backends.board_drift import Drift, load_drift_model
 from ..backends.board_profile import BRANCH_ORDER, load_board_profile
@@ -203,6 +202,7 @@ def judge_stream(pairs: list[dict]) -> dict[str, list[int]]:
 
 def rate(hits: int, n: int) -> dict:
     """The rate with its 95 % Clopper-Pearson interval."""
+    from scipy import stats  # here: scipy.stats costs every `results simulate` ~1 s, a refused one too
     ci = stats.binomtest(hits, n).proportion_ci(0.95) if n else None
     return {"hits": int(hits), "n": int(n), "rate": hits / n if n else None,
             "ci95": [ci.low, ci.high] if ci else None}

@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Protocol
 
 import numpy as np
-import scipy.linalg
 
 from ..core.errors import ConfigError, NumericsError
 
@@ -179,6 +178,7 @@ class Forecaster:
         # fails, measured). This (M+1)x(M+1) system is solved in FP64, which costs nothing; the
         # features and the forecast stay FP32.
         gram = x.T @ x + self.p.ridge * np.eye(self.p.degree + 1)
+        import scipy.linalg  # here: a run of another sampler never needs it, and scipy costs ~0.4 s
         try:
             factor = scipy.linalg.cho_factor(gram, lower=True, check_finite=True)
         except (np.linalg.LinAlgError, ValueError) as exc:

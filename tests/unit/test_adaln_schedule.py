@@ -2,6 +2,7 @@
 layer is read from the mapped checkpoint once per run, not once per step, and the latent still
 matches the monolithic FP32 reference."""
 import dataclasses
+import os
 from collections import Counter
 from collections.abc import Mapping
 
@@ -61,13 +62,14 @@ class BlasThreadsSeen(CountingWeights):
 
 
 def test_host_math_runs_on_one_blas_thread(model, tmp_path_factory):
-    from threadpoolctl import threadpool_info
-    if max((i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"), default=1) < 2:
-        pytest.skip("BLAS has one thread here already: nothing to limit")
-    partition = export_fp32(model, tmp_path_factory)
-    seen = BlasThreadsSeen(model.weights)
-    run_partitioned(RunRequest(dataclasses.replace(model, weights=seen), partition, "onnxruntime", "the number 3",
-                               sample_settings(model, steps=2)))
+    from threadpoolctl import threadpool_info, threadpool_limits
+    with threadpool_limits(limits=os.cpu_count(), user_api="blas"):   # the unit tests' one thread (conftest) lifted
+        if max((i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"), default=1) < 2:
+            pytest.skip("BLAS has one thread here already: nothing to limit")
+        partition = export_fp32(model, tmp_path_factory)
+        seen = BlasThreadsSeen(model.weights)
+        run_partitioned(RunRequest(dataclasses.replace(model, weights=seen), partition, "onnxruntime",
+                                   "the number 3", sample_settings(model, steps=2)))
     assert set(seen.reads) == {1}, f"host GEMMs ran with BLAS threads {sorted(seen.reads)}"
 
 

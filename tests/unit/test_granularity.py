@@ -19,7 +19,9 @@ from tests.helpers import random_bundle
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    return random_bundle(tmp_path_factory, seed=11)
+    """A 10-block random model: blocks:4 then ends in a group of two (28 blocks divide evenly), and its
+    partitions export and run in a third of the embedded depth's time."""
+    return random_bundle(tmp_path_factory, seed=11, blocks=10)
 
 
 @pytest.fixture(scope="module")
@@ -175,8 +177,14 @@ def test_a_fused_runs_benchmark_is_recorded_by_the_results_store(model, partitio
         assert store.runs()[0].branches == run.branches
 
 
+@pytest.fixture(scope="module")
+def deep_model(tmp_path_factory):
+    """The random model at the embedded depth (28 blocks): the board profile's planner models that one."""
+    return random_bundle(tmp_path_factory, seed=11)
+
+
 @pytest.mark.parametrize("granularity", ["block", pytest.param("blocks:4", marks=pytest.mark.slow)])
-def test_board_sims_fused_step_is_the_planners_estimate(model, partitions, granularity):
+def test_board_sims_fused_step_is_the_planners_estimate(deep_model, tmp_path, granularity):
     """One model of host time per step ([plan] host_model) for both: board-sim pauses each fused
     subgraph's share of it, so the board seconds its simulated step asks for (every stage, inference
     and host pause, summed by its clock whatever this machine's load does to the sleeps) are the
@@ -184,16 +192,19 @@ def test_board_sims_fused_step_is_the_planners_estimate(model, partitions, granu
     from harness.backends import board_sim
     from harness.backends.board_profile import load_board_profile
     from harness.memory.plan_space import inputs_for
+    model = deep_model
     profile = load_board_profile()
     inp = inputs_for(profile, parse_granularity(granularity, model.cfg.blocks), "auto", 2048.0)
     host_step = inp.host_per_invocation * inp.subgraphs
     step = sum(sum(inp.stages[n].values()) + inp.run[n] for n in inp.order) + host_step
     # the branch partition's host seconds per step, whatever the granularity
     assert host_step == pytest.approx(profile.host_per_invocation() * 3 * model.cfg.blocks)
+    partition = tmp_path / "partition"
+    export_partition(model.weights, model.cfg, partition, dtype="float32", granularity=granularity)
     scale = profile.sim("time_scale")
     clock = board_sim._CLOCK
     before, host_before = clock.asked, clock.host_board
-    run_partitioned(RunRequest(model, partitions[granularity], "board-sim", "the number 3",
+    run_partitioned(RunRequest(model, partition, "board-sim", "the number 3",
                                sample_settings(model, steps=2), lifecycle="on-demand"))
     decoder = profile.host_before(1) + profile.lifecycle_of("decoder")     # once per image
     assert (clock.host_board - host_before) / scale == pytest.approx(2 * host_step + profile.host_before(1))

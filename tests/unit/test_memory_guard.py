@@ -13,7 +13,9 @@ import pytest
 from harness.core.errors import ConfigError, MemoryGuardTripped
 from harness.memory.guard import MemoryGuard, MemoryReading, mib, parse_size
 
-pytestmark = pytest.mark.memory
+# Only the tests that read this machine's memory and judge it, or assert a wall time, run alone under
+# bin/test's two workers (marked memory or timed); the rest read a scripted reader, a floor no other test
+# reaches, or nothing, and run beside the other worker's tests.
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -92,6 +94,7 @@ print(json.dumps({"pss_source": start.pss_source, "floor_mib": f"{mib(floor):.1f
 """
 
 
+@pytest.mark.memory
 @pytest.mark.parametrize("mode", ["fast-sampler", "production"])
 def test_real_allocation_trips_floor_and_keeps_record(tmp_path, mode):
     """A 20 ms sampler, and the guard exactly as the npu_guard fixture builds it (0.25 s sampler,
@@ -126,6 +129,7 @@ def test_real_allocation_trips_floor_and_keeps_record(tmp_path, mode):
     assert result["anon_after"] - result["anon_start"] < CHUNK
 
 
+@pytest.mark.memory
 def test_production_guard_checks_are_cheap_and_keep_pss():
     """npu_guard's guard, on real memory: between invocations a check reuses a sample younger than
     0.1 s instead of reading (thousands of checks per run), and every sample keeps a real PSS."""
@@ -150,6 +154,7 @@ def test_production_guard_checks_are_cheap_and_keep_pss():
     assert {s.pss_source for s in samples} == {"pss"} and min(s.pss for s in samples) > 0
 
 
+@pytest.mark.memory
 def test_no_trip_under_real_memory_with_low_floor():
     with MemoryGuard("64MiB", "16MiB", interval=0.01) as guard:
         for _ in range(5):
@@ -205,6 +210,7 @@ def test_floor_trip_names_mem_available_and_floor():
 
 
 # -- 3. the sampler thread ------------------------------------------------------------------------
+@pytest.mark.timed         # the trip within 1 s of the sampler's start
 def test_sampler_catches_trip_without_check():
     reader = ScriptedReader([0, 0, 0, 40])
     reasons = []

@@ -218,7 +218,7 @@ def test_a_missing_postgresql_server_fails_in_ci_and_skips_elsewhere(pytester, m
     # a machine without initdb; undone after the test (set inside the run it outlived it, the module
     # being this process's own, and later cluster fixtures of the session found no server)
     monkeypatch.setattr(tests.postgres, "find_pg_bin", lambda: None)
-    pytester.makeconftest("from tests.conftest import postgres_cluster  # noqa: F401\n")
+    pytester.makeconftest("from tests.postgres_fixtures import postgres_cluster  # noqa: F401\n")
     pytester.makepyfile(test_needs_server="def test_server(postgres_cluster):\n    pass\n")
     result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:harness.pytest_plugin", "-rs")
     result.assert_outcomes(**outcome)
@@ -236,7 +236,7 @@ _HOLDER = textwrap.dedent("""
 
 def _held_cluster(pytester):
     """A real pytest process holding a cluster: (the process, the cluster's folder, its server's pid)."""
-    pytester.makeconftest("from tests.conftest import postgres_cluster  # noqa: F401\n")
+    pytester.makeconftest("from tests.postgres_fixtures import postgres_cluster  # noqa: F401\n")
     pytester.makepyfile(test_holder=_HOLDER)
     child = subprocess.Popen([sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", "test_holder.py"],
                              cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -32,8 +32,22 @@ spectrum = { preset = "13-of-28", warmup = 3, degree = 2 }
 """
 
 
+@pytest.fixture(scope="module")
+def partitions(tmp_path_factory):
+    """The module's cache of exported partitions: every test's random model is the same (seed 6), so the
+    first test exports its partition and the others verify and use it."""
+    return tmp_path_factory.mktemp("partitions")
+
+
 @pytest.fixture
-def gates(tmp_path):
+def gates(tmp_path, partitions):
+    runner, golden = gate_runner_for(tmp_path, CASES, seed=6, cache=partitions)
+    return runner, load_cases(golden / "cases.toml")
+
+
+@pytest.fixture
+def own_gates(tmp_path):
+    """gates with a partition of the test's own, which the test may damage."""
     runner, golden = gate_runner_for(tmp_path, CASES, seed=6)
     return runner, load_cases(golden / "cases.toml")
 
@@ -83,8 +97,8 @@ def test_the_memory_cases_run_carries_no_probe(gates):
     assert measured.result is not probed.result and REPORT_KEY not in measured.result.report
 
 
-def test_a_failed_shared_headroom_run_names_the_report_its_run_wrote(gates):
-    runner, (one, _) = gates
+def test_a_failed_shared_headroom_run_names_the_report_its_run_wrote(own_gates):
+    runner, (one, _) = own_gates
     runner.prepare()        # the partition verified; then a subgraph is damaged on disk
     manifest = load_manifest(runner.partition)
     path = manifest.path_of(manifest.entries()[0])
