@@ -36,7 +36,10 @@ def make_random_model_dir(target: Path, seed: int = 0, blocks: int | None = None
     target.mkdir(parents=True, exist_ok=True)
     text = (EMBEDDED_DIR / "model.toml").read_text()
     if blocks is not None:
-        text = text.replace("\nblocks = 28\n", f"\nblocks = {blocks}\n", 1)
+        shallower = text.replace("\nblocks = 28\n", f"\nblocks = {blocks}\n", 1)
+        if shallower == text:       # the embedded model's depth moved: fail rather than test 28 blocks
+            raise ValueError(f"{EMBEDDED_DIR / 'model.toml'}: no 'blocks = 28' line to make {blocks} blocks of")
+        text = shallower
     (target / "model.toml").write_text(text)
     cfg = load_model_dir(target)
     save_weights(random_weights(cfg, seed=seed), target / cfg.files["weights"])

@@ -18,8 +18,8 @@ runs) and the spread's (their median absolute deviation, raised by a level that 
 Each counts only when records of independent runs of the same shape give a smaller one CONFIDENCE of
 the time (a Monte Carlo test at the gate's own level: `_independent_ratios`), so a quiet board keeps
 its power and a short record, whose ratios vary most, needs the most evidence; the interval is
-widened by the largest one that counts, never narrowed. A record with no earlier position leaves the
-factor at 1 and the verdict says the noise is not learned yet.
+widened by the largest one that counts, never narrowed. A record of fewer than two earlier positions
+leaves the factor at 1 and the verdict says the noise is not learned yet.
 
 A real change inside the record widens the factor too (its shift is counted as noise) until it
 leaves the NOISE_LOOKBACK runs: a verdict after it is slower to flag, never quicker.
@@ -59,7 +59,7 @@ class NoiseFactor:
         """'x2.4, learned from 180 earlier positions of the board's valid runs', or that it is not
         learned yet."""
         if not self.positions:
-            return (f"not learned yet (no earlier position in {self.whose} valid runs): "
+            return (f"not learned yet (fewer than 2 earlier positions in {self.whose} valid runs): "
                     "the runs of the history are taken as independent")
         return f"x{self.factor:.2g}, learned from {self.positions} earlier positions of {self.whose} valid runs"
 
