@@ -4,8 +4,10 @@ the session's artifacts still written once, whole, by the controller.
 - Never on the board, never with --require-npu: an 8 GB board runs its gates one after another.
 - The tests that time or measure memory (markers npu, benchmark, memory, soak, timed) run alone: one worker
   takes a room lock exclusively for each of them, every other test holds it shared, so none of them is
-  judged under the other worker's load. They also share one xdist group (--dist loadgroup), so they run
-  on one worker, in order, and share the golden cases' runs as a serial session does.
+  judged under the other worker's load. They are also one work unit, so they run on one worker, in order,
+  and share the golden cases' runs as a serial session does. Each worker writes their ids beside the room
+  lock as it collects and the controller's scheduler reads them: xdist's own groups (--dist loadgroup)
+  travel in the test ids, which pytest 9.2 no longer lets a plugin change (pytest-xdist issue 1386).
 - What a worker gathers for the session's end (stash lists, its gate runner's facts, pytest-benchmark's
   JSON) goes to the controller in `workeroutput`, as JSON text; the controller merges it into its own
   stash and its usual session-end hooks write session.json, summary.md, report.html and benchmark.json.
@@ -14,16 +16,17 @@ the session's artifacts still written once, whole, by the controller.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from ..core.atomic import atomic_write_json
 from ..core.locks import acquire, release
 from .state import (
     BASELINE_OUTCOMES,
@@ -45,7 +48,8 @@ __all__ = ["choose", "distributed", "runs_alone", "ship_benchmark_json", "ALONE_
 
 ALONE_MARKERS = ("npu", "benchmark", "memory", "soak", "timed")
 _LONG_MARKERS = ("slow", "toolkit", "lab")
-GROUP = "alone"                     # the xdist group of the tests that run alone
+GROUP = "alone"                     # the scheduler's work unit of the tests that run alone
+_ALONE_IDS = "alone-{}.json"        # beside the room lock: a worker's ids of the tests that run alone
 BENCHMARK_JSON = pytest.StashKey[list]()    # pytest-benchmark's JSON text of each worker that timed one
 _SHIPPED = (TEST_OUTCOMES, BENCH_RESULTS, QUALITY_RESULTS, MEMORY_SAMPLES, GOLDEN_UPDATES, STEP_SPLITS,
             QUALITY_LINES, SPECTRUM_LINES, INVALID_RUNS, BASELINE_OUTCOMES)
@@ -69,7 +73,7 @@ def distributed(config) -> bool:
 def choose(config, settings) -> None:
     """At configure time (hooks.py, once the settings are resolved, before xdist starts its session): a
     session that must run serially does, whatever -n said, in one line; a distributed one keeps the tests
-    that run alone on one worker (--dist loadgroup) and gets its room lock."""
+    that run alone on one worker (our scheduler, module by module otherwise) and gets its room lock."""
     if not distributed(config):
         return
     why = _serial_because(settings)
@@ -77,7 +81,7 @@ def choose(config, settings) -> None:
         config.option.dist, config.option.tx, config.option.numprocesses = "no", [], 0
         config.issue_config_time_warning(pytest.PytestConfigWarning(f"-n ignored: {why}"), stacklevel=2)
         return
-    config.option.dist = "loadgroup"
+    config.option.dist = "loadscope"
     config.option.loadscopereorder = False      # the work units in the order _in_order gives them
     config.stash[_ROOM] = Path(tempfile.mkdtemp(prefix="anima-workers-"))
 
@@ -89,10 +93,15 @@ def pytest_xdist_make_scheduler(config, log):
     if _ROOM not in config.stash:
         return None
     from xdist.scheduler import LoadScopeScheduling
+    folder = config.stash[_ROOM]
 
     class ModuleOrGroup(LoadScopeScheduling):
+        alone: set[str] | None = None
+
         def _split_scope(self, nodeid: str) -> str:
-            return nodeid.rsplit("@", 1)[1] if "@" in nodeid else nodeid.split("::", 1)[0]
+            if self.alone is None:      # first asked once every worker has collected, so written
+                self.alone = {i for f in folder.glob(_ALONE_IDS.format("*")) for i in json.loads(f.read_text())}
+            return GROUP if nodeid in self.alone else nodeid.split("::", 1)[0]
     return ModuleOrGroup(config, log)
 
 
@@ -125,14 +134,14 @@ def pytest_sessionstart(session):
         bench.disabled = bench.xdist_warning = False
 
 
-@pytest.hookimpl(tryfirst=True)     # before xdist's own, which reads the group into the test's id
+@pytest.hookimpl(trylast=True)      # on the tests the session keeps (-m, -k and our own deselection done)
 def pytest_collection_modifyitems(config, items):
-    if not is_worker(config):
+    room = getattr(config, "workerinput", {}).get("anima_room")
+    if room is None:
         return
-    for item in items:
-        if runs_alone(item):
-            item.add_marker(pytest.mark.xdist_group(GROUP))
     items[:] = _in_order(items)
+    ids = Path(room).with_name(_ALONE_IDS.format(config.workerinput["workerid"]))
+    atomic_write_json(ids, [item.nodeid for item in items if runs_alone(item)])
 
 
 def _in_order(items: list) -> list:
@@ -166,12 +175,39 @@ def pytest_runtest_protocol(item, nextitem):
     if room is None:
         yield
         return
-    with _held(room, exclusive=runs_alone(item)):
-        yield
+    alone = runs_alone(item)
+    if not alone:
+        _wait_for_the_group(room)
+    fd = _HELD.pop(room, None)
+    if fd is None:
+        fd = _take(room, exclusive=alone)
+    yield
+    if alone and nextitem is not None and runs_alone(nextitem):
+        _HELD[room] = fd        # the group keeps the room to its last test: none of its tests waits for
+    else:                       # the test the other worker is in
+        release(fd)
 
 
-@contextlib.contextmanager
-def _held(room: str, exclusive: bool):
+_HELD: dict[str, int] = {}          # room -> the descriptor the group holds it by, between two of its tests
+_WAITED: set[str] = set()           # rooms whose group this worker has waited for
+_TAKEN = ".taken"                   # beside the room lock: the group has taken the room
+_GROUP_START_S = 60.0               # a group that never starts (its worker died) is not waited for longer
+
+
+def _wait_for_the_group(room: str) -> None:
+    """Before a worker's first test that does not run alone: the group takes the room first, so it never waits
+    for a long set-up (the fault matrix's) that the other worker began at the same moment."""
+    if room in _WAITED:
+        return
+    _WAITED.add(room)
+    if not any(json.loads(f.read_text()) for f in Path(room).parent.glob(_ALONE_IDS.format("*"))):
+        return
+    deadline = time.monotonic() + _GROUP_START_S
+    while not Path(room + _TAKEN).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _take(room: str, exclusive: bool) -> int:
     """A readers-writer lock across the workers: a test that runs alone holds `room` exclusively, the others
     shared. The turnstile keeps a waiting writer from being starved: it holds the turnstile while it waits,
     and a reader passes the turnstile before it takes its share."""
@@ -184,11 +220,10 @@ def _held(room: str, exclusive: bool):
     finally:
         if turnstile is not None:
             release(turnstile)
-    try:
-        yield
-    finally:
-        if fd is not None:
-            release(fd)
+    assert fd is not None           # a blocking acquire waits; only a non-blocking one gives up
+    if exclusive:
+        Path(room + _TAKEN).touch()
+    return fd
 
 
 def ship_benchmark_json(config, path: Path, text: str) -> bool:

@@ -28,6 +28,11 @@ from spans import span
 @pytest.mark.parametrize("i", range(3))
 def test_gate(i):
     span(f"gate{i}")
+"""
+# The gates of a second module: still on the first module's worker (one xdist group, whatever the module).
+MEMORY = """
+import pytest
+from spans import span
 
 @pytest.mark.memory
 def test_memory_gate():
@@ -58,14 +63,16 @@ class Result:
 
 
 def run(path, *args) -> Result:
-    """The three modules above as a suite session of their own, in `path`."""
-    for name, text in (("spans", SPANS), ("test_gates", GATES), ("test_others", OTHERS), ("test_more", MORE)):
+    """The modules above as a suite session of their own, in `path`."""
+    modules = (("spans", SPANS), ("test_gates", GATES), ("test_memory", MEMORY), ("test_others", OTHERS),
+               ("test_more", MORE))
+    for name, text in modules:
         (path / f"{name}.py").write_text(text)
     env = {**os.environ, "SPANS": str(path / "spans.jsonl"), "PYTHONPATH": f"{path}:{REPO_ROOT}"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={path}",
                            "-p", "no:cacheprovider", "--suite-run", "--cases=seven",
                            f"--artifacts={path / 'artifacts'}", f"--results=sqlite:///{path / 'results.sqlite'}",
-                           "test_gates.py", "test_others.py", "test_more.py", *args],
+                           "test_gates.py", "test_memory.py", "test_others.py", "test_more.py", *args],
                           cwd=path, env=env, capture_output=True, text=True, timeout=300)
     return Result(proc)
 
@@ -95,6 +102,16 @@ def test_a_gate_runs_with_nothing_else_running(session):
     for name, _, start, end in alone:
         overlapping = [s[0] for s in ran if s[0] != name and s[2] < end and s[3] > start]
         assert not overlapping, f"{name} ran beside {overlapping}"
+
+
+def test_the_gates_run_first_as_one_block(session):
+    """The group takes the room before the other worker's first test and keeps it to its last test: no gate
+    waits for a long test the other worker began meanwhile (each wait is a core idle)."""
+    _, path = session
+    ran = spans(path)
+    gates = [s for s in ran if s[0].startswith(("gate", "memory"))]
+    others = [s for s in ran if not s[0].startswith(("gate", "memory"))]
+    assert max(end for *_, end in gates) <= min(start for _, _, start, _ in others), ran
 
 
 def test_the_controller_writes_one_report_with_every_workers_tests(session):
