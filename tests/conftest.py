@@ -1,6 +1,7 @@
 """Fixtures shared by the test modules (the suite's own options and gate fixtures live in
 harness/pytest_plugin/)."""
 import importlib
+from pathlib import Path
 
 import pytest
 
@@ -8,6 +9,8 @@ from harness.model.config import EMBEDDED_DIR
 from tests.fakes import forget_rknnlite, use_fake_rknnlite
 from tests.helpers import missing_tool
 from tests.postgres_fixtures import halting_postgres, lost_server, postgres_cluster  # noqa: F401 - fixtures
+
+TESTS = Path(__file__).parent
 
 # The results store's libraries are imported before pytester's in-process runs take their snapshot of
 # sys.modules: imported inside each run and forgotten after it, SQLAlchemy re-registers its PostgreSQL
@@ -20,6 +23,26 @@ from tests.postgres_fixtures import halting_postgres, lost_server, postgres_clus
 # tests/ then no longer pays ~2.5 s of CPU for libraries its session may never use.
 BEFORE_PYTESTER = ("alembic.command", "psycopg", "ruptures", "scipy.stats", "sqlalchemy.dialects.postgresql",
                    "harness.gates.benchmark", "harness.runtime.run")
+
+
+# The gates' tiers: their tests live in tests/acceptance/ (tests/unit/test_layout.py holds every test there).
+GATE_TIERS = ("npu", "smoke", "soak")
+GATES_ONLY = ("unit", "lab")        # what `-m npu` need not import
+
+
+def pytest_ignore_collect(collection_path, config):
+    """`-m npu` (smoke, soak, or `npu and ...` with no `or`: only a gate can match it) collects tests/acceptance/
+    alone: on the board and in CI the gates start without importing ~150 unit modules (1.8 s here)."""
+    if collection_path.parent == TESTS and collection_path.name in GATES_ONLY and only_gates(config.option.markexpr):
+        return True
+    return None
+
+
+def only_gates(markexpr: str) -> bool:
+    """A marker expression no test without a gate tier's marker can match: a tier, alone or `and` the rest
+    (with no `or` anywhere, `T and X` is T's conjunction however X is built)."""
+    words = markexpr.replace("(", " ").replace(")", " ").split()
+    return bool(words) and words[0] in GATE_TIERS and "or" not in words
 
 
 @pytest.fixture(scope="session")

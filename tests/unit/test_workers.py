@@ -29,7 +29,7 @@ from spans import span
 def test_gate(i):
     span(f"gate{i}")
 """
-# The gates of a second module: still on the first module's worker (one xdist group, whatever the module).
+# The gates of a second module: still on the first module's worker (one work unit, whatever the module).
 MEMORY = """
 import pytest
 from spans import span
