@@ -123,3 +123,23 @@ def test_a_probed_shared_run_is_not_the_cases_unprobed_run(gates):
     timed = runner.unprobed_run(one, guard=None)
     assert timed.result is not probed.result and REPORT_KEY not in timed.result.report
     assert runner.case_run(one, guard=None).result is probed.result        # numerics and quality keep theirs
+
+
+def test_a_probed_run_keeps_its_small_subgraphs_loaded_and_renders_the_on_demand_latent(gates):
+    """Off the board, on subgraphs whose session building is most of a run, the probed (never timed) run loads
+    each subgraph once instead of once a step, and numerics and quality see bitwise the on-demand run's."""
+    runner, (one, _) = gates
+    probed, _ = runner.headroom_run(one, None, MIN_HEADROOM, share=False)
+    plain = runner.run(one, guard=None, keep=False)
+    subgraphs = len(load_manifest(runner.partition).entries())
+    assert (probed.result.report["lifecycle"], plain.report["lifecycle"]) == ("resident", "on-demand")
+    assert probed.result.report["lifecycle_counters"]["misses"] == subgraphs
+    assert plain.report["lifecycle_counters"]["misses"] == (subgraphs - 1) * one.steps + 1      # a decoder: once
+    assert probed.result.latent.tobytes() == plain.latent.tobytes()
+
+
+def test_a_probed_run_keeps_a_lifecycle_of_the_users_own(gates):
+    runner, (one, _) = gates
+    runner.s = replace(runner.s, lifecycle="lru:3")
+    probed, _ = runner.headroom_run(one, None, MIN_HEADROOM, share=False)
+    assert probed.result.report["lifecycle"] == "lru:3"
