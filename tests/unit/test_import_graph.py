@@ -8,6 +8,7 @@ Between subpackages the rule is the layout's: data flows one way, so when `backe
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import networkx as nx
@@ -95,6 +96,17 @@ def test_a_cycle_is_found_and_named(tmp_path, inside_function):
     graph = import_graph(pkg)
     assert cycles(graph) == ["pkg.a -> pkg.sub.b -> pkg.a"]
     assert cycles(subpackage_graph(graph)) == ["pkg.a -> pkg.sub -> pkg.a"]
+
+
+def test_the_readmes_package_map_names_each_subpackage_once_none_importing_one_below_it():
+    """README's package map is how a newcomer places a file: every subpackage once (a row written twice
+    or one missing fails), in the order data flows, each importing only from the rows above it."""
+    listed = re.findall(r"^\| `harness/(\w+)/` \|", (ROOT.parent / "README.md").read_text(), re.M)
+    assert sorted(listed) == sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+    row = {f"harness.{name}": i for i, name in enumerate(listed)}
+    upward = [f"{a} imports {b}" for a, b in subpackage_graph(import_graph()).edges
+              if a in row and b in row and row[b] > row[a]]
+    assert upward == []
 
 
 def test_reading_a_manifest_does_not_load_onnx_or_the_cli():
