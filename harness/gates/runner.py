@@ -257,7 +257,7 @@ class GateRunner:
 
     def _probed_lifecycle(self) -> str:
         """A probed run is never timed (its time includes the probe's) nor the memory gate's, and its outputs
-        are bitwise those of an on-demand run (tests/unit/test_headroom.py): where the subgraphs are small
+        are bitwise those of an on-demand run (tests/unit/test_run_key.py): where the subgraphs are small
         enough that making their sessions is most of a run (onnxruntime, every subgraph under
         RUN_DOMINATED_BYTES: the embedded model), they stay loaded for the whole run instead of being made
         again every step. The benchmark, memory, soak and smoke gates still measure on-demand runs; on the

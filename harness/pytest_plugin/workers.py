@@ -100,7 +100,7 @@ def pytest_xdist_make_scheduler(config, log):
 
         def _split_scope(self, nodeid: str) -> str:
             if self.alone is None:      # first asked once every worker has collected, so written
-                self.alone = {i for f in folder.glob(_ALONE_IDS.format("*")) for i in json.loads(f.read_text())}
+                self.alone = _alone_ids(folder)
             return GROUP if nodeid in self.alone else nodeid.split("::", 1)[0]
     return ModuleOrGroup(config, log)
 
@@ -200,11 +200,16 @@ def _wait_for_the_group(room: str) -> None:
     if room in _WAITED:
         return
     _WAITED.add(room)
-    if not any(json.loads(f.read_text()) for f in Path(room).parent.glob(_ALONE_IDS.format("*"))):
+    if not _alone_ids(Path(room).parent):
         return
     deadline = time.monotonic() + _GROUP_START_S
     while not Path(room + _TAKEN).exists() and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def _alone_ids(folder: Path) -> set[str]:
+    """The ids of the tests that run alone, as the workers wrote them beside the room lock."""
+    return {i for f in folder.glob(_ALONE_IDS.format("*")) for i in json.loads(f.read_text())}
 
 
 def _take(room: str, exclusive: bool) -> int:
