@@ -13,7 +13,8 @@ back the figures it was configured with):
              cores 0 and 1 at once (stream-per-core), and one context on 0_1_2 against core 0.
   lifecycle  load + init + release of a branch, a block and a blocks:K context against the weight
              MiB each holds: a fixed part per context and a part per MiB ([plan] lifecycle_model).
-  memory     PSS added per context held, and device memory (dma-buf) where the board exposes it.
+  memory     PSS added per context held, less its file-backed part, and device memory (dma-buf)
+             where the board exposes it.
 
 Figures are in board terms: board-sim's seconds and bytes are divided by its time and memory
 scales. The result is a data file (`anima-board-probe/1`) that `harness plan --measured` reads.
@@ -32,14 +33,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 from scipy import stats
 
 from ..backends.base import create_context
 from ..partition.manifest import SubgraphEntry
 from .assumptions import MEASURED_FORMAT
-from .guard import read_memory
 
-__all__ = ["Subject", "ProbeSetup", "probe_board", "HOLDS_CORE_BELOW"]
+__all__ = ["Subject", "ProbeSetup", "probe_board", "host_bytes", "HOLDS_CORE_BELOW"]
 
 MiB = 2 ** 20
 # The two loops keep this much of their alone-rates together or less: they take turns on the core.
@@ -215,16 +216,43 @@ def _dma_buf_bytes(root: Path) -> int | None:
     return total if seen else None
 
 
+def _pss_not_file(pid: int) -> int:
+    """PSS of one process less its file-backed part (Pss_Anon + Pss_Shmem, kernel 5.9 on), in bytes.
+
+    The file-backed part is shared libraries' pages, and a process's share of them moves whenever
+    another process maps or unmaps the same library: a probe beside a busy test run once read 114
+    MiB per context where the board-sim gives 138. A context's host memory is anonymous (the
+    runtime's own copies and buffers), so leaving the file-backed pages out loses nothing of it.
+    """
+    fields = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        name, _, rest = line.partition(":")
+        fields[name] = int(rest.split()[0]) * 1024
+    if "Pss_File" not in fields:            # an older kernel: the whole PSS, noisier
+        return fields["Pss"]
+    return fields["Pss"] - fields["Pss_File"]
+
+
+def host_bytes() -> int:
+    """_pss_not_file of this process and its descendants (a runtime's own workers)."""
+    total = _pss_not_file(os.getpid())
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(OSError):          # ended since the listing: it holds nothing now
+            total += _pss_not_file(child.pid)
+    return total
+
+
 def measure_memory(setup: ProbeSetup, subject: Subject, held: int = 4) -> dict:
-    """PSS (host) and dma-buf (device) added per context, `held` contexts of one subgraph at once."""
+    """Host bytes (host_bytes) and dma-buf (device) bytes added per context, `held` contexts of one
+    subgraph at once."""
     with _loaded(setup, subject, None, "warm-up"):       # the runtime's one-off start-up is not a context's
         pass
-    before, device_before = read_memory(), _dma_buf_bytes(setup.telemetry_root)
+    before, device_before = host_bytes(), _dma_buf_bytes(setup.telemetry_root)
     with contextlib.ExitStack() as stack:
         for k in range(held):
             stack.enter_context(_loaded(setup, subject, None, f"held {k}"))
-        after, device_after = read_memory(), _dma_buf_bytes(setup.telemetry_root)
-    host = (after.pss - before.pss) / held / MiB / setup.memory_scale
+        after, device_after = host_bytes(), _dma_buf_bytes(setup.telemetry_root)
+    host = (after - before) / held / MiB / setup.memory_scale
     out: dict[str, Any] = {"contexts_held": held, "host_mib": host}
     if device_after is not None:
         device = (device_after - (device_before or 0)) / held / MiB / setup.memory_scale

@@ -8,16 +8,21 @@ its stages; the probe prints and writes board seconds.
 """
 from __future__ import annotations
 
+import mmap
+import os
 import subprocess
 import sys
+import time
 import tomllib
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pytest
 
 from harness.backends.board_profile import DEFAULT_BOARD_DATA, fits, load_board_profile
 from harness.memory.assumptions import board_assumptions
+from harness.memory.board_probe import host_bytes
 from harness.memory.plan_space import plan_space
 from harness.memory.planner import inputs_from_profile, prefetch_wait
 from harness.model.config import REPO_ROOT
@@ -66,9 +71,39 @@ def test_the_probe_gives_back_the_simulated_boards_own_figures(tmp_path):
                 "lifecycle per weight MiB": (data["lifecycle"]["fit"][1], per_mib),
                 "memory per context": (data["memory"]["host_mib"], board.sim("context_mib"))}
     off = {name: got / want - 1 for name, (got, want) in measured.items()}
-    assert all(abs(v) <= 0.05 for v in off.values()), off
+    assert all(abs(v) <= 0.05 for v in off.values()), "; ".join(f"{k} {v:+.1%}" for k, v in off.items())
     assert data["overlap"]["lifecycle_holds_core"] is False and data["overlap"]["rates_kept"] > 1.8
     assert "not measured" in data["memory"]["device"]       # board-sim exposes no device memory
+
+
+_MAP_AND_WAIT = """import mmap, pathlib, sys, time
+with open(sys.argv[1], "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+    sum(m[::4096])
+    pathlib.Path(sys.argv[2]).write_text(str(__import__("os").getpid()))
+    time.sleep(60)
+"""
+
+
+def test_host_memory_stays_put_when_another_process_maps_the_same_file(tmp_path):
+    """Beside a busy test run, other processes map the libraries the probe has mapped, and the
+    probe's share of those pages (its PSS) drops: the memory figure must not move with them."""
+    shared, ready = tmp_path / "shared.bin", tmp_path / "ready"
+    shared.write_bytes(os.urandom(32 * 2**20))
+    with open(shared, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        sum(m[::4096])
+        pss, held = psutil.Process().memory_full_info().pss, host_bytes()
+        # not our descendant (the shell that starts it exits), as a neighbouring test's process is not
+        subprocess.run(["sh", "-c", f'"{sys.executable}" -c \'{_MAP_AND_WAIT}\' {shared} {ready} &'], check=True)
+        deadline = time.monotonic() + 30
+        while not ready.exists() or not ready.read_text():
+            assert time.monotonic() < deadline, "the other process never mapped the file"
+            time.sleep(0.05)
+        try:
+            pss_moved, held_moved = psutil.Process().memory_full_info().pss - pss, host_bytes() - held
+        finally:
+            os.kill(int(ready.read_text()), 9)
+    assert pss_moved < -12 * 2**20, pss_moved / 2**20            # the shared half left our PSS...
+    assert abs(held_moved) < 2**20, held_moved / 2**20            # ...and the probe's figure stayed
 
 
 @pytest.mark.slow
