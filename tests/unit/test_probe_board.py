@@ -60,6 +60,7 @@ def _choice(profile: Path, measured: Path | None = None) -> tuple[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timed         # the probe's figures are timings and memory: not beside the other worker
 def test_the_probe_gives_back_the_simulated_boards_own_figures(tmp_path):
     path = _profile(tmp_path, multi_core_speedup=1.6)
     board = load_board_profile(path)
@@ -107,6 +108,7 @@ def test_host_memory_stays_put_when_another_process_maps_the_same_file(tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.timed         # the probe's figures are timings and memory: not beside the other worker
 def test_a_lifecycle_that_holds_the_core_is_found_and_changes_the_plan(tmp_path):
     path = _profile(tmp_path, lifecycle_holds_core=True)
     data = _probe(tmp_path, path)
