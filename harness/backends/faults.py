@@ -87,7 +87,7 @@ def parse_fault(spec: str | None) -> dict:
 _SPIN_BELOW_S = 0.002
 
 
-def _wait_until(deadline: float) -> None:
+def wait_until(deadline: float) -> None:
     left = deadline - time.perf_counter()
     if left > _SPIN_BELOW_S:
         time.sleep(left - _SPIN_BELOW_S)
@@ -151,7 +151,7 @@ class FaultInjectionContext(OnnxRuntimeContext):
         started = time.perf_counter()
         result = stage(*args)
         if self.slowdown > 1:
-            _wait_until(started + self.slowdown * (time.perf_counter() - started))
+            wait_until(started + self.slowdown * (time.perf_counter() - started))
         return result
 
     def load(self, path) -> None:

@@ -14,7 +14,7 @@ import pytest
 from harness.backends import create_context
 from harness.backends.board_drift import Drift, load_drift_model
 from harness.backends.board_sim import normalize_options
-from harness.backends.faults import FaultInjectionContext
+from harness.backends.faults import FaultInjectionContext, wait_until
 from harness.core.errors import ConfigError
 from harness.model.config import REPO_ROOT
 from harness.partition.manifest import load_manifest, manifest_sha256
@@ -112,27 +112,31 @@ def test_faults_slowdown_is_exact_for_short_stages():
     assert statistics.median(ratios) == pytest.approx(1.05, abs=0.01)
 
 
-def _stage_seconds(backend: str, path, **options) -> tuple[float, float]:
-    """The least (init, release) seconds over nine contexts: a busy machine only ever adds time."""
+def _stage_seconds(backend: str, path, wait_as: float = 1.0, **options) -> tuple[float, float]:
+    """The least (init, release) seconds over nine contexts: a busy machine only ever adds time. With
+    `wait_as`, each init is followed by the wait a slowdown of that factor adds to it, so the release
+    comes after the same pause as a slowed context's does: after a pause a release runs on a cold
+    cache and takes 2-4x as long (measured here, quiet and under load), which is no slowdown of its own."""
     inits, releases = [], []
     for k in range(9):
         ctx = create_context(backend, f"release probe {k}", **options)
         ctx.load(path)
         start = time.perf_counter()
         ctx.init()
+        inits.append(time.perf_counter() - start)
+        wait_until(start + wait_as * inits[-1])
         middle = time.perf_counter()
         ctx.release()
-        inits.append(middle - start)
         releases.append(time.perf_counter() - middle)
     return min(inits), min(releases)
 
 
 def test_faults_slowdown_leaves_release_alone(partition):
     # a slowed candidate stretches load, init and run 20x; its release must stay as it was: measured
-    # against the same stretch of init in the same contexts, so a busy machine moves both sides alike
+    # against plain contexts released after the same pause, so a busy machine moves both sides alike
     manifest = load_manifest(partition)
     path = manifest.path_of(manifest.subgraphs[0])
-    plain_init, plain_release = _stage_seconds("onnxruntime", path)
+    plain_init, plain_release = _stage_seconds("onnxruntime", path, wait_as=20.0)
     slowed_init, slowed_release = _stage_seconds("faults", path, slowdown=20.0)
     assert slowed_init / plain_init > 10, (slowed_init, plain_init)
     assert slowed_release / plain_release < 5, (slowed_release, plain_release)
