@@ -23,7 +23,9 @@ from sqlalchemy import text
 from harness.model.config import REPO_ROOT
 from harness.results.store import ResultsStore
 
-pytestmark = [pytest.mark.slow, pytest.mark.results]      # ~10 s per gate session on the 2-core CI machine
+# ~10 s per gate session on the 2-core CI machine. Timed: each session's verdict reads its step times
+# against an earlier session's, so a busy neighbour in one of them alone moves the verdict
+pytestmark = [pytest.mark.slow, pytest.mark.results, pytest.mark.timed]
 
 BOARD_TREE = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"
 _DRIVER = "sys/kernel/debug/rknpu/version"
