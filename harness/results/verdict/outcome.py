@@ -1,12 +1,12 @@
 """The three outcomes a benchmark verdict can have."""
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 __all__ = ["Outcome"]
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     """PASS: no slowdown, and a slowdown of the promised size would have been found. REGRESSION: a
     slowdown found. INCONCLUSIVE: none found, but the noise and the sample could not have found one of
     the promised size either, so the run says nothing about the stack (it fails the gate by default)."""
