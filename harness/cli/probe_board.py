@@ -114,7 +114,7 @@ def _one_stream(args, bundle):
             return None
         path = Path(f"{default_partition_dir(bundle.cfg, bundle.digest, args.precision, blocks=[0])}-1-stream")
         if not manifest_path(path).exists():
-            export_with_progress(bundle.weights_source, bundle.cfg, path, quiet=True, dtype=args.precision,
+            export_with_progress(bundle.weights_source, bundle.cfg, path, args.precision, quiet=True,
                                  streams=1, blocks=[0])
     manifest = load_manifest(path)
     entry = next((e for e in manifest.subgraphs if e.branch == "ffn"), None)
