@@ -45,7 +45,7 @@ def test_the_page_has_the_three_files_an_install_and_a_run():
     assert f'{BACKEND} = "ort_optimized:' in files["anima-extras/pyproject.toml"]
 
 
-@pytest.mark.slow           # a bin/test run of three gates on one case and a 4-step generate: ~15 s
+@pytest.mark.slow       # bin/test: three gates on one case, and a 4-step generate (20 s quiet, 47 s at load 10)
 def test_a_backend_registered_by_entry_point_runs_the_pages_gates(tmp_path):
     text = PAGE.read_text()
     for path, content in page_files(text).items():
