@@ -1,12 +1,14 @@
-"""The suite's pytest plugin (`-p harness.pytest_plugin` in pytest.ini), in the parts pytest-benchmark
-keeps apart:
+"""The suite's pytest plugin (`-p harness.pytest_plugin` in pytest.ini). plugin.py is the session, read top
+to bottom: each pytest hook the suite implements, once, calling the parts in order. The parts, in the
+pieces pytest-benchmark keeps apart:
 
-    options.py   the options table, board-profile settings and their validation (pytest_addoption)
-    hooks.py     configure, report header, test generation, the --require-npu check, summaries
+    plugin.py    the session in order: every hook, and why each step takes its place
+    state.py     the session's state: one SessionState in `config.stash`
+    options.py   the options table, board-profile settings and their validation
+    hooks.py     settings at configure time, report header, test generation, the --require-npu check, summaries
     fixtures.py  what the gate modules ask for: suite, gate_runner, golden_cases, artifacts, npu_guard
     storage.py   pytest-benchmark integration: --benchmark-json written atomically, machine info
     session.py   one run end to end: outputs checked first, artifacts locked, signals, session.json
-    state.py     the keys under which the session's state lives in `config.stash`
     baselines.py benchmark runs into the results store (--results), their verdicts, baselines saved at the end
     reporting.py step progress in logs, the markdown summary and the HTML report of each run
     duration.py  the smoke tier first; a board session's expected length from the board profile
@@ -16,13 +18,9 @@ keeps apart:
 The gate modules under tests/acceptance stay thin: fixtures arrange, the test asserts one gate.
 """
 from .options import OPTIONS, SuiteSettings, resolve_settings
-from .state import settings_of
+from .state import SessionState, settings_of, state_of
 
-__all__ = ["OPTIONS", "SuiteSettings", "resolve_settings", "settings_of"]
+__all__ = ["OPTIONS", "SuiteSettings", "SessionState", "resolve_settings", "settings_of", "state_of"]
 
-# Each part registers its own hooks and fixtures as a plugin of its own.
-pytest_plugins = ["harness.pytest_plugin.options", "harness.pytest_plugin.hooks",
-                  "harness.pytest_plugin.fixtures", "harness.pytest_plugin.storage",
-                  "harness.pytest_plugin.session", "harness.pytest_plugin.baselines",
-                  "harness.pytest_plugin.reporting", "harness.pytest_plugin.duration",
-                  "harness.pytest_plugin.preflight", "harness.pytest_plugin.workers"]
+# The hooks (plugin.py) and the fixtures the gate modules ask for (fixtures.py): the parts are plain modules.
+pytest_plugins = ["harness.pytest_plugin.plugin", "harness.pytest_plugin.fixtures"]

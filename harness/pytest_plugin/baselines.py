@@ -28,17 +28,7 @@ from ..core.errors import HarnessError
 from ..results.records import Run, RunKey, board_model_of, utc_now
 from ..results.sessions import ABRecord, ab_record, subgraph_times
 from ..results.store import ResultsStore, StoreUnavailable, describe_url
-from .state import (
-    BASELINE_OFFERS,
-    BASELINE_OUTCOMES,
-    BENCH_RESULTS,
-    BOARD,
-    IDENTITY,
-    QUALITY_RESULTS,
-    SETTINGS,
-    STORE_FAILURE,
-    append_to,
-)
+from .state import settings_of, state_of
 
 if TYPE_CHECKING:
     from ..results.judge import Judgement
@@ -56,29 +46,26 @@ REFUSED_BENCHMARK_OPTIONS = {
     "benchmark_autosave": _INSTEAD,
     "benchmark_save": _INSTEAD,
 }
-_STORE = pytest.StashKey[ResultsStore]()
-_RECORDED = pytest.StashKey[list]()         # the runs this session judged, written at its end
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_configure(config):
+def configure(config):
     for option, instead in REFUSED_BENCHMARK_OPTIONS.items():
         if getattr(config.option, option, None):
             raise pytest.UsageError(f"--{option.replace('_', '-')} is refused by the suite's baseline rules: "
                                     f"use {instead}")
 
 
-def pytest_collection_modifyitems(config, items):
+def collection_modifyitems(config, items):
     # A hung NPU call (a blocked ioctl in the driver) must fail its own test, with the partial report
     # kept, rather than run into the job's timeout with nothing written.
-    seconds = config.stash[SETTINGS].npu_timeout
+    seconds = settings_of(config).npu_timeout
     if seconds:
         for item in items:
             if item.get_closest_marker("npu") and not item.get_closest_marker("timeout"):
                 item.add_marker(pytest.mark.timeout(seconds))
 
 
-def pytest_collection_finish(session):
+def collection_finish(session):
     """Open the store once the session is known to run a benchmark, before any test runs: a store
     that cannot be opened (no server, a schema newer than this checkout) fails the session here, its
     reports written, instead of after the benchmark has spent its time."""
@@ -89,16 +76,17 @@ def pytest_collection_finish(session):
     try:
         _store(config)
     except HarnessError as exc:
-        config.stash[STORE_FAILURE] = str(exc)
-        append_to(config, BASELINE_OUTCOMES, ("--results", None, f"no test run: {exc}"))
+        state_of(config).store_failure = str(exc)
+        state_of(config).baseline_outcomes.append(("--results", None, f"no test run: {exc}"))
         raise session.Failed(f"--results: {exc}") from None
 
 
 def _store(config) -> ResultsStore:
     """The session's store, opened on first use (a session without benchmarks never opens it)."""
-    if _STORE not in config.stash:
-        config.stash[_STORE] = ResultsStore(config.stash[SETTINGS].results)
-    return config.stash[_STORE]
+    state = state_of(config)
+    if state.store is None:
+        state.store = ResultsStore(state.settings.results)
+    return state.store
 
 
 class ResultsGate:
@@ -107,7 +95,7 @@ class ResultsGate:
 
     def __init__(self, config):
         self.config = config
-        self.settings = config.stash[SETTINGS]
+        self.settings = settings_of(config)
 
     @property
     def store(self) -> ResultsStore:
@@ -120,7 +108,7 @@ class ResultsGate:
         device-tree model string changed keeps its own: ResultsStore.filed)."""
         from ..results.provenance import ci_url, comparable_versions, git_revision, run_id
         from ..results.telemetry import serial_hash
-        identity, board = self.config.stash[IDENTITY], self.config.stash[BOARD]
+        identity, board = state_of(self.config).identity, state_of(self.config).board
         return self.store.filed(Run(
             run_id=run_id(), time=utc_now(), board_id=board, board_model=board_model_of(board), model=model,
             key=RunKey(case=case, steps=info["steps"], precision=precision, backend=self.settings.backend,
@@ -138,8 +126,8 @@ class ResultsGate:
     def record_ab(self, session, case: str, sides: dict, telemetry: dict, **how) -> ABRecord:
         """Write the interleaved A/B session `session` (both sides, the pairs, the verdicts) now, in one
         transaction: it has no quality metrics to wait for. `how`: threshold_pct, confidence, warmup."""
-        record = ab_record(session, case=case, sides=sides, identity=self.config.stash[IDENTITY],
-                           board=self.config.stash[BOARD], telemetry=telemetry, lifecycle=self.settings.lifecycle,
+        record = ab_record(session, case=case, sides=sides, identity=state_of(self.config).identity,
+                           board=state_of(self.config).board, telemetry=telemetry, lifecycle=self.settings.lifecycle,
                            **how)
         try:
             self.store.add_ab_session(record)
@@ -173,7 +161,7 @@ class ResultsGate:
 
     def record(self, run: Run) -> None:
         """Keep the judged run for the session's end (pytest_sessionfinish writes it)."""
-        append_to(self.config, _RECORDED, run)
+        state_of(self.config).recorded.append(run)
 
     def offer(self, nodeid: str, run: Run, judgement: Judgement) -> None:
         """Queue this run as its board's next baseline when the rules (gates.benchmark.baseline_offer)
@@ -181,9 +169,9 @@ class ResultsGate:
         from ..gates.benchmark import baseline_offer
         reason, refused = baseline_offer(run, judgement, self.settings.save_baseline, self.settings.accept_upgrade)
         if refused:
-            append_to(self.config, BASELINE_OUTCOMES, (nodeid, None, refused))
+            state_of(self.config).baseline_outcomes.append((nodeid, None, refused))
         elif reason:
-            append_to(self.config, BASELINE_OFFERS, (nodeid, run, reason))
+            state_of(self.config).baseline_offers.append((nodeid, run, reason))
 
 
 @pytest.fixture
@@ -194,7 +182,7 @@ def results_gate(request) -> ResultsGate:
 def _quality_of(config, run: Run) -> dict:
     """SSIM and PSNR of the run's case, when the quality gate judged the run's image (PSNR of identical
     images is infinite: a store holds finite numbers only, so it is left out)."""
-    for q in config.stash.get(QUALITY_RESULTS, []):
+    for q in state_of(config).quality_results:
         if q["case"] == run.key.case:
             return {f"{q['kind']}_{m}": q[m] for m in ("ssim", "psnr") if math.isfinite(q[m])}
     return {}
@@ -206,7 +194,7 @@ def _baseline_reason(session, exitstatus, offer: tuple | None) -> str | None:
         return None
     if exitstatus == 0 and session.testsfailed == 0:
         return offer[1]
-    append_to(session.config, BASELINE_OUTCOMES,
+    state_of(session.config).baseline_outcomes.append(
               (offer[0], None, f"baseline not saved: the session did not pass "
                                f"({session.testsfailed} failed, exit status {int(exitstatus)})"))
     return None
@@ -217,8 +205,8 @@ def _write_runs(session, exitstatus) -> None:
     written fails the session (its benchmark test had passed)."""
     config = session.config
     offers = {(run.run_id, run.key.case): (nodeid, reason)
-              for nodeid, run, reason in config.stash.get(BASELINE_OFFERS, [])}
-    for run in config.stash.get(_RECORDED, []):
+              for nodeid, run, reason in state_of(config).baseline_offers}
+    for run in state_of(config).recorded:
         offer = offers.get((run.run_id, run.key.case))
         reason = _baseline_reason(session, exitstatus, offer)
         nodeid = offer[0] if offer else run.key.case
@@ -228,22 +216,22 @@ def _write_runs(session, exitstatus) -> None:
             store.add_run(whole, baseline=reason)
         except StoreUnavailable as exc:
             kept = _spool(config, lambda spool, whole=whole, reason=reason: spool.add_run(whole, baseline=reason))
-            append_to(config, BASELINE_OUTCOMES, (nodeid, None, f"benchmark run not written: {exc}; {kept}"))
+            state_of(config).baseline_outcomes.append((nodeid, None, f"benchmark run not written: {exc}; {kept}"))
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
             continue
         except HarnessError as exc:
-            append_to(config, BASELINE_OUTCOMES, (nodeid, None, f"benchmark run not written: {exc}"))
+            state_of(config).baseline_outcomes.append((nodeid, None, f"benchmark run not written: {exc}"))
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
             continue
         if reason is not None:
-            append_to(config, BASELINE_OUTCOMES,
+            state_of(config).baseline_outcomes.append(
                       (nodeid, store.where, f"baseline {reason}: run {run.run_id} in {store.where}"))
 
 
 def _spool(config, write) -> str:
     """Keep what the store could not take (`write(spool store)`: a run with its baseline, an A/B
     session) in the spool store; what to say."""
-    settings = config.stash[SETTINGS]
+    settings = settings_of(config)
     spool = f"sqlite:///{settings.results_spool}"
     try:
         with ResultsStore(spool) as store:
@@ -254,21 +242,20 @@ def _spool(config, write) -> str:
             f"--to {describe_url(settings.results)}` sends it")
 
 
-@pytest.hookimpl(tryfirst=True)     # before the run summary, which reports what was saved
-def pytest_sessionfinish(session, exitstatus):
+def sessionfinish(session, exitstatus):
     _write_runs(session, exitstatus)
 
 
-def pytest_unconfigure(config):
-    if _STORE in config.stash:
-        config.stash[_STORE].close()
+def unconfigure(state) -> None:
+    if state.store is not None:
+        state.store.close()
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    benches = config.stash.get(BENCH_RESULTS, [])
+def terminal_summary(terminalreporter, exitstatus, config):
+    benches = state_of(config).bench_results
     if benches:
         _write_comparisons(terminalreporter, benches)
-    for nodeid, path, message in config.stash.get(BASELINE_OUTCOMES, []):
+    for nodeid, path, message in state_of(config).baseline_outcomes:
         terminalreporter.write_line(f"{nodeid}: {message}", green=path is not None, yellow=path is None)
 
 

@@ -8,11 +8,9 @@ less the one round a case's gates share: harness/gates.py GateRunner.share) x st
 """
 from __future__ import annotations
 
-import pytest
-
 from ..core.schema import read_toml
 from .fixtures import selected_cases
-from .state import SETTINGS
+from .state import settings_of
 
 
 def expected_duration(step_seconds: float, case_steps: list[int], bench_rounds: int,
@@ -29,16 +27,15 @@ def expected_duration(step_seconds: float, case_steps: list[int], bench_rounds: 
     return steps * step_seconds, f"({formula}) x {step_seconds:g} s"
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(session, config, items):
+def collection_modifyitems(items):
     # The smoke tier runs first, its stack preflight before all: a board that cannot pass it would fail
     # every gate after it, slowly.
     items.sort(key=lambda item: (item.get_closest_marker("smoke") is None,
                                  item.get_closest_marker("preflight") is None))
 
 
-def pytest_collection_finish(session):
-    settings = session.config.stash[SETTINGS]
+def collection_finish(session):
+    settings = settings_of(session.config)
     gates = [i for i in session.items if i.get_closest_marker("npu") and not i.get_closest_marker("smoke")]
     if not gates or settings.board_profile is None:
         return

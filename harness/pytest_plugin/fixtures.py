@@ -10,22 +10,22 @@ from pathlib import Path
 import pytest
 
 from ..core.errors import HarnessError
+from .baselines import results_gate
 from .options import SuiteSettings
 from .session import CALL_FAILED
-from .state import MEMORY_SAMPLES, RUNNER, SETTINGS, append_to
+from .state import settings_of, state_of
 
-__all__ = ["suite", "gate_runner", "golden_cases", "artifacts", "npu_guard", "runner_of",
+__all__ = ["suite", "gate_runner", "results_gate", "golden_cases", "artifacts", "npu_guard", "runner_of",
            "selected_cases", "npu_memory_guard", "case_run", "memory_run", "judged_run"]
-
-_STOPPED = pytest.StashKey[dict]()      # case name -> why its run was stopped (a timeout): not waited for twice
 
 
 def runner_of(config):
     """One GateRunner per session, shared by the report header and the gate fixtures."""
-    if RUNNER not in config.stash:
+    state = state_of(config)
+    if state.runner is None:
         from ..gates.runner import GateRunner
-        config.stash[RUNNER] = GateRunner(config.stash[SETTINGS])
-    return config.stash[RUNNER]
+        state.runner = GateRunner(state.settings)
+    return state.runner
 
 
 def selected_cases(suite: SuiteSettings):
@@ -49,7 +49,7 @@ def npu_memory_guard(suite: SuiteSettings):
 
 @pytest.fixture(scope="session")
 def suite(request) -> SuiteSettings:
-    return request.config.stash[SETTINGS]
+    return settings_of(request.config)
 
 
 @pytest.fixture(scope="session")
@@ -85,7 +85,7 @@ def npu_guard(request, suite):
         yield guard
     out = suite.artifacts / "memory" / f"{request.node.name}.json"
     guard.write_samples(out)
-    append_to(request.config, MEMORY_SAMPLES, (request.node.name, out))
+    state_of(request.config).memory_samples.append((request.node.name, out))
     # A test that failed on the trip already said so: a second report would count it twice.
     if guard.tripped and "memory guard tripped" not in request.node.stash.get(CALL_FAILED, ""):
         pytest.fail(f"memory guard tripped: {guard.trip_reason} (samples: {out})", pytrace=False)
@@ -97,10 +97,10 @@ def judged_run(request, case, make):
     error, a missing runtime or node, a partition that does not open) or a run stopped by --npu-timeout (a
     hung NPU call) is raised here, in setup, so pytest reports it as an error with its cause. None, without
     running, when --require-npu is not met: the test's call-time check fails it and nothing runs on the CPU."""
-    suite = request.config.stash[SETTINGS]
+    suite = settings_of(request.config)
     if suite.require_npu and suite.npu_problem:
         return None
-    stopped = request.config.stash.setdefault(_STOPPED, {})
+    stopped = state_of(request.config).stopped     # a run stopped (a timeout) is not waited for twice
     if case.name in stopped:
         pytest.fail(f"{case.name}: not run again: {stopped[case.name]}", pytrace=False)
     try:

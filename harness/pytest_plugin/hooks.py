@@ -8,35 +8,33 @@ from ..core.errors import HarnessError
 from .fixtures import runner_of, selected_cases
 from .options import OPTIONS, resolve_settings
 from .session import start_run
-from .state import BOARD, IDENTITY, INVALID_RUNS, QUALITY_LINES, SETTINGS, SPECTRUM_LINES, STEP_SPLITS, is_worker
+from .state import STATE, SessionState, is_worker, settings_of, state_of
 from .workers import choose
 
 
-@pytest.hookimpl(tryfirst=True)     # before the other parts' configure, which read the settings
-def pytest_configure(config):
+def configure(config):
     from ..results.telemetry import board_id, board_identity
     cli = {name: config.getoption(name) for name in OPTIONS}
     try:
         settings = resolve_settings(cli, config.getoption("board_profile"))
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
-    config.stash[SETTINGS] = settings
+    config.stash[STATE] = state = SessionState(settings)
     choose(config, settings)        # -n: distributed, or serial when the session must be
     try:
         start_run(config, settings)
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
     identity = board_identity(settings.telemetry_root)
-    config.stash[IDENTITY] = identity
-    config.stash[BOARD] = board_id(identity)
+    state.identity, state.board = identity, board_id(identity)
 
 
-def pytest_collection_modifyitems(config, items):
+def collection_modifyitems(config, items):
     """Tests with nothing to look at here are deselected, said in one line, rather than skipped: checks
     of the board itself (marker `board`: its NPU device node, its runtime's versions) off an RK3588
     unless --require-npu asks for the board (then they run and fail naming what is missing), and the
     interleaved A/B session (marker `ab`) without --ab-baseline."""
-    s = config.stash[SETTINGS]
+    s = settings_of(config)
     if not (s.on_board or s.require_npu):
         _deselect(config, items, "board", "board-only check(s) deselected: not an RK3588 "
                                           "(--require-npu runs them, and they fail off the board)")
@@ -55,13 +53,13 @@ def _deselect(config, items: list, marker: str, why: str) -> None:
         reporter.write_line(f"anima: {len(chosen)} {why}")
 
 
-def pytest_report_header(config):
+def report_header(config):
     if is_worker(config):
         return []       # the controller's header is the session's (and reading the partition costs a worker)
-    s = config.stash[SETTINGS]
-    i = config.stash[IDENTITY]
+    s = settings_of(config)
+    i = state_of(config).identity
     lines = [
-        f"anima: backend {s.backend} (asked: {s.backend_requested}), board {config.stash[BOARD]} "
+        f"anima: backend {s.backend} (asked: {s.backend_requested}), board {state_of(config).board} "
         f"({i.get('model') or 'no board model'}), on RK3588: {s.on_board}",
         f"anima: kernel {i.get('kernel')}, NPU driver {i.get('npu_driver')}, librknnrt {i.get('runtime_lib')}, "
         f"rknn-toolkit-lite2 {i.get('toolkit_lite')}, onnxruntime {i.get('onnxruntime')}",
@@ -77,21 +75,20 @@ def pytest_report_header(config):
     return lines
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem):
+def pyfunc_call(pyfuncitem):
     # --require-npu off the board: the npu test itself fails (not skipped, not run on a fallback).
     # Checked at call time so that it counts as a failed test; the gate fixtures are lazy, so
     # nothing ran on the CPU before this.
-    suite = pyfuncitem.config.stash[SETTINGS]
+    suite = settings_of(pyfuncitem.config)
     if suite.require_npu and suite.npu_problem and pyfuncitem.get_closest_marker("npu"):
         pytest.fail(f"--require-npu: {suite.npu_problem}. npu gates never fall back to a CPU backend.",
                     pytrace=False)
 
 
-def pytest_generate_tests(metafunc):
+def generate_tests(metafunc):
     # Golden cases are data (golden/<model>/cases.toml): one gate test per case.
     if "golden_case" in metafunc.fixturenames:
-        cases = selected_cases(metafunc.config.stash[SETTINGS])
+        cases = selected_cases(settings_of(metafunc.config))
         metafunc.parametrize("golden_case", _fast_tier_split(cases, metafunc.module), ids=[c.name for c in cases])
 
 
@@ -110,18 +107,19 @@ def _fast_tier_split(cases: list, module) -> list:
     return split
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    for name, info in config.stash.get(STEP_SPLITS, []):
+def terminal_summary(terminalreporter, exitstatus, config):
+    state = state_of(config)
+    for name, info in state.step_splits:
         _write_step_split(terminalreporter, name, info)
-    quality = config.stash.get(QUALITY_LINES, [])
+    quality = state.quality_lines
     if quality:
         terminalreporter.write_sep("-", "quality gate: measured, threshold, margin")
         for line in quality:
             terminalreporter.write_line(line)
-    for line in config.stash.get(SPECTRUM_LINES, []):         # tests/acceptance/test_spectrum_benchmark.py
+    for line in state.spectrum_lines:         # tests/acceptance/test_spectrum_benchmark.py
         terminalreporter.write_sep("-", "Spectrum vs full")
         terminalreporter.write_line(line)
-    for name, reasons in config.stash.get(INVALID_RUNS, []):
+    for name, reasons in state.invalid_runs:
         terminalreporter.write_line(f"INVALID benchmark {name}: " + "; ".join(reasons), red=True)
 
 

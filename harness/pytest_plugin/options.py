@@ -56,7 +56,7 @@ else:
     SuiteSettings.__doc__ = "The session's settings: every option of the declaration, typed, and what they decide."
 
 
-def pytest_addoption(parser):
+def addoption(parser):
     group = parser.getgroup("anima", "Anima NPU acceptance suite")
     group.addoption("--board-profile", default=None, help="TOML with a [suite] table of these options")
     for name, option in OPTIONS.items():

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from .state import SETTINGS
+from .state import state_of
 
 MARKER = "preflight"
-_JUDGED = pytest.StashKey[bool]()
 
 
-def pytest_configure(config):
+def configure(config):
     config.addinivalue_line("markers", f"{MARKER}: the stack preflight (versions against "
                                        "toolkit/compatibility.toml); a failure starts no test after it")
 
@@ -25,28 +24,26 @@ def _stop(session, line: str) -> None:
     session.shouldfail = f"{line}: no test after it started"
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
+def runtest_makereport(item, report):
     if item.get_closest_marker(MARKER) is None:
         return
-    item.config.stash[_JUDGED] = True
-    settings = item.config.stash[SETTINGS]
+    state = state_of(item.config)
+    state.preflight_judged = True
+    settings = state.settings
     # Off the board under --require-npu it fails without a stack to judge: the checks after it each say what
     # is missing there, so they still run.
     if report.failed and not (settings.require_npu and settings.npu_problem):
         _stop(item.session, "stack preflight failed")
 
 
-def pytest_runtest_setup(item):
+def runtest_setup(item):
     """The first npu test on the board's runtime, when the preflight test has not judged the stack yet."""
-    config = item.config
-    settings = config.stash[SETTINGS]
-    if (config.stash.get(_JUDGED, False) or settings.backend != "rknnlite" or item.get_closest_marker(MARKER)
+    state = state_of(item.config)
+    settings = state.settings
+    if (state.preflight_judged or settings.backend != "rknnlite" or item.get_closest_marker(MARKER)
             or item.get_closest_marker("npu") is None):
         return
-    config.stash[_JUDGED] = True
+    state.preflight_judged = True
     from ..gates.preflight import preflight
     verdict = preflight(settings.partition, settings.telemetry_root)
     if verdict.kind == "bad":

@@ -6,24 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
 from ..core.errors import HarnessError
-from .state import (
-    BASELINE_OUTCOMES,
-    BENCH_RESULTS,
-    BOARD,
-    GOLDEN_UPDATES,
-    MEMORY_SAMPLES,
-    QUALITY_RESULTS,
-    RUNNER,
-    SETTINGS,
-    STORE_FAILURE,
-    TEST_OUTCOMES,
-    WORKER_FACTS,
-    append_to,
-    is_worker,
-)
+from .state import is_worker, settings_of, state_of
 
 
 class LogProgress:
@@ -64,19 +48,15 @@ class _nothing:
         return False
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_configure(config):
+def configure(config):
     from .fixtures import runner_of
     runner_of(config).progress = LogProgress(config)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
+def runtest_makereport(item, report):
     # One outcome per test for the summary: the call phase, or setup/teardown when they failed or
     # skipped it. A failed setup or teardown is an error, as pytest and the JUnit XML count it: the run the
     # gate needed did not happen (fixtures.judged_run), so nothing was judged.
-    outcome = yield
-    report = outcome.get_result()
     if report.when == "call" or report.outcome != "passed":
         message = ""
         if report.failed:
@@ -86,29 +66,30 @@ def pytest_runtest_makereport(item, call):
         elif report.skipped and isinstance(report.longrepr, tuple):
             message = report.longrepr[2]
         kind = "error" if report.failed and report.when != "call" else report.outcome
-        append_to(item.config, TEST_OUTCOMES, {"nodeid": report.nodeid, "outcome": kind,
+        state_of(item.config).test_outcomes.append({"nodeid": report.nodeid, "outcome": kind,
                                                "seconds": report.duration, "message": message,
                                                "npu": item.get_closest_marker("npu") is not None})
 
 
 def summary_data(config, exitstatus) -> dict:
-    s = config.stash[SETTINGS]
-    tests = [t for t in config.stash.get(TEST_OUTCOMES, []) if t["npu"]]
+    state = state_of(config)
+    s = state.settings
+    tests = [t for t in state.test_outcomes if t["npu"]]
     counts = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "error", "skipped")}
-    run = {"run_id": None, "git_revision": None, "board": config.stash[BOARD], "backend": s.backend}
+    run = {"run_id": None, "git_revision": None, "board": state.board, "backend": s.backend}
     from ..results.provenance import git_revision, run_id
     run.update(run_id=run_id(), git_revision=git_revision())
-    facts = _merged_facts(config.stash.get(WORKER_FACTS, None) or [runner_facts(config)])
+    facts = _merged_facts(state.worker_facts or [runner_facts(config)])
     run.update(facts["run"])
     benchmarks = [{"case": b["case"], "comparison": b["comparison"], "valid": b["valid"],
-                   "reasons": b["reasons"]} for b in config.stash.get(BENCH_RESULTS, [])]
-    bench_infos = [b["info"] for b in config.stash.get(BENCH_RESULTS, [])]
+                   "reasons": b["reasons"]} for b in state.bench_results]
+    bench_infos = [b["info"] for b in state.bench_results]
     slowest = bench_infos[0]["slowest_subgraphs"] if bench_infos else facts["slowest"]
     memory = _memory_rows(config, facts["reports"])
     return {"outcome": "passed" if exitstatus == 0 and counts["failed"] + counts["error"] == 0 else "failed",
-            "counts": counts, "run": run, "tests": tests, "quality": config.stash.get(QUALITY_RESULTS, []),
+            "counts": counts, "run": run, "tests": tests, "quality": state.quality_results,
             "benchmarks": benchmarks, "slowest": slowest, "memory": memory,
-            "baselines": [f"{nodeid}: {message}" for nodeid, _, message in config.stash.get(BASELINE_OUTCOMES, [])]}
+            "baselines": [f"{nodeid}: {message}" for nodeid, _, message in state.baseline_outcomes]}
 
 
 def runner_facts(config) -> dict:
@@ -116,7 +97,7 @@ def runner_facts(config) -> dict:
     the slowest subgraphs of its first case run, and each kept run's memory and lifecycle (an xdist
     worker sends these to the controller: workers.py)."""
     from ..results.compare import slowest_subgraphs
-    runner = config.stash.get(RUNNER, None)
+    runner = state_of(config).runner
     facts: dict = {"run": {}, "slowest": [], "reports": []}
     if runner is None:
         return facts
@@ -147,10 +128,10 @@ def _merged_facts(parts: list[dict]) -> dict:
 
 def _memory_rows(config, reports: list) -> list[dict]:
     """Per kept run (golden cases, benchmark): its own peak added PSS and the guard's lowest MemAvailable."""
-    s = config.stash[SETTINGS]
+    s = settings_of(config)
     reports = list(reports)
     reports += [(f"{b['case']} (benchmark)", {"memory": b.get("memory"), "lifecycle": b.get("lifecycle")})
-                for b in config.stash.get(BENCH_RESULTS, [])]
+                for b in state_of(config).bench_results]
     rows = []
     for name, report in reports:
         mem = report.get("memory") or {}
@@ -166,7 +147,7 @@ def _memory_rows(config, reports: list) -> list[dict]:
 
 def _curve_files(config) -> list:
     """The memory curve worth a picture: the memory gate's window, else the first npu test's."""
-    files = config.stash.get(MEMORY_SAMPLES, [])
+    files = state_of(config).memory_samples
     chosen = [path for name, path in files if "pss" in name] or [path for _, path in files[:1]]
     return chosen[:1]
 
@@ -175,10 +156,10 @@ def _trend_png(config, artifacts: Path) -> bytes | None:
     from ..core.errors import HarnessError
     from ..results.store import ResultsStore
     from ..results.trend import trend
-    s = config.stash[SETTINGS]
+    s = settings_of(config)
     try:
         with ResultsStore(s.results, create=False) as store:
-            runs = store.runs(board=config.stash[BOARD], backend=s.backend)
+            runs = store.runs(board=state_of(config).board, backend=s.backend)
         if not runs:
             return None
         out = artifacts / "trend.png"
@@ -188,18 +169,18 @@ def _trend_png(config, artifacts: Path) -> bytes | None:
         return None
 
 
-@pytest.hookimpl(trylast=True)      # after baselines.py has saved (or refused) the baselines
-def pytest_sessionfinish(session, exitstatus):
+def sessionfinish(session, exitstatus):
     config = session.config
+    state = state_of(config)
     if is_worker(config):
         return          # under xdist the controller writes them, with every worker's share (workers.py)
     # a session stopped before its npu tests because --results could not be opened still reports why
-    if not any(t["npu"] for t in config.stash.get(TEST_OUTCOMES, [])) and STORE_FAILURE not in config.stash:
+    if not any(t["npu"] for t in state.test_outcomes) and state.store_failure is None:
         return
     from ..core.atomic import atomic_write_text
     from ..report.html import write_html_report
     from ..report.summary import markdown_summary
-    artifacts = Path(config.stash[SETTINGS].artifacts)
+    artifacts = Path(state.settings.artifacts)
     data = summary_data(config, exitstatus)
     text = markdown_summary(data)
     atomic_write_text(artifacts / "summary.md", text)
@@ -208,15 +189,12 @@ def pytest_sessionfinish(session, exitstatus):
         with open(step_summary, "a", encoding="utf-8") as fh:
             fh.write(text + "\n")
     write_html_report(artifacts / "report.html", data, _trend_png(config, artifacts), _curve_files(config))
-    config.stash[_WRITTEN] = [artifacts / "summary.md", artifacts / "report.html"]
+    state.written = [artifacts / "summary.md", artifacts / "report.html"]
 
 
-_WRITTEN = pytest.StashKey[list]()
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    for case, written, why in config.stash.get(GOLDEN_UPDATES, []):
+def terminal_summary(terminalreporter, exitstatus, config):
+    for case, written, why in state_of(config).golden_updates:
         terminalreporter.write_line(f"golden {case}: {why}" + "".join(f"\n  wrote {p}" for p in written))
-    written = config.stash.get(_WRITTEN, [])
+    written = state_of(config).written
     if written:
         terminalreporter.write_line("run summary: " + ", ".join(str(p) for p in written))

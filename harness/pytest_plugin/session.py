@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -16,21 +15,13 @@ from ..core.outputs import ArtifactsLock, check_free_space, check_writable
 from ..core.signals import StopSignals
 from ..model.config import REPO_ROOT
 from ..results.provenance import run_id
-from .state import SETTINGS, STORE_FAILURE, is_worker
+from .state import SessionRun, is_worker, settings_of, state_of
 
 __all__ = ["start_run", "CALL_FAILED"]
 
 SESSION_REPORT = "session.json"
-RUN = pytest.StashKey["SessionRun"]()
 CALL_FAILED = pytest.StashKey[str]()        # on an item: how its test body failed
 _current: dict = {}                         # the session's run, for hooks that get no config
-
-
-@dataclass
-class SessionRun:
-    lock: ArtifactsLock
-    signals: StopSignals
-    started: float = field(default_factory=time.time)
 
 
 def start_run(config, settings) -> None:
@@ -67,13 +58,12 @@ def _check_golden_dir(golden_dir, explicit: bool) -> None:
         raise ConfigError(f"--golden-dir={golden_dir}: {exc}") from None
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionstart(session):
+def sessionstart(session):
     """The artifacts folder ours and empty, leftovers of killed writers swept, signals armed. Not at
     configure time: `pytest --help` must not clear a folder. An xdist worker writes into the folder its
     controller holds, and leaves stops and session.json to it."""
     config = session.config
-    settings = config.stash[SETTINGS]
+    settings = settings_of(config)
     # A run id per session, not per process: a pytest run inside a test (pytester, in process) is a
     # session of its own, and its runs must not collide with the runs of the session before it.
     run_id.cache_clear()
@@ -89,12 +79,12 @@ def pytest_sessionstart(session):
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
     sweep_temporaries(settings.golden_dir)
-    config.stash[RUN] = _current["run"] = SessionRun(lock, StopSignals("the test session").__enter__())
-    _write_running(config, config.stash[RUN], None)
+    state_of(config).run = _current["run"] = SessionRun(lock, StopSignals("the test session").__enter__())
+    _write_running(config, _current["run"], None)
 
 
 def _write_running(config, run, test: str | None) -> None:
-    settings = config.stash[SETTINGS]
+    settings = settings_of(config)
     try:
         atomic_write_json(settings.artifacts / SESSION_REPORT,
                           {"status": "running", "pid": os.getpid(), "test": test, "argv": sys.argv[1:],
@@ -103,17 +93,17 @@ def _write_running(config, run, test: str | None) -> None:
         raise pytest.UsageError(str(exc)) from None
 
 
-def pytest_runtest_logstart(nodeid, location):
+def runtest_logstart(nodeid):
     # A stop names the test it stopped ("SIGTERM received during tests/...::test_x").
     run = _current.get("run")
     if run is not None:
         run.signals.where = nodeid
 
 
-def pytest_runtest_setup(item):
+def runtest_setup(item):
     # session.json says "running" and which npu test while one runs: a run killed with SIGKILL
     # (which nothing can catch) leaves that, not a report claiming to have ended.
-    run = item.config.stash.get(RUN, None)
+    run = state_of(item.config).run
     if run is not None and item.get_closest_marker("npu") is not None:
         try:
             _write_running(item.config, run, item.nodeid)
@@ -121,10 +111,7 @@ def pytest_runtest_setup(item):
             pass        # the final session.json write says so, and fails the run
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
+def runtest_makereport(item, call, report):
     if call.when == "call" and report.failed:
         item.stash[CALL_FAILED] = str(report.longrepr)
 
@@ -137,16 +124,20 @@ def _drop_unfinished_benchmarks(config) -> None:
             metadata.fixture.has_error = True
 
 
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)      # around pytest-benchmark's own sessionfinish
-def pytest_sessionfinish(session, exitstatus):
+def before_finish(session) -> None:
+    """Before pytest-benchmark's own sessionfinish, which summarises the benchmarks."""
     config = session.config
-    run = config.stash.get(RUN, None)
-    if run is not None or is_worker(config):
+    if state_of(config).run is not None or is_worker(config):
         _drop_unfinished_benchmarks(config)
-    yield
+
+
+def sessionfinish(session) -> None:
+    """How the run ended, into session.json, once every other part of the session's end has run."""
+    config = session.config
+    run = state_of(config).run
     if run is None:
         return
-    settings = config.stash[SETTINGS]
+    settings = settings_of(config)
     stopped = run.signals.exception
     if stopped is None and session.exitstatus == pytest.ExitCode.INTERRUPTED:
         stopped = KeyboardInterrupt        # pytest.exit() or a Ctrl-C before the handlers were armed
@@ -176,13 +167,14 @@ def _write_session_report(config, settings, run, status: str, exit_code: int) ->
         "run_reports": sorted(p.name for p in runs.glob("*.json")) if runs.is_dir() else [],
         "failed": [r.nodeid for r in stats.get("failed", []) + stats.get("error", []) if hasattr(r, "nodeid")],
     }
-    if STORE_FAILURE in config.stash:       # the session stopped before its tests: say why
-        report["error"] = config.stash[STORE_FAILURE]
+    failure = state_of(config).store_failure
+    if failure is not None:       # the session stopped before its tests: say why
+        report["error"] = failure
     atomic_write_json(settings.artifacts / SESSION_REPORT, report)
 
 
-def pytest_unconfigure(config):
-    run = config.stash.get(RUN, None)
+def unconfigure(state) -> None:
+    run = state.run
     if run is not None:
         run.signals.restore()
         run.lock.release()

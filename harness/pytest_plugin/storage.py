@@ -3,10 +3,10 @@ machine info. pytest-benchmark keeps no runs of its own: they go to the results 
 refuses its --benchmark-save/--benchmark-autosave)."""
 from __future__ import annotations
 
-from .state import BOARD, IDENTITY, SETTINGS
+from .state import settings_of, state_of
 
 
-def pytest_sessionstart(session):
+def sessionstart(session):
     bench = getattr(session.config, "_benchmarksession", None)
     if bench is None:
         return          # pytest-benchmark not active (-p no:benchmark): nothing is saved
@@ -30,22 +30,24 @@ def atomic_json(bench) -> None:
     bench.save_json = save_json
 
 
-def pytest_collection_modifyitems(session, config, items):
+def collection_modifyitems(config, items):
     # bin/test's run (--suite-run) puts benchmark.json in --artifacts; only a run with benchmarks
     # gets one (pytest-benchmark warns about an empty one).
     bench = getattr(config, "_benchmarksession", None)
-    if bench is not None and bench.json is None and config.stash[SETTINGS].suite_run \
+    settings = settings_of(config)
+    if bench is not None and bench.json is None and settings.suite_run \
             and any("benchmark" in getattr(item, "fixturenames", ()) for item in items):
-        bench.json = config.stash[SETTINGS].artifacts / "benchmark.json"
+        bench.json = settings.artifacts / "benchmark.json"
 
 
-def pytest_benchmark_update_machine_info(config, machine_info):
-    machine_info["board_id"] = config.stash[BOARD]
-    machine_info["board"] = config.stash[IDENTITY]
-    machine_info["backend"] = config.stash[SETTINGS].backend
+def update_machine_info(config, machine_info):
+    state = state_of(config)
+    machine_info["board_id"] = state.board
+    machine_info["board"] = state.identity
+    machine_info["backend"] = state.settings.backend
 
 
-def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark):
+def compare_machine_info(config, benchmarksession, machine_info, compared_benchmark):
     saved = compared_benchmark.get("machine_info", {}).get("board_id")
     if saved and saved != machine_info.get("board_id"):
         benchmarksession.logger.warning(

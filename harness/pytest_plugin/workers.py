@@ -8,9 +8,9 @@ the session's artifacts still written once, whole, by the controller.
   and share the golden cases' runs as a serial session does. Each worker writes their ids beside the room
   lock as it collects and the controller's scheduler reads them: xdist's own groups (--dist loadgroup)
   travel in the test ids, which pytest 9.2 no longer lets a plugin change (pytest-xdist issue 1386).
-- What a worker gathers for the session's end (stash lists, its gate runner's facts, pytest-benchmark's
+- What a worker gathers for the session's end (the state's lists, its gate runner's facts, pytest-benchmark's
   JSON) goes to the controller in `workeroutput`, as JSON text; the controller merges it into its own
-  stash and its usual session-end hooks write session.json, summary.md, report.html and benchmark.json.
+  state and its usual session-end hooks write session.json, summary.md, report.html and benchmark.json.
 - Baselines are saved only when the whole session passed, which no worker knows: --save-baseline and
   --accept-upgrade are refused with -n.
 """
@@ -28,21 +28,7 @@ import pytest
 
 from ..core.atomic import atomic_write_json
 from ..core.locks import acquire, release
-from .state import (
-    BASELINE_OUTCOMES,
-    BENCH_RESULTS,
-    GOLDEN_UPDATES,
-    INVALID_RUNS,
-    MEMORY_SAMPLES,
-    QUALITY_LINES,
-    QUALITY_RESULTS,
-    SPECTRUM_LINES,
-    STEP_SPLITS,
-    STORE_FAILURE,
-    TEST_OUTCOMES,
-    WORKER_FACTS,
-    is_worker,
-)
+from .state import SHIPPED, is_worker, state_of
 
 __all__ = ["choose", "distributed", "runs_alone", "ship_benchmark_json", "ALONE_MARKERS"]
 
@@ -50,15 +36,6 @@ ALONE_MARKERS = ("npu", "benchmark", "memory", "soak", "timed")
 _LONG_MARKERS = ("slow", "toolkit", "lab")
 GROUP = "alone"                     # the scheduler's work unit of the tests that run alone
 _ALONE_IDS = "alone-{}.json"        # beside the room lock: a worker's ids of the tests that run alone
-BENCHMARK_JSON = pytest.StashKey[list]()    # pytest-benchmark's JSON text of each worker that timed one
-_SHIPPED = (TEST_OUTCOMES, BENCH_RESULTS, QUALITY_RESULTS, MEMORY_SAMPLES, GOLDEN_UPDATES, STEP_SPLITS,
-            QUALITY_LINES, SPECTRUM_LINES, INVALID_RUNS, BASELINE_OUTCOMES)
-_NAMES = {key: name for name, key in (("outcomes", TEST_OUTCOMES), ("bench", BENCH_RESULTS),
-                                      ("quality", QUALITY_RESULTS), ("memory", MEMORY_SAMPLES),
-                                      ("golden", GOLDEN_UPDATES), ("splits", STEP_SPLITS),
-                                      ("quality_lines", QUALITY_LINES), ("spectrum", SPECTRUM_LINES),
-                                      ("invalid", INVALID_RUNS), ("baselines", BASELINE_OUTCOMES))}
-_ROOM = pytest.StashKey[Path]()     # the controller's folder of the room lock
 _OUTPUT = "anima"                   # this plugin's key in workeroutput
 # What xdist tells a worker's own process; a pytest run inside a test (pytester, a subprocess) is no worker.
 _WORKER_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
@@ -83,17 +60,17 @@ def choose(config, settings) -> None:
         return
     config.option.dist = "loadscope"
     config.option.loadscopereorder = False      # the work units in the order _in_order gives them
-    config.stash[_ROOM] = Path(tempfile.mkdtemp(prefix="anima-workers-"))
+    state_of(config).room = Path(tempfile.mkdtemp(prefix="anima-workers-"))
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
+def make_scheduler(config, log):
     """Work units of one module each (its module-scoped fixtures, such as the fault matrix's one run of
     every fault, made once, not once per worker), and one unit of the tests that run alone."""
-    if _ROOM not in config.stash:
+    room = state_of(config).room
+    if room is None:
         return None
     from xdist.scheduler import LoadScopeScheduling
-    folder = config.stash[_ROOM]
+    folder: Path = room
 
     class ModuleOrGroup(LoadScopeScheduling):
         alone: set[str] | None = None
@@ -115,12 +92,13 @@ def _serial_because(s) -> str | None:
     return None
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node):
-    node.workerinput["anima_room"] = str(node.config.stash[_ROOM] / "room")
+def configure_node(node):
+    room = state_of(node.config).room
+    assert room is not None         # xdist makes nodes only in a distributed session, which choose() gave a room
+    node.workerinput["anima_room"] = str(room / "room")
 
 
-def pytest_sessionstart(session):
+def sessionstart(session):
     """In a worker: no longer marked a worker for the pytest runs its tests start, and benchmarks on."""
     config = session.config
     if not is_worker(config):
@@ -134,8 +112,7 @@ def pytest_sessionstart(session):
         bench.disabled = bench.xdist_warning = False
 
 
-@pytest.hookimpl(trylast=True)      # on the tests the session keeps (-m, -k and our own deselection done)
-def pytest_collection_modifyitems(config, items):
+def collection_modifyitems(config, items):
     room = getattr(config, "workerinput", {}).get("anima_room")
     if room is None:
         return
@@ -169,8 +146,8 @@ def runs_alone(item) -> bool:
     return any(item.get_closest_marker(m) for m in ALONE_MARKERS)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
+def runtest_protocol(item, nextitem):
+    """The body of an old-style hookwrapper (plugin.py): the room taken around the test."""
     room = getattr(item.config, "workerinput", {}).get("anima_room")
     if room is None:
         yield
@@ -239,23 +216,23 @@ def ship_benchmark_json(config, path: Path, text: str) -> bool:
     return True
 
 
-@pytest.hookimpl(trylast=True)      # after the session-end parts (baselines) have added their lines
-def pytest_sessionfinish(session):
+def sessionfinish(session):
     config = session.config
     if not is_worker(config):
         _write_benchmark_json(config)
         return
     from .reporting import runner_facts
-    shipped = {_NAMES[key]: config.stash.get(key, []) for key in _SHIPPED}
-    ran_gates = any(t["npu"] for t in shipped["outcomes"])
+    state = state_of(config)
+    shipped = {name: getattr(state, name) for name in SHIPPED}
+    ran_gates = any(t["npu"] for t in state.test_outcomes)
     shipped["facts"] = runner_facts(config) if ran_gates else {"run": {}, "slowest": [], "reports": []}
-    if STORE_FAILURE in config.stash:
-        shipped["store_failure"] = config.stash[STORE_FAILURE]
+    if state.store_failure is not None:
+        shipped["store_failure"] = state.store_failure
     config.workeroutput[_OUTPUT] = json.dumps(shipped, default=_plain)
 
 
 def _plain(value):
-    """JSON for what the stash holds besides JSON's own types: paths, numpy numbers and arrays."""
+    """JSON for what the state holds besides JSON's own types: paths, numpy numbers and arrays."""
     if isinstance(value, Path):
         return str(value)
     if hasattr(value, "tolist"):
@@ -263,29 +240,28 @@ def _plain(value):
     return str(value)
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node, error):
-    """A worker's share of the session, merged into the controller's stash as it ends."""
-    config = node.config
+def testnodedown(node, error):
+    """A worker's share of the session, merged into the controller's state as it ends."""
+    state = state_of(node.config)
     output = getattr(node, "workeroutput", {})
-    config.stash.setdefault(BENCHMARK_JSON, []).extend(output.get(_OUTPUT + "_benchmark", []))
+    state.benchmark_json.extend(output.get(_OUTPUT + "_benchmark", []))
     if _OUTPUT not in output:
         return                          # a worker that crashed: xdist reports its tests
     shipped = json.loads(output[_OUTPUT])
-    for key in _SHIPPED:
-        items = shipped[_NAMES[key]]
-        if key is MEMORY_SAMPLES:
-            items = [(name, Path(path)) for name, path in items]
-        config.stash.setdefault(key, []).extend(items)
-    config.stash.setdefault(WORKER_FACTS, []).append(shipped["facts"])
+    for name in SHIPPED:
+        items = shipped[name]
+        if name == "memory_samples":
+            items = [(test, Path(path)) for test, path in items]
+        getattr(state, name).extend(items)
+    state.worker_facts.append(shipped["facts"])
     if "store_failure" in shipped:
-        config.stash[STORE_FAILURE] = shipped["store_failure"]
+        state.store_failure = shipped["store_failure"]
 
 
 def _write_benchmark_json(config) -> None:
     """One pytest-benchmark JSON of the workers' (every worker's benchmarks, the first one's machine info),
     written by the controller where the workers would have written theirs."""
-    shipped = config.stash.get(BENCHMARK_JSON, [])
+    shipped = state_of(config).benchmark_json
     if not shipped:
         return
     from ..core.atomic import atomic_write_text
@@ -296,7 +272,7 @@ def _write_benchmark_json(config) -> None:
     atomic_write_text(Path(shipped[0][0]), json.dumps(whole, ensure_ascii=True, indent=4))
 
 
-def pytest_unconfigure(config):
-    room = config.stash.get(_ROOM, None)
+def unconfigure(state) -> None:
+    room = state.room
     if room is not None:
         shutil.rmtree(room, ignore_errors=True)

@@ -24,7 +24,7 @@ import pytest
 from harness.core.errors import HarnessError
 from harness.gates.benchmark import as_run, decide, figure_problems, measured_again
 from harness.gates.runner import benchmark_info, derived_case
-from harness.pytest_plugin.state import BENCH_RESULTS, BOARD, INVALID_RUNS, STEP_SPLITS, append_to
+from harness.pytest_plugin.state import state_of
 from harness.results.condition import HostCondition
 from harness.results.telemetry import TelemetryWindow
 from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
@@ -67,17 +67,17 @@ def record_run(benchmark, case, gate_runner, window, result, suite, request, res
     decision = decide(results_gate, as_run(results_gate, case, gate_runner, result, verdict, info, host), again)
     run, judgement, comparison = decision.run, decision.judgement, decision.comparison
     benchmark.extra_info.update(info, valid=verdict["valid"], invalid_reasons=verdict["reasons"],
-                                board_id=config.stash[BOARD], verdict=judgement.as_dict(), key=run.key.as_dict())
+                                board_id=state_of(config).board, verdict=judgement.as_dict(), key=run.key.as_dict())
     record_property("baseline", judgement.kind)
     record_property("baseline_delta_pct", comparison["delta_pct"])
     if not verdict["valid"]:
-        append_to(config, INVALID_RUNS, (request.node.name, verdict["reasons"]))
-    append_to(config, STEP_SPLITS, (request.node.name, info))
-    append_to(config, BENCH_RESULTS, {"test": request.node.nodeid, "case": case.name, "info": info,
-                                      "valid": verdict["valid"], "reasons": verdict["reasons"],
-                                      "memory": result.report.get("memory"),
-                                      "lifecycle": result.report.get("lifecycle"),
-                                      "comparison": comparison, "key": run.key.as_dict()})
+        state_of(config).invalid_runs.append((request.node.name, verdict["reasons"]))
+    state_of(config).step_splits.append((request.node.name, info))
+    state_of(config).bench_results.append({"test": request.node.nodeid, "case": case.name, "info": info,
+                                           "valid": verdict["valid"], "reasons": verdict["reasons"],
+                                           "memory": result.report.get("memory"),
+                                           "lifecycle": result.report.get("lifecycle"),
+                                           "comparison": comparison, "key": run.key.as_dict()})
     # written at session end with its quality metrics (harness/pytest_plugin/baselines.py)
     decision.keep(results_gate)
     problems = figure_problems(info, suite.bench_steps or case.steps, gate_runner.subgraphs)

@@ -12,7 +12,7 @@ from harness.core.errors import HarnessError
 from harness.gates.golden import GoldenError, GoldenStore, relative_to_repo
 from harness.gates.runner import quality_check, quality_line
 from harness.pytest_plugin.fixtures import judged_run
-from harness.pytest_plugin.state import GOLDEN_UPDATES, QUALITY_LINES, QUALITY_RESULTS, append_to
+from harness.pytest_plugin.state import state_of
 
 pytestmark = [pytest.mark.npu, pytest.mark.quality]
 # The fast tier judges the first case of each sampler (the same gate on the same path; every case is
@@ -65,7 +65,7 @@ def test_matches_golden(golden_case, judged, gate_runner, suite, artifacts, reco
         meta = {"backend": suite.backend, "manifest_hash": gate_runner.manifest_hash,
                 "model": gate_runner.bundle.cfg.name, "partition": relative_to_repo(gate_runner.partition)}
         written, why = store.update(case, obtained, meta, precision=gate_runner.precision, force=suite.force_goldens)
-        append_to(request.config, GOLDEN_UPDATES, (case.name, written, why))
+        state_of(request.config).golden_updates.append((case.name, written, why))
         # Nothing was compared: an update run must not count as a passed quality gate. A skip keeps
         # the update command's exit code 0 and says in the summary (and the JUnit XML) what it did.
         if written:
@@ -76,13 +76,13 @@ def test_matches_golden(golden_case, judged, gate_runner, suite, artifacts, reco
     except HarnessError as exc:
         pytest.fail(f"{case.name}: cannot compare with {store.paths(case)['npy']}: {exc}", pytrace=False)
     line = quality_line(case, q)
-    append_to(request.config, QUALITY_LINES, line)
+    state_of(request.config).quality_lines.append(line)
     record_property("quality_on", kind)
     record_property("ssim", q.ssim)
     record_property("psnr", q.psnr)
     if q.cosine is not None:
         record_property("cosine", q.cosine)
-    append_to(request.config, QUALITY_RESULTS, {
+    state_of(request.config).quality_results.append({
         "case": case.name, "kind": kind, "ssim": q.ssim, "psnr": q.psnr, "ssim_min": case.ssim_min,
         "psnr_min": case.psnr_min, "passed": diff is None, "golden_npy": str(store.paths(case)["npy"]),
         "obtained_npy": str(suite.artifacts / "runs" / f"{case.name}-{'image' if kind == 'image' else 'latent'}.npy")})

@@ -14,7 +14,7 @@ computed steps are that pass too (the line prints both). Marked slow: run it by 
 import pytest
 
 from harness.gates.runner import benchmark_info, derived_case
-from harness.pytest_plugin.state import SPECTRUM_LINES, append_to
+from harness.pytest_plugin.state import state_of
 from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
 
 pytestmark = [pytest.mark.npu, pytest.mark.benchmark, pytest.mark.slow]
@@ -48,6 +48,6 @@ def test_spectrum_wall_time_ratio(benchmark, golden_cases, gate_runner, npu_guar
             f"{spectrum.report['invocations']} in {STEPS} Spectrum steps")
     print(line)
     benchmark.extra_info.update(info, full_step_s=full_step_s, full_denoise_s=full_s, wall_time_ratio=ratio)
-    append_to(request.config, SPECTRUM_LINES, line)
+    state_of(request.config).spectrum_lines.append(line)
     assert spectrum.report["steps"] == {"total": STEPS, "computed": 13, "forecast": 15}
     assert spectrum.report["invocations"] == 13 * gate_runner.subgraphs
