@@ -2,10 +2,11 @@
 (harness.memory.planner)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..memory.planner import MiB, inputs_from_profile, inputs_from_report, plan
+from ..memory.planner import MiB, inputs_from_profile, inputs_from_report, plan, read_ceiling
 
 
 def add_command(sub) -> None:
@@ -19,6 +20,8 @@ def add_command(sub) -> None:
     p.add_argument("--context-mib", type=float, help="with --report: added MiB per live context")
     p.add_argument("--measured", type=Path,
                    help="a probe-board data file: its measured figures replace the profile's assumptions")
+    p.add_argument("--residency", type=Path,
+                   help="a probe-memory probe.json: the context ceiling it measured caps every strategy's live contexts")
     p.add_argument("--json", type=Path, help="also write the plan as JSON")
     p.set_defaults(func=_cmd_plan)
 
@@ -28,19 +31,23 @@ def _cmd_plan(args) -> int:
     budget = parse_size(args.budget) / MiB if args.budget else None
     inp = (inputs_from_report(args.report, args.context_mib, budget) if args.report
            else inputs_from_profile(args.profile, budget))
+    ceiling = read_ceiling(args.residency) if args.residency else None
+    if ceiling is not None:
+        inp = replace(inp, context_ceiling=ceiling, notes=inp.notes + [
+            f"context ceiling: {ceiling} live contexts, measured ({args.residency})"])
     result = plan(inp)
     print_plan(result)
     if args.report and args.measured:
         raise ConfigError("--measured goes with a board profile, not with --report")
     if not args.report:
-        result["space"] = _plan_space(args.profile, budget, args.measured)   # the measured case stays on top
+        result["space"] = _plan_space(args.profile, budget, args.measured, ceiling)  # the measured case stays on top
     if args.json:
         from ..core.atomic import atomic_write_json
         atomic_write_json(args.json, result)
     return 0
 
 
-def _plan_space(profile_path, budget, measured):
+def _plan_space(profile_path, budget, measured, ceiling=None):
     """Granularities x core masks beside the strategies; the choice, its estimate and its reason."""
     from ..backends.board_profile import load_board_profile
     from ..memory.assumptions import board_assumptions
@@ -48,13 +55,13 @@ def _plan_space(profile_path, budget, measured):
     from ..report.terminal import console
     profile = load_board_profile(profile_path)
     assumed = board_assumptions(profile, measured)
-    result = plan_space(profile, budget, assumed=assumed)
+    result = plan_space(profile, budget, assumed=assumed, ceiling=ceiling)
     print_space(result)
     con = console(stderr=False)
     con.print(f"budget derived from RAM: {result['derived_budget']['mib']:.1f} MiB = "
               f"{result['derived_budget']['how']}", markup=False)
     if budget is not None:
-        derived = plan_space(profile, assumed=assumed)
+        derived = plan_space(profile, assumed=assumed, ceiling=ceiling)
         con.print(budget_effect(derived["choice"], result["choice"], derived["budget_mib"], budget), markup=False)
     choice = result["choice"]
     if choice:
