@@ -74,7 +74,28 @@ def _plan_space(profile_path, budget, measured, ceiling=None):
     for line in result["assumptions"]:
         con.print(f"  - {line}", markup=False)
     con.print(f"choice: {choice['reason']}" if choice else "choice: none, nothing fits the budget", markup=False)
+    if choice:
+        result["choice_interval"] = _choice_interval(profile, budget, assumed, ceiling, choice)
+        con.print(result["choice_interval"]["line"], markup=False)
     return result
+
+
+def _choice_interval(profile, budget, assumed, ceiling, choice: dict) -> dict:
+    """The choice's seconds per image with every measured input at the slow, then the fast end of its
+    interval (the probe's); none where no input carries one."""
+    from ..memory.plan_space import plan_space
+    figures = (assumed.stream_per_core_speedup, assumed.multi_core_speedup, assumed.lifecycle)
+    if not any(f.measured and f.interval is not None for f in figures):
+        return {"line": "the choice's s / image has no interval: no input it rests on was measured with one"}
+    ends = {}
+    for end in ("slow", "fast"):
+        space = plan_space(profile, budget, assumed=assumed.at(end), ceiling=ceiling)
+        row = next(r for r in space["rows"] if (r["granularity"], r["core_mask"]) ==
+                   (choice["granularity"], choice["core_mask"]))
+        ends[end] = next(c["seconds"] for c in row["choices"] if c["strategy"] == choice["strategy"])
+    return {"seconds": choice["seconds"], "fast": ends["fast"], "slow": ends["slow"],
+            "line": f"the choice from the measured inputs' 95 % intervals: {choice['seconds']:.1f} s per image "
+                    f"[{ends['fast']:.1f}, {ends['slow']:.1f}]"}
 
 
 def print_space(result: dict) -> None:
