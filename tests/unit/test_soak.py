@@ -16,7 +16,16 @@ import pytest
 from harness.backends.faults import parse_fault
 from harness.core.errors import ConfigError
 from harness.gates.leak import Watch, memory_rule, warm_max
-from harness.gates.soak import MIN_CYCLES, SoakRun, cycles_per_image, fit_growth, judge, run_soak, watch_rules
+from harness.gates.soak import (
+    MIN_CYCLES,
+    TREE,
+    SoakRun,
+    cycles_per_image,
+    fit_growth,
+    judge,
+    run_soak,
+    watch_rules,
+)
 from harness.memory.resources import ResourceSampler
 from harness.model.config import REPO_ROOT
 
@@ -327,3 +336,27 @@ def test_one_image_fails_every_rate_the_field_reports_give():
             assert _judge({"fds": fds})["fds"].failed, report["thread"]
         if "cycles_to_failure" in report:
             assert board_image > report["cycles_to_failure"], report["thread"]
+
+
+# ------------------------------------------------------------------ the driver's own memory
+
+@pytest.mark.slow          # a few hundred board-sim cycles: 26 s at load average 15
+def test_a_board_sim_driver_leak_no_rss_shows_is_found_by_the_soak(tmp_path):
+    """board-sim's driver keeps 64 KiB of CMA on every release from the 150th (harness/backends/
+    driver_leak.py) in a copy of the board tree: no process grows, the tree's CMA in use does, and the
+    soak finds it there, stopping early."""
+    from harness.model.bundle import load_bundle
+    from harness.partition.manifest import load_manifest
+    from harness.partition.onnx_export import export_partition
+    from tests.helpers import make_random_model_dir
+    model = load_bundle(make_random_model_dir(tmp_path / "model", seed=4))
+    export_partition(model.weights, model.cfg, tmp_path / "p", dtype="float32", blocks=[0])
+    tree = tmp_path / "board"
+    shutil.copytree(BOARD_TREE, tree)
+    options = {"time_scale": 0.0002, "driver_leak": "64KiB@150", "telemetry_root": str(tree)}
+    run = run_soak("board-sim", load_manifest(tmp_path / "p"), options, 400, ResourceSampler(tree))
+    growth = {(g.process, g.resource): g for g in judge(run, 16 * KiB, int(1.5 * GiB), 5 * GiB, {}, PLANNED)}
+    cma = growth[(TREE, "cma")]
+    assert cma.failed and 150 < cma.found_at <= 150 + memory_rule(16 * KiB).delay(64 * KiB) + 2, cma.line(PLANNED)
+    assert cma.per_cycle == pytest.approx(64 * KiB, rel=0.01) and run.cycles == cma.found_at < 400
+    assert not [g.line(PLANNED) for g in growth.values() if g.failed and g.resource != "cma"]
