@@ -61,8 +61,8 @@ from ..core.locks import acquire, release
 from ..partition.granularity import BRANCHES_PER_BLOCK
 from ..partition.manifest import FUSED_BRANCH
 from .board_drift import Drift, load_drift_model
-from .driver_leak import DriverLeak, parse_driver_leak
 from .board_profile import BRANCH_ORDER, fits, load_board_profile
+from .driver_leak import DriverLeak, parse_driver_leak
 from .onnxruntime import OnnxRuntimeContext
 from .rknnlite import parse_core_mask
 

@@ -59,6 +59,9 @@ class DriverLeak:
                 return
             meminfo = Path(leak["root"]) / "proc" / "meminfo"
             text = meminfo.read_text()
-            free = int(_CMA_FREE.search(text)[2])
+            found = _CMA_FREE.search(text)
+            if found is None:           # checked when the options were parsed: someone rewrote the file
+                return
+            free = int(found[2])
             left = max(0, free - leak["bytes"] // 1024)
             meminfo.write_text(_CMA_FREE.sub(lambda m: f"{m[1]}{left}{m[3]}", text, count=1))

@@ -21,7 +21,8 @@ def add_command(sub) -> None:
     p.add_argument("--measured", type=Path,
                    help="a probe-board data file: its measured figures replace the profile's assumptions")
     p.add_argument("--residency", type=Path,
-                   help="a probe-memory probe.json: the context ceiling it measured caps every strategy's live contexts")
+                   help="a probe-memory probe.json: the context ceiling it measured caps every strategy's "
+                        "live contexts")
     p.add_argument("--json", type=Path, help="also write the plan as JSON")
     p.set_defaults(func=_cmd_plan)
 
