@@ -196,7 +196,7 @@ OPTIONS: dict[str, Option] = {
                                 "one image's, subgraphs x 13 computed Spectrum steps: 1,092 on the board)",
                                 kind="count"),
     "soak_memory_rate": Option("16KiB", "soak gate: memory growth per cycle that fails it (descriptors and threads "
-                                        "fail on any steady growth)", kind="size"),
+                                        "fail at one per 100 cycles)", kind="size"),
     "images": Option(1, "images generated together per run: every loaded context serves all their streams",
                      kind="count"),
     "board_profile_data": Option(None, "board-sim: profile data file (default boards/data/rock5c-anima.toml)",
