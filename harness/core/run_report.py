@@ -31,6 +31,8 @@ ALWAYS = {
     "status": Field(one_of(*STATUSES), f"one of {list(STATUSES)}"),
     "error": Field(lambda v: v is None or isinstance(v, str), "null or a message"),
     "error_kind": Field(non_empty_str, "an error class name", required=False),
+    # what a board runtime printed itself during the failing call (harness/backends/rknnlite.py)
+    "runtime_log": Field(_is(str), "the runtime's own output", required=False),
     "backend": Field(non_empty_str, "a backend name", required=False),
     "model": Field(non_empty_str, "a model name", required=False),
     "partition": Field(non_empty_str, "a partition directory", required=False),

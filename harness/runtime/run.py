@@ -179,6 +179,8 @@ def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | N
         report["status"] = "ok"
     except HarnessError as exc:
         report.update(status="failed", error=str(exc), error_kind=type(exc).__name__)
+        if getattr(exc, "runtime_log", None):
+            report["runtime_log"] = exc.runtime_log
         raise
     except BaseException as exc:    # a bug, Ctrl-C or SIGTERM: the report must not claim to be still running
         report.update(status=stop_status(exc), error=str(exc) or repr(exc), error_kind=type(exc).__name__)
