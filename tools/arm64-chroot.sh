@@ -10,8 +10,8 @@ action="${1:?usage: tools/arm64-chroot.sh build|run ROOTFS [COMMAND...]}"
 ROOTFS="${2:?usage: tools/arm64-chroot.sh build|run ROOTFS [COMMAND...]}"
 shift 2
 MIRROR="${MIRROR:-http://deb.debian.org/debian}"
-# What a fresh board image has, plus docs/board.md section 2's packages.
-IMAGE_PACKAGES=(python3 python3-venv git curl ca-certificates sudo bubblewrap)
+# What a fresh board image has, plus docs/board.md section 2's packages (bin/test adds its own).
+IMAGE_PACKAGES=(python3 python3-venv git curl ca-certificates sudo)
 
 build() {
     apt-get install -y -qq qemu-user-static binfmt-support debootstrap > /dev/null
@@ -42,8 +42,10 @@ run() {
     # this machine's CA bundle, for pip behind its proxy
     mkdir -p "$ROOTFS/etc/ssl/certs" && cp /etc/ssl/certs/ca-certificates.crt "$ROOTFS/etc/ssl/host-ca.crt"
     local rc=0
-    chroot "$ROOTFS" /usr/bin/env PIP_CERT=/etc/ssl/host-ca.crt SSL_CERT_FILE=/etc/ssl/host-ca.crt \
-        HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@" || rc=$?
+    # A clean environment, as on a board: this machine's variables (its pip index, CA paths) stay out.
+    chroot "$ROOTFS" /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" LANG=C.UTF-8 \
+        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin PIP_CERT=/etc/ssl/host-ca.crt \
+        SSL_CERT_FILE=/etc/ssl/host-ca.crt REQUESTS_CA_BUNDLE=/etc/ssl/host-ca.crt "$@" || rc=$?
     umount "$ROOTFS/proc/cpuinfo" "$ROOTFS/proc"
     umount -R "$ROOTFS/sys" "$ROOTFS/dev"
     return "$rc"
