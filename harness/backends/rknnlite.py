@@ -238,5 +238,5 @@ class RknnLiteContext(Context):
         output, self._output = self._output.strip(), ""
         exc = super().error(stage, detail + ("; rknn-toolkit-lite2's own output is the run report's runtime_log"
                                              if output else ""))
-        exc.runtime_log = output     # type: ignore[attr-defined]
+        exc.runtime_log = output
         return exc

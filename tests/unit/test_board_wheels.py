@@ -1,7 +1,8 @@
-"""Every requirement of a board's install (bin/_requirements.py's lines for the `board` extra, and all they
-pull in) has an aarch64 wheel for each Python a board may run (3.11, 3.12): pip resolves them from the
-registry for the aarch64 manylinux platforms (manylinux_2_17 to _2_35) with binaries only, as a dry run (metadata, no install),
-and its report must name a wheel for every package. Slow tier: it needs the registry."""
+"""Every requirement of a board's install (bin/_requirements.py's lines for the `board` extra, and all
+they pull in) has an aarch64 wheel for each Python a board may run (3.11, 3.12): pip resolves them from
+the registry for the aarch64 manylinux platforms (manylinux_2_17 to _2_35) with binaries only, as a dry
+run (metadata, no install), and its report must name a wheel for every package. Slow tier: it needs the
+registry."""
 from __future__ import annotations
 
 import json
