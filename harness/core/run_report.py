@@ -40,9 +40,10 @@ ALWAYS = {
     "lifecycle": Field(non_empty_str, "a lifecycle strategy", required=False),
     "images": Field(is_int, "a whole number", required=False),
 }
+_OPTIONAL = ("error_kind", "runtime_log")      # optional in a finished run's report too
 WHEN_OK = {
-    **{name: Field(f.check, f.expect) for name, f in ALWAYS.items() if name != "error_kind"},
-    "error_kind": ALWAYS["error_kind"],
+    **{name: Field(f.check, f.expect) for name, f in ALWAYS.items() if name not in _OPTIONAL},
+    **{name: ALWAYS[name] for name in _OPTIONAL},
     "manifest_sha256": Field(non_empty_str, "a sha256"),
     "streams": Field(_seq(non_empty_str), "a list of stream names"),
     "lifecycle_records": Field(_seq(_is(dict)), "a list of stage records"),
