@@ -33,19 +33,21 @@ SHIPPED = Path(__file__).resolve().parents[2] / "models" / "embedded-rk3588-floa
 
 def _members(archive: Path) -> tarfile.TarFile:
     try:
-        return tarfile.open(archive, "r:xz")
+        return tarfile.open(archive, "r|xz")        # a stream: read in order, never all of it to find one
     except (OSError, tarfile.TarError) as exc:
         raise ManifestError(f"{archive}: not a readable .tar.xz ({exc})") from None
 
 
 def shipped_manifest(archive: Path = SHIPPED) -> dict:
-    """The shipped partition's manifest.json, read from the archive without unpacking it."""
+    """The shipped partition's manifest.json, the archive's first member (pack puts it there): read
+    without unpacking the 40 MB behind it, as every board run without --partition does."""
     import json
     with _members(archive) as tar:
-        member = tar.extractfile(MANIFEST_FILE)
-        if member is None:
-            raise ManifestError(f"{archive}: no {MANIFEST_FILE} in it")
-        return json.load(member)
+        member = next(iter(tar), None)
+        source = tar.extractfile(member) if member is not None and member.name == MANIFEST_FILE else None
+        if source is None:
+            raise ManifestError(f"{archive}: its first member is not {MANIFEST_FILE}")
+        return json.load(source)
 
 
 def shipped_partition(bundle, cache_dir: Path, archive: Path = SHIPPED) -> Path:
@@ -78,7 +80,7 @@ def _unpack(archive: Path, target: Path) -> None:
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         with _members(archive) as tar:
-            for member in tar.getmembers():
+            for member in tar:
                 _extract(tar, member, work, archive)
         shutil.rmtree(target, ignore_errors=True)
         work.rename(target)
@@ -96,14 +98,16 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, work: Path, archive:
 
 
 def pack(partition: Path, archive: Path = SHIPPED) -> Path:
-    """A converted partition as a byte-reproducible .tar.xz: sorted names, no times, owners or modes."""
+    """A converted partition as a byte-reproducible .tar.xz: the manifest first, then the files by name; no
+    times, owners or modes."""
     manifest = load_manifest(partition)
     manifest.verify()
     if not manifest.conversion:
         raise ConfigError(f"{manifest.file}: not a converted partition (bin/harness convert builds one)")
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:xz", preset=9) as tar:
-        for path in sorted(p for p in Path(partition).iterdir() if p.is_file()):
+        files = sorted(p for p in Path(partition).iterdir() if p.is_file() and p.name != MANIFEST_FILE)
+        for path in [Path(partition) / MANIFEST_FILE, *files]:
             info = tarfile.TarInfo(path.name)
             info.size, info.mode = path.stat().st_size, 0o644
             with open(path, "rb") as fh:
