@@ -33,7 +33,7 @@ SECTIONS = {
     "librknnrt": "librknnrt",
     "node": "The NPU device node and its permissions",
     "container": "The NPU in a container",
-    "partition": "On the PC: the embedded model's partition",
+    "partition": "The embedded model's partition: shipped, or converted on the PC",
 }
 _RKNPU_DRIVER = "DRIVER=RKNPU"
 _ROCKET_DRIVER = "DRIVER=rocket"
