@@ -291,7 +291,8 @@ def _one(item: dict, config: dict, out_dir: Path, emit) -> None:
     stage = "build"
     try:
         with redirected(log_path):
-            rknn = build_rknn(item["onnx"], {**config, "quantization": item.get("quantization")})
+            rknn = build_rknn(item["onnx"], {**config, **item.get("settings", {}),
+                                             "quantization": item.get("quantization")})
             built = time.perf_counter() - started
             stage = "export_rknn"
             _call("export_rknn", rknn.export_rknn, str(out_dir / item["rknn"]))
