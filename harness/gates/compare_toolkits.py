@@ -101,6 +101,25 @@ def _subgraph_failures(table: list[dict], new: str, cosine_min: float) -> list[s
     return failures
 
 
+def reduce_commands(table: list[dict], new: str, partition: Path, out: Path, model_dir,
+                    cosine_min: float) -> list[dict]:
+    """For each subgraph failing its cosine on NEW: the `harness reduce` command that bisects it on the
+    same random inputs, and where that command writes its repro."""
+    from .reduce import reduce_command
+    rows = []
+    for row in table:
+        cell = row["versions"].get(new)
+        # a subgraph whose cosine fails (a CPU fallback alone is the layer table's to explain)
+        if cell is None or (cell["shapes_match"] and cell["cosine"] >= cosine_min):
+            continue
+        stem = Path(row["file"]).stem
+        target = Path(out) / "reduce" / stem
+        extra = (f"--model-dir {model_dir} " if model_dir else "") + f"--inputs random --out {target}"
+        rows.append({"subgraph": row["subgraph"], "command": reduce_command(stem, new, partition, extra),
+                     "repro": str(target / "repro" / "repro.py")})
+    return rows
+
+
 def _golden_kind(partition: Path) -> str:
     from ..partition.manifest import load_manifest
     return "image" if load_manifest(partition).decoder is not None else "latent"
@@ -234,6 +253,8 @@ def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolki
     rows = {v: cosine_rows(r, partition) for v, r in results.items() if r is not None}
     comparison.subgraphs = _subgraph_rows(results, rows, cosine_min)
     comparison.failures += _subgraph_failures(comparison.subgraphs, new, cosine_min)
+    comparison.header["reduce"] = reduce_commands(comparison.subgraphs, new, partition, out, model_dir,
+                                                 cosine_min)
     _judge_images(comparison, bundle, out, cases, golden_dir, results, images)
     _write_report(comparison, out)
     return comparison
