@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .accuracy import cosine, max_rel_err
 from ..toolkit.cut import Graph, Segment
+from .accuracy import cosine, max_rel_err
 
 __all__ = ["Try", "Reduction", "judge", "reduce_graph"]
 

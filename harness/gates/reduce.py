@@ -20,6 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,8 +45,8 @@ class ReduceRequest:
     seed: int = 0
     step: int = 0
     threshold: float = 0.9999
-    bundle: object = None       # for a capture
-    case_inputs: object = None  # chosen_inputs(...) for a capture
+    bundle: Any = None          # a ModelBundle, for a capture
+    case_inputs: Any = None     # chosen_inputs(...) (CaseInputs), for a capture
     write_config: bool = True
 
 

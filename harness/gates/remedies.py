@@ -75,7 +75,8 @@ class Context:
 
 def _npu_cycles(layers) -> tuple[int, int]:
     npu = sum(layer.cycles for layer in layers if layer.target == "NPU")
-    cpu = sum(1 for layer in layers if layer.target == "CPU" and layer.op_type not in ("InputOperator", "OutputOperator"))
+    cpu = sum(1 for layer in layers
+              if layer.target == "CPU" and layer.op_type not in ("InputOperator", "OutputOperator"))
     return npu, cpu
 
 

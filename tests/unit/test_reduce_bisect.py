@@ -98,3 +98,30 @@ def test_every_range_runs_alone(start, end):
     outs = session.run(None, dict(zip(segment.inputs, segment.feeds(values))))
     for name, out in zip(segment.outputs, outs):
         np.testing.assert_allclose(out, values[name], rtol=1e-5, atol=1e-5)
+
+
+def _cell(cosine: float, passes: bool) -> dict:
+    return {"cosine": cosine, "max_abs": 0.0, "shapes_match": True, "cpu_ops": [], "bytes": 1024,
+            "build_seconds": 0.1, "passes": passes}
+
+
+def test_compare_toolkits_prints_a_reduce_command_for_each_failing_subgraph(tmp_path):
+    from harness.cli.main import build_parser
+    from harness.gates.compare_toolkits import Comparison, reduce_commands
+    from harness.report.toolkit import comparison_markdown
+    table = [{"subgraph": "subgraph 2 (block 0 ffn)", "file": "02_block00_ffn.rknn",
+              "versions": {"2.3.2": _cell(1.0, True), "2.5.0": _cell(float("nan"), False)}},
+             {"subgraph": "subgraph 3 (block 1 self_attn)", "file": "03_block01_self_attn.rknn",
+              "versions": {"2.3.2": _cell(1.0, True), "2.5.0": _cell(0.99999, True)}}]
+    rows = reduce_commands(table, "2.5.0", tmp_path / "fp32", tmp_path / "cmp", tmp_path / "model", 0.9999)
+    assert [r["subgraph"] for r in rows] == ["subgraph 2 (block 0 ffn)"]
+    argv = rows[0]["command"].split()
+    assert argv[:2] == ["bin/harness", "reduce"]
+    args = build_parser(["reduce"]).parse_args(argv[1:])
+    assert (args.subgraph, args.toolkit, args.inputs) == ("02_block00_ffn", "2.5.0", "random")
+    assert args.partition == tmp_path / "fp32" and args.out == tmp_path / "cmp" / "reduce" / "02_block00_ffn"
+    header = {"target": "rk3588", "precision": "float16", "partition": "p", "model": "m", "golden_dir": "g",
+              "sim_samples": 1, "cosine_min": 0.9999, "conversion_seconds": {}, "reduce": rows}
+    report = Comparison("2.3.2", "2.5.0", header, subgraphs=table, failures=["1 subgraph(s) under cosine"]).to_json()
+    text = comparison_markdown(report)
+    assert f"`{rows[0]['command']}`" in text and rows[0]["repro"] in text
