@@ -25,8 +25,9 @@ def add_command(subparsers):
     p.add_argument("--case", help="golden case whose generation feeds the subgraph (its settings, embeddings)")
     p.add_argument("--golden-dir", type=Path, help="where --case's cases.toml is (default: golden/<model name>)")
     p.add_argument("--prompt", help="prompt of the generation (default: the model's)")
-    p.add_argument("--step", type=ranged(int, 0, 10**6, "a step number"), default=0,
-                   help="the failing step, whose inputs the subgraph is judged on (default: %(default)s)")
+    p.add_argument("--step", default="0", metavar="N[,N...]|all",
+                   help="the failing step(s) whose inputs the subgraph is judged (and a quantised remedy "
+                        "calibrated) on; 'all': every step (default: %(default)s)")
     p.add_argument("--inputs", metavar="DIR|random",
                    help="a failing invocation `harness accuracy` saved, or 'random' (compare-toolkits' inputs)")
     p.add_argument("--threshold", type=ranged(float, 0, 1, "a cosine in 0..1"),

@@ -93,9 +93,10 @@ def _subgraph_failures(table: list[dict], new: str, cosine_min: float) -> list[s
         label, first = cpu[0]
         failures.append(f"{sum(len(c['cpu_ops']) for _, c in cpu)} op(s) on the CPU in {len(cpu)} "
                         f"subgraph(s), first {first['cpu_ops'][0]} in {label}")
-    low = [(label, c) for label, c in cells if not c["shapes_match"] or c["cosine"] < cosine_min]
+    # `not >=`: a NaN cosine (an output that is not finite) fails, as it does in accuracy
+    low = [(label, c) for label, c in cells if not c["shapes_match"] or not c["cosine"] >= cosine_min]
     if low:
-        label, worst = min(low, key=lambda lc: lc[1]["cosine"])
+        label, worst = min(low, key=lambda lc: lc[1]["cosine"] if lc[1]["cosine"] == lc[1]["cosine"] else -2.0)
         what = "output shape changed" if not worst["shapes_match"] else f"cosine {worst['cosine']:.7f}"
         failures.append(f"{len(low)} subgraph(s) under cosine {cosine_min}, worst {label}: {what}")
     return failures

@@ -43,7 +43,7 @@ class ReduceRequest:
     out: Path | None = None
     inputs: str | None = None   # None: capture; "random"; or a folder of input_<name>.npy
     seed: int = 0
-    step: int = 0
+    step: str = "0"             # "N", "N,M,..." or "all"
     threshold: float = 0.9999
     bundle: Any = None          # a ModelBundle, for a capture
     case_inputs: Any = None     # chosen_inputs(...) (CaseInputs), for a capture
@@ -65,20 +65,36 @@ def find_entry(manifest, text: str):
                       f"file stem, e.g. {Path(manifest.subgraphs[0].file).stem})")
 
 
+def _steps(text: str) -> set[int] | None:
+    """--step: None for "all", else the step numbers."""
+    if text.strip() == "all":
+        return None
+    try:
+        steps = {int(part) for part in text.split(",") if part.strip()}
+    except ValueError:
+        raise ConfigError(f"--step '{text}': step numbers separated by commas, or 'all'") from None
+    if not steps or min(steps) < 0:
+        raise ConfigError(f"--step '{text}': step numbers separated by commas (0 or more), or 'all'")
+    return steps
+
+
 def _captured(req: ReduceRequest, manifest, entry) -> list[list[np.ndarray]]:
-    """The subgraph's inputs at --step in an FP32 generation on onnxruntime (all streams)."""
+    """The subgraph's inputs at the --step steps of an FP32 generation on onnxruntime (all streams)."""
     from ..runtime.run import RunRequest, run_partitioned
-    seen: list[list[np.ndarray]] = []
+    steps = _steps(req.step)
+    seen: dict[int, list[np.ndarray]] = {}
 
     def observe(inv) -> None:
-        if inv.entry.index == entry.index and inv.step == req.step:
-            seen.append([np.array(a, np.float32) for a in inv.inputs])
+        if inv.entry.index == entry.index and (steps is None or inv.step in steps):
+            seen[inv.step] = [np.array(a, np.float32) for a in inv.inputs]
     ci = req.case_inputs
     run_partitioned(RunRequest(req.bundle, req.partition, "onnxruntime", ci.prompt, ci.settings,
                                text_embs=ci.text_embs), observers=[observe])
-    if not seen:
-        raise ConfigError(f"reduce --step {req.step}: the generation ran no step {req.step} of {entry.label}")
-    return seen
+    missing = sorted((steps or set()) - set(seen))
+    if missing or not seen:
+        raise ConfigError(f"reduce --step {req.step}: the generation ran no step {missing or req.step} "
+                          f"of {entry.label} ({ci.settings.steps} steps)")
+    return [seen[k] for k in sorted(seen)]
 
 
 def _saved(folder: Path, entry) -> list[list[np.ndarray]]:
@@ -96,7 +112,8 @@ def input_sets(req: ReduceRequest, manifest, entry) -> tuple[list[list[np.ndarra
         return sample_inputs(entry, 1, req.seed), f"random unit-scale inputs, seed {req.seed} (compare-toolkits')"
     if req.inputs:
         return _saved(Path(req.inputs), entry), f"the invocation saved in {req.inputs}"
-    return _captured(req, manifest, entry), f"step {req.step} of an FP32 generation (onnxruntime)"
+    sets = _captured(req, manifest, entry)
+    return sets, f"{len(sets)} step(s) ({req.step}) of an FP32 generation (onnxruntime)"
 
 
 def _dataset(scratch: Path, sets: list[list[np.ndarray]]) -> Path:

@@ -105,17 +105,18 @@ def _op_target(ctx: Context) -> Outcome:
                    convert_config={"op_target": pinned}, note=note)
 
 
-def _quantized(ctx: Context, name: str, dtype: str) -> Outcome:
+def _quantized(ctx: Context, name: str, dtype: str, algorithm: str = "normal") -> Outcome:
     """The whole subgraph quantised with `dtype`, calibrated on the failing inputs: fixed point with
     the range the inputs need, where float16 has a fixed one."""
-    quant = {"dataset": str(ctx.dataset), "quantized_dtype": dtype, "quantized_algorithm": "normal",
+    quant = {"dataset": str(ctx.dataset), "quantized_dtype": dtype, "quantized_algorithm": algorithm,
              "quantized_method": "channel"}
     try:
         cos, runner = ctx.whole({"quantization": quant})
     except ToolkitError as exc:
         return Outcome(name, f"quantized_dtype {dtype}", False, None, note=f"the toolkit refuses: {exc}"[:300])
     npu, cpu = _npu_cycles(runner.last_layers)
-    return Outcome(name, f"quantized_dtype {dtype}, calibrated on the failing inputs", bool(cos >= ctx.threshold),
+    return Outcome(name, f"quantized_dtype {dtype} ({algorithm}), calibrated on the failing inputs",
+                   bool(cos >= ctx.threshold),
                    cos, npu, cpu, convert_config={"quantization": {k: v for k, v in quant.items() if k != "dataset"}})
 
 
@@ -173,6 +174,7 @@ def try_remedies(ctx: Context, say=print) -> list[Outcome]:
                           ("op_target", lambda: _op_target(ctx)),
                           ("int16", lambda: _quantized(ctx, "int16", int16)),
                           ("int8", lambda: _quantized(ctx, "int8", "w8a8")),
+                          ("int8-mmse", lambda: _quantized(ctx, "int8-mmse", "w8a8", "mmse")),
                           ("split", lambda: _split(ctx, say))):
         began = time.perf_counter()
         try:
