@@ -204,6 +204,17 @@ def _fresh(out: Path) -> None:
         shutil.rmtree(out / "repro")
 
 
+def _finite(value):
+    """JSON has no NaN or inf: a check that is not finite is recorded as null."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
+
+
 def _write(out: Path, report: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "report.json", report)
+    atomic_write_json(out / "report.json", _finite(report))

@@ -188,5 +188,4 @@ def try_remedies(ctx: Context, say=print) -> list[Outcome]:
 
 
 def as_json(outcomes: list[Outcome]) -> list[dict]:
-    return [{**asdict(o), "cosine": None if o.cosine is None or not np.isfinite(o.cosine) else o.cosine}
-            for o in outcomes]
+    return [asdict(o) for o in outcomes]
