@@ -94,9 +94,11 @@ def sample_inputs(entry: SubgraphEntry, count: int, seed: int) -> list[list[np.n
             for _ in range(count)]
 
 
-def _items(source: Manifest, work: Path, precision: str, calibration, samples: int, seed: int):
+def _items(source: Manifest, work: Path, precision: str, calibration, samples: int, seed: int, version: str):
     items, inputs = [], {}
-    remedies = read_remedies(source.directory)      # the partition's conversion.toml (harness reduce)
+    # the partition's conversion.toml (harness reduce): a remedy is the toolkit's it was found with
+    # (2.3.2's w16a16i is not a 2.5.0 dtype; an op_target names one version's tensors)
+    remedies = {stem: r for stem, r in read_remedies(source.directory).items() if r.get("toolkit") == version}
     for entry in source.entries():
         stem = Path(entry.file).stem
         recorded = quantization_for(entry, precision, calibration)
@@ -230,7 +232,7 @@ def _build(source, work, out, version, precision, calibration, target, allow_cpu
     """Every subgraph built by the toolkit worker into work/, checked and described there."""
     (work / "samples").mkdir()
     (work / "datasets").mkdir()
-    items, inputs = _items(source, work, precision, calibration, samples, seed)
+    items, inputs = _items(source, work, precision, calibration, samples, seed, version)
     job = {"out_dir": str(work), "items": items, "config": {"target_platform": target, **RKNN_CONFIG}}
     events = run_worker(version, job, work / "job.json", _progress(len(items), quiet))
     failed = [e for e in events if e["event"] == "failed"]

@@ -1,14 +1,14 @@
 """A partition's own conversion settings: `conversion.toml` in the FP32 export, one table per subgraph
 file stem, written by `harness reduce` when a remedy restored that subgraph's gate and read by
-`harness convert`, which builds the subgraph with it and records it in the manifest's conversion
-table (and the rknn-sim backend rebuilds with it from there):
+`harness convert` of the same toolkit version, which builds the subgraph with it and records it in
+the manifest's conversion table (and the rknn-sim backend rebuilds with it from there):
 
     [subgraphs.14_block04_ffn]
     op_target = { layer1_mm = "cpu" }        # rknn.config op_target (the toolkit's tensor names)
     # or the subgraph quantised, calibrated on the inputs it failed on (saved beside this file):
-    quantization = { quantized_dtype = "w8a8", quantized_algorithm = "normal",
+    quantization = { quantized_dtype = "w16a16i", quantized_algorithm = "normal",
                      quantized_method = "channel", dataset = "remedies/14_block04_ffn/14_block04_ffn.txt" }
-    toolkit = "2.5.0"
+    toolkit = "2.3.2"
     found_by = "harness reduce: MatMul layer1"
 """
 from __future__ import annotations
