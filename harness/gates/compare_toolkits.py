@@ -27,7 +27,8 @@ from ..toolkit.convert import check_out, convert_partition
 from ..toolkit.envs import toolkit_python
 from ..toolkit.precisions import recipe
 
-__all__ = ["Comparison", "compare_toolkits", "image_rows", "REPORT_JSON", "REPORT_MD"]
+__all__ = ["Comparison", "compare_toolkits", "image_rows", "subgraph_failures", "reduce_commands", "REPORT_JSON",
+           "REPORT_MD"]
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -85,7 +86,7 @@ def _subgraph_rows(results: dict, rows: dict, cosine_min: float) -> list[dict]:
     return table
 
 
-def _subgraph_failures(table: list[dict], new: str, cosine_min: float) -> list[str]:
+def subgraph_failures(table: list[dict], new: str, cosine_min: float) -> list[str]:
     cells = [(row["subgraph"], row["versions"][new]) for row in table if new in row["versions"]]
     failures = []
     cpu = [(label, c) for label, c in cells if c["cpu_ops"]]
@@ -253,7 +254,7 @@ def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolki
             comparison.header["conversion_seconds"][version] = results[version].seconds
     rows = {v: cosine_rows(r, partition) for v, r in results.items() if r is not None}
     comparison.subgraphs = _subgraph_rows(results, rows, cosine_min)
-    comparison.failures += _subgraph_failures(comparison.subgraphs, new, cosine_min)
+    comparison.failures += subgraph_failures(comparison.subgraphs, new, cosine_min)
     comparison.header["reduce"] = reduce_commands(comparison.subgraphs, new, partition, out, model_dir,
                                                  cosine_min)
     _judge_images(comparison, bundle, out, cases, golden_dir, results, images)
