@@ -138,8 +138,10 @@ def run_reduce(req: ReduceRequest, say=print) -> dict:
     began = time.perf_counter()
     manifest = load_manifest(req.partition)
     if manifest.export.get("dtype") != "float32" or manifest.conversion:
+        what = ("a conversion; give the FP32 export it came from" if manifest.conversion
+                else f"exported as {manifest.export.get('dtype')}")
         raise ConfigError(f"reduce --partition {req.partition}: an FP32 export is bisected (the toolkit "
-                          f"converts it), this one is {manifest.export.get('dtype')}")
+                          f"converts it), this one is {what}")
     entry = find_entry(manifest, req.subgraph)
     manifest.verify_entry(entry)
     stem = Path(entry.file).stem
