@@ -195,10 +195,7 @@ def _default_partition(bundle, args) -> Path:
     toolkit on a PC: none on a fresh board); elsewhere the partition exported (or converted) on first use."""
     if args.backend == "rknnlite":
         from ..runtime.shipped import shipped_partition
-        if args.precision != "float16":
-            raise ConfigError(f"--precision {args.precision} with --backend rknnlite needs --partition DIR: the "
-                              f"shipped partition is float16")
-        return shipped_partition(bundle, args.cache_dir)
+        return shipped_partition(bundle, args.cache_dir, args.precision)
     return default_partition(bundle, args.backend, args.precision, args.quiet, args.calibration, args.cache_dir)
 
 

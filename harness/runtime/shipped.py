@@ -50,8 +50,14 @@ def shipped_manifest(archive: Path = SHIPPED) -> dict:
         return json.load(source)
 
 
-def shipped_partition(bundle, cache_dir: Path, archive: Path = SHIPPED) -> Path:
-    """The shipped partition unpacked under `cache_dir` (once) and verified; ConfigError for other weights."""
+def shipped_partition(bundle, cache_dir: Path, precision: str = "float16", granularity: str = "branch",
+                      archive: Path = SHIPPED) -> Path:
+    """The shipped partition unpacked under `cache_dir` (once) and verified; ConfigError for other weights,
+    another precision or another granularity (those are converted on the PC and named by --partition)."""
+    if precision != "float16" or str(granularity) != "branch":
+        raise ConfigError(f"--precision {precision} --granularity {granularity} with --backend rknnlite needs "
+                          f"--partition DIR with the converted .rknn subgraphs: the shipped partition is the "
+                          f"embedded model's float16 branch partition (convert others on the PC: docs/board.md)")
     manifest = shipped_manifest(archive)
     if manifest.get("weights_sha256") != bundle.digest:
         raise ConfigError(f"--backend rknnlite needs --partition DIR with the converted .rknn subgraphs: "
