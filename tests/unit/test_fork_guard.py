@@ -7,7 +7,9 @@ here, with temporary folders standing in for /opt/anima and /var/lib/anima-ci.""
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -115,7 +117,7 @@ def board(tmp_path):
     (home / ".credentials").write_text("the runner's key")
     (licensed / "dit.safetensors").write_text("licensed weights")
     (checkout / "pyproject.toml").write_text("[project]\n")
-    for script in ("board-run", "change-run", "untrusted-run"):
+    for script in ("board-run", "change-run", "untrusted-run", "copy-out"):
         shutil.copy2(REPO_ROOT / ".ci" / script, trusted / ".ci" / script)
     (checkout / "bin" / "test").write_text(f"""#!/bin/sh
 echo "args: $*"
@@ -129,6 +131,10 @@ touch .git/config 2>/dev/null && echo "wrote .git: yes" || echo "wrote .git: no"
 touch {trusted}/.ci/board-run 2>/dev/null && echo "wrote main's checkout: yes" || echo "wrote main's checkout: no"
 test -e /proc/{os.getpid()} && echo "saw the runner: yes" || echo "saw the runner: no"
 touch artifacts-ok && echo "wrote checkout: yes"
+mkdir -p artifacts/sub && echo "<testsuites/>" > artifacts/junit.xml && echo figures > artifacts/sub/report.txt
+ln -s {home}/.credentials artifacts/leak 2>/dev/null; ln -s {home} artifacts/home 2>/dev/null
+mkfifo artifacts/pipe 2>/dev/null
+ln {home}/.credentials artifacts/hard 2>/dev/null && echo "hard-linked credentials: yes" || echo "hard-linked credentials: no"
 """)
     (checkout / "bin" / "test").chmod(0o755)
 
@@ -139,7 +145,8 @@ touch artifacts-ok && echo "wrote checkout: yes"
                               cwd=checkout, env=env, capture_output=True, text=True, timeout=60)
         assert proc.returncode == code, proc.stdout + proc.stderr
         return proc.stdout + proc.stderr
-    run.shared, run.temp, run.github_env = shared, temp, github_env
+    run.shared, run.temp, run.github_env, run.trusted, run.checkout = shared, temp, github_env, trusted, checkout
+    run.secret = home / ".credentials"
     return run
 
 
@@ -173,3 +180,68 @@ def test_the_changes_commands_run_sealed_for_a_fork_only(board):
     assert "wrote results: no" in sealed and "wrote checkout: yes" in sealed
     assert "read licensed: yes" in board("branch", "change-run", "bin/test", "export")
     assert "TRUST=none is not main, branch or fork" in board("none", "change-run", "bin/test", code=2)
+
+
+def _copy_out(board, src: str, dest) -> subprocess.CompletedProcess:
+    return subprocess.run([board.trusted / ".ci" / "copy-out", src, str(dest)], cwd=board.checkout,
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_what_leaves_a_sealed_run_is_its_regular_files_only(board):
+    """The sealed run plants links to the runner's credentials in its artifacts (a symbolic link to the
+    file and one to the home folder) and a FIFO; a hard link across the seal's mounts fails inside it,
+    so the test plants one from outside (and a device node, as root), as an earlier step could have.
+    Read unsealed, the link gives the secret; main's copy-out copies none of them, naming each."""
+    out = board("fork")
+    assert "hard-linked credentials: no" in out
+    artifacts, secret = board.checkout / "artifacts", board.secret.read_text()
+    assert (artifacts / "leak").read_text() == secret            # what an upload that follows links would read
+    os.link(board.secret, artifacts / "hard")
+    planted = {"leak": "a symbolic link", "home": "a symbolic link", "pipe": "a FIFO",
+               "hard": "a hard link (2 names, 1 of them outside)"}
+    if os.geteuid() == 0:
+        os.mknod(artifacts / "null", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+        planted["null"] = "a character device"
+    dest = board.temp / "out" / "artifacts"
+    proc = _copy_out(board, "artifacts", dest)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    refused = set(proc.stderr.splitlines())
+    assert refused == {f"copy-out: artifacts/{name}: {why}, not copied" for name, why in planted.items()}, refused
+    copied = {p.relative_to(dest).as_posix() for p in dest.rglob("*")}
+    assert copied == {"junit.xml", "sub", "sub/report.txt"}, copied
+    assert not [p for p in dest.rglob("*") if p.is_symlink()]
+    assert not [p for p in dest.rglob("*") if p.is_file() and secret in p.read_text()]
+    assert (dest / "sub" / "report.txt").read_text() == "figures\n"
+    assert proc.stdout == f"copy-out: 2 file(s) of artifacts copied to {dest}, {len(planted)} refused\n"
+
+
+def test_copy_out_refuses_a_linked_folder_and_an_existing_destination(board, tmp_path):
+    (board.checkout / "artifacts").symlink_to(board.secret.parent)
+    proc = _copy_out(board, "artifacts", tmp_path / "dest")
+    assert proc.returncode == 1 and proc.stderr == "copy-out: artifacts: a symbolic link, not a folder\n"
+    assert list((tmp_path / "dest").iterdir()) == []
+    proc = _copy_out(board, "artifacts", tmp_path / "dest")
+    assert proc.returncode == 2 and "dest exists: the copy goes into a new folder" in proc.stderr
+    # two names of one file, both in the folder: nothing outside, each copied as its own file
+    (board.checkout / "out").mkdir()
+    (board.checkout / "out" / "a").write_text("x")
+    os.link(board.checkout / "out" / "a", board.checkout / "out" / "b")
+    proc = _copy_out(board, "out", tmp_path / "both")
+    assert proc.returncode == 0 and sorted(p.name for p in (tmp_path / "both").iterdir()) == ["a", "b"]
+    assert _copy_out(board, "missing", tmp_path / "none").returncode == 0      # a run that wrote nothing
+
+
+def test_the_workflow_uploads_and_publishes_only_what_copy_out_copied():
+    """Every upload-artifact step and the partition's publication read a folder copy-out made, never the
+    change's checkout (fails if a step's path goes back to change/...)."""
+    from tests.github_actions import load_yaml
+    workflow = load_yaml((REPO_ROOT / ".github" / "workflows" / "npu-acceptance.yml").read_text())
+    steps = [step for job in workflow["jobs"].values() for step in job["steps"]]
+    made = {m for step in steps for m in re.findall(r'copy-out" \S+ "\$RUNNER_TEMP/out/([\w-]+)"', step.get("run", ""))}
+    uploads = [step["with"]["path"] for step in steps if "upload-artifact" in step.get("uses", "")]
+    assert uploads and made
+    for path in uploads:
+        assert re.fullmatch(r"\$\{\{ runner\.temp \}\}/out/([\w-]+)/.*", path), path
+        assert path.split("/")[2] in made, (path, made)
+    publish = [step["run"] for step in steps if "publish-partition" in step.get("run", "")]
+    assert publish and all('"$RUNNER_TEMP/out/partition"' in run for run in publish), publish
