@@ -134,7 +134,8 @@ touch artifacts-ok && echo "wrote checkout: yes"
 mkdir -p artifacts/sub && echo "<testsuites/>" > artifacts/junit.xml && echo figures > artifacts/sub/report.txt
 ln -s {home}/.credentials artifacts/leak 2>/dev/null; ln -s {home} artifacts/home 2>/dev/null
 mkfifo artifacts/pipe 2>/dev/null
-ln {home}/.credentials artifacts/hard 2>/dev/null && echo "hard-linked credentials: yes" || echo "hard-linked credentials: no"
+ln {home}/.credentials artifacts/hard 2>/dev/null && echo "hard-linked credentials: yes" \\
+    || echo "hard-linked credentials: no"
 """)
     (checkout / "bin" / "test").chmod(0o755)
 
