@@ -26,30 +26,53 @@ REPO = "anima-npu/anima-npu"
 HEAD = "a" * 40
 
 
-def _event(action="labeled", label="run-on-board", fork=True) -> dict:
-    return {"action": action, "label": {"name": label},
+def _event(action="labeled", label="run-on-board", fork=True, sender="maintainer") -> dict:
+    return {"action": action, "label": {"name": label}, "sender": {"login": sender},
             "pull_request": {"number": 7,
                              "head": {"sha": HEAD, "repo": {"full_name": "someone/anima-npu" if fork else REPO}}}}
 
 
-def _review(commit=HEAD, state="APPROVED", association="MEMBER") -> dict:
-    return {"state": state, "commit_id": commit, "author_association": association, "user": {"login": "maintainer"}}
+def _review(commit=HEAD, state="APPROVED", association="MEMBER", login="maintainer") -> dict:
+    return {"state": state, "commit_id": commit, "author_association": association, "user": {"login": login}}
 
 
-def test_a_labelled_fork_head_with_a_maintainers_approval_is_pinned():
-    level, sha, why = trust("pull_request_target", _event(), REPO, [_review()])
-    assert (level, sha) == ("fork", HEAD) and "approved by maintainer" in why
+def _access(login="maintainer", permission="write", role=None) -> dict:
+    """GitHub's answer to repos/R/collaborators/LOGIN/permission (`permission` says write for maintain)."""
+    return {"permission": permission, "role_name": role or permission, "user": {"login": login}}
 
 
-@pytest.mark.parametrize("event, reviews", [
-    (_event(), [_review(commit="b" * 40)]),                        # approved an older head: pushed since
-    (_event(), [_review(association="CONTRIBUTOR")]),              # not a maintainer's approval
-    (_event(), [_review(state="COMMENTED")]),
-    (_event(label="documentation"), [_review()]),                  # another label
-    (_event(action="synchronize"), [_review()]),                   # a push after the label
+@pytest.mark.parametrize("access", [_access(), _access(role="maintain"), _access(permission="admin")])
+def test_a_labelled_fork_head_approved_by_its_labeller_with_write_access_is_pinned(access):
+    level, sha, why = trust("pull_request_target", _event(), REPO, [_review()], access)
+    assert (level, sha) == ("fork", HEAD) and "approved and labelled by maintainer" in why
+
+
+@pytest.mark.parametrize("event, reviews, access, why", [
+    (_event(), [_review(commit="b" * 40)], _access(), "no approving review of aaaaaaaaaaaa"),  # pushed since
+    (_event(), [_review(state="COMMENTED")], _access(), "no approving review"),
+    (_event(label="documentation"), [_review()], _access(), "only by the label run-on-board"),
+    (_event(action="synchronize"), [_review()], _access(), "only by the label"),              # a push after the label
+    # an organisation member (author_association MEMBER) whose access to the repository is read or triage
+    (_event(), [_review()], _access(permission="read"), "maintainer put the label with read access"),
+    (_event(), [_review()], _access(permission="read", role="triage"), "with triage access"),
+    (_event(), [_review()], _access(permission="none"), "with none access"),
+    (_event(), [_review()], {}, "no collaborator permission of maintainer"),                # gh: 404
+    (_event(sender=""), [_review()], _access(), "names no sender"),
+    # the labeller has write access, the approval is someone else's
+    (_event(sender="labeller"), [_review()], _access("labeller"), "head the label was put on, by labeller"),
+    (_event(sender="labeller"), [_review()], _access(), "no collaborator permission of labeller"),
+    # an approval dismissed before the label (GitHub lists it DISMISSED), or followed by a change request
+    (_event(), [_review(state="DISMISSED")], _access(), "no approving review"),
+    (_event(), [_review(), _review(state="CHANGES_REQUESTED")], _access(), "no approving review"),
 ])
-def test_nothing_of_a_fork_runs_unreviewed(event, reviews):
-    assert trust("pull_request_target", event, REPO, reviews)[0] == "none"
+def test_nothing_of_a_fork_runs_unreviewed(event, reviews, access, why):
+    level, _, said = trust("pull_request_target", event, REPO, reviews, access)
+    assert level == "none" and why in said, said
+
+
+def test_an_approval_stands_through_a_later_comment():
+    reviews = [_review(state="CHANGES_REQUESTED"), _review(), _review(state="COMMENTED")]
+    assert trust("pull_request_target", _event(), REPO, reviews, _access())[0] == "fork"
 
 
 def test_branches_and_main_are_trusted_and_a_branch_label_runs_nothing_twice():
@@ -79,13 +102,13 @@ def test_a_toolkit_change_plans_old_and_new(tmp_path):
 def test_a_deleted_forks_pull_request_is_a_forks():
     event = _event()
     event["pull_request"]["head"]["repo"] = None
-    assert trust("pull_request_target", event, REPO, [_review()])[0] == "fork"
+    assert trust("pull_request_target", event, REPO, [_review()], _access())[0] == "fork"
 
 
 def test_a_pull_request_run_is_never_trusted():
     """A `pull_request` run's workflow is the change's own copy: nothing it plans reaches a board."""
     assert trust("pull_request", _event(action="synchronize", fork=False), REPO, [])[0] == "none"
-    assert trust("pull_request", _event(), REPO, [_review()])[0] == "none"
+    assert trust("pull_request", _event(), REPO, [_review()], _access())[0] == "none"
 
 
 def test_a_toolkit_version_from_the_change_is_checked(tmp_path):
