@@ -2,7 +2,7 @@
 
     lab lava-job --board NAME --tier smoke|pr|nightly --suite-sha SHA [--set KEY=VALUE]... [--out FILE]
                                          the LAVA job of one board profile (boards/NAME.toml [lava])
-    lab lava-job --board NAME --tier smoke --health-check [--set ...]
+    lab lava-job --board NAME --tier smoke --health-check [--set ...] [--allow-placeholders]
                                          the board's device type's health check (the default branch)
     lab setup-board [--root /] [--user anima-ci]
                                          the board's directories (/var/lib/anima-ci and what the sessions write)
@@ -28,12 +28,15 @@ def add_command(subparsers) -> argparse.ArgumentParser:
     job = sub.add_parser("lava-job", help="write the LAVA job of one board profile and tier")
     job.add_argument("--board", required=True, help="the board profile boards/NAME.toml (its [lava] table)")
     job.add_argument("--tier", required=True, choices=TIERS, help="smoke (the smoke tier only), pr or nightly")
-    job.add_argument("--suite-sha", help="the reviewed commit the job checks out (40 hex digits)")
+    job.add_argument("--suite-sha", help="the reviewed commit the job checks out: a commit of this checkout "
+                                         "(HEAD, a full id) where the profile is committed as it is here")
     job.add_argument("--suite-repo", default=SUITE_REPO, help="the suite's repository (default: %(default)s)")
     job.add_argument("--set", dest="values", action="append", default=[], metavar="KEY=VALUE",
                      help="a test parameter of lava/definitions/anima-npu.yaml (PARTITION_URL, ...); repeatable")
     job.add_argument("--health-check", action="store_true",
                      help="the device type's health check: the smoke tier of the default branch")
+    job.add_argument("--allow-placeholders", action="store_true",
+                     help="write the store's placeholder URLs for the parameters not --set (a template)")
     job.add_argument("--out", type=Path, help="the job file (default: standard output)")
     job.set_defaults(func=_cmd_lava_job)
     setup = sub.add_parser("setup-board", help="make the board's directories, owned by its CI user")
@@ -57,7 +60,8 @@ def _values(pairs: list[str]) -> dict:
 def _cmd_lava_job(args) -> int:
     board = load_board(args.board)
     job = lava_job(board, args.tier, suite_sha=args.suite_sha, suite_repo=args.suite_repo,
-                   values=_values(args.values), health_check=args.health_check)
+                   values=_values(args.values), health_check=args.health_check,
+                   allow_placeholders=args.allow_placeholders)
     text = job_yaml(job, "bin/harness lab " + shlex.join(["lava-job", "--board", args.board, "--tier", args.tier]
                                                        + (["--health-check"] if args.health_check else [])))
     if args.out is None:
