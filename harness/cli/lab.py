@@ -4,12 +4,16 @@
                                          the LAVA job of one board profile (boards/NAME.toml [lava])
     lab lava-job --board NAME --tier smoke --health-check [--set ...] [--allow-placeholders]
                                          the board's device type's health check (the default branch)
+    lab verdict OUT [--log FILE] | --server URL --job N
+                                         a LAVA job as a gate: 0 passed, 1 a gate failed, 2 the lab failed
+                                         or nothing ran (lava-run's output folder, or a server's job)
     lab setup-board [--root /] [--user anima-ci]
                                          the board's directories (/var/lib/anima-ci and what the sessions write)
 """
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 from pathlib import Path
 
@@ -17,6 +21,7 @@ from ..core.atomic import atomic_write_text
 from ..core.errors import ConfigError
 from ..lab.jobs import SUITE_REPO, TIERS, job_yaml, lava_job, load_board
 from ..lab.setup import setup_board
+from ..lab.verdict import fetch_server_log, judge, read_output_dir
 
 __all__ = ["add_command"]
 
@@ -39,6 +44,14 @@ def add_command(subparsers) -> argparse.ArgumentParser:
                      help="write the store's placeholder URLs for the parameters not --set (a template)")
     job.add_argument("--out", type=Path, help="the job file (default: standard output)")
     job.set_defaults(func=_cmd_lava_job)
+    verdict = sub.add_parser("verdict", help="a LAVA job as a gate: exit 0 passed, 1 a gate failed, 2 the lab "
+                                              "failed or nothing ran")
+    verdict.add_argument("out", nargs="?", type=Path, help="lava-run's --output-dir (its log: OUT/output.yaml)")
+    verdict.add_argument("--log", type=Path, help="lava-run's log, its standard error (default: OUT/output.yaml)")
+    verdict.add_argument("--server", help="a LAVA server (https://lava.example): the job's log by its REST API; "
+                                          "a token in $LAVA_TOKEN")
+    verdict.add_argument("--job", type=int, help="the server's job id")
+    verdict.set_defaults(func=_cmd_verdict)
     setup = sub.add_parser("setup-board", help="make the board's directories, owned by its CI user")
     setup.add_argument("--root", type=Path, default=Path("/"), help="the board's root (default: %(default)s)")
     setup.add_argument("--user", default="anima-ci", help="the CI user: the GitHub runner's, or root on a LAVA "
@@ -70,6 +83,16 @@ def _cmd_lava_job(args) -> int:
         atomic_write_text(args.out, text)
         print(f"{args.out}: {job['job_name']}, device type {board.device_type}")
     return 0
+
+
+def _cmd_verdict(args) -> int:
+    if (args.server is None) == (args.out is None) or (args.server is not None) != (args.job is not None):
+        raise ConfigError("lab verdict: lava-run's output folder OUT, or --server URL --job N")
+    job = (read_output_dir(args.out, args.log) if args.out is not None
+           else fetch_server_log(args.server, args.job, os.environ.get("LAVA_TOKEN")))
+    code, lines = judge(job)
+    print("\n".join(lines))
+    return code
 
 
 def _cmd_setup_board(args) -> int:

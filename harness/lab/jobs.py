@@ -47,7 +47,7 @@ _URLS = {"PARTITION_URL", "UPLOAD_URL"}     # '&' separates a URL's query argume
 # cannot unpack puts lava-test-raise's signal into the prompt: the first prompt of the test shell
 # then ends the job Incomplete, in seconds (the overlay's own lava-test-raise is what is missing).
 DOWNLOAD_COMMAND = ('anima_overlay() { if [ -s "$1" ] && gzip -t "$1" && tar -C / -xzf "$1"; then rm -f "$1"; '
-                    'else PS1="<LAVA_SIGNAL_TESTRAISE overlay-not-unpacked:$PWD/$1> $PS1"; fi; }; '
+                    'else PS1="<LAVA_SIGNAL_TESTRAISE overlay-not-unpacked:$1> $PS1"; fi; }; '
                     'anima_dir="$(mktemp -d)" && cd "$anima_dir" && curl -fsS --retry 3 -O')
 UNPACK_COMMAND = "anima_overlay"
 # Deploying the overlay and booting (a power cycle, the login) beside the test's own timeout.

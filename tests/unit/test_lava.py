@@ -263,7 +263,7 @@ def test_a_board_that_boots_its_own_os_downloads_the_overlay_afresh_and_checks_i
                           cwd=REPO_ROOT)
     lines = dict(line.split("=", 1) for line in proc.stdout.splitlines())
     assert Path(lines["cwd"]).parent == Path(os.environ.get("TMPDIR", "/tmp")) and Path(lines["cwd"]) != REPO_ROOT
-    assert lines["PS1"] == f"<LAVA_SIGNAL_TESTRAISE overlay-not-unpacked:{lines['cwd']}/overlay.tar.gz> root@board# "
+    assert lines["PS1"] == "<LAVA_SIGNAL_TESTRAISE overlay-not-unpacked:overlay.tar.gz> root@board# "
     Path(lines["cwd"]).rmdir()
 
 
