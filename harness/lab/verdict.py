@@ -106,7 +106,7 @@ def _definition(job: Job, name: str) -> list[Finding]:
     where = f"job {job.job_id} definition {name}"
     cases = job.cases.get(name, [])
     if name not in job.finished and not cases:
-        return [Finding(INFRA, f"{where}: never started (no case, no result of LAVA's for it)")]
+        return [Finding(INFRA, f"{where}: never started (no test case, no result of LAVA's for it): ran no test")]
     findings = [Finding(FAIL, f"{where} case {_case_name(c)}: fail") for c in cases if c.get("result") == "fail"]
     findings += [Finding(INFRA, f"{where} case {_case_name(c)}: unknown (nothing judged)")
                  for c in cases if c.get("result") == "unknown"]
