@@ -15,6 +15,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -161,10 +162,15 @@ def test_the_definition_hands_every_parameter_to_the_session_as_an_argument():
 def test_the_sessions_pytest_runs_use_options_the_suite_has(suite_options):
     text = SESSION.read_text()
     runs = [line.strip() for line in text.splitlines() if line.strip().startswith("suite -m ")]
-    assert len(runs) == 2 and "--require-npu" in runs[0] and '--tier="${opt[tier]}"' in runs[1]
+    assert len(runs) == 2 and '--tier="${opt[tier]}"' in runs[1]
+    # the smoke tier requires the NPU where the profile does ([suite] require_npu): every board's does
+    assert "--require-npu" not in text
+    for board in lab_boards():
+        suite = tomllib.loads((REPO_ROOT / board.profile).read_text()).get("suite", {})
+        assert bool(suite.get("require_npu")) is (board.boot != "ssh"), board.profile
     common = text[text.index("common=("):text.index(")", text.index("common=("))]
     flags = set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", " ".join(runs) + common))
-    assert {"--partition", "--results", "--board-profile", "--require-npu", "--no-save-baseline"} <= flags
+    assert {"--partition", "--results", "--board-profile", "--no-save-baseline"} <= flags
     assert flags <= suite_options, flags - suite_options
     assert ".ci/board-diagnostics" in text
 
@@ -401,3 +407,27 @@ def test_the_npu_check_prints_its_problem_for_the_session(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "harness.lab.node", str(tmp_path / "none.toml")], cwd=REPO_ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "none.toml" in proc.stdout and "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ GATE_OPTIONS beside the tier's -m
+
+@pytest.mark.parametrize("options, marks, rest", [
+    ('--backend=faults -k "test_numerics or test_quality"', "npu and not smoke",
+     ["--backend=faults", "-k", "test_numerics or test_quality"]),
+    ('-m "numerics or quality" --fault=nan@3', "(npu and not smoke) and (numerics or quality)", ["--fault=nan@3"]),
+    ("--markexpr=quality -mnumerics", "(npu and not smoke) and (quality) and (numerics)", []),
+    ("", "npu and not smoke", []),
+])
+def test_gate_options_never_replace_the_tiers_marker_expression(options, marks, rest):
+    """pytest takes the last -m: one in GATE_OPTIONS is joined to the tier's with "and", and said."""
+    proc = subprocess.run([SYSTEM_PYTHON, "-m", "harness.lab.gate_options", "npu and not smoke", options],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.splitlines() == [marks, *rest], proc
+    said = f"board-session: GATE_OPTIONS' -m combined with the tier's: -m '{marks}'\n"
+    assert proc.stderr == (said if marks != "npu and not smoke" else "")
+
+
+def test_gate_options_that_do_not_split_are_one_error_line():
+    proc = subprocess.run([SYSTEM_PYTHON, "-m", "harness.lab.gate_options", "npu", '-k "open'], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr == "error: No closing quotation\n"
