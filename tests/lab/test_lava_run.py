@@ -1,19 +1,22 @@
 """The board jobs proven by LAVA itself: the job `bin/harness lab lava-job` writes for this machine's
 profile (boards/host-ci.toml, device type `ssh`) runs under LAVA's own dispatcher (`lava-run`, Debian's
-lava-dispatcher) against an sshd this module starts on 127.0.0.1, logging in as root as on a board. The
-job runs the repository's one test definition (lava/definitions/anima-npu.yaml) at a commit of this
-checkout's working tree, on the embedded model's float16 partition published to a file:// store, with
-the board's directories made by `setup-board` in a throw-away root and the running venv reused.
+lava-dispatcher) against an sshd this module starts on 127.0.0.1, logging in as root as on a board; the
+ROCK 5C's job (boot `minimal`) runs unchanged with that sshd as its serial console. The job runs the
+repository's one test definition (lava/definitions/anima-npu.yaml) at a commit of this checkout's working
+tree, on the embedded model's float16 partition published to a file:// store, with the board's
+directories made by `setup-board` in a throw-away root and the running venv reused.
 
-What LAVA reports is read from lava-run's own `lvl: results` log lines (YAML, one a line):
-- a passing job: one case per pytest test of both runs (the smoke tier failing off the board, as it
-  must; the gates of the pr tier on onnxruntime passing), the benchmark's step time, core time per
-  branch and shift against the baseline as measurements with units, SSIM and PSNR, the verdict set;
-- `--backend=faults --fault=nan@3` (the numerics and quality gates only): their cases fail, and so does
-  the verdict;
-- a partition whose manifest does not match, or a board profile that requires the NPU on a machine
-  without its device node: the job ends Incomplete with the session's message (lava-test-raise), and
-  no gate is reported (the smoke tier still says what is missing).
+What LAVA reports is read from lava-run's own `lvl: results` log lines (YAML, one a line), and every job
+is judged by `bin/harness lab verdict` on lava-run's output folder (its log as output.yaml):
+- a passing job (exit 0): one case per pytest test of both runs (the smoke tier on onnxruntime, this
+  profile not requiring the NPU; the gates of the pr tier), as many as each run collected, the
+  benchmark's step time, core time per branch and shift against the baseline as measurements with
+  units, SSIM and PSNR, the verdict set;
+- `--backend=faults --fault=nan@3` (the numerics and quality gates only): their cases fail (exit 1);
+- a partition whose manifest does not match, a board profile that requires the NPU on a machine without
+  its device node, an overlay LAVA could not unpack, a failed overlay download: the job ends Incomplete
+  (exit 2), the download's in seconds; a quote in a hand-written parameter: run.sh does not parse, LAVA
+  says the job finished correctly, and the verdict says its definition never started (exit 2).
 """
 from __future__ import annotations
 
