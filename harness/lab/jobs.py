@@ -131,8 +131,8 @@ def commit_of(revision: str, board: LabBoard, root: Path = REPO_ROOT) -> str:
     """The full id of `revision` in this checkout, where the board's profile is committed as it is here."""
     def git(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=60)
-    found = git("rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
-    if found.returncode != 0:
+    found = git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{revision}^{{commit}}")
+    if revision.startswith("-") or found.returncode != 0:
         raise ConfigError(f"--suite-sha {revision}: not a commit of this checkout ({root}): fetch it first")
     sha = found.stdout.decode().strip()
     committed = git("show", f"{sha}:{board.profile}")
