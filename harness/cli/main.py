@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import importlib
 import sys
+from pathlib import Path
 
 from ..core.errors import ConfigError, HarnessError, RunStopped
 from .usage import PROG, Parser, caller_cwd, closest, examples_of, summaries, user_paths
@@ -98,6 +99,15 @@ def _refuse_off_board(args) -> None:
                       f"measures the simulated board")
 
 
+def _held(args):
+    """The command's --out held for its run (harness.core.locks.output_lock), or nothing to hold."""
+    out = getattr(args, "out", None)
+    if not isinstance(out, Path):
+        return contextlib.nullcontext()
+    from ..core.locks import output_lock
+    return output_lock(out, "--out")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     modules = module_of(argv)
@@ -109,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..core.signals import StopSignals
     try:
         _refuse_off_board(args)
-        with StopSignals(f"harness {args.command}"):
+        with StopSignals(f"harness {args.command}"), _held(args):
             return args.func(args)
     except RunStopped as exc:       # a stop signal: the partial report is written and says so
         with contextlib.suppress(OSError):      # after SIGHUP the terminal may be gone (EIO)

@@ -43,9 +43,22 @@ def sqlite_under(url: str, base: Path) -> str:
     return f"{head}:///{base / rest}"
 
 
+class _CheckoutStore(str):
+    """The default store's URL: its folder in the checkout is made on first use."""
+
+
 def _user_url(text: str) -> str:
-    """An argparse type: a results store URL, its relative SQLite file read from where the user stands."""
-    return sqlite_under(text, caller_cwd())
+    """An argparse type: a results store URL, its relative SQLite file read from where the user stands. A
+    store the user names is never made in a folder that does not exist (a mistyped path would otherwise
+    become a new, empty store and the command would exit 0)."""
+    if isinstance(text, _CheckoutStore):
+        return str(text)
+    url = sqlite_under(text, caller_cwd())
+    head, sep, rest = url.partition(":///")
+    if sep and head.startswith("sqlite") and rest != ":memory:" and not Path(rest).parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: no folder {Path(rest).parent}; a store is made only in a "
+                                         f"folder that exists")
+    return url
 
 
 def _actions(parser: argparse.ArgumentParser):
@@ -66,7 +79,7 @@ def user_paths(parser: argparse.ArgumentParser) -> None:
             if isinstance(action.default, str):
                 action.default = Path(action.default)
         elif action.dest == "results" and isinstance(action.default, str):
-            action.default = sqlite_under(action.default, Path.cwd())
+            action.default = _CheckoutStore(sqlite_under(action.default, Path.cwd()))
             action.type = _user_url
 
 
