@@ -29,10 +29,10 @@ def caller_cwd() -> Path:
     return _caller[0]
 
 
-def user_path(text: str) -> Path:
-    """An argparse type: a path as the user wrote it, made absolute from where the user stands."""
+def user_path(text: str, base: Path | None = None) -> Path:
+    """An argparse type: a path as the user wrote it, made absolute from where the user stands (`base`)."""
     path = Path(text).expanduser()
-    return path if path.is_absolute() else caller_cwd() / path
+    return path if path.is_absolute() else (base or caller_cwd()) / path
 
 
 def sqlite_under(url: str, base: Path) -> str:

@@ -51,9 +51,9 @@ def from_caller(args: list[str], here: Path) -> list[str]:
         if out and out[-1] in VALUED:
             out.append(arg)
         elif out and out[-1] in PATH_FLAGS and not eq:
-            out.append(_absolute(out[-1], arg))
+            out.append(_absolute(out[-1], arg, here))
         elif eq and flag in PATH_FLAGS:
-            out.append(f"{flag}={_absolute(flag, value)}")
+            out.append(f"{flag}={_absolute(flag, value, here)}")
         elif not arg.startswith("-") and (here / arg.split("::")[0]).exists():
             out.append(str(here / arg))
         else:
@@ -61,5 +61,5 @@ def from_caller(args: list[str], here: Path) -> list[str]:
     return out
 
 
-def _absolute(flag: str, value: str) -> str:
-    return sqlite_under(value, caller_cwd()) if flag == "--results" else str(user_path(value))
+def _absolute(flag: str, value: str, here: Path) -> str:
+    return sqlite_under(value, here) if flag == "--results" else str(user_path(value, here))
