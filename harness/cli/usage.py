@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 __all__ = ["PROG", "Parser", "caller_cwd", "closest", "examples_of", "summaries", "user_path", "user_paths",
-           "CALLER_CWD", "sqlite_under"]
+           "actions", "CALLER_CWD", "sqlite_under"]
 
 PROG = "bin/harness"
 # Where the user stood: bin/_bootstrap.sh exports it before it changes into the checkout. Read once
@@ -25,7 +25,7 @@ _caller: list[Path] = []
 def caller_cwd() -> Path:
     """The folder the user ran the command from (ANIMA_CWD, else this process's working directory)."""
     if not _caller:
-        _caller.append(Path(os.environ.pop(CALLER_CWD, None) or os.getcwd()))
+        _caller.append(Path(os.environ.pop(CALLER_CWD, "") or os.getcwd()))
     return _caller[0]
 
 
@@ -61,19 +61,19 @@ def _user_url(text: str) -> str:
     return url
 
 
-def _actions(parser: argparse.ArgumentParser):
+def actions(parser: argparse.ArgumentParser):
     """Every action of a parser and of the subparsers under it."""
     for action in parser._actions:
         yield action
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
-                yield from _actions(child)
+                yield from actions(child)
 
 
 def user_paths(parser: argparse.ArgumentParser) -> None:
     """Every path option (type Path) and results URL of the parser reads from where the user stands;
     a default stays where the checkout puts it (bin/harness runs in the checkout)."""
-    for action in _actions(parser):
+    for action in actions(parser):
         if action.type is Path:
             action.type = user_path
             if isinstance(action.default, str):
@@ -109,7 +109,7 @@ class Parser(argparse.ArgumentParser):
         from .options import SUITE_OPTIONS, flag_of
         if word in {flag_of(name) for name in SUITE_OPTIONS}:
             return f" ({word} is an option of the suite's, bin/test {word}: docs/options.md)"
-        known = {flag for action in _actions(self) for flag in action.option_strings}
+        known = {flag for action in actions(self) for flag in action.option_strings}
         return closest(word, known) or f" ({self.prog} COMMAND --help lists its options)"
 
 
@@ -122,7 +122,7 @@ def summaries(package: str, commands: dict) -> dict[str, str]:
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_parser" and node.args:
                 name = node.args[0]
-                if isinstance(name, ast.Constant) and name.value in names:
+                if isinstance(name, ast.Constant) and isinstance(name.value, str) and name.value in names:
                     help_text = next((k.value for k in node.keywords if k.arg == "help"), None)
                     found[name.value] = ast.literal_eval(help_text) if help_text is not None else ""
     return {name: found.get(name, "") for names in commands.values() for name in names}

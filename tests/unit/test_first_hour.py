@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli.main import COMMANDS, build_parser, listing_parser, main
-from harness.cli.usage import PROG, _actions
+from harness.cli.usage import PROG, actions
 from harness.core.locks import output_lock
 from harness.gates.cases import golden_dir_for
 from harness.model.config import REPO_ROOT
@@ -22,9 +22,10 @@ OFF_BOARD = not detect_rk3588("/")
 
 def pytest_run(tmp_path, *args, env=None):
     """pytest on the suite's configuration, from the checkout's root, as a user types it."""
-    return subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), "-p", "no:cacheprovider",
-                           f"--artifacts={tmp_path / 'artifacts'}", f"--results=sqlite:///{tmp_path / 'r.sqlite'}",
-                           *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"),
+                           "-p", "no:cacheprovider", f"--artifacts={tmp_path / 'artifacts'}",
+                           f"--results=sqlite:///{tmp_path / 'r.sqlite'}", *args],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
 
 
 def harness_run(*args, cwd=REPO_ROOT):
@@ -171,7 +172,7 @@ def test_help_lists_every_command_without_importing_one():
 @pytest.mark.parametrize("module", sorted(COMMANDS))
 def test_every_option_has_help_and_every_command_an_example_from_the_readme(module):
     parser = build_parser([module])
-    missing = [a.option_strings for a in _actions(parser) if a.option_strings and not a.help]
+    missing = [a.option_strings for a in actions(parser) if a.option_strings and not a.help]
     assert not missing, f"options without help text: {missing}"
     readme = (REPO_ROOT / "README.md").read_text()
     for command in COMMANDS[module]:
