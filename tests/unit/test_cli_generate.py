@@ -52,7 +52,7 @@ def test_bad_cli_values_are_one_clear_error(model_dir, capsys, args, fragment):
 
 @pytest.mark.parametrize("args,fragment", [
     (["--prompt", "a handwritten giraffe"], "prompt word 'giraffe' is not in the vocabulary"),
-    (["--out", "x.jpg"], "--out x.jpg"),
+    (["--out", "x.jpg"], "x.jpg: the image is written as PNG"),
 ])
 def test_bad_run_values_name_the_culprit(model_dir, capsys, args, fragment):
     assert main(["generate", "--model-dir", str(model_dir), "--steps", "1", "--quiet", *args]) == 2

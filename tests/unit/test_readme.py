@@ -179,7 +179,7 @@ def readme_workdir(workdir) -> Path:
 
 
 @pytest.mark.parametrize("old, new, said", [
-    ("bin/harness plan --budget", "bin/harness plna --budget", "invalid choice"),
+    ("bin/harness plan --budget", "bin/harness plna --budget", "unknown command 'plna' (did you mean plan?)"),
     pytest.param("plan --budget 2GiB", "plan --budgte 2GiB", "unrecognized arguments", marks=pytest.mark.slow)])
 def test_a_misspelt_readme_command_fails_when_run(workdir, old, new, said):
     [line] = [line for line in readme_lines() if old in line]
