@@ -83,13 +83,14 @@ def test_batched_reference_equals_single_runs(model_dir):
     np.testing.assert_allclose(batch[1:], single, atol=1e-5)
 
 
-def test_progress_in_a_log_is_one_plain_line_per_step(model_dir, tmp_path):
-    # stderr is a pipe here, as in a CI log: no live bar, a line per step with elapsed and ETA.
+def test_progress_in_a_log_is_a_few_plain_lines(model_dir, tmp_path):
+    # stderr is a pipe here, as in a CI log: no live bar; the first and the last step's line (with elapsed
+    # and ETA), and one more only when 10 s passed (the three steps take less).
     proc = subprocess.run([sys.executable, "-m", "harness", "generate", "--model-dir", str(model_dir),
                            "--steps", "3", "--out", str(tmp_path / "p.png")], capture_output=True, text=True,
                           check=True)
     lines = [line for line in proc.stderr.splitlines() if "step" in line]
-    assert [line.split(": step ")[1].split(",")[0] for line in lines] == ["1/3", "2/3", "3/3"], proc.stderr
+    assert [line.split(": step ")[1].split(",")[0] for line in lines] == ["1/3", "3/3"], proc.stderr
     assert all(", elapsed " in line and ", ETA " in line for line in lines)
     assert "\r" not in proc.stderr and "\x1b[" not in proc.stderr, "no terminal control codes in a log"
 
@@ -105,3 +106,9 @@ def test_step_lines_estimate_the_remaining_time():
     lines()
     assert written == ["seven: step 1/4, elapsed 10.0 s, ETA 30.0 s",
                        "seven: step 2/4, elapsed 1 min 30 s, ETA 1 min 30 s"]
+    now[0] = 195.0          # 5 s after the last line: not yet
+    lines()
+    assert len(written) == 2
+    now[0] = 196.0          # the last step: always
+    lines()
+    assert written[-1] == "seven: step 4/4, elapsed 1 min 36 s, ETA 0.0 s"
