@@ -4,6 +4,7 @@ The commands run as the user runs them: pytest and `python -m harness` in proces
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,24 @@ def test_every_option_has_help_and_every_command_an_example_from_the_readme(modu
         assert epilog and epilog.startswith("example:\n"), command
         for line in epilog.splitlines()[1:]:
             assert line.split("#")[0].strip() in readme, line
+
+
+def test_busy_starts_the_neighbour_and_stops_it_whole():
+    """bin/busy: two spinning processes and one mapping 200 MiB with numpy and onnxruntime loaded; a stop
+    (SIGTERM) leaves none of them behind."""
+    import psutil
+    env = {**os.environ, "ANIMA_VENV": os.environ.get("ANIMA_VENV", str(Path(sys.executable).parents[1]))}
+    busy = subprocess.Popen([str(REPO_ROOT / "bin" / "busy")], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert busy.stdout.readline().startswith("busy: spinning (pids ")
+        workers = psutil.Process(busy.pid).children()
+        assert len(workers) == 3
+        deadline = time.monotonic() + 60
+        while workers[2].memory_info().rss < 100 << 20:      # the churn: numpy, onnxruntime, 200 MiB mapped
+            assert time.monotonic() < deadline, "the mapping process never held 100 MiB"
+            time.sleep(0.05)
+    finally:
+        busy.terminate()
+        assert busy.wait(timeout=30) == 0
+    gone, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive, alive
