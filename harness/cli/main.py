@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..core.errors import ConfigError, HarnessError, RunStopped
-from .usage import PROG, Parser, caller_cwd, closest, examples_of, summaries, user_paths
+from .usage import PROG, Parser, caller_cwd, closest, examples_of, missing_store_folder, summaries, user_paths
 
 __all__ = ["COMMANDS", "build_parser", "main", "caller_cwd"]
 
@@ -99,6 +99,13 @@ def _refuse_off_board(args) -> None:
                       f"measures the simulated board")
 
 
+def _refuse_missing_store_folder(args) -> None:
+    folder = missing_store_folder(getattr(args, "results", None) or "")
+    if folder is not None:
+        raise ConfigError(f"--results {args.results}: no folder {folder}; a store is made only in a folder "
+                          f"that exists")
+
+
 def _held(args):
     """The command's --out held for its run (harness.core.locks.output_lock), or nothing to hold."""
     out = getattr(args, "out", None)
@@ -119,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..core.signals import StopSignals
     try:
         _refuse_off_board(args)
+        _refuse_missing_store_folder(args)
         with StopSignals(f"harness {args.command}"), _held(args):
             return args.func(args)
     except RunStopped as exc:       # a stop signal: the partial report is written and says so

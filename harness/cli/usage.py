@@ -11,7 +11,8 @@ import re
 from pathlib import Path
 
 __all__ = ["PROG", "Parser", "caller_cwd", "closest", "examples_of", "summaries", "user_path", "user_paths",
-           "actions", "CALLER_CWD", "sqlite_under"]
+           "actions", "CALLER_CWD", "sqlite_under",
+           "NamedStore", "missing_store_folder"]
 
 PROG = "bin/harness"
 # Where the user stood: bin/_bootstrap.sh exports it before it changes into the checkout. Read once
@@ -47,18 +48,23 @@ class _CheckoutStore(str):
     """The default store's URL: its folder in the checkout is made on first use."""
 
 
+class NamedStore(str):
+    """A store URL the user named (main() refuses one whose SQLite folder does not exist)."""
+
+
 def _user_url(text: str) -> str:
-    """An argparse type: a results store URL, its relative SQLite file read from where the user stands. A
-    store the user names is never made in a folder that does not exist (a mistyped path would otherwise
-    become a new, empty store and the command would exit 0)."""
-    if isinstance(text, _CheckoutStore):
-        return str(text)
-    url = sqlite_under(text, caller_cwd())
+    """An argparse type: a results store URL, its relative SQLite file read from where the user stands."""
+    return str(text) if isinstance(text, _CheckoutStore) else NamedStore(sqlite_under(text, caller_cwd()))
+
+
+def missing_store_folder(url: str) -> Path | None:
+    """The folder a store the user named would be made in, when it does not exist: a mistyped path must not
+    become a new, empty store while the command exits 0 (`results import`)."""
     head, sep, rest = url.partition(":///")
-    if sep and head.startswith("sqlite") and rest != ":memory:" and not Path(rest).parent.is_dir():
-        raise argparse.ArgumentTypeError(f"{text}: no folder {Path(rest).parent}; a store is made only in a "
-                                         f"folder that exists")
-    return url
+    if not isinstance(url, NamedStore) or not sep or not head.startswith("sqlite") or rest == ":memory:":
+        return None
+    folder = Path(rest).parent
+    return None if folder.is_dir() else folder
 
 
 def actions(parser: argparse.ArgumentParser):

@@ -146,11 +146,9 @@ def test_a_store_is_never_made_in_a_folder_that_does_not_exist(tmp_path, capsys)
     export = tmp_path / "runs.csv"
     export.write_text("")
     url = f"sqlite:///{tmp_path / 'missing' / 'x.db'}"
-    with pytest.raises(SystemExit) as refused:
-        main(["results", "import", str(export), "--results", url])
-    assert refused.value.code == 2
-    assert f"{url}: no folder {tmp_path / 'missing'}; a store is made only in a folder that exists" \
-        in capsys.readouterr().err
+    assert main(["results", "import", str(export), "--results", url]) == 2
+    assert capsys.readouterr().err == (f"error: --results {url}: no folder {tmp_path / 'missing'}; a store is made "
+                                       f"only in a folder that exists\n")
     assert not (tmp_path / "missing").exists()
 
 
@@ -202,3 +200,21 @@ def test_busy_starts_the_neighbour_and_stops_it_whole():
         assert busy.wait(timeout=30) == 0
     gone, alive = psutil.wait_procs(workers, timeout=10)
     assert not alive, alive
+
+
+def test_inspect_checkpoint_takes_a_model_folder_and_finds_the_profile(tmp_path, capsys):
+    """It assumed anima-2b (a refusal for every other model) and refused a folder."""
+    embedded = REPO_ROOT / "models" / "embedded"
+    assert main(["inspect-checkpoint", str(embedded)]) == 0
+    assert "dit.safetensors (profile embedded-digits)" in " ".join(capsys.readouterr().out.split())
+    assert main(["inspect-checkpoint", str(embedded / "dit.safetensors")]) == 0      # its model.toml beside it
+    lone = tmp_path / "lone.safetensors"
+    lone.write_bytes((embedded / "dit.safetensors").read_bytes())
+    capsys.readouterr()
+    assert main(["inspect-checkpoint", str(lone)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {lone}: matches no profile (anima-2b: tensor ") and "cosmos-tiny: " in line
+    lone.write_bytes(b"\x08")
+    assert main(["inspect-checkpoint", str(lone)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {lone}: not a readable safetensors file") and "profile" not in line
