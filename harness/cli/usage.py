@@ -78,12 +78,13 @@ def actions(parser: argparse.ArgumentParser):
 
 def user_paths(parser: argparse.ArgumentParser) -> None:
     """Every path option (type Path) and results URL of the parser reads from where the user stands;
-    a default stays where the checkout puts it (bin/harness runs in the checkout)."""
+    a default stays where the checkout puts it (bin/harness runs in the checkout), made absolute so that
+    messages name it whole."""
     for action in actions(parser):
         if action.type is Path:
             action.type = user_path
-            if isinstance(action.default, str):
-                action.default = Path(action.default)
+            if isinstance(action.default, (str, Path)):
+                action.default = Path.cwd() / action.default
         elif action.dest == "results" and isinstance(action.default, str):
             action.default = _CheckoutStore(sqlite_under(action.default, Path.cwd()))
             action.type = _user_url
