@@ -181,6 +181,8 @@ def test_every_option_has_help_and_every_command_an_example_from_the_readme(modu
             assert line.split("#")[0].strip() in readme, line
 
 
+@pytest.mark.slow
+@pytest.mark.timed      # it loads both cores for a few seconds: never beside a test that measures
 def test_busy_starts_the_neighbour_and_stops_it_whole():
     """bin/busy: two spinning processes and one mapping 200 MiB with numpy and onnxruntime loaded; a stop
     (SIGTERM) leaves none of them behind."""
