@@ -83,9 +83,10 @@ def _unknown_command(argv: list[str]) -> str | None:
 
 
 def _refuse_off_board(args) -> None:
-    """A run that needs an RK3588 says so first, before it reads a model or writes a report."""
+    """A run that needs an RK3588 says so first, before it reads a model or writes a report: rknnlite, and a
+    board command on any backend but the simulated board."""
     backend = getattr(args, "backend", None)
-    if backend not in ("rknnlite", "auto") or (backend == "auto" and args.command not in BOARD_COMMANDS):
+    if backend != "rknnlite" and (args.command not in BOARD_COMMANDS or backend == "board-sim"):
         return
     from ..results.telemetry import detect_rk3588
     root = getattr(args, "telemetry_root", None) or "/"
@@ -95,8 +96,8 @@ def _refuse_off_board(args) -> None:
     if backend == "rknnlite":
         raise ConfigError(f"--backend rknnlite: not an RK3588{where} (no rockchip,rk3588 device tree, NPU device "
                           f"or librknnrt): use --backend onnxruntime, board-sim or rknn-sim here")
-    raise ConfigError(f"{args.command}: not an RK3588{where}, so no board to measure: --backend board-sim "
-                      f"measures the simulated board")
+    raise ConfigError(f"{args.command} --backend {backend}: not an RK3588{where}, so no board to measure: "
+                      f"--backend board-sim measures the simulated board")
 
 
 def _refuse_missing_store_folder(args) -> None:

@@ -98,10 +98,12 @@ def test_test_paths_and_path_options_are_read_from_where_the_user_stands(tmp_pat
 
 @pytest.mark.skipif(not OFF_BOARD, reason="checks the refusal off an RK3588")
 @pytest.mark.parametrize("args, line", [
-    (["probe-board"], "error: probe-board: not an RK3588, so no board to measure: --backend board-sim measures "),
+    (["probe-board"], "error: probe-board --backend auto: not an RK3588, so no board to measure: --backend "
+                      "board-sim measures "),
+    (["probe-board", "--backend", "onnxruntime"], "error: probe-board --backend onnxruntime: not an RK3588, so "),
     (["probe-board", "--backend", "rknnlite"], "error: --backend rknnlite: not an RK3588 (no rockchip,rk3588 "),
     (["generate", "--backend", "rknnlite"], "error: --backend rknnlite: not an RK3588 (no rockchip,rk3588 "),
-])
+], ids=["probe-board", "probe-board-onnxruntime", "probe-board-rknnlite", "generate-rknnlite"])
 def test_a_board_command_off_the_board_is_one_line_and_writes_nothing(tmp_path, args, line):
     proc = harness_run(*args, "--out", tmp_path / "out" / "x.png")
     assert proc.returncode == 2 and only_line(proc).startswith(line)
