@@ -6,10 +6,13 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 __all__ = ["bash_blocks", "command_lines", "commands_of", "run_script", "FAILED", "syntax_problem",
-           "simple_commands"]
+           "simple_commands", "suite_wrappers"]
+
+ROOT = Path(__file__).resolve().parents[1]
 
 _BLOCK = re.compile(r"^```bash([^\n]*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 # What run_script's ERR trap prints before the command that failed.
@@ -101,3 +104,16 @@ def run_script(script: str, cwd: Path, env: dict, timeout: float = 1800) -> tupl
     proc = subprocess.run(["bash", "-c", wrapped], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
     return proc.returncode, "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+
+
+def suite_wrappers(tmp: Path) -> None:
+    """tmp/bin/harness: the harness in the working folder; tmp/bin/test: the real bin/test, its
+    artifacts and results store in the working folder."""
+    (tmp / "bin").mkdir(parents=True, exist_ok=True)
+    state = f"--artifacts={tmp}/artifacts --results=sqlite:///{tmp}/.benchmarks/results.sqlite -p no:cacheprovider"
+    scripts = {"harness": f'exec "{sys.executable}" -m harness "$@"\n',
+               "test": f'exec "{ROOT}/bin/test" {state} "$@"\n'}
+    for name, body in scripts.items():
+        path = tmp / "bin" / name
+        path.write_text("#!/usr/bin/env bash\n" + body)
+        path.chmod(0o755)

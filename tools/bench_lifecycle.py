@@ -32,10 +32,10 @@ from harness.sampling.reference_run import sample_settings  # noqa: E402
 LIFECYCLE = ("load", "init", "release")
 
 
-def partition(bundle, dtype: str) -> Path:
-    out = ROOT / default_partition_dir(bundle.cfg, bundle.digest, dtype)
+def partition(bundle, precision: str) -> Path:
+    out = ROOT / default_partition_dir(bundle.cfg, bundle.digest, precision)
     if not manifest_path(out).exists():
-        export_partition(bundle.weights, bundle.cfg, out, dtype=dtype)
+        export_partition(bundle.weights, bundle.cfg, out, dtype=precision)
     return out
 
 

@@ -17,18 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import BackendError, ConfigError
+from .registry import BACKENDS, ORIGIN, REFUSED
 
 __all__ = ["Context", "create_context", "live_contexts", "backend_options", "backend_class", "BACKENDS",
            "run_options"]
-
-# name -> "module:Class"; imported lazily so the board runtime is only imported where it is asked for.
-BACKENDS = {
-    "onnxruntime": "harness.backends.onnxruntime:OnnxRuntimeContext",
-    "rknnlite": "harness.backends.rknnlite:RknnLiteContext",
-    "faults": "harness.backends.faults:FaultInjectionContext",
-    "board-sim": "harness.backends.board_sim:BoardSimContext",
-    "rknn-sim": "harness.backends.rknn_sim:RknnSimContext",
-}
 
 _live_lock = threading.Lock()
 _live: set[int] = set()
@@ -98,18 +90,24 @@ class Context(abc.ABC):
         return BackendError(f"{self.backend_name}: {self.label}: {stage} failed: {detail}")
 
 
-def create_context(backend: str, label: str, **options) -> Context:
+def _check_known(backend: str) -> None:
     if backend not in BACKENDS:
         raise BackendError(f"unknown backend '{backend}' (known: {', '.join(sorted(BACKENDS))})")
+
+
+def create_context(backend: str, label: str, **options) -> Context:
+    _check_known(backend)
     return backend_class(backend)(label, **options)
 
 
 def backend_options(backend: str, values: dict, cfg) -> dict:
     """The context options for `backend` from the suite's option values (command line or board
     profile). Every backend validates the options it owns, so a bad value fails whichever backend
-    runs; an exclusive option (such as --fault) given to another backend is refused, not ignored."""
-    if backend not in BACKENDS:
-        raise BackendError(f"unknown backend '{backend}' (known: {', '.join(sorted(BACKENDS))})")
+    runs; an exclusive option (such as --fault) given to another backend is refused, not ignored, and
+    so is an installed backend that would shadow another (registry.REFUSED)."""
+    if REFUSED:
+        raise ConfigError(REFUSED[0])
+    _check_known(backend)
     chosen = {}
     for name in BACKENDS:
         cls = backend_class(name)
@@ -127,14 +125,23 @@ def backend_options(backend: str, values: dict, cfg) -> dict:
 
 @functools.cache
 def backend_class(backend: str) -> type[Context]:
-    """The Context class of a backend, importing its module (and runtime) on first use."""
+    """The Context class of a backend, importing its module (and runtime) on first use. An installed
+    backend that cannot be imported, or is not a Context, is one error naming its distribution."""
     module_name, cls_name = BACKENDS[backend].split(":")
-    return getattr(importlib.import_module(module_name), cls_name)
+    if backend not in ORIGIN:
+        return getattr(importlib.import_module(module_name), cls_name)
+    where = f"backend '{backend}' ({ORIGIN[backend]}: {BACKENDS[backend]})"
+    try:
+        cls = getattr(importlib.import_module(module_name), cls_name)
+    except (ImportError, AttributeError) as exc:
+        raise BackendError(f"{where}: cannot be imported: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, Context)):
+        raise BackendError(f"{where}: is not a subclass of harness.backends.base.Context")
+    return cls
 
 
 def run_options(backend: str, options: dict | None) -> dict:
     """The context options of one run, completed once by the backend (Context.run_options), so
     every context of the run, also in prefetch workers, shares what it decides."""
-    if backend not in BACKENDS:
-        raise BackendError(f"unknown backend '{backend}' (known: {', '.join(sorted(BACKENDS))})")
+    _check_known(backend)
     return backend_class(backend).run_options(dict(options or {}))

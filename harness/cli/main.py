@@ -34,6 +34,7 @@ COMMANDS = {
     "plan": ("plan",),
     "capture": ("capture-calibration",),
     "accuracy": ("accuracy",),
+    "reduce": ("reduce",),
     "search_precision": ("search-precision",),
     "bench_ab": ("bench-ab",),
     "lab": ("lab",),

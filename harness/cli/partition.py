@@ -102,7 +102,7 @@ def cmd_export(args) -> int:
     blocks = parse_blocks(args.blocks, cfg.blocks) if args.blocks else None
     out = args.out or default_partition_dir(cfg, checkpoint.digest(), args.precision, args.fake_quant, blocks,
                                             args.granularity)
-    manifest = export_with_progress(checkpoint, cfg, out, quiet=args.quiet, dtype=args.precision,
+    manifest = export_with_progress(checkpoint, cfg, out, args.precision, quiet=args.quiet,
                                     streams=args.streams, fake_quant=args.fake_quant, opset=args.opset,
                                     blocks=blocks, weights_source=str(source), granularity=args.granularity)
     size = sum(e.bytes for e in manifest.entries())

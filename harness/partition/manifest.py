@@ -34,11 +34,11 @@ def manifest_path(directory) -> Path:
     return Path(directory) / MANIFEST_FILE
 
 
-def default_partition_dir(cfg: ModelConfig, digest: str, dtype: str, fake_quant: str | None = None,
+def default_partition_dir(cfg: ModelConfig, digest: str, precision: str, fake_quant: str | None = None,
                           blocks=None, granularity: str = "branch") -> Path:
     """out/partitions/<model>-<precision>[-<fake quant>]-<weights digest>[-blocks-...]: one directory per
     distinct export, so `generate` never runs subgraphs from other weights or a partial export."""
-    name = f"{cfg.name}-{dtype}" + (f"-{fake_quant}" if fake_quant else "") + f"-{digest[:12]}"
+    name = f"{cfg.name}-{precision}" + (f"-{fake_quant}" if fake_quant else "") + f"-{digest[:12]}"
     if blocks is not None and list(blocks) != list(range(cfg.blocks)):
         name += "-blocks-" + "_".join(str(b) for b in blocks)
     if granularity != "branch":

@@ -77,12 +77,16 @@ def _check_thresholds(settings) -> None:
 def pytest_collection_modifyitems(config, items):
     """Tests with nothing to look at here are deselected, said in one line, rather than skipped: checks
     of the board itself (marker `board`: its NPU device node, its runtime's versions) off an RK3588
-    unless --require-npu asks for the board (then they run and fail naming what is missing), and the
+    unless --require-npu asks for the board (then they run and fail naming what is missing), the toolkit's
+    conversions (marker `toolkit`) on one, which installs no rknn-toolkit2 environment, and the
     interleaved A/B session (marker `ab`) without --ab-baseline."""
     s = config.stash[SETTINGS]
     if not (s.on_board or s.require_npu):
         _deselect(config, items, "board", "board-only check(s) deselected: not an RK3588 "
                                           "(--require-npu runs them, and they fail off the board)")
+    if s.on_board:
+        _deselect(config, items, "toolkit", "toolkit test(s) deselected: an RK3588 (rknn-toolkit2 converts on "
+                                            "the PC: docs/board.md)")
     if s.ab_baseline is None:
         _deselect(config, items, "ab", "A/B session(s) deselected: no --ab-baseline partition to run against")
 

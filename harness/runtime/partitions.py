@@ -14,28 +14,29 @@ from ..partition.manifest import default_partition_dir, load_manifest, manifest_
 __all__ = ["exported_partition", "export_with_progress", "is_current"]
 
 
-def export_with_progress(weights: dict, cfg: ModelConfig, out, quiet: bool = False, **options):
-    """export_partition with a progress bar on stderr (the exporter itself prints nothing)."""
+def export_with_progress(weights: dict, cfg: ModelConfig, out, precision: str, quiet: bool = False, **options):
+    """export_partition with a progress bar on stderr (the exporter itself prints nothing). The exporter's
+    precisions (float16, float32) are its graphs' element type, export_partition's `dtype`."""
     from ..partition.onnx_export import export_partition, planned_files
     from ..report.terminal import progress_bar
     total = planned_files(cfg, options.get("blocks"), options.get("granularity", "branch"))
-    with progress_bar(total, f"export {cfg.name} {options.get('dtype', 'float32')}", disable=quiet) as advance:
-        return export_partition(weights, cfg, out, on_file=advance, **options)
+    with progress_bar(total, f"export {cfg.name} {precision}", disable=quiet) as advance:
+        return export_partition(weights, cfg, out, dtype=precision, on_file=advance, **options)
 
 
-def exported_partition(bundle, dtype: str, fake_quant: str | None = None, quiet: bool = True,
+def exported_partition(bundle, precision: str, fake_quant: str | None = None, quiet: bool = True,
                        root: Path | None = None, granularity: str = "branch") -> Path:
     """The export command's default directory for these weights (under `root` if given, e.g. the
     suite's cache), exported on first use."""
-    partition = default_partition_dir(bundle.cfg, bundle.digest, dtype, fake_quant, granularity=granularity)
+    partition = default_partition_dir(bundle.cfg, bundle.digest, precision, fake_quant, granularity=granularity)
     if root is not None:
         partition = Path(root) / partition.name
     # Two processes on one cache (two bin/harness runs, two test workers) export it once: the second
     # waits, then finds it current, instead of removing the manifest under the first one's run.
     with file_lock(partition.parent / f".{partition.name}.lock"):
         if not is_current(partition):
-            print(f"exporting the partition to {partition} ({dtype}, first use)", file=sys.stderr)
-            export_with_progress(bundle.weights_source, bundle.cfg, partition, quiet=quiet, dtype=dtype,
+            print(f"exporting the partition to {partition} ({precision}, first use)", file=sys.stderr)
+            export_with_progress(bundle.weights_source, bundle.cfg, partition, precision, quiet=quiet,
                                  fake_quant=fake_quant, granularity=granularity)
     return partition
 

@@ -105,7 +105,7 @@ def board(tmp_path):
     file, main's checkout beside the change's) whose bin/test reports what it was given and tries what
     fork code might try."""
     if shutil.which("bwrap") is None:
-        missing_tool("bubblewrap is not installed (bin/debian-packages.txt; bin/test installs it as root)")
+        missing_tool("bubblewrap is not installed (bin/debian-packages-board.txt; bin/test installs it as root)")
     home, licensed, shared = (tmp_path / n for n in ("runner-home", "licensed", "shared"))
     temp, trusted, checkout = home / "_work" / "_temp", home / "_work" / "trusted", home / "_work" / "change"
     github_env = temp / "_runner_file_commands" / "set_env_1"

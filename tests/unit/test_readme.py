@@ -33,7 +33,7 @@ import pytest
 
 from harness.cli.main import build_parser
 from harness.cli.optiondoc import options_table
-from tests.doc_commands import FAILED, bash_blocks, command_lines, commands_of, run_script
+from tests.doc_commands import FAILED, bash_blocks, command_lines, commands_of, run_script, suite_wrappers
 from tests.helpers import parser_commands
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,19 +110,6 @@ def test_options_table_is_the_declaration():
     assert table == options_table(), "docs/options.md is stale: python -m harness.cli.optiondoc"
 
 
-def _wrappers(tmp: Path) -> None:
-    """tmp/bin/harness: the harness in the working folder; tmp/bin/test: the real bin/test, its
-    artifacts and results store in the working folder."""
-    (tmp / "bin").mkdir(parents=True, exist_ok=True)
-    state = f"--artifacts={tmp}/artifacts --results=sqlite:///{tmp}/.benchmarks/results.sqlite -p no:cacheprovider"
-    scripts = {"harness": f'exec "{sys.executable}" -m harness "$@"\n',
-               "test": f'exec "{ROOT}/bin/test" {state} "$@"\n'}
-    for name, body in scripts.items():
-        path = tmp / "bin" / name
-        path.write_text("#!/usr/bin/env bash\n" + body)
-        path.chmod(0o755)
-
-
 def _as_run(line: str, tmp: Path) -> tuple[str, set[int]]:
     """The line as this test runs it (see the module's docstring) and the exit statuses it may end with."""
     said = re.search(r"#.*\bexits (\d+)", line)
@@ -148,7 +135,7 @@ def run_line(line: str, tmp: Path) -> str | None:
 
 @pytest.fixture
 def workdir(tmp_path) -> Path:
-    _wrappers(tmp_path)
+    suite_wrappers(tmp_path)
     for name in READ_ONLY:      # a line naming models/... finds what bin/harness finds from the checkout
         (tmp_path / name).symlink_to(ROOT / name, target_is_directory=True)
     return tmp_path
