@@ -36,6 +36,8 @@ def options_table() -> str:
         default = "off" if option.default is False else "-" if option.default is None else f"`{option.default}`"
         if name == "model_dir":
             default = "`models/embedded`"
+        if name == "telemetry_root":
+            default = "`/`"
         commands = ", ".join(taking.get(flag_of(name), [])) or "bin/test only"
         rows.append(f"| `{flag_of(name)}` | {default} | {option.help.replace('|', '/')} | {commands} |")
     return "\n".join(rows) + "\n"

@@ -171,7 +171,7 @@ def _render_lines(total: int, quiet: bool):
     minutes on the simulator and said nothing until its verdict."""
     import sys
 
-    from ..report.progress import StepLines
+    from ..core.progress import StepLines
     lines = StepLines(total, "[compare] renders", lambda line: None, interval=0.0)
     if not quiet and total:
         print(f"[compare] rendering each golden case on each build: {total} renders", file=sys.stderr, flush=True)

@@ -130,8 +130,8 @@ def _items(source: Manifest, work: Path, precision: str, calibration, samples: i
 
 def _progress(total: int, quiet: bool):
     """The worker's events as progress lines on stderr: each subgraph built, with elapsed time and an ETA
-    (in a log: the first, the last and one every 10 s; harness.report.progress)."""
-    from ..report.progress import LOG_INTERVAL, StepLines
+    (in a log: the first, the last and one every 10 s; harness.core.progress)."""
+    from ..core.progress import LOG_INTERVAL, StepLines
     lines: list[StepLines] = []
 
     def show(event: dict) -> None:

@@ -96,7 +96,7 @@ def test_progress_in_a_log_is_a_few_plain_lines(model_dir, tmp_path):
 
 
 def test_step_lines_estimate_the_remaining_time():
-    from harness.report.progress import StepLines
+    from harness.core.progress import StepLines
     now = [100.0]
     written = []
     lines = StepLines(4, "seven", written.append, clock=lambda: now[0])

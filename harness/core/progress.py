@@ -1,4 +1,5 @@
-"""Step progress for logs: plain lines with elapsed time and an estimate of what remains.
+"""Step progress for logs: plain lines with elapsed time and an estimate of what remains (core: the
+conversions in harness/toolkit and the gates print them as well as the terminal helpers in harness/report).
 
 A 20-step denoise is ~40 min on the board: a CI log that says nothing until the end looks hung. On a
 terminal the caller keeps its live display (a rich bar in the CLI, a rewritten line under pytest);
