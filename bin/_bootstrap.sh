@@ -51,4 +51,6 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/anima-npu/pycache}"
 unset PYTHONDONTWRITEBYTECODE
 export PATH="$VENV/bin:$PATH"
+# Where the user stands: path options are read from there (harness/cli/usage.py), not from the checkout.
+export ANIMA_CWD="$PWD"
 cd "$ROOT"

@@ -16,7 +16,7 @@ from ..model.config import EMBEDDED_DIR
 
 __all__ = ["ranged", "checked", "size", "core_mask", "granularity", "lifecycle", "positive_int", "cfg_scale",
            "seed", "BACKEND_CHOICES", "board_sim_options", "default_partition", "OPTIONS", "SUITE_OPTIONS",
-           "PRECISIONS", "add_options", "check_precision", "resolve_backend", "options_table"]
+           "PRECISIONS", "add_options", "check_precision", "resolve_backend", "flag_of", "Option"]
 
 
 def ranged(kind, lo, hi, what: str):
@@ -262,20 +262,3 @@ def resolve_backend(requested: str, on_board: bool) -> str:
     if backend not in _backends():
         raise ConfigError(f"--backend {requested}: unknown (choose auto, {', '.join(_backends())})")
     return backend
-
-
-def options_table() -> str:
-    """The suite's options as a markdown table (docs/options.md is this, checked by a test)."""
-    rows = ["| option | default | what it does |", "|---|---|---|"]
-    for name, option in SUITE_OPTIONS.items():
-        default = "off" if option.default is False else "-" if option.default is None else f"`{option.default}`"
-        if name == "model_dir":
-            default = "`models/embedded`"
-        if name == "telemetry_root":
-            default = "`/`"
-        rows.append(f"| `{flag_of(name)}` | {default} | {option.help.replace('|', '/')} |")
-    return "\n".join(rows) + "\n"
-
-
-if __name__ == "__main__":        # docs/options.md's table: python -m harness.cli.options
-    print(options_table(), end="")

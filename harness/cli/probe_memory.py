@@ -51,7 +51,7 @@ def add_command(sub) -> None:
                    help="load and release one context before the baseline, so the runtime's one-off "
                         "start-up is not billed to the first context (default: on)")
     p.add_argument("--out", type=Path, default=Path("out/probe"), help="folder for probe.csv/json/png")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=_cmd_probe)
 
 

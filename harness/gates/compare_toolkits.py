@@ -139,7 +139,7 @@ def _load_goldens(store, cases) -> dict:
 
 
 def image_rows(bundle, conversions: dict[str, Path], cases, backend: str = "rknn-sim",
-               golden_dir: Path | None = None) -> list[dict]:
+               golden_dir: Path | None = None, quiet: bool = True) -> list[dict]:
     """Each conversion's render of each golden case, judged against the golden as the quality gate
     judges it. Each case is rendered as its golden was (case_inputs: its sampler, text embeddings and
     all). A case whose golden cannot be used, or a render that fails, says why and did not run."""
@@ -149,6 +149,7 @@ def image_rows(bundle, conversions: dict[str, Path], cases, backend: str = "rknn
     kind = _golden_kind(next(iter(conversions.values())))
     goldens = _load_goldens(GoldenStore(golden_dir, kind=kind), cases)
     rows = []
+    renders = _render_lines(len(cases) * len(conversions), quiet)
     for case in cases:
         row = {"case": case.name, "kind": kind, "ssim_min": case.ssim_min, "psnr_min": case.psnr_min,
                "cosine_min": case.cosine_min if kind == "latent" else None, "versions": {}}
@@ -157,10 +158,29 @@ def image_rows(bundle, conversions: dict[str, Path], cases, backend: str = "rknn
             row["golden_error"] = str(golden)
         else:
             inputs = case_inputs(case, bundle.cfg, golden_dir)
-            row["versions"] = {version: _render(bundle, path, backend, inputs, golden, case, kind)
-                               for version, path in conversions.items()}
+            row["versions"] = {}
+            for version, path in conversions.items():
+                row["versions"][version] = _render(bundle, path, backend, inputs, golden, case, kind)
+                renders(f"{case.name} on {version}")
         rows.append(row)
     return rows
+
+
+def _render_lines(total: int, quiet: bool):
+    """A line on stderr per case rendered on each build, with elapsed time and an ETA: the image part runs
+    minutes on the simulator and said nothing until its verdict."""
+    import sys
+
+    from ..core.progress import StepLines
+    lines = StepLines(total, "[compare] renders", lambda line: None, interval=0.0)
+    if not quiet and total:
+        print(f"[compare] rendering each golden case on each build: {total} renders", file=sys.stderr, flush=True)
+
+    def rendered(what: str) -> None:
+        lines()
+        if not quiet:
+            print(f"{lines.line()} ({what})", file=sys.stderr, flush=True)
+    return rendered
 
 
 def _render(bundle, path, backend, inputs, golden, case, kind) -> dict:
@@ -257,19 +277,20 @@ def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolki
     comparison.failures += subgraph_failures(comparison.subgraphs, new, cosine_min)
     comparison.header["reduce"] = reduce_commands(comparison.subgraphs, new, partition, out, model_dir,
                                                  cosine_min)
-    _judge_images(comparison, bundle, out, cases, golden_dir, results, images)
+    _judge_images(comparison, bundle, out, cases, golden_dir, results, images, quiet)
     _write_report(comparison, out)
     return comparison
 
 
-def _judge_images(comparison: Comparison, bundle, out: Path, cases, golden_dir, results, images: bool) -> None:
+def _judge_images(comparison: Comparison, bundle, out: Path, cases, golden_dir, results, images: bool,
+                  quiet: bool) -> None:
     if not images:
         comparison.not_run.append("image part: not asked for")
         return
     converted = {v: out / v for v, r in results.items() if r is not None}
     if not converted:
         return
-    comparison.images = image_rows(bundle, converted, cases, golden_dir=golden_dir)
+    comparison.images = image_rows(bundle, converted, cases, golden_dir=golden_dir, quiet=quiet)
     failures, not_run = _image_findings(comparison.images, comparison.new)
     comparison.failures += failures
     comparison.not_run += not_run

@@ -11,6 +11,7 @@ keeps apart:
     reporting.py step progress in logs, the markdown summary and the HTML report of each run
     duration.py  the smoke tier first; a board session's expected length from the board profile
     preflight.py the stack preflight before any npu test on the board; a failed one starts none
+    caller.py    paths from where bin/test's user stands; the checkout on the tests' subprocesses' PYTHONPATH
     workers.py   under pytest-xdist (-n): the gates run alone, the workers' share of the session to the controller
 
 The gate modules under tests/acceptance stay thin: fixtures arrange, the test asserts one gate.
@@ -25,4 +26,5 @@ pytest_plugins = ["harness.pytest_plugin.options", "harness.pytest_plugin.hooks"
                   "harness.pytest_plugin.fixtures", "harness.pytest_plugin.storage",
                   "harness.pytest_plugin.session", "harness.pytest_plugin.baselines",
                   "harness.pytest_plugin.reporting", "harness.pytest_plugin.duration",
-                  "harness.pytest_plugin.preflight", "harness.pytest_plugin.workers"]
+                  "harness.pytest_plugin.preflight", "harness.pytest_plugin.workers",
+                  "harness.pytest_plugin.caller"]

@@ -26,9 +26,52 @@ def pytest_configure(config):
         start_run(config, settings)
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
+    _check_thresholds(settings)
     identity = board_identity(settings.telemetry_root)
     config.stash[IDENTITY] = identity
     config.stash[BOARD] = board_id(identity)
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_configure")    # after every plugin has registered its markers
+def pytest_configure_marker_expression(config):
+    """A `-m` that cannot select what was meant is refused here in one line, before xdist's workers start
+    (each refused it in its collection, and the controller then ended in 35 lines of INTERNALERROR)."""
+    text = config.option.markexpr
+    if not text:
+        return
+    from _pytest.mark.expression import Expression
+
+    from ..cli.usage import closest
+    try:
+        expression = Expression.compile(text)
+    except SyntaxError as exc:
+        raise pytest.UsageError(f"-m {text!r}: not a marker expression (column {exc.offset}: {exc.msg}); "
+                                f"e.g. -m \"not slow and not toolkit\"") from None
+    known = {line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")}
+    for name in sorted(expression.idents() - known):
+        raise pytest.UsageError(f"-m {text!r}: no marker '{name}'{closest(name, known)}; "
+                                f"bin/test --markers lists them")
+
+
+def _check_thresholds(settings) -> None:
+    """Every case the quality gate will judge has its bars: else one line naming the command that derives
+    them, once, here (each gate module's collection raised it again, six tracebacks of 175 lines)."""
+    import math
+
+    from ..gates.cases import THRESHOLDS_COMMAND
+    from ..model.config import EMBEDDED_DIR
+    if settings.update_goldens or not (settings.golden_dir / "cases.toml").exists():
+        return
+    bare = [c for c in selected_cases(settings, thresholds=False) if math.isnan(c.ssim_min) or math.isnan(c.psnr_min)]
+    if not bare:
+        return
+    where = ([f"--model-dir={settings.model_dir}"] if settings.model_dir != EMBEDDED_DIR else []) \
+        + ([f"--golden-dir={settings.golden_dir}"] if settings.golden_dir_given else [])
+    commands = [" ".join([THRESHOLDS_COMMAND, *where, *([f"--sampler {s}"] if s != "flow-euler" else [])])
+                for s in sorted({c.sampler for c in bare})]
+    raise pytest.UsageError(f"{settings.golden_dir / 'cases.toml'}: no ssim_min / psnr_min for case(s) "
+                            f"{', '.join(c.name for c in bare)}: derive them from the model's own runs with "
+                            f"{' and '.join(commands)}")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -129,7 +129,10 @@ def _items(source: Manifest, work: Path, precision: str, calibration, samples: i
 
 
 def _progress(total: int, quiet: bool):
-    done = [0]
+    """The worker's events as progress lines on stderr: each subgraph built, with elapsed time and an ETA
+    (in a log: the first, the last and one every 10 s; harness.core.progress)."""
+    from ..core.progress import LOG_INTERVAL, StepLines
+    lines: list[StepLines] = []
 
     def show(event: dict) -> None:
         if quiet:
@@ -137,10 +140,12 @@ def _progress(total: int, quiet: bool):
         if event["event"] == "start":
             print(f"[convert] rknn-toolkit2 {event['toolkit']}: building {event['count']} subgraphs",
                   file=sys.stderr, flush=True)
-        elif event["event"] == "built":
-            done[0] += 1
-            print(f"[convert] {done[0]:3d}/{total} {event['name']}  {event['seconds']:.2f} s",
-                  file=sys.stderr, flush=True)
+            lines.append(StepLines(total, f"[convert] rknn-toolkit2 {event['toolkit']}",
+                                   lambda line: print(line.replace(": step ", ": subgraph "), file=sys.stderr,
+                                                      flush=True),
+                                   interval=0.0 if sys.stderr.isatty() else LOG_INTERVAL))
+        elif event["event"] == "built" and lines:
+            lines[-1]()
     return show
 
 
