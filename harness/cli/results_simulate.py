@@ -89,6 +89,6 @@ def summary_lines(result: dict) -> list[str]:
         value = "none judged" if cell["rate"] is None else \
             f"{100 * cell['rate']:5.1f} % [{100 * cell['ci95'][0]:.1f}, {100 * cell['ci95'][1]:.1f}]"
         bound = f"  ({'<=' if cell['bound'][0] == 'max' else '>='} {100 * cell['bound'][1]:g} %: " \
-                f"{'holds' if cell['holds'] else 'MISSED'})" if "bound" in cell else ""
+                f"{cell['holds']})" if "bound" in cell else ""
         lines.append(f"{name:<28} {value} of {cell['n']}{bound}")
     return lines
