@@ -36,10 +36,11 @@ from ..backends.board_profile import BRANCH_ORDER, load_board_profile
 from .ab import DEFAULT_THRESHOLD_PCT, judge_pairs, round_orders
 from .judge import NPU_CORE, STEP, judge_values, npu_core
 from .noise import NOISE_LOOKBACK
+from .records import Run, RunKey
 from .verdict import Outcome
 
-__all__ = ["RATES", "STREAMS_DIR", "LoadedHost", "outcome", "kept_streams", "simulate", "store_looks",
-           "stream_figures", "stream_record"]
+__all__ = ["RATES", "STREAMS_DIR", "LoadedHost", "outcome", "upgrade_path", "today_judge", "UPGRADE_PATHS",
+           "kept_streams", "simulate", "store_looks", "stream_figures", "stream_record"]
 
 STREAMS_DIR = Path(__file__).resolve().parent / "streams"
 HISTORY_RUNS, AFTER_RUNS = 20, 5       # the earlier runs a change is judged against; a change's looks
@@ -67,7 +68,11 @@ RATES = {
     "loaded A/A, 5 looks": ("simulated board on a loaded host (LoadedHost), nothing changed: any of 5 looks "
                             "REGRESSION", ("max", 0.01)),
     "loaded 3x, look 1 PASS": ("simulated board on a loaded host, 3x slower: its first run PASSES", ("max", 0.0)),
+    "loaded B then C 3x, C PASS": ("a store, loaded host: stack A x5, B, then C 3x slower x3: a C run PASSES",
+                                   ("max", 0.0)),
 }
+# a path's trials are whole stores judged run by run (~1 s each here): a tenth of --runs
+PATH_SHARE = 10
 LOADED_SLOW = 2.0           # the stack 3x slower (+200 %) of issue 41
 
 
@@ -123,6 +128,56 @@ def _loaded_history(model, trials: int, slow: float, seed: int) -> dict[str, int
         tally[f"look {AFTER_RUNS} {outcomes[-1]}"] += 1
         tally["any look regression"] += Outcome.REGRESSION in outcomes
     return tally
+
+
+UPGRADE_PATHS = ("B then C 3x", "accept B, revert to A")
+
+
+def upgrade_path(judge: Callable, path: str, trials: int, seed: int, loaded: bool = True) -> dict[str, int]:
+    """The outcomes of `path` (UPGRADE_PATHS) through a real store, one SQLite file per trial, each run
+    judged by `judge(store, run) -> Outcome` before it is written (the seam: today's judge_run through
+    outcome(), the verdict package's judge once merged). "B then C 3x": stack A five runs, stack B one
+    run, then stack C 3x slower three times, each C run's outcome tallied; "accept B, revert to A": A
+    five runs, B five runs accepted (its last a baseline), then A again, that run's outcome tallied."""
+    import tempfile
+
+    from .store import ResultsStore
+    model = load_drift_model()
+    board, host = SimulatedBoard(Drift(model, seed, trials=trials)), LoadedHost(trials, seed + 99)
+    plan = [("A", 0.0)] * 5 + ([("B", 0.0), ("C", LOADED_SLOW), ("C", LOADED_SLOW), ("C", LOADED_SLOW)]
+                               if path == UPGRADE_PATHS[0] else [("B", 0.0)] * 5 + [("A", 0.0)])
+    sims = []
+    for _, slow in plan:
+        run, factor = board.run(HISTORY_STEPS, slow), host.factor() if loaded else 1.0
+        sims.append({name: v * factor for name, v in run.items()})
+        board.idle(10 * model.correlation_s)
+    tally = {str(o): 0 for o in Outcome}
+    for i in range(trials):
+        with tempfile.TemporaryDirectory() as tmp, ResultsStore(f"sqlite:///{tmp}/sim.sqlite") as store:
+            for k, ((stack, _), sim) in enumerate(zip(plan, sims)):
+                run = _stored_run(f"r{k}", stack, {name: float(v[i]) for name, v in sim.items()}, k)
+                judged = k >= 5 and (stack == "C" or k == len(plan) - 1)
+                if judged:
+                    tally[str(judge(store, run))] += 1
+                store.add_run(run, baseline="accepted" if path != UPGRADE_PATHS[0] and k == 9 else None)
+    return tally
+
+
+def today_judge(store, run) -> Outcome:
+    """The seam over today's judge: judge_run's verdicts as an Outcome."""
+    from .judge import judge_run
+    return outcome(judge_run(store, run, 10.0).verdicts)
+
+
+def _stored_run(run_id: str, stack: str, fig: dict[str, float], minute: int) -> Run:
+    """A simulated run as the store keeps it: stack A, B (driver 0.9.9) or C (driver 0.9.10)."""
+    versions = {"npu_driver": {"A": "0.9.6", "B": "0.9.9", "C": "0.9.10"}[stack], "runtime_lib": "2.3.2"}
+    branches = {b: fig[f"{b} core"] for b in BRANCH_ORDER}
+    stages = {s: fig[s] for s in ("load", "init", "release")} | {"run": sum(branches.values())}
+    return Run(run_id=run_id, key=RunKey("sim", HISTORY_STEPS, "float16", "board-sim", "m1", versions),
+               time=f"2026-12-01T{minute // 60:02d}:{minute % 60:02d}:00+00:00", board_id="sim-board-00000000",
+               board_model="sim-board", model="embedded", valid=True, mean_step_s=fig["step"],
+               total_denoise_s=fig["step"] * HISTORY_STEPS, stages=stages, branches=branches)
 
 
 class SimulatedBoard:
@@ -292,6 +347,10 @@ def simulate(runs: int, seed: int = 0, streams: list[Path] | None = None, shifts
     for slow in (0.0, LOADED_SLOW):
         progress(f"loaded host {slow:+.0%}: {runs} boards")
         out["loaded"][f"{slow:+.0%}"] = _loaded_history(model, runs, slow, seed + int(1000 * slow) + 11)
+    out["paths"] = {}
+    for path in UPGRADE_PATHS:
+        progress(f"upgrade path {path}: {max(1, runs // PATH_SHARE)} stores")
+        out["paths"][path] = upgrade_path(today_judge, path, max(1, runs // PATH_SHARE), seed + 23)
     for path in kept_streams() if streams is None else streams:
         progress(f"kept stream {path.name}")
         out["streams"][path.name] = judge_stream(read_stream(path))
@@ -302,7 +361,9 @@ def simulate(runs: int, seed: int = 0, streams: list[Path] | None = None, shifts
               "board +3 %, A/B": (ab[0.03], runs), "board A/A, A/B": (ab[0.0], runs),
               "kept streams A/A, 5 looks": tuple(total),
               "loaded A/A, 5 looks": (out["loaded"]["+0%"]["any look regression"], runs),
-              "loaded 3x, look 1 PASS": (out["loaded"][f"{LOADED_SLOW:+.0%}"]["look 1 pass"], runs)}
+              "loaded 3x, look 1 PASS": (out["loaded"][f"{LOADED_SLOW:+.0%}"]["look 1 pass"], runs),
+              "loaded B then C 3x, C PASS": (out["paths"][UPGRADE_PATHS[0]]["pass"],
+                                             sum(out["paths"][UPGRADE_PATHS[0]].values()))}
     out["rates"] = {name: {**rate(*counts[name]), "what": RATES[name][0], "bound": list(RATES[name][1]),
                            "holds": _holds(rate(*counts[name]), RATES[name][1])} for name in RATES}
     for slow in shifts:
@@ -313,6 +374,10 @@ def simulate(runs: int, seed: int = 0, streams: list[Path] | None = None, shifts
             if what != "any look regression":
                 out["rates"][f"loaded {slow}, {what}"] = {**rate(hits, runs),
                                                          "what": f"loaded host {slow}: {what.upper()}"}
+    for path, tally in out["paths"].items():
+        for what, hits in tally.items():
+            out["rates"][f"{path}, {what}"] = {**rate(hits, sum(tally.values())),
+                                              "what": f"upgrade path {path} on a loaded host: {what.upper()}"}
     out["load_end"], out["seconds"] = list(os.getloadavg()), round(time.perf_counter() - t0, 1)
     return out
 

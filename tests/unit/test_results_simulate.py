@@ -67,6 +67,22 @@ def test_a_loaded_host_is_as_noisy_as_measured_and_its_3x_stack_is_never_a_pass_
     assert sum(tally[f"look 5 {o}"] for o in ("pass", "regression", "inconclusive")) == 20
 
 
+@pytest.mark.slow           # stores judged run by run
+def test_the_upgrade_paths_count_each_judged_run_once_through_the_seam():
+    # B then C: the three C runs of each store; accept then revert: the run back on A
+    seen = []
+
+    def judge(store, run):
+        seen.append((len(store.runs()), run.key.versions["npu_driver"]))
+        return simulate.today_judge(store, run)
+
+    c = simulate.upgrade_path(judge, simulate.UPGRADE_PATHS[0], 2, seed=4)
+    assert sum(c.values()) == 6 and seen == [(6, "0.9.10"), (7, "0.9.10"), (8, "0.9.10")] * 2
+    seen.clear()
+    back = simulate.upgrade_path(judge, simulate.UPGRADE_PATHS[1], 2, seed=4)
+    assert sum(back.values()) == 2 and seen == [(10, "0.9.6")] * 2
+
+
 @pytest.mark.slow          # a few simulated boards and five stream windows, each judged with a noise factor
 def test_simulate_writes_every_rate_and_finds_a_large_shift(tmp_path):
     (tmp_path / "kept").mkdir()
