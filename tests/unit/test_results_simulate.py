@@ -141,3 +141,17 @@ def test_the_statistics_pages_tables_are_generated_from_the_kept_results():
                                       for path in (REPO_ROOT / name for name in files)})
     start = page.index(marker) + len(marker) + 1
     assert page[start:page.index("<!-- end of generated tables -->", start)] == generated
+
+
+def test_one_command_rewrites_the_pages_tables(tmp_path):
+    # a page whose table went stale: --page writes back what --table of its marker's files prints
+    kept = (REPO_ROOT / "docs" / "results-statistics.md").read_text()
+    page = tmp_path / "page.md"
+    page.write_text(kept.replace("| board A/A, 5 looks | ≤ 1 % |", "| board A/A, 5 looks | typed in |"))
+    proc = _harness("--page", str(page))
+    assert proc.returncode == 0, proc.stderr
+    assert page.read_text() == kept
+    page.write_text("no marker here\n")
+    proc = _harness("--page", str(page))
+    assert proc.returncode == 2 and proc.stderr.startswith(f"error: --page {page}: no ") and page.read_text() == \
+        "no marker here\n"
