@@ -148,8 +148,8 @@ def upgrade_path(judge: Callable, path: str, trials: int, seed: int, loaded: boo
                                if path == UPGRADE_PATHS[0] else [("B", 0.0)] * 5 + [("A", 0.0)])
     sims = []
     for _, slow in plan:
-        run, factor = board.run(HISTORY_STEPS, slow), host.factor() if loaded else 1.0
-        sims.append({name: v * factor for name, v in run.items()})
+        figs, factor = board.run(HISTORY_STEPS, slow), host.factor() if loaded else 1.0
+        sims.append({name: v * factor for name, v in figs.items()})
         board.idle(10 * model.correlation_s)
     tally = {str(o): 0 for o in Outcome}
     for i in range(trials):
@@ -348,9 +348,9 @@ def simulate(runs: int, seed: int = 0, streams: list[Path] | None = None, shifts
         progress(f"loaded host {slow:+.0%}: {runs} boards")
         out["loaded"][f"{slow:+.0%}"] = _loaded_history(model, runs, slow, seed + int(1000 * slow) + 11)
     out["paths"] = {}
-    for path in UPGRADE_PATHS:
-        progress(f"upgrade path {path}: {max(1, runs // PATH_SHARE)} stores")
-        out["paths"][path] = upgrade_path(today_judge, path, max(1, runs // PATH_SHARE), seed + 23)
+    for walk in UPGRADE_PATHS:
+        progress(f"upgrade path {walk}: {max(1, runs // PATH_SHARE)} stores")
+        out["paths"][walk] = upgrade_path(today_judge, walk, max(1, runs // PATH_SHARE), seed + 23)
     for path in kept_streams() if streams is None else streams:
         progress(f"kept stream {path.name}")
         out["streams"][path.name] = judge_stream(read_stream(path))
@@ -374,10 +374,10 @@ def simulate(runs: int, seed: int = 0, streams: list[Path] | None = None, shifts
             if what != "any look regression":
                 out["rates"][f"loaded {slow}, {what}"] = {**rate(hits, runs),
                                                          "what": f"loaded host {slow}: {what.upper()}"}
-    for path, tally in out["paths"].items():
+    for walk, tally in out["paths"].items():
         for what, hits in tally.items():
-            out["rates"][f"{path}, {what}"] = {**rate(hits, sum(tally.values())),
-                                              "what": f"upgrade path {path} on a loaded host: {what.upper()}"}
+            out["rates"][f"{walk}, {what}"] = {**rate(hits, sum(tally.values())),
+                                              "what": f"upgrade path {walk} on a loaded host: {what.upper()}"}
     out["load_end"], out["seconds"] = list(os.getloadavg()), round(time.perf_counter() - t0, 1)
     return out
 
