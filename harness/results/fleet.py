@@ -178,8 +178,8 @@ def fleet_lines(runs: list[Run], board_model: str | None = None,
         verdicts, could_not = board_verdicts(group, detect_pct)
         lines += [group.header(), *(f"  {v.line()}" for v in verdicts), *(f"  {why}" for why in could_not)]
         outliers += [v.board for v in verdicts if v.outlier]
-        inconclusive += [v.board for v in verdicts if v.outcome is Outcome.INCONCLUSIVE]
-        inconclusive += [why.split()[2] for why in could_not]
+        judged = {v.board: v for v in verdicts}
+        inconclusive += [b for b in group.runs if b not in judged or judged[b].outcome is Outcome.INCONCLUSIVE]
     return lines, outliers, inconclusive
 
 
