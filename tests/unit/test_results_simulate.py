@@ -29,7 +29,7 @@ def _short_stream(out, rounds: int = 110):
 
 
 @pytest.mark.parametrize("args,culprit", [(["--runs", "0"], "--runs 0"),
-                                          (["--streams", "nowhere"], "--streams nowhere"),
+                                          (["--streams", "nowhere"], f"--streams {REPO_ROOT / 'nowhere'}"),
                                           (["--shift", "fast"], "--shift 'fast'")])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, culprit):
     out = tmp_path / "rates.json"
