@@ -15,9 +15,11 @@ its `paths` (fnmatch, where '*' crosses '/'), on every board. Prints the GitHub 
 Trust (--event-name/--event FILE/--reviews FILE, from the workflow's plan job):
     main    a push to main, a manual or scheduled run: everything, baselines and history written
     branch  a pull request from a branch of this repository (its author can push here anyway)
-    fork    a fork's pull request, only on its `run-on-board` labelling and only when a maintainer's
-            approving review is of the head commit the event names: that commit is pinned (sha), no
-            licensed target is planned, and its code runs only sealed (.ci/untrusted-run)
+    fork    a fork's pull request, only on its `run-on-board` labelling, by someone with write, maintain
+            or admin access (the event's sender, --sender-permission: GitHub's collaborator permission,
+            not a review's author_association, where MEMBER is any member of the organisation), whose
+            own standing review approves the head commit the event names: that commit is pinned (sha),
+            no licensed target is planned, and its code runs only sealed (.ci/untrusted-run)
     none    anything else from a fork (a push after the label, another label), and any `pull_request`
             run (its workflow is the change's own copy): nothing runs
 
@@ -48,7 +50,8 @@ BOARD_LABEL = "run-on-board"
 # Events whose workflow and checkout are main's own (a push to main, a run a maintainer started).
 MAIN_EVENTS = {"push", "schedule", "workflow_dispatch"}
 VERSION = re.compile(r"[0-9][0-9A-Za-z.+-]*")       # a toolkit version as toolkit/versions.toml writes it
-MAINTAINERS = {"OWNER", "MEMBER", "COLLABORATOR"}       # author_association of a review that counts
+WRITE_ACCESS = {"admin", "write"}         # the collaborator permission API's `permission` (maintain reads write)
+STANDING = {"APPROVED", "CHANGES_REQUESTED", "DISMISSED"}   # review states that replace a reviewer's earlier one
 # Where a target's x86 conversion runs (runs-on labels).
 CONVERTERS = {"x86": ["ubuntu-24.04"], "anima-converter": ["self-hosted", "linux", "X64", "anima-converter"]}
 
@@ -93,8 +96,11 @@ def _default_toolkit(path: Path) -> str:
     return version
 
 
-def trust(event_name: str, event: dict, repository: str, reviews: list[dict]) -> tuple[str, str, str]:
-    """(trust, the commit to run, why): see the module docstring."""
+def trust(event_name: str, event: dict, repository: str, reviews: list[dict],
+          permission: dict | None = None) -> tuple[str, str, str]:
+    """(trust, the commit to run, why): see the module docstring. `permission`: GitHub's collaborator
+    permission of the event's sender (repos/R/collaborators/SENDER/permission)."""
+    permission = permission or {}
     if event_name in MAIN_EVENTS:
         return "main", event.get("after") or "", f"{event_name} of this repository"
     if event_name != "pull_request_target":
@@ -107,12 +113,34 @@ def trust(event_name: str, event: dict, repository: str, reviews: list[dict]) ->
         return "branch", head, "a pull request from a branch of this repository"
     if event.get("action") != "labeled" or event.get("label", {}).get("name") != BOARD_LABEL:
         return "none", head, f"a fork's pull request reaches the board only by the label {BOARD_LABEL}"
-    approved = [r for r in reviews if r.get("state") == "APPROVED"
-                and r.get("author_association") in MAINTAINERS and r.get("commit_id") == head]
-    if not approved:
-        return "none", head, (f"no maintainer's approving review of {head[:12]}, the head the label "
-                              f"was put on: review that commit, then label again")
-    return "fork", head, f"a fork's pull request, head {head[:12]} approved by {approved[-1]['user']['login']}"
+    sender = (event.get("sender") or {}).get("login", "")
+    access = _write_access(sender, permission)
+    if access is not True:
+        return "none", head, access
+    if not _approved_by(sender, reviews, head):
+        return "none", head, (f"no approving review of {head[:12]}, the head the label was put on, by "
+                              f"{sender}, who put it: review that commit, then label again")
+    return "fork", head, f"a fork's pull request, head {head[:12]} approved and labelled by {sender}"
+
+
+def _write_access(sender: str, permission: dict) -> str | bool:
+    """True when the labeller has write, maintain or admin access (GitHub's collaborator permission
+    API: `permission` says write for maintain, read for triage); else why not."""
+    if not sender:
+        return "the labelling event names no sender"
+    if (permission.get("user") or {}).get("login") != sender:
+        return f"no collaborator permission of {sender}, who put the label"
+    role = permission.get("role_name") or permission.get("permission") or "no"
+    if permission.get("permission") not in WRITE_ACCESS:
+        return f"{sender} put the label with {role} access: it takes write, maintain or admin"
+    return True
+
+
+def _approved_by(login: str, reviews: list[dict], head: str) -> bool:
+    """Whether `login`'s standing review is an approval of `head` (GitHub lists reviews oldest first; a
+    comment leaves the standing review as it was, a dismissed approval reads DISMISSED)."""
+    standing = [r for r in reviews if (r.get("user") or {}).get("login") == login and r.get("state") in STANDING]
+    return bool(standing) and standing[-1]["state"] == "APPROVED" and standing[-1].get("commit_id") == head
 
 
 def toolkit_legs(upgrade: str | None, head_versions: Path | None, versions: Path = VERSIONS) -> list[tuple[str, str]]:
@@ -183,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repository", default="", help="github.repository (owner/name)")
     parser.add_argument("--reviews", type=Path,
                         help="the pull request's reviews (`gh api --paginate --slurp` of GitHub's list)")
+    parser.add_argument("--sender-permission", type=Path,
+                        help="the labeller's access (`gh api repos/R/collaborators/SENDER/permission`)")
     parser.add_argument("--pr-files", type=Path,
                         help="the pull request's changed files (`gh api --paginate --slurp` of GitHub's list)")
     parser.add_argument("--toolkit-upgrade", default="", help="a toolkit version to gate against the default")
@@ -191,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sha", default="", help="github.sha: the commit of a push or manual run")
     parser.add_argument("--github-output", action="store_true", help="also write to $GITHUB_OUTPUT")
     args = parser.parse_args(argv)
-    level, sha, why = trust(args.event_name, _json(args.event, {}), args.repository, _pages(args.reviews))
+    level, sha, why = trust(args.event_name, _json(args.event, {}), args.repository, _pages(args.reviews),
+                            _json(args.sender_permission, {}))
     changed = args.changed if args.changed is not None else changed_paths(args.pr_files, sys.stdin)
     legs = toolkit_legs(args.toolkit_upgrade or None, args.head_versions)
     include = [] if level == "none" else matrix(plan(changed, load_targets()), load_boards(), legs, level)

@@ -1,21 +1,38 @@
 # Sourced by bin/harness and bin/test: make sure .venv exists and matches pyproject.toml.
 # Re-installs only when pyproject.toml changed, so repeated runs start instantly.
 # ANIMA_VENV puts the venv elsewhere (a CI runner keeps it outside the checkout, one per set of
-# requirements, so it survives the checkout being wiped); ANIMA_EXTRAS picks the extras (board: test,board);
-# ANIMA_PYTHON the interpreter it is made with (a board whose python3 is 3.13, for which
-# rknn-toolkit-lite2 has no wheel, names a 3.11 or 3.12 one).
+# requirements, so it survives the checkout being wiped); ANIMA_EXTRAS picks the extras (default: `board`
+# on an RK3588, `test` elsewhere); ANIMA_PYTHON the interpreter it is made with (3.11 or newer; a board
+# needs 3.11 or 3.12, rknn-toolkit-lite2's wheels). ANIMA_SETUP=dry-run prints what would be installed
+# and installs nothing.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${ANIMA_VENV:-$ROOT/.venv}"
-EXTRAS="${ANIMA_EXTRAS:-test}"
+PYTHON="${ANIMA_PYTHON:-python3}"
+# An RK3588 is told by its device tree, read under ANIMA_TELEMETRY_ROOT when set (a board-shaped tree,
+# as tests and an emulated board give one; it is also --telemetry-root's default). A board installs its
+# own set: the board extra (the suite's tiers and rknn-toolkit-lite2), no developer tool, no toolkit
+# environment, only the Debian packages its tiers use.
+if [[ -n "${ANIMA_TELEMETRY_ROOT:-}" ]]; then
+    ANIMA_TELEMETRY_ROOT="$(realpath -m "$ANIMA_TELEMETRY_ROOT")" && export ANIMA_TELEMETRY_ROOT
+fi
+ROLE=host
+grep -qs "rockchip,rk3588" "${ANIMA_TELEMETRY_ROOT:-}/proc/device-tree/compatible" && ROLE=board
+EXTRAS="${ANIMA_EXTRAS:-$([[ $ROLE == board ]] && echo board || echo test)}"
+DRY_RUN=""
+[[ "${ANIMA_SETUP:-}" == dry-run ]] && DRY_RUN=1
 STAMP="$VENV/.requirements.sha256"
 # The venv is keyed by what it installs (the requirement lines and the interpreter), not by the
 # checkout's path: a board runner's venv survives each job's fresh checkout.
-requirements="$("${ANIMA_PYTHON:-python3}" "$ROOT/bin/_requirements.py" "$ROOT/pyproject.toml" "$EXTRAS")"
-want="$( (echo "$requirements"; "${ANIMA_PYTHON:-python3}" --version) | sha256sum | cut -d' ' -f1)"
-if [[ ! -x "$VENV/bin/python" || "$(cat "$STAMP" 2>/dev/null)" != "$want" ]]; then
+requirements="$("$PYTHON" "$ROOT/bin/_requirements.py" "$ROOT/pyproject.toml" "$EXTRAS" $ROLE)"
+want="$( (echo "$requirements"; "$PYTHON" --version) | sha256sum | cut -d' ' -f1)"
+if [[ -n "$DRY_RUN" ]]; then
+    echo "[setup] dry run: $ROLE$([[ $ROLE == board ]] && echo " (rockchip,rk3588 in ${ANIMA_TELEMETRY_ROOT:-}/proc/device-tree/compatible)")"
+    echo "[setup] venv $VENV ($("$PYTHON" --version), extras $EXTRAS): $([[ -x "$VENV/bin/python" && "$(cat "$STAMP" 2>/dev/null)" == "$want" ]] && echo "up to date" || echo "would install")"
+    echo "$requirements" | sed 's/^/[setup] requirement: /'
+elif [[ ! -x "$VENV/bin/python" || "$(cat "$STAMP" 2>/dev/null)" != "$want" ]]; then
     echo "[setup] installing the suite's dependencies into $VENV (first run or pyproject.toml changed)" >&2
-    "${ANIMA_PYTHON:-python3}" -m venv "$VENV"
+    "$PYTHON" -m venv "$VENV"
     # pip's notes about unused local index folders are noise; its real errors still show.
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip \
         2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
@@ -34,4 +51,6 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/anima-npu/pycache}"
 unset PYTHONDONTWRITEBYTECODE
 export PATH="$VENV/bin:$PATH"
+# Where the user stands: path options are read from there (harness/cli/usage.py), not from the checkout.
+export ANIMA_CWD="$PWD"
 cd "$ROOT"

@@ -52,11 +52,18 @@ def one(args) -> dict:
     bundle, manifest = _partition(args.backend, args.precision, Path(args.cache_dir))
     options = run_options(args.backend, backend_options(args.backend, {"fault": args.fault}, bundle.cfg))
     per_image = cycles_per_image(manifest)
-    run = run_soak(args.backend, manifest, options, args.cycles or per_image, ResourceSampler("/"))
-    verdict = soak_verdict(run, parse_size(args.memory_rate), parse_size("1.5GiB"), per_image)
+    rate = parse_size(args.memory_rate)
+    run = run_soak(args.backend, manifest, options, args.cycles or per_image, ResourceSampler("/"),
+                   lifecycle=args.lifecycle, memory_rate=rate)
+    verdict = soak_verdict(run, rate, parse_size("1.5GiB"), per_image)
     print("\n".join(verdict.lines()), file=sys.stderr)
     return {"cycles": run.cycles, "seconds": run.seconds, "failed": [g.resource for g in verdict.failures],
-            "per_cycle": {g.resource: g.per_cycle for g in verdict.growth}}
+            "found": [f"{g.process}: {g.resource} from cycle {g.first_cycle}, found at cycle {g.found_at}"
+                      for g in verdict.failures],
+            "peak_of_threshold": {f"{run.processes[c // len(run.resources)]}: {run.resources[c % len(run.resources)]}":
+                                  round(float(run.watch.peak[c] / run.watch.h[c]), 3)
+                                  for c in range(len(run.watch.h)) if run.watch.judged[c] and run.watch.peak[c] > 0},
+            "per_cycle": {g.resource: g.per_cycle for g in verdict.growth if g.process == verdict.run.processes[0]}}
 
 
 def _soak(backend: str, cycles: int | None, fault: str | None = None, precision: str = "float16") -> dict:
@@ -109,6 +116,7 @@ def main() -> None:
     parser.add_argument("--backend", default="onnxruntime")
     parser.add_argument("--precision", default="float16")
     parser.add_argument("--fault", default=None)
+    parser.add_argument("--lifecycle", default="on-demand", help="one: on-demand or prefetch:K")
     parser.add_argument("--cycles", type=int, default=None, help="default: one image's")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)

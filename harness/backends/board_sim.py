@@ -35,6 +35,9 @@ Context options (`normalize_options` checks and completes them; the suite's --bo
     reuse_sessions  build each subgraph's onnxruntime session once per process (default true)
     slowdown      per-branch factor on every stage's board time: 'x1.03' (every branch) or
                   'ffn=x1.03,self_attn=x1.02'; a candidate made slower on purpose (default none)
+    driver_leak   SIZE@RELEASE: a driver that keeps SIZE of CMA on every release from this process's
+                  RELEASEth, written into `telemetry_root`'s copied proc/meminfo (harness/backends/driver_leak.py):
+                  a leak no process's RSS shows (default none)
     drift         seed of the board's run-to-run drift (harness/backends/board_drift.py, from
                   boards/data/board-drift.toml): every stage's time follows its branch's drift level
                   at that moment, so runs far apart differ as the board's runs do (default: no drift)
@@ -59,6 +62,7 @@ from ..partition.granularity import BRANCHES_PER_BLOCK
 from ..partition.manifest import FUSED_BRANCH
 from .board_drift import Drift, load_drift_model
 from .board_profile import BRANCH_ORDER, fits, load_board_profile
+from .driver_leak import DriverLeak, parse_driver_leak
 from .onnxruntime import OnnxRuntimeContext
 from .rknnlite import parse_core_mask
 
@@ -90,7 +94,7 @@ def normalize_options(options: dict, lock_dir: bool = True) -> dict:
     """Checked, complete options (idempotent: the parent completes them, workers get the result).
     lock_dir=False only checks: no lock directory is made for a run that may not use this backend."""
     known = {"profile_data", "time_scale", "memory_scale", "core_mask", "lock_dir", "threads", "reuse_sessions",
-             "slowdown", "drift"}
+             "slowdown", "drift", "driver_leak", "telemetry_root"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise ConfigError(f"board-sim: unknown option '{unknown[0]}' (known: {', '.join(sorted(known))})")
@@ -105,7 +109,10 @@ def normalize_options(options: dict, lock_dir: bool = True) -> dict:
             **({"lock_dir": str(options.get("lock_dir") or _fresh_lock_dir())}
                if lock_dir or options.get("lock_dir") else {}),
             "reuse_sessions": _flag(options, "reuse_sessions", True),
-            "slowdown": parse_slowdown(options.get("slowdown")), "drift": _seed(options.get("drift"))}
+            "slowdown": parse_slowdown(options.get("slowdown")), "drift": _seed(options.get("drift")),
+            **({"driver_leak": options["driver_leak"] if isinstance(options["driver_leak"], dict) else
+                parse_driver_leak(options["driver_leak"], options.get("telemetry_root"))}
+               if options.get("driver_leak") is not None else {})}
 
 
 def parse_slowdown(spec) -> dict[str, float]:
@@ -268,6 +275,7 @@ class BoardSimContext(OnnxRuntimeContext):
             try:
                 super().release()
                 _free(self._memory)
+                DriverLeak.released(self.options.get("driver_leak"))
                 _pad(start, self.stage_s["release"] * self._factor())
             finally:
                 self._memory = None

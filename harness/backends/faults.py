@@ -18,6 +18,12 @@ Options (the suite's `--fault` sets them):
     leak_bytes:   bytes every release() leaks for good (`leak=mem:64KiB`): written, so they are resident
                   and private, as a runtime that does not free a context's memory (the soak gate's proof).
     leak_fds:     descriptors every release() leaks (`leak=fd:0.1`: one per 10 releases), really open.
+    leak_threads: threads every release() leaves running (`leak=thread:0.05`: one per 20 releases).
+    leak_from:    the release of this process the leaks start at (`leak=mem:64KiB@200`: from the 200th on;
+                  default the first): a runtime that starts losing memory mid-run.
+    leak_in:      "worker" (`leak-worker=mem:64KiB@100`): the leaks happen only in prefetch worker 0's process
+                  (--lifecycle prefetch:K), whose releases are counted on their own (with K = 2 and three
+                  branch kinds, worker 0 makes every other release: its 100th is about the run's 200th).
     init_fails_after: inits this process completes before every later init() fails as the driver fails it
                   (`init-fails-after=225`: "Bad address" after about 225 reloads, PaddlePaddle/FastDeploy#1858):
                   an infrastructure failure that starts mid-session, after earlier runs passed.
@@ -37,6 +43,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.sizes import parse_size
+from ..core.workers import worker_number
 from .onnxruntime import OnnxRuntimeContext
 
 __all__ = ["FaultInjectionContext", "parse_fault"]
@@ -52,33 +59,52 @@ _FAULTS = (
     ("hang@", "hang_subgraph", int, lambda v: v >= 0),
     ("init-fails-after=", "init_fails_after", int, lambda v: v >= 0),
     ("crash@", "crash_subgraph", int, lambda v: v >= 0),
-    ("leak=mem:", "leak_bytes", parse_size, lambda v: 0 < v <= 1 << 30),
-    ("leak=fd:", "leak_fds", float, lambda v: 0 < v <= 100),
+    ("mem:", "leak_bytes", parse_size, lambda v: 0 < v <= 1 << 30),
+    ("fd:", "leak_fds", float, lambda v: 0 < v <= 100),
+    ("thread:", "leak_threads", float, lambda v: 0 < v <= 10),
     ("slow=x", "slowdown", float, lambda v: 1 <= v <= 100),
     ("slow=", "delay", float, lambda v: 0 <= v <= 60),
 )
+
+
+_LEAKS = ("leak_bytes", "leak_fds", "leak_threads")
+_LEAK = re.compile(r"leak(?P<worker>-worker)?=(?P<what>[^@]*)(?:@(?P<start>[1-9]\d{0,8}))?")
+
+
+def _onset(options: dict, part: str, start: int, where: str) -> None:
+    """The leaks of one --fault share where and from which release they start."""
+    if options.setdefault("leak_from", start) != start or options.setdefault("leak_in", where) != where:
+        raise ConfigError(f"--fault '{part}': every leak of one --fault starts at the same release in the same "
+                          f"process (leak= or leak-worker=, one @RELEASE)")
 
 
 def parse_fault(spec: str | None) -> dict:
     """'nan@37' -> {'nan_subgraph': 37}; 'shape@5' -> {'shape_subgraph': 5}; 'hang@5' -> {'hang_subgraph': 5};
     'init-fails-after=225' -> {'init_fails_after': 225}; 'slow=0.01' ->
     {'delay': 0.01}; 'slow=x3' -> {'slowdown': 3.0}; 'leak=mem:64KiB' -> {'leak_bytes': 65536};
-    'leak=fd:0.1' -> {'leak_fds': 0.1}; comma-separated."""
+    'leak=fd:0.1' -> {'leak_fds': 0.1, ...}; 'leak-worker=mem:64KiB@100' -> {'leak_bytes': 65536,
+    'leak_from': 100, 'leak_in': 'worker'}; comma-separated."""
     options: dict = {}
     for part in filter(None, (p.strip() for p in (spec or "").split(","))):
         try:
-            prefix, key, read, within = next(f for f in _FAULTS if part.startswith(f[0]))
-            value = read(part[len(prefix):])
+            leak = _LEAK.fullmatch(part)
+            body = leak["what"] if leak else part
+            prefix, key, read, within = next(f for f in _FAULTS
+                                             if body.startswith(f[0]) and (f[1] in _LEAKS) == bool(leak))
+            value = read(body[len(prefix):])
             if not within(value):
                 raise ValueError
             options[key] = value
         except (StopIteration, ValueError, ConfigError):
-            if part.startswith("leak="):        # the soak gate's proof, named only where it was meant
-                raise ConfigError(f"--fault '{part}': expected leak=mem:SIZE (up to 1GiB) or "
-                                  f"leak=fd:PER_RELEASE (up to 100)") from None
+            if part.startswith("leak"):        # the soak gate's proof, named only where it was meant
+                raise ConfigError(f"--fault '{part}': expected leak=mem:SIZE (up to 1GiB), leak=fd:PER_RELEASE "
+                                  f"(up to 100) or leak=thread:PER_RELEASE (up to 10), each with @RELEASE to start "
+                                  f"at; leak-worker= for prefetch worker 0 alone") from None
             # crash@SUBGRAPH is left out of the hint: it is for prefetch workers only (docstring).
             raise ConfigError(f"--fault '{part}': expected nan@SUBGRAPH, shape@SUBGRAPH, hang@SUBGRAPH, "
                               f"init-fails-after=INITS, slow=SECONDS, slow=xFACTOR or leak=KIND:AMOUNT") from None
+        if leak:
+            _onset(options, part, int(leak["start"] or 1), "worker" if leak["worker"] else "any")
     return options
 
 
@@ -95,24 +121,41 @@ def wait_until(deadline: float) -> None:
         pass
 
 
-# What the leak fault has leaked: kept until the process ends, as a leaking runtime's would be. The
-# descriptors owed accumulate across releases (0.1 per release opens one every 10th release).
+# What the leak fault has leaked: kept until the process ends, as a leaking runtime's would be. What is
+# owed accumulates across releases (0.1 per release opens a descriptor every 10th release).
 _leaked: list[bytes] = []
 _leaked_fds: list[int] = []
-_fd_debt = [0.0]
+_leaked_threads: list[threading.Thread] = []
+_owed = {"fds": 0.0, "threads": 0.0}
 _leak_lock = threading.Lock()
 _inits = [0]                # inits completed in this process, for init-fails-after
+_releases = [0]             # releases in this process, for leak_from
+_never = threading.Event()
 
 
-def _leak(nbytes: int, fds: float) -> None:
+def _leak(nbytes: int, fds: float, threads: float) -> None:
     with _leak_lock:
         if nbytes:
             # A repeated non-zero byte: every page is written, so the leak is resident, not just mapped.
             _leaked.append(b"\xa5" * nbytes)
-        _fd_debt[0] = round(_fd_debt[0] + fds, 9)      # ten releases of 0.1 owe 1, not 0.999...
-        while _fd_debt[0] >= 1:
+        _owed["fds"] = round(_owed["fds"] + fds, 9)      # ten releases of 0.1 owe 1, not 0.999...
+        _owed["threads"] = round(_owed["threads"] + threads, 9)
+        while _owed["fds"] >= 1:
             _leaked_fds.append(os.open(os.devnull, os.O_RDONLY))
-            _fd_debt[0] -= 1
+            _owed["fds"] -= 1
+        while _owed["threads"] >= 1:
+            thread = threading.Thread(target=_never.wait, name="leaked", daemon=True)
+            thread.start()
+            _leaked_threads.append(thread)
+            _owed["threads"] -= 1
+
+
+def _leaks_here(leak_from: int, leak_in: str) -> bool:
+    """Count this release; True when it is one the leak fault leaks on."""
+    with _leak_lock:
+        _releases[0] += 1
+        count = _releases[0]
+    return count >= leak_from and (leak_in == "any" or worker_number() == 0)
 
 
 class FaultInjectionContext(OnnxRuntimeContext):
@@ -133,6 +176,7 @@ class FaultInjectionContext(OnnxRuntimeContext):
     def __init__(self, label: str, nan_subgraph: int | None = None, nan_count: int = 7,
                  delay: float = 0.0, shape_subgraph: int | None = None, slowdown: float = 1.0,
                  crash_subgraph: int | None = None, leak_bytes: int = 0, leak_fds: float = 0.0,
+                 leak_threads: float = 0.0, leak_from: int = 1, leak_in: str = "any",
                  hang_subgraph: int | None = None, init_fails_after: int | None = None, **options):
         super().__init__(label, **options)
         match = _LABEL.match(label)
@@ -143,7 +187,8 @@ class FaultInjectionContext(OnnxRuntimeContext):
         self.delay = delay
         self.slowdown = slowdown
         self.crash = crash_subgraph is not None and self.index == crash_subgraph
-        self.leak_bytes, self.leak_fds = leak_bytes, leak_fds
+        self.leak_bytes, self.leak_fds, self.leak_threads = leak_bytes, leak_fds, leak_threads
+        self.leak_from, self.leak_in = leak_from, leak_in
         self.hang = hang_subgraph is not None and self.index == hang_subgraph
         self.init_fails_after = init_fails_after
 
@@ -185,5 +230,5 @@ class FaultInjectionContext(OnnxRuntimeContext):
 
     def release(self) -> None:
         super().release()
-        if self.leak_bytes or self.leak_fds:
-            _leak(self.leak_bytes, self.leak_fds)
+        if (self.leak_bytes or self.leak_fds or self.leak_threads) and _leaks_here(self.leak_from, self.leak_in):
+            _leak(self.leak_bytes, self.leak_fds, self.leak_threads)

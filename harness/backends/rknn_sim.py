@@ -181,7 +181,9 @@ def conversion_record(rknn_path: Path) -> dict:
     if _sha256(onnx) != record["onnx_sha256"]:
         raise ConfigError(f"rknn-sim: {onnx} has changed since {rknn_path.name} was converted from it "
                           f"(sha256 differs from the conversion record)")
-    config = {**conversion["config"], "quantization": _quantization(record.get("quantization"), rknn_path)}
+    # a subgraph's own settings (a remedy of `harness reduce`: op_target) were built into its .rknn
+    config = {**conversion["config"], **record.get("settings", {}),
+              "quantization": _quantization(record.get("quantization"), rknn_path)}
     identity = json.dumps({"onnx": record["onnx_sha256"], "rknn": entry["sha256"],
                            "config": {**config, "quantization": _identity(config["quantization"])}},
                           sort_keys=True)

@@ -16,13 +16,24 @@ init_runtime (importing the wheel does not load it), so a missing library is ini
 reads librknnrt's and the NPU driver's versions through RKNNLite.get_sdk_version(), which needs no root
 (the driver's debugfs file does).
 
+What the runtime prints itself (rknn-toolkit-lite2's "E Catch exception when init runtime!" and its Python
+traceback, librknnrt's log lines) is kept out of the terminal: every call runs with file descriptors 1 and
+2 and sys.stdout/sys.stderr turned into a buffer, so the suite's one line comes first and alone; a failing
+stage's error carries that output (`runtime_log`), which the run report keeps.
+
 Off the board the runtime is absent; creating a context then fails loudly: the suite must never quietly
 run something other than the NPU while claiming to gate it.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import io
 import os
 import re
+import sys
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +95,54 @@ def parse_sdk_version(text: str | None) -> dict:
     return fields
 
 
+_OUTPUT_LOCK = threading.Lock()     # the descriptors are the process's: one call redirects them at a time
+_sink: io.BufferedRandom | None = None
+
+
+_libc: Any = None
+
+
+def _flush_all() -> None:
+    global _libc
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(Exception):      # librknnrt's printf: C stdio buffers, not Python's
+        _libc = _libc or ctypes.CDLL(None)
+        _libc.fflush(None)
+
+
+@contextlib.contextmanager
+def runtime_output(kept: list[str]):
+    """Run the block with everything printed (on fd 1 and 2, C or Python) appended to `kept` instead."""
+    global _sink
+    with _OUTPUT_LOCK:
+        if _sink is None:
+            _sink = tempfile.TemporaryFile()
+        _flush_all()
+        saved = (os.dup(1), os.dup(2))
+        streams = (sys.stdout, sys.stderr)
+        text = io.TextIOWrapper(open(_sink.fileno(), "wb", buffering=0, closefd=False), write_through=True,
+                                errors="replace")
+        try:
+            os.dup2(_sink.fileno(), 1)
+            os.dup2(_sink.fileno(), 2)
+            sys.stdout = sys.stderr = text
+            yield
+        finally:
+            _flush_all()
+            sys.stdout, sys.stderr = streams
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            text.detach()
+            _sink.seek(0)
+            kept.append(_sink.read().decode(errors="replace"))
+            _sink.seek(0)
+            _sink.truncate()
+
+
 class RknnLiteContext(Context):
     backend_name = "rknnlite"
 
@@ -101,6 +160,7 @@ class RknnLiteContext(Context):
         self.core_mask = getattr(self._api, f"NPU_CORE_{CORE_MASKS[self.core_mask_name][0]}")
         self._rknn: Any = None          # an RKNNLite once loaded (the board's runtime: no stubs)
         self._initialised = False
+        self._output = ""               # what the runtime printed during the last call
 
     def load(self, path: Path) -> None:
         path = Path(path)
@@ -138,7 +198,7 @@ class RknnLiteContext(Context):
                                                                  data_format="nchw"))
         if outputs is None:
             raise self.error("run", f"inference() returned None for {len(inputs)} inputs "
-                                    "(the runtime's log above names the cause)")
+                                    "(the runtime's own output names the cause)")
         return list(outputs)
 
     def sdk_versions(self) -> dict:
@@ -161,9 +221,22 @@ class RknnLiteContext(Context):
 
     def _call(self, stage: str, fn, cleanup=None):
         # The documented API does not raise, but a broken install can: keep the one-error-per-stage contract.
+        kept: list[str] = []
         try:
-            return fn()
+            with runtime_output(kept):
+                result = fn()
         except Exception as exc:
+            self._output = "".join(kept)
             if cleanup is not None:
                 cleanup.release()
             raise self.error(stage, f"{type(exc).__name__}: {exc}") from exc
+        self._output = "".join(kept)
+        return result
+
+    def error(self, stage: str, detail: str) -> BackendError:
+        """The stage's one line; the runtime's own output of the failing call rides along into the report."""
+        output, self._output = self._output.strip(), ""
+        exc = super().error(stage, detail + ("; rknn-toolkit-lite2's own output is the run report's runtime_log"
+                                             if output else ""))
+        exc.runtime_log = output
+        return exc

@@ -22,9 +22,11 @@ def add_command(sub) -> None:
                                         "alternately in one session, judged by paired differences")
     p.add_argument("--baseline", type=Path, required=True, help="baseline partition directory")
     p.add_argument("--candidate", type=Path, required=True, help="candidate partition directory")
-    p.add_argument("--model-dir", type=Path, default=EMBEDDED_DIR)
+    p.add_argument("--model-dir", type=Path, default=EMBEDDED_DIR,
+                   help="model directory of both partitions (default: models/embedded)")
     p.add_argument("--backend", default="onnxruntime",
-                   choices=("onnxruntime", "rknnlite", "board-sim", "faults", "rknn-sim"))
+                   choices=("onnxruntime", "rknnlite", "board-sim", "faults", "rknn-sim"),
+                   help="backend both sides run on (default: %(default)s)")
     p.add_argument("--fault", help="with --backend faults: the candidate's fault, e.g. slow=x1.05")
     p.add_argument("--slowdown", help="with --backend board-sim: the candidate's slowdown, e.g. ffn=x1.03")
     p.add_argument("--drift", type=int, help="with --backend board-sim: seed of the board's drift model")

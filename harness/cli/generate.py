@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..core.errors import ConfigError, HarnessError, RunStopped
-from .options import BACKEND_CHOICES, add_options, check_precision, default_partition, ranged, resolve_backend
+from .options import BACKEND_CHOICES, OPTIONS, add_options, check_precision, default_partition, ranged, resolve_backend
 
 
 def add_command(sub) -> None:
@@ -129,9 +129,9 @@ def _cmd_generate(args) -> int:
 
 def _preflight(args) -> None:
     """Everything that can be refused before the run spends time or touches a file."""
-    if args.backend == "auto":          # as the gates decide it
+    if args.backend == "auto":          # as the gates decide it (their --telemetry-root's default)
         from ..results.telemetry import detect_rk3588
-        args.backend = resolve_backend("auto", detect_rk3588(Path("/")))
+        args.backend = resolve_backend("auto", detect_rk3588(Path(OPTIONS["telemetry_root"].default)))
     if args.backend != "reference":
         check_precision(args.backend, args.precision)
     from ..backends.faults import parse_fault
@@ -171,8 +171,7 @@ def _generate_partitioned(bundle, prompt, s, args, text_embs):
     from ..report.terminal import print_run_tables, progress_bar
     from ..runtime.run import RunRequest, run_partitioned
     options = backend_options(args.backend, vars(args), bundle.cfg)
-    partition = args.partition or default_partition(bundle, args.backend, args.precision, args.quiet,
-                                                    args.calibration, args.cache_dir)
+    partition = args.partition or _default_partition(bundle, args)
     report_path = args.out.with_suffix(".json")
     guard = MemoryGuard(args.mem_floor, args.swap_limit, interval=0.25, max_staleness=0.1,
                         check_reader=read_system_memory)
@@ -189,6 +188,15 @@ def _generate_partitioned(bundle, prompt, s, args, text_embs):
         print(f"report: {report_path}")
     assert result.latent is not None        # run_partitioned returned: the denoising finished
     return result.latent[0], (result.images if args.images > 1 else result.image)
+
+
+def _default_partition(bundle, args) -> Path:
+    """On the board, the embedded model's converted partition shipped in the repository (made by the
+    toolkit on a PC: none on a fresh board); elsewhere the partition exported (or converted) on first use."""
+    if args.backend == "rknnlite":
+        from ..runtime.shipped import shipped_partition
+        return shipped_partition(bundle, args.cache_dir, args.precision)
+    return default_partition(bundle, args.backend, args.precision, args.quiet, args.calibration, args.cache_dir)
 
 
 def _refused_report(args, exc) -> Path:

@@ -2,14 +2,18 @@
 
     lab lava-job --board NAME --tier smoke|pr|nightly --suite-sha SHA [--set KEY=VALUE]... [--out FILE]
                                          the LAVA job of one board profile (boards/NAME.toml [lava])
-    lab lava-job --board NAME --tier smoke --health-check [--set ...]
+    lab lava-job --board NAME --tier smoke --health-check [--set ...] [--allow-placeholders]
                                          the board's device type's health check (the default branch)
+    lab verdict OUT [--log FILE] | --server URL --job N
+                                         a LAVA job as a gate: 0 passed, 1 a gate failed, 2 the lab failed
+                                         or nothing ran (lava-run's output folder, or a server's job)
     lab setup-board [--root /] [--user anima-ci]
                                          the board's directories (/var/lib/anima-ci and what the sessions write)
 """
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 from pathlib import Path
 
@@ -17,6 +21,7 @@ from ..core.atomic import atomic_write_text
 from ..core.errors import ConfigError
 from ..lab.jobs import SUITE_REPO, TIERS, job_yaml, lava_job, load_board
 from ..lab.setup import setup_board
+from ..lab.verdict import fetch_server_log, judge, read_output_dir
 
 __all__ = ["add_command"]
 
@@ -28,14 +33,25 @@ def add_command(subparsers) -> argparse.ArgumentParser:
     job = sub.add_parser("lava-job", help="write the LAVA job of one board profile and tier")
     job.add_argument("--board", required=True, help="the board profile boards/NAME.toml (its [lava] table)")
     job.add_argument("--tier", required=True, choices=TIERS, help="smoke (the smoke tier only), pr or nightly")
-    job.add_argument("--suite-sha", help="the reviewed commit the job checks out (40 hex digits)")
+    job.add_argument("--suite-sha", help="the reviewed commit the job checks out: a commit of this checkout "
+                                         "(HEAD, a full id) where the profile is committed as it is here")
     job.add_argument("--suite-repo", default=SUITE_REPO, help="the suite's repository (default: %(default)s)")
     job.add_argument("--set", dest="values", action="append", default=[], metavar="KEY=VALUE",
                      help="a test parameter of lava/definitions/anima-npu.yaml (PARTITION_URL, ...); repeatable")
     job.add_argument("--health-check", action="store_true",
                      help="the device type's health check: the smoke tier of the default branch")
+    job.add_argument("--allow-placeholders", action="store_true",
+                     help="write the store's placeholder URLs for the parameters not --set (a template)")
     job.add_argument("--out", type=Path, help="the job file (default: standard output)")
     job.set_defaults(func=_cmd_lava_job)
+    verdict = sub.add_parser("verdict", help="a LAVA job as a gate: exit 0 passed, 1 a gate failed, 2 the lab "
+                                              "failed or nothing ran")
+    verdict.add_argument("out", nargs="?", type=Path, help="lava-run's --output-dir (its log: OUT/output.yaml)")
+    verdict.add_argument("--log", type=Path, help="lava-run's log, its standard error (default: OUT/output.yaml)")
+    verdict.add_argument("--server", help="a LAVA server (https://lava.example): the job's log by its REST API; "
+                                          "a token in $LAVA_TOKEN")
+    verdict.add_argument("--job", type=int, help="the server's job id")
+    verdict.set_defaults(func=_cmd_verdict)
     setup = sub.add_parser("setup-board", help="make the board's directories, owned by its CI user")
     setup.add_argument("--root", type=Path, default=Path("/"), help="the board's root (default: %(default)s)")
     setup.add_argument("--user", default="anima-ci", help="the CI user: the GitHub runner's, or root on a LAVA "
@@ -57,7 +73,8 @@ def _values(pairs: list[str]) -> dict:
 def _cmd_lava_job(args) -> int:
     board = load_board(args.board)
     job = lava_job(board, args.tier, suite_sha=args.suite_sha, suite_repo=args.suite_repo,
-                   values=_values(args.values), health_check=args.health_check)
+                   values=_values(args.values), health_check=args.health_check,
+                   allow_placeholders=args.allow_placeholders)
     text = job_yaml(job, "bin/harness lab " + shlex.join(["lava-job", "--board", args.board, "--tier", args.tier]
                                                        + (["--health-check"] if args.health_check else [])))
     if args.out is None:
@@ -66,6 +83,16 @@ def _cmd_lava_job(args) -> int:
         atomic_write_text(args.out, text)
         print(f"{args.out}: {job['job_name']}, device type {board.device_type}")
     return 0
+
+
+def _cmd_verdict(args) -> int:
+    if (args.server is None) == (args.out is None) or (args.server is not None) != (args.job is not None):
+        raise ConfigError("lab verdict: lava-run's output folder OUT, or --server URL --job N")
+    job = (read_output_dir(args.out, args.log) if args.out is not None
+           else fetch_server_log(args.server, args.job, os.environ.get("LAVA_TOKEN")))
+    code, lines = judge(job)
+    print("\n".join(lines))
+    return code
 
 
 def _cmd_setup_board(args) -> int:

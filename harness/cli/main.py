@@ -1,7 +1,8 @@
-"""`python -m harness COMMAND` (bin/harness): one module per command, each registered below.
+"""`bin/harness COMMAND` (`python -m harness`): one module per command, each registered below.
 
 Expected failures (HarnessError) print one line naming the culprit and exit non-zero without a
-traceback; anything else is a bug and keeps its traceback.
+traceback; anything else is a bug and keeps its traceback. A misspelt command or option gets one line
+with the closest match; a path the user names is read from where the user stands (ANIMA_CWD).
 """
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import argparse
 import contextlib
 import importlib
 import sys
+from pathlib import Path
 
-from ..core.errors import HarnessError, RunStopped
+from ..core.errors import ConfigError, HarnessError, RunStopped
+from .usage import PROG, Parser, caller_cwd, closest, examples_of, missing_store_folder, summaries, user_paths
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "build_parser", "main", "caller_cwd"]
 
 # The registration table: each module of this package that has add_command(subparsers), with the
 # commands it adds (tests/unit/test_cli_main.py checks the two agree); a new one joins here. main()
@@ -31,34 +34,102 @@ COMMANDS = {
     "plan": ("plan",),
     "capture": ("capture-calibration",),
     "accuracy": ("accuracy",),
+    "reduce": ("reduce",),
     "search_precision": ("search-precision",),
     "bench_ab": ("bench-ab",),
     "lab": ("lab",),
     "goldens": ("goldens",),
 }
+DESCRIPTION = "Anima DiT NPU acceptance harness (bin/harness COMMAND --help: its options and an example)"
+# Commands that measure a board: off an RK3588 only its simulation (board-sim) has one to measure.
+BOARD_COMMANDS = ("probe-board",)
 
 
 def build_parser(modules=None) -> argparse.ArgumentParser:
     """The parser of every command, or of the commands of `modules` (names of COMMANDS)."""
-    parser = argparse.ArgumentParser(prog="python -m harness", description="Anima DiT NPU acceptance harness")
+    parser = Parser(prog=PROG, description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in modules or COMMANDS:
         importlib.import_module(f"{__package__}.{name}").add_command(sub)
+    examples = examples_of(list(sub.choices))
+    for command, child in sub.choices.items():
+        child.epilog = examples.get(command)
+        child.formatter_class = argparse.RawDescriptionHelpFormatter
+    user_paths(parser)
+    return parser
+
+
+def listing_parser() -> argparse.ArgumentParser:
+    """`bin/harness --help`: every command and its one line, read from the modules' source without
+    importing them (importing them all took 3-8 s on a loaded machine, for a list)."""
+    parser = Parser(prog=PROG, description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command, text in summaries(__package__, COMMANDS).items():
+        sub.add_parser(command, help=text)
     return parser
 
 
 def module_of(argv: list[str]) -> list[str] | None:
     """[the module adding the command argv names], or None (no command, -h, a misspelt one: the
-    whole parser answers, listing every command)."""
+    listing answers)."""
     return next(([name] for name, commands in COMMANDS.items() if argv and argv[0] in commands), None)
+
+
+def _unknown_command(argv: list[str]) -> str | None:
+    """'unknown command X (did you mean Y?)' for a first word that names no command, else None."""
+    if not argv or argv[0].startswith("-") or module_of(argv):
+        return None
+    known = [command for commands in COMMANDS.values() for command in commands]
+    return f"unknown command '{argv[0]}'{closest(argv[0], known)}; {PROG} --help lists them"
+
+
+def _refuse_off_board(args) -> None:
+    """A run that needs an RK3588 says so first, before it reads a model or writes a report: rknnlite, and a
+    board command on any backend but the simulated board."""
+    backend = getattr(args, "backend", None)
+    if backend != "rknnlite" and (args.command not in BOARD_COMMANDS or backend == "board-sim"):
+        return
+    from ..results.telemetry import detect_rk3588
+    root = getattr(args, "telemetry_root", None) or "/"
+    if detect_rk3588(root):
+        return
+    where = "" if str(root) == "/" else f" under {root}"
+    if backend == "rknnlite":
+        raise ConfigError(f"--backend rknnlite: not an RK3588{where} (no rockchip,rk3588 device tree, NPU device "
+                          f"or librknnrt): use --backend onnxruntime, board-sim or rknn-sim here")
+    raise ConfigError(f"{args.command} --backend {backend}: not an RK3588{where}, so no board to measure: "
+                      f"--backend board-sim measures the simulated board")
+
+
+def _refuse_missing_store_folder(args) -> None:
+    folder = missing_store_folder(getattr(args, "results", None) or "")
+    if folder is not None:
+        raise ConfigError(f"--results {args.results}: no folder {folder}; a store is made only in a folder "
+                          f"that exists")
+
+
+def _held(args):
+    """The command's --out held for its run (harness.core.locks.output_lock), or nothing to hold."""
+    out = getattr(args, "out", None)
+    if not isinstance(out, Path):
+        return contextlib.nullcontext()
+    from ..core.locks import output_lock
+    return output_lock(out, "--out")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(module_of(argv)).parse_args(argv)
+    modules = module_of(argv)
+    unknown = _unknown_command(argv)
+    if unknown:
+        print(f"{PROG}: error: {unknown}", file=sys.stderr)
+        return 2
+    args = (build_parser(modules) if modules else listing_parser()).parse_args(argv)
     from ..core.signals import StopSignals
     try:
-        with StopSignals(f"harness {args.command}"):
+        _refuse_off_board(args)
+        _refuse_missing_store_folder(args)
+        with StopSignals(f"harness {args.command}"), _held(args):
             return args.func(args)
     except RunStopped as exc:       # a stop signal: the partial report is written and says so
         with contextlib.suppress(OSError):      # after SIGHUP the terminal may be gone (EIO)

@@ -5,6 +5,7 @@ the same words and the same defaults as the gates."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from ..model.config import EMBEDDED_DIR
 
 __all__ = ["ranged", "checked", "size", "core_mask", "granularity", "lifecycle", "positive_int", "cfg_scale",
            "seed", "BACKEND_CHOICES", "board_sim_options", "default_partition", "OPTIONS", "SUITE_OPTIONS",
-           "PRECISIONS", "add_options", "check_precision", "resolve_backend", "options_table"]
+           "PRECISIONS", "add_options", "check_precision", "resolve_backend", "flag_of", "Option"]
 
 
 def ranged(kind, lo, hi, what: str):
@@ -154,8 +155,10 @@ OPTIONS: dict[str, Option] = {
     "update_goldens": Option(False, "regenerate goldens and their metadata instead of comparing", kind="flag"),
     "force_goldens": Option(False, "allow --update-goldens from a non-reference precision (e.g. int8)", kind="flag"),
     "artifacts": Option("artifacts", "folder for images, diffs, reports, memory samples", kind="path"),
-    "telemetry_root": Option("/", "root of the sysfs/procfs tree read for clocks, thermals and identity",
-                             kind="path"),
+    # ANIMA_TELEMETRY_ROOT: a board-shaped tree standing for / (an emulated board, bin/_bootstrap.sh's tests)
+    "telemetry_root": Option(os.environ.get("ANIMA_TELEMETRY_ROOT") or "/",
+                             "root of the sysfs/procfs tree read for clocks, thermals and identity, and where an "
+                             "RK3588 is told (`auto`; default: $ANIMA_TELEMETRY_ROOT, else /)", kind="path"),
     "core_mask": Option("auto", "rknnlite NPU core mask: auto, 0, 1, 2, 0_1, 0_1_2",
                         parse=checked(core_mask)),
     "bench_rounds": Option(1, "pedantic rounds per benchmark (a step takes minutes on the board)", kind="count"),
@@ -196,7 +199,7 @@ OPTIONS: dict[str, Option] = {
                                 "one image's, subgraphs x 13 computed Spectrum steps: 1,092 on the board)",
                                 kind="count"),
     "soak_memory_rate": Option("16KiB", "soak gate: memory growth per cycle that fails it (descriptors and threads "
-                                        "fail on any steady growth)", kind="size"),
+                                        "fail at one per 100 cycles)", kind="size"),
     "images": Option(1, "images generated together per run: every loaded context serves all their streams",
                      kind="count"),
     "board_profile_data": Option(None, "board-sim: profile data file (default boards/data/rock5c-anima.toml)",
@@ -259,18 +262,3 @@ def resolve_backend(requested: str, on_board: bool) -> str:
     if backend not in _backends():
         raise ConfigError(f"--backend {requested}: unknown (choose auto, {', '.join(_backends())})")
     return backend
-
-
-def options_table() -> str:
-    """The suite's options as a markdown table (docs/options.md is this, checked by a test)."""
-    rows = ["| option | default | what it does |", "|---|---|---|"]
-    for name, option in SUITE_OPTIONS.items():
-        default = "off" if option.default is False else "-" if option.default is None else f"`{option.default}`"
-        if name == "model_dir":
-            default = "`models/embedded`"
-        rows.append(f"| `{flag_of(name)}` | {default} | {option.help.replace('|', '/')} |")
-    return "\n".join(rows) + "\n"
-
-
-if __name__ == "__main__":        # docs/options.md's table: python -m harness.cli.options
-    print(options_table(), end="")

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, HarnessError
 from ..model.config import EMBEDDED_DIR, load_model_dir, load_profile
 from ..partition.manifest import FAKE_QUANT, default_partition_dir
 from ..runtime.partitions import export_with_progress
@@ -70,9 +70,9 @@ def add_command(subparsers) -> None:
 
     ck = subparsers.add_parser("inspect-checkpoint",
                                help="what a DiT checkpoint holds: dtypes, parameters per group, host or NPU")
-    ck.add_argument("path", type=Path, help="safetensors checkpoint")
-    ck.add_argument("--profile", default="anima-2b",
-                    help="profile name or .toml the checkpoint must match (default: %(default)s)")
+    ck.add_argument("path", type=Path, help="safetensors checkpoint, or a model folder (model.toml + weights)")
+    ck.add_argument("--profile", help="profile name or .toml the checkpoint must match (default: the model.toml "
+                                      "beside it, else the profile of models/profiles/ its tensors match)")
     ck.set_defaults(func=cmd_inspect_checkpoint)
 
 
@@ -149,16 +149,40 @@ def cmd_inspect(args) -> int:
     return 0 if report["verdict"] == "ok" else 1
 
 
+def _checkpoint_of(path: Path, profile: str | None):
+    """(file, Checkpoint): a model folder's weights under its model.toml; a file under --profile, else the
+    model.toml beside it, else the first profile of models/profiles/ its header matches."""
+    from ..model.checkpoint import Checkpoint
+    from ..model.config import PROFILES_DIR
+    if path.is_dir():
+        cfg = load_model_dir(path)
+        if "weights" not in cfg.files:
+            raise ConfigError(f"{path / 'model.toml'}: names no weights file")
+        return path / cfg.files["weights"], Checkpoint(path / cfg.files["weights"], cfg)
+    if profile is not None:
+        return path, Checkpoint(path, load_profile(profile))
+    if (path.parent / "model.toml").is_file():
+        return path, Checkpoint(path, load_model_dir(path.parent))
+    tried = []
+    for candidate in sorted(PROFILES_DIR.glob("*.toml")):
+        try:
+            return path, Checkpoint(path, load_profile(candidate))
+        except HarnessError as exc:
+            tried.append(f"{candidate.stem}: {str(exc).removeprefix(f'{path}: ')}")
+    if len({reason.split(": ", 1)[1] for reason in tried}) == 1:     # not a checkpoint at all: said once
+        raise ConfigError(f"{path}: {tried[0].split(': ', 1)[1]}")
+    raise ConfigError(f"{path}: matches no profile ({'; '.join(tried)}); name its model.toml with --profile")
+
+
 def cmd_inspect_checkpoint(args) -> int:
     """Header only: nothing but the JSON header is read, so a 4 GB file answers at once."""
     from rich.table import Table
 
-    from ..model.checkpoint import Checkpoint
     from ..report.terminal import console as make_console
-    cfg = load_profile(args.profile)
-    checkpoint = Checkpoint(args.path, cfg)
+    path, checkpoint = _checkpoint_of(args.path, args.profile)
+    cfg = checkpoint.cfg
     console = make_console(stderr=False)
-    table = Table(title=f"{args.path} (profile {cfg.name})")
+    table = Table(title=f"{path} (profile {cfg.name})")
     for col in ("group", "needed by", "tensors", "parameters", "MB", "dtype"):
         table.add_column(col, justify="left" if col in ("group", "needed by", "dtype") else "right")
     totals: dict[str, list[int]] = {}

@@ -2,10 +2,11 @@
 (harness.memory.planner)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..memory.planner import MiB, inputs_from_profile, inputs_from_report, plan
+from ..memory.planner import MiB, inputs_from_profile, inputs_from_report, plan, read_ceiling
 
 
 def add_command(sub) -> None:
@@ -19,6 +20,9 @@ def add_command(sub) -> None:
     p.add_argument("--context-mib", type=float, help="with --report: added MiB per live context")
     p.add_argument("--measured", type=Path,
                    help="a probe-board data file: its measured figures replace the profile's assumptions")
+    p.add_argument("--residency", type=Path,
+                   help="a probe-memory probe.json: the context ceiling it measured caps every strategy's "
+                        "live contexts")
     p.add_argument("--json", type=Path, help="also write the plan as JSON")
     p.set_defaults(func=_cmd_plan)
 
@@ -28,19 +32,23 @@ def _cmd_plan(args) -> int:
     budget = parse_size(args.budget) / MiB if args.budget else None
     inp = (inputs_from_report(args.report, args.context_mib, budget) if args.report
            else inputs_from_profile(args.profile, budget))
+    ceiling = read_ceiling(args.residency) if args.residency else None
+    if ceiling is not None:
+        inp = replace(inp, context_ceiling=ceiling, notes=inp.notes + [
+            f"context ceiling: {ceiling} live contexts, measured ({args.residency})"])
     result = plan(inp)
     print_plan(result)
     if args.report and args.measured:
         raise ConfigError("--measured goes with a board profile, not with --report")
     if not args.report:
-        result["space"] = _plan_space(args.profile, budget, args.measured)   # the measured case stays on top
+        result["space"] = _plan_space(args.profile, budget, args.measured, ceiling)  # the measured case stays on top
     if args.json:
         from ..core.atomic import atomic_write_json
         atomic_write_json(args.json, result)
     return 0
 
 
-def _plan_space(profile_path, budget, measured):
+def _plan_space(profile_path, budget, measured, ceiling=None):
     """Granularities x core masks beside the strategies; the choice, its estimate and its reason."""
     from ..backends.board_profile import load_board_profile
     from ..memory.assumptions import board_assumptions
@@ -48,13 +56,13 @@ def _plan_space(profile_path, budget, measured):
     from ..report.terminal import console
     profile = load_board_profile(profile_path)
     assumed = board_assumptions(profile, measured)
-    result = plan_space(profile, budget, assumed=assumed)
+    result = plan_space(profile, budget, assumed=assumed, ceiling=ceiling)
     print_space(result)
     con = console(stderr=False)
     con.print(f"budget derived from RAM: {result['derived_budget']['mib']:.1f} MiB = "
               f"{result['derived_budget']['how']}", markup=False)
     if budget is not None:
-        derived = plan_space(profile, assumed=assumed)
+        derived = plan_space(profile, assumed=assumed, ceiling=ceiling)
         con.print(budget_effect(derived["choice"], result["choice"], derived["budget_mib"], budget), markup=False)
     choice = result["choice"]
     if choice:
@@ -67,7 +75,28 @@ def _plan_space(profile_path, budget, measured):
     for line in result["assumptions"]:
         con.print(f"  - {line}", markup=False)
     con.print(f"choice: {choice['reason']}" if choice else "choice: none, nothing fits the budget", markup=False)
+    if choice:
+        result["choice_interval"] = _choice_interval(profile, budget, assumed, ceiling, choice)
+        con.print(result["choice_interval"]["line"], markup=False)
     return result
+
+
+def _choice_interval(profile, budget, assumed, ceiling, choice: dict) -> dict:
+    """The choice's seconds per image with every measured input at the slow, then the fast end of its
+    interval (the probe's); none where no input carries one."""
+    from ..memory.plan_space import plan_space
+    figures = (assumed.stream_per_core_speedup, assumed.multi_core_speedup, assumed.lifecycle)
+    if not any(f.measured and f.interval is not None for f in figures):
+        return {"line": "the choice's s / image has no interval: no input it rests on was measured with one"}
+    ends = {}
+    for end in ("slow", "fast"):
+        space = plan_space(profile, budget, assumed=assumed.at(end), ceiling=ceiling)
+        row = next(r for r in space["rows"] if (r["granularity"], r["core_mask"]) ==
+                   (choice["granularity"], choice["core_mask"]))
+        ends[end] = next(c["seconds"] for c in row["choices"] if c["strategy"] == choice["strategy"])
+    return {"seconds": choice["seconds"], "fast": ends["fast"], "slow": ends["slow"],
+            "line": f"the choice from the measured inputs' 95 % intervals: {choice['seconds']:.1f} s per image "
+                    f"[{ends['fast']:.1f}, {ends['slow']:.1f}]"}
 
 
 def print_space(result: dict) -> None:

@@ -33,7 +33,13 @@ def add_command(sub) -> None:
                    help="a partition exported with --streams 1 (default off the board: block 0, exported)")
     p.add_argument("--window", type=checked(ranged(float, 1.0, 3600.0, "board seconds")), default=40.0,
                    help="board seconds each overlap loop runs (default: %(default)s)")
-    p.add_argument("--repeats", type=positive_int, default=5, help="timings per figure (median; default: %(default)s)")
+    p.add_argument("--repeats", type=positive_int, default=5,
+                   help="least repeats of each figure (default: %(default)s)")
+    p.add_argument("--tolerance", type=checked(ranged(float, 0.001, 1.0, "a share")), default=0.05,
+                   help="repeat each figure until its 95 %% interval is within this share of it (default: "
+                        "%(default)s)")
+    p.add_argument("--budget", type=checked(ranged(float, 0.0, 3600.0, "seconds")), default=20.0,
+                   help="wall seconds each figure may repeat for past --repeats (default: %(default)s)")
     p.add_argument("--out", type=Path, default=Path("out/probe-board/probe-board.toml"),
                    help="the measured data file to write (default: %(default)s)")
     p.set_defaults(func=_cmd_probe_board)
@@ -70,10 +76,10 @@ def _setup(args, ProbeSetup):
         options = board_sim_options(args)
         options.pop("core_mask")
         return ProbeSetup("board-sim", options, options["time_scale"], options["memory_scale"], args.window,
-                          args.repeats, True, args.telemetry_root)
+                          args.repeats, True, args.telemetry_root, args.budget, args.tolerance)
     options = {k: v for k, v in backend_options(args.backend, vars(args), None).items() if k != "core_mask"}
     return ProbeSetup(args.backend, options, 1.0, 1.0, args.window, args.repeats,
-                      args.backend in CORE_BACKENDS, args.telemetry_root)
+                      args.backend in CORE_BACKENDS, args.telemetry_root, args.budget, args.tolerance)
 
 
 def _partition(args, bundle, granularity: str) -> Path:
@@ -163,4 +169,5 @@ def _summary(data: dict) -> list[str]:
                  + (f"device {m['device_mib']:.1f} MiB" if "device_mib" in m else m["device"]))
     if "not_measured" in data["probe"]:
         lines.append(f"not measured: {data['probe']['not_measured']}")
-    return lines
+    from ..memory.board_probe import noise_lines
+    return lines + noise_lines(data)

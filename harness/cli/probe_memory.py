@@ -51,7 +51,7 @@ def add_command(sub) -> None:
                    help="load and release one context before the baseline, so the runtime's one-off "
                         "start-up is not billed to the first context (default: on)")
     p.add_argument("--out", type=Path, default=Path("out/probe"), help="folder for probe.csv/json/png")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=_cmd_probe)
 
 
@@ -133,7 +133,8 @@ def verdict(result, subgraphs: int, fit_rows: int, scale: float, board, floor_by
         need_gib = full / 1024
         have_gib = (result.mem_available_start_mib * MiB - floor_bytes) / GiB
         where = f"this machine ({have_gib:.2f} GiB MemAvailable above the floor at the start)"
-    fits = need_gib <= have_gib
+    ceiling = result.ceiling["contexts"] if result.ceiling else None
+    fits = need_gib <= have_gib and (ceiling is None or ceiling >= subgraphs)
     lines = [f"stopped: {result.tripped or 'limit reached, no memory gate tripped'}",
              f"held {c[-1]} contexts, PSS added {p[-1]:.1f} MiB; released all in {result.release_seconds:.3f} s; "
              f"contexts loaded now: {result.live_after}",
@@ -141,10 +142,13 @@ def verdict(result, subgraphs: int, fit_rows: int, scale: float, board, floor_by
              + (f" = {slope / scale:.1f} MiB per board context" if board is not None else ""),
              f"verdict: full residency of {subgraphs} contexts needs "
              f"{f'{need_gib:.1f} GiB' if need_gib >= 1 else f'{need_gib * 1024:.0f} MiB'} of PSS added, "
-             f"of {have_gib:.2f} GiB on {where}: {'fits' if fits else 'fails the memory gate'}"]
+             f"of {have_gib:.2f} GiB on {where}: "
+             + ("fits" if fits else f"fails: the runtime holds at most {ceiling} contexts" if ceiling is not None
+                and ceiling < subgraphs else "fails the memory gate")]
     return {"growth_mib_per_context": slope, "full_residency_added_mib": full, "memory_scale": scale,
             "need_gib": need_gib, "have_gib": have_gib, "fits": fits, "subgraphs": subgraphs,
-            "fit_rows": fit_rows, "pss_budget_bytes": budget, "floor_bytes": floor_bytes, "lines": lines}
+            "fit_rows": fit_rows, "pss_budget_bytes": budget, "floor_bytes": floor_bytes, "lines": lines,
+            "context_ceiling": ceiling}
 
 
 def write_outputs(out: Path, result, info: dict) -> None:

@@ -3,6 +3,7 @@ kept onnxruntime A/A streams (harness/results/simulate.py), written as JSON.
 
     results simulate --out FILE.json [--runs 2000] [--seed 0] [--streams PATH] [--shift PCT]...
     results simulate --table FILE.json [--table FILE.json]...     markdown tables of earlier results
+    results simulate --page docs/results-statistics.md            its tables, rewritten from the files it names
 
 The same --seed judges the same simulated runs every time: two versions of the verdict code are
 compared on identical data. Progress goes to standard error; a summary of the rates to standard output.
@@ -32,6 +33,9 @@ def add_subcommand(sub) -> argparse.ArgumentParser:
     sim.add_argument("--table", type=Path, action="append", metavar="FILE.json",
                      help="print the markdown tables of these earlier --out files side by side (no simulation); "
                           "a column is named by its file's name")
+    sim.add_argument("--page", type=Path, metavar="FILE.md",
+                     help="rewrite the tables of this page (between its '<!-- results simulate --table ...' marker "
+                          "and '<!-- end of generated tables -->') from the files its marker names")
     sim.set_defaults(func=_cmd_simulate)
     return sim
 
@@ -48,6 +52,8 @@ def _shift(text: str) -> float:
 
 def _cmd_simulate(args) -> int:
     from ..results.simulate import kept_streams, rates_table, simulate
+    if args.page:
+        return _rewrite_page(args.page)
     if args.table:
         print(rates_table({path.stem: _read_result(path) for path in args.table}), end="")
         return 0
@@ -72,6 +78,30 @@ def _cmd_simulate(args) -> int:
     return 0
 
 
+MARKER, END = "<!-- results simulate --table ", "<!-- end of generated tables -->"
+
+
+def _rewrite_page(page: Path) -> int:
+    """The page's generated tables rewritten from the result files its marker names (paths from the
+    repository root, as `--table` takes them), written whole."""
+    from ..core.atomic import atomic_write_bytes
+    from ..model.config import REPO_ROOT
+    from ..results.simulate import rates_table
+    try:
+        text = page.read_text()
+    except OSError as exc:
+        raise ConfigError(f"--page {page}: {exc.strerror or exc}") from None
+    marker = next((line for line in text.splitlines() if line.startswith(MARKER)), None)
+    if marker is None or END not in text:
+        raise ConfigError(f"--page {page}: no '{MARKER}...' marker and '{END}' around its tables")
+    files = marker.removeprefix("<!-- results simulate ").removesuffix(" -->").split()[1::2]
+    start = text.index(marker) + len(marker) + 1
+    table = rates_table({Path(name).stem: _read_result(REPO_ROOT / name) for name in files})
+    atomic_write_bytes(page, (text[:start] + table + text[text.index(END, start):]).encode())
+    print(f"rewrote the tables of {page} from {', '.join(files)}")
+    return 0
+
+
 def _read_result(path: Path) -> dict:
     try:
         result = json.loads(path.read_text())
@@ -89,6 +119,6 @@ def summary_lines(result: dict) -> list[str]:
         value = "none judged" if cell["rate"] is None else \
             f"{100 * cell['rate']:5.1f} % [{100 * cell['ci95'][0]:.1f}, {100 * cell['ci95'][1]:.1f}]"
         bound = f"  ({'<=' if cell['bound'][0] == 'max' else '>='} {100 * cell['bound'][1]:g} %: " \
-                f"{'holds' if cell['holds'] else 'MISSED'})" if "bound" in cell else ""
+                f"{cell['holds']})" if "bound" in cell else ""
         lines.append(f"{name:<28} {value} of {cell['n']}{bound}")
     return lines

@@ -38,6 +38,9 @@ class ManifestError(HarnessError):
 class BackendError(HarnessError):
     """A backend failed a lifecycle stage (load, init, run, release) or is unavailable here."""
 
+    # What the runtime printed itself during the failing call (kept off the terminal; the run report keeps it).
+    runtime_log: str = ""
+
 
 class NumericsError(HarnessError):
     """A subgraph produced NaN or Inf."""

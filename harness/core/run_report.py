@@ -31,6 +31,8 @@ ALWAYS = {
     "status": Field(one_of(*STATUSES), f"one of {list(STATUSES)}"),
     "error": Field(lambda v: v is None or isinstance(v, str), "null or a message"),
     "error_kind": Field(non_empty_str, "an error class name", required=False),
+    # what a board runtime printed itself during the failing call (harness/backends/rknnlite.py)
+    "runtime_log": Field(_is(str), "the runtime's own output", required=False),
     "backend": Field(non_empty_str, "a backend name", required=False),
     "model": Field(non_empty_str, "a model name", required=False),
     "partition": Field(non_empty_str, "a partition directory", required=False),
@@ -38,9 +40,10 @@ ALWAYS = {
     "lifecycle": Field(non_empty_str, "a lifecycle strategy", required=False),
     "images": Field(is_int, "a whole number", required=False),
 }
+_OPTIONAL = ("error_kind", "runtime_log")      # optional in a finished run's report too
 WHEN_OK = {
-    **{name: Field(f.check, f.expect) for name, f in ALWAYS.items() if name != "error_kind"},
-    "error_kind": ALWAYS["error_kind"],
+    **{name: Field(f.check, f.expect) for name, f in ALWAYS.items() if name not in _OPTIONAL},
+    **{name: ALWAYS[name] for name in _OPTIONAL},
     "manifest_sha256": Field(non_empty_str, "a sha256"),
     "streams": Field(_seq(non_empty_str), "a list of stream names"),
     "lifecycle_records": Field(_seq(_is(dict)), "a list of stage records"),

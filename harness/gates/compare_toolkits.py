@@ -27,7 +27,8 @@ from ..toolkit.convert import check_out, convert_partition
 from ..toolkit.envs import toolkit_python
 from ..toolkit.precisions import recipe
 
-__all__ = ["Comparison", "compare_toolkits", "image_rows", "REPORT_JSON", "REPORT_MD"]
+__all__ = ["Comparison", "compare_toolkits", "image_rows", "subgraph_failures", "reduce_commands", "REPORT_JSON",
+           "REPORT_MD"]
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -85,7 +86,7 @@ def _subgraph_rows(results: dict, rows: dict, cosine_min: float) -> list[dict]:
     return table
 
 
-def _subgraph_failures(table: list[dict], new: str, cosine_min: float) -> list[str]:
+def subgraph_failures(table: list[dict], new: str, cosine_min: float) -> list[str]:
     cells = [(row["subgraph"], row["versions"][new]) for row in table if new in row["versions"]]
     failures = []
     cpu = [(label, c) for label, c in cells if c["cpu_ops"]]
@@ -93,12 +94,32 @@ def _subgraph_failures(table: list[dict], new: str, cosine_min: float) -> list[s
         label, first = cpu[0]
         failures.append(f"{sum(len(c['cpu_ops']) for _, c in cpu)} op(s) on the CPU in {len(cpu)} "
                         f"subgraph(s), first {first['cpu_ops'][0]} in {label}")
-    low = [(label, c) for label, c in cells if not c["shapes_match"] or c["cosine"] < cosine_min]
+    # `not >=`: a NaN cosine (an output that is not finite) fails, as it does in accuracy
+    low = [(label, c) for label, c in cells if not c["shapes_match"] or not c["cosine"] >= cosine_min]
     if low:
-        label, worst = min(low, key=lambda lc: lc[1]["cosine"])
+        label, worst = min(low, key=lambda lc: lc[1]["cosine"] if lc[1]["cosine"] == lc[1]["cosine"] else -2.0)
         what = "output shape changed" if not worst["shapes_match"] else f"cosine {worst['cosine']:.7f}"
         failures.append(f"{len(low)} subgraph(s) under cosine {cosine_min}, worst {label}: {what}")
     return failures
+
+
+def reduce_commands(table: list[dict], new: str, partition: Path, out: Path, model_dir,
+                    cosine_min: float) -> list[dict]:
+    """For each subgraph failing its cosine on NEW: the `harness reduce` command that bisects it on the
+    same random inputs, and where that command writes its repro."""
+    from .reduce import reduce_command
+    rows = []
+    for row in table:
+        cell = row["versions"].get(new)
+        # a subgraph whose cosine fails (a CPU fallback alone is the layer table's to explain)
+        if cell is None or (cell["shapes_match"] and cell["cosine"] >= cosine_min):
+            continue
+        stem = Path(row["file"]).stem
+        target = Path(out) / "reduce" / stem
+        extra = (f"--model-dir {model_dir} " if model_dir else "") + f"--inputs random --out {target}"
+        rows.append({"subgraph": row["subgraph"], "command": reduce_command(stem, new, partition, extra),
+                     "repro": str(target / "repro" / "repro.py")})
+    return rows
 
 
 def _golden_kind(partition: Path) -> str:
@@ -118,7 +139,7 @@ def _load_goldens(store, cases) -> dict:
 
 
 def image_rows(bundle, conversions: dict[str, Path], cases, backend: str = "rknn-sim",
-               golden_dir: Path | None = None) -> list[dict]:
+               golden_dir: Path | None = None, quiet: bool = True) -> list[dict]:
     """Each conversion's render of each golden case, judged against the golden as the quality gate
     judges it. Each case is rendered as its golden was (case_inputs: its sampler, text embeddings and
     all). A case whose golden cannot be used, or a render that fails, says why and did not run."""
@@ -128,6 +149,7 @@ def image_rows(bundle, conversions: dict[str, Path], cases, backend: str = "rknn
     kind = _golden_kind(next(iter(conversions.values())))
     goldens = _load_goldens(GoldenStore(golden_dir, kind=kind), cases)
     rows = []
+    renders = _render_lines(len(cases) * len(conversions), quiet)
     for case in cases:
         row = {"case": case.name, "kind": kind, "ssim_min": case.ssim_min, "psnr_min": case.psnr_min,
                "cosine_min": case.cosine_min if kind == "latent" else None, "versions": {}}
@@ -136,10 +158,29 @@ def image_rows(bundle, conversions: dict[str, Path], cases, backend: str = "rknn
             row["golden_error"] = str(golden)
         else:
             inputs = case_inputs(case, bundle.cfg, golden_dir)
-            row["versions"] = {version: _render(bundle, path, backend, inputs, golden, case, kind)
-                               for version, path in conversions.items()}
+            row["versions"] = {}
+            for version, path in conversions.items():
+                row["versions"][version] = _render(bundle, path, backend, inputs, golden, case, kind)
+                renders(f"{case.name} on {version}")
         rows.append(row)
     return rows
+
+
+def _render_lines(total: int, quiet: bool):
+    """A line on stderr per case rendered on each build, with elapsed time and an ETA: the image part runs
+    minutes on the simulator and said nothing until its verdict."""
+    import sys
+
+    from ..core.progress import StepLines
+    lines = StepLines(total, "[compare] renders", lambda line: None, interval=0.0)
+    if not quiet and total:
+        print(f"[compare] rendering each golden case on each build: {total} renders", file=sys.stderr, flush=True)
+
+    def rendered(what: str) -> None:
+        lines()
+        if not quiet:
+            print(f"{lines.line()} ({what})", file=sys.stderr, flush=True)
+    return rendered
 
 
 def _render(bundle, path, backend, inputs, golden, case, kind) -> dict:
@@ -233,20 +274,23 @@ def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolki
             comparison.header["conversion_seconds"][version] = results[version].seconds
     rows = {v: cosine_rows(r, partition) for v, r in results.items() if r is not None}
     comparison.subgraphs = _subgraph_rows(results, rows, cosine_min)
-    comparison.failures += _subgraph_failures(comparison.subgraphs, new, cosine_min)
-    _judge_images(comparison, bundle, out, cases, golden_dir, results, images)
+    comparison.failures += subgraph_failures(comparison.subgraphs, new, cosine_min)
+    comparison.header["reduce"] = reduce_commands(comparison.subgraphs, new, partition, out, model_dir,
+                                                 cosine_min)
+    _judge_images(comparison, bundle, out, cases, golden_dir, results, images, quiet)
     _write_report(comparison, out)
     return comparison
 
 
-def _judge_images(comparison: Comparison, bundle, out: Path, cases, golden_dir, results, images: bool) -> None:
+def _judge_images(comparison: Comparison, bundle, out: Path, cases, golden_dir, results, images: bool,
+                  quiet: bool) -> None:
     if not images:
         comparison.not_run.append("image part: not asked for")
         return
     converted = {v: out / v for v, r in results.items() if r is not None}
     if not converted:
         return
-    comparison.images = image_rows(bundle, converted, cases, golden_dir=golden_dir)
+    comparison.images = image_rows(bundle, converted, cases, golden_dir=golden_dir, quiet=quiet)
     failures, not_run = _image_findings(comparison.images, comparison.new)
     comparison.failures += failures
     comparison.not_run += not_run

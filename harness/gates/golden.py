@@ -28,7 +28,7 @@ import numpy as np
 from .. import __version__
 from ..core.atomic import atomic_path, atomic_write_json
 from ..core.errors import ConfigError, HarnessError
-from ..core.imageio import save_png
+from ..core.imageio import save_png, to_uint8
 from ..model.config import REPO_ROOT
 from ..sampling.spectrum import SAMPLERS  # sampler names live with the sampler
 from .cases import IMAGE_SETTINGS, GoldenCase
@@ -123,7 +123,29 @@ class GoldenStore:
         image = self._read_image(case, paths["npy"])
         meta = self._read_meta(case, paths["json"])
         self._check_consistent(case, image, meta, paths)
+        self._check_png(case, image, paths["png"])
         return image, meta
+
+    def _check_png(self, case: GoldenCase, image: np.ndarray, path: Path) -> None:
+        """The .png people look at must be the .npy the gate compares: a PNG, pixel for pixel the image
+        (or the latent's preview) written with it. An image replaced by hand, or by another format under
+        the same name, is refused rather than shown beside a verdict it did not take part in."""
+        if not path.exists():
+            return      # the people's copy is optional; the gate reads the .npy
+        from PIL import Image, UnidentifiedImageError
+        try:
+            with Image.open(path) as im:
+                kind, pixels = im.format, np.asarray(im.convert("RGB"))
+        except (OSError, UnidentifiedImageError) as exc:
+            raise GoldenCorrupt(f"golden case '{case.name}': {path} is not a readable image ({exc}); "
+                                f"regenerate it: {UPDATE_COMMAND}") from None
+        if kind != "PNG":
+            raise GoldenCorrupt(f"golden case '{case.name}': {path} is a {kind} file, not a PNG; "
+                                f"regenerate it: {UPDATE_COMMAND}")
+        expected = to_uint8(image if self.kind == "image" else latent_preview(image))
+        if pixels.shape != expected.shape or not np.array_equal(pixels, expected):
+            raise GoldenCorrupt(f"golden case '{case.name}': {path} does not show {path.with_suffix('.npy').name} "
+                                f"(a hand edit or another image); regenerate it: {UPDATE_COMMAND}")
 
     def _read_image(self, case: GoldenCase, path: Path) -> np.ndarray:
         try:

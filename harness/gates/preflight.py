@@ -6,9 +6,12 @@ without opening a runtime context, judged against toolkit/compatibility.toml.
     librknnrt        the runtime library the wheel will open (telemetry: the version string in its bytes)
     driver           the RKNPU kernel driver (telemetry: debugfs / procfs)
 
-A stack on a "bad" combination fails in one line naming the versions the combination names, what happens
-on it and what to install; a librknnrt older than the converting toolkit is refused as the smoke tier's
-version check refuses it (smoke.version_problem). A stack the table does not know passes as "unknown".
+Versions are read exactly (harness/gates/versions.py: 2.5, 2.3.0rc1, 2.3.0-dirty are shown as written and
+match no x.y.z row; an empty one is "unreadable", not absent). A stack on a "bad" combination fails in one
+line naming the versions the combination names, what happens on it and what to install; a librknnrt older
+than the converting toolkit is refused as the smoke tier's version check refuses it (smoke.version_problem);
+a partition whose files two toolkit versions built, or whose files disagree with the manifest's conversion
+record, fails. The project's own target stack passes as "target"; one the table does not know as "unknown".
 Field reports behind the table: airockchip/rknn-toolkit2#281 and #254 ("Invalid RKNN model version 6"),
 jaylfc/taOS#42 (a 2.3.0 file segfaults on librknnrt 2.3.2).
 """
@@ -20,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
 
 from ..core.errors import ConfigError, HarnessError
 from ..core.schema import Field, check_table, non_empty_str, one_of, read_toml
@@ -29,13 +31,13 @@ from ..partition.declared import rknn_version
 from ..partition.manifest import load_manifest
 from ..results.telemetry import board_identity
 from .smoke import version_problem
+from .versions import read, shown
 
 __all__ = ["COMPATIBILITY", "load_table", "preflight", "read_stack"]
 
 COMPATIBILITY = REPO_ROOT / "toolkit" / "compatibility.toml"
 COMPONENTS = {"converted_with": "rknn-toolkit2", "wheel": "rknn-toolkit-lite2", "librknnrt": "librknnrt",
               "driver": "RKNPU driver"}
-_VERSION = re.compile(r"\d+(?:\.\d+)+")
 
 
 @dataclass
@@ -45,16 +47,19 @@ class Stack:
     wheel: str | None = None
     librknnrt: str | None = None
     driver: str | None = None
+    recorded: str | None = None     # the manifest's conversion record (toolkit_version), None without one
 
     def line(self) -> str:
-        files = "; ".join(f"rknn-toolkit2 {v} ({len(f)} .rknn file(s))" for v, f in sorted(self.converted_with.items()))
-        return (f"{files or 'no .rknn file in the partition'}; rknn-toolkit-lite2 {self.wheel or 'not installed'}, "
-                f"librknnrt {self.librknnrt or 'not found'}, RKNPU driver {self.driver or 'not readable'}")
+        files = "; ".join(f"rknn-toolkit2 {shown(v, '')} ({len(f)} .rknn file(s))"
+                          for v, f in sorted(self.converted_with.items()))
+        return (f"{files or 'no .rknn file in the partition'}; "
+                f"rknn-toolkit-lite2 {shown(self.wheel, 'not installed')}, "
+                f"librknnrt {shown(self.librknnrt, 'not found')}, RKNPU driver {shown(self.driver, 'not readable')}")
 
 
 @dataclass(frozen=True)
 class Verdict:
-    kind: str           # "bad", "good" or "unknown"
+    kind: str           # "bad", "good", "target" or "unknown"
     line: str
 
 
@@ -72,6 +77,7 @@ def read_stack(partition: Path | None, root: str | Path = "/") -> Stack:
     stack = Stack(wheel=_wheel_version(), librknnrt=identity.get("runtime_lib"), driver=identity.get("npu_driver"))
     if partition is not None:
         manifest = load_manifest(partition)
+        stack.recorded = (manifest.conversion or {}).get("toolkit_version")
         for entry in manifest.entries():
             path = manifest.path_of(entry)
             if path.suffix == ".rknn":
@@ -90,7 +96,8 @@ def _specifiers(value) -> bool:
 
 
 _SPEC = Field(_specifiers, "a version specifier such as '==2.3.0' or a list of them", required=False)
-_COMBINATION = {**{name: _SPEC for name in COMPONENTS}, "verdict": Field(one_of("bad", "good"), "'bad' or 'good'"),
+_COMBINATION = {**{name: _SPEC for name in COMPONENTS}, "verdict": Field(one_of("bad", "good", "target"),
+                                                                       "'bad', 'good' or 'target'"),
                 "symptom": Field(non_empty_str, "what happens on this stack", required=False),
                 "install": Field(non_empty_str, "what to install instead", required=False),
                 "source": Field(lambda v: non_empty_str(v) or (isinstance(v, list) and bool(v)
@@ -115,21 +122,15 @@ def load_table(path: Path = COMPATIBILITY) -> list[dict]:
     return data["combination"]
 
 
-def _version(text: str | None) -> Version | None:
-    match = _VERSION.search(text or "")
-    try:
-        return Version(match.group()) if match else None
-    except InvalidVersion:
-        return None
-
-
 def _matches(row: dict, versions: dict) -> bool:
+    """Every version the row names is a release (x.y.z, nothing after) its specifiers hold."""
     for name in COMPONENTS:
         if name not in row:
             continue
-        version = _version(versions.get(name))
+        version = read(versions.get(name) or "")
         specs = row[name] if isinstance(row[name], list) else [row[name]]
-        if version is None or not any(version in SpecifierSet(s) for s in specs):
+        if version.version is None or not version.release \
+                or not any(version.version in SpecifierSet(s) for s in specs):
             return False
     return True
 
@@ -141,12 +142,38 @@ def _sources(row: dict) -> str:
 
 
 def _named(row: dict, versions: dict) -> str:
-    return " with ".join(f"{COMPONENTS[n]} {_version(versions[n])}" for n in COMPONENTS if n in row)
+    return " with ".join(f"{COMPONENTS[n]} {versions[n]}" for n in COMPONENTS if n in row)
+
+
+def _partition_problem(stack: Stack) -> str | None:
+    """Two toolkit versions in one partition, or files the manifest's conversion record does not describe."""
+    used = sorted(stack.converted_with.items())
+    if len(used) > 1:
+        return ("the partition was built by " + str(len(used)) + " rknn-toolkit2 versions: "
+                + ", ".join(f"{v} ({len(f)} .rknn file(s), e.g. {f[0]})" for v, f in used)
+                + ": convert it again with one toolkit")
+    if used and stack.recorded is not None and used[0][0] != stack.recorded:
+        version, files = used[0]
+        return (f"the manifest's conversion record says rknn-toolkit2 {stack.recorded} but its .rknn files were "
+                f"built by {version} ({len(files)} file(s), e.g. {files[0]}): convert the partition again")
+    return None
+
+
+def _kind(table: list[dict], versions: dict) -> str | None:
+    for row in table:
+        if _matches(row, versions) and row["verdict"] == "bad":
+            return None
+    kinds = [r["verdict"] for r in table if r["verdict"] != "bad" and _matches(r, versions)]
+    return "good" if "good" in kinds else "target" if "target" in kinds else "unknown"
 
 
 def judge(stack: Stack, table: list[dict]) -> Verdict:
-    """The stack against the table, each toolkit version of the partition in turn: the first bad one, else
-    good when every toolkit version is on a good combination, else unknown."""
+    """The stack against the table, each toolkit version of the partition in turn: a mixed or mis-recorded
+    partition, the first bad combination, else good when every toolkit version is on a good combination,
+    target when on the project's target stack, else unknown."""
+    problem = _partition_problem(stack)
+    if problem:
+        return Verdict("bad", f"stack preflight: {problem}")
     kinds = []
     versions_used: list[tuple[str | None, list[str]]] = sorted(stack.converted_with.items()) or [(None, [])]
     for converted_with, files in versions_used:
@@ -160,9 +187,12 @@ def judge(stack: Stack, table: list[dict]) -> Verdict:
             if _matches(row, versions) and row["verdict"] == "bad":
                 return Verdict("bad", f"stack preflight: {_named(row, versions)}{which} is a known-bad combination: "
                                       f"{row['symptom']} ({_sources(row)}); install {row['install']}")
-        kinds.append(any(r["verdict"] == "good" and _matches(r, versions) for r in table))
-    if kinds and all(kinds):
+        kinds.append(_kind(table, versions))
+    if kinds and all(k == "good" for k in kinds):
         return Verdict("good", f"stack preflight: a known-good combination: {stack.line()}")
+    if kinds and all(k in ("good", "target") for k in kinds):
+        return Verdict("target", f"stack preflight: the project's target stack (built and simulated here, no "
+                                 f"board report yet; passes): {stack.line()}")
     return Verdict("unknown", f"stack preflight: combination unknown to {COMPATIBILITY.relative_to(REPO_ROOT)} "
                               f"(passes): {stack.line()}")
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..core.atomic import atomic_save_npy
-from ..core.errors import ConfigError, HarnessError, MemoryGuardTripped, NumericsError
+from ..core.errors import HarnessError, MemoryGuardTripped, NumericsError
 from ..core.imageio import save_png
 from ..lifecycle.steptimes import STAGE_NAMES
 from ..model.bundle import ModelBundle, load_bundle
@@ -99,14 +99,18 @@ class GateRunner:
             from ..runtime.converted import cached_conversion
             return cached_conversion(self.bundle, self.s.cache_dir, self.s.precision, self.s.calibration,
                                      granularity=self.s.granularity)
-        if self.s.backend == "rknnlite":
-            from .smoke import see
-            raise ConfigError("--partition (or the board profile's `partition`) must name the converted "
-                              ".rknn subgraphs when the backend is rknnlite: convert them on the PC and copy "
-                              f"them to the board ({see('partition')})")
+        if self.s.backend == "rknnlite":       # a fresh board has no toolkit: the partition shipped with the suite
+            return self._shipped()
         from ..runtime.partitions import exported_partition
         return exported_partition(self.bundle, self.s.precision, self.s.fake_quant,
                                   root=self.s.cache_dir / "partitions", granularity=self.s.granularity)
+
+    def _shipped(self) -> Path:
+        """The embedded model's converted float16 partition from models/ (harness/runtime/shipped.py); any
+        other model, precision or granularity needs --partition, converted on the PC."""
+        from ..runtime.shipped import shipped_partition
+        precision = self.s.precision if not self.s.fake_quant else f"{self.s.precision}+{self.s.fake_quant}"
+        return shipped_partition(self.bundle, self.s.cache_dir, precision, self.s.granularity)
 
     def describe_partition(self) -> str:
         """For the report header: the partition and its manifest hash, without exporting anything."""

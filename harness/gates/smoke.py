@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backends import create_context
+from .versions import read, shown
 
 __all__ = ["NpuNode", "find_npu_node", "rknpu_driver_signs", "npu_node_problem", "version_problem",
            "lifecycle_once", "GUIDE", "SECTIONS", "see"]
@@ -32,7 +33,7 @@ SECTIONS = {
     "librknnrt": "librknnrt",
     "node": "The NPU device node and its permissions",
     "container": "The NPU in a container",
-    "partition": "On the PC: the embedded model's partition",
+    "partition": "The embedded model's partition: shipped, or converted on the PC",
 }
 _RKNPU_DRIVER = "DRIVER=RKNPU"
 _ROCKET_DRIVER = "DRIVER=rocket"
@@ -129,23 +130,18 @@ def _no_node_problem(root: Path) -> str:
             f"RKNPU driver ({see('kernel')})")
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split(".")[:3]:
-        digits = "".join(c for c in piece if c.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
-
-
 def version_problem(versions: dict, converted_with: str | None) -> str | None:
     """librknnrt must be at least the toolkit version that converted the partition (else the runtime
-    refuses the files with "Invalid RKNN model version"); None when it is, or when nothing says."""
+    refuses the files with "Invalid RKNN model version"); None when it is, or when nothing says. Ordered as
+    PEP 440 orders them (harness/gates/versions.py): 2.5 is not older than 2.5.0, 2.3.0rc1 is older than
+    2.3.0; a version that is not one is not ordered."""
     api = versions.get("api")
-    if not api:
-        return "get_sdk_version() gave no librknnrt (API) version"
-    if converted_with and _version_tuple(api) < _version_tuple(converted_with):
-        return (f"librknnrt {api} is older than rknn-toolkit2 {converted_with}, which converted the partition: "
-                f"install librknnrt.so {converted_with} or newer (or point LIBRKNNRT_PATH at it; "
+    if api is None or not api.strip():
+        return "get_sdk_version() gave no librknnrt (API) version" if api is None else \
+            "librknnrt's version is unreadable (an empty version string)"
+    if converted_with and read(api).older_than(read(converted_with)):
+        return (f"librknnrt {shown(api, '')} is older than rknn-toolkit2 {converted_with}, which converted the "
+                f"partition: install librknnrt.so {converted_with} or newer (or point LIBRKNNRT_PATH at it; "
                 f"{see('librknnrt')})")
     return None
 

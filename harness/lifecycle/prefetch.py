@@ -30,6 +30,7 @@ import numpy as np
 
 from ..core.errors import BackendError
 from ..core.signals import group_signals_blocked
+from ..core.workers import WORKER_ENV
 from .records import Counters, LifecycleRecorder
 from .worker import read_arrays, write_arrays
 
@@ -46,8 +47,9 @@ def block_bytes(entries, which: str) -> int:
     return max([total(getattr(e, which)) for e in entries] + [64])
 
 
-def _worker_env() -> dict:
+def _worker_env(number: int) -> dict:
     env = dict(os.environ)
+    env[WORKER_ENV] = str(number)           # how a reading of the tree names it (harness/memory/resources.py)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), env.get("PYTHONPATH")]))
     return env
 
@@ -77,7 +79,7 @@ class _Worker:
             code = f"from harness.lifecycle.worker import worker_main; worker_main({theirs.fileno()})"
             with group_signals_blocked():       # no window before the worker ignores them
                 self.process = subprocess.Popen([sys.executable, "-c", code], pass_fds=[theirs.fileno()],
-                                                env=_worker_env())
+                                                env=_worker_env(number))
         except BaseException:
             mine.close()
             self._free_blocks()

@@ -17,7 +17,10 @@ back the figures it was configured with):
              where the board exposes it.
 
 Figures are in board terms: board-sim's seconds and bytes are divided by its time and memory
-scales. The result is a data file (`anima-board-probe/1`) that `harness plan --measured` reads.
+scales. Each figure is repeated until its 95 % interval is within --tolerance (5 %) of it or its
+--budget seconds end (harness/memory/repeats.py); `intervals` in the data file says, per figure, its
+interval, its repeats, whether it is within, and the repeats it would need when it is not. The result
+is a data file (`anima-board-probe/1`) that `harness plan --measured` reads.
 """
 from __future__ import annotations
 
@@ -39,8 +42,9 @@ from scipy import stats
 from ..backends.base import create_context
 from ..partition.manifest import SubgraphEntry
 from .assumptions import MEASURED_FORMAT
+from .repeats import TOLERANCE, Interval, converge
 
-__all__ = ["Subject", "ProbeSetup", "probe_board", "host_bytes", "HOLDS_CORE_BELOW"]
+__all__ = ["Subject", "ProbeSetup", "probe_board", "host_bytes", "HOLDS_CORE_BELOW", "noise_lines"]
 
 MiB = 2 ** 20
 # The two loops keep this much of their alone-rates together or less: they take turns on the core.
@@ -66,6 +70,8 @@ class ProbeSetup:
     repeats: int = 5
     cores: bool = True            # the backend honours a core mask
     telemetry_root: Path = Path("/")
+    budget_s: float = 20.0        # wall seconds each figure may repeat for, past `repeats`
+    tolerance: float = TOLERANCE  # the 95 % interval's half-width each figure is repeated to
 
 
 def _inputs(entry, rows: int | None = None, seed: int = 0) -> list[np.ndarray]:
@@ -114,34 +120,44 @@ def _timed_runs(ctx, inputs, count: int) -> float:
 # ------------------------------------------------------------------------------- overlap
 
 def measure_overlap(setup: ProbeSetup, runner: Subject, cycler: Subject) -> dict:
-    """The two loops' rates together against alone (see the module's docstring)."""
+    """The two loops' rates together against alone (see the module's docstring), one window a repeat."""
     window = setup.window_s * setup.time_scale
     with _loaded(setup, runner, "0", "runner") as ctx:
         inputs = _inputs(runner.entry)
         run_alone = _timed_runs(ctx, inputs, setup.repeats)
         cycle_alone = statistics.median(_cycle(setup, cycler, "0", "cycler") for _ in range(setup.repeats))
-        stop = threading.Event()
-        cycles = []
+        last: dict = {}
 
-        def cycle_loop():
-            while not stop.is_set():
-                cycles.append(_cycle(setup, cycler, "0", "cycler"))
-        thread = threading.Thread(target=cycle_loop, name="probe-lifecycle")
-        runs, start = 0, time.perf_counter()
-        thread.start()
-        try:
-            while time.perf_counter() - start < window:
-                ctx.run(inputs)
-                runs += 1
-        finally:
-            stop.set()
-            thread.join()
-        elapsed = time.perf_counter() - start
-    kept = runs * run_alone / elapsed + len(cycles) * cycle_alone / elapsed
+        def one_window() -> tuple[float]:
+            runs, cycles, elapsed = _window(setup, ctx, inputs, cycler, window)
+            last.update(runs=runs, cycles=cycles, elapsed=elapsed)
+            return (runs * run_alone / elapsed + cycles * cycle_alone / elapsed,)
+        kept = converge(one_window, ("rates_kept",), 2, setup.budget_s, setup.tolerance)["rates_kept"]
     return {"runner": runner.kind, "cycler": cycler.kind, "run_alone_s": run_alone / setup.time_scale,
-            "lifecycle_alone_s": cycle_alone / setup.time_scale, "window_s": elapsed / setup.time_scale,
-            "runs_together": runs, "lifecycles_together": len(cycles), "rates_kept": kept,
-            "lifecycle_holds_core": bool(kept < HOLDS_CORE_BELOW)}
+            "lifecycle_alone_s": cycle_alone / setup.time_scale, "window_s": last["elapsed"] / setup.time_scale,
+            "runs_together": last["runs"], "lifecycles_together": last["cycles"], "rates_kept": kept.value,
+            "lifecycle_holds_core": bool(kept.value < HOLDS_CORE_BELOW), "intervals": {"rates_kept": kept}}
+
+
+def _window(setup: ProbeSetup, ctx, inputs, cycler: Subject, window: float) -> tuple[int, int, float]:
+    """(runs, lifecycles, seconds) of one window with the lifecycle loop beside the inference loop."""
+    stop = threading.Event()
+    cycles = []
+
+    def cycle_loop():
+        while not stop.is_set():
+            cycles.append(_cycle(setup, cycler, "0", "cycler"))
+    thread = threading.Thread(target=cycle_loop, name="probe-lifecycle")
+    runs, start = 0, time.perf_counter()
+    thread.start()
+    try:
+        while time.perf_counter() - start < window:
+            ctx.run(inputs)
+            runs += 1
+    finally:
+        stop.set()
+        thread.join()
+    return runs, len(cycles), time.perf_counter() - start
 
 
 # ------------------------------------------------------------------------------- streams
@@ -160,20 +176,27 @@ def _together(jobs) -> float:
 
 
 def measure_streams(setup: ProbeSetup, both: Subject, one: Subject) -> dict:
-    """Both streams on core 0 against one stream each on cores 0 and 1 at once; 0_1_2 against 0."""
-    with _loaded(setup, both, "0", "both streams") as ctx:
-        inputs = _inputs(both.entry)
-        one_core = _timed_runs(ctx, inputs, setup.repeats)
-    with _loaded(setup, both, "0_1_2", "all cores") as ctx:
-        all_cores = _timed_runs(ctx, inputs, setup.repeats)
-    with _loaded(setup, one, "0", "stream 0") as a, _loaded(setup, one, "1", "stream 1") as b:
-        rows = _inputs(one.entry)
-        pair = statistics.median(_together([lambda: a.run(rows), lambda: b.run(rows)])
-                                 for _ in range(setup.repeats))
-    return {"one_core_both_streams_s": one_core / setup.time_scale,
-            "two_cores_one_stream_each_s": pair / setup.time_scale,
-            "stream_per_core_speedup": one_core / pair, "all_cores_s": all_cores / setup.time_scale,
-            "multi_core_speedup": one_core / all_cores}
+    """Both streams on core 0 against one stream each on cores 0 and 1 at once; 0_1_2 against 0. Each
+    repeat times one call of each, so the ratios are taken call by call."""
+    times: dict[str, list[float]] = {"one": [], "all": [], "pair": []}
+    with contextlib.ExitStack() as stack:
+        core0 = stack.enter_context(_loaded(setup, both, "0", "both streams"))
+        cores = stack.enter_context(_loaded(setup, both, "0_1_2", "all cores"))
+        a = stack.enter_context(_loaded(setup, one, "0", "stream 0"))
+        b = stack.enter_context(_loaded(setup, one, "1", "stream 1"))
+        inputs, rows = _inputs(both.entry), _inputs(one.entry)
+
+        def sample() -> tuple[float, float]:
+            times["one"].append(_timed_runs(core0, inputs, 1))
+            times["all"].append(_timed_runs(cores, inputs, 1))
+            times["pair"].append(_together([lambda: a.run(rows), lambda: b.run(rows)]))
+            return times["one"][-1] / times["pair"][-1], times["one"][-1] / times["all"][-1]
+        found = converge(sample, ("stream_per_core_speedup", "multi_core_speedup"), setup.repeats,
+                         setup.budget_s, setup.tolerance)
+    mean = {k: statistics.fmean(v) / setup.time_scale for k, v in times.items()}
+    return {"one_core_both_streams_s": mean["one"], "two_cores_one_stream_each_s": mean["pair"],
+            "stream_per_core_speedup": found["stream_per_core_speedup"].value, "all_cores_s": mean["all"],
+            "multi_core_speedup": found["multi_core_speedup"].value, "intervals": found}
 
 
 # ------------------------------------------------------------------------------- lifecycle
@@ -181,19 +204,20 @@ def measure_streams(setup: ProbeSetup, both: Subject, one: Subject) -> dict:
 def measure_lifecycle(setup: ProbeSetup, subjects: list[Subject], weight_mib) -> dict:
     """Median load + init + release of each subject against its weight MiB, and the least-squares
     line the planner's [plan] lifecycle_model is (the same fit, so the two compare)."""
-    rows = []
+    rows, intervals = [], {}
     for subject in subjects:
         _cycle(setup, subject, None, "first")       # a runtime's one-off first build is no board stage
         # the mean, not the median: a late wake-up is paid back by the next stages (board-sim's clock)
-        seconds = statistics.fmean(_cycle(setup, subject, None, "lifecycle") for _ in range(setup.repeats))
-        rows.append({"kind": subject.kind, "weight_mib": float(weight_mib(subject)),
-                     "seconds": seconds / setup.time_scale})
+        found = converge(lambda s=subject: (_cycle(setup, s, None, "lifecycle") / setup.time_scale,),
+                         ("seconds",), setup.repeats, setup.budget_s, setup.tolerance)["seconds"]
+        intervals[subject.kind] = found
+        rows.append({"kind": subject.kind, "weight_mib": float(weight_mib(subject)), "seconds": found.value})
     x = np.array([r["weight_mib"] for r in rows])
     y = np.array([r["seconds"] for r in rows])
     fit = stats.linregress(x, y)
     half = stats.t.ppf(0.975, len(x) - 2) * fit.stderr if len(x) > 2 else float("inf")
     return {"contexts": rows, "fit": [float(fit.intercept), float(fit.slope)],
-            "per_mib_interval": [float(fit.slope - half), float(fit.slope + half)]}
+            "per_mib_interval": [float(fit.slope - half), float(fit.slope + half)], "intervals": intervals}
 
 
 # ------------------------------------------------------------------------------- memory
@@ -244,19 +268,25 @@ def host_bytes() -> int:
 
 def measure_memory(setup: ProbeSetup, subject: Subject, held: int = 4) -> dict:
     """Host bytes (host_bytes) and dma-buf (device) bytes added per context, `held` contexts of one
-    subgraph at once."""
+    subgraph at once, repeated (at least 3 times) as every figure is."""
     with _loaded(setup, subject, None, "warm-up"):       # the runtime's one-off start-up is not a context's
         pass
-    before, device_before = host_bytes(), _dma_buf_bytes(setup.telemetry_root)
-    with contextlib.ExitStack() as stack:
-        for k in range(held):
-            stack.enter_context(_loaded(setup, subject, None, f"held {k}"))
-        after, device_after = host_bytes(), _dma_buf_bytes(setup.telemetry_root)
-    host = (after - before) / held / MiB / setup.memory_scale
-    out: dict[str, Any] = {"contexts_held": held, "host_mib": host}
-    if device_after is not None:
-        device = (device_after - (device_before or 0)) / held / MiB / setup.memory_scale
-        out.update(device_mib=device, host_device_mib=[host, device])
+    devices: list[float | None] = []
+
+    def sample() -> tuple[float]:
+        before, device_before = host_bytes(), _dma_buf_bytes(setup.telemetry_root)
+        with contextlib.ExitStack() as stack:
+            for k in range(held):
+                stack.enter_context(_loaded(setup, subject, None, f"held {k}"))
+            after, device_after = host_bytes(), _dma_buf_bytes(setup.telemetry_root)
+        devices.append(None if device_after is None else
+                       (device_after - (device_before or 0)) / held / MiB / setup.memory_scale)
+        return ((after - before) / held / MiB / setup.memory_scale,)
+    host = converge(sample, ("host_mib",), min(3, setup.repeats), setup.budget_s, setup.tolerance)["host_mib"]
+    out: dict[str, Any] = {"contexts_held": held, "host_mib": host.value, "intervals": {"host_mib": host}}
+    if devices[-1] is not None:
+        device = statistics.fmean(d for d in devices if d is not None)
+        out.update(device_mib=device, host_device_mib=[host.value, device])
     else:
         out["device"] = f"not measured: no dma-buf descriptor under {setup.telemetry_root / 'proc'}"
     return out
@@ -283,4 +313,16 @@ def probe_board(setup: ProbeSetup, subjects: dict[str, Subject], one_stream: Sub
     data["lifecycle"] = measure_lifecycle(setup, list(subjects.values()), weight_mib)
     say("probe-board: memory per context")
     data["memory"] = measure_memory(setup, subjects["ffn"])
+    data["intervals"] = {f"{table}.{name}": interval.as_dict() for table in ("overlap", "streams", "lifecycle",
+                                                                              "memory") if table in data
+                         for name, interval in data[table].pop("intervals").items()}
     return data
+
+
+def noise_lines(data: dict) -> list[str]:
+    """Which figures are within the tolerance and which are not (with the repeats they would need)."""
+    found = {name: Interval(**i) for name, i in data.get("intervals", {}).items()}
+    inside = [f"{name} {i.text()}" for name, i in found.items() if i.within]
+    outside = [f"{name} {i.text()}" for name, i in found.items() if not i.within]
+    return ([f"within tolerance: {'; '.join(inside)}"] if inside else []) + \
+        [f"NOT within tolerance: {line}" for line in outside]

@@ -93,7 +93,7 @@ def _row(granularity: str, core_mask: str, result: dict) -> dict:
 
 
 def plan_space(profile, budget_mib: float | None = None, granularities=GRANULARITIES,
-               core_masks=CORE_MASKS, assumed: Assumptions | None = None) -> dict:
+               core_masks=CORE_MASKS, assumed: Assumptions | None = None, ceiling: int | None = None) -> dict:
     """Every granularity x core mask, each with its lifecycle strategies, and the choice; `assumed`
     (board_assumptions) carries what probe-board measured in place of the profile's assumptions."""
     assumed = assumed or board_assumptions(profile)
@@ -103,7 +103,7 @@ def plan_space(profile, budget_mib: float | None = None, granularities=GRANULARI
     for text in granularities:
         granularity = parse_granularity(text, profile.blocks)
         for mask in core_masks:
-            inp = inputs_for(profile, granularity, mask, budget, assumed)
+            inp = replace(inputs_for(profile, granularity, mask, budget, assumed), context_ceiling=ceiling)
             n = inp.subgraphs
             result = plan(inp, pools=tuple(k for k in (4, 8, 16) if k < n),
                           pins=tuple(k for k in (8, 16) if k < n),

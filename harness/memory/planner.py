@@ -28,7 +28,7 @@ from ..core.errors import ConfigError
 from ..core.run_report import read_run_report
 
 __all__ = ["PlanInputs", "inputs_from_profile", "inputs_from_report", "lru_hits", "plan", "memory_mib",
-           "PIN_ORDER"]
+           "PIN_ORDER", "read_ceiling"]
 
 PIN_ORDER = ("ffn", "self_attn", "cross_attn")
 MiB = 2 ** 20
@@ -52,6 +52,7 @@ class PlanInputs:
     notes: list[str] = field(default_factory=list)
     context_weight: float = 1.0            # one context's memory in measured (probe) contexts
     holds_core: bool = False               # a lifecycle stage occupies the NPU core (no overlap with inference)
+    context_ceiling: int | None = None     # most live contexts the runtime initialised (probe-memory), measured
 
     @property
     def subgraphs(self) -> int:
@@ -125,6 +126,23 @@ def inputs_from_report(path: str | Path, context_mib: float | None, budget_mib: 
                f"{per_ctx:.1f} MiB ({'given' if context_mib is not None else 'the run peak, one context live'})",
                "prefetch estimates assume loading runs beside inference on other hardware (the NPU's case); "
                "on a CPU backend both share the host's cores, so they are upper bounds there"])
+
+
+def read_ceiling(path: str | Path) -> int | None:
+    """The context ceiling a probe-memory probe.json measured (None: the probe met none)."""
+    import json
+    try:
+        data = json.loads(Path(path).read_text())
+        ceiling = data["ceiling"]
+    except FileNotFoundError:
+        raise ConfigError(f"--residency {path}: no such file") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"--residency {path}: not a probe-memory probe.json ({exc})") from None
+    if ceiling is None:
+        return None
+    if not isinstance(ceiling, dict) or not isinstance(ceiling.get("contexts"), int) or ceiling["contexts"] < 1:
+        raise ConfigError(f"--residency {path}: its ceiling names no number of contexts")
+    return ceiling["contexts"]
 
 
 # ---------------------------------------------------------------- the arithmetic
@@ -235,6 +253,9 @@ def plan(inp: PlanInputs, pools=(4, 8, 16, 83), pins=(8, 16), prefetch=(1, 2, 3,
     low, high = sorted((bound_wall, bound_sums))
     for c in choices:
         c.fits = inp.budget_mib is None or c.added_mib <= inp.budget_mib
+        if inp.context_ceiling is not None and c.live > inp.context_ceiling:
+            c.fits = False
+            c.note += f"; over the measured context ceiling ({inp.context_ceiling} live contexts)"
         c.reach = (total - c.seconds) / (total - high) if total > high else 0.0
     fitting = [c for c in choices if c.fits]
     best = min(fitting, key=lambda c: (round(c.seconds, 6), c.added_mib)) if fitting else None

@@ -7,6 +7,11 @@ grows ~135 MiB per Anima context and swap starts growing at 8, which is why the 
 subgraphs on demand. The gates are the memory guard's (MemAvailable floor, swap growth) and,
 optionally, a budget of added PSS: a process-local figure that other work on a shared machine does
 not move.
+
+An init the runtime refuses after earlier ones passed (rknn_init failing past some number of live
+contexts: the 4 GiB IOMMU domain, airockchip/rknn-toolkit2#287; the faults backend's init-fails-after=N)
+is the board's measured context ceiling: the probe stops there and reports N and the memory then,
+and `harness plan --residency probe.json` caps every strategy's live contexts at it.
 """
 from __future__ import annotations
 
@@ -17,10 +22,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..backends.base import create_context, live_contexts
-from ..core.errors import MemoryGuardTripped
+from ..core.errors import BackendError, MemoryGuardTripped
 from .guard import MemoryGuard, read_memory
 
-__all__ = ["residency_probe", "growth_per_context", "extrapolate"]
+__all__ = ["residency_probe", "growth_per_context", "extrapolate", "ceiling_line", "INIT_FAILED"]
+
+INIT_FAILED = "init failed"     # how a backend's error names a refused init (Context.error)
 
 MiB = 2 ** 20
 
@@ -41,11 +48,18 @@ class ProbeResult:
     release_seconds: float
     live_after: int = 0
     mem_available_start_mib: float = 0.0
+    ceiling: dict | None = None     # {"contexts", "error", "pss_added_mib", "mem_available_delta_mib"}
 
     def as_dict(self) -> dict:
         return {"rows": [asdict(r) for r in self.rows], "tripped": self.tripped,
                 "release_seconds": self.release_seconds, "live_after": self.live_after,
-                "mem_available_start_mib": self.mem_available_start_mib}
+                "mem_available_start_mib": self.mem_available_start_mib, "ceiling": self.ceiling}
+
+
+def ceiling_line(ceiling: dict) -> str:
+    return (f"context ceiling: rknn_init failed after {ceiling['contexts']} contexts (PSS added "
+            f"{ceiling['pss_added_mib']:.1f} MiB, MemAvailable {ceiling['mem_available_delta_mib']:+.1f} MiB): "
+            f"{ceiling['error']}")
 
 
 def residency_probe(backend: str, manifest, guard: MemoryGuard, limit: int, budget_bytes: int | None = None,
@@ -59,7 +73,7 @@ def residency_probe(backend: str, manifest, guard: MemoryGuard, limit: int, budg
     if warm_up:
         _warm_up(backend, manifest, options)
     base = read_memory()
-    held, rows, tripped = [], [], None
+    held, rows, tripped, ceiling = [], [], None, None
     entries = manifest.subgraphs
     try:
         for n in range(limit):
@@ -81,13 +95,20 @@ def residency_probe(backend: str, manifest, guard: MemoryGuard, limit: int, budg
         guard.check()
     except MemoryGuardTripped as exc:
         tripped = str(exc)
+    except BackendError as exc:
+        if INIT_FAILED not in str(exc) or not rows:
+            raise
+        last = rows[-1]
+        ceiling = {"contexts": last.contexts, "error": str(exc), "pss_added_mib": last.pss_added_mib,
+                   "mem_available_delta_mib": last.mem_available_delta_mib}
+        tripped = ceiling_line(ceiling)
     finally:
         start = time.perf_counter()
         for ctx in held:            # one failed release must not leave the others loaded
             with contextlib.suppress(Exception):
                 ctx.release()
         release_seconds = time.perf_counter() - start
-    return ProbeResult(rows, tripped, release_seconds, live_contexts(), base.mem_available / MiB)
+    return ProbeResult(rows, tripped, release_seconds, live_contexts(), base.mem_available / MiB, ceiling)
 
 
 def _warm_up(backend: str, manifest, options: dict) -> None:

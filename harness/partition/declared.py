@@ -126,8 +126,10 @@ def rknn_description(path: Path) -> dict:
 def rknn_version(path: Path) -> str:
     """The rknn-toolkit2 version that built a .rknn file, as the file says."""
     version = rknn_description(path).get("version")
-    if not isinstance(version, str):
-        raise ManifestError(f"{path}: its model description names no toolkit version")
+    if not isinstance(version, str) or not version.strip():
+        # an empty version says no more than a missing one: both are refused
+        raise ManifestError(f"{path}: its model description names no toolkit version"
+                            + (" (an empty version string)" if isinstance(version, str) else ""))
     return version
 
 

@@ -13,6 +13,7 @@ pieces pytest-benchmark keeps apart:
     reporting.py step progress in logs, the markdown summary and the HTML report of each run
     duration.py  the smoke tier first; a board session's expected length from the board profile
     preflight.py the stack preflight before any npu test on the board; a failed one starts none
+    caller.py    paths from where bin/test's user stands; the checkout on the tests' subprocesses' PYTHONPATH
     workers.py   under pytest-xdist (-n): the gates run alone, the workers' share of the session to the controller
 
 The gate modules under tests/acceptance stay thin: fixtures arrange, the test asserts one gate.

@@ -28,10 +28,12 @@ def runner_of(config):
     return state.runner
 
 
-def selected_cases(suite: SuiteSettings):
+def selected_cases(suite: SuiteSettings, thresholds: bool = True):
+    """The golden cases the session runs (--cases, --case-limit); thresholds=False also reads a case with
+    no bars yet (NaN)."""
     from ..gates.cases import load_cases
     try:
-        cases = load_cases(suite.golden_dir / "cases.toml", thresholds=not suite.update_goldens)
+        cases = load_cases(suite.golden_dir / "cases.toml", thresholds=thresholds and not suite.update_goldens)
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
     chosen = [c for c in cases if suite.cases is None or c.name in suite.cases]

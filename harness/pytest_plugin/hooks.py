@@ -25,19 +25,65 @@ def configure(config):
         start_run(config, settings)
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
+    _check_thresholds(settings)
     identity = board_identity(settings.telemetry_root)
     state.identity, state.board = identity, board_id(identity)
+
+
+def check_marker_expression(config):
+    """A `-m` that cannot select what was meant is refused here in one line, before xdist's workers start
+    (each refused it in its collection, and the controller then ended in 35 lines of INTERNALERROR)."""
+    text = config.option.markexpr
+    if not text:
+        return
+    from _pytest.mark.expression import Expression
+
+    from ..cli.usage import closest
+    try:
+        expression = Expression.compile(text)
+    except SyntaxError as exc:
+        raise pytest.UsageError(f"-m {text!r}: not a marker expression (column {exc.offset}: {exc.msg}); "
+                                f"e.g. -m \"not slow and not toolkit\"") from None
+    known = {line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")}
+    for name in sorted(expression.idents() - known):
+        raise pytest.UsageError(f"-m {text!r}: no marker '{name}'{closest(name, known)}; "
+                                f"bin/test --markers lists them")
+
+
+def _check_thresholds(settings) -> None:
+    """Every case the quality gate will judge has its bars: else one line naming the command that derives
+    them, once, here (each gate module's collection raised it again, six tracebacks of 175 lines)."""
+    import math
+
+    from ..gates.cases import THRESHOLDS_COMMAND
+    from ..model.config import EMBEDDED_DIR
+    if settings.update_goldens or not (settings.golden_dir / "cases.toml").exists():
+        return
+    bare = [c for c in selected_cases(settings, thresholds=False) if math.isnan(c.ssim_min) or math.isnan(c.psnr_min)]
+    if not bare:
+        return
+    where = ([f"--model-dir={settings.model_dir}"] if settings.model_dir != EMBEDDED_DIR else []) \
+        + ([f"--golden-dir={settings.golden_dir}"] if settings.golden_dir_given else [])
+    commands = [" ".join([THRESHOLDS_COMMAND, *where, *([f"--sampler {s}"] if s != "flow-euler" else [])])
+                for s in sorted({c.sampler for c in bare})]
+    raise pytest.UsageError(f"{settings.golden_dir / 'cases.toml'}: no ssim_min / psnr_min for case(s) "
+                            f"{', '.join(c.name for c in bare)}: derive them from the model's own runs with "
+                            f"{' and '.join(commands)}")
 
 
 def collection_modifyitems(config, items):
     """Tests with nothing to look at here are deselected, said in one line, rather than skipped: checks
     of the board itself (marker `board`: its NPU device node, its runtime's versions) off an RK3588
-    unless --require-npu asks for the board (then they run and fail naming what is missing), and the
+    unless --require-npu asks for the board (then they run and fail naming what is missing), the toolkit's
+    conversions (marker `toolkit`) on one, which installs no rknn-toolkit2 environment, and the
     interleaved A/B session (marker `ab`) without --ab-baseline."""
     s = settings_of(config)
     if not (s.on_board or s.require_npu):
         _deselect(config, items, "board", "board-only check(s) deselected: not an RK3588 "
                                           "(--require-npu runs them, and they fail off the board)")
+    if s.on_board:
+        _deselect(config, items, "toolkit", "toolkit test(s) deselected: an RK3588 (rknn-toolkit2 converts on "
+                                            "the PC: docs/board.md)")
     if s.ab_baseline is None:
         _deselect(config, items, "ab", "A/B session(s) deselected: no --ab-baseline partition to run against")
 

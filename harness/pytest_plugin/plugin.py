@@ -12,13 +12,20 @@ from __future__ import annotations
 
 import pytest
 
-from . import baselines, duration, hooks, options, preflight, reporting, storage, workers
+from . import baselines, caller, duration, hooks, options, preflight, reporting, storage, workers
 from . import session as suite_run
 from .state import STATE
 
 
 def pytest_addoption(parser):
     options.addoption(parser)       # the options table (harness/cli/options.py), and --board-profile
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(args):
+    # Before pytest parses its arguments (and before the other plugins' turn): the caller's paths made
+    # absolute, the checkout on the PYTHONPATH the tests' subprocesses inherit.
+    caller.load_initial_conftests(args)
 
 
 # -- configure: first of every plugin's configure -------------------------------------------------------
@@ -37,6 +44,10 @@ def pytest_configure(config):
 # -- the session starts ---------------------------------------------------------------------------------
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
+    # A -m that cannot select what was meant, refused in one line: after every plugin's configure has
+    # registered its markers, before xdist starts its workers (its sessionstart, trylast) and before the
+    # artifacts are touched.
+    hooks.check_marker_expression(session.config)
     # The artifacts folder locked and cleared and the signals armed before anything writes into it
     # (junitxml's start, a worker's first report).
     suite_run.sessionstart(session)

@@ -31,12 +31,14 @@ class LogProgress:
                 tr.write_line(line)
 
     def __call__(self, label: str, total: int):
-        from ..report.progress import StepLines
-        lines = StepLines(total, label, lambda text: None)
+        from ..core.progress import LOG_INTERVAL, StepLines
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        live = tr is not None and tr.isatty         # a rewritten line: every step; a log: a few lines a run
+        lines = StepLines(total, label, lambda text: self._write(text, final=lines.done == total),
+                          interval=0.0 if live else LOG_INTERVAL)
 
         def step(i: int) -> None:
             lines()
-            self._write(lines.line(), final=lines.done == total)
         return step
 
 

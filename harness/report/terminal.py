@@ -31,7 +31,7 @@ def progress_bar(total: int, label: str, disable: bool = False):
         yield lambda n=1: None
         return
     if not sys.stderr.isatty():
-        from .progress import StepLines
+        from ..core.progress import StepLines
         yield StepLines(total, label, lambda line: print(line, file=sys.stderr, flush=True))
         return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -135,6 +135,19 @@ def _subgraph_section(report: dict, json_name: str, shown: int) -> list[str]:
             markdown_table(head, [_subgraph_cells(r, versions) for r in worst] + [_totals(rows, versions)])]
 
 
+def _reduce_section(report: dict) -> list[str]:
+    """Each failing subgraph's `harness reduce` command (the op that breaks, a repro, a remedy)."""
+    rows = report.get("reduce") or []
+    if not rows:
+        return []
+    lines = [f"### Why: `harness reduce` for each of the {len(rows)} failing subgraph(s)", ""]
+    for row in rows:
+        made = Path(row["repro"]).is_file()
+        lines += [f"- {row['subgraph']}: `{row['command']}`",
+                  f"  (repro: [{row['repro']}]({row['repro']})" + ("" if made else ", written by the command") + ")"]
+    return lines + [""]
+
+
 def decibels(value) -> str:
     """A PSNR as report.json holds it (a number, or "inf" for identical images), for people."""
     return f"{float(value):.2f}"
@@ -170,7 +183,8 @@ def comparison_markdown(report: dict, json_name: str = "report.json", shown: int
     first, then the worst subgraphs (not all of them), the golden cases, and what was compared."""
     seconds = ", ".join(f"{v} {s:.0f} s" for v, s in report["conversion_seconds"].items()) or "none finished"
     lines = [_verdict_line(report), ""]
-    lines += _subgraph_section(report, json_name, shown) + [""] + _image_section(report)
+    lines += _subgraph_section(report, json_name, shown) + [""] + _reduce_section(report)
+    lines += _image_section(report)
     lines += ["", f"Model {report['model']}, partition {report['partition']}, goldens {report['golden_dir']}; "
                   f"conversion wall time {seconds}."]
     return "\n".join(lines)

@@ -1,25 +1,24 @@
-"""The fleet comparison (`results boards`): each board of a board model against the other boards of
-its model, on one key, over the same time window.
+"""The fleet comparison (`results boards`): each board against the other boards alike in board model,
+CPU count and stack, on one key, over the same time window (docs/fleet.md says why each step).
 
-A board's window is the span of its newest LOOKBACK valid runs (INVALID runs are left out); its
-reference is every other board of its model that ran at least MIN_HISTORY valid runs inside that
-span, so a board that stopped running months ago is not the reference of today's boards. A board is
-one unit: the mean of the logs of its runs in the window, so a board that runs twice as often does
-not weigh twice, and the other boards' means, each weighted equally, are the reference. Whether a
-board's mean could be one more board like the others is a prediction from their spread: a
-two-sample t-test of the board's one mean against the others' means with a pooled variance
-(scipy.stats.ttest_ind, equal_var: the single value brings no variance of its own, so the test is
-the prediction interval of a new board from k others, k - 1 degrees of freedom: the board's
-externally studentized residual in the fleet). The threshold is learned from that spread: the
-half-width of the interval at the fleet's confidence, Bonferroni over the boards judged (a fleet
-with nothing wrong names none of them at judge.CONFIDENCE), never under the history verdict's floor
-(a statistically clear shift smaller than that is no reason to pull a board). An outlier is a board
-past it either way, named "slower" or "faster". A spread needs two other boards.
+Boards are compared only with boards alike: one group per board model, key (the stack is in it) and
+CPU count (the host_cpus of the board's latest valid run; boards whose runs do not record it are a
+group of their own). A host's memory is not recorded with a run, so it cannot split a group.
 
-A board named is left out of the other boards' references, and they are judged again
-(board_verdicts). Two boards off together still hide each other: each is in the other's reference
-and widens its spread (with six boards, two at +8 % are not named). The board's own history verdict
-still sees a board that changed; the fleet comparison finds the board that was always off.
+A board's window is the span of its newest LOOKBACK valid runs; its reference is every other board of
+its group with at least MIN_HISTORY valid runs inside that span. A board is one unit: the mean of the
+logs of its runs in the window. Whether a board's mean could be one more board like the others is the
+prediction interval of a new board from the k others' means (k - 1 degrees of freedom), at the
+fleet's confidence, Bonferroni over the boards judged, never under the history verdict's floor.
+
+Slow boards must not hide each other: a first pass (`_suspects`) finds the boards far from the median
+board by the median absolute deviation of the boards' means, which k off boards cannot move while
+they are fewer than half the group. They are left out of every reference; every board is then judged
+against the rest, and the boards that judgement names become the set left out, until it holds.
+
+Each board's verdict is an Outcome: REGRESSION when it is slower past its threshold, PASS when it is
+within it (or faster past it, named a faster outlier) and its reference could have found a board
+DETECT_PCT slower with POWER; INCONCLUSIVE when it could not, or when it has no spread to be judged by.
 """
 from __future__ import annotations
 
@@ -29,11 +28,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .judge import CONFIDENCE, LOOKBACK
+from .constants import CONFIDENCE, HISTORY_FLOOR_PCT, LOOKBACK, MIN_HISTORY
 from .records import Run, RunKey
-from .verdicts import HISTORY_FLOOR_PCT, MIN_HISTORY
+from .verdict import DETECT_PCT, Outcome, minimum_detectable_pct
 
-__all__ = ["BoardVerdict", "FleetGroup", "fleet_groups", "board_verdicts"]
+__all__ = ["BoardVerdict", "FleetGroup", "fleet_groups", "board_verdicts", "fleet_lines", "SCREEN_Z", "MIN_OTHERS",
+           "cpus_label"]
+
+# The first pass's cut, in robust standard deviations (1.4826 MADs) from the median board: Iglewicz and
+# Hoaglin's 3.5 for the modified z-score. A healthy board past it is only left out of the references
+# (its own verdict still decides whether it is named); an off board under it stays in them.
+SCREEN_Z = 3.5
+_MAD_SD = 1.4826                    # a normal's standard deviation over its median absolute deviation
+# The fewest other boards a spread is learned from. From two (one degree of freedom) the t quantile at
+# the fleet's Bonferroni level is 190-600 and the spread itself is known only to within 16 times
+# either way (95 %): the interval is absurd ([-99.9, 125017.6] %) or, by luck, narrow. From three the
+# quantile is 22-45 and the interval's width a real figure its detectable effect can be judged by.
+MIN_OTHERS = 3
+
+
+def cpus_label(cpus: int | None) -> str:
+    return "CPU count not recorded" if cpus is None else f"{cpus} CPUs"
 
 
 @dataclass(frozen=True)
@@ -48,7 +63,9 @@ class BoardVerdict:
     ci_pct: tuple[float, float]
     threshold_pct: float
     p_value: float                  # two-sided, Bonferroni-adjusted over the boards judged
-    named: tuple = ()               # outliers left out of its reference
+    detectable_pct: float           # the slowdown its reference finds with verdict.POWER
+    detect_pct: float = DETECT_PCT  # the promise it is held to
+    named: tuple = ()               # boards left out of its reference (off the fleet)
 
     @property
     def outlier(self) -> str | None:
@@ -57,93 +74,145 @@ class BoardVerdict:
             return "slower"
         return "faster" if self.shift_pct < -self.threshold_pct else None
 
+    @property
+    def outcome(self) -> Outcome:
+        if self.outlier == "slower":
+            return Outcome.REGRESSION
+        return Outcome.PASS if self.outlier or self.detectable_pct <= self.detect_pct else Outcome.INCONCLUSIVE
+
     def line(self) -> str:
         low, high = self.ci_pct
         shift = f"{self.shift_pct:+.1f} % [{low:.1f}, {high:.1f}]"
         runs = f"{self.runs} valid run(s)" + (f", {self.invalid} INVALID left out" if self.invalid else "")
-        threshold = f"the {self.threshold_pct:.1f} % threshold learned from their spread"
+        detect = f"it could detect {self.detectable_pct:.1f} %"
         named = f" (outlier{'s' if len(self.named) > 1 else ''} {', '.join(self.named)} left out)" if self.named else ""
         others = f"the other {self.others} boards{named}"
         if self.outlier:
-            return (f"OUTLIER board {self.board} {self.outlier} than {others}: {shift}, past {threshold} "
-                    f"(p {self.p_value:.2g}; {runs})")
-        return f"board {self.board} {shift} against {others}, within {threshold} ({runs})"
+            return (f"OUTLIER board {self.board} {self.outlier} than {others}: {shift}, past the "
+                    f"{self.threshold_pct:.1f} % threshold learned from their spread "
+                    f"(p {self.p_value:.2g}; {detect}; {runs})")
+        if self.outcome is Outcome.INCONCLUSIVE:
+            return (f"INCONCLUSIVE board {self.board} {shift} against {others}: {detect}, more than the "
+                    f"{self.detect_pct:g} % promised; more boards alike or more runs per board would decide it "
+                    f"({runs})")
+        return f"board {self.board} {shift} against {others}, within the {self.threshold_pct:.1f} % threshold " \
+               f"learned from their spread; {detect} ({runs})"
 
 
 @dataclass(frozen=True)
 class FleetGroup:
-    """The runs of one board model on one key: per board, its runs oldest first."""
+    """The runs of the boards alike on one key: per board, its runs oldest first."""
 
     board_model: str
     key: RunKey                     # the newest run's
     runs: dict                      # board -> its runs (valid and INVALID), oldest first
+    cpus: int | None = None
+    apart: tuple = ()               # (CPU count, boards) of the model's other groups on this key
 
     def header(self) -> str:
         k = self.key
         times = [r.time for runs in self.runs.values() for r in runs]
-        return (f"board model {self.board_model}, {k.case} ({k.backend}, {k.precision}, {k.steps} steps): "
-                f"{len(self.runs)} boards, runs from {min(times)} to {max(times)}")
+        apart = "".join(f"; boards with {cpus_label(c)} ({', '.join(b)}) are a group of their own"
+                        for c, b in self.apart)
+        return (f"board model {self.board_model}, {cpus_label(self.cpus)}, {k.case} ({k.backend}, {k.precision}, "
+                f"{k.steps} steps): {len(self.runs)} boards, runs from {min(times)} to {max(times)}{apart}")
 
 
 def fleet_groups(runs: list[Run], board_model: str | None = None) -> list[FleetGroup]:
-    """The groups of `runs` (oldest first) with valid runs of several boards of one model on one key."""
+    """The groups of `runs` (oldest first) on keys that valid runs of several boards of one model share,
+    split by the boards' CPU counts; a group may hold one board (it says it could not be compared)."""
     by_key: dict[tuple, dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         if board_model is None or run.board_model == board_model:
             by_key[(run.board_model, run.key.digest)][run.board_id].append(run)
-    return [FleetGroup(model, max((r for rs in boards.values() for r in rs), key=lambda r: r.time).key,
-                       dict(sorted(boards.items())))
-            for (model, _), boards in by_key.items()
-            if sum(any(r.valid for r in rs) for rs in boards.values()) >= 2]
+    groups = []
+    for (model, _), boards in by_key.items():
+        valid = {board: [r for r in rs if r.valid] for board, rs in boards.items()}
+        valid = {board: rs for board, rs in valid.items() if rs}
+        if len(valid) < 2:
+            continue
+        by_cpus: dict[int | None, list[str]] = defaultdict(list)
+        for board in sorted(valid):
+            by_cpus[valid[board][-1].host_cpus].append(board)
+        key = max((r for rs in boards.values() for r in rs), key=lambda r: r.time).key
+        for cpus, members in sorted(by_cpus.items(), key=lambda c: -len(c[1])):
+            apart = tuple((c, tuple(m)) for c, m in by_cpus.items() if c != cpus)
+            groups.append(FleetGroup(model, key, {b: boards[b] for b in members}, cpus, apart))
+    return groups
 
 
-def board_verdicts(group: FleetGroup) -> tuple[list[BoardVerdict], list[str]]:
-    """(a verdict per board judged, a line for each board left out and why).
-
-    Boards named an outlier are then left out of the other boards' references and those are judged
-    again, until no more is named: an outlier in a board's reference widens its spread and would
-    hide a second one (a step-down, as the generalized ESD test does). Every pass is at the first
-    pass's Bonferroni level, so a fleet with nothing wrong still names none at judge.CONFIDENCE."""
-    windows = {board: _window(group, board, set()) for board in group.runs}
+def board_verdicts(group: FleetGroup, detect_pct: float = DETECT_PCT) -> tuple[list[BoardVerdict], list[str]]:
+    """(a verdict per board judged, a line for each board that could not be compared and why: those
+    are INCONCLUSIVE). The boards the first pass suspects are left out of every reference, then the
+    boards named by the verdicts, until the set left out holds (the module docstring)."""
+    windows = {board: _window(group, board) for board in group.runs}
     judged = [board for board, w in windows.items() if isinstance(w, _Window)]
     confidence = 1.0 - (1.0 - CONFIDENCE) / max(len(judged), 1)      # Bonferroni over the boards judged
+    left_out = _suspects({b: windows[b].mean for b in judged})       # type: ignore[union-attr]
     verdicts: dict[str, BoardVerdict] = {}
-    named: set[str] = set()
-    while True:
-        again = {board: _window(group, board, named) for board in judged if board not in named}
-        found = {board: _verdict(board, w, confidence, len(judged), sorted(named))
-                 for board, w in again.items() if isinstance(w, _Window)}
-        verdicts.update(found)
-        newly = {board for board, v in found.items() if v.outlier}
-        if not newly:
-            return [verdicts[b] for b in judged], [w for w in windows.values() if isinstance(w, str)]
-        named |= newly
+    why: dict[str, str] = {}
+    for _ in range(len(judged) + 1):
+        verdicts, why = {}, {}
+        for board in judged:
+            found = _verdict(group, board, windows[board], left_out, confidence, len(judged), detect_pct)  # type: ignore[arg-type]
+            if isinstance(found, str):
+                why[board] = found
+            else:
+                verdicts[board] = found
+        named = {b for b, v in verdicts.items() if v.outlier}
+        if named == left_out:
+            break
+        left_out = named
+    lines = [w for w in windows.values() if isinstance(w, str)] + list(why.values())
+    return [verdicts[b] for b in judged if b in verdicts], lines
+
+
+def fleet_lines(runs: list[Run], board_model: str | None = None,
+                detect_pct: float = DETECT_PCT) -> tuple[list[str], list[str], list[str]]:
+    """(lines, outlier boards, INCONCLUSIVE boards) of every group of `runs`: what `results boards`
+    prints, and what fails it (an outlier, or a board the fleet could not judge)."""
+    lines: list[str] = []
+    outliers: list[str] = []
+    inconclusive: list[str] = []
+    for group in fleet_groups(runs, board_model):
+        verdicts, could_not = board_verdicts(group, detect_pct)
+        lines += [group.header(), *(f"  {v.line()}" for v in verdicts), *(f"  {why}" for why in could_not)]
+        outliers += [v.board for v in verdicts if v.outlier]
+        judged = {v.board: v for v in verdicts}
+        inconclusive += [b for b in group.runs if b not in judged or judged[b].outcome is Outcome.INCONCLUSIVE]
+    return lines, outliers, inconclusive
+
+
+def _suspects(means: dict[str, float]) -> set[str]:
+    """The boards past SCREEN_Z robust standard deviations from the median board (none with fewer than
+    three boards: a median of two is their mean)."""
+    if len(means) < 3:
+        return set()
+    values = np.array(list(means.values()))
+    centre = float(np.median(values))
+    scale = _MAD_SD * float(np.median(np.abs(values - centre)))
+    return {b for b, m in means.items() if abs(m - centre) > SCREEN_Z * scale and m != centre}
 
 
 @dataclass(frozen=True)
 class _Window:
     mean: float                     # the mean log step of the board's newest LOOKBACK valid runs
-    others: dict                    # other board -> its mean log step inside their span
+    start: str
+    end: str
     runs: int
     invalid: int                    # the board's INVALID runs inside the span
 
 
-def _window(group: FleetGroup, board: str, named: set) -> _Window | str:
-    """The board's window and its reference (the other boards but the `named` outliers), or why it is
-    not judged."""
+def _window(group: FleetGroup, board: str) -> _Window | str:
+    """The board's window, or why it is not judged."""
     runs = group.runs[board]
     valid = [r for r in runs if r.valid][-LOOKBACK:]
     if len(valid) < MIN_HISTORY:
-        return f"board {board}: {len(valid)} valid run(s), too few to judge it ({MIN_HISTORY} needed)"
+        return (f"INCONCLUSIVE board {board}: {len(valid)} valid run(s), too few to compare it "
+                f"({MIN_HISTORY} needed)")
     start, end = valid[0].time, valid[-1].time
-    others = {other: _mean_within(theirs, start, end) for other, theirs in group.runs.items()
-              if other != board and other not in named}
-    others = {other: mean for other, mean in others.items() if mean is not None}
-    if len(others) < 2:
-        return (f"board {board}: {len(others)} other board(s) with {MIN_HISTORY} valid runs in its window "
-                f"({start} to {end}); a spread needs two")
     invalid = sum(1 for r in runs if not r.valid and start <= r.time <= end)
-    return _Window(float(np.mean(np.log([r.mean_step_s for r in valid]))), others, len(valid), invalid)
+    return _Window(float(np.mean(np.log([r.mean_step_s for r in valid]))), start, end, len(valid), invalid)
 
 
 def _mean_within(runs: list[Run], start: str, end: str) -> float | None:
@@ -152,22 +221,34 @@ def _mean_within(runs: list[Run], start: str, end: str) -> float | None:
     return float(np.mean(np.log(steps))) if len(steps) >= MIN_HISTORY else None
 
 
-def _verdict(board: str, window: _Window, confidence: float, judged: int, named: list) -> BoardVerdict:
-    """The board's mean against the others' means: a pooled two-sample t-test with its one value on one
-    side, i.e. the prediction interval of one more board like the others (the module docstring)."""
-    others = np.array(list(window.others.values()))
-    delta = window.mean - float(np.mean(others))
-    if np.ptp(others) == 0:         # no spread to learn from (identical boards): the floor alone
-        half, p_value = 0.0, float(delta == 0)
-    else:
-        # scipy.stats costs ~1.2 s to import: every `results` command imports this module, few judge a fleet.
-        from scipy import stats
-        test = stats.ttest_ind([window.mean], others, equal_var=True)
-        interval = test.confidence_interval(confidence)
-        half, p_value = (float(interval.high) - float(interval.low)) / 2, float(test.pvalue)
-    return BoardVerdict(board, window.runs, window.invalid, others.size, _pct(delta),
+def _verdict(group: FleetGroup, board: str, window: _Window, left_out: set, confidence: float, judged: int,
+             detect_pct: float) -> BoardVerdict | str:
+    """The board's mean against the means of the other boards but `left_out` inside its window: the
+    prediction interval of one more board like them, or why there is none."""
+    means = {other: _mean_within(theirs, window.start, window.end) for other, theirs in group.runs.items()
+             if other != board and other not in left_out}
+    others = np.array([m for m in means.values() if m is not None])
+    if others.size < MIN_OTHERS:
+        return (f"INCONCLUSIVE board {board} ({cpus_label(group.cpus)}): {others.size} other board(s) alike with "
+                f"{MIN_HISTORY} valid runs in its window ({window.start} to {window.end}); a spread needs "
+                f"{MIN_OTHERS}: it could not be compared")
+    from scipy import stats  # ~1 s to import: only a fleet judged pays it
+    delta = window.mean - float(others.mean())
+    se = float(others.std(ddof=1)) * math.sqrt(1.0 + 1.0 / others.size)
+    df = others.size - 1
+    level = (1.0 - confidence) / 2                     # each side of the two-sided interval
+    half = float(stats.t.ppf(1.0 - level, df)) * se
+    p_value = 1.0 if se == 0 and delta == 0 else (0.0 if se == 0 else float(2 * stats.t.sf(abs(delta) / se, df)))
+    # a slowdown is found when its estimate passes the threshold: where the floor raises it past the
+    # interval, by as much more
+    detectable = minimum_detectable_pct(se, level, df)
+    floor = math.log1p(HISTORY_FLOOR_PCT / 100)
+    if half < floor:
+        detectable = _pct(math.log1p(detectable / 100) + floor - half)
+    return BoardVerdict(board, window.runs, window.invalid, int(others.size), _pct(delta),
                         (_pct(delta - half), _pct(delta + half)), max(HISTORY_FLOOR_PCT, _pct(half)),
-                        min(1.0, p_value * judged), tuple(named))
+                        min(1.0, p_value * judged), detectable, detect_pct,
+                        tuple(sorted(left_out - {board})))
 
 
 def _pct(log_ratio: float) -> float:

@@ -11,6 +11,7 @@ verdict after it). A Run that exists is one the store can hold.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -59,12 +60,13 @@ class RunKey:
     def as_dict(self) -> dict:
         return asdict(self)
 
-    @property
+    # cached: a key is frozen, and a lab's 10,000 runs asked for these 90,000 times (asdict each time)
+    @functools.cached_property
     def digest(self) -> str:
         """The whole key: runs with equal digests are one history."""
         return _digest(self.as_dict())
 
-    @property
+    @functools.cached_property
     def experiment(self) -> str:
         """The key without the stack: runs with equal experiments differ at most by an upgrade."""
         return _digest({k: v for k, v in self.as_dict().items() if k not in STACK_FIELDS})

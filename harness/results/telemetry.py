@@ -49,7 +49,11 @@ THERMAL = "sys/class/thermal"
 # only switch a fan on and do not slow the SoC.
 THROTTLING_TRIPS = ("passive", "hot", "critical")
 
-_RUNTIME_VERSION = re.compile(rb"librknnrt version: *([0-9]+(?:\.[0-9]+)+)")
+# The token after the marker, whatever it is (2.3.2, 2.5.0b0, v2.5.0-dirty, nothing): harness/gates/versions.py
+# reads it exactly. A library or driver file that is there but names no version reads as "" (unreadable),
+# not None (absent).
+_RUNTIME_VERSION = re.compile(rb"librknnrt version:[ \t]*([^\s\x00(]*)")
+_DRIVER_VERSION = re.compile(r"RKNPU driver:[ \t]*(\S*)")
 
 
 # ------------------------------------------------------------------ tolerant readers
@@ -142,26 +146,33 @@ def _kernel_release(root: Path) -> str | None:
 
 
 def _npu_driver_version(root: Path) -> str | None:
+    found = None
     for rel in NPU_DRIVER_VERSION_FILES:
         text = _text(root / rel)
         if text:
-            match = re.search(r"v?(\d+\.\d+\.\d+)", text)
-            return match.group(1) if match else text
-    return None
+            match = _DRIVER_VERSION.search(text)
+            token = match.group(1) if match else text
+            # "v0.9.8" is the driver's tag form of 0.9.8; anything else is kept as written
+            return token[1:] if re.match(r"v\d", token) else token
+        found = "" if text == "" else found
+    return found
 
 
 def _runtime_lib_version(root: Path) -> str | None:
     # The runtime opens $LIBRKNNRT_PATH before its default path: read the library it will use.
     override = os.environ.get("LIBRKNNRT_PATH") if root == Path("/") else None
+    found = None
     for path in ([Path(override)] if override else []) + [root / rel for rel in RUNTIME_LIBS]:
         try:
             data = path.read_bytes()
         except OSError:
             continue
-        match = _RUNTIME_VERSION.search(data)
-        if match:
-            return match.group(1).decode()
-    return None
+        # a format string ("librknnrt version: %s") may come before the version itself
+        tokens = _RUNTIME_VERSION.findall(data)
+        if tokens:
+            return next((t for t in tokens if re.search(rb"\d", t)), tokens[0]).decode(errors="replace")
+        found = ""
+    return found
 
 
 def _dist_version(name: str) -> str | None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..backends.base import backend_class, run_options
 from ..core.atomic import atomic_write_json
-from ..core.errors import HarnessError, ManifestError, StorageError
+from ..core.errors import BackendError, HarnessError, ManifestError, StorageError
 from ..core.run_report import check_run_report
 from ..core.signals import stop_status
 from ..lifecycle import LifecycleRecorder, make_strategy
@@ -179,6 +179,8 @@ def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | N
         report["status"] = "ok"
     except HarnessError as exc:
         report.update(status="failed", error=str(exc), error_kind=type(exc).__name__)
+        if isinstance(exc, BackendError) and exc.runtime_log:
+            report["runtime_log"] = exc.runtime_log
         raise
     except BaseException as exc:    # a bug, Ctrl-C or SIGTERM: the report must not claim to be still running
         report.update(status=stop_status(exc), error=str(exc) or repr(exc), error_kind=type(exc).__name__)

@@ -11,23 +11,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import multiprocessing
 import os
 import tempfile
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..report.sitelinks import series_page
 from ..results.fleet import board_verdicts, fleet_groups
 from ..results.judge import (
-    CONFIDENCE,
     GROUP_RUNS,
     LOOKBACK,
     NOT_COMPARABLE,
-    NPU_CORE,
-    STEP,
     Judgement,
     figures,
     judge_run,
@@ -35,20 +33,15 @@ from ..results.judge import (
 )
 from ..results.records import Run, RunKey
 from ..results.store import ResultsStore
-from ..results.verdicts import MIN_HISTORY, change_points, history_verdict
+from ..results.verdict import Outcome
+from ..results.verdicts import change_points
 
-__all__ = ["Site", "Series", "Upgrade", "Fleet", "collect", "stack_of", "stack_label", "STATUS_ORDER"]
+__all__ = ["Site", "Series", "Upgrade", "Fleet", "JudgedBand", "collect", "stack_of", "stack_label", "STATUS_ORDER"]
 
 # The latest verdict of a series (or of one of its figures), in the order the index lists them.
 REGRESSION, PROBATION, NOT_COMP, INVALID, PASS, NO_VERDICT = (
     "regression", "upgrade under probation", "not comparable", "INVALID", "pass", "no verdict yet")
 STATUS_ORDER = (REGRESSION, PROBATION, NOT_COMP, INVALID, NO_VERDICT, PASS)
-# The figures whose learned interval is drawn: the step and the NPU core, the figures a verdict weighs
-# most (judge.PRIMARY_SHARE). One interval per run costs a history verdict per run (a few ms each):
-# for every figure of a lab's 10,000 runs, minutes.
-BANDED = (STEP, NPU_CORE)
-
-
 def stack_label(key: RunKey) -> str:
     """'manifest 3f2a..., npu_driver 0.9.6, runtime_lib 2.5.0, ...': a stack in words."""
     return ", ".join([f"manifest {key.manifest_hash[:12]}", *(f"{k} {v}" for k, v in sorted(key.versions.items()))])
@@ -99,7 +92,6 @@ class Series:
     baselines: dict[int, str]                        # index into runs -> the baseline's reason
     judgement: Judgement | None = None               # the latest run's, as the gate judged it
     figures: dict[str, list[float | None]] = field(default_factory=dict)      # label -> value per run
-    bands: dict[str, list[tuple[float, float] | None]] = field(default_factory=dict)
     change_points: list[ChangePoint] = field(default_factory=list)
     stack_changes: list[StackChange] = field(default_factory=list)
 
@@ -146,6 +138,36 @@ class Series:
         j = self.judgement
         return next((v for v in j.verdicts if v.label == figure), None) if j else None
 
+    def judged_band(self, figure: str) -> JudgedBand | None:
+        """The interval the latest run's verdict on `figure` judged, placed over the runs it judged
+        together (the latest valid runs, as many as the verdict counts), or None without a verdict.
+        The judged figure is their geometric mean (a verdict's shift is of the mean of the logs), and
+        the interval is the threshold either side of the reference's centre the shift was taken from."""
+        verdict = self.verdict(figure)
+        if verdict is None or not self.latest.valid:
+            return None
+        kept = [(i, v) for i, (run, v) in enumerate(zip(self.runs, self.figures.get(figure, []))) if run.valid and v]
+        judged = kept[-max(1, verdict.runs):]
+        if not judged or judged[-1][0] != len(self.runs) - 1:
+            return None
+        level = math.exp(sum(math.log(v) for _, v in judged) / len(judged))
+        centre = level / (1.0 + verdict.shift_pct / 100.0)
+        widest = 1.0 + verdict.threshold_pct / 100.0
+        return JudgedBand(judged[0][0], judged[-1][0], centre / widest, centre * widest, level, verdict.regression,
+                          verdict.runs)
+
+
+@dataclass(frozen=True)
+class JudgedBand:
+    """The interval a verdict judged a figure by, over the runs it judged (Series.judged_band)."""
+    first: int                      # index into the series' runs of the first run judged
+    last: int                       # of the last: the series' latest
+    low: float
+    high: float
+    level: float                    # the figure judged: the runs' geometric mean
+    regression: bool
+    runs: int
+
 
 @dataclass
 class Upgrade:
@@ -171,6 +193,14 @@ class Fleet:
     def outliers(self) -> list[str]:
         return sorted({v.board for _, verdicts, _ in self.groups for v in verdicts if v.outlier})
 
+    @property
+    def inconclusive(self) -> list[str]:
+        """The boards the fleet could not judge: INCONCLUSIVE, or not compared at all (too few alike)."""
+        judged = {v.board for _, verdicts, _ in self.groups for v in verdicts if v.outcome is Outcome.INCONCLUSIVE}
+        missing = {b for group, verdicts, _ in self.groups for b in group.runs} - \
+            {v.board for _, verdicts, _ in self.groups for v in verdicts}
+        return sorted(judged | missing)
+
 
 @dataclass
 class Site:
@@ -179,6 +209,11 @@ class Site:
     upgrades: list[Upgrade]
     fleets: list[Fleet]
     runs: int
+
+    @property
+    def fleet_models(self) -> set[str]:
+        """The board models with a fleet page: a series links its fleet only when it was written."""
+        return {f.board_model for f in self.fleets}
 
 
 def collect(store: ResultsStore, threshold: str = "10%") -> Site:
@@ -215,49 +250,25 @@ def _series(members: list[Run], saved: dict) -> Series:
 
 
 def _analyse_all(series: list[Series]) -> None:
-    """Each series' learned intervals and change points, the series spread over the CPUs: they are
-    independent, and a lab's store has tens of them of hundreds of runs (tools/bench_site.py)."""
-    payloads = [(s.figures, [r.valid for r in s.runs], [r.key.digest for r in s.runs]) for s in series]
+    """Each series' change points, the series spread over the CPUs: they are independent, and a lab's
+    store has tens of them of hundreds of runs (tools/bench_site.py)."""
+    payloads = [(s.figures, [r.valid for r in s.runs]) for s in series]
     workers = min(os.cpu_count() or 1, len(series))
     if workers > 1:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
             results = list(pool.map(_analyse, payloads))
     else:
         results = [_analyse(p) for p in payloads]
-    for s, (bands, points) in zip(series, results):
-        s.bands = bands
+    for s, points in zip(series, results):
         s.change_points = [ChangePoint(label, after, s.runs[before], s.runs[after], low, high)
                            for label, before, after, low, high in points]
 
 
-def _analyse(payload) -> tuple[dict, list]:
-    """(label -> interval per run for the BANDED figures, [(label, index of the last valid run before,
-    index of the first of the new level, level before, level after)]) of one series' figures."""
-    figures_, valid, digests = payload
-    bands = {label: _bands(values, valid, digests, label) for label, values in figures_.items() if label in BANDED}
-    points = [cp for label, values in figures_.items() for cp in _change_points(values, valid, label)]
-    return bands, points
-
-
-def _bands(values: list, valid: list[bool], digests: list[str], label: str) -> list:
-    """Per run: the interval a run of its key had to stay within, learned from the spread of the up to
-    LOOKBACK valid runs of its key before it (verdicts.history_verdict at judge.CONFIDENCE, its
-    threshold around the history's centre); None with fewer than MIN_HISTORY of them."""
-    bands: list[tuple[float, float] | None] = []
-    earlier: defaultdict[str, list[float]] = defaultdict(list)
-    for value, ok, digest in zip(values, valid, digests):
-        history = earlier[digest]
-        verdict = history_verdict(label, history, value, confidence=CONFIDENCE, lookback=LOOKBACK) \
-            if value and len(history) >= MIN_HISTORY else None
-        if verdict is None:
-            bands.append(None)
-        else:
-            centre = value / (1.0 + verdict.shift_pct / 100.0)
-            factor = 1.0 + verdict.threshold_pct / 100.0
-            bands.append((centre / factor, centre * factor))
-        if ok and value:
-            history.append(value)
-    return bands
+def _analyse(payload) -> list:
+    """[(label, index of the last valid run before, index of the first of the new level, level before,
+    level after)] of one series' figures."""
+    figures_, valid = payload
+    return [cp for label, values in figures_.items() for cp in _change_points(values, valid, label)]
 
 
 def _change_points(values: list, valid: list[bool], label: str) -> list[tuple]:
@@ -283,6 +294,7 @@ def _judged_as_written(runs: list[Run], saved: dict, wanted: list[Run], threshol
     (every gate's write waiting) or row locks on a fleet's server, and delete thousands of rows per
     judgement; the replay writes once per judged run, to a file of its own."""
     at = {id(run): i for i, run in enumerate(runs)}
+    whole = {_ident(run): run for run in runs}
     judged: dict[int, Judgement] = {}
     with tempfile.TemporaryDirectory(prefix="anima-site-") as tmp, \
             ResultsStore(f"sqlite:///{Path(tmp) / 'replay.sqlite'}") as replay:
@@ -290,13 +302,22 @@ def _judged_as_written(runs: list[Run], saved: dict, wanted: list[Run], threshol
         for run in sorted({id(r): r for r in wanted}.values(), key=lambda r: at[id(r)]):
             before = runs[written:at[id(run)]]
             if before:
-                replay.add_runs(before)
+                # without the rows no verdict reads (its subgraphs, 84 a run, its steps, its quality):
+                # a replay of 10,000 runs wrote and read back 1.1 million of them, most of the site's time
+                replay.add_runs([replace(r, subgraphs=(), step_s=(), quality={}) for r in before])
             for earlier in before:
                 if (earlier.run_id, earlier.key.case) in saved:
                     replay.set_baseline(earlier, saved[(earlier.run_id, earlier.key.case)])
             written += len(before)
-            judged[id(run)] = judge_run(replay, run, threshold_pct)
+            judgement = judge_run(replay, run, threshold_pct)
+            if judgement.reference_run is not None:      # the stored run, whole
+                judgement = replace(judgement, reference_run=whole[_ident(judgement.reference_run)])
+            judged[id(run)] = judgement
     return judged
+
+
+def _ident(run: Run) -> tuple[str, str]:
+    return run.run_id, run.key.case
 
 
 def _upgrade_runs(series: list[Series]) -> list[tuple[Series, StackChange, Run]]:

@@ -14,17 +14,23 @@ from importlib import resources
 from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 
 from ..core.atomic import atomic_directory
 from ..core.errors import ConfigError
 from ..report.sitelinks import slug
-from ..results.judge import LOOKBACK, STEP
+from ..results.fleet import MIN_OTHERS
+from ..results.judge import LOOKBACK, NPU_CORE, STEP
+from ..results.verdict import DETECT_PCT
 from . import plots
 from .collect import STATUS_ORDER, Series, Site, stack_label
 
 __all__ = ["write_site", "MARKER"]
 
 MARKER = ".anima-results-site"       # what tells an earlier site (replaced) from any other folder (refused)
+# The figures drawn as a plot of their own on a series page: the step and the NPU core, the figures a
+# verdict weighs most (judge.PRIMARY_SHARE); the others are inline trends.
+PLOTTED = (STEP, NPU_CORE)
 
 
 def _environment() -> Environment:
@@ -65,14 +71,15 @@ def _write(site: Site, root: Path, reports: Path | None) -> None:
     for name in ("site.css", "filter.js"):
         (static / name).write_text(resources.files("harness.site").joinpath("static", name).read_text())
     copied = _copy_reports(site, root, reports)
-    common = {"site": site, "fleets": site.fleets, "upgrades": site.upgrades}
-    _page(env, root / "index.html", "index.html", root="", rows=_index_rows(site, root), **common)
+    common = {"site": site, "fleets": site.fleets, "upgrades": site.upgrades, "fleet_models": site.fleet_models}
+    _page(env, root / "index.html", "index.html", root="", rows=_index_rows(site), **common)
     for s in site.series:
         _page(env, root / s.page, "series.html", root="../", s=s, panels=_series_plots(s, root),
               reports=copied, upgrade_of=_upgrade_pages(site), **common)
     for fleet in site.fleets:
         _page(env, root / f"fleet/{slug(fleet.board_model)}.html", "fleet.html", root="../", fleet=fleet,
-              groups=_fleet_groups(fleet, root), page_of=_pages_of(site), **common)
+              groups=_fleet_groups(fleet, root), page_of=_pages_of(site), detect_pct=DETECT_PCT,
+              min_others=MIN_OTHERS, **common)
     for upgrade in site.upgrades:
         _page(env, root / f"upgrades/{upgrade.upgrade_id}.html", "upgrade.html", root="../", upgrade=upgrade,
               **common)
@@ -90,15 +97,14 @@ def _svg(root: Path, name: str, text: str) -> str:
     return f"img/{name}"
 
 
-def _index_rows(site: Site, root: Path) -> list[dict]:
+def _index_rows(site: Site) -> list[dict]:
     """One row per series and figure, regressions first (the largest shift first), then by STATUS_ORDER."""
     rows = []
     for s in site.series:
         valid = [r.valid for r in s.runs]
         for label, values in s.figures.items():
             status, verdict = s.status(label), s.verdict(label)
-            spark = _svg(root, f"spark/{s.stem}--{slug(label)}.svg",
-                         plots.sparkline(values, valid, status == "regression"))
+            spark = Markup(plots.sparkline(values, valid, status == "regression", s.judged_band(label)))
             rows.append({"s": s, "figure": label, "status": status, "verdict": verdict, "spark": spark,
                          "anchor": slug(label), "order": (STATUS_ORDER.index(status),
                                                           -(verdict.shift_pct if verdict else 0.0), label != STEP)})
@@ -106,16 +112,23 @@ def _index_rows(site: Site, root: Path) -> list[dict]:
 
 
 def _series_plots(s: Series, root: Path) -> list[dict]:
+    """A panel per figure: a plot (a file) for the figures a verdict weighs most (PLOTTED), an inline
+    trend for the others. A plot costs matplotlib ~85 ms and ~20 KB: for every figure of a lab's store
+    (360 of them), most of the site's time and size."""
     valid, times = [r.valid for r in s.runs], [r.time for r in s.runs]
     stacks = [(c.index, c.label) for c in s.stack_changes]
     panels = []
     for label, values in s.figures.items():
-        points = [(c.index, f"{c.shift_pct:+.1f} %") for c in s.change_points if c.figure == label]
-        svg = plots.series_plot(label, values, valid, times, s.bands.get(label, [None] * len(values)), points, stacks,
-                                list(s.baselines))
-        panels.append({"figure": label, "anchor": slug(label),
-                       "img": _svg(root, f"series/{s.stem}--{slug(label)}.svg", svg),
-                       "verdict": s.verdict(label), "status": s.status(label)})
+        band = s.judged_band(label)
+        panel = {"figure": label, "anchor": slug(label), "verdict": s.verdict(label), "status": s.status(label),
+                 "img": None, "trend": None}
+        if label in PLOTTED:
+            points = [(c.index, f"{c.shift_pct:+.1f} %") for c in s.change_points if c.figure == label]
+            svg = plots.series_plot(label, values, valid, times, band, points, stacks, list(s.baselines))
+            panel["img"] = _svg(root, f"series/{s.stem}--{slug(label)}.svg", svg)
+        else:
+            panel["trend"] = Markup(plots.sparkline(values, valid, panel["status"] == "regression", band, 640, 70))
+        panels.append(panel)
     return panels
 
 

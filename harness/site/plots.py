@@ -19,6 +19,7 @@ matplotlib.rcParams["svg.hashsalt"] = "anima-results-site"
 matplotlib.rcParams["svg.fonttype"] = "none"
 _VALID, _INVALID, _CHANGE, _STACK, _BAND, _BASELINE = "#0969da", "#cf222e", "#cf222e", "#57606a", "#0969da", "#1a7f37"
 _MAX_TICKS = 10
+_DOTS = 60
 
 
 def _svg(fig: Figure) -> str:
@@ -28,22 +29,38 @@ def _svg(fig: Figure) -> str:
     return out.getvalue()
 
 
-def sparkline(values: list, valid: list[bool], alarm: bool) -> str:
-    """A small trend of one figure: its valid runs' values, the latest run a dot (red on a regression)."""
-    fig = Figure(figsize=(1.6, 0.35))
-    ax = fig.add_axes((0, 0, 1, 1))
+def sparkline(values: list, valid: list[bool], alarm: bool, band=None, width: int = 160, height: int = 35) -> str:
+    """A trend of one figure as inline SVG (a few hundred bytes of text in the page, no file, no
+    matplotlib: a lab's index has hundreds of them): its valid runs' values joined, the latest run a
+    dot (red on a regression); `band` (collect.JudgedBand): the interval judged, shaded over the runs it
+    judged, and the figure judged a rule across them."""
     points = [(i, v) for i, (v, ok) in enumerate(zip(values, valid)) if ok and v]
-    if points:
-        xs, ys = zip(*points)
-        ax.plot(xs, ys, color=_VALID, linewidth=0.8)
-        ax.plot(xs[-1:], ys[-1:], "o", color=_INVALID if alarm else _VALID, markersize=2.5)
-        # at least +-5 % of the middle in height: a steady series reads flat, not as its noise magnified
-        middle = (max(ys) + min(ys)) / 2
-        half = max((max(ys) - min(ys)) / 2 * 1.15, 0.05 * middle)
-        ax.set_ylim(middle - half, middle + half)
-    ax.set_axis_off()
-    ax.margins(0.04, 0)
-    return _svg(fig)
+    if not points:
+        return f'<svg class="spark" width="{width}" height="{height}" role="img"></svg>'
+    ys = [v for _, v in points] + ([band.low, band.high, band.level] if band else [])
+    # at least +-5 % of the middle in height: a steady series reads flat, not as its noise magnified
+    middle = (max(ys) + min(ys)) / 2
+    half = max((max(ys) - min(ys)) / 2 * 1.1, 0.05 * middle)
+    span = max(len(values) - 1, 1)
+
+    def x(i: float) -> float:
+        return round(2 + (width - 4) * i / span, 1)
+
+    def y(v: float) -> float:
+        return round(height / 2 - (v - middle) / half * (height / 2 - 2), 1)
+
+    line = " ".join(f"{x(i)},{y(v)}" for i, v in points)
+    last = points[-1]
+    colour = _INVALID if alarm else _VALID
+    shaded = ""
+    if band is not None:
+        left, right = x(band.first - 0.5), x(band.last + 0.5)
+        shaded = (f'<rect x="{left}" y="{y(band.high)}" width="{max(right - left, 1.5)}" '
+                  f'height="{round(y(band.low) - y(band.high), 1)}" fill="{_BAND}" fill-opacity="0.2"/>'
+                  f'<line x1="{left}" x2="{right}" y1="{y(band.level)}" y2="{y(band.level)}" stroke="{colour}"/>')
+    return (f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
+            f'{shaded}<polyline fill="none" stroke="{_VALID}" stroke-width="0.8" points="{line}"/>'
+            f'<circle cx="{x(last[0])}" cy="{y(last[1])}" r="1.6" fill="{colour}"/></svg>')
 
 
 def _ticks(times: list[str]) -> tuple[list[int], list[str]]:
@@ -52,13 +69,15 @@ def _ticks(times: list[str]) -> tuple[list[int], list[str]]:
     return at, [datetime.fromisoformat(times[i]).strftime("%m-%d %H:%M") for i in at]
 
 
-def series_plot(label: str, values: list, valid: list[bool], times: list[str], bands: list,
+def series_plot(label: str, values: list, valid: list[bool], times: list[str], band,
                 change_points: list[tuple[int, str]], stack_changes: list[tuple[int, str]],
                 baselines: list[int]) -> str:
     """One figure of a series over its runs (x: run number, UTC dates as ticks): valid runs joined,
-    INVALID runs apart (hollow red, not joined), the learned interval shaded, change points (red dashed
-    rule, labelled with the shift), stack changes (grey dotted rule, labelled with what changed),
-    baselines (green diamonds)."""
+    INVALID runs apart (hollow red, not joined), the interval the latest verdict judged shaded over the
+    runs it judged and the figure it judged a rule across them (`band`: collect.JudgedBand, red on a
+    regression: then the rule lies past the shading), change points (red dashed rule, labelled with
+    the shift), stack changes (grey dotted rule, labelled with what changed), baselines (green
+    diamonds)."""
     # fixed margins: a constrained layout would draw every plot twice (a thousand plots for a lab's store)
     fig = Figure(figsize=(9.5, 2.6))
     fig.subplots_adjust(left=0.08, right=0.99, top=0.88, bottom=0.22)
@@ -66,15 +85,19 @@ def series_plot(label: str, values: list, valid: list[bool], times: list[str], b
     xs = range(len(values))
     ok = [(x, v) for x, v, good in zip(xs, values, valid) if good and v]
     if ok:
-        ax.plot(*zip(*ok), color=_VALID, linewidth=1, marker="o", markersize=2.5, label="valid run")
+        # a dot per run while they can be told apart; past that each costs bytes and shows nothing
+        ax.plot(*zip(*ok), color=_VALID, linewidth=1, marker="o" if len(ok) <= _DOTS else None, markersize=2.5,
+                label="valid run")
     bad = [(x, v) for x, v, good in zip(xs, values, valid) if not good and v]
     if bad:
         ax.plot(*zip(*bad), linestyle="none", marker="o", markersize=5, markerfacecolor="none",
                 markeredgecolor=_INVALID, label="INVALID run (left out)")
-    if any(bands):      # NaN where a run had no interval (too few runs of its stack): the band breaks there
-        nan = float("nan")
-        ax.fill_between(list(xs), [b[0] if b else nan for b in bands], [b[1] if b else nan for b in bands],
-                        color=_BAND, alpha=0.15, linewidth=0, step="mid", label="learned interval")
+    if band is not None:
+        span = (band.first - 0.5, band.last + 0.5)
+        ax.fill_between(span, band.low, band.high, color=_BAND, alpha=0.2, linewidth=0, label="interval judged",
+                        gid="judged-interval")
+        ax.plot(span, (band.level, band.level), color=_INVALID if band.regression else _VALID, linewidth=2,
+                label=f"figure judged ({band.runs} run{'s' if band.runs > 1 else ''})", gid="judged-figure")
     marked = [(x, values[x]) for x in baselines if values[x]]
     if marked:
         ax.plot(*zip(*marked), linestyle="none", marker="D", markersize=6, color=_BASELINE, label="baseline")

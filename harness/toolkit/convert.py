@@ -30,6 +30,7 @@ from .envs import default_version, toolkit_python
 from .layers import check_no_cpu_ops, cpu_fallbacks, parse_layer_table, register_overflow
 from .precisions import absolute_dataset, precisions, quantization_for, recipe
 from .process import run_worker
+from .remedies import APPLIED_KEYS, read_remedies, remedy_quantization
 
 __all__ = ["PRECISIONS", "DEFAULT_TARGET", "BUILD_LOG", "ConvertResult", "convert_partition", "check_out",
            "sample_inputs"]
@@ -93,17 +94,25 @@ def sample_inputs(entry: SubgraphEntry, count: int, seed: int) -> list[list[np.n
             for _ in range(count)]
 
 
-def _items(source: Manifest, work: Path, precision: str, calibration, samples: int, seed: int):
+def _items(source: Manifest, work: Path, precision: str, calibration, samples: int, seed: int, version: str):
     items, inputs = [], {}
+    # the partition's conversion.toml (harness reduce): a remedy is the toolkit's it was found with
+    # (2.3.2's w16a16i is not a 2.5.0 dtype; an op_target names one version's tensors)
+    remedies = {stem: r for stem, r in read_remedies(source.directory).items() if r.get("toolkit") == version}
     for entry in source.entries():
         stem = Path(entry.file).stem
         recorded = quantization_for(entry, precision, calibration)
+        if recorded is None and stem in remedies:
+            recorded = remedy_quantization(source.directory, remedies[stem])
         quant = dict(recorded) if recorded else None
         if quant:   # the toolkit reads list entries from its own cwd: hand it absolute paths
             quant["dataset"] = str(absolute_dataset(Path(quant["dataset"]),
                                                     work / "datasets" / f"{stem}.txt"))
         item: dict[str, Any] = {"name": stem, "onnx": str(source.path_of(entry).resolve()), "rknn": f"{stem}.rknn",
                 "quantization": quant, "recorded_quantization": recorded}
+        if stem in remedies:
+            item["settings"] = {k: remedies[stem][k] for k in APPLIED_KEYS if k in remedies[stem]
+                                and k != "quantization"}
         if samples:
             sets = sample_inputs(entry, samples, seed)
             inputs[stem] = sets
@@ -120,7 +129,10 @@ def _items(source: Manifest, work: Path, precision: str, calibration, samples: i
 
 
 def _progress(total: int, quiet: bool):
-    done = [0]
+    """The worker's events as progress lines on stderr: each subgraph built, with elapsed time and an ETA
+    (in a log: the first, the last and one every 10 s; harness.core.progress)."""
+    from ..core.progress import LOG_INTERVAL, StepLines
+    lines: list[StepLines] = []
 
     def show(event: dict) -> None:
         if quiet:
@@ -128,10 +140,12 @@ def _progress(total: int, quiet: bool):
         if event["event"] == "start":
             print(f"[convert] rknn-toolkit2 {event['toolkit']}: building {event['count']} subgraphs",
                   file=sys.stderr, flush=True)
-        elif event["event"] == "built":
-            done[0] += 1
-            print(f"[convert] {done[0]:3d}/{total} {event['name']}  {event['seconds']:.2f} s",
-                  file=sys.stderr, flush=True)
+            lines.append(StepLines(total, f"[convert] rknn-toolkit2 {event['toolkit']}",
+                                   lambda line: print(line.replace(": step ", ": subgraph "), file=sys.stderr,
+                                                      flush=True),
+                                   interval=0.0 if sys.stderr.isatty() else LOG_INTERVAL))
+        elif event["event"] == "built" and lines:
+            lines[-1]()
     return show
 
 
@@ -223,7 +237,7 @@ def _build(source, work, out, version, precision, calibration, target, allow_cpu
     """Every subgraph built by the toolkit worker into work/, checked and described there."""
     (work / "samples").mkdir()
     (work / "datasets").mkdir()
-    items, inputs = _items(source, work, precision, calibration, samples, seed)
+    items, inputs = _items(source, work, precision, calibration, samples, seed, version)
     job = {"out_dir": str(work), "items": items, "config": {"target_platform": target, **RKNN_CONFIG}}
     events = run_worker(version, job, work / "job.json", _progress(len(items), quiet))
     failed = [e for e in events if e["event"] == "failed"]
@@ -231,15 +245,16 @@ def _build(source, work, out, version, precision, calibration, target, allow_cpu
         raise _fail(source, version, failed[0], work, out)
     built = {e["name"]: e for e in events if e["event"] == "built"}
     recorded = {item["name"]: item["recorded_quantization"] for item in items}
+    settings = {item["name"]: item["settings"] for item in items if item.get("settings")}
     result = _assemble(source, work, out, version, precision, target, calibration, built, recorded,
-                       started, allow_cpu_ops)
+                       started, allow_cpu_ops, settings)
     result.samples = inputs
     result.sim_outputs = {name: [np.load(p) for p in ev["sim_outputs"]] for name, ev in built.items()}
     return result
 
 
 def _assemble(source, work, out, version, precision, target, calibration, built, recorded,
-              started, allow_cpu_ops) -> ConvertResult:
+              started, allow_cpu_ops, settings) -> ConvertResult:
     """Parse every layer table, gate CPU fallbacks, write build.log and manifest.json into work/."""
     entries, records, cpu_ops, logs = [], [], {}, []
     for entry in source.entries():
@@ -262,7 +277,8 @@ def _assemble(source, work, out, version, precision, target, calibration, built,
         records.append({"file": rknn.name, "onnx_file": entry.file, "onnx_sha256": entry.sha256,
                         "build_seconds": event["seconds"], "layers": len(layers),
                         "cpu_ops": cpu_ops[stem],
-                        "quantization": recorded[stem]})
+                        "quantization": recorded[stem],
+                        **({"settings": settings[stem]} if stem in settings else {})})
     log_file = work / BUILD_LOG
     log_file.write_text("\n".join(logs))
     if not allow_cpu_ops:

@@ -36,6 +36,7 @@ BOUNDARY_OPS = ("InputOperator", "OutputOperator")
 _PREFIX = re.compile(r"^\s*(?:[DIWE]\s+RKNN:\s*)?(?:\[[0-9:.]+\]\s*)?")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _RULE = re.compile(r"^-{20,}\s*$")
+_CYCLES = re.compile(r"^\d+/\d+/\d+$")
 # The limit behind "channel is too large" (the message states none): measured by bisection on a
 # MatMul's output width and token count, 8192 on the NPU and 8193 on the CPU (2.5.0 and 2.3.2).
 CHANNEL_LIMIT = 8192
@@ -56,6 +57,7 @@ class Layer:
     full_name: str
     input_shape: str = ""       # as the table prints it, e.g. "(2,128,16,1024)"; "" if not printed
     output_shape: str = ""
+    cycles: int = 0             # the toolkit's estimate, Cycles(DDR/NPU/Total)'s total (0 on the CPU)
 
     def dims(self) -> list[int]:
         """Every dimension of its input and output shapes."""
@@ -100,10 +102,16 @@ def parse_layer_table(text: str, where: str = "build log") -> list[Layer]:
         layers.append(Layer(id=int(cells[0]), op_type=cells[1], data_type=cells[2],
                             target=cells[3].upper(), full_name=cells[-1] if ":" in cells[-1] else "",
                             input_shape=_shape_cell(cells[4]) if shapes and len(cells) > 5 else "",
-                            output_shape=_shape_cell(cells[5]) if shapes and len(cells) > 5 else ""))
+                            output_shape=_shape_cell(cells[5]) if shapes and len(cells) > 5 else "",
+                            cycles=_cycles(cells)))
     if not layers:
         raise ToolkitError(f"{where}: the layer table lists no ops")
     return layers
+
+
+def _cycles(cells: list[str]) -> int:
+    found = next((c for c in cells if _CYCLES.match(c)), None)
+    return int(found.rsplit("/", 1)[1]) if found else 0
 
 
 def _shape_cell(cell: str) -> str:

@@ -6,6 +6,8 @@ view show it. A regression judged from one run is confirmed first: the case runs
 pytest-benchmark, measured as the round was) and the test fails only when that run regresses too
 (judge.confirm).
 
+pytest-benchmark's stats are the step times, one round a step (storage.step_stats): `pytest-benchmark
+compare` on the JSON compares the denoise step; the rounds' durations are extra_info's round_s.
 extra_info holds the board profile's tables for the run: mean step time, core time per branch per
 step, lifecycle time per stage per step, and the step split (lifecycle / host math / rest). A run during
 which a clock moved or a thermal zone reached a trip point is flagged INVALID and never becomes a
@@ -25,6 +27,7 @@ from harness.core.errors import HarnessError
 from harness.gates.benchmark import as_run, decide, figure_problems, measured_again
 from harness.gates.runner import benchmark_info, derived_case
 from harness.pytest_plugin.state import state_of
+from harness.pytest_plugin.storage import step_stats
 from harness.results.condition import HostCondition
 from harness.results.telemetry import TelemetryWindow
 from harness.sampling.spectrum import DEFAULT_PRESET, PRESETS
@@ -44,6 +47,7 @@ def test_denoise_time(benchmark, golden_cases, gate_runner, npu_guard, suite, re
         with TelemetryWindow(suite.telemetry_root) as window, HostCondition() as host:
             benchmark.pedantic(lambda: results.append(gate_runner.run(case, npu_guard, suite.bench_steps, keep=False)),
                                rounds=suite.bench_rounds, iterations=1, warmup_rounds=0)
+        step_stats(benchmark, [s for result in results for s in result.report["step_seconds"]])
         gate_runner.keep(results[-1], f"{case.name}+bench")
         # The round rendered the case in full with the guard armed: numerics, quality and memory judge it.
         gate_runner.share(case, results[-1], suite.bench_steps)

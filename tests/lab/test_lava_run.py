@@ -1,19 +1,22 @@
 """The board jobs proven by LAVA itself: the job `bin/harness lab lava-job` writes for this machine's
 profile (boards/host-ci.toml, device type `ssh`) runs under LAVA's own dispatcher (`lava-run`, Debian's
-lava-dispatcher) against an sshd this module starts on 127.0.0.1, logging in as root as on a board. The
-job runs the repository's one test definition (lava/definitions/anima-npu.yaml) at a commit of this
-checkout's working tree, on the embedded model's float16 partition published to a file:// store, with
-the board's directories made by `setup-board` in a throw-away root and the running venv reused.
+lava-dispatcher) against an sshd this module starts on 127.0.0.1, logging in as root as on a board; the
+ROCK 5C's job (boot `minimal`) runs unchanged with that sshd as its serial console. The job runs the
+repository's one test definition (lava/definitions/anima-npu.yaml) at a commit of this checkout's working
+tree, on the embedded model's float16 partition published to a file:// store, with the board's
+directories made by `setup-board` in a throw-away root and the running venv reused.
 
-What LAVA reports is read from lava-run's own `lvl: results` log lines (YAML, one a line):
-- a passing job: one case per pytest test of both runs (the smoke tier failing off the board, as it
-  must; the gates of the pr tier on onnxruntime passing), the benchmark's step time, core time per
-  branch and shift against the baseline as measurements with units, SSIM and PSNR, the verdict set;
-- `--backend=faults --fault=nan@3` (the numerics and quality gates only): their cases fail, and so does
-  the verdict;
-- a partition whose manifest does not match, or a board profile that requires the NPU on a machine
-  without its device node: the job ends Incomplete with the session's message (lava-test-raise), and
-  no gate is reported (the smoke tier still says what is missing).
+What LAVA reports is read from lava-run's own `lvl: results` log lines (YAML, one a line), and every job
+is judged by `bin/harness lab verdict` on lava-run's output folder (its log as output.yaml):
+- a passing job (exit 0): one case per pytest test of both runs (the smoke tier on onnxruntime, this
+  profile not requiring the NPU; the gates of the pr tier), as many as each run collected, the
+  benchmark's step time, core time per branch and shift against the baseline as measurements with
+  units, SSIM and PSNR, the verdict set;
+- `--backend=faults --fault=nan@3` (the numerics and quality gates only): their cases fail (exit 1);
+- a partition whose manifest does not match, a board profile that requires the NPU on a machine without
+  its device node, an overlay LAVA could not unpack, a failed overlay download: the job ends Incomplete
+  (exit 2), the download's in seconds; a quote in a hand-written parameter: run.sh does not parse, LAVA
+  says the job finished correctly, and the verdict says its definition never started (exit 2).
 """
 from __future__ import annotations
 
@@ -168,27 +171,62 @@ def _results(log: str) -> list[dict]:
     return [e["msg"] for e in entries if isinstance(e, dict) and e.get("lvl") == "results"]
 
 
-def run_job(sshd, suite_repo, tmp: Path, values: dict) -> tuple[list[dict], str]:
-    """The pr-tier job of boards/host-ci.toml with these test parameters, run by lava-run; (results, log)."""
-    board = load_board("host-ci")
+def _minimal_device(port: int, key: Path) -> dict:
+    """A board that boots its own OS (boot `minimal`, the ROCK 5C's profile), its serial console an ssh
+    session to this module's sshd that asks for the login as the board's getty would."""
+    login = ("printf 'rock-5c login: '; read user; PS1='root@rock-5c:# ' exec bash --norc --noprofile -i")
+    connect = (f"ssh -tt -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=FATAL "
+               f"-i {key} -p {port} root@127.0.0.1 \"{login}\"")
+    ssh = _device(port, key, "root")
+    return {"constants": {**ssh["constants"], "default-shell-prompt": "lava-test: # ", "kernel-start-message": ""},
+            "commands": {"connect": connect, "hard_reset": "true", "power_off": "true", "power_on": "true"},
+            "actions": {"deploy": {"connections": {"serial": None}, "methods": {"overlay": None}},
+                        "boot": {"connections": {"serial": None}, "methods": {"minimal": None}}},
+            "timeouts": {"actions": {}, "connections": {}}}
+
+
+def run_job(sshd, suite_repo, tmp: Path, values: dict, *, board: str = "host-ci", edit=None, before=None,
+            dispatcher: dict | None = None) -> tuple[list[dict], str, Path]:
+    """The pr-tier job of boards/BOARD.toml with these test parameters (edit(job): a hand-written change),
+    run by lava-run (before(job_id): what the board holds first); (results, log, lava-run's output folder
+    with its log as output.yaml, what `lab verdict` reads)."""
+    profile = load_board(board)
     repo, commit = suite_repo
-    job = lava_job(board, "pr", suite_sha=commit, suite_repo=str(repo), values=values)
+    job = lava_job(profile, "pr", suite_sha=commit, suite_repo=str(repo), values=values)
+    if edit is not None:
+        edit(job)
     port, key = sshd
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "job.yaml").write_text(_dump(job))
-    (tmp / "device.yaml").write_text(_dump(_device(port, key, board.login)))
+    device = _device(port, key, profile.login) if profile.boot == "ssh" else _minimal_device(port, key)
+    (tmp / "device.yaml").write_text(_dump(device))
+    (tmp / "dispatcher.yaml").write_text(_dump(dispatcher or {}))
     job_id = f"{os.getpid()}{next(_JOBS):02d}"       # unique on this machine, whoever else runs lava-run
+    out = tmp / "out"
+    out.mkdir()
+    if before is not None:
+        before(job_id)
     try:
-        proc = subprocess.run(["lava-run", "--job-id", job_id, "--output-dir", str(tmp / "out"),
-                               "--device", str(tmp / "device.yaml"), str(tmp / "job.yaml")],
-                              capture_output=True, text=True, timeout=900)
+        with open(out / "output.yaml", "w") as log:         # lava-run logs to its standard error
+            subprocess.run(["lava-run", "--job-id", job_id, "--output-dir", str(out), "--device",
+                            str(tmp / "device.yaml"), "--dispatcher", str(tmp / "dispatcher.yaml"),
+                            str(tmp / "job.yaml")], stdout=log, stderr=subprocess.STDOUT, timeout=900)
     finally:
         # LAVA's overlay, copied to / and unpacked there by the login
+        if Path(f"/lava-{job_id}").is_dir():
+            subprocess.run(["chattr", "-i", f"/lava-{job_id}"], capture_output=True)
         for litter in [Path(f"/lava-{job_id}"), *Path("/").glob(f"lava-{job_id}-*")]:
             shutil.rmtree(litter, ignore_errors=True) if litter.is_dir() else litter.unlink(missing_ok=True)
-    log = proc.stdout + proc.stderr         # lava-run logs to stderr
-    (tmp / "lava-run.log").write_text(log)
-    return _results(log), log
+    log = (out / "output.yaml").read_text()
+    return _results(log), log, out
+
+
+def verdict(out: Path) -> tuple[int, str]:
+    """`bin/harness lab verdict OUT`: (exit status, what it printed)."""
+    proc = subprocess.run([str(REPO_ROOT / "bin" / "harness"), "lab", "verdict", str(out)], capture_output=True,
+                          text=True, timeout=120, cwd=REPO_ROOT)
+    print(f"lab verdict: exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
+    return proc.returncode, proc.stdout + proc.stderr
 
 
 def _dump(data: dict) -> str:
@@ -224,6 +262,11 @@ def _junit_cases(upload: Path) -> dict[tuple[str, str], str]:
     return found
 
 
+def _job_id(results: list[dict]) -> str:
+    """The job's id, as LAVA's records of its definitions name it (uuid JOB_LEVEL)."""
+    return next(r["extra"]["uuid"].split("_")[0] for r in results if r.get("case") == "test-overlay")
+
+
 def _job_result(results: list[dict]) -> dict:
     return next(r for r in results if r.get("definition") == "lava" and r["case"] == "job")
 
@@ -235,13 +278,13 @@ def passing_job(sshd, suite_repo, store, work_root, tmp_path_factory):
     # The benchmark is judged against the seeded baseline as on a board, but with a threshold no load
     # change of a shared CI host reaches (one run here: +60 % when the load rose between the two): this
     # test proves what LAVA reports; the threshold's own behaviour is test_baseline_rules.py's.
-    results, log = run_job(sshd, suite_repo, tmp / "run", _values(store, work_root, tmp / "artifacts.tar.gz",
-                                                                   GATE_OPTIONS="--baseline-threshold=500%"))
-    return results, log, tmp / "artifacts.tar.gz", time.monotonic() - started
+    results, log, out = run_job(sshd, suite_repo, tmp / "run", _values(store, work_root, tmp / "artifacts.tar.gz",
+                                                                        GATE_OPTIONS="--baseline-threshold=500%"))
+    return results, log, tmp / "artifacts.tar.gz", time.monotonic() - started, out
 
 
 def test_the_job_reports_every_test_of_both_runs_with_its_result(passing_job):
-    results, log, upload, seconds = passing_job
+    results, log, upload, seconds, out = passing_job
     print(f"lava-run, the passing job: {seconds:.1f} s")
     print("\n".join(str(r) for r in results if r.get("definition") == DEFINITION))
     assert _job_result(results)["result"] == "pass", log[-3000:]
@@ -252,20 +295,23 @@ def test_the_job_reports_every_test_of_both_runs_with_its_result(passing_job):
     for key, result in junit.items():
         assert key in cases, f"{key}: a pytest test with no LAVA test case"
         assert cases[key]["result"] == result, (key, cases[key], result)
-    # off the board the smoke tier fails, naming what is missing; the gates on onnxruntime pass
-    assert {result for (test_set, _), result in junit.items() if test_set == "smoke"} == {"fail"}
-    assert {result for (test_set, _), result in junit.items() if test_set != "smoke"} == {"pass"}, junit
-    assert cases[("verdict", "smoke")]["result"] == "fail" and cases[("verdict", "gates")]["result"] == "pass"
+    # this machine's profile does not require the NPU: its smoke tier runs on onnxruntime, and passes
+    assert set(junit.values()) == {"pass"}, junit
+    assert cases[("verdict", "smoke")]["result"] == "pass" and cases[("verdict", "gates")]["result"] == "pass"
     assert cases[("fetch", "partition")]["result"] == "pass"
-    # a failed run fails the definition itself too, not only its cases
+    # each run said how many tests it collects before it ran, and reported as many
+    collected = {c: int(float(cases[("collected", c)]["measurement"])) for c in ("smoke", "gates")}
+    assert collected == {run: sum(1 for (s, _) in junit if (s == "smoke") == (run == "smoke")) for run in collected}
     definition = next(r for r in results if r.get("definition") == "lava" and r["case"] == DEFINITION)
-    assert definition["result"] == "fail"
+    assert definition["result"] == "pass"
     # the running venv was reused: bin/_bootstrap.sh says "[setup] installing" whenever it (re)builds one
     assert "[setup] installing" not in log
+    code, said = verdict(out)
+    assert code == 0 and said.startswith(f"job {_job_id(results)}: complete, definitions {DEFINITION}: "), said
 
 
 def test_the_benchmark_and_quality_figures_are_measurements_with_units(passing_job):
-    results, log, _, _ = passing_job
+    results, log, _, _, _ = passing_job
     cases = _cases(results)
 
     def measured(case: str, units: str) -> float:
@@ -284,10 +330,11 @@ def test_the_benchmark_and_quality_figures_are_measurements_with_units(passing_j
 
 def test_a_nan_fault_fails_the_numerics_and_quality_cases(sshd, suite_repo, store, work_root, tmp_path):
     started = time.monotonic()
-    results, log = run_job(sshd, suite_repo, tmp_path / "run",
-                           _values(store, work_root, tmp_path / "artifacts.tar.gz",
-                                   # the two gates a NaN must fail, on the faults backend
-                                   GATE_OPTIONS='--backend=faults --fault=nan@3 -k "test_numerics or test_quality"'))
+    results, log, out = run_job(sshd, suite_repo, tmp_path / "run",
+                                _values(store, work_root, tmp_path / "artifacts.tar.gz",
+                                        # the two gates a NaN must fail, on the faults backend
+                                        GATE_OPTIONS='--backend=faults --fault=nan@3 -k "test_numerics or '
+                                                     'test_quality"'))
     print(f"lava-run, the --fault=nan@3 job: {time.monotonic() - started:.1f} s")
     print("\n".join(str(r) for r in results if r.get("definition") == DEFINITION))
     assert _job_result(results)["result"] == "pass", log[-3000:]
@@ -297,33 +344,103 @@ def test_a_nan_fault_fails_the_numerics_and_quality_cases(sshd, suite_repo, stor
         by_set.setdefault(test_set, set()).add(entry["result"])
     assert by_set["numerics"] == {"fail"} and "fail" in by_set["quality"], by_set
     assert cases[("verdict", "gates")]["result"] == "fail"
+    code, said = verdict(out)
+    failed = {line.split(" case ")[1].removesuffix(": fail") for line in said.splitlines()}
+    assert code == 1 and {f"{s}/{c}" for (s, c), r in cases.items() if r["result"] == "fail"} == failed, said
+    assert all(line.startswith(f"job {_job_id(results)} definition {DEFINITION} case ") for line in said.splitlines())
 
 
 def test_a_partition_that_does_not_match_is_the_labs_failure_not_a_gates(sshd, suite_repo, store, work_root,
                                                                           tmp_path):
-    results, log = run_job(sshd, suite_repo, tmp_path / "run",
-                           _values(store, work_root, tmp_path / "artifacts.tar.gz",
-                                   PARTITION_MANIFEST_SHA256="0" * 64))
+    results, log, out = run_job(sshd, suite_repo, tmp_path / "run",
+                                _values(store, work_root, tmp_path / "artifacts.tar.gz",
+                                        PARTITION_MANIFEST_SHA256="0" * 64))
     job = _job_result(results)
     assert job["result"] == "fail" and job["error_type"] == "Test", job
     assert "did not give the partition with manifest sha256 " + "0" * 64 in job["error_msg"]
     cases = _cases(results)
     assert cases[("fetch", "partition")]["result"] == "fail"
-    assert not [k for k in cases if k[0] not in ("fetch",)], cases      # no gate ran, none reported
+    assert not [k for k in cases if k[0] not in ("fetch", "collected")], cases      # no gate ran, none reported
+    assert verdict(out) == (2, f"job {_job_id(results)} definition {DEFINITION} case fetch/partition: Incomplete "
+                               f"(Test: {job['error_msg']})\n")
 
 
 def test_a_board_without_its_npu_node_is_the_labs_failure_after_the_smoke_tier(sshd, suite_repo, store, work_root,
                                                                                tmp_path):
     # the ROCK 5C's profile requires the NPU, which this machine does not have
-    results, log = run_job(sshd, suite_repo, tmp_path / "run",
-                           _values(store, work_root, tmp_path / "artifacts.tar.gz",
-                                   BOARD_PROFILE="boards/rock5c-8gb.toml"))
+    results, log, out = run_job(sshd, suite_repo, tmp_path / "run",
+                                _values(store, work_root, tmp_path / "artifacts.tar.gz",
+                                        BOARD_PROFILE="boards/rock5c-8gb.toml"))
     job = _job_result(results)
     assert job["result"] == "fail" and job["error_type"] == "Test", job
     assert "boards/rock5c-8gb.toml requires the NPU: no NPU device node" in job["error_msg"], job
     cases = _cases(results)
     assert {c for (s, c) in cases if s == "smoke"} >= {"test_1_npu_device_node"}      # the smoke tier says what
     assert {r["result"] for (s, _), r in cases.items() if s == "smoke"} == {"fail"}
-    assert not [k for k in cases if k[0] not in ("fetch", "smoke", "verdict", "")], cases  # no gate ran
+    assert not [k for k in cases if k[0] not in ("fetch", "collected", "smoke", "verdict", "")], cases  # no gate
     assert cases[("verdict", "smoke")]["result"] == "fail" and ("verdict", "gates") not in cases
     assert cases[("", "artifacts")]["result"] == "pass"          # uploaded before the job was ended
+    code, said = verdict(out)
+    assert code == 2 and said.startswith(f"job {_job_id(results)} definition {DEFINITION} case ") and \
+        "Incomplete (Test: board-session: boards/rock5c-8gb.toml requires the NPU" in said, said
+
+
+def _short(job: dict, minutes: int) -> None:
+    """The job's test given `minutes` instead of the tier's: for a job LAVA can only end at its timeout."""
+    job["timeouts"]["action"] = {"minutes": minutes}
+    job["timeouts"]["job"] = {"minutes": minutes + 5}
+    for action in job["actions"]:
+        if "test" in action:
+            action["test"]["timeout"] = {"minutes": minutes}
+
+
+def test_a_job_whose_overlay_was_not_unpacked_is_the_labs_failure(sshd, suite_repo, store, work_root, tmp_path):
+    """The board's /lava-JOB, where LAVA's overlay goes, cannot be written (immutable): LAVA's own unpack on
+    an ssh device (tar -C /, its result unchecked) fails, no definition starts, and the job ends at the
+    test's timeout (one minute here; the tier's, 15 to 300 minutes, on a board)."""
+    def blocked(job_id: str) -> None:       # a folder nothing can be written into, even by root
+        Path(f"/lava-{job_id}").mkdir()
+        subprocess.run(["chattr", "+i", f"/lava-{job_id}"], check=True)
+    started = time.monotonic()
+    results, log, out = run_job(sshd, suite_repo, tmp_path / "run",
+                                _values(store, work_root, tmp_path / "artifacts.tar.gz"),
+                                edit=lambda job: _short(job, 1), before=blocked)
+    print(f"lava-run, the job whose overlay was not unpacked: {time.monotonic() - started:.1f} s")
+    assert _job_result(results)["result"] == "fail" and not _cases(results), _job_result(results)
+    code, said = verdict(out)
+    where = f"job {_job_id(results)} definition {DEFINITION} case none"
+    assert code == 2 and said.startswith(f"{where}: Incomplete ("), said
+
+
+def test_a_job_whose_definition_ran_no_test_never_passes(sshd, suite_repo, store, work_root, tmp_path):
+    """A job written by hand with a quote in a parameter (the generator refuses it): LAVA's run.sh does
+    not parse, nothing runs, and LAVA says the job finished correctly; the verdict says its definition
+    never started."""
+    def quoted(job: dict) -> None:
+        [test] = [a["test"] for a in job["actions"] if "test" in a]
+        test["definitions"][0]["parameters"]["GATE_OPTIONS"] = "-k \"it's\""
+    results, log, out = run_job(sshd, suite_repo, tmp_path / "run",
+                                _values(store, work_root, tmp_path / "artifacts.tar.gz"), edit=quoted)
+    assert _job_result(results)["result"] == "pass" and not _cases(results), log[-3000:]
+    print("\n".join(line[:300] for line in log.splitlines() if "unexpected EOF" in line))
+    code, said = verdict(out)
+    where = f"job {_job_id(results)} definition {DEFINITION}"
+    assert (code, said) == (2, f"{where}: never started (no test case, no result of LAVA's for it): ran no test\n")
+
+
+def test_a_failed_overlay_download_ends_the_job_incomplete_at_once(sshd, suite_repo, store, work_root, tmp_path):
+    """The ROCK 5C's job, unchanged, on a board that boots its own OS (boot minimal; its console an ssh
+    session here): the dispatcher's HTTP server is not there, the download fails, and the first prompt of
+    LAVA's test shell carries lava-test-raise's signal, so the job ends Incomplete in seconds, not at the
+    tier's 150 minutes."""
+    started = time.monotonic()
+    results, log, out = run_job(sshd, suite_repo, tmp_path / "run",
+                                _values(store, work_root, tmp_path / "artifacts.tar.gz"), board="rock5c-8gb",
+                                dispatcher={"dispatcher_http_ip": f"127.0.0.1:{_free_port()}"})
+    seconds = time.monotonic() - started
+    print(f"lava-run, the failed overlay download: {seconds:.1f} s")
+    job = _job_result(results)
+    assert job["result"] == "fail" and job["error_type"] == "Test", log[-3000:]
+    assert job["error_msg"].startswith("overlay-not-unpacked:overlay-") and seconds < 60, (job, seconds)
+    code, said = verdict(out)
+    assert code == 2 and "Incomplete (Test: overlay-not-unpacked:overlay-" in said, said

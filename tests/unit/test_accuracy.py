@@ -93,7 +93,7 @@ def test_replay_passes_once_the_fault_is_gone(embedded_fp32, float16_partition, 
 
 @pytest.mark.parametrize("args,fragment", [
     (["--fault", "nan@3"], "--fault nan@3: only --backend faults reads it, this run uses onnxruntime"),
-    (["--backend", "rknnlite"], "--backend rknnlite needs --partition DIR"),
+    (["--backend", "rknnlite"], "--backend rknnlite: not an RK3588"),
     (["--backend", "onnxruntime", "--precision", "w8a8-ffn"], "--precision w8a8-ffn: choose float16 or float32"),
     (["--replay", "/nonexistent"], "--replay /nonexistent: no repro.json"),
 ])

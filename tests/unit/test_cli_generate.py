@@ -52,7 +52,7 @@ def test_bad_cli_values_are_one_clear_error(model_dir, capsys, args, fragment):
 
 @pytest.mark.parametrize("args,fragment", [
     (["--prompt", "a handwritten giraffe"], "prompt word 'giraffe' is not in the vocabulary"),
-    (["--out", "x.jpg"], "--out x.jpg"),
+    (["--out", "x.jpg"], "x.jpg: the image is written as PNG"),
 ])
 def test_bad_run_values_name_the_culprit(model_dir, capsys, args, fragment):
     assert main(["generate", "--model-dir", str(model_dir), "--steps", "1", "--quiet", *args]) == 2
@@ -83,19 +83,20 @@ def test_batched_reference_equals_single_runs(model_dir):
     np.testing.assert_allclose(batch[1:], single, atol=1e-5)
 
 
-def test_progress_in_a_log_is_one_plain_line_per_step(model_dir, tmp_path):
-    # stderr is a pipe here, as in a CI log: no live bar, a line per step with elapsed and ETA.
+def test_progress_in_a_log_is_a_few_plain_lines(model_dir, tmp_path):
+    # stderr is a pipe here, as in a CI log: no live bar; the first and the last step's line (with elapsed
+    # and ETA), and one more only when 10 s passed (the three steps take less).
     proc = subprocess.run([sys.executable, "-m", "harness", "generate", "--model-dir", str(model_dir),
                            "--steps", "3", "--out", str(tmp_path / "p.png")], capture_output=True, text=True,
                           check=True)
     lines = [line for line in proc.stderr.splitlines() if "step" in line]
-    assert [line.split(": step ")[1].split(",")[0] for line in lines] == ["1/3", "2/3", "3/3"], proc.stderr
+    assert [line.split(": step ")[1].split(",")[0] for line in lines] == ["1/3", "3/3"], proc.stderr
     assert all(", elapsed " in line and ", ETA " in line for line in lines)
     assert "\r" not in proc.stderr and "\x1b[" not in proc.stderr, "no terminal control codes in a log"
 
 
 def test_step_lines_estimate_the_remaining_time():
-    from harness.report.progress import StepLines
+    from harness.core.progress import StepLines
     now = [100.0]
     written = []
     lines = StepLines(4, "seven", written.append, clock=lambda: now[0])
@@ -105,3 +106,9 @@ def test_step_lines_estimate_the_remaining_time():
     lines()
     assert written == ["seven: step 1/4, elapsed 10.0 s, ETA 30.0 s",
                        "seven: step 2/4, elapsed 1 min 30 s, ETA 1 min 30 s"]
+    now[0] = 195.0          # 5 s after the last line: not yet
+    lines()
+    assert len(written) == 2
+    now[0] = 196.0          # the last step: always
+    lines()
+    assert written[-1] == "seven: step 4/4, elapsed 1 min 36 s, ETA 0.0 s"

@@ -7,7 +7,9 @@ here, with temporary folders standing in for /opt/anima and /var/lib/anima-ci.""
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -24,30 +26,53 @@ REPO = "anima-npu/anima-npu"
 HEAD = "a" * 40
 
 
-def _event(action="labeled", label="run-on-board", fork=True) -> dict:
-    return {"action": action, "label": {"name": label},
+def _event(action="labeled", label="run-on-board", fork=True, sender="maintainer") -> dict:
+    return {"action": action, "label": {"name": label}, "sender": {"login": sender},
             "pull_request": {"number": 7,
                              "head": {"sha": HEAD, "repo": {"full_name": "someone/anima-npu" if fork else REPO}}}}
 
 
-def _review(commit=HEAD, state="APPROVED", association="MEMBER") -> dict:
-    return {"state": state, "commit_id": commit, "author_association": association, "user": {"login": "maintainer"}}
+def _review(commit=HEAD, state="APPROVED", association="MEMBER", login="maintainer") -> dict:
+    return {"state": state, "commit_id": commit, "author_association": association, "user": {"login": login}}
 
 
-def test_a_labelled_fork_head_with_a_maintainers_approval_is_pinned():
-    level, sha, why = trust("pull_request_target", _event(), REPO, [_review()])
-    assert (level, sha) == ("fork", HEAD) and "approved by maintainer" in why
+def _access(login="maintainer", permission="write", role=None) -> dict:
+    """GitHub's answer to repos/R/collaborators/LOGIN/permission (`permission` says write for maintain)."""
+    return {"permission": permission, "role_name": role or permission, "user": {"login": login}}
 
 
-@pytest.mark.parametrize("event, reviews", [
-    (_event(), [_review(commit="b" * 40)]),                        # approved an older head: pushed since
-    (_event(), [_review(association="CONTRIBUTOR")]),              # not a maintainer's approval
-    (_event(), [_review(state="COMMENTED")]),
-    (_event(label="documentation"), [_review()]),                  # another label
-    (_event(action="synchronize"), [_review()]),                   # a push after the label
+@pytest.mark.parametrize("access", [_access(), _access(role="maintain"), _access(permission="admin")])
+def test_a_labelled_fork_head_approved_by_its_labeller_with_write_access_is_pinned(access):
+    level, sha, why = trust("pull_request_target", _event(), REPO, [_review()], access)
+    assert (level, sha) == ("fork", HEAD) and "approved and labelled by maintainer" in why
+
+
+@pytest.mark.parametrize("event, reviews, access, why", [
+    (_event(), [_review(commit="b" * 40)], _access(), "no approving review of aaaaaaaaaaaa"),  # pushed since
+    (_event(), [_review(state="COMMENTED")], _access(), "no approving review"),
+    (_event(label="documentation"), [_review()], _access(), "only by the label run-on-board"),
+    (_event(action="synchronize"), [_review()], _access(), "only by the label"),              # a push after the label
+    # an organisation member (author_association MEMBER) whose access to the repository is read or triage
+    (_event(), [_review()], _access(permission="read"), "maintainer put the label with read access"),
+    (_event(), [_review()], _access(permission="read", role="triage"), "with triage access"),
+    (_event(), [_review()], _access(permission="none"), "with none access"),
+    (_event(), [_review()], {}, "no collaborator permission of maintainer"),                # gh: 404
+    (_event(sender=""), [_review()], _access(), "names no sender"),
+    # the labeller has write access, the approval is someone else's
+    (_event(sender="labeller"), [_review()], _access("labeller"), "head the label was put on, by labeller"),
+    (_event(sender="labeller"), [_review()], _access(), "no collaborator permission of labeller"),
+    # an approval dismissed before the label (GitHub lists it DISMISSED), or followed by a change request
+    (_event(), [_review(state="DISMISSED")], _access(), "no approving review"),
+    (_event(), [_review(), _review(state="CHANGES_REQUESTED")], _access(), "no approving review"),
 ])
-def test_nothing_of_a_fork_runs_unreviewed(event, reviews):
-    assert trust("pull_request_target", event, REPO, reviews)[0] == "none"
+def test_nothing_of_a_fork_runs_unreviewed(event, reviews, access, why):
+    level, _, said = trust("pull_request_target", event, REPO, reviews, access)
+    assert level == "none" and why in said, said
+
+
+def test_an_approval_stands_through_a_later_comment():
+    reviews = [_review(state="CHANGES_REQUESTED"), _review(), _review(state="COMMENTED")]
+    assert trust("pull_request_target", _event(), REPO, reviews, _access())[0] == "fork"
 
 
 def test_branches_and_main_are_trusted_and_a_branch_label_runs_nothing_twice():
@@ -77,13 +102,13 @@ def test_a_toolkit_change_plans_old_and_new(tmp_path):
 def test_a_deleted_forks_pull_request_is_a_forks():
     event = _event()
     event["pull_request"]["head"]["repo"] = None
-    assert trust("pull_request_target", event, REPO, [_review()])[0] == "fork"
+    assert trust("pull_request_target", event, REPO, [_review()], _access())[0] == "fork"
 
 
 def test_a_pull_request_run_is_never_trusted():
     """A `pull_request` run's workflow is the change's own copy: nothing it plans reaches a board."""
     assert trust("pull_request", _event(action="synchronize", fork=False), REPO, [])[0] == "none"
-    assert trust("pull_request", _event(), REPO, [_review()])[0] == "none"
+    assert trust("pull_request", _event(), REPO, [_review()], _access())[0] == "none"
 
 
 def test_a_toolkit_version_from_the_change_is_checked(tmp_path):
@@ -105,7 +130,7 @@ def board(tmp_path):
     file, main's checkout beside the change's) whose bin/test reports what it was given and tries what
     fork code might try."""
     if shutil.which("bwrap") is None:
-        missing_tool("bubblewrap is not installed (bin/debian-packages.txt; bin/test installs it as root)")
+        missing_tool("bubblewrap is not installed (bin/debian-packages-board.txt; bin/test installs it as root)")
     home, licensed, shared = (tmp_path / n for n in ("runner-home", "licensed", "shared"))
     temp, trusted, checkout = home / "_work" / "_temp", home / "_work" / "trusted", home / "_work" / "change"
     github_env = temp / "_runner_file_commands" / "set_env_1"
@@ -115,7 +140,7 @@ def board(tmp_path):
     (home / ".credentials").write_text("the runner's key")
     (licensed / "dit.safetensors").write_text("licensed weights")
     (checkout / "pyproject.toml").write_text("[project]\n")
-    for script in ("board-run", "change-run", "untrusted-run"):
+    for script in ("board-run", "change-run", "untrusted-run", "copy-out"):
         shutil.copy2(REPO_ROOT / ".ci" / script, trusted / ".ci" / script)
     (checkout / "bin" / "test").write_text(f"""#!/bin/sh
 echo "args: $*"
@@ -129,6 +154,11 @@ touch .git/config 2>/dev/null && echo "wrote .git: yes" || echo "wrote .git: no"
 touch {trusted}/.ci/board-run 2>/dev/null && echo "wrote main's checkout: yes" || echo "wrote main's checkout: no"
 test -e /proc/{os.getpid()} && echo "saw the runner: yes" || echo "saw the runner: no"
 touch artifacts-ok && echo "wrote checkout: yes"
+mkdir -p artifacts/sub && echo "<testsuites/>" > artifacts/junit.xml && echo figures > artifacts/sub/report.txt
+ln -s {home}/.credentials artifacts/leak 2>/dev/null; ln -s {home} artifacts/home 2>/dev/null
+mkfifo artifacts/pipe 2>/dev/null
+ln {home}/.credentials artifacts/hard 2>/dev/null && echo "hard-linked credentials: yes" \\
+    || echo "hard-linked credentials: no"
 """)
     (checkout / "bin" / "test").chmod(0o755)
 
@@ -139,7 +169,8 @@ touch artifacts-ok && echo "wrote checkout: yes"
                               cwd=checkout, env=env, capture_output=True, text=True, timeout=60)
         assert proc.returncode == code, proc.stdout + proc.stderr
         return proc.stdout + proc.stderr
-    run.shared, run.temp, run.github_env = shared, temp, github_env
+    run.shared, run.temp, run.github_env, run.trusted, run.checkout = shared, temp, github_env, trusted, checkout
+    run.secret = home / ".credentials"
     return run
 
 
@@ -173,3 +204,68 @@ def test_the_changes_commands_run_sealed_for_a_fork_only(board):
     assert "wrote results: no" in sealed and "wrote checkout: yes" in sealed
     assert "read licensed: yes" in board("branch", "change-run", "bin/test", "export")
     assert "TRUST=none is not main, branch or fork" in board("none", "change-run", "bin/test", code=2)
+
+
+def _copy_out(board, src: str, dest) -> subprocess.CompletedProcess:
+    return subprocess.run([board.trusted / ".ci" / "copy-out", src, str(dest)], cwd=board.checkout,
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_what_leaves_a_sealed_run_is_its_regular_files_only(board):
+    """The sealed run plants links to the runner's credentials in its artifacts (a symbolic link to the
+    file and one to the home folder) and a FIFO; a hard link across the seal's mounts fails inside it,
+    so the test plants one from outside (and a device node, as root), as an earlier step could have.
+    Read unsealed, the link gives the secret; main's copy-out copies none of them, naming each."""
+    out = board("fork")
+    assert "hard-linked credentials: no" in out
+    artifacts, secret = board.checkout / "artifacts", board.secret.read_text()
+    assert (artifacts / "leak").read_text() == secret            # what an upload that follows links would read
+    os.link(board.secret, artifacts / "hard")
+    planted = {"leak": "a symbolic link", "home": "a symbolic link", "pipe": "a FIFO",
+               "hard": "a hard link (2 names, 1 of them outside)"}
+    if os.geteuid() == 0:
+        os.mknod(artifacts / "null", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+        planted["null"] = "a character device"
+    dest = board.temp / "out" / "artifacts"
+    proc = _copy_out(board, "artifacts", dest)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    refused = set(proc.stderr.splitlines())
+    assert refused == {f"copy-out: artifacts/{name}: {why}, not copied" for name, why in planted.items()}, refused
+    copied = {p.relative_to(dest).as_posix() for p in dest.rglob("*")}
+    assert copied == {"junit.xml", "sub", "sub/report.txt"}, copied
+    assert not [p for p in dest.rglob("*") if p.is_symlink()]
+    assert not [p for p in dest.rglob("*") if p.is_file() and secret in p.read_text()]
+    assert (dest / "sub" / "report.txt").read_text() == "figures\n"
+    assert proc.stdout == f"copy-out: 2 file(s) of artifacts copied to {dest}, {len(planted)} refused\n"
+
+
+def test_copy_out_refuses_a_linked_folder_and_an_existing_destination(board, tmp_path):
+    (board.checkout / "artifacts").symlink_to(board.secret.parent)
+    proc = _copy_out(board, "artifacts", tmp_path / "dest")
+    assert proc.returncode == 1 and proc.stderr == "copy-out: artifacts: a symbolic link, not a folder\n"
+    assert list((tmp_path / "dest").iterdir()) == []
+    proc = _copy_out(board, "artifacts", tmp_path / "dest")
+    assert proc.returncode == 2 and "dest exists: the copy goes into a new folder" in proc.stderr
+    # two names of one file, both in the folder: nothing outside, each copied as its own file
+    (board.checkout / "out").mkdir()
+    (board.checkout / "out" / "a").write_text("x")
+    os.link(board.checkout / "out" / "a", board.checkout / "out" / "b")
+    proc = _copy_out(board, "out", tmp_path / "both")
+    assert proc.returncode == 0 and sorted(p.name for p in (tmp_path / "both").iterdir()) == ["a", "b"]
+    assert _copy_out(board, "missing", tmp_path / "none").returncode == 0      # a run that wrote nothing
+
+
+def test_the_workflow_uploads_and_publishes_only_what_copy_out_copied():
+    """Every upload-artifact step and the partition's publication read a folder copy-out made, never the
+    change's checkout (fails if a step's path goes back to change/...)."""
+    from tests.github_actions import load_yaml
+    workflow = load_yaml((REPO_ROOT / ".github" / "workflows" / "npu-acceptance.yml").read_text())
+    steps = [step for job in workflow["jobs"].values() for step in job["steps"]]
+    made = {m for step in steps for m in re.findall(r'copy-out" \S+ "\$RUNNER_TEMP/out/([\w-]+)"', step.get("run", ""))}
+    uploads = [step["with"]["path"] for step in steps if "upload-artifact" in step.get("uses", "")]
+    assert uploads and made
+    for path in uploads:
+        assert re.fullmatch(r"\$\{\{ runner\.temp \}\}/out/([\w-]+)/.*", path), path
+        assert path.split("/")[2] in made, (path, made)
+    publish = [step["run"] for step in steps if "publish-partition" in step.get("run", "")]
+    assert publish and all('"$RUNNER_TEMP/out/partition"' in run for run in publish), publish

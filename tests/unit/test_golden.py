@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from harness.core.errors import ConfigError
-from harness.core.imageio import load_png
+from harness.core.imageio import load_png, save_png
 from harness.gates.cases import golden_dir_for, load_cases
 from harness.gates.golden import (
     UPDATE_COMMAND,
@@ -182,6 +182,32 @@ def test_npy_not_matching_metadata_hash_is_an_error(tmp_path, case):
     np.save(tmp_path / "seven.npy", _image(1))
     with pytest.raises(GoldenCorrupt, match="sha256"):
         store.load(case)
+
+
+def test_a_png_that_is_not_a_png_is_refused_naming_it(tmp_path, case):
+    """A JPEG saved under the golden's .png name (the .npy and .json intact) is refused by name."""
+    from PIL import Image
+    store = GoldenStore(tmp_path)
+    store.write(case, _image(), META, precision="float16")
+    png = store.paths(case)["png"]
+    Image.open(png).convert("RGB").save(png, format="JPEG")
+    with pytest.raises(GoldenCorrupt, match=f"{png} is a JPEG file, not a PNG"):
+        store.load(case)
+    png.write_bytes(b"not an image at all")
+    with pytest.raises(GoldenCorrupt, match=f"{png} is not a readable image"):
+        store.load(case)
+
+
+def test_a_png_that_does_not_show_its_npy_is_refused(tmp_path, case):
+    """A PNG of another image beside the .npy: the picture people see is not what the gate compares."""
+    store = GoldenStore(tmp_path)
+    store.write(case, _image(0), META, precision="float16")
+    png = store.paths(case)["png"]
+    save_png(_image(1), png)
+    with pytest.raises(GoldenCorrupt, match=f"{png} does not show {case.name}.npy"):
+        store.load(case)
+    save_png(_image(0), png)        # the same pixels again: accepted
+    store.load(case)
 
 
 def test_shape_mismatch_with_model_is_an_error(tmp_path, case):

@@ -15,13 +15,24 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
 
 from harness.cli.main import main
-from harness.lab.jobs import DEFINITION, TIERS, definition_params, job_yaml, lab_boards, lava_job, load_board
+from harness.core.errors import ConfigError
+from harness.lab.jobs import (
+    DEFINITION,
+    TIERS,
+    commit_of,
+    definition_params,
+    job_yaml,
+    lab_boards,
+    lava_job,
+    load_board,
+)
 from harness.lab.results import lava_commands
 from harness.lab.setup import SUBFOLDERS, WORK_ROOT
 from harness.model.config import REPO_ROOT
@@ -29,7 +40,8 @@ from tests.helpers import missing_tool, pytest_artifacts
 
 LAVA = REPO_ROOT / "lava"
 SESSION = LAVA / "board-session"
-SHA = "0123456789abcdef0123456789abcdef01234567"
+# A commit of this checkout whose board profiles are the working tree's (the generator checks both).
+SHA = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 SYSTEM_PYTHON = "/usr/bin/python3"
 # Device types LAVA ships (lava/etc/dispatcher-config/device-types upstream); the others are in lava/device-types.
 UPSTREAM_DEVICE_TYPES = {"rk3588-rock-5b", "ssh"}
@@ -67,9 +79,10 @@ def every_job() -> dict[str, dict]:
     jobs = {}
     for board in lab_boards():
         for tier in TIERS:
-            jobs[f"{board.name}-{tier}.yaml"] = lava_job(board, tier, suite_sha=SHA)
+            jobs[f"{board.name}-{tier}.yaml"] = lava_job(board, tier, suite_sha=SHA, allow_placeholders=True)
         if board.boot != "ssh":
-            jobs[f"health-{board.device_type}.yaml"] = lava_job(board, "smoke", health_check=True)
+            jobs[f"health-{board.device_type}.yaml"] = lava_job(board, "smoke", health_check=True,
+                                                                 allow_placeholders=True)
     return jobs
 
 
@@ -89,7 +102,8 @@ def test_every_generated_job_validates_strictly(written):
 
 def test_the_rock5b_job_names_its_own_device_type_and_profile(tmp_path):
     out = tmp_path / "rock5b.yaml"
-    assert main(["lab", "lava-job", "--board", "rock5b", "--tier", "pr", "--suite-sha", SHA, "--out", str(out)]) == 0
+    assert main(["lab", "lava-job", "--board", "rock5b", "--tier", "pr", "--suite-sha", "HEAD", "--out", str(out),
+                 "--allow-placeholders"]) == 0
     assert lava_validate(out) == {"rock5b.yaml": None}
     job = load(out)
     assert job["device_type"] == "rk3588-rock-5b"
@@ -148,10 +162,15 @@ def test_the_definition_hands_every_parameter_to_the_session_as_an_argument():
 def test_the_sessions_pytest_runs_use_options_the_suite_has(suite_options):
     text = SESSION.read_text()
     runs = [line.strip() for line in text.splitlines() if line.strip().startswith("suite -m ")]
-    assert len(runs) == 2 and "--require-npu" in runs[0] and '--tier="${opt[tier]}"' in runs[1]
+    assert len(runs) == 2 and '--tier="${opt[tier]}"' in runs[1]
+    # the smoke tier requires the NPU where the profile does ([suite] require_npu): every board's does
+    assert "--require-npu" not in text
+    for board in lab_boards():
+        suite = tomllib.loads((REPO_ROOT / board.profile).read_text()).get("suite", {})
+        assert bool(suite.get("require_npu")) is (board.boot != "ssh"), board.profile
     common = text[text.index("common=("):text.index(")", text.index("common=("))]
     flags = set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", " ".join(runs) + common))
-    assert {"--partition", "--results", "--board-profile", "--require-npu", "--no-save-baseline"} <= flags
+    assert {"--partition", "--results", "--board-profile", "--no-save-baseline"} <= flags
     assert flags <= suite_options, flags - suite_options
     assert ".ci/board-diagnostics" in text
 
@@ -164,8 +183,25 @@ def test_the_session_refuses_an_option_it_does_not_know():
 
 @pytest.mark.parametrize("argv, fragment", [
     (["--board", "rock5d"], "--board rock5d: no board profile"),
-    (["--board", "rock5b", "--suite-sha", "abc"], "--suite-sha abc: the reviewed commit's full id"),
+    (["--board", "rock5b", "--suite-sha", "abc"], "--suite-sha abc: not a commit of this checkout"),
+    (["--board", "rock5b", "--suite-sha", "0" * 40], f"--suite-sha {'0' * 40}: not a commit of this checkout"),
     (["--board", "rock5b"], "--suite-sha: a job runs one reviewed commit"),
+    # a profile's name reaches run.sh as BOARD_PROFILE: a quote, a space, a '$' are refused
+    (["--board", "o'pi", "--suite-sha", SHA], "--board o'pi: a profile's name is letters, digits"),
+    (["--board", "o$(id)", "--suite-sha", SHA], "--board o$(id): a profile's name is letters"),
+    (["--board", "rock5b", "--suite-sha", SHA], "--set PARTITION_URL: not given, and the job would name the "
+                                                "placeholder http://lab-store.lab.invalid/"),
+    # every value is written KEY='value' into LAVA's run.sh
+    (["--board", "rock5b", "--suite-sha", SHA, "--allow-placeholders", "--set", "GATE_OPTIONS=-k \"it's\""],
+     "--set GATE_OPTIONS='-k \"it\\'s\"': \"'\" is refused in a job's value"),
+    (["--board", "rock5b", "--suite-sha", SHA, "--allow-placeholders", "--set", "MODEL_DIR=/opt/anima;reboot"],
+     "--set MODEL_DIR='/opt/anima;reboot': ';' is refused"),
+    (["--board", "rock5b", "--suite-sha", SHA, "--allow-placeholders", "--set", "UPLOAD_URL=http://s/$HOME"],
+     "--set UPLOAD_URL='http://s/$HOME': '$' is refused"),
+    (["--board", "rock5b", "--suite-sha", SHA, "--allow-placeholders", "--set", "MODEL_DIR=/opt/my models"],
+     "--set MODEL_DIR='/opt/my models': ' ' is refused"),
+    (["--board", "rock5b", "--suite-sha", SHA, "--allow-placeholders", "--suite-repo", "https://x/a b.git"],
+     "--suite-repo 'https://x/a b.git': ' ' is refused"),
     (["--board", "rock5b", "--suite-sha", SHA, "--set", "PARTITON_URL=x"], "--set PARTITON_URL: not a parameter"),
     (["--board", "rock5b", "--suite-sha", SHA, "--set", "TIER"], "--set TIER: expected KEY=VALUE"),
     (["--board", "rock5b", "--suite-sha", SHA, "--health-check"], "--health-check: the smoke tier"),
@@ -176,6 +212,65 @@ def test_bad_lava_job_input_is_one_error_line(tmp_path, capsys, argv, fragment):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and fragment in err and "\n" not in err, err
     assert not out.exists()
+
+
+def test_a_value_the_session_reads_as_options_keeps_its_spaces_and_double_quotes():
+    board = load_board("rock5b")
+    job = lava_job(board, "pr", suite_sha=SHA, allow_placeholders=True,
+                   values={"GATE_OPTIONS": '-k "test_numerics or test_quality"',
+                           "UPLOAD_URL": "https://store/x.tar.gz?sig=1&exp=2"})
+    assert _definition(job)["parameters"]["GATE_OPTIONS"] == '-k "test_numerics or test_quality"'
+
+
+def test_a_non_root_login_is_refused(tmp_path):
+    """LAVA unpacks its overlay at / as the login user: a user cannot, and under sudo its test runner
+    cannot write its results, so the job would pass having run nothing (docs/lab.md, Why root)."""
+    text = (REPO_ROOT / "boards" / "rock5b.toml").read_text()
+    assert 'login = "root"' in text
+    (tmp_path / "opi.toml").write_text(text.replace('login = "root"', 'login = "anima-ci"'))
+    with pytest.raises(ConfigError) as raised:
+        load_board("opi", tmp_path)
+    assert str(raised.value) == (f"{tmp_path}/opi.toml [lava]: login 'anima-ci': LAVA's test shell needs root (a "
+                                 "user cannot unpack LAVA's overlay at / nor, unpacked by sudo, write its results)")
+
+
+def test_a_profile_must_be_committed_at_the_suite_sha_as_it_is_here(tmp_path):
+    """The job names the profile by its path in the checkout LAVA makes at --suite-sha: an uncommitted
+    profile, or one edited since, would be another board's settings or none."""
+    repo = tmp_path / "repo"
+    (repo / "boards").mkdir(parents=True)
+    text = (REPO_ROOT / "boards" / "rock5b.toml").read_text()
+    (repo / "boards" / "rock5b.toml").write_text(text)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "empty"], check=True)
+    board = load_board("rock5b", repo / "boards")
+    board = type(board)(**{**board.__dict__, "profile": "boards/rock5b.toml"})
+    with pytest.raises(ConfigError, match=r"boards/rock5b.toml is not committed at [0-9a-f]{12}: the job"):
+        commit_of("HEAD", board, repo)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "the profile"], check=True)
+    assert re.fullmatch(r"[0-9a-f]{40}", commit_of("HEAD", board, repo))
+    (repo / "boards" / "rock5b.toml").write_text(text + "\n# edited\n")
+    with pytest.raises(ConfigError, match=r"differs from its copy at [0-9a-f]{12}: commit it"):
+        commit_of("HEAD", board, repo)
+
+
+def test_a_board_that_boots_its_own_os_downloads_the_overlay_afresh_and_checks_it():
+    """The overlay goes into a new folder (a failed download never finds a previous job's file) and is
+    unpacked only when it is whole; otherwise lava-test-raise's signal goes into the prompt. What LAVA
+    does with it is tests/lab/test_lava_run.py's; here the shell's side, run by sh as LAVA would type it."""
+    boot = next(a["boot"] for a in every_job()["rock5c-8gb-pr.yaml"]["actions"] if "boot" in a)
+    transfer = boot["transfer_overlay"]
+    script = (f'PS1="root@board# "; rm overlay.tar.gz 2>/dev/null; {transfer["download_command"]} '
+              f'http://127.0.0.1:9/tmp/overlay.tar.gz; {transfer["unpack_command"]} overlay.tar.gz; '
+              'echo "PS1=$PS1"; echo "cwd=$PWD"')
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd=REPO_ROOT)
+    lines = dict(line.split("=", 1) for line in proc.stdout.splitlines())
+    assert Path(lines["cwd"]).parent == Path(os.environ.get("TMPDIR", "/tmp")) and Path(lines["cwd"]) != REPO_ROOT
+    assert lines["PS1"] == "<LAVA_SIGNAL_TESTRAISE overlay-not-unpacked:overlay.tar.gz> root@board# "
+    Path(lines["cwd"]).rmdir()
 
 
 def test_a_board_profile_without_a_lava_table_is_named(tmp_path):
@@ -312,3 +407,27 @@ def test_the_npu_check_prints_its_problem_for_the_session(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "harness.lab.node", str(tmp_path / "none.toml")], cwd=REPO_ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "none.toml" in proc.stdout and "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ GATE_OPTIONS beside the tier's -m
+
+@pytest.mark.parametrize("options, marks, rest", [
+    ('--backend=faults -k "test_numerics or test_quality"', "npu and not smoke",
+     ["--backend=faults", "-k", "test_numerics or test_quality"]),
+    ('-m "numerics or quality" --fault=nan@3', "(npu and not smoke) and (numerics or quality)", ["--fault=nan@3"]),
+    ("--markexpr=quality -mnumerics", "(npu and not smoke) and (quality) and (numerics)", []),
+    ("", "npu and not smoke", []),
+])
+def test_gate_options_never_replace_the_tiers_marker_expression(options, marks, rest):
+    """pytest takes the last -m: one in GATE_OPTIONS is joined to the tier's with "and", and said."""
+    proc = subprocess.run([SYSTEM_PYTHON, "-m", "harness.lab.gate_options", "npu and not smoke", options],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.splitlines() == [marks, *rest], proc
+    said = f"board-session: GATE_OPTIONS' -m combined with the tier's: -m '{marks}'\n"
+    assert proc.stderr == (said if marks != "npu and not smoke" else "")
+
+
+def test_gate_options_that_do_not_split_are_one_error_line():
+    proc = subprocess.run([SYSTEM_PYTHON, "-m", "harness.lab.gate_options", "npu", '-k "open'], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr == "error: No closing quotation\n"

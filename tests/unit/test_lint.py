@@ -25,7 +25,7 @@ def tool(name: str) -> str:
     beside = Path(sys.executable).parent / name
     found = str(beside) if beside.exists() else shutil.which(name)
     if found is None:
-        missing_tool(f"{name} is not installed (pyproject.toml's test extra installs it)")
+        missing_tool(f"{name} is not installed (pyproject.toml's dev extra installs it, within the test extra)")
     return found
 
 

@@ -20,6 +20,7 @@ from harness.memory.guard import MemoryGuard, MemoryReading, mib, parse_size
 MiB = 1 << 20
 GiB = 1 << 30
 CHUNK = 64 * MiB
+SHARED_ROOM = 16 * MiB      # our PSS share of numpy's and the interpreter's pages, which other processes move
 
 
 class ScriptedReader:
@@ -112,9 +113,12 @@ def test_real_allocation_trips_floor_and_keeps_record(tmp_path, mode):
     assert result["message"] is not None, "24 chunks (1.5 GiB) never tripped a floor 300 MiB down"
     assert "MemAvailable" in result["message"]
     assert f"floor {result['floor_mib']} MiB" in result["message"]
+    added = result["anon_held"] - result["anon_start"]
+    assert added >= result["allocated"] * CHUNK * 0.95
     if mode == "fast-sampler":      # the 0.25 s production sampler may not tick during a 0.3 s loop
-        assert result["peak_pss_added"] > 200 * MiB
-    assert result["anon_held"] - result["anon_start"] >= result["allocated"] * CHUNK * 0.95
+        # The sampler saw what the chunks added, less our share of shared libraries a neighbour moves (a
+        # fixed 200 MiB failed beside a busy neighbour, whose own memory tripped the floor after 3 chunks).
+        assert result["peak_pss_added"] > added - SHARED_ROOM, (result["peak_pss_added"] / MiB, added / MiB)
 
     record = json.loads(record_path.read_text())
     assert record["summary"]["trip_reason"] == result["trip_reason"]

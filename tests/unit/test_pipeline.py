@@ -143,8 +143,9 @@ def test_unknown_backend_and_rknnlite_off_board(model, partition, tmp_path, caps
     code = main(["generate", "--model-dir", str(model.model_dir), "--backend", "rknnlite", "--partition",
                  str(partition), "--steps", "1", "--quiet", "--out", str(tmp_path / "x.png")])
     err = capsys.readouterr().err
-    assert code == 2 and "rknnlite runtime (rknn-toolkit-lite2) is not installed" in err
-    assert "subgraph 0 (block 0 self_attn)" in err and live_contexts() == 0
+    # Said first, before any subgraph is loaded or a report written (a refused run writes nothing).
+    assert code == 2 and err.startswith("error: --backend rknnlite: not an RK3588") and len(err.splitlines()) == 1
+    assert not tmp_path.joinpath("x.json").exists() and live_contexts() == 0
 
 
 def test_cli_prints_tables_and_writes_report(model, partition, tmp_path, capsys):

@@ -69,6 +69,12 @@ def test_the_table_reads_and_every_bad_combination_cites_its_source_and_the_fix(
     rows = load_table()
     bad = [r for r in rows if r["verdict"] == "bad"]
     assert bad and all(r["source"] and r["symptom"] and r["install"] for r in bad)
+    # every row, the project's target stack too, cites where it comes from: an address or a file here
+    for row in rows:
+        for source in row["source"] if isinstance(row["source"], list) else [row["source"]]:
+            assert source.startswith("https://") or (REPO_ROOT / source).is_file(), row
+    assert any(r["verdict"] == "target" and {r[k] for k in ("converted_with", "wheel", "librknnrt")} == {"==2.5.0"}
+               for r in rows)
     text = COMPATIBILITY.read_text()
     for thread in ("airockchip/rknn-toolkit2/issues/281", "airockchip/rknn-toolkit2/issues/254",
                    "jaylfc/taOS/issues/42"):

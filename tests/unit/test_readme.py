@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli.main import build_parser
-from harness.cli.options import options_table
+from harness.cli.optiondoc import options_table
 from tests.doc_commands import FAILED, bash_blocks, command_lines, commands_of, run_script, suite_wrappers
 from tests.helpers import parser_commands
 
@@ -107,7 +107,7 @@ def test_the_shell_extraction_finds_a_misspelt_command(capsys):
 def test_options_table_is_the_declaration():
     text = (ROOT / "docs/options.md").read_text()
     table = text.split("<!-- options table: generated -->\n", 1)[1].split("<!-- end of the options table -->", 1)[0]
-    assert table == options_table(), "docs/options.md is stale: python -m harness.cli.options"
+    assert table == options_table(), "docs/options.md is stale: python -m harness.cli.optiondoc"
 
 
 def _as_run(line: str, tmp: Path) -> tuple[str, set[int]]:
@@ -166,7 +166,7 @@ def readme_workdir(workdir) -> Path:
 
 
 @pytest.mark.parametrize("old, new, said", [
-    ("bin/harness plan --budget", "bin/harness plna --budget", "invalid choice"),
+    ("bin/harness plan --budget", "bin/harness plna --budget", "unknown command 'plna' (did you mean plan?)"),
     pytest.param("plan --budget 2GiB", "plan --budgte 2GiB", "unrecognized arguments", marks=pytest.mark.slow)])
 def test_a_misspelt_readme_command_fails_when_run(workdir, old, new, said):
     [line] = [line for line in readme_lines() if old in line]

@@ -13,10 +13,12 @@ import pytest
 
 from harness.cli.main import main
 from harness.model.config import REPO_ROOT
+from harness.results.fleet import board_verdicts, fleet_groups, fleet_lines
 from harness.results.judge import HISTORY, judge_run
 from harness.results.records import ResultsError, board_model_of
 from harness.results.store import ResultsStore
 from harness.results.telemetry import board_id, board_identity, serial_hash
+from harness.results.verdict import DETECT_PCT, Outcome
 from tests.results_data import make_run
 
 pytestmark = pytest.mark.results
@@ -26,19 +28,21 @@ THROTTLED = 1.25        # an INVALID run's step (a thermal trip): far off, and n
 BOARD_TREE = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"
 
 
-def fleet(url: str, runs: int, levels: dict, *, invalid_board: str | None = None, seed: int = 5) -> None:
+def fleet(url: str, runs: int, levels: dict, *, invalid_board: str | None = None, seed: int = 5,
+          boards: tuple = BOARDS, cpus: dict | None = None) -> None:
     """Five boards' runs interleaved in time (board a, b, ..., e, a, b, ...), each at its level
     (1.0 unless `levels` says) with 1 % log-normal noise; `invalid_board`'s runs are INVALID but one
-    in five. The board named last is the one the old comparison (the other boards' runs concatenated
-    in board order, cut to the last 30) judged everyone else by."""
+    in five; `cpus`: board -> its host's CPU count (8 unless it says; not recorded without it). The
+    board named last is the one the old comparison (the other boards' runs concatenated in board order,
+    cut to the last 30) judged everyone else by."""
     rng = np.random.default_rng(seed)
     with ResultsStore(url) as store:
         for i in range(runs):
-            for b, board in enumerate(BOARDS):
+            for b, board in enumerate(boards):
                 invalid = board == invalid_board and i % 5 != 0
                 step = (THROTTLED if invalid else levels.get(board, 1.0)) * float(np.exp(rng.normal(0, 0.01)))
-                store.add_run(make_run(f"{board}-{i}", step, board=board, valid=not invalid,
-                                       minute=len(BOARDS) * i + b))
+                run = make_run(f"{board}-{i}", step, board=board, valid=not invalid, minute=len(boards) * i + b)
+                store.add_run(replace(run, host_cpus=cpus.get(board, 8)) if cpus is not None else run)
 
 
 def boards(url: str, capsys) -> tuple[int, list[str]]:
@@ -51,7 +55,7 @@ def assert_lines_agree(lines: list[str]) -> None:
     a board within its threshold is no OUTLIER."""
     for line in lines:
         if "OUTLIER" in line:
-            assert re.search(r"OUTLIER board \S+ (slower|faster) than the other \d+ boards: [-+][\d.]+ % "
+            assert re.search(r"OUTLIER board \S+ (slower|faster) than the other \d+ boards( \([^)]*\))?: [-+][\d.]+ % "
                              r"\[[-\d.]+, [-\d.]+\], past the [\d.]+ % threshold", line), line
             assert "within" not in line, line
         elif line.startswith("  board ") and "too few" not in line:
@@ -116,7 +120,79 @@ def test_a_board_that_stopped_running_is_not_in_the_reference_of_todays_boards(r
     assert len(today) == 5 and all(re.search(r"the other (4 boards|3 boards \(outlier rock-5c-eeee left out\))", line)
                                    for line in today), "\n".join(lines)
     (old,) = [line for line in lines if "rock-5c-ffff" in line]
-    assert "0 other board(s) with 5 valid runs in its window" in old
+    assert "INCONCLUSIVE board rock-5c-ffff" in old and "0 other board(s) alike with 5 valid runs in its window" in old
+
+
+TEN = tuple(f"rock-5c-{c * 4}" for c in "abcdefghij")
+
+
+@pytest.mark.parametrize("slow", [2, 3])
+def test_two_or_three_slow_boards_among_ten_are_each_named(results_url, capsys, slow):
+    # the k slow boards are each in the others' references in a plain pass, and widen them past 8 %
+    off = TEN[-slow:]
+    fleet(results_url, 30, {board: 1.08 for board in off}, boards=TEN, cpus={})
+    code, lines = boards(results_url, capsys)
+    assert code == 1 and lines[-1] == f"outlier board(s): {', '.join(off)}", "\n".join(lines)
+    assert "10 CPUs" not in lines[0] and "8 CPUs" in lines[0] and "10 boards" in lines[0], lines[0]
+    for board in off:
+        (named,) = [line for line in lines if f"OUTLIER board {board} slower" in line]
+        assert 6.0 < float(re.search(r": \+([\d.]+) %", named).group(1)) < 10.0, named
+    healthy = [line for line in lines if re.match(r"  board rock-5c-", line)]
+    assert len(healthy) == 10 - slow, "\n".join(lines)
+    for line in healthy:
+        assert abs(float(re.search(r" ([-+][\d.]+) % \[", line).group(1))) < 1.0, line
+        assert f"against the other {9 - slow} boards (outliers {', '.join(off)} left out)" in line, line
+    assert_lines_agree(lines)
+
+
+def test_boards_with_fewer_cpus_are_a_group_of_their_own(results_url, capsys):
+    # two 4-CPU hosts run 12 % slower: unlike the 8-CPU boards, not off from them
+    small = TEN[:2]
+    fleet(results_url, 12, {board: 1.12 for board in small}, boards=TEN, cpus={board: 4 for board in small})
+    code, lines = boards(results_url, capsys)
+    assert not any("OUTLIER" in line for line in lines), "\n".join(lines)
+    (eight,) = [line for line in lines if line.startswith("board model") and "8 CPUs" in line.split(",")[1]]
+    assert "8 boards" in eight and f"boards with 4 CPUs ({', '.join(small)}) are a group of their own" in eight
+    (four,) = [line for line in lines if line.startswith("board model") and "4 CPUs" in line.split(",")[1]]
+    assert "2 boards" in four
+    for board in small:        # two boards alike are too few for a spread: said, and not a pass
+        (line,) = [line for line in lines if board in line and not line.startswith("board model")]
+        assert line.startswith(f"  INCONCLUSIVE board {board} (4 CPUs): 1 other board(s) alike"), line
+    with ResultsStore(results_url) as store:
+        _, outliers, inconclusive = fleet_lines(store.runs())
+    assert not outliers and inconclusive == list(small)
+
+
+def test_three_boards_are_inconclusive_not_a_pass(results_url):
+    # a spread from two other boards (one degree of freedom) says nothing: not "no outlier"
+    fleet(results_url, 30, {}, boards=TEN[:3], cpus={})
+    with ResultsStore(results_url) as store:
+        (group,) = fleet_groups(store.runs())
+        lines, outliers, inconclusive = fleet_lines(store.runs())
+    verdicts, could_not = board_verdicts(group)
+    assert not verdicts and len(could_not) == 3 and not outliers and inconclusive == list(TEN[:3])
+    assert all(re.match(r"INCONCLUSIVE board \S+ \(8 CPUs\): 2 other board\(s\) alike .* a spread needs 3: "
+                        "it could not be compared", line) for line in could_not), could_not
+    # ten boards alike can: each a PASS, stating what it could detect
+    fleet(results_url, 30, {}, boards=TEN[3:], cpus={}, seed=6)
+    with ResultsStore(results_url) as store:
+        (group,) = fleet_groups(store.runs())
+    verdicts, _ = board_verdicts(group)
+    assert len(verdicts) == 10 and all(v.outcome is Outcome.PASS and v.detectable_pct < 8.0 for v in verdicts), \
+        [v.line() for v in verdicts]
+
+
+
+def test_boards_that_differ_by_10_percent_cannot_promise_25(results_url):
+    # ten boards alike on paper whose levels spread 10 % (log sd): none off, none could be found 25 % slower
+    levels = dict(zip(TEN, np.exp(np.random.default_rng(8).normal(0, 0.10, len(TEN)))))
+    fleet(results_url, 12, levels, boards=TEN, cpus={})
+    with ResultsStore(results_url) as store:
+        (group,) = fleet_groups(store.runs())
+    verdicts, _ = board_verdicts(group)
+    assert verdicts and all(v.outcome is Outcome.INCONCLUSIVE and v.detectable_pct > DETECT_PCT for v in verdicts), \
+        [v.line() for v in verdicts]
+    assert all(v.line().startswith(f"INCONCLUSIVE board {v.board} ") and "within" not in v.line() for v in verdicts)
 
 
 def board_tree(tmp_path, name: str, serial: bytes | None = None):

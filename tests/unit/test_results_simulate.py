@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from harness.backends.board_drift import load_drift_model
@@ -28,7 +29,7 @@ def _short_stream(out, rounds: int = 110):
 
 
 @pytest.mark.parametrize("args,culprit", [(["--runs", "0"], "--runs 0"),
-                                          (["--streams", "nowhere"], "--streams nowhere"),
+                                          (["--streams", "nowhere"], f"--streams {REPO_ROOT / 'nowhere'}"),
                                           (["--shift", "fast"], "--shift 'fast'")])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, culprit):
     out = tmp_path / "rates.json"
@@ -44,9 +45,42 @@ def test_an_ab_session_finds_a_large_slowdown_and_passes_none():
     assert simulate._board_ab(model, 30, 0.0, seed=3) <= 3
 
 
-def test_a_rate_holds_or_misses_its_bound():
-    assert simulate._holds(0.005, ("max", 0.01)) and not simulate._holds(0.02, ("max", 0.01))
-    assert simulate._holds(0.96, ("min", 0.95)) and not simulate._holds(0.9, ("min", 0.95))
+def test_a_rate_holds_or_misses_its_bound_only_as_far_as_its_interval_says():
+    at_most, at_least = ("max", 0.01), ("min", 0.95)
+    assert simulate._holds(simulate.rate(0, 2000), at_most) == "holds"          # [0, 0.18] %
+    assert simulate._holds(simulate.rate(0, 40), at_most) == "undecided"        # [0, 8.8] %: 40 say nothing
+    assert simulate._holds(simulate.rate(40, 1000), at_most) == "MISSED"        # [2.9, 5.4] %
+    assert simulate._holds(simulate.rate(1990, 2000), at_least) == "holds"
+    assert simulate._holds(simulate.rate(38, 40), at_least) == "undecided"      # [83.1, 99.4] %
+    assert simulate._holds(simulate.rate(800, 1000), at_least) == "MISSED"
+
+
+def test_a_loaded_host_is_as_noisy_as_measured_and_its_3x_stack_is_never_a_pass_unseen():
+    # the host's factor: a log sd of 25-30 % per board, with bursts and a heavy tail
+    host = simulate.LoadedHost(4000, seed=1)
+    logs = np.log(np.array([host.factor() for _ in range(60)]))
+    assert 0.25 <= float(np.median(logs.std(axis=0))) <= 0.30
+    assert float(np.quantile(logs, 0.999)) > 4 * 0.27, "a tail past a normal's"
+    # the three outcomes are tallied for each look: every board counted once a look
+    tally = simulate._loaded_history(load_drift_model(), 20, simulate.LOADED_SLOW, seed=3)
+    assert sum(tally[f"look 1 {o}"] for o in ("pass", "regression", "inconclusive")) == 20
+    assert sum(tally[f"look 5 {o}"] for o in ("pass", "regression", "inconclusive")) == 20
+
+
+@pytest.mark.slow           # stores judged run by run
+def test_the_upgrade_paths_count_each_judged_run_once_through_the_seam():
+    # B then C: the three C runs of each store; accept then revert: the run back on A
+    seen = []
+
+    def judge(store, run):
+        seen.append((len(store.runs()), run.key.versions["npu_driver"]))
+        return simulate.today_judge(store, run)
+
+    c = simulate.upgrade_path(judge, simulate.UPGRADE_PATHS[0], 2, seed=4)
+    assert sum(c.values()) == 6 and seen == [(6, "0.9.10"), (7, "0.9.10"), (8, "0.9.10")] * 2
+    seen.clear()
+    back = simulate.upgrade_path(judge, simulate.UPGRADE_PATHS[1], 2, seed=4)
+    assert sum(back.values()) == 2 and seen == [(10, "0.9.6")] * 2
 
 
 @pytest.mark.slow          # a few simulated boards and five stream windows, each judged with a noise factor
@@ -107,3 +141,17 @@ def test_the_statistics_pages_tables_are_generated_from_the_kept_results():
                                       for path in (REPO_ROOT / name for name in files)})
     start = page.index(marker) + len(marker) + 1
     assert page[start:page.index("<!-- end of generated tables -->", start)] == generated
+
+
+def test_one_command_rewrites_the_pages_tables(tmp_path):
+    # a page whose table went stale: --page writes back what --table of its marker's files prints
+    kept = (REPO_ROOT / "docs" / "results-statistics.md").read_text()
+    page = tmp_path / "page.md"
+    page.write_text(kept.replace("| board A/A, 5 looks | ≤ 1 % |", "| board A/A, 5 looks | typed in |"))
+    proc = _harness("--page", str(page))
+    assert proc.returncode == 0, proc.stderr
+    assert page.read_text() == kept
+    page.write_text("no marker here\n")
+    proc = _harness("--page", str(page))
+    assert proc.returncode == 2 and proc.stderr.startswith(f"error: --page {page}: no ") and page.read_text() == \
+        "no marker here\n"

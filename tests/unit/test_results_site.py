@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from harness.cli.main import main
-from harness.results.store import describe_url
+from harness.results.store import ResultsStore, describe_url
 from tests.browser import in_page, parse_html, rendered_dom, screenshot
+from tests.results_data import make_run
 from tests.site_data import BOARDS, CASES, INVALID_RUN, REGRESSION_AT, RUNS, SLOW, UPGRADE_AT, lab_store, run_name
 
 pytestmark = [pytest.mark.results, pytest.mark.slow]      # one site ~30 s here
@@ -45,6 +46,7 @@ def test_the_index_lists_the_regression_first(site):
     rows = index_rows(rendered_dom((site / "index.html").as_uri()))
     # nine figures a series: step, NPU core, 3 branches, 4 stages
     assert len(rows) == len(BOARDS) * len(CASES) * 9
+    assert all(len(r.find("svg", class_="spark").find_all("polyline")) == 1 for r in rows), "a trend a row, inline"
     first = rows[0]
     assert (first.attrs["data-board"], first.attrs["data-case"]) == SLOW
     assert first.attrs["data-figure"] == "denoise step" or first.attrs["data-status"] == "regression"
@@ -87,19 +89,100 @@ def test_a_series_without_a_regression_has_no_change_point_and_shows_its_invalid
     assert dom.find_all("table", id="change-points") == []
     (invalid,) = dom.find("table", id="invalid-runs").find("tbody").find_all("tr")
     assert invalid.attrs["data-run"] == run_name(board, case, index) and "thermal throttling" in invalid.text()
+    # the step and the NPU core are plots of their own, the other seven figures inline trends
     panels = dom.find_all("img", class_="plot")
-    assert len(panels) == 9 and all((site / "series" / p.attrs["src"]).resolve().is_file() for p in panels)
+    assert len(panels) == 2 and all((site / "series" / p.attrs["src"]).resolve().is_file() for p in panels)
+    assert len(dom.find_all("svg", class_="spark")) == 7
 
 
-def test_the_fleet_page_names_the_slow_board(site):
+def test_the_fleet_page_of_three_boards_says_it_could_not_judge_them(site):
+    # three boards: each against a spread of two (one degree of freedom), which says nothing
     dom = rendered_dom((site / "fleet" / "radxa-rock-5c.html").as_uri())
-    assert dom.find("p", id="outliers").text() == f"outlier board(s): {SLOW[0]}"
+    assert dom.find("p", id="outliers").text() == "no board named, but not every board could be judged"
+    assert dom.find("p", id="inconclusive").text().startswith(f"INCONCLUSIVE: {', '.join(BOARDS)}")
     groups = dom.find_all("section", class_="fleet-group")
     assert len(groups) == 2 * len(CASES), "each case on the old stack and on the new"
-    named = [(g.attrs["data-case"], "2.5.0" in g.attrs["data-stack"], r.attrs["data-board"], "slower" in r.text())
-             for g in groups for r in g.find_all("tr", class_="outlier")]
-    assert named == [(SLOW[1], True, SLOW[0], True)]
-    assert all(len(g.find_all("tr", data_board=b)) == 1 for g in groups for b in BOARDS), "boards side by side"
+    for g in groups:
+        said = g.text()
+        assert "No board of this group could be compared" in said and "a spread needs 3 other boards alike" in said
+        assert not g.find_all("tr", class_="outlier") and "within the" not in g.text()
+        assert all(f"INCONCLUSIVE board {b} " in g.text() for b in BOARDS), g.text()[:400]
+
+
+def _crawl(start: Path) -> dict:
+    """Every page reached from `start` by its links, in Chromium (script off): page -> the links and
+    images it has that point at a file that was not written or an anchor the page has not."""
+    broken: dict[str, list[str]] = {}
+    seen, todo = set(), [start.resolve()]
+    expression = ("({links: [...document.querySelectorAll('a[href]')].map(a => a.href), "
+                  "images: [...document.images].map(i => i.src), "
+                  "ids: [...document.querySelectorAll('[id]')].map(e => e.id)})")
+    anchors: dict[Path, set] = {}
+    wanted: list[tuple[Path, Path, str]] = []
+    while todo:
+        page = todo.pop()
+        if page in seen:
+            continue
+        seen.add(page)
+        found = in_page(page.as_uri(), expression, script=False)
+        anchors[page] = set(found["ids"])
+        for url in found["links"] + found["images"]:
+            if not url.startswith("file://"):
+                continue        # a CI run's address: not the site's
+            target, _, fragment = url.removeprefix("file://").split("?")[0].partition("#")
+            path = Path(target)
+            if not path.is_file():
+                broken.setdefault(str(page), []).append(url)
+            elif path.suffix == ".html":
+                todo.append(path.resolve())
+                if fragment:
+                    wanted.append((page, path.resolve(), fragment))
+    for page, target, fragment in wanted:
+        if fragment not in anchors.get(target, set()):
+            broken.setdefault(str(page), []).append(f"{target}#{fragment}")
+    return {"pages": len(seen), "broken": broken}
+
+
+def test_every_link_of_the_site_is_to_a_page_it_wrote(site):
+    crawled = _crawl(site / "index.html")
+    written = list(site.rglob("*.html"))
+    assert crawled["broken"] == {} and crawled["pages"] == len(written), crawled
+
+
+def test_a_one_board_store_links_no_fleet_page(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'one.sqlite'}"
+    with ResultsStore(url) as store:
+        for i in range(8):
+            store.add_run(make_run(f"r{i}", 1.0 + 0.001 * (i % 3), minute=i))
+    assert main(["results", "site", "--results", url, "--out", str(tmp_path / "site")]) == 0
+    site = tmp_path / "site"
+    assert not (site / "fleet").exists()
+    crawled = _crawl(site / "index.html")
+    assert crawled["broken"] == {} and crawled["pages"] == 2, crawled
+    dom = rendered_dom((site / "series" / "rock-5c-aaaa--cat-board-sim-float16-4.html").as_uri(), script=False)
+    assert "no fleet page: no other board of Radxa ROCK 5C ran this store's keys" in dom.find("p", class_="meta").text()
+
+
+_JUDGED = ("(() => { const b = id => document.getElementById(id).getBBox(); "
+           "return {band: [b('judged-interval').y, b('judged-interval').height], figure: b('judged-figure').y}; })()")
+
+
+def test_the_interval_drawn_is_the_one_judged(site):
+    # the regressed series' headline says regression: its plot's judged figure lies past the shaded
+    # interval judged (SVG y grows downward: above its top); a series within its interval, inside it
+    board, case = SLOW
+    page = site / SERIES_PAGE.format(board=board, case=case)
+    dom = rendered_dom(page.as_uri(), script=False)
+    assert "regression" in dom.find("p", id="latest").text()
+    step = site / "series" / dom.find("section", id="denoise-step").find("img").attrs["src"]
+    drawn = in_page(step.resolve().as_uri(), _JUDGED, script=False)
+    assert drawn["figure"] < drawn["band"][0], drawn
+    other = site / SERIES_PAGE.format(board=BOARDS[0], case=case)
+    dom = rendered_dom(other.as_uri(), script=False)
+    assert "regression" not in dom.find("p", id="latest").text()
+    step = site / "series" / dom.find("section", id="denoise-step").find("img").attrs["src"]
+    drawn = in_page(step.resolve().as_uri(), _JUDGED, script=False)
+    assert drawn["band"][0] < drawn["figure"] < drawn["band"][0] + drawn["band"][1], drawn
 
 
 def test_the_upgrade_page_judges_each_series_on_the_new_stack(site):
@@ -128,8 +211,7 @@ def test_the_index_filter_works_with_script_and_the_full_list_without(site):
     assert len(plain) == len(BOARDS) * len(CASES) * 9, "without script every row is listed"
 
 
-@pytest.mark.parametrize("page",
-                         ["index.html", SERIES_PAGE.format(board=SLOW[0], case=SLOW[1]), "fleet/radxa-rock-5c.html"])
+@pytest.mark.parametrize("page", [SERIES_PAGE.format(board=SLOW[0], case=SLOW[1]), "fleet/radxa-rock-5c.html"])
 def test_every_plot_loads_from_the_file_system_with_script_off(site, page):
     images = in_page((site / page).as_uri(), _IMAGES, script=False)
     assert images and all(loaded for _, loaded in images), [src for src, loaded in images if not loaded]
@@ -145,9 +227,11 @@ def test_each_page_draws_in_chromium_with_script_off(site, tmp_path, page):
     assert pixels.shape == (1600, 1280, 3)
     drawn = np.any(pixels < 200, axis=-1)
     assert drawn[:, :640].mean() > 0.02, "text and plots on the page"
-    red = np.all(np.abs(pixels - [0xCF, 0x22, 0x2E]) < 40, axis=-1)
-    if page != "upgrade":       # the regression in red: the index's first rows, the series' verdict, the outlier
-        assert red[:700].sum() > 300
+    # the regression in red (the index's first rows, the series' verdict); the fleet's INCONCLUSIVE in amber
+    colour = [0x9A, 0x67, 0x00] if page.startswith("fleet") else [0xCF, 0x22, 0x2E]
+    marked = np.all(np.abs(pixels - colour) < 40, axis=-1)
+    if page != "upgrade":
+        assert marked[:700].sum() > 300
 
 
 def _page_data(path: Path, where: str) -> list:
@@ -178,7 +262,6 @@ def test_the_site_judges_latest_runs_and_upgrades_as_the_gate_did_before_writing
     # the gate judges a run against the real store just before it writes it; the site, reading the
     # whole store later, must show the same judgement for each series' latest run and each upgrade's
     from harness.results.judge import GROUP_RUNS, judge_run
-    from harness.results.store import ResultsStore
     from harness.site.collect import collect
     wanted = {run_name(b, c, i) for b in BOARDS for c in CASES for i in (RUNS - 1, UPGRADE_AT + GROUP_RUNS - 1)}
     gate = {}
@@ -225,7 +308,6 @@ def test_the_run_summary_and_report_link_the_series_page_of_the_site(site, tmp_p
     from harness.report.sitelinks import SITE_URL_VARIABLE
     from harness.report.summary import markdown_summary
     from harness.results.judge import judge_run
-    from harness.results.store import ResultsStore
     with ResultsStore(f"sqlite:///{site.parent / 'results.sqlite'}", create=False) as store:
         run = store.runs(board=SLOW[0], case=SLOW[1], latest=1)[0]
         comparison = comparison_of(run, judge_run(store, run, 10.0))

@@ -37,7 +37,7 @@ MAIN_TRIGGERS = {"push", "schedule", "workflow_dispatch", "pull_request_target",
 # The fork's edit of the plan script: its trust() says main, whatever the event.
 CLAIM_TRUST = '''
 
-def trust(event_name, event, repository, reviews):      # the fork's edit: every change is main's
+def trust(event_name, event, repository, reviews, *more):      # the fork's edit: every change is main's
     return "main", (event.get("pull_request") or {}).get("head", {}).get("sha", ""), "the change says so"
 '''
 
@@ -78,7 +78,7 @@ def fork_pr(tmp_path):
 
 
 def _event(base: str, head: str) -> dict:
-    return {"action": "labeled", "label": {"name": "run-on-board"}, "number": 7,
+    return {"action": "labeled", "label": {"name": "run-on-board"}, "number": 7, "sender": {"login": "maintainer"},
             "pull_request": {"number": 7, "base": {"sha": base, "ref": "main", "repo": {"full_name": REPO}},
                              "head": {"sha": head, "ref": "fork-head", "repo": {"full_name": "someone/anima-npu"}}}}
 
@@ -87,6 +87,8 @@ def _api(repo: Path, base: str, head: str, reviews: list[dict]) -> dict:
     """GitHub's answers about pull request 7, from the repository itself."""
     files = [{"filename": f} for f in git(repo, "diff", "--name-only", base, head).split()]
     return {f"repos/{REPO}/pulls/7/files": files, f"repos/{REPO}/pulls/7/reviews": reviews,
+            f"repos/{REPO}/collaborators/maintainer/permission": {"permission": "write", "role_name": "maintain",
+                                                                  "user": {"login": "maintainer"}},
             f"repos/{REPO}/contents/toolkit/versions.toml?ref={head}": git(repo, "show",
                                                                            f"{head}:toolkit/versions.toml")}
 

@@ -208,7 +208,7 @@ def _tool(name: str) -> str:
     path = shutil.which(name, path=str(REPO_ROOT / ".venv" / "bin")) or shutil.which(name) \
         or shutil.which(name, path=str(__import__("pathlib").Path(sys.executable).parent))
     if path is None:
-        pytest.fail(f"{name} is not installed: pip install -e '.[test]'")
+        missing_tool(f"{name} is not installed (pyproject.toml's dev extra, within the test extra)")
     return path
 
 

@@ -14,7 +14,9 @@ numpy 2 and this numpy 1.26 both read it; pickles would not cross that gap).
 ops (header "op"):
   hello                          -> toolkit version, pid
   load  key onnx config rknn     -> builds once per key (cached), compares with the .rknn file
-                                    (rknn null: a probe model no .rknn stands for, not compared)
+                                    (rknn null: a probe model no .rknn stands for, not compared);
+        [log]                       with a log path: a verbose build whose log (layer table) goes there
+  graph onnx config dataset      -> the toolkit's own graph of the model (worker.toolkit_graph)
   init  key                      -> init_runtime() once per key (the simulator; no target)
   run   key [arrays]             -> inference outputs (float32); 4-D inputs as NCHW
   release key                    -> the model stays cached: a rebuild per step would cost
@@ -37,11 +39,11 @@ import numpy as np
 
 if TYPE_CHECKING:       # the same files, as the type checker finds them inside the package
     from .framing import read_frame, write_frame
-    from .worker import BuildFailed, build_rknn, toolkit_version
+    from .worker import BuildFailed, build_rknn, redirected, toolkit_graph, toolkit_version
 else:                   # run as a script by the toolkit's interpreter, without the package: its siblings
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from framing import read_frame, write_frame  # after the path they are found on
-    from worker import BuildFailed, build_rknn, toolkit_version  # after the path they are found on
+    from worker import BuildFailed, build_rknn, redirected, toolkit_graph, toolkit_version  # (after the path)
 
 __all__ = ["serve"]
 
@@ -84,7 +86,11 @@ class Models:
         if key in self.built:
             return {"built": False}
         started = time.perf_counter()
-        rknn = build_rknn(req["onnx"], req["config"], verbose=False)
+        if req.get("log"):      # the layer table (placement, the toolkit's cycle estimate) for the caller
+            with redirected(req["log"]):
+                rknn = build_rknn(req["onnx"], req["config"], verbose=True)
+        else:
+            rknn = build_rknn(req["onnx"], req["config"], verbose=False)
         seconds = time.perf_counter() - started
         if req.get("rknn") is None:
             self.built[key] = rknn
@@ -168,6 +174,9 @@ def serve(inp, out, scratch: Path) -> int:
                     write_frame(out, {"ok": True, "toolkit": toolkit_version(), "pid": os.getpid()})
                 elif op == "load":
                     write_frame(out, {"ok": True, **models.load(req)})
+                elif op == "graph":
+                    write_frame(out, {"ok": True, "nodes": toolkit_graph(req["onnx"], req["config"],
+                                                                         req["dataset"])})
                 elif op == "init":
                     write_frame(out, {"ok": True, **models.init(req["key"])})
                 elif op == "run":

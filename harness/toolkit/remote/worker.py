@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["build_rknn", "BuildFailed", "toolkit_version"]
+__all__ = ["build_rknn", "BuildFailed", "toolkit_version", "toolkit_graph"]
 
 
 class BuildFailed(Exception):
@@ -75,6 +75,8 @@ def build_rknn(onnx_path, config: dict, verbose: bool = True):
       target_platform  e.g. "rk3588"
       float_dtype      "float16" (the toolkit converts the FP32 export to FP16 itself)
       optimization_level
+      op_target        {toolkit tensor name: "cpu"}: the ops producing those tensors pinned to a
+                       target (names of the toolkit's own graph: toolkit_graph; `harness reduce`)
       quantization     None for FP16, or {"dataset": list file, "custom_hybrid": [[in, out], ...],
                        "hybrid_float": ["gelu", "output"], "quantized_dtype", "quantized_algorithm",
                        "quantized_method"}: INT8 with those parts kept in float16
@@ -102,6 +104,8 @@ def _settings(config: dict, quant: dict | None) -> dict:
     settings = {"target_platform": config["target_platform"],
                 "float_dtype": config.get("float_dtype", "float16"),
                 "optimization_level": config.get("optimization_level", 3)}
+    if config.get("op_target"):
+        settings["op_target"] = dict(config["op_target"])
     if quant:
         settings.update({k: quant[k] for k in ("quantized_dtype", "quantized_algorithm",
                                                "quantized_method") if k in quant})
@@ -193,6 +197,23 @@ def hybrid_ranges(model_file: Path, parts) -> list[list[str]]:
     return ranges
 
 
+def toolkit_graph(onnx_path, config: dict, dataset) -> list[dict]:
+    """The toolkit's own graph of a model after its optimisations, as hybrid_quantization_step1 writes
+    it: [{"op", "name", "inputs", "outputs"}] in order. op_target and custom_hybrid take this graph's
+    tensor names (an ONNX MatMul `layer1` becomes the Conv `layer1#2` writing `layer1_mm`), which no
+    build log prints."""
+    import onnx
+    onnx_path = Path(onnx_path).resolve()
+    settings = _settings(config, None)
+    settings.pop("op_target", None)
+    with tempfile.TemporaryDirectory(prefix="graph-") as work, _chdir(work):
+        files = [Path(work) / f"{onnx_path.stem}.{ext}" for ext in ("model", "data", "quantization.cfg")]
+        _step1(onnx_path, settings, str(Path(dataset).resolve()), [], files, False)
+        graph = onnx.load(str(files[0])).graph
+        return [{"op": n.op_type, "name": n.name, "inputs": list(n.input), "outputs": list(n.output)}
+                for n in graph.node]
+
+
 @contextlib.contextmanager
 def _chdir(path):
     before = os.getcwd()
@@ -270,7 +291,8 @@ def _one(item: dict, config: dict, out_dir: Path, emit) -> None:
     stage = "build"
     try:
         with redirected(log_path):
-            rknn = build_rknn(item["onnx"], {**config, "quantization": item.get("quantization")})
+            rknn = build_rknn(item["onnx"], {**config, **item.get("settings", {}),
+                                             "quantization": item.get("quantization")})
             built = time.perf_counter() - started
             stage = "export_rknn"
             _call("export_rknn", rknn.export_rknn, str(out_dir / item["rknn"]))

@@ -1,0 +1,75 @@
+"""`harness reduce SUBGRAPH --toolkit VERSION`: bisect a failing subgraph's ONNX graph on rknn-toolkit2's
+simulator to the op that diverges, write a minimal repro, try the remedies (harness/gates/reduce.py).
+
+    harness reduce 14 --toolkit 2.5.0 --model-dir DIR --step 0       # inputs: step 0 of an FP32 generation
+    harness reduce 14_block04_ffn --toolkit 2.5.0 --inputs random    # compare-toolkits' inputs
+    harness reduce 14 --toolkit 2.5.0 --inputs out/accuracy/repro/step00-subgraph14
+
+Exit 0 when a remedy restores the check, 1 when none does or the subgraph does not diverge here.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .options import add_options, ranged
+
+__all__ = ["add_command"]
+
+
+def add_command(subparsers):
+    p = subparsers.add_parser("reduce", help="a failing subgraph bisected on the toolkit's simulator to the "
+                                             "op that diverges; a repro; the remedy that restores the gate")
+    p.add_argument("subgraph", help="the subgraph: index (14), file stem (14_block04_ffn) or label")
+    p.add_argument("--toolkit", metavar="VERSION", help="toolkit version (default: toolkit/versions.toml's)")
+    add_options(p, "model_dir", "partition", "seed", "steps", "cfg_scale")
+    p.add_argument("--case", help="golden case whose generation feeds the subgraph (its settings, embeddings)")
+    p.add_argument("--golden-dir", type=Path, help="where --case's cases.toml is (default: golden/<model name>)")
+    p.add_argument("--prompt", help="prompt of the generation (default: the model's)")
+    p.add_argument("--step", default="0", metavar="N[,N...]|all",
+                   help="the failing step(s) whose inputs the subgraph is judged (and a quantised remedy "
+                        "calibrated) on; 'all': every step (default: %(default)s)")
+    p.add_argument("--inputs", metavar="DIR|random",
+                   help="a failing invocation `harness accuracy` saved, or 'random' (compare-toolkits' inputs)")
+    p.add_argument("--threshold", type=ranged(float, 0, 1, "a cosine in 0..1"),
+                   help="lowest acceptable cosine (default: toolkit/precisions.toml float16 cosine_min)")
+    p.add_argument("--out", type=Path, help="report.json and repro/ (default: out/reduce/<file stem>)")
+    p.add_argument("--no-write", action="store_true",
+                   help="do not write the winning remedy into the partition's conversion.toml")
+    p.set_defaults(func=_cmd_reduce)
+    return p
+
+
+def _cmd_reduce(args) -> int:
+    import time
+
+    from ..gates.reduce import ReduceRequest, run_reduce
+    from ..model.bundle import load_bundle
+    from ..runtime.partitions import exported_partition
+    from ..toolkit.envs import default_version, toolkit_python
+    from ..toolkit.precisions import recipe
+    version = args.toolkit or default_version()
+    toolkit_python(version)             # one line when the environment is absent, before any work
+    began = time.perf_counter()
+    bundle = load_bundle(args.model_dir)
+    partition = args.partition or exported_partition(bundle, "float32")
+    case_inputs = None
+    if args.inputs is None:
+        from ..gates.cases import chosen_inputs
+        case_inputs = chosen_inputs(bundle, args.case, args.golden_dir, args.prompt, args.steps, args.cfg_scale,
+                                    args.seed)
+    threshold = args.threshold if args.threshold is not None else float(recipe("float16").get("cosine_min", 0.9999))
+    report = run_reduce(ReduceRequest(partition, args.subgraph, version, args.out, args.inputs, 0, args.step,
+                                      threshold, bundle, case_inputs, not args.no_write),
+                        say=lambda line: print(line, flush=True))
+    seconds = time.perf_counter() - began
+    if not report["reproduces"]:
+        print(f"{report['subgraph']}: passes the check on rknn-toolkit2 {version} with these inputs "
+              f"(cosine >= {threshold}): nothing to reduce ({seconds:.0f} s)")
+        return 1
+    winner = report.get("winner")
+    print(f"{report['subgraph']}: diverges at {report['reduction']['nodes']}; repro {report['repro']['folder']}; "
+          + (f"remedy: {winner['remedy']} ({winner['what']})"
+             + (f", written to {winner['written']}" if winner.get("written") else ", not applied by convert")
+             if winner else "no remedy restores the check")
+          + f"; {len(report['reduction']['tries'])} tries, {seconds:.0f} s")
+    return 0 if winner else 1
