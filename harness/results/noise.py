@@ -79,11 +79,7 @@ def standardized_shifts(logs: np.ndarray, n: int, k: int) -> tuple[np.ndarray, n
     centre = (history * kept).sum(axis=1) / m
     with np.errstate(divide="ignore", invalid="ignore"):
         var = (((history - centre[:, None]) ** 2) * kept).sum(axis=1) / (m - 1)
-        df = m - 1
-        if k > 1:
-            pooled = df * var + (k - 1) * np.var(group, axis=1, ddof=1)
-            df = df + k - 1
-            var = pooled / df
+        df = m - 1          # the history's spread alone, as the verdict's (no pooling with the group)
         t = (group.mean(axis=1) - centre) / np.sqrt(var * (1.0 / k + 1.0 / m))
     usable = np.isfinite(t) & (m > 1)
     return t[usable], df[usable]

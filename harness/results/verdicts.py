@@ -28,6 +28,8 @@ from .constants import (
     MIN_HISTORY,
     OUTLIER_Z,
 )
+from .verdict.outcome import Outcome
+from .verdict.power import minimum_detectable_pct
 
 __all__ = ["Decision", "outliers_kept", "history_verdict", "change_points", "paired_verdict",
            "fixed_verdict",
@@ -58,6 +60,18 @@ class Decision:
     statistic: float | None = None
     p_value: float | None = None
     look: int | None = None        # history: the look at its change (None: a run judged alone)
+    mde_pct: float = math.inf      # the slowdown found with probability POWER (inf: no noise estimate)
+    detect_pct: float | None = None     # the promise it is held to (--detect); None: none (a probe)
+
+    @property
+    def outcome(self) -> Outcome:
+        """REGRESSION when it found a slowdown; INCONCLUSIVE when it did not and could not have found
+        one of the promised size (its minimum detectable effect over `detect_pct`); else PASS."""
+        if self.regression:
+            return Outcome.REGRESSION
+        if self.detect_pct is not None and not self.mde_pct <= self.detect_pct:
+            return Outcome.INCONCLUSIVE
+        return Outcome.PASS
 
     @property
     def level(self) -> float:
@@ -80,17 +94,25 @@ class Decision:
         return f"{self.label} {self.shift_pct:+.1f} % [{low:.1f}, {high:.1f}]"
 
     def line(self) -> str:
-        """'ffn core +6.8 % [5.9, 7.7] over the 3 % threshold'; 'within the' when the shift is
-        under it, 'not clearly over the' when it is over but its interval still reaches 0."""
+        """'ffn core +6.8 % [5.9, 7.7] over the 3 % threshold, detects +4.2 %'; 'within the' when the
+        shift is under it, 'not clearly over the' when it is over but its interval still reaches 0.
+        INCONCLUSIVE names what it could detect against the promise, never a threshold past it."""
+        if self.outcome is Outcome.INCONCLUSIVE:
+            could = f"could detect only +{_pct(self.mde_pct)} %" if math.isfinite(self.mde_pct) else \
+                f"under the fixed {_pct(self.threshold_pct)} % rule with no noise estimate, could detect no shift"
+            return f"{self.shift()} inconclusive: {could}, not the promised {_pct(self.detect_pct or 0)} %"
         where = "over" if self.regression else \
             "not clearly over" if self.shift_pct > self.threshold_pct else "within"
-        return f"{self.shift()} {where} the {_pct(self.threshold_pct)} % threshold"
+        detects = f", detects +{_pct(self.mde_pct)} %" if math.isfinite(self.mde_pct) else ""
+        return f"{self.shift()} {where} the {_pct(self.threshold_pct)} % threshold{detects}"
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "label": self.label, "shift_pct": self.shift_pct,
                 "ci_pct": list(self.ci_pct), "threshold_pct": self.threshold_pct,
                 "regression": self.regression, "n": self.n, "confidence": self.confidence, "runs": self.runs,
-                "widened": self.widened, "statistic": self.statistic, "p_value": self.p_value, "look": self.look}
+                "widened": self.widened, "statistic": self.statistic, "p_value": self.p_value, "look": self.look,
+                "mde_pct": self.mde_pct if math.isfinite(self.mde_pct) else None, "detect_pct": self.detect_pct,
+                "outcome": str(self.outcome)}
 
 
 
@@ -134,10 +156,10 @@ def history_verdict(label: str, history: Sequence[float], value: float | Sequenc
     As Conbench's lookback z-score: the threshold is learned from the spread of the last `lookback`
     runs (after an outlier screen), here as the half-width of a prediction interval at `confidence`
     for the mean of the new runs, so it widens for a short or noisy history and narrows as the group
-    grows (sqrt(1/k + 1/n)); it never drops below `floor_pct`. With several new runs their own
-    spread joins the history's (a pooled variance, n + k - 2 degrees of freedom): with nothing
-    changed, and under a shift of the level alone, both samples have one variance, so the test stays
-    exact and uses every run. Times are judged by their logs (run-to-run factors multiply), so the
+    grows (sqrt(1/k + 1/n)); it never drops below `floor_pct`. The spread is the history's alone
+    (n - 1 degrees of freedom): the new runs' own spread would count the change under test as noise
+    (a group of one normal and one 3x run). The Decision states its minimum detectable effect
+    (verdict.power) beside its interval. Times are judged by their logs (run-to-run factors multiply), so the
     interval is exact for log-normal noise. `widen` (>= 1, harness/results/noise.py) stretches the
     interval where the board's record shows runs that are not independent. None when fewer than
     `min_runs` earlier runs survive."""
@@ -149,19 +171,19 @@ def history_verdict(label: str, history: Sequence[float], value: float | Sequenc
     kept, centre, spread = _robust_centre_spread(earlier)
     if kept.size < min_runs:
         return None
+    # the history's spread alone: the runs since a change carry the shift under test, and a spread
+    # that counts them widens the interval by the very change it is to find (issue 41: one normal and
+    # one 3x run widened it to 204,628 %)
     df = kept.size - 1
-    if new.size > 1:
-        pooled = df * spread ** 2 + (new.size - 1) * float(np.var(new, ddof=1))
-        df += new.size - 1
-        spread = math.sqrt(pooled / df)
     se = spread * math.sqrt(1.0 / new.size + 1.0 / kept.size) * widen
     half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
     delta = float(np.mean(new)) - centre
     shift, low, high = (_to_pct(x) for x in (delta, delta - half, delta + half))
     threshold = max(floor_pct, _to_pct(half))
     statistic, p = _t_test(delta, se, df)
+    mde = minimum_detectable_pct(se, (1 - confidence) / 2, df, floor_pct=floor_pct)
     return Decision("history", label, shift, (low, high), threshold, bool(shift > threshold),
-                    int(kept.size), confidence, int(new.size), float(widen), statistic, p)
+                    int(kept.size), confidence, int(new.size), float(widen), statistic, p, mde_pct=mde)
 
 
 def _t_test(delta: float, se: float, df: float) -> tuple[float, float]:
@@ -247,10 +269,12 @@ def paired_verdict(label: str, baseline: Sequence[float], candidate: Sequence[fl
     logs = np.log(cand / base)
     low, high = _mean_interval(logs, confidence, method)
     shift, ci = _to_pct(float(np.mean(logs))), (_to_pct(low), _to_pct(high))
-    statistic, p = _t_test(float(np.mean(logs)), float(stats.sem(logs)) if np.ptp(logs) else 0.0, base.size - 1)
+    se = float(stats.sem(logs)) if np.ptp(logs) else 0.0
+    statistic, p = _t_test(float(np.mean(logs)), se, base.size - 1)
+    mde = minimum_detectable_pct(se, (1 - confidence) / 2, base.size - 1, floor_pct=threshold_pct)
     return Decision("paired", label, shift, ci, float(threshold_pct),
                     bool(ci[0] > 0 and shift > threshold_pct), int(base.size), confidence, statistic=statistic,
-                    p_value=p)
+                    p_value=p, mde_pct=mde)
 
 
 def _mean_interval(sample: np.ndarray, confidence: float, method: str) -> tuple[float, float]:

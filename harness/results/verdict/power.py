@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import math
 
-from scipy import stats
-
-__all__ = ["POWER", "DETECT_PCT", "minimum_detectable_pct"]
+__all__ = ["POWER", "DETECT_PCT", "minimum_detectable_pct", "parse_detect"]
 
 # The probability a verdict must have of finding the promised shift before it may say PASS: the
 # gate's detection promises are all stated at 95 % (docs/results.md: "+5 % found within 5 runs 95 % of
@@ -32,12 +30,28 @@ POWER = 0.95
 DETECT_PCT = 25.0
 
 
-def minimum_detectable_pct(se_log: float, level: float, df: float | None = None, power: float = POWER) -> float:
+def minimum_detectable_pct(se_log: float, level: float, df: float | None = None, power: float = POWER,
+                           floor_pct: float = 0.0) -> float:
     """The smallest slowdown, in % (positive is slower), found with probability `power` by a one-sided
     test at `level` of a log shift with standard error `se_log` (normal when `df` is None); inf when
-    the standard error is unknown or infinite."""
+    the standard error is unknown or infinite. `floor_pct`: a shift must also be over this to count
+    (a history verdict's floor, an A/B session's threshold), so the bar is the larger of the two."""
     if not math.isfinite(se_log) or se_log < 0:
         return math.inf
+    from scipy import stats  # here: scipy costs ~1 s to every process that only reads the store
     dist = stats.norm if df is None else stats.t(df)
-    log_shift = (dist.ppf(1 - level) + dist.ppf(power)) * se_log
-    return math.expm1(log_shift) * 100
+    bar = max(math.log1p(floor_pct / 100), float(dist.ppf(1 - level)) * se_log)
+    return math.expm1(bar + float(dist.ppf(power)) * se_log) * 100
+
+
+def parse_detect(text, option: str = "--detect") -> float:
+    """'25%' or '25' -> 25.0: the slowdown, in %, every verdict must be able to find to say PASS."""
+    from ...core.errors import ConfigError
+    raw = str(text).strip().removesuffix("%").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{option} {text!r}: expected a percentage such as 25%") from None
+    if not 0 < value < 1000:
+        raise ConfigError(f"{option} {text!r}: must be between 0 and 1000 %")
+    return value
