@@ -17,11 +17,12 @@ from ..report.sitelinks import series_url
 from ..results.condition import HostCondition
 from ..results.judge import FIRST, NOT_COMPARABLE, STEP, UPGRADE, Judgement
 from ..results.records import Run
+from ..results.verdict.outcome import Outcome
 from ..results.telemetry import TelemetryWindow
 from .runner import benchmark_info
 
 __all__ = ["BenchmarkDecision", "as_run", "measured_again", "decide", "comparison_of", "figure_problems",
-           "baseline_offer"]
+           "baseline_offer", "failure"]
 
 
 @dataclass(frozen=True)
@@ -66,15 +67,29 @@ def decide(results, run: Run, again: Callable[[], Run]) -> BenchmarkDecision:
     return BenchmarkDecision(run, offered, judgement)
 
 
+def failure(judgement: Judgement, inconclusive: str = "fail") -> tuple[str | None, str | None]:
+    """(why the benchmark test fails, or None; a warning, or None): a REGRESSION fails; an
+    INCONCLUSIVE verdict fails too unless the lab chose --inconclusive=warn, and either way its line
+    says what would decide it."""
+    outcome = judgement.outcome
+    if outcome is Outcome.REGRESSION:
+        return f"benchmark regression: {judgement.headline()}", None
+    if outcome is Outcome.INCONCLUSIVE:
+        line = f"benchmark inconclusive: {judgement.headline()}; {judgement.decider()}"
+        return (None, f"{line} (passed: --inconclusive=warn)") if inconclusive == "warn" else (line, None)
+    return None, None
+
+
 def comparison_of(run: Run, judgement: Judgement) -> dict:
     """The run summary's row: status, message and the step's shift against the reference."""
     step = next((v for v in judgement.verdicts if v.label == STEP), None)
     status = ("regressed" if judgement.regressed else judgement.kind if judgement.kind in (FIRST, NOT_COMPARABLE)
+              else f"{judgement.kind}: inconclusive" if judgement.outcome is Outcome.INCONCLUSIVE
               else f"{judgement.kind}: not confirmed by a second run" if judgement.regressions
               else f"{judgement.kind}: within threshold")
     reference = judgement.reference_run
     moved = judgement.moved      # a figure that failed while the step did not: the row names it
-    return {"status": status, "message": judgement.headline(), "mean_s": run.total_denoise_s,
+    return {"status": status, "message": judgement.verdict_line(), "mean_s": run.total_denoise_s,
             "moved": f"{moved.label} {moved.shift_pct:+.1f} %" if moved else None,
             "threshold_pct": step.threshold_pct if step else float("nan"),
             "baseline_mean_s": reference.total_denoise_s if reference else None,

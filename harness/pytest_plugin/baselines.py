@@ -121,7 +121,7 @@ class ResultsGate:
         from ..results.provenance import ci_url, comparable_versions, git_revision, run_id
         from ..results.telemetry import serial_hash
         identity, board = self.config.stash[IDENTITY], self.config.stash[BOARD]
-        return self.store.filed(Run(
+        run = Run(
             run_id=run_id(), time=utc_now(), board_id=board, board_model=board_model_of(board), model=model,
             key=RunKey(case=case, steps=info["steps"], precision=precision, backend=self.settings.backend,
                        manifest_hash=manifest_hash, versions=comparable_versions(identity)),
@@ -133,7 +133,11 @@ class ResultsGate:
             peak_pss_added_bytes=info["peak_pss_added_bytes"],
             host_cpus=host.cpus if host else None, host_load=host.load_per_cpu if host else None,
             host_probe_s=host.probe_s if host else None, serial_hash=serial_hash(identity),
-            device_model=identity.get("model")))
+            device_model=identity.get("model"))
+        # filing reads the store: a server gone here keeps the measured run for the session's end
+        # (add_run files it then, or the spool keeps it) like a verdict that could not be read
+        with self._kept_if_unread(run):
+            return self.store.filed(run)
 
     def record_ab(self, session, case: str, sides: dict, telemetry: dict, **how) -> ABRecord:
         """Write the interleaved A/B session `session` (both sides, the pairs, the verdicts) now, in one
@@ -151,14 +155,15 @@ class ResultsGate:
     def judge(self, run: Run) -> Judgement:
         from ..results.judge import judge_run
         with self._kept_if_unread(run):
-            return judge_run(self.store, run, self.settings.baseline_threshold)
+            return judge_run(self.store, run, self.settings.baseline_threshold, self.settings.detect)
 
     def confirm(self, run: Run, judgement: Judgement, second: Run) -> Judgement:
         """`judgement` of `run` with a second run's (judge.confirm; Judgement.regressed says whether
         the regression stands)."""
         from ..results.judge import confirm
         with self._kept_if_unread(run, second):
-            return confirm(self.store, run, judgement, second, self.settings.baseline_threshold)
+            return confirm(self.store, run, judgement, second, self.settings.baseline_threshold,
+                           self.settings.detect)
 
     @contextlib.contextmanager
     def _kept_if_unread(self, *measured: Run):
@@ -169,7 +174,9 @@ class ResultsGate:
         except StoreUnavailable as exc:
             for run in measured:
                 self.record(run)
-            raise StoreUnavailable(f"{exc}; the run is kept for the session's end") from None
+            raise StoreUnavailable(f"{exc}; the run is kept for the session's end (written then, or kept in the "
+                                   f"spool {self.settings.results_spool}, which `bin/harness results push` sends)") \
+                from None
 
     def record(self, run: Run) -> None:
         """Keep the judged run for the session's end (pytest_sessionfinish writes it)."""
@@ -277,4 +284,5 @@ def _write_comparisons(terminalreporter, benches: list) -> None:
     for bench in benches:
         c = bench["comparison"]
         terminalreporter.write_line(f"{bench['test']}: {c['message']}",
-                                    red=c["status"] == "regressed", yellow=c["status"] in (FIRST, NOT_COMPARABLE))
+                                    red=c["status"] == "regressed",
+                                    yellow=c["status"] in (FIRST, NOT_COMPARABLE) or c["outcome"] == "inconclusive")

@@ -66,7 +66,9 @@ from .constants import CONFIDENCE, FIRST_LOOK_SHARE, GROUP_RUNS, LOOKBACK, NOISE
 from .noise import NoiseFactor, noise_factor
 from .records import Run
 from .store import ResultsStore
-from .verdicts import MIN_HISTORY, Decision, fixed_verdict, history_verdict
+from .verdict.outcome import Outcome
+from .verdict.power import DETECT_PCT, more_runs
+from .verdicts import HISTORY_FLOOR_PCT, MIN_HISTORY, Decision, fixed_verdict, history_verdict
 
 __all__ = ["Judgement", "judge_run", "confirm", "figures", "judge_figure", "judge_figures", "judge_values",
            "parse_threshold", "since_change",
@@ -129,6 +131,61 @@ class Judgement:
     confirmation: tuple = ()                         # a second run's Judgements (confirm)
     probation: int | None = None                     # upgrade: which run of the new stack this is
     board_change: str | None = None                  # the board's device-tree model string changed (board_change)
+    detect_pct: float = DETECT_PCT                   # the promise (--detect) the verdict is held to
+    history_runs: int = 0                            # earlier valid runs of the accepted stack judged against
+    revert: bool = False                             # upgrade: back to a stack the board ran before the accepted one
+
+    @property
+    def primary(self) -> Decision | None:
+        """The figure the outcome's power is read from: the NPU core (a shift of the whole NPU, what a
+        stack upgrade does, seen with the least noise and most of the look's false-alarm rate), else
+        the step."""
+        return next((v for v in self.verdicts if v.label == NPU_CORE), None) or \
+            next((v for v in self.verdicts if v.label == STEP), None)
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """REGRESSION (confirmed where a second run was judged), INCONCLUSIVE (not comparable, too few
+        runs for a noise estimate, or a primary figure that could not have found the promised
+        slowdown) or PASS; None only for the first run of an experiment, which has nothing to be
+        judged against and starts the history."""
+        if self.kind == FIRST:
+            return None
+        if self.regressed:
+            return Outcome.REGRESSION
+        primary = self.primary
+        if self.kind == NOT_COMPARABLE or primary is None or not primary.mde_pct <= self.detect_pct:
+            return Outcome.INCONCLUSIVE
+        return Outcome.PASS
+
+    @property
+    def mde_pct(self) -> float:
+        """The primary figure's minimum detectable effect (inf: no noise estimate)."""
+        primary = self.primary
+        return primary.mde_pct if primary else math.inf
+
+    def decider(self) -> str:
+        """What would decide an INCONCLUSIVE verdict ('' otherwise)."""
+        if self.outcome is not Outcome.INCONCLUSIVE:
+            return ""
+        ab = "an interleaved A/B session (bin/harness bench-ab: its pairs cancel the drift)"
+        if self.kind == NOT_COMPARABLE:
+            return f"to decide it: a run on a machine as quiet as in its history, or {ab}"
+        primary = self.primary
+        if primary is None or primary.spread_log is None:
+            short = MIN_HISTORY - (primary.n if primary and primary.kind == "history" else self.history_runs)
+            return (f"to decide it: {max(short, 1)} more valid run(s) of the accepted stack give a noise estimate, "
+                    f"or {ab}")
+        more = more_runs(primary.spread_log, primary.level, primary.n, primary.runs, self.detect_pct,
+                         HISTORY_FLOOR_PCT, LOOKBACK, GROUP_RUNS if primary.look else 1)
+        if more is None:
+            return (f"to decide it: no number of runs here will (the history's noise, log sd "
+                    f"{100 * primary.spread_log:.1f} %, is too wide for the promised {self.detect_pct:g} %): "
+                    f"{ab}, or a quieter board")
+        history, group = more
+        said = [f"{history} more valid run(s) of the accepted stack" if history is not None else None,
+                f"{group} more run(s) of this change judged with it" if group is not None else None]
+        return "to decide it: " + " or ".join(x for x in said if x) + f"; or {ab}"
 
     @property
     def regressions(self) -> list[Decision]:
@@ -163,10 +220,12 @@ class Judgement:
         if self.kind == NOT_COMPARABLE:
             return f"{NOT_COMPARABLE}: {self.reference}"
         what = f"{self.kind} against {self.reference}" if self.probation is None else \
+            f"revert under probation, run {self.probation} of a stack this board ran before the accepted one, " \
+            f"against {self.reference}" if self.revert else \
             f"upgrade under probation, run {self.probation} of the new stack, against {self.reference}"
         if self.differences:
             what += " (" + "; ".join(self.differences) + ")"
-        worst = self.regressions or self.verdicts[:1]
+        worst = self.regressions or [v for v in (self.primary,) if v is not None]
         return what + "".join(": " + v.line() for v in worst[:1]) + "".join("; " + v.line() for v in worst[1:]) \
             + self._branches_of_npu(worst) + self._over_but_not_failed() + self._confirmed()
 
@@ -211,6 +270,14 @@ class Judgement:
                            and v not in shown), key=lambda v: -v.shift_pct)     # the branch that moved first
         return "".join(f"; {v.shift()}" for v in branches)
 
+    def verdict_line(self) -> str:
+        """'PASS: <headline>', 'REGRESSION: ...', 'INCONCLUSIVE: ...; to decide it: ...': the one line a
+        gate, `results check` and the site say; the first run's is its headline."""
+        if self.outcome is None:
+            return self.headline()
+        decider = self.decider()
+        return f"{self.outcome.name}: {self.headline()}" + (f"; {decider}" if decider else "")
+
     def lines(self) -> list[str]:
         noise = [f"  noise factor: {self.noise.note()}"] if self.noise else []
         second = [f"  second run, {what}: {c.headline()}"
@@ -223,7 +290,9 @@ class Judgement:
                 "regressed": self.regressed, "verdicts": [v.as_dict() for v in self.verdicts],
                 "condition": self.condition.as_dict() if self.condition else None,
                 "noise": vars(self.noise) if self.noise else None, "probation": self.probation,
-                "confirmation": [c.as_dict() for c in self.confirmation], "board_change": self.board_change}
+                "confirmation": [c.as_dict() for c in self.confirmation], "board_change": self.board_change,
+                "outcome": str(self.outcome) if self.outcome else None, "detect_pct": self.detect_pct,
+                "mde_pct": self.mde_pct if math.isfinite(self.mde_pct) else None, "revert": self.revert}
 
 
 def group_note(verdict: Decision) -> str:
@@ -283,7 +352,7 @@ def since_change(pool: list[Run], run: Run) -> tuple[list[Run], list[Run], int |
 
 def judge_figures(pool: list[Run], run: Run, threshold_pct: float, fixed: bool = True,
                   group: Sequence[Run] = (), look: int | None = None,
-                  record: Sequence[list[dict]] = ()) -> list[Decision]:
+                  record: Sequence[list[dict]] = (), detect_pct: float | None = DETECT_PCT) -> list[Decision]:
     """A verdict per figure of `run` (with `group`, the earlier runs since the change: their mean)
     against the runs of `pool` (oldest first), at the false-alarm rate of its `look` at the change
     (look_alpha; None: judged alone); a figure that is 0 somewhere (a stage a strategy skips) has no
@@ -296,15 +365,17 @@ def judge_figures(pool: list[Run], run: Run, threshold_pct: float, fixed: bool =
     (the old rule's figure) a few %. `record`: the board's record the noise factor is learned from
     (board_record)."""
     return judge_values([figures(r) for r in pool[-LOOKBACK:]], [figures(g) for g in group], figures(run),
-                        threshold_pct, fixed, look, record)
+                        threshold_pct, fixed, look, record, detect_pct)
 
 
 def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pct: float,
-                 fixed: bool = True, look: int | None = None, record: Sequence[list[dict]] = ()) -> list[Decision]:
+                 fixed: bool = True, look: int | None = None, record: Sequence[list[dict]] = (),
+                 detect_pct: float | None = DETECT_PCT) -> list[Decision]:
     """judge_figures on the figures themselves (label -> value per run, as `figures` gives them).
     `look`: `new`'s look at its change (len(group) + 1, as since_change gives it), None for a run
     judged alone. `record`: series of figures (each a key's runs on the board, oldest first) the
-    noise factor of every figure is learned from (harness/results/noise.py); empty: none learned."""
+    noise factor of every figure is learned from (harness/results/noise.py); empty: none learned.
+    `detect_pct`: the promise every figure is held to (Decision.outcome); None: none."""
     verdicts = []
     judged = {label: value for label, value in new.items()
               if value > 0 and all(h.get(label, 1.0) > 0 for h in history) and any(label in h for h in history)}
@@ -317,7 +388,7 @@ def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pc
         values = [g[label] for g in group if g.get(label, 0) > 0] + [value]
         decision = judge_figure(label, earlier, values, confidence[label], look, record, threshold_pct, fixed)
         if decision is not None:
-            verdicts.append(decision)
+            verdicts.append(replace(decision, detect_pct=detect_pct))
     step = next((v for v in verdicts if v.label == STEP), None)
     if step is not None and step.kind == "fixed" and not step.regression:
         verdicts = [replace(v, regression=False) if v.kind == "fixed" else v for v in verdicts]
@@ -415,10 +486,12 @@ def _reference(store: ResultsStore, run: Run) -> tuple[Run, str, bool, bool] | N
     return None
 
 
-def judge_run(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
+def judge_run(store: ResultsStore, run: Run, threshold_pct: float, detect_pct: float = DETECT_PCT) -> Judgement:
     """Judge `run` (not yet stored, filed under its board: ResultsStore.filed) against its reference in
-    `store` (see the module docstring); the judgement says when the board's model string changed."""
-    return replace(_judge(store, run, threshold_pct), board_change=board_change(store, run))
+    `store` (see the module docstring), held to the promise `detect_pct` (--detect); the judgement
+    says when the board's model string changed."""
+    return replace(_judge(store, run, threshold_pct, detect_pct), board_change=board_change(store, run),
+                   detect_pct=detect_pct)
 
 
 def board_change(store: ResultsStore, run: Run) -> str | None:
@@ -432,7 +505,7 @@ def board_change(store: ResultsStore, run: Run) -> str | None:
             f"board {run.board_id} of board model {run.board_model} keeps its history and baseline)")
 
 
-def _judge(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
+def _judge(store: ResultsStore, run: Run, threshold_pct: float, detect_pct: float) -> Judgement:
     found = _reference(store, run)
     if found is None:
         return Judgement(FIRST, f"no baseline yet for {run.key.case} on board {run.board_id} or its board model "
@@ -444,37 +517,66 @@ def _judge(store: ResultsStore, run: Run, threshold_pct: float) -> Judgement:
     pool = store.runs(key=reference.key.digest, valid=True, latest=READ_RUNS, cpus=run.host_cpus, **scope) \
         or store.runs(key=reference.key.digest, valid=True, latest=READ_RUNS, **scope)
     kind = HISTORY if reference.key.digest == run.key.digest else UPGRADE
-    pool, group, look = _split(store, pool, run, kind, from_fleet)
-    probation = None
+    streak = [] if kind == HISTORY or from_fleet else since_stack_change(store, run)
+    pool, group, look = _split(pool, run, kind, from_fleet, streak)
+    probation = revert = None
     if kind == UPGRADE:
         counted = f"the latest {len(pool)}" if len(pool) == READ_RUNS else f"{len(pool)}"
         how = f"{counted} valid run(s) of the accepted stack, reference {how}"
-        probation = 1 + sum(count for digest, count, _ in store.stacks(run.board_id, run.key.experiment)
-                            if digest == run.key.digest)
+        # the runs of the new stack since the board last ran another, confirming runs apart: a
+        # return to a stack from before counts from 1 again
+        probation = (0 if is_confirmation(run) else 1) + sum(not is_confirmation(r) for r in streak)
+        revert = not from_fleet and _ran_before(store, run, reference)
     differences = run.key.differences(reference.key) if kind == UPGRADE else []
     pool, condition, why = comparability(pool, [*group, run])
     if why:
-        return Judgement(NOT_COMPARABLE, why, [], differences, reference, condition, probation=probation)
+        return Judgement(NOT_COMPARABLE, why, [], differences, reference, condition, probation=probation,
+                         history_runs=len(pool), revert=bool(revert))
     # The fixed rule stands in for a short history against a baseline someone saved and for a new
     # stack (a 3x slower one must not pass for lack of history); runs of the accepted stack that merely
     # happened before (a developer's repeated local runs on a busy machine) judge a run once there are
-    # enough of them for a learned threshold.
+    # enough of them for a learned threshold. Either way a verdict without a noise estimate is never a
+    # PASS: INCONCLUSIVE until the accepted stack has MIN_HISTORY valid runs.
     record = board_record(store, run, from_fleet, group)
     verdicts = judge_figures(pool, run, threshold_pct, fixed=saved or kind == UPGRADE, group=group, look=look,
-                             record=record)
+                             record=record, detect_pct=detect_pct)
     if not verdicts:
         how += (f": {len(pool)} earlier valid run(s), too few for a learned threshold ({MIN_HISTORY} needed) "
-                "and no saved baseline, so no verdict yet")
+                "and no saved baseline, so no noise estimate yet")
     step = next((v for v in verdicts if v.label == STEP), None)
     noise = figure_noise(record, STEP, len(pool[-LOOKBACK:]), len(group) + 1, (1 - step.confidence) / 2) \
         if step and step.kind == "history" else None        # the fixed rule has no interval to widen
     if noise and from_fleet:
         noise = replace(noise, whose="the fleet's other boards'")
-    return Judgement(kind, how, verdicts, differences, reference, condition, noise, probation=probation)
+    return Judgement(kind, how, verdicts, differences, reference, condition, noise, probation=probation,
+                     history_runs=len(pool), revert=bool(revert))
+
+
+def is_confirmation(run: Run) -> bool:
+    """A run the gate measured to confirm or clear another's regression (gates.benchmark.decide)."""
+    return run.run_id.endswith("-confirm")
+
+
+def since_stack_change(store: ResultsStore, run: Run) -> list[Run]:
+    """The board's runs of `run`'s experiment since it last ran another stack, all of `run`'s key,
+    oldest first (at most READ_RUNS): what a probation counts and its looks are made of."""
+    recent = store.runs(board=run.board_id, experiment=run.key.experiment, latest=READ_RUNS)
+    start = len(recent)
+    while start and recent[start - 1].key.digest == run.key.digest:
+        start -= 1
+    return recent[start:]
+
+
+def _ran_before(store: ResultsStore, run: Run, reference: Run) -> bool:
+    """Whether the board ran `run`'s stack before the accepted one (`reference`'s) first ran: a return
+    to it is a revert."""
+    order = [digest for digest, _, _ in store.stacks(run.board_id, run.key.experiment)]
+    return run.key.digest in order and reference.key.digest in order and \
+        order.index(run.key.digest) < order.index(reference.key.digest)
 
 
 def confirm(store: ResultsStore, first_run: Run, first: Judgement, second_run: Run,
-            threshold_pct: float) -> Judgement:
+            threshold_pct: float, detect_pct: float = DETECT_PCT) -> Judgement:
     """`first` (the judgement of `first_run`, which needs_confirmation) with the judgements of a
     second run of the same session: against the same history as the first run, and as the store will
     judge it once the first run is written (the change's next look, the first run in its group). The
@@ -485,21 +587,22 @@ def confirm(store: ResultsStore, first_run: Run, first: Judgement, second_run: R
     whose next run was within its threshold (docs/results-statistics.md). The looks' false-alarm
     rates are as before (the first of two is at most its own); what a regression costs is one more
     run, and only when it is flagged."""
-    alone = judge_run(store, second_run, threshold_pct)
+    alone = judge_run(store, second_run, threshold_pct, detect_pct)
     with store.pending([first_run]) as written:         # the store's own queries, the first run in it
-        after = judge_run(written, second_run, threshold_pct)
+        after = judge_run(written, second_run, threshold_pct, detect_pct)
     return replace(first, confirmation=(alone, after))
 
 
-def _split(store: ResultsStore, pool: list[Run], run: Run, kind: str,
-           from_fleet: bool) -> tuple[list[Run], list[Run], int | None]:
-    """(history, group since the change, look): for an upgrade the group is the board's earlier valid
-    runs of the new stack while they are fewer than GROUP_RUNS; for a history, see since_change."""
+def _split(pool: list[Run], run: Run, kind: str, from_fleet: bool,
+           streak: list[Run]) -> tuple[list[Run], list[Run], int | None]:
+    """(history, group since the change, look): for an upgrade the group is the valid runs of the new
+    stack since the board last ran another (`streak`) while they are fewer than GROUP_RUNS; for a
+    history, see since_change."""
     if from_fleet:
         return pool, [], None
     if kind == HISTORY:
         return since_change(pool, run)
-    ours = store.runs(key=run.key.digest, board=run.board_id, valid=True, latest=GROUP_RUNS)
+    ours = [r for r in streak if r.valid][-GROUP_RUNS:]
     return (pool, ours, len(ours) + 1) if len(ours) + 1 <= GROUP_RUNS else (pool, [], None)
 
 

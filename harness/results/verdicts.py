@@ -62,6 +62,7 @@ class Decision:
     look: int | None = None        # history: the look at its change (None: a run judged alone)
     mde_pct: float = math.inf      # the slowdown found with probability POWER (inf: no noise estimate)
     detect_pct: float | None = None     # the promise it is held to (--detect); None: none (a probe)
+    spread_log: float | None = None     # the log sd of one run (history: widened) it was judged by
 
     @property
     def outcome(self) -> Outcome:
@@ -183,7 +184,8 @@ def history_verdict(label: str, history: Sequence[float], value: float | Sequenc
     statistic, p = _t_test(delta, se, df)
     mde = minimum_detectable_pct(se, (1 - confidence) / 2, df, floor_pct=floor_pct)
     return Decision("history", label, shift, (low, high), threshold, bool(shift > threshold),
-                    int(kept.size), confidence, int(new.size), float(widen), statistic, p, mde_pct=mde)
+                    int(kept.size), confidence, int(new.size), float(widen), statistic, p, mde_pct=mde,
+                    spread_log=spread * widen)
 
 
 def _t_test(delta: float, se: float, df: float) -> tuple[float, float]:
@@ -274,7 +276,7 @@ def paired_verdict(label: str, baseline: Sequence[float], candidate: Sequence[fl
     mde = minimum_detectable_pct(se, (1 - confidence) / 2, base.size - 1, floor_pct=threshold_pct)
     return Decision("paired", label, shift, ci, float(threshold_pct),
                     bool(ci[0] > 0 and shift > threshold_pct), int(base.size), confidence, statistic=statistic,
-                    p_value=p, mde_pct=mde)
+                    p_value=p, mde_pct=mde, spread_log=float(np.std(logs, ddof=1)))
 
 
 def _mean_interval(sample: np.ndarray, confidence: float, method: str) -> tuple[float, float]:

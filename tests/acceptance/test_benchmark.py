@@ -19,10 +19,12 @@ end, with the quality gate's metrics of its image, in one transaction. The decis
 harness/gates/benchmark.py; this test times the rounds and reports the decision to pytest (extra_info, JUnit
 properties, the summary).
 """
+import warnings
+
 import pytest
 
 from harness.core.errors import HarnessError
-from harness.gates.benchmark import as_run, decide, figure_problems, measured_again
+from harness.gates.benchmark import as_run, decide, failure, figure_problems, measured_again
 from harness.gates.runner import benchmark_info, derived_case
 from harness.pytest_plugin.state import BENCH_RESULTS, BOARD, INVALID_RUNS, STEP_SPLITS, append_to
 from harness.results.condition import HostCondition
@@ -84,5 +86,8 @@ def record_run(benchmark, case, gate_runner, window, result, suite, request, res
     assert not problems, f"the benchmark's figures do not add up: {'; '.join(problems)}"
     # a baseline from the run that was not disturbed
     results_gate.offer(request.node.nodeid, decision.offered, judgement)
-    if judgement.regressed:
-        pytest.fail(f"benchmark regression: {judgement.headline()}", pytrace=False)
+    failed, warned = failure(judgement, suite.inconclusive)
+    if warned:
+        warnings.warn(warned, stacklevel=1)
+    if failed:
+        pytest.fail(failed, pytrace=False)

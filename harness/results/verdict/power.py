@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["POWER", "DETECT_PCT", "minimum_detectable_pct", "parse_detect"]
+__all__ = ["POWER", "DETECT_PCT", "minimum_detectable_pct", "more_runs", "parse_detect"]
 
 # The probability a verdict must have of finding the promised shift before it may say PASS: the
 # gate's detection promises are all stated at 95 % (docs/results.md: "+5 % found within 5 runs 95 % of
@@ -42,6 +42,20 @@ def minimum_detectable_pct(se_log: float, level: float, df: float | None = None,
     dist = stats.norm if df is None else stats.t(df)
     bar = max(math.log1p(floor_pct / 100), float(dist.ppf(1 - level)) * se_log)
     return math.expm1(bar + float(dist.ppf(power)) * se_log) * 100
+
+
+def more_runs(spread_log: float, level: float, n: int, k: int, detect_pct: float, floor_pct: float,
+              max_n: int, max_k: int) -> tuple[int | None, int | None] | None:
+    """What would bring a history verdict's minimum detectable effect under `detect_pct`, its noise
+    (`spread_log`, the log sd of one run, widened) as it is: (more earlier runs, up to `max_n` in
+    all; more runs judged together, up to `max_k`), None for either that cannot, None when neither
+    can. `n` earlier runs, `k` judged together, at the one-sided `level`."""
+    def mde(runs: int, group: int) -> float:
+        return minimum_detectable_pct(spread_log * math.sqrt(1 / group + 1 / runs), level, runs - 1,
+                                      floor_pct=floor_pct)
+    history = next((m for m in range(1, max_n - n + 1) if mde(n + m, k) <= detect_pct), None)
+    group = next((m for m in range(1, max_k - k + 1) if mde(n, k + m) <= detect_pct), None)
+    return None if history is None and group is None else (history, group)
 
 
 def parse_detect(text, option: str = "--detect") -> float:
