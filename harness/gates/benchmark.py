@@ -17,8 +17,8 @@ from ..report.sitelinks import series_url
 from ..results.condition import HostCondition
 from ..results.judge import FIRST, NOT_COMPARABLE, STEP, UPGRADE, Judgement
 from ..results.records import Run
-from ..results.verdict.outcome import Outcome
 from ..results.telemetry import TelemetryWindow
+from ..results.verdict.outcome import Outcome
 from .runner import benchmark_info
 
 __all__ = ["BenchmarkDecision", "as_run", "measured_again", "decide", "comparison_of", "figure_problems",

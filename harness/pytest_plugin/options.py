@@ -128,8 +128,8 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     from ..memory.guard import parse_size
     from ..results.ab import parse_confidence
     from ..results.judge import parse_threshold
-    from ..results.verdict.power import parse_detect
     from ..results.telemetry import detect_rk3588
+    from ..results.verdict.power import parse_detect
     profile_file = Path(profile_path) if profile_path else None
     profile = _profile_values(profile_file, cli.get("tier"))
     values = {}
@@ -160,7 +160,7 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     from ..sampling.spectrum import SAMPLERS
     if values["bench_sampler"] not in (None, *SAMPLERS):
         raise ConfigError(f"--bench-sampler {values['bench_sampler']}: choose {', '.join(SAMPLERS)}")
-    if values["inconclusive"] not in OPTIONS["inconclusive"].choices:
+    if values["inconclusive"] not in ("fail", "warn"):
         raise ConfigError(f"--inconclusive {values['inconclusive']}: choose fail or warn")
     cases = _case_names(values["cases"], golden_dir)
     typed = {name: values[name] for name in OPTIONS}

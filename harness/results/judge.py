@@ -70,7 +70,8 @@ from .verdict.outcome import Outcome
 from .verdict.power import DETECT_PCT, more_runs
 from .verdicts import HISTORY_FLOOR_PCT, MIN_HISTORY, Decision, fixed_verdict, history_verdict
 
-__all__ = ["Judgement", "judge_run", "confirm", "figures", "judge_figure", "judge_figures", "judge_values",
+__all__ = ["Judgement", "judge_run", "judge_stored", "confirm", "is_confirmation", "since_stack_change", "figures",
+           "judge_figure", "judge_figures", "judge_values",
            "parse_threshold", "since_change",
            "comparability", "npu_core", "group_note", "HISTORY", "UPGRADE", "FIRST", "NOT_COMPARABLE", "STEP",
            "NPU_CORE", "LOOKBACK", "CONFIDENCE", "GROUP_RUNS", "PRIMARY_SHARE", "SPENDING_RHO", "FIRST_LOOK_SHARE",
@@ -193,15 +194,18 @@ class Judgement:
 
     @property
     def regressed(self) -> bool:
-        """A regression of this run, confirmed by the second run where one was judged (confirm). A
-        second run on a machine not comparable with the history confirms nothing and clears nothing:
-        the first run's regression stands."""
-        return bool(self.regressions) and (not self.confirmation or any(c.regressed for c in self.confirmation)
+        """A regression of this run, confirmed by the second run where one was judged (confirm): the
+        second run judged against the same history must find it too. Its judgement as the change's
+        next look (the first run in its group) is shown, not counted: the group's mean holds the first
+        run, so one disturbed run would confirm itself there, now that a group's spread no longer
+        absorbs it (issue 41). A second run on a machine not comparable with the history confirms
+        nothing and clears nothing: the first run's regression stands."""
+        return bool(self.regressions) and (not self.confirmation or self.confirmation[0].regressed
                                            or self._second_not_comparable)
 
     @property
     def _second_not_comparable(self) -> bool:
-        return bool(self.confirmation) and all(c.kind == NOT_COMPARABLE for c in self.confirmation)
+        return bool(self.confirmation) and self.confirmation[0].kind == NOT_COMPARABLE
 
     @property
     def needs_confirmation(self) -> bool:
@@ -255,7 +259,7 @@ class Judgement:
             return ""
         if self._second_not_comparable:
             return f"; a second run could neither confirm nor clear it ({self.confirmation[0].headline()})"
-        second = next((c for c in self.confirmation if c.regressed), self.confirmation[0])
+        second = self.confirmation[0]
         shown = (second.regressions or second.verdicts)[:1]
         said = "; ".join(v.line() for v in shown) or second.headline()
         if self.regressed:
@@ -580,7 +584,7 @@ def confirm(store: ResultsStore, first_run: Run, first: Judgement, second_run: R
     """`first` (the judgement of `first_run`, which needs_confirmation) with the judgements of a
     second run of the same session: against the same history as the first run, and as the store will
     judge it once the first run is written (the change's next look, the first run in its group). The
-    regression stands when either says regression (Judgement.regressed).
+    regression stands when the first says regression (Judgement.regressed); the second is shown.
 
     A change is then flagged by look 1 only when two runs each say so, and by any later look as
     before: on the kept onnxruntime A/A streams the 4 changes flagged at look 1 were single runs
@@ -591,6 +595,19 @@ def confirm(store: ResultsStore, first_run: Run, first: Judgement, second_run: R
     with store.pending([first_run]) as written:         # the store's own queries, the first run in it
         after = judge_run(written, second_run, threshold_pct, detect_pct)
     return replace(first, confirmation=(alone, after))
+
+
+def judge_stored(store: ResultsStore, run: Run, threshold_pct: float, detect_pct: float = DETECT_PCT,
+                 second: Run | None = None) -> Judgement:
+    """A stored `run` judged as the gate judged it when it was written: against the store as it was
+    before (ResultsStore.as_before), with `second`, the stored run that confirmed or cleared its
+    regression, judged as the change's next look (confirm's second judgement)."""
+    with store.as_before(run) as before:
+        judgement = judge_run(before, run, threshold_pct, detect_pct)
+    if second is None or not judgement.needs_confirmation:
+        return judgement
+    with store.as_before(run) as before:      # the second run against the first one's history
+        return replace(judgement, confirmation=(judge_run(before, second, threshold_pct, detect_pct),))
 
 
 def _split(pool: list[Run], run: Run, kind: str, from_fleet: bool,

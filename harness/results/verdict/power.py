@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["POWER", "DETECT_PCT", "minimum_detectable_pct", "more_runs", "parse_detect"]
+__all__ = ["POWER", "DETECT_PCT", "minimum_detectable_pct", "more_runs", "more_pairs", "parse_detect"]
 
 # The probability a verdict must have of finding the promised shift before it may say PASS: the
 # gate's detection promises are all stated at 95 % (docs/results.md: "+5 % found within 5 runs 95 % of
@@ -56,6 +56,15 @@ def more_runs(spread_log: float, level: float, n: int, k: int, detect_pct: float
     history = next((m for m in range(1, max_n - n + 1) if mde(n + m, k) <= detect_pct), None)
     group = next((m for m in range(1, max_k - k + 1) if mde(n, k + m) <= detect_pct), None)
     return None if history is None and group is None else (history, group)
+
+
+def more_pairs(spread_log: float, level: float, pairs: int, detect_pct: float, floor_pct: float,
+               most: int = 1000) -> int | None:
+    """The pairs an A/B session needs besides its `pairs` for its minimum detectable effect to come
+    under `detect_pct`, the pairs' log-ratio sd `spread_log` as it is; None past `most`."""
+    def mde(n: int) -> float:
+        return minimum_detectable_pct(spread_log / math.sqrt(n), level, n - 1, floor_pct=floor_pct)
+    return next((m for m in range(1, most + 1) if mde(pairs + m) <= detect_pct), None)
 
 
 def parse_detect(text, option: str = "--detect") -> float:
