@@ -194,8 +194,8 @@ OPTIONS: dict[str, Option] = {
     "baseline_threshold": Option("10%", "with too few earlier runs for a learned threshold, a benchmark fails when "
                                         "a figure is this much over the reference run's"),
     "detect": Option("25%", "the slowdown every benchmark verdict must be able to find (its minimum detectable "
-                            "effect, at 95 % power) to say PASS; past it the verdict is INCONCLUSIVE (the default: "
-                            "what the board write-up's run-to-run noise lets 30 runs find, docs/verdict.md)",
+                            "effect, at 95 percent power) to say PASS; past it the verdict is INCONCLUSIVE (the "
+                            "default: what the board write-up's run-to-run noise lets 30 runs find, docs/verdict.md)",
                      parse=checked(_detect)),
     "inconclusive": Option("fail", "what an INCONCLUSIVE benchmark verdict does: fail (exit 1, its line says what "
                                    "would decide it) or warn (pass with a warning)", choices=("fail", "warn")),
