@@ -24,7 +24,7 @@ import warnings
 import pytest
 
 from harness.core.errors import HarnessError
-from harness.gates.benchmark import as_run, decide, failure, figure_problems, measured_again
+from harness.gates.benchmark import as_run, comparison_of, decide, failure, figure_problems, measured_again
 from harness.gates.runner import benchmark_info, derived_case
 from harness.pytest_plugin.state import BENCH_RESULTS, BOARD, INVALID_RUNS, STEP_SPLITS, append_to
 from harness.results.condition import HostCondition
@@ -67,7 +67,8 @@ def record_run(benchmark, case, gate_runner, window, result, suite, request, res
     info = benchmark_info(result.report)
     config = request.config
     decision = decide(results_gate, as_run(results_gate, case, gate_runner, result, verdict, info, host), again)
-    run, judgement, comparison = decision.run, decision.judgement, decision.comparison
+    run, judgement = decision.run, decision.judgement
+    comparison = comparison_of(run, judgement)
     benchmark.extra_info.update(info, valid=verdict["valid"], invalid_reasons=verdict["reasons"],
                                 board_id=config.stash[BOARD], verdict=judgement.as_dict(), key=run.key.as_dict())
     record_property("baseline", judgement.kind)
