@@ -3,7 +3,7 @@ benchmark verdict lives in harness/results/verdict/, behind judge(store, run).""
 from .constants import CONFIDENCE, FIRST_LOOK_SHARE, GROUP_RUNS, LOOKBACK, PRIMARY_SHARE, SPENDING_RHO
 from .verdict.figures import NPU_CORE, STEP, figures, npu_core, parse_threshold
 from .verdict.history import judge_figure, judge_figures, judge_values
-from .verdict.judge import board_change, confirm, judge_run, judge_stored
+from .verdict.judging import board_change, confirm, judge_run, judge_stored
 from .verdict.looks import look_alpha, since_change
 from .verdict.record import board_record, figure_noise, record_before, record_of, same_cpus
 from .verdict.reference import READ_RUNS, comparability, is_confirmation, since_stack_change

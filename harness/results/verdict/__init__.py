@@ -9,12 +9,20 @@ PASS. One module per concern (docs/verdict.md explains the maths):
   looks.py      a change's looks, alpha       noise.py      the board's noise factor
   record.py     the board's record            reference.py  the accepted stack, probation, comparability
   probe.py      the host's calibration probe  history.py    every figure of a run
-  verdict.py    the Verdict and its line      judge.py      judge(store, run), confirm, judge_stored
+  verdict.py    the Verdict and its line      judging.py    judge(store, run), confirm, judge_stored
   rerun.py      the gate's confirming rerun   changes.py    change points over a history
 """
-from .judge import confirm, judge, judge_stored
 from .outcome import Outcome
 from .power import DETECT_PCT, POWER, minimum_detectable_pct
 from .verdict import Verdict
 
 __all__ = ["judge", "confirm", "judge_stored", "Verdict", "Outcome", "DETECT_PCT", "POWER", "minimum_detectable_pct"]
+
+
+def __getattr__(name: str):
+    """judge, confirm and judge_stored read the results store, whose own modules import the figure
+    verdicts (decision.py) from this package: loaded on first use, so neither waits on the other."""
+    if name in ("judge", "confirm", "judge_stored"):
+        from . import judging
+        return getattr(judging, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
