@@ -1,4 +1,4 @@
-"""The noise factor (harness/results/noise.py): a board's record of runs that are not independent
+"""The noise factor (harness/results/verdict/noise.py): a board's record of runs that are not independent
 widens the history verdict's interval so that a steady change keeps its false-alarm rate, and a
 record of independent runs leaves it nearly as it was.
 
@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.results import noise
 from harness.results.judge import (
     GROUP_RUNS,
     HISTORY,
@@ -26,8 +25,9 @@ from harness.results.judge import (
     judge_values,
     record_of,
 )
-from harness.results.noise import NOISE_LOOKBACK, noise_factor, standardized_shifts
 from harness.results.store import ResultsStore
+from harness.results.verdict import noise
+from harness.results.verdict.noise import NOISE_LOOKBACK, noise_factor, standardized_shifts
 from harness.results.verdicts import history_verdict
 from tests.results_data import make_run
 
