@@ -609,6 +609,11 @@ def _filed(conn, run: Run) -> Run:
     return replace(run, board_id=first.board_id, board_model=first.board_model) if first else run
 
 
+# An interval's upper end past this many % says no more than one at it: a session of 3 pairs on a busy
+# host reaches 1e15 % (issue 41), and the table keeps shifts finite (tables._PCT's bound).
+_WIDEST_PCT = 999_999.0
+
+
 def _insert_session(conn, record: ABRecord) -> None:
     record = replace(record, baseline=_filed(conn, record.baseline), candidate=_filed(conn, record.candidate))
     pks = {side: _insert_run(conn, record.side(side)) for side in SIDES}
@@ -627,7 +632,7 @@ def _insert_session(conn, record: ABRecord) -> None:
         conn.execute(insert(ab_verdicts), [
             {"session": pk, "place": i, "figure": v.label, "kind": v.kind, "shift_pct": v.shift_pct,
              "ci_low_pct": v.ci_pct[0],
-             "ci_high_pct": v.ci_pct[1], "threshold_pct": v.threshold_pct, "confidence": v.confidence,
+             "ci_high_pct": min(v.ci_pct[1], _WIDEST_PCT), "threshold_pct": v.threshold_pct, "confidence": v.confidence,
              "regression": v.regression, "n": v.n, "statistic": v.statistic, "p_value": v.p_value}
             for i, v in enumerate(record.verdicts)])
 
