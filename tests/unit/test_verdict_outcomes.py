@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 from harness.cli.main import main
+from harness.model.config import REPO_ROOT
 from harness.results.ab import judge_pairs, session_decider, session_outcome
 from harness.results.store import ResultsStore
 from harness.results.verdict import Outcome, judge, minimum_detectable_pct
 from harness.results.verdict.decision import history_verdict
+from harness.results.verdict.tables import mde_tables
 from tests.results_data import VERSIONS_NEW, VERSIONS_OLD, make_run
 
 pytestmark = pytest.mark.results
@@ -142,3 +144,10 @@ def test_an_ab_session_with_a_wide_interval_is_inconclusive_and_a_quiet_one_pass
     assert re.match(r"to decide it: \d+ more pair\(s\), --rounds \d+", session_decider(wide, 3))
     quiet = judge_pairs(pairs(8, 0.004))
     assert session_outcome(quiet) is Outcome.PASS and session_decider(quiet, 8) == "", [v.line() for v in quiet]
+
+
+def test_the_verdict_page_holds_the_generated_tables():
+    text = (REPO_ROOT / "docs" / "verdict.md").read_text()
+    block = text.split("<!-- verdict tables: generated -->\n", 1)[1].split("<!-- end of the verdict tables -->", 1)[0]
+    lone, ab = mde_tables().split("\n\n")
+    assert lone in block and ab in block, "regenerate: python -m harness.results.verdict.tables"

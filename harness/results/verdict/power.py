@@ -78,3 +78,4 @@ def parse_detect(text, option: str = "--detect") -> float:
     if not 0 < value < 1000:
         raise ConfigError(f"{option} {text!r}: must be between 0 and 1000 %")
     return value
+
