@@ -32,7 +32,8 @@ board (docs/results-statistics.md).
 
 A regression judged from one run (look 1 of a change, or a run judged alone) fails only when a second
 run confirms it (confirm): the benchmark gate then runs the case once more in the same job and judges
-that run against the same history, and as the change's next look with the first run in its group. One
+that run against the same history (what decides), and as the change's next look with the first run in
+its group (shown). One
 run disturbed far past its history is what a single run's verdict cannot tell from a regression; a real
 one is there in the second run too. A group's verdict has its repetition already.
 
@@ -43,14 +44,17 @@ about sigma / sqrt(branches) when the branches drift independently, and a thresh
 own history whatever their correlation) gets PRIMARY_SHARE of it, the step, each branch and each stage
 share the rest; a regression of the NPU core names every branch's shift.
 
-Each figure's interval is widened by its noise factor (harness/results/noise.py), learned from the
+Each figure's interval is widened by its noise factor (noise.py), learned from the
 board's record (board_record: its latest valid runs of the experiment on the run's CPU count, each
 key's a series, the runs since the change left out): the history's runs are taken as independent
 only as far as that record bears it out.
 
 A run whose host ran faster or slower than in its history (the calibration probe of
 harness/results/condition.py outside its history's spread, or another CPU count) is NOT COMPARABLE:
-neither a pass nor a regression, and the judgement says why.
+its outcome INCONCLUSIVE, and the verdict says why.
+
+Every verdict's outcome (verdict.py) is PASS, REGRESSION or INCONCLUSIVE, held to the promise
+--detect through the primary figure's minimum detectable effect (power.py; docs/verdict.md).
 """
 from __future__ import annotations
 
