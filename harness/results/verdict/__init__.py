@@ -14,15 +14,18 @@ PASS. One module per concern (docs/verdict.md explains the maths):
 """
 from .outcome import Outcome
 from .power import DETECT_PCT, POWER, minimum_detectable_pct
-from .verdict import Verdict
 
 __all__ = ["judge", "confirm", "judge_stored", "Verdict", "Outcome", "DETECT_PCT", "POWER", "minimum_detectable_pct"]
 
 
 def __getattr__(name: str):
     """judge, confirm and judge_stored read the results store, whose own modules import the figure
-    verdicts (decision.py) from this package: loaded on first use, so neither waits on the other."""
+    verdicts (decision.py) from this package, and the Verdict brings numpy: loaded on first use, so
+    neither waits on the other and the options (--detect's default) load neither."""
     if name in ("judge", "confirm", "judge_stored"):
         from . import judging
         return getattr(judging, name)
+    if name == "Verdict":
+        from .verdict import Verdict
+        return Verdict
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
