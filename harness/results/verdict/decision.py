@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -58,9 +58,11 @@ class Decision:
     statistic: float | None = None
     p_value: float | None = None
     look: int | None = None        # history: the look at its change (None: a run judged alone)
-    mde_pct: float = math.inf      # the slowdown found with probability POWER (inf: no noise estimate)
-    detect_pct: float | None = None     # the promise it is held to (--detect); None: none (a probe)
-    spread_log: float | None = None     # the log sd of one run (history: widened) it was judged by
+    # What the verdict could detect, judged again from the runs or pairs when needed: the store keeps
+    # none of them, so a stored Decision equals the one written without them (compare=False).
+    mde_pct: float = field(default=math.inf, compare=False)   # found with probability POWER (inf: no noise estimate)
+    detect_pct: float | None = field(default=None, compare=False)   # the promise (--detect); None: none (a probe)
+    spread_log: float | None = field(default=None, compare=False)   # one run's log sd (history: widened)
 
     @property
     def outcome(self) -> Outcome:
