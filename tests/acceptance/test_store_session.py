@@ -92,17 +92,19 @@ def test_a_store_newer_than_the_checkout_stops_the_session_before_any_test_with_
 
 
 @pytest.mark.parametrize("stop_at, test_line, board", [
-    ("FROM runs", "seven: benchmark ran but was not judged: results store", "/"),      # between open and read
-    # filing the run under its board (a board tree with a serial): the first read of all (issue 41)
-    ("WHERE runs.serial_hash", "seven: benchmark ran but was not judged: results store", str(BOARD_TREE)),
-    ("INSERT INTO runs", None, "/"),                                                 # between read and write
+    ("FROM runs", "seven: benchmark ran but was not judged: results store", ()),        # between open and read
+    # filing the run under its board (a board tree with a serial; the faults backend, not the board's
+    # runtime it would choose): the first read of all (issue 41)
+    ("WHERE runs.serial_hash", "seven: benchmark ran but was not judged: results store",
+     (f"--telemetry-root={BOARD_TREE}", "--backend=faults")),
+    ("INSERT INTO runs", None, ()),                                                    # between read and write
 ])
 def test_a_server_lost_mid_session_keeps_the_run_in_the_spool_and_push_sends_it(
         session, tmp_path, lost_server, stop_at, test_line, board):
     url = lost_server.database()
     with ResultsStore(url) as store:
         store.add_run(make_run("earlier"))
-    done = session(url, f"--telemetry-root={board}", STOP_SERVER_AT=stop_at)   # tests/stop_server.py, in the session
+    done = session(url, *board, STOP_SERVER_AT=stop_at)       # tests/stop_server.py, in the session's process
     assert done.returncode == 1
     if test_line:
         (line,) = _lines_with(done, test_line)
