@@ -34,7 +34,7 @@ def as_run(results, case, gate_runner, result, telemetry: dict, info: dict, host
 
 def measured_again(results, case, gate_runner, guard, telemetry_root, steps) -> Run:
     """A second run of the case, measured as the benchmark's was (not timed by pytest-benchmark): what
-    confirms or clears a regression judged from one run (Judgement.needs_confirmation)."""
+    confirms or clears a regression judged from one run (Verdict.needs_confirmation)."""
     with TelemetryWindow(telemetry_root) as window, HostCondition() as host:
         result = gate_runner.run(case, guard, steps, keep=False)
     return as_run(results, case, gate_runner, result, window.verdict(), benchmark_info(result.report), host)

@@ -1,5 +1,5 @@
 """The benchmark gate's results inside pytest: every benchmark run goes to the results store (--results),
-is judged against its reference there (harness/results/judge.py), and may become its board's baseline.
+is judged against its reference there (harness/results/verdict/), and may become its board's baseline.
 
 pytest-benchmark only times the rounds. Its own storage (--benchmark-autosave, --benchmark-save) and its
 --benchmark-compare-fail are refused: they would keep a second store beside the results store and judge
@@ -41,11 +41,11 @@ from .state import (
 )
 
 if TYPE_CHECKING:
-    from ..results.judge import Judgement
+    from ..results.verdict.verdict import Verdict
 
 __all__ = ["results_gate"]
 
-# The verdict's modules (results.judge, gates.benchmark: scipy and onnx, ~2 s of start-up) are imported
+# The verdict's modules (results.verdict, gates.benchmark: scipy and onnx, ~2 s of start-up) are imported
 # where a benchmark is judged: every pytest process loads this plugin, and most judge nothing.
 
 _INSTEAD = "the results store (--results URL), which every benchmark run is written to"
@@ -152,15 +152,15 @@ class ResultsGate:
                 from None
         return record
 
-    def judge(self, run: Run) -> Judgement:
-        from ..results.judge import judge_run
+    def judge(self, run: Run) -> Verdict:
+        from ..results.verdict.judging import judge_run
         with self._kept_if_unread(run):
             return judge_run(self.store, run, self.settings.baseline_threshold, self.settings.detect)
 
-    def confirm(self, run: Run, judgement: Judgement, second: Run) -> Judgement:
-        """`judgement` of `run` with a second run's (judge.confirm; Judgement.regressed says whether
+    def confirm(self, run: Run, judgement: Verdict, second: Run) -> Verdict:
+        """`judgement` of `run` with a second run's (verdict.confirm; Verdict.regressed says whether
         the regression stands)."""
-        from ..results.judge import confirm
+        from ..results.verdict.judging import confirm
         with self._kept_if_unread(run, second):
             return confirm(self.store, run, judgement, second, self.settings.baseline_threshold,
                            self.settings.detect)
@@ -182,7 +182,7 @@ class ResultsGate:
         """Keep the judged run for the session's end (pytest_sessionfinish writes it)."""
         append_to(self.config, _RECORDED, run)
 
-    def offer(self, nodeid: str, run: Run, judgement: Judgement) -> None:
+    def offer(self, nodeid: str, run: Run, judgement: Verdict) -> None:
         """Queue this run as its board's next baseline when the rules (gates.benchmark.baseline_offer)
         allow; written at session end if the whole session passed."""
         from ..gates.benchmark import baseline_offer
@@ -280,7 +280,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 def _write_comparisons(terminalreporter, benches: list) -> None:
-    from ..results.judge import FIRST, NOT_COMPARABLE
+    from ..results.verdict.verdict import FIRST, NOT_COMPARABLE
     for bench in benches:
         c = bench["comparison"]
         terminalreporter.write_line(f"{bench['test']}: {c['message']}",

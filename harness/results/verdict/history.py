@@ -78,6 +78,6 @@ def judge_figure(label: str, earlier: list[float], values: list[float], confiden
     if not fixed or label == NPU_CORE:
         return None
     # the runs since the change together, as a group's look judges them: a group's verdict has its
-    # repetition already (Judgement.needs_confirmation)
+    # repetition already (Verdict.needs_confirmation)
     return replace(fixed_verdict(label, earlier[-(MIN_HISTORY - 1):], values, threshold_pct=threshold_pct),
                    runs=len(values), look=look)
