@@ -123,13 +123,13 @@ def test_an_npu_stack_upgrade_on_the_simulated_board_gets_a_verdict_not_a_skip(g
     # another new stack as fast as the old (that one's slow runs would be its group): one run of the
     # accepted stack gives no noise estimate, so the verdict is INCONCLUSIVE (it fails by default,
     # issue 41); a lab that lets it pass (--inconclusive=warn) may accept the upgrade
-    unsure = gate("--backend=board-sim", "--baseline-threshold=60%", f"--telemetry-root={upgraded(tmp_path, '0.9.10')}",
-                  store=url)
+    newer = upgraded(tmp_path, "0.9.10")
+    unsure = gate("--backend=board-sim", "--baseline-threshold=60%", f"--telemetry-root={newer}", store=url)
     unsure.assert_outcomes(failed=1)
     assert "benchmark inconclusive: upgrade under probation, run 1 of the new stack" in \
         junit_case(tmp_path).find("failure").text
-    result = gate("--backend=board-sim", "--baseline-threshold=60%", f"--telemetry-root={upgraded(tmp_path, '0.9.10')}",
-                  "--accept-upgrade", "--inconclusive=warn", store=url)
+    result = gate("--backend=board-sim", "--baseline-threshold=60%", f"--telemetry-root={newer}", "--accept-upgrade",
+                  "--inconclusive=warn", store=url)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*INCONCLUSIVE: upgrade under probation, run 2 of the new stack, against 1 valid "
                                  "run(s) of the accepted stack*"])
