@@ -26,7 +26,7 @@ from ..core.atomic import atomic_write_text
 from ..core.errors import ConfigError
 from ..lifecycle.steptimes import STAGE_NAMES
 from ..model.config import BRANCHES
-from ..results.fleet import board_verdicts, fleet_groups
+from ..results.fleet import fleet_lines
 from ..results.judge import group_note, is_confirmation, judge_stored, parse_threshold
 from ..results.records import ResultsError, Run, RunKey
 from ..results.store import DEFAULT_RESULTS, ResultsStore
@@ -65,6 +65,7 @@ def add_command(subparsers) -> argparse.ArgumentParser:
     chk.set_defaults(func=_cmd_check)
     brd = sub.add_parser("boards", help="compare the boards of one board model on one key")
     brd.add_argument("--board-model", help="only this board model (default: every one with several boards)")
+    add_options(brd, "detect", "inconclusive")
     brd.set_defaults(func=_cmd_boards)
     push = sub.add_parser("push", help="copy the runs another store lacks into it (idempotent)")
     push.add_argument("--to", required=True, help="target store URL (e.g. the fleet's postgresql://...)")
@@ -341,28 +342,20 @@ def _exit(outcomes: list[Outcome], inconclusive: str) -> int:
 
 # -- boards --------------------------------------------------------------------------------------------
 
-def board_lines(runs: list[Run], board_model: str | None = None) -> tuple[list[str], list[str]]:
-    """(lines, outlier boards): each board of a model against the other boards of its model over one
-    time window (harness/results/fleet.py)."""
-    lines, outliers = [], []
-    for group in fleet_groups(runs, board_model):
-        verdicts, left_out = board_verdicts(group)
-        lines += [group.header(), *(f"  {v.line()}" for v in verdicts), *(f"  {why}" for why in left_out)]
-        outliers += [v.board for v in verdicts if v.outlier]
-    return lines, outliers
-
-
 def _cmd_boards(args) -> int:
     with ResultsStore(args.results, create=False) as store:
         runs = store.runs(board_model=args.board_model)
-    lines, outliers = board_lines(runs, args.board_model)
+    lines, outliers, inconclusive = fleet_lines(runs, args.board_model, parse_detect(args.detect))
     if not lines:
         raise ConfigError(f"{args.results}: no board model with runs of several boards on one key"
                           + (f" ({args.board_model})" if args.board_model else ""))
     print("\n".join(lines))
     if outliers:
         print(f"outlier board(s): {', '.join(outliers)}")
-    return 1 if outliers else 0
+    if inconclusive:
+        print(f"board(s) the fleet could not judge (INCONCLUSIVE): {', '.join(inconclusive)}")
+    return _exit([Outcome.REGRESSION] * bool(outliers) + [Outcome.INCONCLUSIVE] * bool(inconclusive),
+                 args.inconclusive)
 
 
 # -- push ----------------------------------------------------------------------------------------------
