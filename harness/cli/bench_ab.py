@@ -10,6 +10,7 @@ from ..core.atomic import atomic_write_json
 from ..core.errors import ConfigError
 from ..model.config import EMBEDDED_DIR
 from ..results.ab import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD_PCT, Side, parse_confidence, run_session, side_options
+from .options import add_options
 from .results import add_results_option
 
 __all__ = ["add_command"]
@@ -42,19 +43,23 @@ def add_command(sub) -> None:
     p.add_argument("--out", type=Path, help="write the pairs and verdicts as JSON here")
     p.add_argument("--case", default=DEFAULT_CASE,
                    help="the case name the session is stored under (default: %(default)s, the model's default prompt)")
+    add_options(p, "detect", "inconclusive")
     add_results_option(p)
     p.set_defaults(func=_cmd_bench_ab)
 
 
 def _cmd_bench_ab(args) -> int:
     from ..model.bundle import load_bundle
+    from ..results.ab import session_decider
     from ..results.judge import parse_threshold
     from ..results.sessions import ab_record
     from ..results.store import ResultsStore
     from ..results.telemetry import TelemetryWindow, board_id, board_identity
+    from ..results.verdict.outcome import Outcome
+    from ..results.verdict.power import parse_detect
     from ..sampling.reference_run import sample_settings
-
     threshold = parse_threshold(args.threshold, "--threshold")
+    detect = parse_detect(args.detect)
     args.confidence = parse_confidence(args.confidence, "--confidence")
     for flag, value, least in (("--steps", args.steps, 1), ("--rounds", args.rounds, 2), ("--warmup", args.warmup, 0)):
         if value < least:
@@ -71,10 +76,15 @@ def _cmd_bench_ab(args) -> int:
             session = run_session(bundle, sides["baseline"], sides["candidate"],
                                   sample_settings(bundle, steps=args.steps), rounds=args.rounds, warmup=args.warmup,
                                   lifecycle=args.lifecycle, threshold_pct=threshold, confidence=args.confidence,
+                                  detect_pct=detect,
                                   on_pair=lambda i, p: print(f"round {i}: step {p['baseline']['step']:.4f} s / "
                                                              f"{p['candidate']['step']:.4f} s", file=sys.stderr))
         for verdict in session.verdicts:
             print(("REGRESSION " if verdict.regression else "") + verdict.line())
+        decider = session_decider(session.verdicts, args.rounds)
+        print(f"{session.outcome.name}: A/B session of {len(session.pairs)} pairs"
+              + (f"; {decider}" if decider else "") + ("" if session.outcome is not Outcome.INCONCLUSIVE
+                                                       or args.inconclusive == "fail" else " (--inconclusive=warn)"))
         if args.out:
             atomic_write_json(args.out, session.as_dict())
         identity = board_identity()
@@ -83,5 +93,8 @@ def _cmd_bench_ab(args) -> int:
                            lifecycle=args.lifecycle, warmup=args.warmup)
         store.add_ab_session(record)
         print(f"A/B session {record.session_id} written to {store.where}", file=sys.stderr)
-    print(json.dumps({"pairs": len(session.pairs), "regressions": len(session.regressions)}))
-    return 1 if session.regressions else 0
+    print(json.dumps({"pairs": len(session.pairs), "regressions": len(session.regressions),
+                      "outcome": str(session.outcome)}))
+    fails = session.outcome is Outcome.REGRESSION or (session.outcome is Outcome.INCONCLUSIVE
+                                                      and args.inconclusive == "fail")
+    return 1 if fails else 0

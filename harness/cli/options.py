@@ -13,6 +13,7 @@ from typing import Any
 
 from ..core.errors import ConfigError, HarnessError
 from ..model.config import EMBEDDED_DIR
+from ..results.verdict.power import DETECT_PCT
 
 __all__ = ["ranged", "checked", "size", "core_mask", "granularity", "lifecycle", "positive_int", "cfg_scale",
            "seed", "BACKEND_CHOICES", "board_sim_options", "default_partition", "OPTIONS", "SUITE_OPTIONS",
@@ -106,6 +107,12 @@ BACKEND_CHOICES = ("auto", *_backends())
 PRECISIONS = ("float16", "float32", "w8a8-ffn")
 
 
+def _detect(text: str) -> str:
+    from ..results.verdict.power import parse_detect
+    parse_detect(text)
+    return text
+
+
 def _time_scale(text):
     return ranged(float, 1e-9, 1.0, "a number")(text)
 
@@ -190,6 +197,13 @@ OPTIONS: dict[str, Option] = {
                              kind="flag"),
     "baseline_threshold": Option("10%", "with too few earlier runs for a learned threshold, a benchmark fails when "
                                         "a figure is this much over the reference run's"),
+    "detect": Option(f"{DETECT_PCT:g}%", "the slowdown every benchmark verdict must be able to find (its minimum "
+                                         "detectable effect, at 95 percent power) to say PASS; past it the verdict is "
+                                         "INCONCLUSIVE (the default: what the board write-up's run-to-run noise lets "
+                                         "30 runs find, docs/verdict.md)",
+                     parse=checked(_detect)),
+    "inconclusive": Option("fail", "what an INCONCLUSIVE benchmark verdict does: fail (exit 1, its line says what "
+                                   "would decide it) or warn (pass with a warning)", choices=("fail", "warn")),
     "npu_timeout": Option(None, "seconds before an npu test is stopped (pytest-timeout): a hung NPU call fails "
                                 "its test instead of the job", kind="count"),
     "lifecycle": Option("on-demand", "context strategy: on-demand, resident, lru:K, pinned:K, pinned:@I,J,A-B, "

@@ -26,20 +26,15 @@ from ..core.atomic import atomic_write_text
 from ..core.errors import ConfigError
 from ..lifecycle.steptimes import STAGE_NAMES
 from ..model.config import BRANCHES
-from ..results.fleet import board_verdicts, fleet_groups
-from ..results.judge import (
-    NOT_COMPARABLE,
-    comparability,
-    group_note,
-    judge_figures,
-    parse_threshold,
-    record_before,
-    since_change,
-)
+from ..results.fleet import fleet_lines
+from ..results.judge import group_note, is_confirmation, judge_stored, parse_threshold
 from ..results.records import ResultsError, Run, RunKey
 from ..results.store import DEFAULT_RESULTS, ResultsStore
+from ..results.verdict.outcome import Outcome
+from ..results.verdict.power import parse_detect
 from ..results.verdicts import change_points
 from . import results_simulate
+from .options import add_options
 
 __all__ = ["add_command", "add_results_option", "check_lines", "series"]
 
@@ -66,9 +61,11 @@ def add_command(subparsers) -> argparse.ArgumentParser:
     chk.add_argument("--board", help="only this board")
     chk.add_argument("--threshold", default="10%", help="the fixed rule's threshold while a history has too few "
                      "runs for a learned one (default: %(default)s, as --baseline-threshold)")
+    add_options(chk, "detect", "inconclusive")
     chk.set_defaults(func=_cmd_check)
     brd = sub.add_parser("boards", help="compare the boards of one board model on one key")
     brd.add_argument("--board-model", help="only this board model (default: every one with several boards)")
+    add_options(brd, "detect", "inconclusive")
     brd.set_defaults(func=_cmd_boards)
     push = sub.add_parser("push", help="copy the runs another store lacks into it (idempotent)")
     push.add_argument("--to", required=True, help="target store URL (e.g. the fleet's postgresql://...)")
@@ -262,85 +259,103 @@ def series(runs: list[Run]) -> dict[tuple, list[Run]]:
     return out
 
 
-def check_lines(runs: list[Run], threshold_pct: float) -> tuple[list[str], bool]:
-    """Per series: the latest run's verdicts against the runs before it, and the change points."""
+def check_lines(store: ResultsStore, runs: list[Run], threshold_pct: float,
+                detect_pct: float) -> tuple[list[str], list[Outcome]]:
+    """Per board and experiment: its latest run judged as the gate judged it (judge_stored: against the
+    accepted stack, probation and the confirming run included), and the change points of each of its
+    keys' series; the outcomes judged."""
     if runs and not any(run.valid for run in runs):
         reasons = Counter(reason for run in runs for reason in run.invalid_reasons).most_common(1)
         return [f"{len(runs)} run(s), every one INVALID, so no series to judge"
-                + (f" (most often: {reasons[0][0]})" if reasons else "")], False
-    lines, regressed = [], False
-    for (board, _), members in series(runs).items():
-        latest = members[-1]
+                + (f" (most often: {reasons[0][0]})" if reasons else "")], []
+    lines, outcomes = [], []
+    experiments: dict[tuple, list[Run]] = defaultdict(list)
+    for run in runs:
+        experiments[(run.board_id, run.key.experiment)].append(run)
+    for (board, _), members in experiments.items():
+        latest = next((r for r in reversed(members) if r.valid and not is_confirmation(r)), None)
+        if latest is None:
+            continue
+        second = next((r for r in members if r.run_id == f"{latest.run_id}-confirm"), None)
+        judgement = judge_stored(store, latest, threshold_pct, detect_pct, second)
+        valid = sum(r.valid for r in members)
         lines.append(f"{latest.key.case} on {board} ({latest.key.backend}, {latest.key.precision}, "
-                     f"{latest.key.steps} steps): {len(members)} valid run(s)")
-        history, group, look = since_change(members[:-1], latest)
-        history, _, why = comparability(history, [*group, latest])
-        if why:
-            lines.append(f"  latest run {latest.run_id}: {NOT_COMPARABLE}: {why}")
-        record = record_before(runs, latest, group)
-        verdicts = judge_figures(history, latest, threshold_pct, fixed=False, group=group, look=look,
-                                 record=record) if len(members) > 1 and not why else []
-        lines += [f"  latest run {latest.run_id}: {v.line()} ({v.kind}, n={v.n}{group_note(v)})" for v in verdicts]
-        regressed |= any(v.regression for v in verdicts)
+                     f"{latest.key.steps} steps): {valid} valid run(s), latest run {latest.run_id}")
+        lines.append(f"  {judgement.verdict_line()}")
+        lines += [f"    {v.line()} ({v.kind}, n={v.n}{group_note(v)})" for v in judgement.verdicts]
+        if judgement.outcome is not None:
+            outcomes.append(judgement.outcome)
+        lines += _change_point_lines(series([r for r in members if r.key.digest == latest.key.digest]))
+    return lines, outcomes
+
+
+def _change_point_lines(found: dict[tuple, list[Run]]) -> list[str]:
+    lines = []
+    for members in found.values():
         values = [r.mean_step_s for r in members]
         for index in change_points(values):
             before, after = values[index - 1], values[index]
             lines.append(f"  change point at run {members[index].run_id} ({members[index].time}): step "
                          f"{sum(values[:index]) / index:.4f} s -> {sum(values[index:]) / (len(values) - index):.4f} s"
                          f" (last before {before:.4f}, first after {after:.4f})")
-    return lines, regressed
+    return lines
 
 
-def ab_check_lines(sessions: list) -> tuple[list[str], bool]:
-    """Per pair of keys (board, case, baseline key, candidate key): its latest A/B session's verdicts."""
+def ab_check_lines(sessions: list, detect_pct: float) -> tuple[list[str], list[Outcome]]:
+    """Per pair of keys (board, case, baseline key, candidate key): its latest A/B session judged again
+    from its stored pairs (ab.judge_pairs, held to --detect), and its outcome."""
+    from ..results.ab import judge_pairs, session_decider, session_outcome
     latest = {}
     for s in sessions:          # oldest first: the last one of a pair of keys stays
         latest[(s.baseline.board_id, s.case, s.baseline.key.digest, s.candidate.key.digest)] = s
-    lines = []
+    lines, outcomes = [], []
     for s in latest.values():
         differences = "; ".join(s.candidate.key.differences(s.baseline.key)) or "same key"
+        verdicts = judge_pairs(list(s.pairs), s.threshold_pct, s.confidence, detect_pct)
+        outcome, decider = session_outcome(verdicts), session_decider(verdicts, len(s.pairs))
+        outcomes.append(outcome)
         lines.append(f"A/B {s.case} on {s.baseline.board_id}: {s.candidate_partition} against "
-                     f"{s.baseline_partition} ({differences}), session {s.session_id}, {len(s.pairs)} pairs")
-        lines += [f"  {'REGRESSION ' if v.regression else ''}{v.line()} ({v.kind}, n={v.n})" for v in s.verdicts]
-    return lines, any(s.regression for s in latest.values())
+                     f"{s.baseline_partition} ({differences}), session {s.session_id}, {len(s.pairs)} pairs: "
+                     f"{outcome.name}" + (f"; {decider}" if decider else ""))
+        lines += [f"  {'REGRESSION ' if v.regression else ''}{v.line()} ({v.kind}, n={v.n})" for v in verdicts]
+    return lines, outcomes
 
 
 def _cmd_check(args) -> int:
     with ResultsStore(args.results, create=False) as store:
         runs = store.runs(board=args.board)
         sessions = store.ab_sessions(board=args.board)
-    if not runs:
-        raise ConfigError(f"{args.results}: no runs" + (f" of board {args.board}" if args.board else ""))
-    lines, regressed = check_lines(runs, parse_threshold(args.threshold, "--threshold"))
-    ab_lines, ab_regressed = ab_check_lines(sessions)
+        if not runs:
+            raise ConfigError(f"{args.results}: no runs" + (f" of board {args.board}" if args.board else ""))
+        detect = parse_detect(args.detect)
+        lines, outcomes = check_lines(store, runs, parse_threshold(args.threshold, "--threshold"), detect)
+    ab_lines, ab_outcomes = ab_check_lines(sessions, detect)
     print("\n".join(lines + ab_lines))
-    return 1 if regressed or ab_regressed else 0
+    return _exit(outcomes + ab_outcomes, args.inconclusive)
+
+
+def _exit(outcomes: list[Outcome], inconclusive: str) -> int:
+    """1 for a REGRESSION, and for an INCONCLUSIVE verdict unless --inconclusive=warn; else 0."""
+    failing = {Outcome.REGRESSION} | ({Outcome.INCONCLUSIVE} if inconclusive == "fail" else set())
+    return 1 if failing & set(outcomes) else 0
 
 
 # -- boards --------------------------------------------------------------------------------------------
 
-def board_lines(runs: list[Run], board_model: str | None = None) -> tuple[list[str], list[str]]:
-    """(lines, outlier boards): each board of a model against the other boards of its model over one
-    time window (harness/results/fleet.py)."""
-    lines, outliers = [], []
-    for group in fleet_groups(runs, board_model):
-        verdicts, left_out = board_verdicts(group)
-        lines += [group.header(), *(f"  {v.line()}" for v in verdicts), *(f"  {why}" for why in left_out)]
-        outliers += [v.board for v in verdicts if v.outlier]
-    return lines, outliers
-
-
 def _cmd_boards(args) -> int:
     with ResultsStore(args.results, create=False) as store:
         runs = store.runs(board_model=args.board_model)
-    lines, outliers = board_lines(runs, args.board_model)
+    lines, outliers, inconclusive = fleet_lines(runs, args.board_model, parse_detect(args.detect))
     if not lines:
         raise ConfigError(f"{args.results}: no board model with runs of several boards on one key"
                           + (f" ({args.board_model})" if args.board_model else ""))
     print("\n".join(lines))
     if outliers:
         print(f"outlier board(s): {', '.join(outliers)}")
-    return 1 if outliers else 0
+    if inconclusive:
+        print(f"board(s) the fleet could not judge (INCONCLUSIVE): {', '.join(inconclusive)}")
+    return _exit([Outcome.REGRESSION] * bool(outliers) + [Outcome.INCONCLUSIVE] * bool(inconclusive),
+                 args.inconclusive)
 
 
 # -- push ----------------------------------------------------------------------------------------------

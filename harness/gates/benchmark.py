@@ -1,7 +1,8 @@
-"""The benchmark gate's decision: a timed run judged against its reference in the results store
-(harness/results/judge.py), a regression judged from one run confirmed by a second run measured the same
-way, both runs kept for the store, the figures handed over checked to add up, and the rule that says
-whether the run may become its board's baseline.
+"""The benchmark gate's side of the verdict: a timed run judged against its reference in the results
+store (harness/results/verdict/, the confirming rerun in verdict/rerun.py), both runs kept for the
+store, the figures handed over checked to add up, whether the test fails (failure: a REGRESSION, or
+an INCONCLUSIVE verdict unless --inconclusive=warn), and whether the run may become its board's
+baseline.
 
 `results` is the session's side of the store (the suite's ResultsGate: run_of, judge, confirm, record,
 offer): the decision here is the same whoever holds the store.
@@ -9,36 +10,20 @@ offer): the decision here is the same whoever holds the store.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, replace
 
 from ..lifecycle.steptimes import STAGE_NAMES
 from ..report.sitelinks import series_url
 from ..results.condition import HostCondition
-from ..results.judge import FIRST, NOT_COMPARABLE, STEP, UPGRADE, Judgement
 from ..results.records import Run
 from ..results.telemetry import TelemetryWindow
+from ..results.verdict.figures import STEP
+from ..results.verdict.outcome import Outcome
+from ..results.verdict.rerun import BenchmarkDecision, decide
+from ..results.verdict.verdict import FIRST, NOT_COMPARABLE, UPGRADE, Verdict
 from .runner import benchmark_info
 
 __all__ = ["BenchmarkDecision", "as_run", "measured_again", "decide", "comparison_of", "figure_problems",
-           "baseline_offer"]
-
-
-@dataclass(frozen=True)
-class BenchmarkDecision:
-    run: Run                 # the timed run
-    offered: Run             # the run that may become a baseline: the confirmation run when one was needed
-    judgement: Judgement
-
-    @property
-    def comparison(self) -> dict:
-        return comparison_of(self.run, self.judgement)
-
-    def keep(self, results) -> None:
-        """Both runs go to the store at session end (with the quality gate's metrics of the image)."""
-        results.record(self.run)
-        if self.offered is not self.run:
-            results.record(self.offered)
+           "baseline_offer", "failure"]
 
 
 def as_run(results, case, gate_runner, result, telemetry: dict, info: dict, host) -> Run:
@@ -49,32 +34,35 @@ def as_run(results, case, gate_runner, result, telemetry: dict, info: dict, host
 
 def measured_again(results, case, gate_runner, guard, telemetry_root, steps) -> Run:
     """A second run of the case, measured as the benchmark's was (not timed by pytest-benchmark): what
-    confirms or clears a regression judged from one run (Judgement.needs_confirmation)."""
+    confirms or clears a regression judged from one run (Verdict.needs_confirmation)."""
     with TelemetryWindow(telemetry_root) as window, HostCondition() as host:
         result = gate_runner.run(case, guard, steps, keep=False)
     return as_run(results, case, gate_runner, result, window.verdict(), benchmark_info(result.report), host)
 
 
-def decide(results, run: Run, again: Callable[[], Run]) -> BenchmarkDecision:
-    """The judgement of `run`; a regression judged from one run fails only when a second run says so
-    too: a run disturbed far past its history (another tenant, a page-cache flush) is not a slower stack."""
-    judgement = results.judge(run)
-    offered = run
-    if judgement.needs_confirmation:
-        offered = replace(again(), run_id=f"{run.run_id}-confirm")     # (run id, case) names one run
-        judgement = results.confirm(run, judgement, offered)
-    return BenchmarkDecision(run, offered, judgement)
+def failure(judgement: Verdict, inconclusive: str = "fail") -> tuple[str | None, str | None]:
+    """(why the benchmark test fails, or None; a warning, or None): a REGRESSION fails; an
+    INCONCLUSIVE verdict fails too unless the lab chose --inconclusive=warn, and either way its line
+    says what would decide it."""
+    outcome = judgement.outcome
+    if outcome is Outcome.REGRESSION:
+        return f"benchmark regression: {judgement.headline()}", None
+    if outcome is Outcome.INCONCLUSIVE:
+        line = f"benchmark inconclusive: {judgement.headline()}; {judgement.decider()}"
+        return (None, f"{line} (passed: --inconclusive=warn)") if inconclusive == "warn" else (line, None)
+    return None, None
 
 
-def comparison_of(run: Run, judgement: Judgement) -> dict:
+def comparison_of(run: Run, judgement: Verdict) -> dict:
     """The run summary's row: status, message and the step's shift against the reference."""
     step = next((v for v in judgement.verdicts if v.label == STEP), None)
     status = ("regressed" if judgement.regressed else judgement.kind if judgement.kind in (FIRST, NOT_COMPARABLE)
+              else f"{judgement.kind}: inconclusive" if judgement.outcome is Outcome.INCONCLUSIVE
               else f"{judgement.kind}: not confirmed by a second run" if judgement.regressions
               else f"{judgement.kind}: within threshold")
     reference = judgement.reference_run
     moved = judgement.moved      # a figure that failed while the step did not: the row names it
-    return {"status": status, "message": judgement.headline(), "mean_s": run.total_denoise_s,
+    return {"status": status, "message": judgement.verdict_line(), "mean_s": run.total_denoise_s,
             "moved": f"{moved.label} {moved.shift_pct:+.1f} %" if moved else None,
             "threshold_pct": step.threshold_pct if step else float("nan"),
             "baseline_mean_s": reference.total_denoise_s if reference else None,
@@ -112,7 +100,7 @@ def figure_problems(info: dict, steps: int, subgraphs: int) -> list[str]:
     return [problem for ok, problem in checks if not ok]
 
 
-def baseline_offer(run: Run, judgement: Judgement, save_baseline: bool,
+def baseline_offer(run: Run, judgement: Verdict, save_baseline: bool,
                    accept_upgrade: bool) -> tuple[str | None, str | None]:
     """(why the run is offered as its board's baseline, or None; why it is not, or None when nobody
     asked): only with --save-baseline, or --accept-upgrade after an upgrade comparison; never a run

@@ -1,5 +1,5 @@
 """The benchmark gate's results inside pytest: every benchmark run goes to the results store (--results),
-is judged against its reference there (harness/results/judge.py), and may become its board's baseline.
+is judged against its reference there (harness/results/verdict/), and may become its board's baseline.
 
 pytest-benchmark only times the rounds. Its own storage (--benchmark-autosave, --benchmark-save) and its
 --benchmark-compare-fail are refused: they would keep a second store beside the results store and judge
@@ -31,11 +31,11 @@ from ..results.store import ResultsStore, StoreUnavailable, describe_url
 from .state import settings_of, state_of
 
 if TYPE_CHECKING:
-    from ..results.judge import Judgement
+    from ..results.verdict.verdict import Verdict
 
 __all__ = ["results_gate"]
 
-# The verdict's modules (results.judge, gates.benchmark: scipy and onnx, ~2 s of start-up) are imported
+# The verdict's modules (results.verdict, gates.benchmark: scipy and onnx, ~2 s of start-up) are imported
 # where a benchmark is judged: every pytest process loads this plugin, and most judge nothing.
 
 _INSTEAD = "the results store (--results URL), which every benchmark run is written to"
@@ -109,7 +109,7 @@ class ResultsGate:
         from ..results.provenance import ci_url, comparable_versions, git_revision, run_id
         from ..results.telemetry import serial_hash
         identity, board = state_of(self.config).identity, state_of(self.config).board
-        return self.store.filed(Run(
+        run = Run(
             run_id=run_id(), time=utc_now(), board_id=board, board_model=board_model_of(board), model=model,
             key=RunKey(case=case, steps=info["steps"], precision=precision, backend=self.settings.backend,
                        manifest_hash=manifest_hash, versions=comparable_versions(identity)),
@@ -121,7 +121,11 @@ class ResultsGate:
             peak_pss_added_bytes=info["peak_pss_added_bytes"],
             host_cpus=host.cpus if host else None, host_load=host.load_per_cpu if host else None,
             host_probe_s=host.probe_s if host else None, serial_hash=serial_hash(identity),
-            device_model=identity.get("model")))
+            device_model=identity.get("model"))
+        # filing reads the store: a server gone here keeps the measured run for the session's end
+        # (add_run files it then, or the spool keeps it) like a verdict that could not be read
+        with self._kept_if_unread(run):
+            return self.store.filed(run)
 
     def record_ab(self, session, case: str, sides: dict, telemetry: dict, **how) -> ABRecord:
         """Write the interleaved A/B session `session` (both sides, the pairs, the verdicts) now, in one
@@ -136,17 +140,18 @@ class ResultsGate:
                 from None
         return record
 
-    def judge(self, run: Run) -> Judgement:
-        from ..results.judge import judge_run
+    def judge(self, run: Run) -> Verdict:
+        from ..results.verdict.judging import judge_run
         with self._kept_if_unread(run):
-            return judge_run(self.store, run, self.settings.baseline_threshold)
+            return judge_run(self.store, run, self.settings.baseline_threshold, self.settings.detect)
 
-    def confirm(self, run: Run, judgement: Judgement, second: Run) -> Judgement:
-        """`judgement` of `run` with a second run's (judge.confirm; Judgement.regressed says whether
+    def confirm(self, run: Run, judgement: Verdict, second: Run) -> Verdict:
+        """`judgement` of `run` with a second run's (verdict.confirm; Verdict.regressed says whether
         the regression stands)."""
-        from ..results.judge import confirm
+        from ..results.verdict.judging import confirm
         with self._kept_if_unread(run, second):
-            return confirm(self.store, run, judgement, second, self.settings.baseline_threshold)
+            return confirm(self.store, run, judgement, second, self.settings.baseline_threshold,
+                           self.settings.detect)
 
     @contextlib.contextmanager
     def _kept_if_unread(self, *measured: Run):
@@ -157,13 +162,15 @@ class ResultsGate:
         except StoreUnavailable as exc:
             for run in measured:
                 self.record(run)
-            raise StoreUnavailable(f"{exc}; the run is kept for the session's end") from None
+            raise StoreUnavailable(f"{exc}; the run is kept for the session's end (written then, or kept in the "
+                                   f"spool {self.settings.results_spool}, which `bin/harness results push` sends)") \
+                from None
 
     def record(self, run: Run) -> None:
         """Keep the judged run for the session's end (pytest_sessionfinish writes it)."""
         state_of(self.config).recorded.append(run)
 
-    def offer(self, nodeid: str, run: Run, judgement: Judgement) -> None:
+    def offer(self, nodeid: str, run: Run, judgement: Verdict) -> None:
         """Queue this run as its board's next baseline when the rules (gates.benchmark.baseline_offer)
         allow; written at session end if the whole session passed."""
         from ..gates.benchmark import baseline_offer
@@ -260,8 +267,9 @@ def terminal_summary(terminalreporter, exitstatus, config):
 
 
 def _write_comparisons(terminalreporter, benches: list) -> None:
-    from ..results.judge import FIRST, NOT_COMPARABLE
+    from ..results.verdict.verdict import FIRST, NOT_COMPARABLE
     for bench in benches:
         c = bench["comparison"]
         terminalreporter.write_line(f"{bench['test']}: {c['message']}",
-                                    red=c["status"] == "regressed", yellow=c["status"] in (FIRST, NOT_COMPARABLE))
+                                    red=c["status"] == "regressed",
+                                    yellow=c["status"] in (FIRST, NOT_COMPARABLE) or c["outcome"] == "inconclusive")

@@ -129,6 +129,7 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     from ..results.ab import parse_confidence
     from ..results.judge import parse_threshold
     from ..results.telemetry import detect_rk3588
+    from ..results.verdict.power import parse_detect
     profile_file = Path(profile_path) if profile_path else None
     profile = _profile_values(profile_file, cli.get("tier"))
     values = {}
@@ -159,12 +160,15 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     from ..sampling.spectrum import SAMPLERS
     if values["bench_sampler"] not in (None, *SAMPLERS):
         raise ConfigError(f"--bench-sampler {values['bench_sampler']}: choose {', '.join(SAMPLERS)}")
+    if values["inconclusive"] not in ("fail", "warn"):
+        raise ConfigError(f"--inconclusive {values['inconclusive']}: choose fail or warn")
     cases = _case_names(values["cases"], golden_dir)
     typed = {name: values[name] for name in OPTIONS}
     typed.update({name: parse_size(values[name]) for name in _SIZES if values[name]})
     typed.update(backend=backend, golden_dir=golden_dir, cases=cases, lifecycle=lifecycle,
                  pss_budget=parse_size(budget) if budget else None,
                  baseline_threshold=parse_threshold(values["baseline_threshold"]),
+                 detect=parse_detect(values["detect"]),
                  ab_threshold=parse_threshold(values["ab_threshold"], "--ab-threshold"),
                  ab_confidence=parse_confidence(values["ab_confidence"], "--ab-confidence"))
     settings = SuiteSettings(**typed, backend_requested=requested, on_board=on_board, board_profile=profile_file,

@@ -18,7 +18,7 @@ within 1 - confidence.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +26,12 @@ import numpy as np
 from ..core.errors import ConfigError
 from ..sampling.settings import SampleSettings
 from .constants import AB_THRESHOLD_PCT, CONFIDENCE
+from .verdict.outcome import Outcome
+from .verdict.power import DETECT_PCT, more_pairs
 from .verdicts import Decision, paired_verdict
 
-__all__ = ["Side", "ABSession", "run_session", "judge_pairs", "session_figures", "side_options",
+__all__ = ["Side", "ABSession", "run_session", "judge_pairs", "session_outcome", "session_decider", "session_figures",
+           "side_options",
            "baseline_options", "round_orders", "parse_confidence", "DEFAULT_THRESHOLD_PCT", "DEFAULT_CONFIDENCE"]
 
 DEFAULT_THRESHOLD_PCT, DEFAULT_CONFIDENCE = AB_THRESHOLD_PCT, CONFIDENCE     # constants.py says why
@@ -55,9 +58,35 @@ class ABSession:
     def regressions(self) -> list[Decision]:
         return [v for v in self.verdicts if v.regression]
 
+    @property
+    def outcome(self) -> Outcome:
+        return session_outcome(self.verdicts)
+
     def as_dict(self) -> dict:
         return {"pairs": self.pairs, "first": self.first, "verdicts": [v.as_dict() for v in self.verdicts],
-                "regression": bool(self.regressions)}
+                "regression": bool(self.regressions), "outcome": str(self.outcome)}
+
+
+def session_outcome(verdicts: list[Decision]) -> Outcome:
+    """An A/B session's outcome: REGRESSION when a figure regressed; else its step's (the figure the
+    session is run for): INCONCLUSIVE when the step's interval could not have found the promised
+    slowdown (--detect), PASS when it could."""
+    if any(v.regression for v in verdicts):
+        return Outcome.REGRESSION
+    step = next((v for v in verdicts if v.label == "step"), None)
+    return step.outcome if step is not None else Outcome.INCONCLUSIVE
+
+
+def session_decider(verdicts: list[Decision], rounds: int) -> str:
+    """What would decide an INCONCLUSIVE session ('' otherwise): so many more pairs, its noise as it is."""
+    step = next((v for v in verdicts if v.label == "step"), None)
+    if session_outcome(verdicts) is not Outcome.INCONCLUSIVE or step is None or step.spread_log is None:
+        return ""
+    more = more_pairs(step.spread_log, step.level, step.n, step.detect_pct or DETECT_PCT, step.threshold_pct)
+    if more is None:
+        return (f"to decide it: no number of pairs here will (the pairs' log sd {100 * step.spread_log:.1f} %): "
+                "a quieter board")
+    return f"to decide it: {more} more pair(s), --rounds {rounds + more}, the pairs' noise as it is"
 
 
 def session_figures(report: dict) -> dict[str, float]:
@@ -70,14 +99,15 @@ def session_figures(report: dict) -> dict[str, float]:
 
 
 def judge_pairs(pairs: list[dict], threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-                confidence: float = DEFAULT_CONFIDENCE) -> list[Decision]:
+                confidence: float = DEFAULT_CONFIDENCE, detect_pct: float | None = DETECT_PCT) -> list[Decision]:
     """A paired verdict per figure both sides have with a time in every round (a stage a resident
-    strategy never repeats is 0 and has nothing to judge)."""
+    strategy never repeats is 0 and has nothing to judge), each held to the promise `detect_pct`."""
     names = [n for n in pairs[0]["baseline"]
              if all(p["baseline"].get(n, 0) > 0 and p["candidate"].get(n, 0) > 0 for p in pairs)]
     each = 1.0 - (1.0 - confidence) / max(len(names), 1)
-    return [paired_verdict(n, [p["baseline"][n] for p in pairs], [p["candidate"][n] for p in pairs],
-                           threshold_pct=threshold_pct, confidence=each) for n in names]
+    return [replace(paired_verdict(n, [p["baseline"][n] for p in pairs], [p["candidate"][n] for p in pairs],
+                                   threshold_pct=threshold_pct, confidence=each), detect_pct=detect_pct)
+            for n in names]
 
 
 def round_orders(rounds: int, rng: np.random.Generator) -> list[bool]:
@@ -110,7 +140,7 @@ def parse_confidence(text, option: str = "--confidence") -> float:
 def run_session(bundle, baseline: Side, candidate: Side, settings: SampleSettings, *, rounds: int, warmup: int = 1,
                 lifecycle: str = "on-demand", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
                 confidence: float = DEFAULT_CONFIDENCE, on_pair: Callable[[int, dict], None] | None = None,
-                prompt: str | None = None, text_embs: dict | None = None, guard=None,
+                detect_pct: float = DETECT_PCT, prompt: str | None = None, text_embs: dict | None = None, guard=None,
                 rng: np.random.Generator | None = None) -> ABSession:
     """`warmup` rounds first (a process's first run of a partition builds its sessions), then
     `rounds` pairs, judged. Both partitions are verified on the first round only. The order within
@@ -133,7 +163,7 @@ def run_session(bundle, baseline: Side, candidate: Side, settings: SampleSetting
                 session.reports[name].append(report)
             if on_pair:
                 on_pair(len(session.pairs), session.pairs[-1])
-    session.verdicts = judge_pairs(session.pairs, threshold_pct, confidence)
+    session.verdicts = judge_pairs(session.pairs, threshold_pct, confidence, detect_pct)
     return session
 
 

@@ -21,13 +21,12 @@ import hashlib
 import os
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from .verdicts import Decision, history_verdict
+from .verdict.probe import PROBE_LABEL, probe_verdict
 
 __all__ = ["HostCondition", "probe_seconds", "probe_verdict", "condition_line", "PROBE_LABEL"]
 
-PROBE_LABEL = "calibration probe"
 _BUFFER = bytes(range(256)) * 1024          # 256 KiB, fixed
 _PASSES = 40                                # about 10 ms per repetition on a 2020s x86 core
 _REPEATS = 5
@@ -75,18 +74,6 @@ class HostCondition:
         loads = [x for x in (self._load, after) if x is not None]
         self.load_per_cpu = max(loads) if loads else None
         self.probe_s = (self._probe + probe_seconds()) / 2
-
-
-def probe_verdict(history: list[float], probes: list[float], confidence: float) -> Decision | None:
-    """The new run(s)' probe against the probes of the history they would be judged by, two-sided:
-    None when too few history runs have one; else a Decision whose `regression` means "not comparable"
-    (the machine ran slower or faster than in that history by more than the probe's spread)."""
-    # the probe's floor is the figures' (HISTORY_FLOOR_PCT): below it their own threshold absorbs the
-    # machine's speed
-    verdict = history_verdict(PROBE_LABEL, history, probes, confidence=confidence)
-    if verdict is None:
-        return None
-    return replace(verdict, regression=abs(verdict.shift_pct) > verdict.threshold_pct)
 
 
 def condition_line(cpus: int | None, load_per_cpu: float | None, probe_s: float | None) -> str:

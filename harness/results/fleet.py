@@ -170,7 +170,9 @@ def board_verdicts(group: FleetGroup, detect_pct: float = DETECT_PCT) -> tuple[l
 def fleet_lines(runs: list[Run], board_model: str | None = None,
                 detect_pct: float = DETECT_PCT) -> tuple[list[str], list[str], list[str]]:
     """(lines, outlier boards, INCONCLUSIVE boards) of every group of `runs`: what `results boards`
-    prints, and what fails it (an outlier, or a board the fleet could not judge)."""
+    prints, and what fails it (an outlier, or a board the fleet could not judge). A board left out of a
+    group whose other boards were judged (one that stopped running, too few runs in the window) is named
+    in the lines but not counted: the group was judged, and a retired board must not fail every check."""
     lines: list[str] = []
     outliers: list[str] = []
     inconclusive: list[str] = []
@@ -179,7 +181,8 @@ def fleet_lines(runs: list[Run], board_model: str | None = None,
         lines += [group.header(), *(f"  {v.line()}" for v in verdicts), *(f"  {why}" for why in could_not)]
         outliers += [v.board for v in verdicts if v.outlier]
         judged = {v.board: v for v in verdicts}
-        inconclusive += [b for b in group.runs if b not in judged or judged[b].outcome is Outcome.INCONCLUSIVE]
+        inconclusive += [b for b in group.runs
+                         if (b in judged and judged[b].outcome is Outcome.INCONCLUSIVE) or not judged]
     return lines, outliers, inconclusive
 
 

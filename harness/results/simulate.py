@@ -38,8 +38,9 @@ from .judge import NPU_CORE, STEP, judge_values, npu_core
 from .noise import NOISE_LOOKBACK
 from .records import Run, RunKey
 from .verdict import Outcome
+from .verdict.verdict import HISTORY, Verdict
 
-__all__ = ["RATES", "STREAMS_DIR", "LoadedHost", "outcome", "upgrade_path", "today_judge", "UPGRADE_PATHS",
+__all__ = ["RATES", "STREAMS_DIR", "LoadedHost", "outcome", "upgrade_path", "gate_judge", "UPGRADE_PATHS",
            "kept_streams", "simulate", "store_looks", "stream_figures", "stream_record"]
 
 STREAMS_DIR = Path(__file__).resolve().parent / "streams"
@@ -97,12 +98,10 @@ class LoadedHost:
 
 
 def outcome(decisions: list) -> Outcome:
-    """The seam to the judge: today's decisions as one of the three outcomes (REGRESSION when a figure
-    regressed; INCONCLUSIVE when no figure was judged at all; else PASS). Once the verdict package
-    judges, this reads its outcome instead."""
-    if any(v.regression for v in decisions):
-        return Outcome.REGRESSION
-    return Outcome.PASS if decisions else Outcome.INCONCLUSIVE
+    """A look's decisions (judge_values, held to DETECT_PCT) as the verdict package reads them: a
+    history Verdict of those figures, so its outcome is the gate's (REGRESSION when a figure regressed,
+    INCONCLUSIVE when neither the step nor the NPU core could have found the promised slowdown)."""
+    return Verdict(HISTORY, "simulated history", list(decisions)).outcome or Outcome.INCONCLUSIVE
 
 
 def _loaded_history(model, trials: int, slow: float, seed: int) -> dict[str, int]:
@@ -163,10 +162,11 @@ def upgrade_path(judge: Callable, path: str, trials: int, seed: int, loaded: boo
     return tally
 
 
-def today_judge(store, run) -> Outcome:
-    """The seam over today's judge: judge_run's verdicts as an Outcome."""
-    from .judge import judge_run
-    return outcome(judge_run(store, run, 10.0).verdicts)
+def gate_judge(store, run) -> Outcome:
+    """The gate's judge on a stored path: the verdict package's judge(store, run) and its outcome (the
+    first run of an experiment, with nothing to judge against, starts the history: a PASS here)."""
+    from .verdict.judging import judge
+    return judge(store, run).outcome or Outcome.PASS
 
 
 def _stored_run(run_id: str, stack: str, fig: dict[str, float], minute: int) -> Run:
@@ -350,7 +350,7 @@ def simulate(runs: int, seed: int = 0, streams: list[Path] | None = None, shifts
     out["paths"] = {}
     for walk in UPGRADE_PATHS:
         progress(f"upgrade path {walk}: {max(1, runs // PATH_SHARE)} stores")
-        out["paths"][walk] = upgrade_path(today_judge, walk, max(1, runs // PATH_SHARE), seed + 23)
+        out["paths"][walk] = upgrade_path(gate_judge, walk, max(1, runs // PATH_SHARE), seed + 23)
     for path in kept_streams() if streams is None else streams:
         progress(f"kept stream {path.name}")
         out["streams"][path.name] = judge_stream(read_stream(path))

@@ -281,6 +281,39 @@ class ResultsStore:
                 transaction.rollback()
             conn.close()
 
+    @contextlib.contextmanager
+    def as_before(self, run: Run) -> Iterator[ResultsStore]:
+        """The store as it was before the stored `run` was written: a view whose reads run the store's
+        own queries inside one write transaction that deletes `run` and every run written after it
+        (their rows, baselines and A/B sessions go with them) and is rolled back when the block ends,
+        so nothing is lost. What `results check` judges a stored run against, as the gate did. On
+        SQLite it holds the write lock for the block, as pending() does."""
+        try:
+            conn = self.engine.connect()
+            conn.execution_options(**{_WRITE: True})
+            transaction = conn.begin()
+        except _driver_errors() as exc:
+            raise StoreUnavailable(f"results store {self.where}: opening a transaction failed "
+                                   f"({_first_line(exc)}); the store is as it was") from None
+        try:
+            view = copy.copy(self)
+            view._pinned = conn
+            view._forget_from(run)
+            yield view
+        finally:
+            with contextlib.suppress(*_driver_errors()):
+                transaction.rollback()
+            conn.close()
+
+    @_guarded("hiding the runs written after a run")
+    def _forget_from(self, run: Run) -> None:
+        """as_before()'s deletes, inside its view's transaction."""
+        with self._writing() as conn:
+            pk = _run_pk(conn, run.run_id, run.key.case)
+            if pk is None:
+                raise ResultsError(f"results store {self.where}: run {run.run_id!r} is not stored")
+            conn.execute(delete(runs).where(runs.c.id >= pk))
+
     @_guarded("writing runs not yet written into a transaction")
     def _hold(self, runs: list[Run]) -> None:
         """pending()'s runs, written into its view's transaction."""
@@ -576,6 +609,11 @@ def _filed(conn, run: Run) -> Run:
     return replace(run, board_id=first.board_id, board_model=first.board_model) if first else run
 
 
+# An interval's upper end past this many % says no more than one at it: a session of 3 pairs on a busy
+# host reaches 1e15 % (issue 41), and the table keeps shifts finite (tables._PCT's bound).
+_WIDEST_PCT = 999_999.0
+
+
 def _insert_session(conn, record: ABRecord) -> None:
     record = replace(record, baseline=_filed(conn, record.baseline), candidate=_filed(conn, record.candidate))
     pks = {side: _insert_run(conn, record.side(side)) for side in SIDES}
@@ -594,7 +632,7 @@ def _insert_session(conn, record: ABRecord) -> None:
         conn.execute(insert(ab_verdicts), [
             {"session": pk, "place": i, "figure": v.label, "kind": v.kind, "shift_pct": v.shift_pct,
              "ci_low_pct": v.ci_pct[0],
-             "ci_high_pct": v.ci_pct[1], "threshold_pct": v.threshold_pct, "confidence": v.confidence,
+             "ci_high_pct": min(v.ci_pct[1], _WIDEST_PCT), "threshold_pct": v.threshold_pct, "confidence": v.confidence,
              "regression": v.regression, "n": v.n, "statistic": v.statistic, "p_value": v.p_value}
             for i, v in enumerate(record.verdicts)])
 

@@ -21,10 +21,12 @@ end, with the quality gate's metrics of its image, in one transaction. The decis
 harness/gates/benchmark.py; this test times the rounds and reports the decision to pytest (extra_info, JUnit
 properties, the summary).
 """
+import warnings
+
 import pytest
 
 from harness.core.errors import HarnessError
-from harness.gates.benchmark import as_run, decide, figure_problems, measured_again
+from harness.gates.benchmark import as_run, comparison_of, decide, failure, figure_problems, measured_again
 from harness.gates.runner import benchmark_info, derived_case
 from harness.pytest_plugin.state import state_of
 from harness.pytest_plugin.storage import step_stats
@@ -69,7 +71,8 @@ def record_run(benchmark, case, gate_runner, window, result, suite, request, res
     info = benchmark_info(result.report)
     config = request.config
     decision = decide(results_gate, as_run(results_gate, case, gate_runner, result, verdict, info, host), again)
-    run, judgement, comparison = decision.run, decision.judgement, decision.comparison
+    run, judgement = decision.run, decision.judgement
+    comparison = comparison_of(run, judgement)
     benchmark.extra_info.update(info, valid=verdict["valid"], invalid_reasons=verdict["reasons"],
                                 board_id=state_of(config).board, verdict=judgement.as_dict(), key=run.key.as_dict())
     record_property("baseline", judgement.kind)
@@ -88,5 +91,8 @@ def record_run(benchmark, case, gate_runner, window, result, suite, request, res
     assert not problems, f"the benchmark's figures do not add up: {'; '.join(problems)}"
     # a baseline from the run that was not disturbed
     results_gate.offer(request.node.nodeid, decision.offered, judgement)
-    if judgement.regressed:
-        pytest.fail(f"benchmark regression: {judgement.headline()}", pytrace=False)
+    failed, warned = failure(judgement, suite.inconclusive)
+    if warned:
+        warnings.warn(warned, stacklevel=1)
+    if failed:
+        pytest.fail(failed, pytrace=False)

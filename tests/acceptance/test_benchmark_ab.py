@@ -8,13 +8,16 @@ candidate's only (slow=xFACTOR makes a candidate that must fail). The session is
 artifacts/runs/<case>-ab.json and to the results store (--results): both sides as runs under their own
 partition's key, every round's figures and the verdicts, in one transaction.
 """
+import warnings
+
 import pytest
 
 from harness.core.atomic import atomic_write_json
 from harness.core.errors import HarnessError
 from harness.gates.cases import case_inputs
-from harness.results.ab import Side, baseline_options, run_session
+from harness.results.ab import Side, baseline_options, run_session, session_decider
 from harness.results.telemetry import TelemetryWindow
+from harness.results.verdict import Outcome
 
 # Marker ab: deselected, said in one line, when no --ab-baseline names the partition to run against.
 pytestmark = [pytest.mark.npu, pytest.mark.benchmark, pytest.mark.ab]
@@ -33,7 +36,8 @@ def test_denoise_time_ab(suite, gate_runner, golden_cases, npu_guard, record_pro
             session = run_session(gate_runner.bundle, sides["baseline"], sides["candidate"], inputs.settings,
                                   rounds=suite.ab_rounds, warmup=_WARMUP, lifecycle=suite.lifecycle,
                                   threshold_pct=suite.ab_threshold, confidence=suite.ab_confidence,
-                                  prompt=inputs.prompt, text_embs=inputs.text_embs, guard=npu_guard)
+                                  detect_pct=suite.detect, prompt=inputs.prompt, text_embs=inputs.text_embs,
+                                  guard=npu_guard)
         atomic_write_json(suite.artifacts / "runs" / f"{case.name}-ab.json", session.as_dict())
     except HarnessError as exc:
         pytest.fail(f"{case.name}: no A/B session: {exc}", pytrace=False)
@@ -49,3 +53,11 @@ def test_denoise_time_ab(suite, gate_runner, golden_cases, npu_guard, record_pro
     if session.regressions:
         pytest.fail(f"{case.name}: A/B regression against {suite.ab_baseline}: "
                     + "; ".join(v.line() for v in session.regressions), pytrace=False)
+    if session.outcome is Outcome.INCONCLUSIVE:     # it could not have found the promised slowdown
+        line = (f"{case.name}: A/B session inconclusive against {suite.ab_baseline}: "
+                + "; ".join(v.line() for v in session.verdicts if v.label == "step")
+                + f"; {session_decider(session.verdicts, suite.ab_rounds)}")
+        if suite.inconclusive == "warn":
+            warnings.warn(f"{line} (passed: --inconclusive=warn)", stacklevel=1)
+        else:
+            pytest.fail(line, pytrace=False)

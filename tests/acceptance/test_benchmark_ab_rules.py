@@ -47,7 +47,10 @@ def test_an_unchanged_candidate_passes(gate, tmp_path, baseline_partition):
     # The same files on both sides: two copies of one partition differ in their load stage by a few
     # per cent here (where each copy's pages sit), which is a difference, and the session says so.
     # Judged at 99.99 %: at the default 99 % an unchanged candidate fails 1 % of sessions by design.
-    gate(f"--partition={baseline_partition}", "--ab-confidence=99.99%").assert_outcomes(passed=1)
+    # At 99.99 % over 8 one-step pairs the session's own power is low on a busy host (a step interval
+    # of [-88, 737] % under load 10 here: INCONCLUSIVE, issue 41); what this test holds is that an
+    # unchanged candidate is never called a regression, so the lab's --inconclusive=warn lets it pass.
+    gate(f"--partition={baseline_partition}", "--ab-confidence=99.99%", "--inconclusive=warn").assert_outcomes(passed=1)
     assert (tmp_path / "artifacts" / "runs" / "seven-ab.json").exists()
     session, _ = stored_session(tmp_path)
     assert not session.regression and session.candidate.key == session.baseline.key

@@ -19,6 +19,8 @@ from harness.model.config import REPO_ROOT
 from harness.results.store import ResultsStore
 from tests.results_data import make_run
 
+BOARD_TREE = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"
+
 pytestmark = [pytest.mark.slow, pytest.mark.results]      # one one-step gate session each (~10 s)
 
 FUTURE = "ffff_from_a_newer_checkout"
@@ -89,20 +91,25 @@ def test_a_store_newer_than_the_checkout_stops_the_session_before_any_test_with_
     engine.dispose()
 
 
-@pytest.mark.parametrize("stop_at, test_line", [
-    ("FROM runs", "seven: benchmark ran but was not judged: results store"),     # between open and read
-    ("INSERT INTO runs", None),                                                 # between read and write
+@pytest.mark.parametrize("stop_at, test_line, board", [
+    ("FROM runs", "seven: benchmark ran but was not judged: results store", ()),        # between open and read
+    # filing the run under its board (a board tree with a serial; the faults backend, not the board's
+    # runtime it would choose): the first read of all (issue 41)
+    ("WHERE runs.serial_hash", "seven: benchmark ran but was not judged: results store",
+     (f"--telemetry-root={BOARD_TREE}", "--backend=faults")),
+    ("INSERT INTO runs", None, ()),                                                    # between read and write
 ])
 def test_a_server_lost_mid_session_keeps_the_run_in_the_spool_and_push_sends_it(
-        session, tmp_path, lost_server, stop_at, test_line):
+        session, tmp_path, lost_server, stop_at, test_line, board):
     url = lost_server.database()
     with ResultsStore(url) as store:
         store.add_run(make_run("earlier"))
-    done = session(url, STOP_SERVER_AT=stop_at)       # tests/stop_server.py, in the session's process
+    done = session(url, *board, STOP_SERVER_AT=stop_at)       # tests/stop_server.py, in the session's process
     assert done.returncode == 1
     if test_line:
         (line,) = _lines_with(done, test_line)
-        assert "reading" in line and line.endswith("the run is kept for the session's end")
+        assert ("reading" in line or "filing" in line) and "the run is kept for the session's end" in line, line
+        assert "`bin/harness results push` sends" in line, line
     (line,) = _lines_with(done, "benchmark run not written: ")
     spool = tmp_path / "spool.sqlite"
     assert f"the store is as it was; kept in the spool {spool}: `bin/harness results push" in line

@@ -250,8 +250,12 @@ def test_bench_ab_fails_a_slowed_candidate_naming_the_figure_and_stores_the_sess
     with ResultsStore(results_url) as store:
         (session,) = store.ab_sessions()
         assert session.regression and len(session.pairs) == 8 and session.candidate_options == {"slowdown": 4.0}
-        assert [v.line() for v in session.verdicts] == [line.removeprefix("REGRESSION ")
-                                                        for line in run.stdout.splitlines()[:len(session.verdicts)]]
+        # the stored pairs judge to the lines printed (what the verdicts could detect is judged again
+        # from the pairs; the store keeps the shifts and intervals)
+        assert [v.line() for v in judge_pairs(list(session.pairs), session.threshold_pct, session.confidence)] == \
+            [line.removeprefix("REGRESSION ") for line in run.stdout.splitlines()[:len(session.verdicts)]]
+        assert [v.shift() for v in session.verdicts] == [v.shift() for v in judge_pairs(
+            list(session.pairs), session.threshold_pct, session.confidence)]
         # both sides are runs of the partition's key, their figures the mean over the 8 rounds
         candidate = store.run(f"{session.session_id}-candidate", "default-prompt")
         assert candidate.key.manifest_hash == manifest_sha256(partition) and candidate.key.backend == "faults"

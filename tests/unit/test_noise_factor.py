@@ -1,4 +1,4 @@
-"""The noise factor (harness/results/noise.py): a board's record of runs that are not independent
+"""The noise factor (harness/results/verdict/noise.py): a board's record of runs that are not independent
 widens the history verdict's interval so that a steady change keeps its false-alarm rate, and a
 record of independent runs leaves it nearly as it was.
 
@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.results import noise
 from harness.results.judge import (
     GROUP_RUNS,
     HISTORY,
@@ -26,8 +25,9 @@ from harness.results.judge import (
     judge_values,
     record_of,
 )
-from harness.results.noise import NOISE_LOOKBACK, noise_factor, standardized_shifts
 from harness.results.store import ResultsStore
+from harness.results.verdict import noise
+from harness.results.verdict.noise import NOISE_LOOKBACK, noise_factor, standardized_shifts
 from harness.results.verdicts import history_verdict
 from tests.results_data import make_run
 
@@ -267,10 +267,10 @@ def test_a_new_board_judged_by_the_fleet_learns_from_the_fleets_runs_and_says_so
     assert "the fleet's other boards' valid runs" in "\n".join(judgement.lines())
 
 
-def test_results_check_learns_a_runs_noise_from_the_runs_before_it():
-    # an old stack's series (quiet, too short to learn from) whose latest run came before a new
-    # stack's long drifting record: `check` judges the old series' latest run as the gate did then,
-    # not widened by runs that came after it
+def test_results_check_learns_a_runs_noise_from_the_runs_before_it(tmp_path):
+    # an old stack's quiet series, then a new stack's long drifting record: `check` judges the
+    # board's latest run as the gate did when it was written, its noise learned from the runs before
+    # it, and not the later runs'
     from harness.cli.results import check_lines
     from tests.results_data import VERSIONS_NEW
     quiet = np.exp(np.random.default_rng(14).normal(0, 0.02, 40))
@@ -278,7 +278,10 @@ def test_results_check_learns_a_runs_noise_from_the_runs_before_it():
     drifting = _ar1(0.95, 0.1, 260, seed=15)
     new = [replace(make_run(f"n{i}", float(t), minute=100 + i, versions=VERSIONS_NEW), git_revision="r1")
            for i, t in enumerate(drifting)]
-    lines, _ = check_lines([*old, *new], 10.0)
-    judged = [line for line in lines if "latest run o39:" in line]
-    assert judged and not any("noise x" in line for line in judged), lines
-    assert any("latest run n259:" in line and "noise x" in line for line in lines), lines
+    with ResultsStore(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        store.add_runs(old + [new[0]])
+        lines, _ = check_lines(store, store.runs(), 10.0, 25.0)
+        assert "latest run n0" in lines[0] and not any("noise x" in line for line in lines), lines
+        store.add_runs(new[1:])
+        lines, _ = check_lines(store, store.runs(), 10.0, 25.0)
+    assert "latest run n259" in lines[0] and any("noise x" in line for line in lines), lines

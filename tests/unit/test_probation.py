@@ -52,7 +52,8 @@ def test_every_run_of_a_new_stack_is_an_upgrade_verdict_until_it_is_accepted(res
                                                    "against 3 valid run(s) of the accepted stack"), judgement.headline()
             assert "denoise step +" in judgement.headline() and "runtime_lib 2.3.2 -> 2.5.0" in judgement.headline()
         assert [v.runs for v in judged[2].regressions][:1] == [3], "the new stack's runs are judged as a group"
-        assert confirming.probation == 2 and confirming.regressed, confirming.headline()
+        # a confirming run belongs to the session of the run it confirms: not a run of the probation
+        assert confirming.probation == 1 and confirming.regressed, confirming.headline()
         # accepted: the new stack's history is the reference from now on
         store.set_baseline(store.runs()[-1], "upgrade accepted")
         after = judge_run(store, _noisy("new7", 30, rng, step_s=3.0, versions=VERSIONS_NEW), 10.0)

@@ -12,6 +12,7 @@ import pytest
 from harness.cli.main import main
 from harness.results.judge import FIRST, HISTORY, UPGRADE, judge_run
 from harness.results.store import ResultsStore
+from harness.results.verdict import Outcome
 from tests.results_data import VERSIONS_NEW, make_ab_record, make_run
 
 pytestmark = pytest.mark.results
@@ -133,7 +134,11 @@ def test_runs_that_merely_happened_before_judge_only_once_they_are_enough(result
         _history(store, count=3)
         early = judge_run(store, make_run("new", 1.2, minute=50), 10.0)
         assert not early.regressed and early.verdicts == []
-        assert "too few for a learned threshold (5 needed) and no saved baseline, so no verdict yet" in early.headline()
+        # no noise estimate: never a PASS (issue 41), and the line says how many runs would give one
+        assert early.outcome is Outcome.INCONCLUSIVE
+        assert "too few for a learned threshold (5 needed) and no saved baseline, so no noise estimate yet" in \
+            early.headline()
+        assert "to decide it: 2 more valid run(s) of the accepted stack give a noise estimate" in early.decider()
         store.set_baseline(store.runs()[-1], "saved")
         assert judge_run(store, make_run("new", 1.2, minute=50), 10.0).regressed     # the fixed rule, saved
 
@@ -159,7 +164,8 @@ def test_export_and_check_read_the_ab_sessions(results_url, tmp_path, capsys):
     text = capsys.readouterr().out
     assert ("A/B cat on rock-5c-aaaa: /parts/new against /parts/old (manifest_hash m1 -> m2), session s2, "
             "6 pairs") in text
-    assert re.search(r"REGRESSION step \+\d+\.\d % \[[\d.]+, [\d.]+\] over the 2 % threshold \(paired, n=6\)", text)
+    assert re.search(r"REGRESSION step \+\d+\.\d % \[[\d.]+, [\d.]+\] over the 2 % threshold, detects \+[\d.]+ % "
+                     r"\(paired, n=6\)", text)
     assert "session s1" not in text
 
 
@@ -168,8 +174,12 @@ def test_an_unchanged_ab_session_passes_check_and_push_copies_it_once(results_ur
     with ResultsStore(local) as store:
         store.add_ab_session(make_ab_record("s1", 1.0))
         store.add_run(make_run("plain", minute=9))
-    assert main(["results", "check", "--results", local]) == 0
-    assert "session s1" in capsys.readouterr().out
+    # the store's lone runs are too few for a noise estimate (INCONCLUSIVE, which a lab may let pass);
+    # the A/B session itself passes
+    assert main(["results", "check", "--results", local]) == 1
+    assert main(["results", "check", "--results", local, "--inconclusive=warn"]) == 0
+    out = capsys.readouterr().out
+    assert "session s1, 6 pairs: PASS" in out and "INCONCLUSIVE: " in out
     assert main(["results", "push", "--results", local, "--to", results_url]) == 0
     assert main(["results", "push", "--results", local, "--to", results_url]) == 0
     assert "0 run(s) pushed, 3 already there" in capsys.readouterr().out

@@ -121,6 +121,8 @@ def test_a_board_that_stopped_running_is_not_in_the_reference_of_todays_boards(r
                                    for line in today), "\n".join(lines)
     (old,) = [line for line in lines if "rock-5c-ffff" in line]
     assert "INCONCLUSIVE board rock-5c-ffff" in old and "0 other board(s) alike with 5 valid runs in its window" in old
+    with ResultsStore(results_url) as store:          # named, but its group was judged: it fails nothing
+        assert fleet_lines(store.runs())[2] == []
 
 
 TEN = tuple(f"rock-5c-{c * 4}" for c in "abcdefghij")
@@ -156,11 +158,14 @@ def test_boards_with_fewer_cpus_are_a_group_of_their_own(results_url, capsys):
     (four,) = [line for line in lines if line.startswith("board model") and "4 CPUs" in line.split(",")[1]]
     assert "2 boards" in four
     for board in small:        # two boards alike are too few for a spread: said, and not a pass
-        (line,) = [line for line in lines if board in line and not line.startswith("board model")]
+        (line,) = [line for line in lines if board in line and line.startswith("  ")]
         assert line.startswith(f"  INCONCLUSIVE board {board} (4 CPUs): 1 other board(s) alike"), line
     with ResultsStore(results_url) as store:
         _, outliers, inconclusive = fleet_lines(store.runs())
     assert not outliers and inconclusive == list(small)
+    # the command fails on boards it could not judge (not a pass), unless the lab chose to be warned
+    assert code == 1 and lines[-1] == f"board(s) the fleet could not judge (INCONCLUSIVE): {', '.join(small)}"
+    assert main(["results", "boards", "--results", results_url, "--inconclusive=warn"]) == 0
 
 
 def test_three_boards_are_inconclusive_not_a_pass(results_url):

@@ -74,7 +74,7 @@ def test_the_upgrade_paths_count_each_judged_run_once_through_the_seam():
 
     def judge(store, run):
         seen.append((len(store.runs()), run.key.versions["npu_driver"]))
-        return simulate.today_judge(store, run)
+        return simulate.gate_judge(store, run)
 
     c = simulate.upgrade_path(judge, simulate.UPGRADE_PATHS[0], 2, seed=4)
     assert sum(c.values()) == 6 and seen == [(6, "0.9.10"), (7, "0.9.10"), (8, "0.9.10")] * 2

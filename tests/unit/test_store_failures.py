@@ -259,7 +259,9 @@ def test_check_on_a_one_run_store_prints_no_numpy_warning(tmp_path):
     url = _store_with(tmp_path, replace(make_run("r1"), host_cpus=2, host_load=0.5, host_probe_s=0.02))
     done = _check(url)
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout == "cat on rock-5c-aaaa (board-sim, float16, 4 steps): 1 valid run(s)\n"
+    assert done.stdout == ("cat on rock-5c-aaaa (board-sim, float16, 4 steps): 1 valid run(s), latest run r1\n"
+                           "  no baseline yet for cat on board rock-5c-aaaa or its board model Radxa ROCK 5C: this "
+                           "run starts the history\n")
 
 
 def test_check_on_a_store_of_only_invalid_runs_says_so(tmp_path):

@@ -73,8 +73,8 @@ LEVEL_MOVED = [("onnxruntime-aa-2026-12-02-0041.json.gz", 155, 5), ("onnxruntime
 
 @pytest.mark.parametrize("name,at,look", LEVEL_MOVED)
 def test_a_level_that_moves_now_and_then_widens_by_the_records_spread(name, at, look):
-    from harness.results import noise
     from harness.results.judge import NPU_CORE, judge_values
+    from harness.results.verdict import noise
 
     pairs = _kept(STREAMS_DIR / name)["onnxruntime"]["rows"]["+0%"]["pairs"]
     history = [stream_figures(p["baseline"]) for p in pairs[at - HISTORY_RUNS:at]]

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import math
 
-from scipy import stats
-
-__all__ = ["POWER", "DETECT_PCT", "minimum_detectable_pct"]
+__all__ = ["POWER", "DETECT_PCT", "minimum_detectable_pct", "more_runs", "more_pairs", "parse_detect"]
 
 # The probability a verdict must have of finding the promised shift before it may say PASS: the
 # gate's detection promises are all stated at 95 % (docs/results.md: "+5 % found within 5 runs 95 % of
@@ -32,12 +30,52 @@ POWER = 0.95
 DETECT_PCT = 25.0
 
 
-def minimum_detectable_pct(se_log: float, level: float, df: float | None = None, power: float = POWER) -> float:
+def minimum_detectable_pct(se_log: float, level: float, df: float | None = None, power: float = POWER,
+                           floor_pct: float = 0.0) -> float:
     """The smallest slowdown, in % (positive is slower), found with probability `power` by a one-sided
     test at `level` of a log shift with standard error `se_log` (normal when `df` is None); inf when
-    the standard error is unknown or infinite."""
+    the standard error is unknown or infinite. `floor_pct`: a shift must also be over this to count
+    (a history verdict's floor, an A/B session's threshold), so the bar is the larger of the two."""
     if not math.isfinite(se_log) or se_log < 0:
         return math.inf
+    from scipy import stats  # here: scipy costs ~1 s to every process that only reads the store
     dist = stats.norm if df is None else stats.t(df)
-    log_shift = (dist.ppf(1 - level) + dist.ppf(power)) * se_log
-    return math.expm1(log_shift) * 100
+    bar = max(math.log1p(floor_pct / 100), float(dist.ppf(1 - level)) * se_log)
+    return math.expm1(bar + float(dist.ppf(power)) * se_log) * 100
+
+
+def more_runs(spread_log: float, level: float, n: int, k: int, detect_pct: float, floor_pct: float,
+              max_n: int, max_k: int) -> tuple[int | None, int | None] | None:
+    """What would bring a history verdict's minimum detectable effect under `detect_pct`, its noise
+    (`spread_log`, the log sd of one run, widened) as it is: (more earlier runs, up to `max_n` in
+    all; more runs judged together, up to `max_k`), None for either that cannot, None when neither
+    can. `n` earlier runs, `k` judged together, at the one-sided `level`."""
+    def mde(runs: int, group: int) -> float:
+        return minimum_detectable_pct(spread_log * math.sqrt(1 / group + 1 / runs), level, runs - 1,
+                                      floor_pct=floor_pct)
+    history = next((m for m in range(1, max_n - n + 1) if mde(n + m, k) <= detect_pct), None)
+    group = next((m for m in range(1, max_k - k + 1) if mde(n, k + m) <= detect_pct), None)
+    return None if history is None and group is None else (history, group)
+
+
+def more_pairs(spread_log: float, level: float, pairs: int, detect_pct: float, floor_pct: float,
+               most: int = 1000) -> int | None:
+    """The pairs an A/B session needs besides its `pairs` for its minimum detectable effect to come
+    under `detect_pct`, the pairs' log-ratio sd `spread_log` as it is; None past `most`."""
+    def mde(n: int) -> float:
+        return minimum_detectable_pct(spread_log / math.sqrt(n), level, n - 1, floor_pct=floor_pct)
+    return next((m for m in range(1, most + 1) if mde(pairs + m) <= detect_pct), None)
+
+
+def parse_detect(text, option: str = "--detect") -> float:
+    """'25%' or '25' -> 25.0: the slowdown, in %, every verdict must be able to find to say PASS."""
+    from ...core.errors import ConfigError
+    raw = str(text).strip().removesuffix("%").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{option} {text!r}: expected a percentage such as 25%") from None
+    if not 0 < value < 1000:
+        raise ConfigError(f"{option} {text!r}: must be between 0 and 1000 %")
+    return value
+
