@@ -39,8 +39,14 @@ elif [[ ! -x "$VENV/bin/python" || "$(cat "$STAMP" 2>/dev/null)" != "$want" ]]; 
     # PYTHONWARNINGS reaches the build backends too: their banners are not for users.
     # A venv made before the suite stopped installing itself: drop that editable install.
     "$VENV/bin/python" -m pip uninstall --quiet --yes anima-npu-acceptance > /dev/null 2>&1 || true
-    echo "$requirements" | PYTHONWARNINGS=ignore "$VENV/bin/python" -m pip install --quiet \
-        --disable-pip-version-check -r /dev/stdin 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+    # A line per package pip collects, then one for the install: a first run is minutes of downloads,
+    # never a silence (pip's own bars are for a terminal, and a CI log gets thousands of lines of them).
+    echo "$requirements" | PYTHONWARNINGS=ignore "$VENV/bin/python" -m pip install --progress-bar off \
+        --disable-pip-version-check -r /dev/stdin 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2) |
+        awk '
+            /^Collecting / { n++; printf "[setup] package %d: %s\n", n, $2 > "/dev/stderr"; fflush("/dev/stderr") }
+            /^Installing collected packages/ { print "[setup] installing what was collected" > "/dev/stderr"; fflush("/dev/stderr") }
+            /^Successfully installed/ { printf "[setup] installed %d packages\n", NF - 2 > "/dev/stderr" }'
     echo "$want" > "$STAMP"
 fi
 # This checkout's harness, for this process and every subprocess it starts (the venv has none).

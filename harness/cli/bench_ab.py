@@ -84,7 +84,7 @@ def _cmd_bench_ab(args) -> int:
         decider = session_decider(session.verdicts, args.rounds)
         print(f"{session.outcome.name}: A/B session of {len(session.pairs)} pairs"
               + (f"; {decider}" if decider else "") + ("" if session.outcome is not Outcome.INCONCLUSIVE
-                                                       or args.inconclusive == "fail" else " (--inconclusive=warn)"))
+                                                       or args.inconclusive != "warn" else " (--inconclusive=warn)"))
         if args.out:
             atomic_write_json(args.out, session.as_dict())
         identity = board_identity()
@@ -96,5 +96,5 @@ def _cmd_bench_ab(args) -> int:
     print(json.dumps({"pairs": len(session.pairs), "regressions": len(session.regressions),
                       "outcome": str(session.outcome)}))
     fails = session.outcome is Outcome.REGRESSION or (session.outcome is Outcome.INCONCLUSIVE
-                                                      and args.inconclusive == "fail")
+                                                      and args.inconclusive != "warn")
     return 1 if fails else 0

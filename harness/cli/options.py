@@ -202,8 +202,11 @@ OPTIONS: dict[str, Option] = {
                                          "INCONCLUSIVE (the default: what the board write-up's run-to-run noise lets "
                                          "30 runs find, docs/verdict.md)",
                      parse=checked(_detect)),
-    "inconclusive": Option("fail", "what an INCONCLUSIVE benchmark verdict does: fail (exit 1, its line says what "
-                                   "would decide it) or warn (pass with a warning)", choices=("fail", "warn")),
+    "inconclusive": Option("auto", "what an INCONCLUSIVE benchmark verdict does: fail (exit 1, its line says what "
+                                   "would decide it) or warn (pass with a warning); auto: fail on an RK3588 (or a "
+                                   "board-shaped --telemetry-root), with --require-npu or a --board-profile, and in "
+                                   "results check, results boards and bench-ab; warn in a PC's rehearsal of the gates, "
+                                   "whose step times decide nothing about a board", choices=("auto", "fail", "warn")),
     "npu_timeout": Option(None, "seconds before an npu test is stopped (pytest-timeout): a hung NPU call fails "
                                 "its test instead of the job", kind="count"),
     "lifecycle": Option("on-demand", "context strategy: on-demand, resident, lru:K, pinned:K, pinned:@I,J,A-B, "

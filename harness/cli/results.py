@@ -336,7 +336,7 @@ def _cmd_check(args) -> int:
 
 def _exit(outcomes: list[Outcome], inconclusive: str) -> int:
     """1 for a REGRESSION, and for an INCONCLUSIVE verdict unless --inconclusive=warn; else 0."""
-    failing = {Outcome.REGRESSION} | ({Outcome.INCONCLUSIVE} if inconclusive == "fail" else set())
+    failing = {Outcome.REGRESSION} | ({Outcome.INCONCLUSIVE} if inconclusive != "warn" else set())
     return 1 if failing & set(outcomes) else 0
 
 

@@ -49,7 +49,8 @@ def failure(judgement: Verdict, inconclusive: str = "fail") -> tuple[str | None,
         return f"benchmark regression: {judgement.headline()}", None
     if outcome is Outcome.INCONCLUSIVE:
         line = f"benchmark inconclusive: {judgement.headline()}; {judgement.decider()}"
-        return (None, f"{line} (passed: --inconclusive=warn)") if inconclusive == "warn" else (line, None)
+        return (None, f"{line} (not failed: --inconclusive=warn, the default off a board)") \
+            if inconclusive == "warn" else (line, None)
     return None, None
 
 

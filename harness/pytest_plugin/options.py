@@ -160,8 +160,11 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     from ..sampling.spectrum import SAMPLERS
     if values["bench_sampler"] not in (None, *SAMPLERS):
         raise ConfigError(f"--bench-sampler {values['bench_sampler']}: choose {', '.join(SAMPLERS)}")
-    if values["inconclusive"] not in ("fail", "warn"):
-        raise ConfigError(f"--inconclusive {values['inconclusive']}: choose fail or warn")
+    if values["inconclusive"] not in ("auto", "fail", "warn"):
+        raise ConfigError(f"--inconclusive {values['inconclusive']}: choose auto, fail or warn")
+    if values["inconclusive"] == "auto":       # a board's gate fails; a PC rehearsing the gates is warned
+        board = on_board or values["require_npu"] or profile_file is not None
+        values["inconclusive"] = "fail" if board else "warn"
     cases = _case_names(values["cases"], golden_dir)
     typed = {name: values[name] for name in OPTIONS}
     typed.update({name: parse_size(values[name]) for name in _SIZES if values[name]})

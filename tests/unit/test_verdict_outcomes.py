@@ -151,3 +151,18 @@ def test_the_verdict_page_holds_the_generated_tables():
     block = text.split("<!-- verdict tables: generated -->\n", 1)[1].split("<!-- end of the verdict tables -->", 1)[0]
     lone, ab = mde_tables().split("\n\n")
     assert lone in block and ab in block, "regenerate: python -m harness.results.verdict.tables"
+
+
+def test_inconclusive_fails_a_boards_gate_and_warns_a_pcs_rehearsal_by_default(tmp_path):
+    """--inconclusive auto: an RK3588 (here the board-shaped tree), --require-npu or a board profile fail an
+    INCONCLUSIVE benchmark; a PC's rehearsal of the gates, whose step times say nothing of a board, is
+    warned; either is overridden by saying fail or warn."""
+    from harness.model.config import REPO_ROOT
+    from harness.pytest_plugin.options import resolve_settings
+    board = str(REPO_ROOT / "tests" / "data" / "sysfs-rk3588")
+    pc = {"backend": "onnxruntime", "telemetry_root": str(tmp_path)}
+    assert resolve_settings(pc, None).inconclusive == "warn"
+    assert resolve_settings({**pc, "telemetry_root": board, "backend": "faults"}, None).inconclusive == "fail"
+    assert resolve_settings({**pc, "require_npu": True}, None).inconclusive == "fail"
+    assert resolve_settings(pc, str(REPO_ROOT / "boards" / "host-ci.toml")).inconclusive == "fail"
+    assert resolve_settings({**pc, "inconclusive": "fail"}, None).inconclusive == "fail"
