@@ -175,8 +175,9 @@ def test_a_memory_leak_is_found_within_its_bound_of_its_start(rate, start):
     growth = _judge({"host": _noisy(rng, PLANNED) + _leak(rate, start)})["host"]
     rule = memory_rule(16 * KiB)
     bound = max(start, warm_max(PLANNED)) + rule.delay(rate) + math.ceil(1.25 * MiB / (rate - rule.reference))
-    if bound > PLANNED:
-        pytest.skip(f"{rate // KiB} KiB per cycle from cycle {start} may be found after one image's cycles")
+    if bound > PLANNED:       # past one image's cycles (16 KiB from 900, docs/gates.md): if found, never early
+        assert not growth.failed or start < growth.found_at, growth.line(PLANNED)
+        return
     assert growth.failed and start < growth.found_at <= bound, growth.line(PLANNED)
     assert start - 10 <= growth.first_cycle <= max(start, warm_max(PLANNED)) + 80, growth.line(PLANNED)
 
