@@ -72,7 +72,9 @@ def test_the_sampler_counts_a_child_process():
     finally:
         child.stdin.close()
         child.wait()
-    assert after["uss"] - before["uss"] >= 24 * MiB
+    # host memory (PSS less file-backed pages): the child's 24 MiB are anonymous. USS is not the claim:
+    # once the child maps the interpreter's libraries, those pages leave the parent's USS (shared now)
+    assert after["host"] - before["host"] >= 24 * MiB, (before, after)
     assert after["fds"] > before["fds"] and after["threads"] > before["threads"]
 
 
