@@ -149,6 +149,7 @@ def pytest_sessionfinish(session, exitstatus):
         baselines.sessionfinish(session, exitstatus)    # the runs and baselines written, before anything reports them
         reporting.sessionfinish(session, exitstatus)    # summary.md and report.html, with what was saved
         workers.sessionfinish(session)      # a worker: its share into workeroutput, with the baselines' lines
+        storage.sessionfinish(session)      # a process that timed no benchmark writes no benchmark.json
         return (yield)
     finally:
         suite_run.sessionfinish(session)    # session.json last, whatever happened inside: how the run ended

@@ -57,6 +57,14 @@ def collection_modifyitems(config, items):
         bench.json = settings.artifacts / "benchmark.json"
 
 
+def sessionfinish(session) -> None:
+    """Under -n every worker collects the benchmark test but one runs it: the other has nothing to
+    write, and pytest-benchmark would warn "Not saving anything" into a quiet run's output."""
+    bench = getattr(session.config, "_benchmarksession", None)
+    if bench is not None and bench.json is not None and not bench.benchmarks:
+        bench.json = None
+
+
 def update_machine_info(config, machine_info):
     state = state_of(config)
     machine_info["board_id"] = state.board

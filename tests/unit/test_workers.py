@@ -146,3 +146,15 @@ def test_n_is_ignored_with_require_npu(tmp_path):
     result = run(tmp_path, "-n", "2", "--require-npu", "-k", "test_more")
     assert "-n ignored: the npu gates run one after another" in result.stdout + result.stderr
     assert "created: 2/2 workers" not in result.stdout
+
+
+def test_the_worker_that_timed_no_benchmark_writes_no_file_and_no_warning(tmp_path):
+    """Both workers collect a benchmark test, one runs it: the other has nothing to save, and
+    pytest-benchmark's "Not saving anything" must not reach a quiet run's output; the controller still
+    writes the one benchmark.json."""
+    (tmp_path / "test_bench.py").write_text("def test_bench(benchmark):\n    benchmark(sum, [1, 2])\n")
+    result = run(tmp_path, "-n", "2", "test_bench.py")
+    out = result.stdout + result.stderr
+    assert "Not saving anything" not in out, out
+    saved = json.loads((tmp_path / "artifacts" / "benchmark.json").read_text())
+    assert [b["name"] for b in saved["benchmarks"]] == ["test_bench"], saved["benchmarks"]
