@@ -360,6 +360,9 @@ def test_a_board_sim_driver_leak_no_rss_shows_is_found_by_the_soak(tmp_path):
     run = run_soak("board-sim", load_manifest(tmp_path / "p"), options, 400, ResourceSampler(tree))
     growth = {(g.process, g.resource): g for g in judge(run, 16 * KiB, int(1.5 * GiB), 5 * GiB, {}, PLANNED)}
     cma = growth[(TREE, "cma")]
-    assert cma.failed and 150 < cma.found_at <= 150 + memory_rule(16 * KiB).delay(64 * KiB) + 2, cma.line(PLANNED)
+    # found within the rule's delay of the leak's start, or of the warm-up's end where the run's own
+    # memory settled later (a loaded CI machine: cycle ~200, found at 241)
+    bound = max(150, warm_max(PLANNED)) + memory_rule(16 * KiB).delay(64 * KiB) + 2
+    assert cma.failed and 150 < cma.found_at <= bound, cma.line(PLANNED)
     assert cma.per_cycle == pytest.approx(64 * KiB, rel=0.01) and run.cycles == cma.found_at < 400
     assert not [g.line(PLANNED) for g in growth.values() if g.failed and g.resource != "cma"]
