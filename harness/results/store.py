@@ -27,7 +27,7 @@ import json
 import sqlite3
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -263,23 +263,8 @@ class ResultsStore:
         raises, so nothing of them remains. What a second run of a session is judged against when the
         first must count as written (judge.confirm). The view is good inside the block only; on SQLite
         it holds the write lock for the block (another writer waits, up to BUSY_SECONDS)."""
-        try:
-            conn = self.engine.connect()
-            conn.execution_options(**{_WRITE: True})
-            transaction = conn.begin()
-        except _driver_errors() as exc:
-            raise StoreUnavailable(f"results store {self.where}: opening a transaction failed "
-                                   f"({_first_line(exc)}); the store is as it was") from None
-        try:
-            view = copy.copy(self)
-            view._pinned = conn
-            view._hold(runs)
+        with self._rolled_back(lambda view: view._hold(runs)) as view:
             yield view
-        finally:
-            # a rollback that fails has lost its connection, and an uncommitted transaction ends with it
-            with contextlib.suppress(*_driver_errors()):
-                transaction.rollback()
-            conn.close()
 
     @contextlib.contextmanager
     def as_before(self, run: Run) -> Iterator[ResultsStore]:
@@ -288,6 +273,13 @@ class ResultsStore:
         (their rows, baselines and A/B sessions go with them) and is rolled back when the block ends,
         so nothing is lost. What `results check` judges a stored run against, as the gate did. On
         SQLite it holds the write lock for the block, as pending() does."""
+        with self._rolled_back(lambda view: view._forget_from(run)) as view:
+            yield view
+
+    @contextlib.contextmanager
+    def _rolled_back(self, change: Callable[[ResultsStore], None]) -> Iterator[ResultsStore]:
+        """A view of the store whose reads run inside one write transaction that `change` edits first
+        and that is rolled back when the block ends, also when it raises: pending() and as_before()."""
         try:
             conn = self.engine.connect()
             conn.execution_options(**{_WRITE: True})
@@ -298,9 +290,10 @@ class ResultsStore:
         try:
             view = copy.copy(self)
             view._pinned = conn
-            view._forget_from(run)
+            change(view)
             yield view
         finally:
+            # a rollback that fails has lost its connection, and an uncommitted transaction ends with it
             with contextlib.suppress(*_driver_errors()):
                 transaction.rollback()
             conn.close()

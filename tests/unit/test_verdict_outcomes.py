@@ -164,5 +164,9 @@ def test_inconclusive_fails_a_boards_gate_and_warns_a_pcs_rehearsal_by_default(t
     assert resolve_settings(pc, None).inconclusive == "warn"
     assert resolve_settings({**pc, "telemetry_root": board, "backend": "faults"}, None).inconclusive == "fail"
     assert resolve_settings({**pc, "require_npu": True}, None).inconclusive == "fail"
-    assert resolve_settings(pc, str(REPO_ROOT / "boards" / "host-ci.toml")).inconclusive == "fail"
+    profile = tmp_path / "board.toml"
+    profile.write_text('[suite]\nbackend = "onnxruntime"\n')
+    assert resolve_settings(pc, str(profile)).inconclusive == "fail"
+    # the CI host's profile says warn: an x86 host rehearsing the gates (boards/host-ci.toml)
+    assert resolve_settings(pc, str(REPO_ROOT / "boards" / "host-ci.toml")).inconclusive == "warn"
     assert resolve_settings({**pc, "inconclusive": "fail"}, None).inconclusive == "fail"

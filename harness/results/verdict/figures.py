@@ -15,13 +15,13 @@ STEP = "denoise step"
 NPU_CORE = "NPU core"   # geometric mean of the branches' core times per step
 
 
-def parse_threshold(text, option: str = "--baseline-threshold") -> float:
-    """'10%' or '10' -> 10.0 (percent over the reference that counts as a regression)."""
+def parse_threshold(text, option: str = "--baseline-threshold", example: str = "10%") -> float:
+    """'10%' or '10' -> 10.0 (percent over the reference that counts as a regression; --detect's promise)."""
     raw = str(text).strip().removesuffix("%").strip()
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"{option} {text!r}: expected a percentage such as 10%") from None
+        raise ConfigError(f"{option} {text!r}: expected a percentage such as {example}") from None
     if not 0 < value < 1000:
         raise ConfigError(f"{option} {text!r}: must be between 0 and 1000 %")
     return value

@@ -69,13 +69,6 @@ def more_pairs(spread_log: float, level: float, pairs: int, detect_pct: float, f
 
 def parse_detect(text, option: str = "--detect") -> float:
     """'25%' or '25' -> 25.0: the slowdown, in %, every verdict must be able to find to say PASS."""
-    from ...core.errors import ConfigError
-    raw = str(text).strip().removesuffix("%").strip()
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{option} {text!r}: expected a percentage such as 25%") from None
-    if not 0 < value < 1000:
-        raise ConfigError(f"{option} {text!r}: must be between 0 and 1000 %")
-    return value
+    from .figures import parse_threshold
+    return parse_threshold(text, option, "25%")
 
