@@ -51,10 +51,10 @@ def add_command(sub) -> None:
 def _cmd_bench_ab(args) -> int:
     from ..model.bundle import load_bundle
     from ..results.ab import session_decider
-    from ..results.judge import parse_threshold
     from ..results.sessions import ab_record
     from ..results.store import ResultsStore
     from ..results.telemetry import TelemetryWindow, board_id, board_identity
+    from ..results.verdict.figures import parse_threshold
     from ..results.verdict.outcome import Outcome
     from ..results.verdict.power import parse_detect
     from ..sampling.reference_run import sample_settings

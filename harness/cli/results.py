@@ -27,12 +27,15 @@ from ..core.errors import ConfigError
 from ..lifecycle.steptimes import STAGE_NAMES
 from ..model.config import BRANCHES
 from ..results.fleet import fleet_lines
-from ..results.judge import group_note, is_confirmation, judge_stored, parse_threshold
 from ..results.records import ResultsError, Run, RunKey
 from ..results.store import DEFAULT_RESULTS, ResultsStore
+from ..results.verdict.changes import change_points
+from ..results.verdict.figures import parse_threshold
+from ..results.verdict.judging import judge_stored
 from ..results.verdict.outcome import Outcome
 from ..results.verdict.power import parse_detect
-from ..results.verdicts import change_points
+from ..results.verdict.reference import is_confirmation
+from ..results.verdict.verdict import group_note
 from . import results_simulate
 from .options import add_options
 

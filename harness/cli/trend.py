@@ -25,8 +25,8 @@ def add_command(subparsers) -> argparse.ArgumentParser:
 def _cmd_trend(args) -> int:
     if args.out.suffix.lower() != ".png":
         raise ConfigError(f"--out {args.out}: the trend is written as PNG; use a .png path")
-    from ..results.judge import parse_threshold
     from ..results.store import ResultsStore
+    from ..results.verdict.figures import parse_threshold
     with ResultsStore(args.results, create=False) as store:
         runs = store.runs()
     rows = trend(runs, args.out, board=args.board, backend=args.backend, threshold_pct=parse_threshold(args.threshold))

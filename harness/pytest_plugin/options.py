@@ -127,8 +127,8 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     from ..backends import backend_options
     from ..memory.guard import parse_size
     from ..results.ab import parse_confidence
-    from ..results.judge import parse_threshold
     from ..results.telemetry import detect_rk3588
+    from ..results.verdict.figures import parse_threshold
     from ..results.verdict.power import parse_detect
     profile_file = Path(profile_path) if profile_path else None
     profile = _profile_values(profile_file, cli.get("tier"))

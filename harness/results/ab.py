@@ -4,7 +4,7 @@ The baseline partition (or stack) and the candidate run alternately in one sessi
 and each round's figures form one pair: the mean step time, the core time per step of every branch and
 the lifecycle seconds per pass of every stage. Drift of the machine or board between rounds hits
 both sides of a pair alike and cancels in the pair's ratio; the paired verdict
-(harness.results.verdicts) then judges each figure with its interval. A round is one run, so the
+(harness.results.verdict.decision) then judges each figure with its interval. A round is one run, so the
 unit of independence is the run, never an invocation inside it.
 
 Which side runs first is drawn at random for every two rounds, the second of them reversed (see
@@ -26,9 +26,9 @@ import numpy as np
 from ..core.errors import ConfigError
 from ..sampling.settings import SampleSettings
 from .constants import AB_THRESHOLD_PCT, CONFIDENCE
+from .verdict.decision import Decision, paired_verdict
 from .verdict.outcome import Outcome
 from .verdict.power import DETECT_PCT, more_pairs
-from .verdicts import Decision, paired_verdict
 
 __all__ = ["Side", "ABSession", "run_session", "judge_pairs", "session_outcome", "session_decider", "session_figures",
            "side_options",

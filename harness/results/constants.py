@@ -63,7 +63,7 @@ SPENDING_RHO = 3.0
 # A split of a history leaves at least this many runs each side (fewer give no level to compare).
 CHANGE_MIN_RUNS = 3
 
-# -- the noise factor (noise.py) -------------------------------------------------------------------------
+# -- the noise factor (verdict/noise.py) ----------------------------------------------------------------------
 
 # The board's latest runs the factor is learned from. 480 left fewer A/A changes flagged on the
 # onnxruntime streams (27 of 1,309 against 34) but found +5 % within 5 runs on the simulated board

@@ -18,7 +18,7 @@ import numpy as np
 from ..lifecycle.steptimes import STAGE_NAMES
 from ..partition.manifest import manifest_sha256, partition_precision
 from .records import ResultsError, Run, RunKey, SubgraphTime, board_model_of, utc_now
-from .verdicts import Decision
+from .verdict.decision import Decision
 
 __all__ = ["ABRecord", "SIDES", "subgraph_times", "side_run", "ab_record", "verdict_of"]
 

@@ -34,10 +34,11 @@ import numpy as np
 from ..backends.board_drift import Drift, load_drift_model
 from ..backends.board_profile import BRANCH_ORDER, load_board_profile
 from .ab import DEFAULT_THRESHOLD_PCT, judge_pairs, round_orders
-from .judge import NPU_CORE, STEP, judge_values, npu_core
-from .noise import NOISE_LOOKBACK
 from .records import Run, RunKey
 from .verdict import Outcome
+from .verdict.figures import NPU_CORE, STEP, npu_core
+from .verdict.history import judge_values
+from .verdict.noise import NOISE_LOOKBACK
 from .verdict.verdict import HISTORY, Verdict
 
 __all__ = ["RATES", "STREAMS_DIR", "LoadedHost", "outcome", "upgrade_path", "gate_judge", "UPGRADE_PATHS",

@@ -10,7 +10,7 @@ The step-time panel draws one line per (board, backend, model, precision): a fau
 run is another experiment, not a point on the FP16 line. A change of the NPU stack's versions within a
 line is marked (dotted rule, labelled with what changed), and each line shades its threshold band: from
 the centre of its valid runs since the last version change up to the threshold the history verdict
-learns from their spread (harness/results/verdicts.py; the fixed threshold while there are too few runs).
+learns from their spread (harness/results/verdict/decision.py; the fixed threshold while there are too few runs).
 A change point in a line (verdicts.change_points over its valid runs) is marked with a red triangle.
 Several boards in the store draw one line each.
 """
@@ -22,7 +22,8 @@ from pathlib import Path
 from ..core.atomic import atomic_path
 from ..lifecycle.steptimes import STAGE_NAMES
 from .records import ResultsError, Run
-from .verdicts import change_points, history_verdict
+from .verdict.changes import change_points
+from .verdict.decision import history_verdict
 
 __all__ = ["trend", "trend_rows", "group_of", "version_changes", "render_table", "DEFAULT_TREND_PNG"]
 

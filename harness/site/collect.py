@@ -21,20 +21,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..report.sitelinks import series_page
+from ..results.constants import GROUP_RUNS, LOOKBACK
 from ..results.fleet import board_verdicts, fleet_groups
-from ..results.judge import (
-    GROUP_RUNS,
-    LOOKBACK,
-    NOT_COMPARABLE,
-    Judgement,
-    figures,
-    judge_run,
-    parse_threshold,
-)
 from ..results.records import Run, RunKey
 from ..results.store import ResultsStore
 from ..results.verdict import Outcome
-from ..results.verdicts import change_points
+from ..results.verdict.changes import change_points
+from ..results.verdict.figures import figures, parse_threshold
+from ..results.verdict.judging import judge_run
+from ..results.verdict.verdict import NOT_COMPARABLE, Verdict
 
 __all__ = ["Site", "Series", "Upgrade", "Fleet", "JudgedBand", "collect", "stack_of", "stack_label", "STATUS_ORDER"]
 
@@ -90,7 +85,7 @@ class Series:
     experiment: str
     runs: list[Run]                                  # valid and INVALID, oldest first
     baselines: dict[int, str]                        # index into runs -> the baseline's reason
-    judgement: Judgement | None = None               # the latest run's, as the gate judged it
+    judgement: Verdict | None = None               # the latest run's, as the gate judged it
     figures: dict[str, list[float | None]] = field(default_factory=dict)      # label -> value per run
     change_points: list[ChangePoint] = field(default_factory=list)
     stack_changes: list[StackChange] = field(default_factory=list)
@@ -176,7 +171,7 @@ class Upgrade:
     upgrade_id: str
     old: RunKey
     new: RunKey
-    members: list[tuple[Series, Run, Judgement, list[Run], list[Run]]] = field(default_factory=list)
+    members: list[tuple[Series, Run, Verdict, list[Run], list[Run]]] = field(default_factory=list)
     # (series, the run judged, its judgement, the accepted stack's runs it used, the new stack's runs it used)
 
     @property
@@ -283,7 +278,7 @@ def _change_points(values: list, valid: list[bool], label: str) -> list[tuple]:
     return out
 
 
-def _judged_as_written(runs: list[Run], saved: dict, wanted: list[Run], threshold_pct: float) -> dict[int, Judgement]:
+def _judged_as_written(runs: list[Run], saved: dict, wanted: list[Run], threshold_pct: float) -> dict[int, Verdict]:
     """id(run) -> judge.judge_run of each of the `wanted` stored runs against the store as it was before
     the run was written: the runs before it, and the baselines saved on those runs.
 
@@ -295,7 +290,7 @@ def _judged_as_written(runs: list[Run], saved: dict, wanted: list[Run], threshol
     judgement; the replay writes once per judged run, to a file of its own."""
     at = {id(run): i for i, run in enumerate(runs)}
     whole = {_ident(run): run for run in runs}
-    judged: dict[int, Judgement] = {}
+    judged: dict[int, Verdict] = {}
     with tempfile.TemporaryDirectory(prefix="anima-site-") as tmp, \
             ResultsStore(f"sqlite:///{Path(tmp) / 'replay.sqlite'}") as replay:
         written = 0
@@ -332,7 +327,7 @@ def _upgrade_runs(series: list[Series]) -> list[tuple[Series, StackChange, Run]]
     return found
 
 
-def _upgrades(series: list[Series], judged: dict[int, Judgement]) -> list[Upgrade]:
+def _upgrades(series: list[Series], judged: dict[int, Verdict]) -> list[Upgrade]:
     found: dict[str, Upgrade] = {}
     for s, change, run in _upgrade_runs(series):
         judgement = judged[id(run)]

@@ -19,9 +19,10 @@ from markupsafe import Markup
 from ..core.atomic import atomic_directory
 from ..core.errors import ConfigError
 from ..report.sitelinks import slug
+from ..results.constants import LOOKBACK
 from ..results.fleet import MIN_OTHERS
-from ..results.judge import LOOKBACK, NPU_CORE, STEP
 from ..results.verdict import DETECT_PCT
+from ..results.verdict.figures import NPU_CORE, STEP
 from . import plots
 from .collect import STATUS_ORDER, Series, Site, stack_label
 

@@ -1,5 +1,5 @@
 """Gate: denoise time against the results store (--results): the run's step, branch and stage times are
-judged against its reference there (harness/results/judge.py): the history of its key, or after an NPU
+judged against its reference there (harness/results/verdict/): the history of its key, or after an NPU
 stack upgrade the runs of the board's accepted stack (an upgrade comparison on every run until accepted). A
 regression fails this test itself, naming the branch or stage, its shift, interval and threshold, so JUnit and CI's test
 view show it. A regression judged from one run is confirmed first: the case runs once more (not timed by

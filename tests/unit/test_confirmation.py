@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from harness.model.config import BRANCHES
-from harness.results.judge import HISTORY, confirm, judge_run
 from harness.results.records import ResultsError
 from harness.results.store import ResultsStore
+from harness.results.verdict.judging import confirm, judge_run
+from harness.results.verdict.verdict import HISTORY
 from tests.results_data import VERSIONS_NEW, make_run
 
 pytestmark = pytest.mark.results

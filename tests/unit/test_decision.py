@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.results.judge import judge_figure, look_alpha
-from harness.results.verdicts import fixed_verdict, history_verdict, paired_verdict
+from harness.results.verdict.decision import fixed_verdict, history_verdict, paired_verdict
+from harness.results.verdict.history import judge_figure
+from harness.results.verdict.looks import look_alpha
 
 
 @pytest.mark.parametrize("k", [1, 4])

@@ -8,7 +8,7 @@ import pytest
 from harness.gates.benchmark import baseline_offer, figure_problems
 from harness.gates.cases import load_cases
 from harness.gates.runner import benchmark_info, numerics_coverage
-from harness.results.judge import HISTORY, UPGRADE, Judgement
+from harness.results.verdict.verdict import HISTORY, UPGRADE, Verdict
 from tests.helpers import TWO_STEP_DEFAULTS, gate_runner_for
 from tests.results_data import make_run
 
@@ -43,10 +43,10 @@ def test_the_numerics_gate_sees_every_output_and_names_a_missing_run(ran):
 
 def test_a_baseline_is_offered_only_when_asked_and_never_from_an_invalid_run():
     run = make_run("r1", 1.0)
-    judged = Judgement(HISTORY, "its history")
+    judged = Verdict(HISTORY, "its history")
     assert baseline_offer(run, judged, save_baseline=False, accept_upgrade=False) == (None, None)
     assert baseline_offer(run, judged, save_baseline=True, accept_upgrade=False) == ("saved", None)
-    assert baseline_offer(run, Judgement(UPGRADE, "the accepted stack"), False,
+    assert baseline_offer(run, Verdict(UPGRADE, "the accepted stack"), False,
                           accept_upgrade=True) == ("upgrade accepted", None)
     invalid = make_run("r2", 1.0, valid=False)
     reason, refused = baseline_offer(invalid, judged, save_baseline=True, accept_upgrade=False)

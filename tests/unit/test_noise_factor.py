@@ -11,24 +11,17 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.results.judge import (
-    GROUP_RUNS,
-    HISTORY,
-    LOOKBACK,
-    NOT_COMPARABLE,
-    NPU_CORE,
-    READ_RUNS,
-    STEP,
-    board_record,
-    figures,
-    judge_run,
-    judge_values,
-    record_of,
-)
+from harness.results.constants import GROUP_RUNS, LOOKBACK
 from harness.results.store import ResultsStore
 from harness.results.verdict import noise
+from harness.results.verdict.decision import history_verdict
+from harness.results.verdict.figures import NPU_CORE, STEP, figures
+from harness.results.verdict.history import judge_values
+from harness.results.verdict.judging import judge_run
 from harness.results.verdict.noise import NOISE_LOOKBACK, noise_factor, standardized_shifts
-from harness.results.verdicts import history_verdict
+from harness.results.verdict.record import board_record, record_of
+from harness.results.verdict.reference import READ_RUNS
+from harness.results.verdict.verdict import HISTORY, NOT_COMPARABLE
 from tests.results_data import make_run
 
 pytestmark = pytest.mark.results

@@ -14,8 +14,9 @@ import pytest
 from harness.gates.benchmark import comparison_of
 from harness.model.config import BRANCHES
 from harness.report.summary import markdown_summary
-from harness.results.judge import HISTORY, UPGRADE, confirm, judge_run
 from harness.results.store import ResultsStore
+from harness.results.verdict.judging import confirm, judge_run
+from harness.results.verdict.verdict import HISTORY, UPGRADE
 from tests.results_data import VERSIONS_NEW, make_run
 
 pytestmark = pytest.mark.results

@@ -10,9 +10,10 @@ from dataclasses import replace
 import pytest
 
 from harness.cli.main import main
-from harness.results.judge import FIRST, HISTORY, UPGRADE, judge_run
 from harness.results.store import ResultsStore
 from harness.results.verdict import Outcome
+from harness.results.verdict.judging import judge_run
+from harness.results.verdict.verdict import FIRST, HISTORY, UPGRADE
 from tests.results_data import VERSIONS_NEW, make_ab_record, make_run
 
 pytestmark = pytest.mark.results
@@ -112,7 +113,7 @@ def test_a_run_with_nothing_changed_fails_about_1_percent_of_the_time_over_all_i
 
     import numpy as np
 
-    from harness.results.judge import judge_figures
+    from harness.results.verdict.history import judge_figures
     rng = np.random.default_rng(1)
 
     def noisy(i):

@@ -14,11 +14,12 @@ import pytest
 from harness.cli.main import main
 from harness.model.config import REPO_ROOT
 from harness.results.fleet import board_verdicts, fleet_groups, fleet_lines
-from harness.results.judge import HISTORY, judge_run
 from harness.results.records import ResultsError, board_model_of
 from harness.results.store import ResultsStore
 from harness.results.telemetry import board_id, board_identity, serial_hash
 from harness.results.verdict import DETECT_PCT, Outcome
+from harness.results.verdict.judging import judge_run
+from harness.results.verdict.verdict import HISTORY
 from tests.results_data import make_run
 
 pytestmark = pytest.mark.results

@@ -261,7 +261,8 @@ def test_the_site_from_postgresql_equals_the_site_from_sqlite_page_by_page(tmp_p
 def test_the_site_judges_latest_runs_and_upgrades_as_the_gate_did_before_writing_them(tmp_path):
     # the gate judges a run against the real store just before it writes it; the site, reading the
     # whole store later, must show the same judgement for each series' latest run and each upgrade's
-    from harness.results.judge import GROUP_RUNS, judge_run
+    from harness.results.constants import GROUP_RUNS
+    from harness.results.verdict.judging import judge_run
     from harness.site.collect import collect
     wanted = {run_name(b, c, i) for b in BOARDS for c in CASES for i in (RUNS - 1, UPGRADE_AT + GROUP_RUNS - 1)}
     gate = {}
@@ -307,7 +308,7 @@ def test_the_run_summary_and_report_link_the_series_page_of_the_site(site, tmp_p
     from harness.report.html import html_report
     from harness.report.sitelinks import SITE_URL_VARIABLE
     from harness.report.summary import markdown_summary
-    from harness.results.judge import judge_run
+    from harness.results.verdict.judging import judge_run
     with ResultsStore(f"sqlite:///{site.parent / 'results.sqlite'}", create=False) as store:
         run = store.runs(board=SLOW[0], case=SLOW[1], latest=1)[0]
         comparison = comparison_of(run, judge_run(store, run, 10.0))

@@ -17,9 +17,9 @@ from sqlalchemy import text
 
 from harness.cli.main import main
 from harness.model.config import REPO_ROOT
-from harness.results.judge import judge_run
 from harness.results.records import ResultsError
 from harness.results.store import ResultsStore, StoreUnavailable
+from harness.results.verdict.judging import judge_run
 from tests.results_data import make_run
 
 pytestmark = pytest.mark.results

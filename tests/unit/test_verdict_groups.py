@@ -12,23 +12,15 @@ from scipy import stats
 
 from harness.model.config import BRANCHES
 from harness.results.condition import HostCondition, probe_seconds
-from harness.results.judge import (
-    CONFIDENCE,
-    FIRST_LOOK_SHARE,
-    GROUP_RUNS,
-    HISTORY,
-    NOT_COMPARABLE,
-    NPU_CORE,
-    PRIMARY_SHARE,
-    STEP,
-    UPGRADE,
-    judge_run,
-    judge_values,
-    since_change,
-)
+from harness.results.constants import CONFIDENCE, FIRST_LOOK_SHARE, GROUP_RUNS, PRIMARY_SHARE
 from harness.results.records import ResultsError
 from harness.results.store import ResultsStore
-from harness.results.verdicts import history_verdict
+from harness.results.verdict.decision import history_verdict
+from harness.results.verdict.figures import NPU_CORE, STEP
+from harness.results.verdict.history import judge_values
+from harness.results.verdict.judging import judge_run
+from harness.results.verdict.looks import since_change
+from harness.results.verdict.verdict import HISTORY, NOT_COMPARABLE, UPGRADE
 from tests.results_data import VERSIONS_NEW, make_run
 
 pytestmark = pytest.mark.results

@@ -73,8 +73,9 @@ LEVEL_MOVED = [("onnxruntime-aa-2026-12-02-0041.json.gz", 155, 5), ("onnxruntime
 
 @pytest.mark.parametrize("name,at,look", LEVEL_MOVED)
 def test_a_level_that_moves_now_and_then_widens_by_the_records_spread(name, at, look):
-    from harness.results.judge import NPU_CORE, judge_values
     from harness.results.verdict import noise
+    from harness.results.verdict.figures import NPU_CORE
+    from harness.results.verdict.history import judge_values
 
     pairs = _kept(STREAMS_DIR / name)["onnxruntime"]["rows"]["+0%"]["pairs"]
     history = [stream_figures(p["baseline"]) for p in pairs[at - HISTORY_RUNS:at]]
@@ -102,7 +103,7 @@ ONE_RUN_DISTURBED = [("onnxruntime-aa-2026-12-02-0041.json.gz", 605), ("onnxrunt
 
 @pytest.mark.parametrize("name,at", ONE_RUN_DISTURBED)
 def test_a_run_disturbed_at_look_1_is_cleared_by_the_second_run(name, at):
-    from harness.results.judge import judge_values
+    from harness.results.verdict.history import judge_values
 
     pairs = _kept(STREAMS_DIR / name)["onnxruntime"]["rows"]["+0%"]["pairs"]
     history = [stream_figures(p["baseline"]) for p in pairs[at - HISTORY_RUNS:at]]

@@ -4,7 +4,8 @@ and change points land where a step was injected."""
 import numpy as np
 import pytest
 
-from harness.results.verdicts import Decision, change_points, fixed_verdict, history_verdict, paired_verdict
+from harness.results.verdict.changes import change_points
+from harness.results.verdict.decision import Decision, fixed_verdict, history_verdict, paired_verdict
 
 
 def _drifting_session(rng, pairs, shift, drift=0.08, jitter=0.01):

@@ -161,7 +161,7 @@ def history_verdict(label: str, history: Sequence[float], value: float | Sequenc
     (n - 1 degrees of freedom): the new runs' own spread would count the change under test as noise
     (a group of one normal and one 3x run). The Decision states its minimum detectable effect
     (verdict.power) beside its interval. Times are judged by their logs (run-to-run factors multiply), so the
-    interval is exact for log-normal noise. `widen` (>= 1, harness/results/noise.py) stretches the
+    interval is exact for log-normal noise. `widen` (>= 1, noise.py) stretches the
     interval where the board's record shows runs that are not independent. None when fewer than
     `min_runs` earlier runs survive."""
     from scipy import stats

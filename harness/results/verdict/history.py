@@ -40,7 +40,7 @@ def judge_values(history: list[dict], group: list[dict], new: dict, threshold_pc
     """judge_figures on the figures themselves (label -> value per run, as `figures` gives them).
     `look`: `new`'s look at its change (len(group) + 1, as since_change gives it), None for a run
     judged alone. `record`: series of figures (each a key's runs on the board, oldest first) the
-    noise factor of every figure is learned from (harness/results/noise.py); empty: none learned.
+    noise factor of every figure is learned from (noise.py); empty: none learned.
     `detect_pct`: the promise every figure is held to (Decision.outcome); None: none."""
     verdicts = []
     judged = {label: value for label, value in new.items()
