@@ -74,7 +74,7 @@ def embedded_fp32(tmp_path_factory):
     from harness.partition.onnx_export import export_partition
     bundle = load_bundle(EMBEDDED_DIR)
     out = tmp_path_factory.mktemp("embedded") / "fp32"
-    export_partition(bundle.weights, bundle.cfg, out, dtype="float32")
+    export_partition(bundle.weights, bundle.cfg, out, precision="float32")
     return bundle, out
 
 
@@ -100,7 +100,7 @@ def anima_block(tmp_path_factory):
     from harness.partition import export_partition
     cfg = load_profile("anima-2b")
     weights = random_weights(cfg, seed=2, blocks=range(1))
-    manifest = export_partition(weights, cfg, tmp_path_factory.mktemp("anima-block"), dtype="float32",
+    manifest = export_partition(weights, cfg, tmp_path_factory.mktemp("anima-block"), precision="float32",
                                 streams=1, blocks=[0])
     return cfg, weights, manifest
 

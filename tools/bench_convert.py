@@ -34,7 +34,7 @@ def main() -> int:
     bundle = load_bundle(EMBEDDED_DIR)
     with tempfile.TemporaryDirectory(prefix="bench-convert-") as tmp:
         source = Path(tmp) / "fp32"
-        export_partition(bundle.weights, bundle.cfg, source, dtype="float32")
+        export_partition(bundle.weights, bundle.cfg, source, precision="float32")
         for k in range(args.rounds):
             load = os.getloadavg()[0]
             started = time.perf_counter()

@@ -35,7 +35,7 @@ LIFECYCLE = ("load", "init", "release")
 def partition(bundle, precision: str) -> Path:
     out = ROOT / default_partition_dir(bundle.cfg, bundle.digest, precision)
     if not manifest_path(out).exists():
-        export_partition(bundle.weights, bundle.cfg, out, dtype=precision)
+        export_partition(bundle.weights, bundle.cfg, out, precision=precision)
     return out
 
 

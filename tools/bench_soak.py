@@ -50,10 +50,10 @@ def one(args) -> dict:
     from harness.gates.soak import cycles_per_image, run_soak, soak_verdict
     from harness.memory.resources import ResourceSampler
     bundle, manifest = _partition(args.backend, args.precision, Path(args.cache_dir))
-    options = run_options(args.backend, backend_options(args.backend, {"fault": args.fault}, bundle.cfg))
+    options = run_options(backend_options(args.backend, {"fault": args.fault}, bundle.cfg))
     per_image = cycles_per_image(manifest)
     rate = parse_size(args.memory_rate)
-    run = run_soak(args.backend, manifest, options, args.cycles or per_image, ResourceSampler("/"),
+    run = run_soak(options, manifest, args.cycles or per_image, ResourceSampler("/"),
                    lifecycle=args.lifecycle, memory_rate=rate)
     verdict = soak_verdict(run, rate, parse_size("1.5GiB"), per_image)
     print("\n".join(verdict.lines()), file=sys.stderr)

@@ -12,15 +12,18 @@ import abc
 import functools
 import importlib
 import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..core.errors import BackendError, ConfigError
 from .registry import BACKENDS, ORIGIN, REFUSED
 
-__all__ = ["Context", "create_context", "live_contexts", "backend_options", "backend_class", "BACKENDS",
-           "run_options"]
+__all__ = ["BackendOptions", "Context", "create_context", "live_contexts", "backend_options", "backend_class",
+           "BACKENDS", "run_options"]
 
 _live_lock = threading.Lock()
 _live: set[int] = set()
@@ -30,6 +33,33 @@ def live_contexts() -> int:
     """How many contexts are loaded and not yet released, across all backends."""
     with _live_lock:
         return len(_live)
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """Which backend a run uses and the settings its contexts are made with: built once where the run
+    is asked for (a command's arguments, the suite's settings, a saved report) by `backend_options`,
+    and passed inward whole, to every context of the run, also in prefetch workers.
+
+    settings: the keys the backend itself checked (Context.parse_options), e.g. core_mask for rknnlite,
+    a fault's fields for faults, profile_data and time_scale for board-sim. Read them with `get`.
+    """
+    backend: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.settings.get(key, default)
+
+    def with_settings(self, changes: Mapping[str, Any]) -> BackendOptions:
+        """The same backend with some settings changed (a core mask under test, say)."""
+        return replace(self, settings={**self.settings, **changes})
+
+    def without(self, *keys: str) -> BackendOptions:
+        return replace(self, settings={k: v for k, v in self.settings.items() if k not in keys})
+
+    def as_dict(self) -> dict:
+        """The settings as a run report keeps them."""
+        return dict(self.settings)
 
 
 class Context(abc.ABC):
@@ -44,7 +74,7 @@ class Context(abc.ABC):
         return {}
 
     @classmethod
-    def run_options(cls, options: dict) -> dict:
+    def run_options(cls, options: BackendOptions) -> BackendOptions:
         """Complete the context options once per run (before contexts are made, in any process)."""
         return options
 
@@ -56,14 +86,14 @@ class Context(abc.ABC):
         return None
 
     @classmethod
-    def between_invocations(cls, options: dict) -> list:
+    def between_invocations(cls, options: BackendOptions) -> list:
         """Callables the pipeline calls with the next subgraph's manifest entry before every invocation
         (a simulated board's host time)."""
         return []
 
-    def __init__(self, label: str, **options):
+    def __init__(self, label: str, options: BackendOptions | None = None):
         self.label = label
-        self.options = options
+        self.options = options or BackendOptions(self.backend_name)
 
     # Subclasses implement the four stages; they raise BackendError naming self.label and the stage.
     @abc.abstractmethod
@@ -95,12 +125,13 @@ def _check_known(backend: str) -> None:
         raise BackendError(f"unknown backend '{backend}' (known: {', '.join(sorted(BACKENDS))})")
 
 
-def create_context(backend: str, label: str, **options) -> Context:
-    _check_known(backend)
-    return backend_class(backend)(label, **options)
+def create_context(options: BackendOptions, label: str) -> Context:
+    """One context of `options.backend`, named `label` in its errors."""
+    _check_known(options.backend)
+    return backend_class(options.backend)(label, options)
 
 
-def backend_options(backend: str, values: dict, cfg) -> dict:
+def backend_options(backend: str, values: dict, cfg) -> BackendOptions:
     """The context options for `backend` from the suite's option values (command line or board
     profile). Every backend validates the options it owns, so a bad value fails whichever backend
     runs; an exclusive option (such as --fault) given to another backend is refused, not ignored, and
@@ -108,7 +139,7 @@ def backend_options(backend: str, values: dict, cfg) -> dict:
     if REFUSED:
         raise ConfigError(REFUSED[0])
     _check_known(backend)
-    chosen = {}
+    chosen: dict = {}
     for name in BACKENDS:
         cls = backend_class(name)
         parsed = cls.parse_options(values, cfg)
@@ -120,7 +151,7 @@ def backend_options(backend: str, values: dict, cfg) -> dict:
                 flag = "--" + option.replace("_", "-")
                 raise ConfigError(f"{flag} {values[option]}: only --backend {name} reads it, "
                                   f"this run uses {backend}")
-    return chosen
+    return BackendOptions(backend, chosen)
 
 
 @functools.cache
@@ -140,8 +171,8 @@ def backend_class(backend: str) -> type[Context]:
     return cls
 
 
-def run_options(backend: str, options: dict | None) -> dict:
+def run_options(options: BackendOptions) -> BackendOptions:
     """The context options of one run, completed once by the backend (Context.run_options), so
     every context of the run, also in prefetch workers, shares what it decides."""
-    _check_known(backend)
-    return backend_class(backend).run_options(dict(options or {}))
+    _check_known(options.backend)
+    return backend_class(options.backend).run_options(options)

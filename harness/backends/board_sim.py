@@ -52,6 +52,7 @@ import re
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +61,7 @@ from ..core.errors import ConfigError
 from ..core.locks import acquire, release
 from ..partition.granularity import BRANCHES_PER_BLOCK
 from ..partition.manifest import FUSED_BRANCH
+from .base import BackendOptions
 from .board_drift import Drift, load_drift_model
 from .board_profile import BRANCH_ORDER, fits, load_board_profile
 from .driver_leak import DriverLeak, parse_driver_leak
@@ -179,18 +181,18 @@ class BoardSimContext(OnnxRuntimeContext):
         return normalize_options(raw, lock_dir=False)
 
     @classmethod
-    def run_options(cls, options: dict) -> dict:
-        return normalize_options(options)
+    def run_options(cls, options: BackendOptions) -> BackendOptions:
+        return replace(options, settings=normalize_options(dict(options.settings)))
 
     @classmethod
-    def between_invocations(cls, options: dict) -> list:
+    def between_invocations(cls, options: BackendOptions) -> list:
         """The board's host CPU time before each invocation ([sim] simulate_host), scaled: the
         board's step is inference + lifecycle + this, so strategy ratios come out in its terms.
         A run asks for these once, as it starts: its clock starts there with no debt, so a run never
         pays off the run before it (a resident run's 85 final releases left 0.87 s of lifecycle debt
         that made the next on-demand run's steps 17 % shorter than the board's)."""
         _CLOCK.reset()
-        opts = normalize_options(options)
+        opts = normalize_options(dict(options.settings))
         profile = load_board_profile(opts["profile_data"])
         if not profile.sim("simulate_host", bool):
             return []
@@ -198,10 +200,11 @@ class BoardSimContext(OnnxRuntimeContext):
         # per subgraph: a fused one holds several branch bodies and their host share ([plan] host_model)
         return [lambda entry: _CLOCK.host_pause(profile.host_before(_bodies(entry)) * scale)]
 
-    def __init__(self, label: str, **options):
-        opts = normalize_options(options)
-        super().__init__(label, **({"threads": options["threads"]} if "threads" in options else {}))
-        self.options = opts
+    def __init__(self, label: str, options: BackendOptions | None = None):
+        given = options or BackendOptions(self.backend_name)
+        opts = normalize_options(dict(given.settings))
+        super().__init__(label, replace(given, settings={k: v for k, v in opts.items() if k == "threads"}))
+        self.options = replace(given, settings=opts)
         profile = load_board_profile(opts["profile_data"])
         match = _BRANCH.search(label)
         self.branch = match.group(1) if match else "decoder"
@@ -240,7 +243,7 @@ class BoardSimContext(OnnxRuntimeContext):
 
     def _init(self) -> None:
         start = time.perf_counter()
-        if not self.options["reuse_sessions"] or self._path is None:
+        if not self.options.get("reuse_sessions") or self._path is None:
             super().init()
         else:
             st = self._path.stat()
@@ -284,11 +287,11 @@ class BoardSimContext(OnnxRuntimeContext):
         """This stage's slowdown and, with drift, the branch's drift level now (in board time)."""
         if self.drift is None:
             return self.slowdown
-        return self.slowdown * self.drift.factor(self.branch, time.perf_counter() / self.options["time_scale"])
+        return self.slowdown * self.drift.factor(self.branch, time.perf_counter() / self.options.get("time_scale"))
 
     @property
     def board_weight_mib(self) -> float:
-        return _weight_mib(load_board_profile(self.options["profile_data"]), self.branch, self._fused)
+        return _weight_mib(load_board_profile(self.options.get("profile_data")), self.branch, self._fused)
 
     # -- the NPU cores ------------------------------------------------------------------------
     @contextlib.contextmanager

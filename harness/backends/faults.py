@@ -38,15 +38,17 @@ import re
 import signal
 import threading
 import time
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.sizes import parse_size
 from ..core.workers import worker_number
+from .base import BackendOptions
 from .onnxruntime import OnnxRuntimeContext
 
-__all__ = ["FaultInjectionContext", "parse_fault"]
+__all__ = ["FaultInjectionContext", "FaultSpec", "parse_fault"]
 
 _LABEL = re.compile(r"^subgraph (\d+) ")
 
@@ -158,6 +160,29 @@ def _leaks_here(leak_from: int, leak_in: str) -> bool:
     return count >= leak_from and (leak_in == "any" or worker_number() == 0)
 
 
+@dataclass(frozen=True)
+class FaultSpec:
+    """One --fault as the contexts read it (the fields are the module docstring's options)."""
+    nan_subgraph: int | None = None
+    nan_count: int = 7
+    delay: float = 0.0
+    shape_subgraph: int | None = None
+    slowdown: float = 1.0
+    crash_subgraph: int | None = None
+    leak_bytes: int = 0
+    leak_fds: float = 0.0
+    leak_threads: float = 0.0
+    leak_from: int = 1
+    leak_in: str = "any"
+    hang_subgraph: int | None = None
+    init_fails_after: int | None = None
+
+    @classmethod
+    def of(cls, options: BackendOptions) -> FaultSpec:
+        """The fault among a run's settings (the others, such as threads, are onnxruntime's)."""
+        return cls(**{f.name: options.settings[f.name] for f in fields(cls) if f.name in options.settings})
+
+
 class FaultInjectionContext(OnnxRuntimeContext):
     backend_name = "faults"
     exclusive_options = ("fault",)
@@ -173,24 +198,22 @@ class FaultInjectionContext(OnnxRuntimeContext):
                                   f"0..{cfg.subgraphs - 1}" + (f" and its decoder {last}" if decoder else ""))
         return options
 
-    def __init__(self, label: str, nan_subgraph: int | None = None, nan_count: int = 7,
-                 delay: float = 0.0, shape_subgraph: int | None = None, slowdown: float = 1.0,
-                 crash_subgraph: int | None = None, leak_bytes: int = 0, leak_fds: float = 0.0,
-                 leak_threads: float = 0.0, leak_from: int = 1, leak_in: str = "any",
-                 hang_subgraph: int | None = None, init_fails_after: int | None = None, **options):
-        super().__init__(label, **options)
+    def __init__(self, label: str, options: BackendOptions | None = None):
+        super().__init__(label, options)
+        fault = FaultSpec.of(self.options)
         match = _LABEL.match(label)
         self.index = int(match.group(1)) if match else None
-        self.poison = nan_subgraph is not None and self.index == nan_subgraph
-        self.truncate = shape_subgraph is not None and self.index == shape_subgraph
-        self.nan_count = nan_count
-        self.delay = delay
-        self.slowdown = slowdown
-        self.crash = crash_subgraph is not None and self.index == crash_subgraph
-        self.leak_bytes, self.leak_fds, self.leak_threads = leak_bytes, leak_fds, leak_threads
-        self.leak_from, self.leak_in = leak_from, leak_in
-        self.hang = hang_subgraph is not None and self.index == hang_subgraph
-        self.init_fails_after = init_fails_after
+        self.poison = self._here(fault.nan_subgraph)
+        self.truncate = self._here(fault.shape_subgraph)
+        self.crash = self._here(fault.crash_subgraph)
+        self.hang = self._here(fault.hang_subgraph)
+        self.nan_count, self.delay, self.slowdown = fault.nan_count, fault.delay, fault.slowdown
+        self.leak_bytes, self.leak_fds, self.leak_threads = fault.leak_bytes, fault.leak_fds, fault.leak_threads
+        self.leak_from, self.leak_in = fault.leak_from, fault.leak_in
+        self.init_fails_after = fault.init_fails_after
+
+    def _here(self, subgraph: int | None) -> bool:
+        return subgraph is not None and self.index == subgraph
 
     def _stretched(self, stage, *args):
         started = time.perf_counter()

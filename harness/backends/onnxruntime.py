@@ -29,7 +29,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..partition.declared import check_identity
-from .base import Context
+from .base import BackendOptions, Context
 
 __all__ = ["OnnxRuntimeContext", "session_options", "RUN_DOMINATED_BYTES"]
 
@@ -93,7 +93,7 @@ def session_options(threads: int = 1):
     return opts
 
 
-def _threads_option(options: dict) -> int | None:
+def _threads_option(options: BackendOptions) -> int | None:
     threads = options.get("threads")
     if threads is None:
         return None             # chosen per subgraph at init, from its size
@@ -109,9 +109,9 @@ class OnnxRuntimeContext(Context):
     def import_runtime(cls) -> None:
         import onnxruntime  # noqa: F401 (imported now for its side effect: loaded before a run is under way)
 
-    def __init__(self, label: str, **options):
-        super().__init__(label, **options)
-        self.threads = _threads_option(options)
+    def __init__(self, label: str, options: BackendOptions | None = None):
+        super().__init__(label, options)
+        self.threads = _threads_option(self.options)
         self.session_threads: int | None = None     # what init chose (threads, or threads_for the model)
         self._model: bytes | None = None     # a small subgraph's bytes (a large one is read at init)
         self._path: Path | None = None

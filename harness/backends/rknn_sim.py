@@ -36,7 +36,7 @@ from ..core.schema import read_json
 from ..core.signals import group_signals_blocked
 from ..partition.declared import rknn_version
 from ..toolkit.remote.framing import read_frame, write_frame
-from .base import Context
+from .base import BackendOptions, Context
 
 __all__ = ["RknnSimContext", "worker_for", "shutdown_workers", "conversion_record"]
 
@@ -229,11 +229,11 @@ class RknnSimContext(Context):
             raise ConfigError(f"--calibration {values['calibration']}: goes with --precision w8a8-ffn")
         return {}           # contexts take none: every build setting comes from the manifest
 
-    def __init__(self, label: str, **options):
-        if options:
-            raise ConfigError(f"rknn-sim backend takes no options (got {', '.join(sorted(options))}): "
+    def __init__(self, label: str, options: BackendOptions | None = None):
+        if options is not None and options.settings:
+            raise ConfigError(f"rknn-sim backend takes no options (got {', '.join(sorted(options.settings))}): "
                               f"the toolkit version and build settings come from the partition's manifest")
-        super().__init__(label)
+        super().__init__(label, options)
         self._worker: SimWorker | None = None
         self._key: str | None = None
         self._inited = False

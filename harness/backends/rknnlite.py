@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import BackendError, ConfigError
-from .base import Context
+from .base import BackendOptions, Context
 
 __all__ = ["RknnLiteContext", "CORE_MASKS", "parse_core_mask", "load_runtime", "DEFAULT_LIBRKNNRT"]
 
@@ -150,9 +150,9 @@ class RknnLiteContext(Context):
     def parse_options(cls, values: dict, cfg) -> dict:
         return {"core_mask": parse_core_mask(values.get("core_mask") or "auto")}
 
-    def __init__(self, label: str, **options):
-        super().__init__(label, **options)
-        self.core_mask_name = parse_core_mask(options.get("core_mask", "auto"))
+    def __init__(self, label: str, options: BackendOptions | None = None):
+        super().__init__(label, options)
+        self.core_mask_name = parse_core_mask(self.options.get("core_mask", "auto"))
         try:
             self._api = load_runtime()
         except BackendError as exc:

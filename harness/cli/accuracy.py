@@ -46,13 +46,13 @@ def add_command(subparsers):
     return p
 
 
-def _backend_options(args, cfg) -> dict:
+def _backend_options(args, cfg):
     from ..backends import backend_options
     if args.toolkit and args.backend != "rknn-sim":
         raise ConfigError(f"--toolkit {args.toolkit}: only --backend rknn-sim builds with a toolkit")
     options = backend_options(args.backend, vars(args), cfg)
     if args.backend == "rknn-sim" and args.toolkit:
-        options["toolkit"] = args.toolkit
+        options = options.with_settings({"toolkit": args.toolkit})
     return options
 
 
@@ -76,8 +76,10 @@ def _cmd_accuracy(args) -> int:
     # the reference holds the same subgraphs as the partition under test: the same granularity
     reference = args.reference or exported_partition(bundle, "float32",
                                                      granularity=load_manifest(partition).granularity)
-    analysis, error = analyze(bundle, partition, args.backend, options, reference, inputs.prompt,
-                              inputs.settings, args.threshold, args.out, text_embs=inputs.text_embs)
+    from ..runtime.run import RunRequest
+    request = RunRequest(bundle, partition, args.backend, inputs.prompt, inputs.settings, options,
+                         text_embs=inputs.text_embs)
+    analysis, error = analyze(request, reference, args.threshold, args.out)
     what = f"{args.backend} vs onnxruntime FP32"
     con.print(f"partition under test: {partition}; reference: {reference}", highlight=False, soft_wrap=True)
     render_worst(analysis.rows, args.threshold, args.top, what, con)

@@ -67,15 +67,16 @@ def lifecycle(text: str) -> str:
     return str(parse_lifecycle(text))
 
 
-def board_sim_options(args) -> dict:
-    """The board-sim context options of a command's arguments, completed (lock directory included)."""
+def board_sim_options(args):
+    """The board-sim BackendOptions of a command's arguments, completed (lock directory included)."""
+    from ..backends.base import BackendOptions
     from ..backends.board_sim import normalize_options
     raw = {"core_mask": args.core_mask}
     if args.board_profile_data is not None:
         raw["profile_data"] = str(args.board_profile_data)
     if args.time_scale is not None:
         raw["time_scale"] = args.time_scale
-    return normalize_options(raw)
+    return BackendOptions("board-sim", normalize_options(raw))
 
 
 positive_int = ranged(int, 1, float("inf"), "a whole number")

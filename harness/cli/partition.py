@@ -102,9 +102,10 @@ def cmd_export(args) -> int:
     blocks = parse_blocks(args.blocks, cfg.blocks) if args.blocks else None
     out = args.out or default_partition_dir(cfg, checkpoint.digest(), args.precision, args.fake_quant, blocks,
                                             args.granularity)
-    manifest = export_with_progress(checkpoint, cfg, out, args.precision, quiet=args.quiet,
-                                    streams=args.streams, fake_quant=args.fake_quant, opset=args.opset,
-                                    blocks=blocks, weights_source=str(source), granularity=args.granularity)
+    from ..partition.onnx_export import ExportSettings
+    settings = ExportSettings(args.precision, args.streams, args.opset, blocks, args.fake_quant, args.granularity,
+                              weights_source=str(source))
+    manifest = export_with_progress(checkpoint, cfg, out, settings, quiet=args.quiet)
     size = sum(e.bytes for e in manifest.entries())
     print(f"{manifest.file}  {len(manifest.subgraphs)} subgraphs"
           f"{' + decoder' if manifest.decoder else ''}, {size / 1e6:.1f} MB, {args.precision}, "

@@ -73,12 +73,11 @@ def _setup(args, ProbeSetup):
         if args.time_scale is None:
             args.time_scale = PROBE_TIME_SCALE
         args.core_mask = "auto"            # each probe context sets its own
-        options = board_sim_options(args)
-        options.pop("core_mask")
-        return ProbeSetup("board-sim", options, options["time_scale"], options["memory_scale"], args.window,
+        options = board_sim_options(args).without("core_mask")
+        return ProbeSetup(options, options.get("time_scale"), options.get("memory_scale"), args.window,
                           args.repeats, True, args.telemetry_root, args.budget, args.tolerance)
-    options = {k: v for k, v in backend_options(args.backend, vars(args), None).items() if k != "core_mask"}
-    return ProbeSetup(args.backend, options, 1.0, 1.0, args.window, args.repeats,
+    options = backend_options(args.backend, vars(args), None).without("core_mask")
+    return ProbeSetup(options, 1.0, 1.0, args.window, args.repeats,
                       args.backend in CORE_BACKENDS, args.telemetry_root, args.budget, args.tolerance)
 
 
@@ -120,8 +119,9 @@ def _one_stream(args, bundle):
             return None
         path = Path(f"{default_partition_dir(bundle.cfg, bundle.digest, args.precision, blocks=[0])}-1-stream")
         if not manifest_path(path).exists():
-            export_with_progress(bundle.weights_source, bundle.cfg, path, args.precision, quiet=True,
-                                 streams=1, blocks=[0])
+            from ..partition.onnx_export import ExportSettings
+            export_with_progress(bundle.weights_source, bundle.cfg, path,
+                                 ExportSettings(args.precision, streams=1, blocks=[0]), quiet=True)
     manifest = load_manifest(path)
     entry = next((e for e in manifest.subgraphs if e.branch == "ffn"), None)
     if entry is None or manifest.export.get("streams") != 1:
@@ -135,8 +135,8 @@ def _weight_of(setup):
     from ..backends.board_sim import BoardSimContext
 
     def weight(subject) -> float:
-        if setup.backend == "board-sim":
-            ctx = create_context("board-sim", subject.entry.label, **setup.options)
+        if setup.options.backend == "board-sim":
+            ctx = create_context(setup.options, subject.entry.label)
             assert isinstance(ctx, BoardSimContext)
             return ctx.board_weight_mib
         return subject.path.stat().st_size / MiB

@@ -75,8 +75,8 @@ def _cmd_probe(args) -> int:
     print(f"probe-memory: {args.backend}, up to {limit} contexts, memory gates: MemAvailable >= {args.mem_floor}, "
           f"swap growth <= {args.swap_limit}" + (f", PSS added <= {budget / MiB:.1f} MiB" if budget else ""))
     with MemoryGuard(args.mem_floor, args.swap_limit, interval=0.05) as guard:
-        result = residency_probe(args.backend, manifest, guard, limit, budget_bytes=budget, warm_up=args.warm_up,
-                                 on_row=None if args.quiet else _print_row, **options)
+        result = residency_probe(options, manifest, guard, limit, budget_bytes=budget, warm_up=args.warm_up,
+                                 on_row=None if args.quiet else _print_row)
     if not result.rows:
         raise ConfigError(f"probe-memory: no context could be held ({result.tripped})")
     info = verdict(result, len(manifest.subgraphs), args.fit_rows, scale, board, guard.floor_bytes, budget)
@@ -115,7 +115,7 @@ def _backend(args, cfg):
     if args.backend == "board-sim":
         from ..backends.board_profile import load_board_profile
         options = board_sim_options(args)
-        return options, options["memory_scale"], load_board_profile(options["profile_data"])
+        return options, options.get("memory_scale"), load_board_profile(options.get("profile_data"))
     return options, 1.0, None
 
 

@@ -190,31 +190,28 @@ def _clear_old_repros(folder: Path) -> None:
             shutil.rmtree(old)
 
 
-def analyze(bundle, partition, backend: str, backend_options: dict, reference_dir, prompt: str,
-            settings, threshold: float, out_dir, text_embs: dict | None = None):
-    """Generate through `partition` on `backend` with `settings` (a SampleSettings), comparing every
-    invocation with the FP32 reference.
+def analyze(request, reference_dir, threshold: float, out_dir):
+    """Run `request` (a runtime.run.RunRequest: the partition, its backend options, the prompt and its
+    SampleSettings), comparing every invocation with the FP32 reference.
 
     Returns (analysis, error): a run stopped by NaN/Inf (NumericsError) still returns its rows up to
     that invocation, with the error; other failures raise. Writes OUT/accuracy.json, OUT/run.json and
     the first failure's folder under OUT/repro/.
     """
     from ..partition.manifest import manifest_sha256
-    from ..runtime.run import RunRequest, open_partition, run_partitioned
+    from ..runtime.run import open_partition, run_partitioned
+    bundle, partition, options = request.bundle, request.partition, request.options
     out_dir = Path(out_dir)
     reference = ReferenceSubgraphs(open_partition(bundle, reference_dir, verify=True))
     repro_dir = out_dir / "repro"
     _clear_old_repros(repro_dir)
-    describe = {"backend": backend, "backend_options": backend_options,
+    describe = {"backend": options.backend, "backend_options": options.as_dict(),
                 "partition": str(Path(partition).resolve()), "reference": str(Path(reference_dir).resolve()),
                 "model_dir": str(Path(bundle.model_dir).resolve())}
     analysis = AccuracyAnalysis(reference, threshold, repro_dir, describe)
     error = None
     try:
-        result = run_partitioned(
-            RunRequest(bundle, partition, backend, prompt, settings, backend_options=backend_options,
-                       text_embs=text_embs),
-            report_path=out_dir / "run.json", observers=[analysis])
+        result = run_partitioned(request, report_path=out_dir / "run.json", observers=[analysis])
         report = result.report
     except NumericsError as exc:
         error = exc
@@ -222,9 +219,9 @@ def analyze(bundle, partition, backend: str, backend_options: dict, reference_di
     finally:
         reference.close()
     atomic_write_json(out_dir / "accuracy.json", {
-        "backend": backend, "backend_options": backend_options, "partition": describe["partition"],
+        "backend": options.backend, "backend_options": options.as_dict(), "partition": describe["partition"],
         "manifest_sha256": manifest_sha256(partition), "reference": describe["reference"],
-        "prompt": prompt, "settings": settings.as_dict(), "threshold": threshold,
+        "prompt": request.prompt, "settings": request.settings.as_dict(), "threshold": threshold,
         "error": str(error) if error else None,
         "first_failure": asdict(analysis.first_failure) if analysis.first_failure else None,
         "repro": str(analysis.repro) if analysis.repro else None,
@@ -237,7 +234,7 @@ def analyze(bundle, partition, backend: str, backend_options: dict, reference_di
 
 def replay(folder: Path) -> Row:
     """Run a saved failing invocation again: the backend on the saved inputs against the reference."""
-    from ..backends.base import create_context
+    from ..backends.base import BackendOptions, create_context
     from ..partition.manifest import load_manifest
     folder = Path(folder)
     path = folder / REPRO_FILE
@@ -251,7 +248,7 @@ def replay(folder: Path) -> Row:
     manifest.verify_entry(entry)
     inputs = [np.load(folder / name, allow_pickle=False) for name in saved["inputs"]]
     streams = len(saved["streams"])
-    ctx = create_context(saved["backend"], entry.label, **saved.get("backend_options", {}))
+    ctx = create_context(BackendOptions(saved["backend"], saved.get("backend_options", {})), entry.label)
     try:
         ctx.load(manifest.path_of(entry))
         ctx.init()

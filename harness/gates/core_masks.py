@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..backends.base import create_context
+from ..backends.base import BackendOptions, create_context
 from ..backends.board_sim import normalize_options
 from ..partition.manifest import SubgraphEntry, load_manifest
 from ..runtime.partitions import exported_partition
@@ -53,8 +53,8 @@ def compare_outputs(outputs: list[np.ndarray], reference: list[np.ndarray]) -> t
     return cosine(flat, ref), max_rel_err(flat, ref)
 
 
-def _run_under(backend: str, options: dict, label: str, path, inputs, mask: str, repeats: int):
-    ctx = create_context(backend, f"{label} core mask {mask}", **dict(options, core_mask=mask))
+def _run_under(options: BackendOptions, label: str, path, inputs, mask: str, repeats: int):
+    ctx = create_context(options.with_settings({"core_mask": mask}), f"{label} core mask {mask}")
     try:
         ctx.load(path)
         ctx.init()
@@ -68,7 +68,7 @@ def _run_under(backend: str, options: dict, label: str, path, inputs, mask: str,
         ctx.release()
 
 
-def core_mask_consistency(backend: str, options: dict, manifest, masks=MASKS, repeats: int = 3,
+def core_mask_consistency(options: BackendOptions, manifest, masks=MASKS, repeats: int = 3,
                           seed: int = 0) -> list[MaskRow]:
     """Block 0's self-attention, cross-attention and FFN (or the first fused subgraph) under every
     mask, on one set of unit-scale inputs."""
@@ -80,10 +80,10 @@ def core_mask_consistency(backend: str, options: dict, manifest, masks=MASKS, re
     for branch, entry in kinds.items():
         inputs = [rng.standard_normal(s.shape).astype(s.dtype) for s in entry.inputs]
         path = manifest.path_of(entry)
-        reference, ref_time = _run_under(backend, options, entry.label, path, inputs, masks[0], repeats)
+        reference, ref_time = _run_under(options, entry.label, path, inputs, masks[0], repeats)
         for mask in masks:
             outputs, seconds = ((reference, ref_time) if mask == masks[0]
-                                else _run_under(backend, options, entry.label, path, inputs, mask, repeats))
+                                else _run_under(options, entry.label, path, inputs, mask, repeats))
             cos, rel = compare_outputs(outputs, reference)
             rows.append(MaskRow(branch, mask, cos, rel, seconds, ref_time / seconds if seconds else 0.0))
     return rows
@@ -95,11 +95,11 @@ def failures(rows: list[MaskRow], bar: float = DEFAULT_THRESHOLD) -> list[str]:
             f"{bar} (max relative error {r.max_rel_err:.2e})" for r in rows if not r.cosine >= bar]
 
 
-def mask_backend(backend: str, options: dict, partition, bundle, cache_dir):
-    """(backend, options, manifest) that judges the masks: the suite's backend when it honours a core
+def mask_backend(options: BackendOptions, partition, bundle, cache_dir) -> tuple[BackendOptions, object]:
+    """(options, manifest) that judges the masks: the suite's backend when it honours a core
     mask, else board-sim on the model's FP16 export at 1/50 of the board's time (stages long enough
     beside this machine's timer jitter to time a mask)."""
-    if backend in MASK_BACKENDS:
-        return backend, options, load_manifest(partition)
+    if options.backend in MASK_BACKENDS:
+        return options, load_manifest(partition)
     exported = exported_partition(bundle, "float16", root=cache_dir / "partitions")
-    return "board-sim", normalize_options({"time_scale": 0.02}), load_manifest(exported)
+    return BackendOptions("board-sim", normalize_options({"time_scale": 0.02})), load_manifest(exported)

@@ -171,7 +171,7 @@ class GateRunner:
         here, once, so no measured step or memory baseline includes building."""
         from ..backends.base import create_context
         for entry in manifest.entries():
-            ctx = create_context(self.s.backend, entry.label, **self.s.backend_options)
+            ctx = create_context(self.s.backend_options, entry.label)
             try:
                 ctx.load(manifest.path_of(entry))
                 ctx.init()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backends import create_context
+from ..backends import BackendOptions, create_context
 from .versions import read, shown
 
 __all__ = ["NpuNode", "find_npu_node", "rknpu_driver_signs", "npu_node_problem", "version_problem",
@@ -146,11 +146,11 @@ def version_problem(versions: dict, converted_with: str | None) -> str | None:
     return None
 
 
-def lifecycle_once(backend: str, entry, path: Path, options: dict) -> tuple[dict, list[np.ndarray]]:
+def lifecycle_once(options: BackendOptions, entry, path: Path) -> tuple[dict, list[np.ndarray]]:
     """Load, init, run (zeros of each input's manifest shape and dtype) and release one subgraph:
     ({stage: seconds}, outputs). Raises the backend's HarnessError naming the subgraph and stage."""
     inputs = [np.zeros(spec.shape, dtype=spec.dtype) for spec in entry.inputs]
-    ctx = create_context(backend, entry.label, **options)
+    ctx = create_context(options, entry.label)
     seconds: dict[str, float] = {}
     try:
         for stage, call in (("load", lambda: ctx.load(path)), ("init", ctx.init)):

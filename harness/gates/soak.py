@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..backends.base import create_context, run_options
+from ..backends.base import BackendOptions, create_context, run_options
 from ..core.errors import BackendError, ConfigError, MemoryGuardTripped
 from ..lifecycle.records import LifecycleRecorder
 from ..memory.resources import COUNT_RESOURCES, MEMORY_RESOURCES, RESOURCES, SYSTEM_RESOURCES
@@ -104,14 +104,14 @@ class _Cycler:
     """One cycle's load, init, run and release under the lifecycle: in this process (on-demand, and any
     lifecycle that keeps contexts, which a soak must not) or through prefetch:K's workers."""
 
-    def __init__(self, backend: str, manifest, kinds: list, options: dict, lifecycle: str):
-        self.backend, self.manifest, self.options = backend, manifest, options
+    def __init__(self, options: BackendOptions, manifest, kinds: list, lifecycle: str):
+        self.manifest, self.options = manifest, options
         self.strategy = None
         self.name = "on-demand"
         if lifecycle.startswith("prefetch:"):
             from ..lifecycle.prefetch import Prefetch
-            self.strategy = Prefetch(backend, _Forget(), manifest.path_of, kinds, int(lifecycle.split(":")[1]),
-                                     entries=kinds, **run_options(backend, options))
+            self.strategy = Prefetch(run_options(options), _Forget(), manifest.path_of, kinds,
+                                     int(lifecycle.split(":")[1]), entries=kinds)
             self.name = lifecycle
 
     def cycle(self, entry, path, inputs) -> None:
@@ -120,7 +120,7 @@ class _Cycler:
             self.strategy.run(w, entry, 0, inputs)
             self.strategy.finish(entry, 0)
             return
-        ctx = create_context(self.backend, entry.label, **self.options)
+        ctx = create_context(self.options, entry.label)
         try:
             ctx.load(path)
             ctx.init()
@@ -177,7 +177,7 @@ class _Slots:
                 row[slot] = [own.get(n, 0) for n in names]
 
 
-def run_soak(backend: str, manifest, options: dict, cycles: int, sampler, guard=None, on_cycle=None,
+def run_soak(options: BackendOptions, manifest, cycles: int, sampler, guard=None, on_cycle=None,
              lifecycle: str = "on-demand", memory_rate: int = 16 * KiB, stop_early: bool = True) -> SoakRun:
     """Cycle the branch kinds' subgraphs in turn `cycles` times under `lifecycle`, reading `sampler` after
     each cycle and watching every series; a clear leak ends the cycling (stop_early), as does the memory
@@ -195,7 +195,7 @@ def run_soak(backend: str, manifest, options: dict, cycles: int, sampler, guard=
     watch = Watch(samples.reshape(cycles, -1), watch_rules(names, 1 + MAX_PROCESSES, memory_rate), cycles)
     slots = _Slots(sampler, watch, len(names))
     done, tripped, ceiling = 0, None, None
-    cycler = _Cycler(backend, manifest, kinds, options, lifecycle)
+    cycler = _Cycler(options, manifest, kinds, lifecycle)
     start = time.perf_counter()
     try:
         for done in range(cycles):
@@ -220,7 +220,7 @@ def run_soak(backend: str, manifest, options: dict, cycles: int, sampler, guard=
         ceiling = Ceiling(done, str(exc), memory)
     finally:
         cycler.close()
-    return SoakRun(backend, [e.label for e in kinds], done, time.perf_counter() - start, names, samples,
+    return SoakRun(options.backend, [e.label for e in kinds], done, time.perf_counter() - start, names, samples,
                    dict(sampler.not_measured), tripped, slots.names, cycles, cycler.name, watch, ceiling,
                    sampler.npu_load())
 

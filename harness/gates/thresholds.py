@@ -66,7 +66,7 @@ def measure(bundle, cases: list[GoldenCase], golden_dir: Path, on_row=None) -> l
     with tempfile.TemporaryDirectory(prefix="thresholds-") as tmp:
         parts = {name: Path(tmp) / name for name in VARIANTS}
         for name, (precision, quant) in VARIANTS.items():
-            export_partition(bundle.weights_source, bundle.cfg, parts[name], dtype=precision, fake_quant=quant)
+            export_partition(bundle.weights_source, bundle.cfg, parts[name], precision=precision, fake_quant=quant)
         for case in cases:
             inputs = case_inputs(case, bundle.cfg, golden_dir)
             runs = {name: run_partitioned(RunRequest(bundle, parts[name], "onnxruntime", inputs.prompt,

@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from ..backends.base import Context, create_context
+from ..backends.base import BackendOptions, Context, create_context
 from ..core.timing import Timed
 from .records import Counters, LifecycleRecorder
 
@@ -28,12 +28,11 @@ class LocalStrategy:
     name = "local"
     capacity: int | None = None         # most contexts kept at once (None: no limit)
 
-    def __init__(self, backend: str, recorder: LifecycleRecorder, path_of, **backend_options):
-        self.backend = backend
+    def __init__(self, options: BackendOptions, recorder: LifecycleRecorder, path_of):
+        self.options = options
         self.recorder = recorder
         self._path_of = path_of         # entry -> absolute subgraph file path
         self._paths: dict[int, Path] = {}
-        self.options = backend_options
         self._loaded: OrderedDict[int, tuple] = OrderedDict()     # index -> (entry, context)
         self.counters = Counters()
         self.final_release_s = 0.0
@@ -55,7 +54,7 @@ class LocalStrategy:
             self._release(old_index, step)
         with self._timed(step, entry, "load"):
             # Making the runtime object is part of loading (RKNNLite() then load_rknn on the board).
-            ctx = create_context(self.backend, entry.label, **self.options)
+            ctx = create_context(self.options, entry.label)
             self._loaded[entry.index] = (entry, ctx)
             self.counters.loaded()
             ctx.load(self.path_of(entry))
@@ -126,8 +125,8 @@ class Resident(LocalStrategy):
 class Lru(LocalStrategy):
     """Keep at most K contexts; on a miss with the pool full, release the least recently used."""
 
-    def __init__(self, backend, recorder, path_of, k: int, **backend_options):
-        super().__init__(backend, recorder, path_of, **backend_options)
+    def __init__(self, options: BackendOptions, recorder, path_of, k: int):
+        super().__init__(options, recorder, path_of)
         self.capacity = k
         self.name = f"lru:{k}"
 
@@ -138,8 +137,8 @@ class Lru(LocalStrategy):
 class Pinned(LocalStrategy):
     """Keep the chosen subgraphs (by index) loaded for the whole run; the rest on demand."""
 
-    def __init__(self, backend, recorder, path_of, pinned: frozenset[int], name: str, **backend_options):
-        super().__init__(backend, recorder, path_of, **backend_options)
+    def __init__(self, options: BackendOptions, recorder, path_of, pinned: frozenset[int], name: str):
+        super().__init__(options, recorder, path_of)
         self.pinned = frozenset(pinned)
         self.name = name
 

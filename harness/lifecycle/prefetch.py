@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.base import BackendOptions
 from ..core.errors import BackendError
 from ..core.signals import group_signals_blocked
 from ..core.workers import WORKER_ENV
@@ -66,7 +67,7 @@ def _describe_exit(code) -> str:
 class _Worker:
     """The parent's handle on one worker process: its pipe, its two shared blocks, what it holds."""
 
-    def __init__(self, number: int, backend: str, options: dict, in_bytes: int, out_bytes: int):
+    def __init__(self, number: int, options: BackendOptions, in_bytes: int, out_bytes: int):
         self.number = number
         with group_signals_blocked():           # before the first block registers with it
             resource_tracker.ensure_running()
@@ -87,7 +88,7 @@ class _Worker:
         finally:
             theirs.close()
         self.conn = Connection(mine.detach())
-        self.conn.send(("init", backend, options, self.shm_in.name, self.shm_out.name))
+        self.conn.send(("init", options, self.shm_in.name, self.shm_out.name))
         self.entry = None                      # the entry whose context it holds or is loading
         self.pending: deque = deque()          # (seq, op, entry, step) awaiting a reply
         self._seq = 0
@@ -149,10 +150,10 @@ class _Worker:
 class Prefetch:
     """At most K contexts alive, each in its own worker process, loaded ahead in the fixed order."""
 
-    def __init__(self, backend: str, recorder: LifecycleRecorder, path_of, order, k: int,
-                 entries=None, **backend_options):
+    def __init__(self, options: BackendOptions, recorder: LifecycleRecorder, path_of, order, k: int,
+                 entries=None):
         self.name = f"prefetch:{k}"
-        self.backend = backend
+        self.options = options
         self.recorder = recorder
         self._path_of = path_of
         self.k = k
@@ -167,7 +168,7 @@ class Prefetch:
         every = list(entries or self._order)
         try:
             for n in range(k):
-                self._workers.append(_Worker(n, backend, backend_options,
+                self._workers.append(_Worker(n, options,
                                              block_bytes(every, "inputs"), block_bytes(every, "outputs")))
             for w in self._workers:
                 self._hello(w)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..backends.base import run_options
+from ..backends.base import BackendOptions, run_options
 from ..core.errors import ConfigError
 from .local import Lru, OnDemand, Pinned, Resident
 from .prefetch import Prefetch
@@ -93,17 +93,17 @@ def _count(spec: LifecycleSpec) -> int:
     return spec.k
 
 
-def make_strategy(spec: LifecycleSpec | str, backend: str, recorder, manifest, backend_options: dict | None = None):
+def make_strategy(spec: LifecycleSpec | str, options: BackendOptions, recorder, manifest):
     """The strategy for one run over `manifest` (its close() must be called whatever happens)."""
     spec = parse_lifecycle(spec) if isinstance(spec, str) else spec
-    options = run_options(backend, backend_options)
+    options = run_options(options)
     if spec.kind == "on-demand":
-        return OnDemand(backend, recorder, manifest.path_of, **options)
+        return OnDemand(options, recorder, manifest.path_of)
     if spec.kind == "resident":
-        return Resident(backend, recorder, manifest.path_of, **options)
+        return Resident(options, recorder, manifest.path_of)
     if spec.kind == "lru":
-        return Lru(backend, recorder, manifest.path_of, _count(spec), **options)
+        return Lru(options, recorder, manifest.path_of, _count(spec))
     if spec.kind == "pinned":
-        return Pinned(backend, recorder, manifest.path_of, pinned_subset(spec, manifest), str(spec), **options)
+        return Pinned(options, recorder, manifest.path_of, pinned_subset(spec, manifest), str(spec))
     entries = list(manifest.subgraphs) + ([manifest.decoder] if manifest.decoder else [])
-    return Prefetch(backend, recorder, manifest.path_of, manifest.subgraphs, _count(spec), entries=entries, **options)
+    return Prefetch(options, recorder, manifest.path_of, manifest.subgraphs, _count(spec), entries=entries)

@@ -6,7 +6,7 @@ release it) still overlaps with the pipeline, and a runtime that crashes takes d
 worker: the parent sees the pipe close and fails the run naming the subgraph.
 
 Protocol (one socket pair, pickled messages, replies in request order):
-    parent -> ("init", backend, options, in_block, out_block)   worker -> ("hello",)
+    parent -> ("init", options, in_block, out_block)   worker -> ("hello",)
     parent -> ("load", seq, label, path)   worker -> ("ok", seq, {"load": s, "init": s})
     parent -> ("run", seq, layout)          worker -> ("ok", seq, {"run": s, "outputs": layout})
     parent -> ("release", seq)              worker -> ("ok", seq, {"release": s})
@@ -78,10 +78,10 @@ def worker_main(fd: int) -> None:
     for signum in GROUP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     conn = Connection(fd)
-    _, backend, options, in_name, out_name = conn.recv()
+    _, options, in_name, out_name = conn.recv()
     from ..backends.base import backend_class, create_context
     from ..core.errors import HarnessError
-    backend_class(backend)                           # import the runtime before saying hello
+    backend_class(options.backend)                   # import the runtime before saying hello
     shm_in, shm_out = _attach(in_name), _attach(out_name)
     ctx = None
     conn.send(("hello",))
@@ -97,7 +97,7 @@ def worker_main(fd: int) -> None:
             seq = msg[1]
             try:
                 if op == "load":
-                    ctx, reply = _load(create_context, backend, options, msg[2], msg[3])
+                    ctx, reply = _load(create_context, options, msg[2], msg[3])
                 elif op == "run":
                     reply = _run(ctx, shm_in, shm_out, msg[2])
                 elif op == "release":
@@ -122,9 +122,9 @@ def worker_main(fd: int) -> None:
                 shm.close()
 
 
-def _load(create_context, backend, options, label, path):
+def _load(create_context, options, label, path):
     start = time.perf_counter()
-    ctx = create_context(backend, label, **options)
+    ctx = create_context(options, label)
     try:
         ctx.load(path)
         loaded = time.perf_counter()

@@ -39,7 +39,7 @@ import numpy as np
 import psutil
 from scipy import stats
 
-from ..backends.base import create_context
+from ..backends.base import BackendOptions, create_context
 from ..partition.manifest import SubgraphEntry
 from .assumptions import MEASURED_FORMAT
 from .repeats import TOLERANCE, Interval, converge
@@ -62,8 +62,7 @@ class Subject:
 
 @dataclass(frozen=True)
 class ProbeSetup:
-    backend: str
-    options: dict                 # context options without core_mask
+    options: BackendOptions       # context options without core_mask
     time_scale: float = 1.0       # seconds here per board second
     memory_scale: float = 1.0     # bytes here per board byte
     window_s: float = 40.0        # board seconds each overlap loop runs
@@ -81,8 +80,8 @@ def _inputs(entry, rows: int | None = None, seed: int = 0) -> list[np.ndarray]:
 
 
 def _context(setup: ProbeSetup, subject: Subject, core_mask: str | None, tag: str):
-    options = dict(setup.options, **({"core_mask": core_mask} if core_mask else {}))
-    return create_context(setup.backend, f"{subject.entry.label} probe {tag}", **options)
+    options = setup.options.with_settings({"core_mask": core_mask}) if core_mask else setup.options
+    return create_context(options, f"{subject.entry.label} probe {tag}")
 
 
 @contextlib.contextmanager
@@ -298,7 +297,7 @@ def probe_board(setup: ProbeSetup, subjects: dict[str, Subject], one_stream: Sub
                 say=print) -> dict:
     """Every measurement this backend allows; the measured data file's tables."""
     data: dict[str, Any] = {"format": MEASURED_FORMAT,
-            "probe": {"backend": setup.backend, "host": socket.gethostname(),
+            "probe": {"backend": setup.options.backend, "host": socket.gethostname(),
                       "date": datetime.now(UTC).isoformat(timespec="seconds"),
                       "time_scale": setup.time_scale, "memory_scale": setup.memory_scale}}
     if setup.cores:
@@ -308,7 +307,7 @@ def probe_board(setup: ProbeSetup, subjects: dict[str, Subject], one_stream: Sub
             say("probe-board: streams (two cores at once against one; cores 0_1_2 against 0)")
             data["streams"] = measure_streams(setup, subjects["ffn"], one_stream)
     else:
-        data["probe"]["not_measured"] = f"{setup.backend} has no NPU cores: overlap and streams"
+        data["probe"]["not_measured"] = f"{setup.options.backend} has no NPU cores: overlap and streams"
     say(f"probe-board: lifecycle against weight size ({', '.join(subjects)})")
     data["lifecycle"] = measure_lifecycle(setup, list(subjects.values()), weight_mib)
     say("probe-board: memory per context")

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..backends.base import create_context, live_contexts
+from ..backends.base import BackendOptions, create_context, live_contexts
 from ..core.errors import BackendError, MemoryGuardTripped
 from .guard import MemoryGuard, read_memory
 
@@ -62,8 +62,8 @@ def ceiling_line(ceiling: dict) -> str:
             f"{ceiling['error']}")
 
 
-def residency_probe(backend: str, manifest, guard: MemoryGuard, limit: int, budget_bytes: int | None = None,
-                    on_row=None, warm_up: bool = False, **options) -> ProbeResult:
+def residency_probe(options: BackendOptions, manifest, guard: MemoryGuard, limit: int,
+                    budget_bytes: int | None = None, on_row=None, warm_up: bool = False) -> ProbeResult:
     """Hold up to `limit` contexts (cycling through the manifest's subgraphs) under `guard`, and
     stop once the PSS added over the start exceeds `budget_bytes` (if given).
 
@@ -71,7 +71,7 @@ def residency_probe(backend: str, manifest, guard: MemoryGuard, limit: int, budg
     (onnxruntime's environment: ~20 MiB here) is not billed to the first context.
     """
     if warm_up:
-        _warm_up(backend, manifest, options)
+        _warm_up(options, manifest)
     base = read_memory()
     held, rows, tripped, ceiling = [], [], None, None
     entries = manifest.subgraphs
@@ -79,7 +79,7 @@ def residency_probe(backend: str, manifest, guard: MemoryGuard, limit: int, budg
         for n in range(limit):
             guard.check()
             entry = entries[n % len(entries)]
-            ctx = create_context(backend, f"{entry.label} copy {n // len(entries)}", **options)
+            ctx = create_context(options, f"{entry.label} copy {n // len(entries)}")
             held.append(ctx)
             ctx.load(manifest.path_of(entry))
             ctx.init()
@@ -111,9 +111,9 @@ def residency_probe(backend: str, manifest, guard: MemoryGuard, limit: int, budg
     return ProbeResult(rows, tripped, release_seconds, live_contexts(), base.mem_available / MiB, ceiling)
 
 
-def _warm_up(backend: str, manifest, options: dict) -> None:
+def _warm_up(options: BackendOptions, manifest) -> None:
     entry = manifest.subgraphs[0]
-    ctx = create_context(backend, f"{entry.label} warm-up", **options)
+    ctx = create_context(options, f"{entry.label} warm-up")
     try:
         ctx.load(manifest.path_of(entry))
         ctx.init()

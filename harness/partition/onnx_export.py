@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,8 @@ from .manifest import (
     subgraph_index,
 )
 
-__all__ = ["export_partition", "build_subgraph", "build_decoder", "subgraph_file", "planned_files"]
+__all__ = ["ExportSettings", "export_partition", "export_with",
+           "build_subgraph", "build_decoder", "subgraph_file", "planned_files"]
 
 DECODER_FILE = "decoder.onnx"
 
@@ -207,7 +209,25 @@ def planned_files(cfg: ModelConfig, blocks=None, granularity: str = "branch") ->
     return bodies + int(_has_decoder(cfg))
 
 
-def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32", streams: int = 2,
+@dataclass(frozen=True)
+class ExportSettings:
+    """What an export is asked to make (export_partition's arguments of the same names)."""
+    precision: str = "float32"
+    streams: int = 2
+    opset: int = DEFAULT_OPSET
+    blocks: list[int] | None = None
+    fake_quant: str | None = None
+    granularity: str = "branch"
+    weights_source: str | None = None
+
+
+def export_with(weights, cfg: ModelConfig, out_dir, settings: ExportSettings,
+                on_file: Callable[[], None] | None = None) -> Manifest:
+    """export_partition of one ExportSettings."""
+    return export_partition(weights, cfg, out_dir, on_file=on_file, **asdict(settings))
+
+
+def export_partition(weights, cfg: ModelConfig, out_dir, precision: str = "float32", streams: int = 2,
                      opset: int = DEFAULT_OPSET, blocks=None, on_file: Callable[[], None] | None = None,
                      weights_source: str | None = None, fake_quant: str | None = None,
                      granularity: str = "branch") -> Manifest:
@@ -217,12 +237,14 @@ def export_partition(weights, cfg: ModelConfig, out_dir, dtype: str = "float32",
     and dropped when the block's three subgraphs are written, so peak memory is one block's tensors
     and one subgraph's graph, not the model. The weights digest is hashed tensor by tensor on the way
     (the blocks not exported are read for it too, one tensor at a time).
+    precision: float32 or float16, the graphs' element type (the manifest's export dtype).
     fake_quant="w8a8-ffn" simulates INT8 FFN linears (weights and activations) in the graph dtype.
     on_file() is called after each file is written (the CLI draws its progress bar with it; the
     exporter itself prints nothing).
     granularity: branch (3 subgraphs per block), block or blocks:K (fused: harness/partition/fused.py).
     """
     gran = parse_granularity(granularity, cfg.blocks)
+    dtype = precision
     _check_dtype(dtype)
     check_fake_quant(fake_quant)
     _check_streams(streams)

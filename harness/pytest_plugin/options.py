@@ -33,7 +33,7 @@ _DECIDED = [
     ("on_board", bool, False),
     ("board_profile", "Path | None", None),
     ("golden_dir_given", bool, False),     # named on the command line or in the profile
-    ("backend_options", dict, field(default_factory=dict)),
+    ("backend_options", "BackendOptions | None", None),      # built here, from the values above
     ("npu_problem", "str | None", None),   # why --require-npu cannot be met here (None: it can)
 ]
 

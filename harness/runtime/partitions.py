@@ -5,23 +5,26 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.errors import ManifestError
 from ..core.locks import file_lock
 from ..model.config import ModelConfig
 from ..partition.manifest import default_partition_dir, load_manifest, manifest_path
 
+if TYPE_CHECKING:       # onnx_export imports onnx: only a run that exports pays for it
+    from ..partition.onnx_export import ExportSettings
+
 __all__ = ["exported_partition", "export_with_progress", "is_current"]
 
 
-def export_with_progress(weights: dict, cfg: ModelConfig, out, precision: str, quiet: bool = False, **options):
-    """export_partition with a progress bar on stderr (the exporter itself prints nothing). The exporter's
-    precisions (float16, float32) are its graphs' element type, export_partition's `dtype`."""
-    from ..partition.onnx_export import export_partition, planned_files
+def export_with_progress(weights, cfg: ModelConfig, out, settings: ExportSettings, quiet: bool = False):
+    """export_partition with a progress bar on stderr (the exporter itself prints nothing)."""
+    from ..partition.onnx_export import export_with, planned_files
     from ..report.terminal import progress_bar
-    total = planned_files(cfg, options.get("blocks"), options.get("granularity", "branch"))
-    with progress_bar(total, f"export {cfg.name} {precision}", disable=quiet) as advance:
-        return export_partition(weights, cfg, out, dtype=precision, on_file=advance, **options)
+    total = planned_files(cfg, settings.blocks, settings.granularity)
+    with progress_bar(total, f"export {cfg.name} {settings.precision}", disable=quiet) as advance:
+        return export_with(weights, cfg, out, settings, on_file=advance)
 
 
 def exported_partition(bundle, precision: str, fake_quant: str | None = None, quiet: bool = True,
@@ -36,8 +39,10 @@ def exported_partition(bundle, precision: str, fake_quant: str | None = None, qu
     with file_lock(partition.parent / f".{partition.name}.lock"):
         if not is_current(partition):
             print(f"exporting the partition to {partition} ({precision}, first use)", file=sys.stderr)
-            export_with_progress(bundle.weights_source, bundle.cfg, partition, precision, quiet=quiet,
-                                 fake_quant=fake_quant, granularity=granularity)
+            from ..partition.onnx_export import ExportSettings
+            export_with_progress(bundle.weights_source, bundle.cfg, partition,
+                                 ExportSettings(precision, fake_quant=fake_quant, granularity=granularity),
+                                 quiet=quiet)
     return partition
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from ..backends.base import backend_class, run_options
+from ..backends.base import BackendOptions, backend_class, run_options
 from ..core.atomic import atomic_write_json
 from ..core.errors import BackendError, HarnessError, ManifestError, StorageError
 from ..core.run_report import check_run_report
@@ -99,18 +100,28 @@ class RunRequest:
     of sha256 that do not belong in a step time). text_embs ({stream: [1, L, C]}) replaces the prompt
     for models whose text encoder is not here. lifecycle: the context strategy (harness.lifecycle.spec).
     images: how many images are generated together (seeds seed, seed+1, ...), every stream of every
-    image served by each loaded context.
+    image served by each loaded context. backend_options: the BackendOptions of `backend` (a plain
+    mapping of its settings is still taken from results/ab.py's sides, whose owner moves them over).
     """
     bundle: ModelBundle
     partition: str | Path
     backend: str
     prompt: str
     settings: SampleSettings
-    backend_options: dict | None = None
+    backend_options: BackendOptions | Mapping[str, Any] | None = None
     verify: bool = True
     text_embs: dict | None = None
     lifecycle: str = "on-demand"
     images: int = 1
+
+    @property
+    def options(self) -> BackendOptions:
+        given = self.backend_options
+        if isinstance(given, BackendOptions):
+            if given.backend != self.backend:
+                raise ValueError(f"options of backend {given.backend} for a run on {self.backend}")
+            return given
+        return BackendOptions(self.backend, dict(given or {}))
 
 
 def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | None = None,
@@ -121,12 +132,11 @@ def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | N
     """
     r = request
     bundle, partition_dir, backend, prompt, settings = r.bundle, r.partition, r.backend, r.prompt, r.settings
-    backend_options, verify, text_embs, lifecycle, images = (r.backend_options, r.verify, r.text_embs,
-                                                             r.lifecycle, r.images)
+    verify, text_embs, lifecycle, images = r.verify, r.text_embs, r.lifecycle, r.images
     recorder = LifecycleRecorder()
     result = RunResult(recorder=recorder)
     report = result.report
-    report.update(status="running", error=None, backend=backend, backend_options=backend_options or {},
+    report.update(status="running", error=None, backend=backend, backend_options=r.options.as_dict(),
                   prompt=prompt, settings=settings.as_dict(), partition=str(partition_dir), model=bundle.cfg.name,
                   lifecycle=str(lifecycle), images=images)
     strategy = pipeline = sampler_summary = None
@@ -142,9 +152,9 @@ def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | N
         report["weights_digest"] = {"sha256": bundle.digest, **(bundle.digest_info or {})}
         report["manifest_sha256"] = manifest_sha256(manifest.directory)
         report["export"] = manifest.export
-        options = run_options(backend, backend_options)
+        options = run_options(r.options)
         backend_class(backend).import_runtime()
-        strategy = make_strategy(lifecycle, backend, result.recorder, manifest, options)
+        strategy = make_strategy(lifecycle, options, result.recorder, manifest)
         streams = ({s: np.repeat(c, images, axis=0) for s, c in text_embs.items()} if text_embs
                    else stream_text_embs(bundle, [prompt] * images, settings.cfg_scale))
         pipeline = PartitionedPipeline(bundle, manifest, strategy, streams,

@@ -33,5 +33,5 @@ def baseline_partition(tmp_path_factory):
     from harness.partition.onnx_export import export_partition
     bundle = load_bundle(EMBEDDED_DIR)
     out = tmp_path_factory.mktemp("ab-baseline") / "float16"
-    export_partition(bundle.weights, bundle.cfg, out, dtype="float16")
+    export_partition(bundle.weights, bundle.cfg, out, precision="float16")
     return out

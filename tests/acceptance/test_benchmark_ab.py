@@ -30,8 +30,9 @@ def test_denoise_time_ab(suite, gate_runner, golden_cases, npu_guard, record_pro
         gate_runner.prepare()
         inputs = case_inputs(case, gate_runner.bundle.cfg, suite.golden_dir, suite.bench_steps)
         sides = {"baseline": Side("baseline", suite.ab_baseline, suite.backend,
-                                  baseline_options(suite.backend_options, suite.fault)),
-                 "candidate": Side("candidate", gate_runner.partition, suite.backend, suite.backend_options)}
+                                  baseline_options(suite.backend_options.as_dict(), suite.fault)),
+                 "candidate": Side("candidate", gate_runner.partition, suite.backend,
+                                   suite.backend_options.as_dict())}
         with TelemetryWindow(suite.telemetry_root) as window:
             session = run_session(gate_runner.bundle, sides["baseline"], sides["candidate"], inputs.settings,
                                   rounds=suite.ab_rounds, warmup=_WARMUP, lifecycle=suite.lifecycle,

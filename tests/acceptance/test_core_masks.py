@@ -14,9 +14,10 @@ pytestmark = pytest.mark.npu
 
 
 def test_every_core_mask_gives_core_0s_outputs(suite, gate_runner, artifacts, record_property):
-    backend, options, manifest = mask_backend(suite.backend, suite.backend_options, gate_runner.partition,
-                                              gate_runner.bundle, suite.cache_dir)
-    rows = core_mask_consistency(backend, options, manifest)
+    options, manifest = mask_backend(suite.backend_options, gate_runner.partition, gate_runner.bundle,
+                                     suite.cache_dir)
+    backend = options.backend
+    rows = core_mask_consistency(options, manifest)
     artifacts.mkdir(parents=True, exist_ok=True)
     (artifacts / "core-masks.json").write_text(json.dumps({"backend": backend, "rows": [r.as_dict() for r in rows]},
                                                           indent=1))

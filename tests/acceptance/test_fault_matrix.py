@@ -216,7 +216,7 @@ def world(tmp_path_factory):
     model = make_random_model_dir(root / "model", seed=0)
     bundle = load_bundle(model)
     partition = root / "partition"
-    export_partition(bundle.weights, bundle.cfg, partition, dtype="float32")
+    export_partition(bundle.weights, bundle.cfg, partition, precision="float32")
     golden = root / "golden"
     golden.mkdir()
     (golden / "cases.toml").write_text(CASES)

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from harness.backends import live_contexts
+from harness.backends.base import BackendOptions
 from harness.core.errors import MemoryGuardTripped
 from harness.memory.guard import MemoryGuard, MemoryReading, read_memory
 from harness.memory.residency import residency_probe
@@ -25,7 +26,7 @@ def test_guard_trips_on_real_contexts_and_releases_them_all(tmp_path, anima_bloc
     _, _, manifest = anima_block
     floor = read_memory().mem_available - 400 * MiB
     with MemoryGuard(floor, 16 * MiB, interval=0.02) as guard:
-        probe = residency_probe("onnxruntime", manifest, guard, limit=24)
+        probe = residency_probe(BackendOptions("onnxruntime"), manifest, guard, limit=24)
     guard.write_samples(tmp_path / "memory.json")
     assert probe.tripped and "MemAvailable" in probe.tripped and "below floor" in probe.tripped
     assert 0 < len(probe.rows) < 24, "tripped only after holding contexts, well before the limit"
@@ -52,7 +53,7 @@ class SwapAfter:
 
 def test_swap_growth_stops_the_pipeline_between_invocations(tmp_path):
     bundle = load_bundle(make_random_model_dir(tmp_path / "model"))
-    export_partition(bundle.weights_source, bundle.cfg, tmp_path / "p", dtype="float32")
+    export_partition(bundle.weights_source, bundle.cfg, tmp_path / "p", precision="float32")
     report = tmp_path / "report.json"
     guard = MemoryGuard("1MiB", "16MiB", interval=60, reader=SwapAfter(40))
     with guard, pytest.raises(MemoryGuardTripped, match=r"swap growth 20.0 MiB over limit 16.0 MiB"):

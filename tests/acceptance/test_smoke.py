@@ -66,7 +66,7 @@ def test_2_runtime_and_driver_versions(suite, gate_runner):
         pytest.skip(f"backend {suite.backend}: the versions come from RKNNLite.get_sdk_version() on the board")
     from harness.backends import create_context
     manifest, entry, path = _first_entry(gate_runner)
-    ctx = create_context("rknnlite", entry.label, **suite.backend_options)
+    ctx = create_context(suite.backend_options, entry.label)
 
     def versions_of_a_loaded_context():
         ctx.load(path)
@@ -89,7 +89,7 @@ def test_3_one_subgraph_lifecycle(suite, gate_runner):
     _, entry, path = _first_entry(gate_runner)
     partition = f" (partition {gate_runner.partition})"
     _or_fail(gate_runner.prepare, after=partition)
-    seconds, outputs = _or_fail(lambda: lifecycle_once(suite.backend, entry, path, suite.backend_options),
+    seconds, outputs = _or_fail(lambda: lifecycle_once(suite.backend_options, entry, path),
                                 after=partition)
     print(f"{entry.label} on {suite.backend}: " + ", ".join(f"{k} {v:.3f} s" for k, v in seconds.items()))
     bad = [i for i, out in enumerate(outputs) if not np.isfinite(out).all()]

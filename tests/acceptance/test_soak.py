@@ -27,7 +27,7 @@ def test_lifecycle_soak(suite, gate_runner, artifacts, record_property):
     per_image = cycles_per_image(manifest)
     sampler = ResourceSampler(suite.telemetry_root)
     with npu_memory_guard(suite) as guard:
-        run = run_soak(suite.backend, manifest, suite.backend_options, suite.soak_cycles or per_image,
+        run = run_soak(suite.backend_options, manifest, suite.soak_cycles or per_image,
                        sampler, guard=guard, lifecycle=suite.lifecycle, memory_rate=suite.soak_memory_rate)
     verdict = soak_verdict(run, suite.soak_memory_rate, guard.floor_bytes, per_image)
     from harness.core.atomic import atomic_write_json

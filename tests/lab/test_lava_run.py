@@ -120,7 +120,7 @@ def store(tools, tmp_path_factory) -> tuple[str, str, Path]:
     from harness.partition.onnx_export import export_partition
     tmp = tmp_path_factory.mktemp("store")
     bundle = load_bundle(EMBEDDED_DIR)
-    export_partition(bundle.weights, bundle.cfg, tmp / "partition", dtype="float16")
+    export_partition(bundle.weights, bundle.cfg, tmp / "partition", precision="float16")
     (tmp / "partitions").mkdir()
     sha = subprocess.run([str(REPO_ROOT / ".ci" / "publish-partition"), str(tmp / "partition")], check=True,
                          capture_output=True, text=True,

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from harness.backends import create_context
+from harness.backends.base import BackendOptions
 from harness.backends.board_drift import Drift, load_drift_model
 from harness.backends.board_sim import normalize_options
 from harness.backends.faults import FaultInjectionContext, wait_until
@@ -37,7 +38,7 @@ def partition(model, tmp_path_factory):
 def _run_seconds(manifest, branch, **options):
     from harness.backends import board_sim
     entry = next(e for e in manifest.subgraphs if e.branch == branch)
-    ctx = create_context("board-sim", entry.label, **normalize_options({"time_scale": 0.01, **options}))
+    ctx = create_context(BackendOptions("board-sim", normalize_options({"time_scale": 0.01, **options})), entry.label)
     ctx.load(manifest.path_of(entry))
     ctx.init()
     try:
@@ -97,7 +98,7 @@ def test_drift_is_shared_at_short_range_and_forgotten_at_long_range():
 
 
 def test_faults_slowdown_is_exact_for_short_stages():
-    ctx = FaultInjectionContext("subgraph 0 (block 0 ffn)", slowdown=1.05)
+    ctx = FaultInjectionContext("subgraph 0 (block 0 ffn)", BackendOptions("faults", {"slowdown": 1.05}))
 
     def stage():
         start = time.perf_counter()
@@ -117,7 +118,7 @@ def _stages(backend: str, path, wait_as: float = 1.0, **options) -> tuple[float,
     of that factor adds to it, so the release comes after the same pause as a slowed context's does:
     after a pause a release runs on a cold cache and takes 2-4x as long (measured here, quiet and under
     load), which is no slowdown of its own."""
-    ctx = create_context(backend, "release probe", **options)
+    ctx = create_context(BackendOptions(backend, options), "release probe")
     ctx.load(path)
     start = time.perf_counter()
     ctx.init()

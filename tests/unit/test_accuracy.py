@@ -7,9 +7,11 @@ import sys
 import numpy as np
 import pytest
 
+from harness.backends.base import BackendOptions
 from harness.cli.main import main
 from harness.gates.accuracy import analyze, cosine, max_rel_err, worst_first
 from harness.partition.onnx_export import export_partition
+from harness.runtime.run import RunRequest
 from harness.sampling.reference_run import sample_settings
 
 STEPS = 2
@@ -19,14 +21,15 @@ STEPS = 2
 def float16_partition(embedded_fp32, tmp_path_factory):
     bundle, _ = embedded_fp32
     out = tmp_path_factory.mktemp("acc") / "float16"
-    export_partition(bundle.weights, bundle.cfg, out, dtype="float16")
+    export_partition(bundle.weights, bundle.cfg, out, precision="float16")
     return out
 
 
 def _analyze(embedded_fp32, partition, out, backend="onnxruntime", options=None, threshold=0.9999):
     bundle, reference = embedded_fp32
-    return analyze(bundle, partition, backend, options or {}, reference, "digit one",
-                   sample_settings(bundle, STEPS), threshold, out)
+    request = RunRequest(bundle, partition, backend, "digit one", sample_settings(bundle, STEPS),
+                         BackendOptions(backend, options or {}))
+    return analyze(request, reference, threshold, out)
 
 
 def test_metrics():
@@ -54,7 +57,7 @@ def test_fp32_partition_matches_the_reference_and_float16_clears_the_bar(embedde
 def test_fake_quantised_ffns_come_first_and_the_first_one_is_named(embedded_fp32, tmp_path):
     bundle, _ = embedded_fp32
     quant = tmp_path / "w8a8"
-    export_partition(bundle.weights, bundle.cfg, quant, dtype="float16", fake_quant="w8a8-ffn")
+    export_partition(bundle.weights, bundle.cfg, quant, precision="float16", fake_quant="w8a8-ffn")
     analysis, _ = _analyze(embedded_fp32, quant, tmp_path / "acc")
     ranked = worst_first(analysis.rows)
     assert {r.branch for r in ranked[:bundle.cfg.blocks * STEPS]} == {"ffn"}

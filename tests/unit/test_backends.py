@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from scipy.special import erf
 
 from harness.backends import create_context, live_contexts
+from harness.backends.base import BackendOptions
 from harness.backends.onnxruntime import OnnxRuntimeContext, session_options
 from harness.backends.rknnlite import RknnLiteContext
 from harness.core.errors import BackendError, ConfigError
@@ -77,7 +78,7 @@ def _lifecycle(ctx, path, inputs):
 # ---------------------------------------------------------------- onnxruntime
 
 def test_onnxruntime_runs_the_model(model_path, weight, x):
-    ctx = create_context("onnxruntime", LABEL)
+    ctx = create_context(BackendOptions("onnxruntime"), LABEL)
     assert isinstance(ctx, OnnxRuntimeContext)
     (y,) = _lifecycle(ctx, model_path, [x])
     np.testing.assert_allclose(y, erf(x.astype(np.float64) @ weight), rtol=1e-5, atol=1e-6)
@@ -91,12 +92,12 @@ def test_onnxruntime_session_does_not_spin():
 
 
 def test_onnxruntime_threads_option(model_path, x):
-    ctx = OnnxRuntimeContext(LABEL, threads=2)
+    ctx = OnnxRuntimeContext(LABEL, BackendOptions("onnxruntime", {"threads": 2}))
     assert ctx.threads == 2
     assert len(_lifecycle(ctx, model_path, [x])) == 1
     for bad in (0, -1, "2", 1.5, True):
         with pytest.raises(ConfigError, match="'threads'"):
-            OnnxRuntimeContext(LABEL, threads=bad)
+            OnnxRuntimeContext(LABEL, BackendOptions("onnxruntime", {"threads": bad}))
 
 
 def test_onnxruntime_lifecycle_counts_live_and_release_is_idempotent(model_path, x):
@@ -180,7 +181,7 @@ def test_rknnlite_drives_the_documented_lifecycle_and_releases(fake, monkeypatch
 
     monkeypatch.setattr(fake, "init_runtime", init_runtime)
     monkeypatch.setattr(fake, "inference", inference)
-    ctx = create_context("rknnlite", LABEL, core_mask="0_1_2")
+    ctx = create_context(BackendOptions("rknnlite", {"core_mask": "0_1_2"}), LABEL)
     assert isinstance(ctx, RknnLiteContext)
     ctx.load(rknn_path)
     assert fake.live == 1 and live_contexts() == 1
@@ -251,7 +252,7 @@ def test_rknnlite_wrong_input_count_is_a_run_error(fake, rknn_path, x):
     (7, "NPU_CORE_0_1_2"), (4, "NPU_CORE_2"), (0, "NPU_CORE_AUTO"),
 ])
 def test_rknnlite_core_masks(fake, rknn_path, x, option, constant):
-    ctx = RknnLiteContext(LABEL, core_mask=option)
+    ctx = RknnLiteContext(LABEL, BackendOptions("rknnlite", {"core_mask": option}))
     assert ctx.core_mask == getattr(fake, constant)
     assert len(_lifecycle(ctx, rknn_path, [x])) == 1
 
@@ -259,7 +260,7 @@ def test_rknnlite_core_masks(fake, rknn_path, x, option, constant):
 @pytest.mark.parametrize("bad", ["3", "0_2", "gpu", 5, 8, -1, True, None, 1.0])
 def test_rknnlite_bad_core_mask(fake, bad):
     with pytest.raises(ConfigError, match="'core_mask'"):
-        RknnLiteContext(LABEL, core_mask=bad)
+        RknnLiteContext(LABEL, BackendOptions("rknnlite", {"core_mask": bad}))
     assert fake.live == 0
 
 
@@ -270,7 +271,7 @@ def test_rknnlite_off_board_says_so():
     if importlib.util.find_spec("rknnlite") is not None:
         pytest.skip("the board runtime is installed here")
     with pytest.raises(BackendError) as err:
-        create_context("rknnlite", LABEL)
+        create_context(BackendOptions("rknnlite"), LABEL)
     message = str(err.value)
     assert LABEL in message
     assert "rknnlite runtime" in message and "not installed" in message
@@ -286,7 +287,7 @@ def test_rknn_sim_without_its_toolkit_environment_says_how_to_make_it(tmp_path, 
     from harness.partition.onnx_export import export_partition
     from tests.helpers import make_random_model_dir
     bundle = load_bundle(make_random_model_dir(tmp_path / "model"))
-    export_partition(bundle.weights, bundle.cfg, tmp_path / "fp32", dtype="float32", blocks=[0])
+    export_partition(bundle.weights, bundle.cfg, tmp_path / "fp32", precision="float32", blocks=[0])
     part = tmp_path / "conv"
     _shutil.copytree(tmp_path / "fp32", part)
     manifest = json.loads((part / "manifest.json").read_text())
@@ -304,7 +305,7 @@ def test_rknn_sim_without_its_toolkit_environment_says_how_to_make_it(tmp_path, 
     monkeypatch.setenv("ANIMA_TOOLKIT_HOME", str(tmp_path / "no-toolkits"))
     from harness.backends.rknn_sim import shutdown_workers
     shutdown_workers()          # a worker started earlier in this session would still serve
-    ctx = _create("rknn-sim", "subgraph 0 (block 0 self_attn)")
+    ctx = _create(BackendOptions("rknn-sim"), "subgraph 0 (block 0 self_attn)")
     with pytest.raises(BackendError, match=r"subgraph 0 \(block 0 self_attn\): load failed: toolkit "
                                            r"environment 2.5.0 is absent .* bin/toolkit-env 2.5.0"):
         ctx.load(part / entry["file"])

@@ -205,7 +205,7 @@ def board_tmp(tmp_path_factory) -> Path:
     from harness.partition.onnx_export import export_partition
     tmp = tmp_path_factory.mktemp("board-guide")
     bundle = load_bundle(EMBEDDED_DIR)
-    export_partition(bundle.weights, bundle.cfg, tmp / "partition-embedded", dtype="float16")
+    export_partition(bundle.weights, bundle.cfg, tmp / "partition-embedded", precision="float16")
     return tmp
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from harness.backends import create_context, live_contexts
+from harness.backends.base import BackendOptions
 from harness.backends.board_profile import DEFAULT_BOARD_DATA, load_board_profile
 from harness.backends.board_sim import normalize_options
 from harness.core.errors import ConfigError
@@ -39,7 +40,7 @@ def _ffn(manifest):
 
 
 def _ctx(manifest, entry, **options):
-    ctx = create_context("board-sim", entry.label, **normalize_options(options))
+    ctx = create_context(BackendOptions("board-sim", normalize_options(options)), entry.label)
     ctx.load(manifest.path_of(entry))
     ctx.init()
     return ctx
@@ -56,7 +57,7 @@ def test_stages_take_the_profiles_time_at_scale_and_outputs_are_onnxruntimes(man
     profile = load_board_profile()
     scale = 0.01
     ctx = _ctx(manifest, entry, time_scale=scale)
-    ort = create_context("onnxruntime", entry.label)
+    ort = create_context(BackendOptions("onnxruntime"), entry.label)
     try:
         assert ctx.stage_s["load"] == pytest.approx(0.510 * 13.96 / 31.70 * scale)
         assert ctx.run_s_per_row == pytest.approx(44.76 / 28 / 2 * scale)
@@ -148,7 +149,7 @@ def test_the_boards_host_time_falls_before_every_invocation(tmp_path, manifest):
 
     from harness.backends.board_sim import BoardSimContext
     opts = normalize_options({"time_scale": 0.01})
-    pauses = BoardSimContext.between_invocations(opts)
+    pauses = BoardSimContext.between_invocations(BackendOptions("board-sim", opts))
     host = load_board_profile().host_per_invocation()
     assert host == pytest.approx((120.40 - (44.76 + 24.00 + 7.45) - 33.84) / 84)
     start = time.perf_counter()
@@ -158,7 +159,8 @@ def test_the_boards_host_time_falls_before_every_invocation(tmp_path, manifest):
     text = Path(DEFAULT_BOARD_DATA).read_text().replace("simulate_host = true", "simulate_host = false")
     off = tmp_path / "board.toml"
     off.write_text(text)
-    assert BoardSimContext.between_invocations(normalize_options({"profile_data": str(off)})) == []
+    off_options = BackendOptions("board-sim", normalize_options({"profile_data": str(off)}))
+    assert BoardSimContext.between_invocations(off_options) == []
 
 
 def test_strategies_on_the_simulated_board_give_onnxruntimes_latent(model, manifest):
@@ -224,7 +226,7 @@ def test_a_run_starts_with_no_debt_of_the_run_before():
     clock = board_sim._CLOCK
     clock.pad(time.perf_counter() - 0.05, 0.01)          # a stage that ran 40 ms over its board time
     assert clock.debt["lifecycle"] >= 0.04
-    board_sim.BoardSimContext.between_invocations(normalize_options({}))     # the next run's pipeline
+    board_sim.BoardSimContext.between_invocations(BackendOptions("board-sim"))     # the next run's pipeline
     assert clock.debt == {"path": 0.0, "lifecycle": 0.0} and clock.last_end is None
 
 

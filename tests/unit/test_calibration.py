@@ -118,7 +118,7 @@ def test_a_run_failing_part_way_leaves_no_output_directory(embedded_fp32, tmp_pa
     bad["blocks.5.mlp.layer2.weight"] = np.full_like(bad["blocks.5.mlp.layer2.weight"], 1e38)
     poisoned = tmp_path / "poisoned"
     from harness.partition.onnx_export import export_partition
-    export_partition(bad, bundle.cfg, poisoned, dtype="float32", blocks=None)
+    export_partition(bad, bundle.cfg, poisoned, precision="float32", blocks=None)
     out = tmp_path / "cal"
     with pytest.raises(NumericsError, match="block 5, branch ffn"):
         capture_calibration(dataclasses.replace(bundle, weights=bad, checkpoint=None), poisoned, out, "digit one",
@@ -150,7 +150,7 @@ def test_refuses_a_float16_partition_and_a_non_empty_out(embedded_fp32, tmp_path
     assert main(["capture-calibration", "--partition", str(partition), "--out", str(tmp_path / "full")]) == 2
     assert "already exists and is not empty" in capsys.readouterr().err
     from harness.partition.onnx_export import export_partition
-    export_partition(bundle.weights, bundle.cfg, tmp_path / "float16", dtype="float16", blocks=[0])
+    export_partition(bundle.weights, bundle.cfg, tmp_path / "float16", precision="float16", blocks=[0])
     with pytest.raises(ConfigError, match="captured from an FP32 generation, this partition is float16"):
         capture_calibration(bundle, tmp_path / "float16", tmp_path / "c", "", sample_settings(bundle, 2),
                             ["ffn"], [0], ["cond"])

@@ -28,7 +28,7 @@ def test_compare_toolkits_renders_the_spectrum_case_with_its_sampler(tmp_path):
     bundle = load_bundle(REPO_ROOT / "models" / "embedded")
     case = find_case(golden_dir_for(bundle.cfg.name), "seven-spectrum")
     partition = tmp_path / "float16"
-    export_partition(bundle.weights, bundle.cfg, partition, dtype="float16")
+    export_partition(bundle.weights, bundle.cfg, partition, precision="float16")
     rows = image_rows(bundle, {"float16": partition}, [case], backend="onnxruntime")
     assert rows[0]["versions"]["float16"]["ssim"] >= case.ssim_min, rows
 
@@ -37,7 +37,7 @@ def test_compare_toolkits_renders_the_spectrum_case_with_its_sampler(tmp_path):
 def anima_fp32(tmp_path_factory):
     bundle = load_bundle(ANIMA_SHAPED)
     out = tmp_path_factory.mktemp("anima") / "fp32"
-    export_partition(bundle.weights, bundle.cfg, out, dtype="float32")
+    export_partition(bundle.weights, bundle.cfg, out, precision="float32")
     return out
 
 

@@ -146,7 +146,7 @@ def test_export_holds_one_block_at_a_time(tmp_path):
     model = sum(4 * np.prod(s) for s in shapes.values())
     tracemalloc.start()
     try:
-        export_partition(Checkpoint(path, cfg), cfg, tmp_path / "p", dtype="float16", streams=1)
+        export_partition(Checkpoint(path, cfg), cfg, tmp_path / "p", precision="float16", streams=1)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

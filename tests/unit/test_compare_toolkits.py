@@ -50,7 +50,7 @@ def _toolkits() -> None:
 def block0(tmp_path_factory):
     bundle = load_bundle(EMBEDDED_DIR)
     out = tmp_path_factory.mktemp("export") / "block0"
-    export_partition(bundle.weights, bundle.cfg, out, dtype="float32", blocks=[0])
+    export_partition(bundle.weights, bundle.cfg, out, precision="float32", blocks=[0])
     return out
 
 
@@ -150,7 +150,7 @@ def test_a_golden_no_build_can_pass_exits_1_and_writes_the_report(tmp_path):
     _toolkits()
     bundle = load_bundle(ANIMA_SHAPED)
     fp32 = tmp_path / "fp32"
-    export_partition(bundle.weights, bundle.cfg, fp32, dtype="float32")
+    export_partition(bundle.weights, bundle.cfg, fp32, precision="float32")
     golden = _golden_dir(tmp_path, fp32)
     out = tmp_path / "cmp"
     done = _harness("compare-toolkits", "2.3.2", "2.5.0", "--model-dir", ANIMA_SHAPED, "--golden-dir", golden,

@@ -2,6 +2,7 @@
 computes something else fails, with the mask and branch named; board-sim's masks take its times."""
 import numpy as np
 
+from harness.backends.base import BackendOptions
 from harness.backends.board_sim import normalize_options
 from harness.gates.core_masks import MaskRow, compare_outputs, core_mask_consistency, failures
 from harness.partition.manifest import load_manifest
@@ -22,7 +23,7 @@ def test_float16_rounding_passes_and_another_computation_fails():
 
 
 def test_board_sim_times_follow_the_masks(embedded_fp32):
-    rows = core_mask_consistency("board-sim", normalize_options({"time_scale": 0.05}),
+    rows = core_mask_consistency(BackendOptions("board-sim", normalize_options({"time_scale": 0.05})),
                                  load_manifest(embedded_fp32[1]), masks=("0", "1", "0_1_2"))
     assert {r.branch for r in rows} == {"self_attn", "cross_attn", "ffn"}
     # onnxruntime's outputs under every mask

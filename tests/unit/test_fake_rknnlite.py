@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from harness.backends import create_context
+from harness.backends.base import BackendOptions
 from harness.backends.onnxruntime import OnnxRuntimeContext
 from tests.fakes import forget_rknnlite, use_fake_rknnlite
 
@@ -114,7 +115,7 @@ def test_backend_passes_data_type_and_format(fake, tmp_path, dtype):
     _conv_model(tmp_path / "m.rknn", dtype)
     x = np.random.default_rng(2).standard_normal((1, 3, 4, 5)).astype(
         np.float16 if dtype == TensorProto.FLOAT16 else np.float32)
-    ctx = create_context("rknnlite", LABEL, core_mask="all")
+    ctx = create_context(BackendOptions("rknnlite", {"core_mask": "all"}), LABEL)
     ctx.load(tmp_path / "m.rknn")
     ctx.init()
     try:
@@ -165,7 +166,7 @@ def test_each_input_dtype_must_match_its_data_type(fake, tmp_path, capsys):
 
 def test_backend_names_every_inputs_own_dtype(fake, tmp_path):
     _two_dtype_model(tmp_path / "m.rknn")
-    ctx = create_context("rknnlite", LABEL)
+    ctx = create_context(BackendOptions("rknnlite"), LABEL)
     ctx.load(tmp_path / "m.rknn")
     ctx.init()
     try:
@@ -183,7 +184,7 @@ def test_missing_librknnrt_is_init_runtime_minus_one(fake, tmp_path, monkeypatch
     assert rknn.load_rknn(str(tmp_path / "m.rknn")) == 0
     assert rknn.init_runtime() == -1
     assert f"Can not find dynamic library on {tmp_path / 'nowhere' / 'librknnrt.so'}!" in capsys.readouterr().err
-    ctx = create_context("rknnlite", LABEL)
+    ctx = create_context(BackendOptions("rknnlite"), LABEL)
     ctx.load(tmp_path / "m.rknn")
     with pytest.raises(BackendError, match=r"init failed: init_runtime\(core_mask=auto\) returned -1; "
                                            r".*librknnrt.so does not exist: .*set LIBRKNNRT_PATH"):
@@ -197,7 +198,7 @@ def test_sdk_versions_come_from_get_sdk_version(fake, tmp_path):
     assert rknn.load_rknn(str(tmp_path / "m.rknn")) == 0
     assert rknn.get_sdk_version() is None                     # before init_runtime, as the real one
     fake.driver_version = "0.9.6"
-    ctx = create_context("rknnlite", LABEL)
+    ctx = create_context(BackendOptions("rknnlite"), LABEL)
     ctx.load(tmp_path / "m.rknn")
     ctx.init()
     try:

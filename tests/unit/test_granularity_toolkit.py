@@ -23,7 +23,7 @@ def bundle():
 
 def _export(bundle, root, granularity, blocks=None):
     out = root / granularity.replace(":", "")
-    export_partition(bundle.weights, bundle.cfg, out, dtype="float32", granularity=granularity, blocks=blocks)
+    export_partition(bundle.weights, bundle.cfg, out, precision="float32", granularity=granularity, blocks=blocks)
     return out
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.backends.base import BackendOptions
 from harness.partition.manifest import load_manifest
 from harness.runtime.capture import capture_calibration
 from harness.sampling.reference_run import sample_settings
@@ -23,7 +24,7 @@ def hybrid(toolkit_version, embedded_fp32, tmp_path_factory):
     settings = sample_settings(bundle, 2)
     capture_calibration(bundle, partition, root / "cal", "digit four", settings, ["ffn"], [0, 1],
                         ["cond", "uncond"], blocks=[0])
-    export_partition(bundle.weights, bundle.cfg, root / "fp32", dtype="float32", blocks=[0])
+    export_partition(bundle.weights, bundle.cfg, root / "fp32", precision="float32", blocks=[0])
     convert_partition(root / "fp32", root / "w8a8", version=toolkit_version, precision="w8a8-ffn",
                       calibration=root / "cal", quiet=True)
     return root
@@ -61,7 +62,7 @@ def test_hybrid_ffn_is_close_to_fp32_but_not_float16_close(hybrid):
     entry = sim.subgraphs[2]
     source = load_manifest(hybrid / "fp32")
     session = ort.InferenceSession(str(source.path_of(source.subgraphs[2])), providers=["CPUExecutionProvider"])
-    ctx = create_context("rknn-sim", entry.label)
+    ctx = create_context(BackendOptions("rknn-sim"), entry.label)
     ctx.load(sim.path_of(entry))
     try:
         ctx.init()

@@ -7,6 +7,7 @@ import shlex
 
 import pytest
 
+from harness.backends.base import BackendOptions
 from harness.backends.faults import FaultInjectionContext, parse_fault
 from harness.core.errors import BackendError, ConfigError, ManifestError, MemoryGuardTripped, NumericsError
 from harness.gates.runner import is_verdict
@@ -24,7 +25,8 @@ def test_the_infrastructure_faults_parse_and_a_bad_one_is_named():
 
 def test_inits_after_the_limit_fail_as_the_driver_fails_them():
     import harness.backends.faults as faults
-    ctx = FaultInjectionContext("subgraph 3 (block 1 self_attn)", init_fails_after=faults._inits[0])
+    ctx = FaultInjectionContext("subgraph 3 (block 1 self_attn)",
+                                BackendOptions("faults", {"init_fails_after": faults._inits[0]}))
     with pytest.raises(BackendError, match=r"subgraph 3 \(block 1 self_attn\): init failed: .*Bad address "
                                            r"\(injected: init-fails-after="):
         ctx.init()

@@ -19,8 +19,8 @@ def test_board_sim_with_prefetch_and_images(tmp_path):
     s = resolve_settings(cli(tmp_path, backend="board-sim", lifecycle="PREFETCH:2", images="4",
                              time_scale="0.01", core_mask="1"), None)
     assert (s.backend, s.lifecycle, s.images) == ("board-sim", "prefetch:2", 4)
-    assert s.backend_options["time_scale"] == 0.01 and s.backend_options["core_mask"] == "1"
-    assert s.backend_options["profile_data"].endswith("boards/data/rock5c-anima.toml")
+    assert s.backend_options.get("time_scale") == 0.01 and s.backend_options.get("core_mask") == "1"
+    assert s.backend_options.get("profile_data").endswith("boards/data/rock5c-anima.toml")
 
 
 def test_from_a_board_profile_table(tmp_path):

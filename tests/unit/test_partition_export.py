@@ -60,7 +60,7 @@ def embedded():
 def partitions(embedded, tmp_path_factory):
     cfg, w = embedded
     root = tmp_path_factory.mktemp("partitions")
-    return {dtype: export_partition(w, cfg, root / dtype, dtype=dtype, blocks=EXPORTED_BLOCKS)
+    return {dtype: export_partition(w, cfg, root / dtype, precision=dtype, blocks=EXPORTED_BLOCKS)
             for dtype in ("float32", "float16")}
 
 

@@ -134,7 +134,7 @@ def test_one_linear_of_an_ffn_stays_float16(embedded_fp32, tmp_path, toolkit_ver
     bundle, partition = embedded_fp32
     capture_calibration(bundle, partition, tmp_path / "cal", "digit four", sample_settings(bundle, 2),
                         ["ffn"], [0, 1], ["cond", "uncond"], blocks=[0])
-    export_partition(bundle.weights, bundle.cfg, tmp_path / "fp32", dtype="float32", blocks=[0])
+    export_partition(bundle.weights, bundle.cfg, tmp_path / "fp32", precision="float32", blocks=[0])
     spec = tmp_path / "half.toml"
     spec.write_text(precision_text(Candidate("half", [2], {2: "layer1"}, "normal", "layer"), tmp_path / "cal"))
     result = convert_partition(tmp_path / "fp32", tmp_path / "conv", version=toolkit_version,

@@ -55,7 +55,7 @@ def onnx_partition(tmp_path_factory) -> Path:
     from tests.helpers import make_random_model_dir
     root = tmp_path_factory.mktemp("preflight")
     bundle = load_bundle(make_random_model_dir(root / "model"))
-    export_partition(bundle.weights, bundle.cfg, root / "fp32", dtype="float32", blocks=[0])
+    export_partition(bundle.weights, bundle.cfg, root / "fp32", precision="float32", blocks=[0])
     return root / "fp32"
 
 

@@ -156,7 +156,7 @@ def readme_workdir(workdir) -> Path:
     write_streamed(workdir / "anima.safetensors", [(k, "BF16", s) for k, s in expected_shapes(anima).items()], None)
     bundle = load_bundle(EMBEDDED_DIR)
     for side in ("old", "new"):
-        export_partition(bundle.weights, bundle.cfg, workdir / "out" / side, dtype="float16")
+        export_partition(bundle.weights, bundle.cfg, workdir / "out" / side, precision="float16")
     shutil.copytree(golden_dir_for(bundle.cfg.name), workdir / "golden")
     with ResultsStore(f"sqlite:///{workdir}/.benchmarks/results.sqlite") as store:
         for b, board in enumerate(("rock-5c-aaaa", "rock-5c-bbbb", "rock-5c-cccc")):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from harness.backends import create_context, live_contexts
+from harness.backends.base import BackendOptions
 from harness.core.errors import BackendError
 from harness.gates.accuracy import cosine
 from harness.partition.manifest import load_manifest
@@ -21,7 +22,7 @@ def converted(toolkit_version, embedded_fp32, tmp_path_factory):
     from harness.toolkit.convert import convert_partition
     bundle, _ = embedded_fp32
     root = tmp_path_factory.mktemp("sim")
-    export_partition(bundle.weights, bundle.cfg, root / "fp32", dtype="float32", blocks=[0, 1])
+    export_partition(bundle.weights, bundle.cfg, root / "fp32", precision="float32", blocks=[0, 1])
     convert_partition(root / "fp32", root / "float16", version=toolkit_version, allow_cpu_ops=True, quiet=True)
     return root
 
@@ -32,7 +33,7 @@ def _inputs(entry, seed=0):
 
 
 def _run(entry, manifest, inputs):
-    ctx = create_context("rknn-sim", entry.label)
+    ctx = create_context(BackendOptions("rknn-sim"), entry.label)
     try:
         ctx.load(manifest.path_of(entry))
         ctx.init()

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from harness.backends.base import BackendOptions
 from harness.backends.onnxruntime import RUN_DOMINATED_BYTES, OnnxRuntimeContext
 
 LABEL = "subgraph 1 (block 0 ffn)"
@@ -47,7 +48,7 @@ def test_threads_follow_the_subgraph_size(tmp_path, n, many):
 def test_threads_option_overrides_the_choice(tmp_path):
     path, weight = _matmul_file(tmp_path, 1024)
     x = np.random.default_rng(1).standard_normal((4, 1024), dtype=np.float32)
-    threads, one = _run(OnnxRuntimeContext(LABEL, threads=1), path, x)
+    threads, one = _run(OnnxRuntimeContext(LABEL, BackendOptions("onnxruntime", {"threads": 1})), path, x)
     assert threads == 1
     _, auto = _run(OnnxRuntimeContext(LABEL), path, x)
     np.testing.assert_array_equal(one, auto)
@@ -79,7 +80,7 @@ def test_run_dominated_sessions_share_one_arena(tmp_path):
     x = np.random.default_rng(4).standard_normal((4096, 1024), dtype=np.float32)
     faults, outputs = [], []
     for _ in range(3):
-        ctx = OnnxRuntimeContext(LABEL, threads=1)
+        ctx = OnnxRuntimeContext(LABEL, BackendOptions("onnxruntime", {"threads": 1}))
         ctx.load(path)
         ctx.init()
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -101,7 +102,7 @@ def test_a_run_dominated_model_is_read_once(tmp_path):
     x = np.random.default_rng(5).standard_normal((4, 4096), dtype=np.float32)
     faults = []
     for _ in range(3):
-        ctx = OnnxRuntimeContext(LABEL, threads=1)
+        ctx = OnnxRuntimeContext(LABEL, BackendOptions("onnxruntime", {"threads": 1}))
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         ctx.load(path)
         ctx.init()

@@ -13,6 +13,7 @@ import threading
 import numpy as np
 import pytest
 
+from harness.backends.base import BackendOptions
 from harness.backends.faults import parse_fault
 from harness.core.errors import ConfigError
 from harness.gates.leak import Watch, memory_rule, warm_max
@@ -267,11 +268,13 @@ def test_leak_fault_options_and_bad_values():
 
 LEAK_CHILD = """
 import psutil
+from harness.backends.base import BackendOptions
 from harness.backends.faults import FaultInjectionContext
 me = psutil.Process()
+leaky = BackendOptions("faults", {"leak_bytes": 256 * 1024, "leak_fds": 0.1})
 before_fds, before_uss = me.num_fds(), me.memory_full_info().uss
 for i in range(40):
-    ctx = FaultInjectionContext("subgraph 0 (block 0 self_attn)", leak_bytes=256 * 1024, leak_fds=0.1)
+    ctx = FaultInjectionContext("subgraph 0 (block 0 self_attn)", leaky)
     ctx.release()
 print(me.num_fds() - before_fds, me.memory_full_info().uss - before_uss)
 """
@@ -301,12 +304,12 @@ def test_each_branch_kind_is_cycled_and_each_cycle_read(embedded_fp32):
             Counting.reads += 1
             return super().read()
 
-    run = run_soak("onnxruntime", manifest, {}, MIN_CYCLES, Counting("/"))
+    run = run_soak(BackendOptions("onnxruntime"), manifest, MIN_CYCLES, Counting("/"))
     assert run.cycles == MIN_CYCLES == Counting.reads and run.tripped is None
     assert [s.split("(")[1] for s in run.subgraphs] == ["block 0 self_attn)", "block 0 cross_attn)", "block 0 ffn)"]
     assert (run.series("fds") == run.series("fds")[0]).all(), "a clean cycle leaves no descriptor open"
     with pytest.raises(ConfigError, match=f"--soak-cycles 10: the gate needs at least {MIN_CYCLES} cycles"):
-        run_soak("onnxruntime", manifest, {}, 10, ResourceSampler("/"))
+        run_soak(BackendOptions("onnxruntime"), manifest, 10, ResourceSampler("/"))
 
 
 # ------------------------------------------------------------------ the field reports
@@ -353,11 +356,11 @@ def test_a_board_sim_driver_leak_no_rss_shows_is_found_by_the_soak(tmp_path):
     from harness.partition.onnx_export import export_partition
     from tests.helpers import make_random_model_dir
     model = load_bundle(make_random_model_dir(tmp_path / "model", seed=4))
-    export_partition(model.weights, model.cfg, tmp_path / "p", dtype="float32", blocks=[0])
+    export_partition(model.weights, model.cfg, tmp_path / "p", precision="float32", blocks=[0])
     tree = tmp_path / "board"
     shutil.copytree(BOARD_TREE, tree)
     options = {"time_scale": 0.0002, "driver_leak": "64KiB@150", "telemetry_root": str(tree)}
-    run = run_soak("board-sim", load_manifest(tmp_path / "p"), options, 400, ResourceSampler(tree))
+    run = run_soak(BackendOptions("board-sim", options), load_manifest(tmp_path / "p"), 400, ResourceSampler(tree))
     growth = {(g.process, g.resource): g for g in judge(run, 16 * KiB, int(1.5 * GiB), 5 * GiB, {}, PLANNED)}
     cma = growth[(TREE, "cma")]
     # found within the rule's delay of the leak's start, or of the warm-up's end where the run's own

@@ -16,7 +16,7 @@ from tests.helpers import make_random_model_dir
 
 def test_a_report_that_cannot_be_written_fails_a_run_that_passed(tmp_path):
     bundle = load_bundle(make_random_model_dir(tmp_path / "model"))
-    export_partition(bundle.weights, bundle.cfg, tmp_path / "p", dtype="float32")
+    export_partition(bundle.weights, bundle.cfg, tmp_path / "p", precision="float32")
     (tmp_path / "a-file").write_text("not a folder")
     report = tmp_path / "a-file" / "report.json"
     with pytest.raises(StorageError, match=r"cannot write .*a-file/report\.json"):

@@ -125,7 +125,7 @@ def test_bench_sampler_is_taken(tmp_path):
 def test_good_fault_and_cases_reach_the_settings(tmp_path):
     s = resolve_settings(cli(telemetry_root=str(tmp_path), backend="faults", fault="nan@37,slow=x4",
                              cases="zero,seven"), None)
-    assert s.backend_options == {"nan_subgraph": 37, "slowdown": 4.0} and s.cases == ["zero", "seven"]
+    assert s.backend_options.as_dict() == {"nan_subgraph": 37, "slowdown": 4.0} and s.cases == ["zero", "seven"]
 
 
 def test_bad_option_is_one_line_and_a_usage_error(pytester):

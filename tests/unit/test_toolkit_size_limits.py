@@ -36,7 +36,7 @@ def _partition(root: Path, edits: dict) -> Path:
     (model / "model.toml").write_text(text)
     cfg = load_model_dir(model)
     write_random_checkpoint(cfg, model / "dit.safetensors", "bfloat16", prefix="net.", seed=5)
-    export_partition(model / "dit.safetensors", cfg, root / "fp32", dtype="float32")
+    export_partition(model / "dit.safetensors", cfg, root / "fp32", precision="float32")
     return root / "fp32"
 
 
