@@ -69,47 +69,57 @@ def _cmd_generate(args) -> int:
     from ..sampling.reference_run import sample_settings
 
     _preflight(args)
-    if args.text_emb is not None and args.prompt is not None:
-        raise ConfigError("--prompt and --text-emb both given: the text embedding replaces the prompt")
-    if args.uncond_text_emb is not None and args.text_emb is None:
-        raise ConfigError("--uncond-text-emb goes with --text-emb (the cond stream's text embedding)")
     bundle = load_bundle(args.model_dir)
     if not args.quiet and bundle.checkpoint is not None:
         print(bundle.checkpoint.summary_line(), file=sys.stderr)
     s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed, args.sampler,
                         _spectrum_params(args))
-    if args.backend == "reference" and (args.images != 1 or args.lifecycle != "on-demand"):
-        raise ConfigError("--images and --lifecycle need a partitioned backend (onnxruntime, "
-                          "rknnlite, board-sim), not the monolithic reference")
-    text_embs = None
-    if args.text_emb is not None:
-        from ..sampling.reference_run import text_emb_streams
-        text_embs = text_emb_streams(bundle, args.text_emb, args.uncond_text_emb, s.cfg_scale)
-        prompt = f"<text embedding {args.text_emb.name}>"
-    else:
-        prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
-        bundle.text_emb(prompt)      # no prompt encoder: say so before any export or run
+    prompt, text_embs = _prompt(bundle, args, s.cfg_scale)
     # The run starts here and owns its outputs: nothing of a previous run may sit beside its report.
     for old in (args.out, args.out.with_suffix(".json"), args.out.with_suffix(".latent.npy")):
         old.unlink(missing_ok=True)
+    latent, image = _generate(bundle, prompt, s, args, text_embs)
+    if image is None:
+        _save_latent(args, s, latent)
+    else:
+        _save_images(args, s, prompt, image)
+    return 0
+
+
+def _prompt(bundle, args, cfg_scale: float) -> tuple[str, dict | None]:
+    """(the prompt as the run reports it, the text embeddings that replace it or None)."""
+    if args.text_emb is not None:
+        from ..sampling.reference_run import text_emb_streams
+        text_embs = text_emb_streams(bundle, args.text_emb, args.uncond_text_emb, cfg_scale)
+        return f"<text embedding {args.text_emb.name}>", text_embs
+    prompt = args.prompt if args.prompt is not None else bundle.cfg.prompt.get("default", "")
+    bundle.text_emb(prompt)      # no prompt encoder: say so before any export or run
+    return prompt, None
+
+
+def _generate(bundle, prompt, s, args, text_embs):
+    """(final latent, image or images or None) on the reference forward or the partition."""
     try:
         if args.backend == "reference":
-            latent, image = _generate_reference(bundle, prompt, s, args.quiet, text_embs)
-        else:
-            latent, image = _generate_partitioned(bundle, prompt, s, args, text_embs)
+            return _generate_reference(bundle, prompt, s, args.quiet, text_embs)
+        return _generate_partitioned(bundle, prompt, s, args, text_embs)
     except (HarnessError, RunStopped) as exc:
         # Stopped before the pipeline wrote its report (exporting the partition, arming the guard).
         if args.backend == "reference" or args.out.with_suffix(".json").exists():
             raise
         raise type(exc)(f"{exc} (report: {_refused_report(args, exc)})") from None
-    if image is None:
-        from ..core.atomic import atomic_save_npy
-        latent_path = args.out.with_suffix(".latent.npy")
-        latent_path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_save_npy(latent_path, latent)
-        print(f"{latent_path}  (no decoder: the final latent {list(latent.shape)}) seed={s.seed} "
-              f"steps={s.steps} cfg={s.cfg_scale} backend={args.backend}")
-        return 0
+
+
+def _save_latent(args, s, latent) -> None:
+    from ..core.atomic import atomic_save_npy
+    latent_path = args.out.with_suffix(".latent.npy")
+    latent_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_save_npy(latent_path, latent)
+    print(f"{latent_path}  (no decoder: the final latent {list(latent.shape)}) seed={s.seed} "
+          f"steps={s.steps} cfg={s.cfg_scale} backend={args.backend}")
+
+
+def _save_images(args, s, prompt: str, image) -> None:
     from ..core.imageio import save_png
     if image.ndim == 4:         # --images N: out.png, out-1.png, ...
         for k, one in enumerate(image):
@@ -124,7 +134,6 @@ def _cmd_generate(args) -> int:
         plan = schedule(s.steps, SpectrumParams(**s.spectrum))
         print(f"Spectrum schedule, {sum(plan)} computed of {len(plan)} steps (C computed, F forecast): "
               f"{schedule_text(plan)}")
-    return 0
 
 
 def _preflight(args) -> None:
@@ -134,6 +143,7 @@ def _preflight(args) -> None:
         args.backend = resolve_backend("auto", detect_rk3588(Path(OPTIONS["telemetry_root"].default)))
     if args.backend != "reference":
         check_precision(args.backend, args.precision)
+    _check_inputs(args)
     from ..backends.faults import parse_fault
     from ..core.atomic import sweep_temporaries
     from ..core.outputs import check_free_space
@@ -146,6 +156,17 @@ def _preflight(args) -> None:
         raise ConfigError(f"--fault {args.fault}: only --backend faults reads it, this run uses {args.backend}")
     parse_fault(args.fault)
     sweep_temporaries(args.out.parent)      # leftovers of a writer killed with SIGKILL
+
+
+def _check_inputs(args) -> None:
+    """Options that exclude or need each other."""
+    if args.text_emb is not None and args.prompt is not None:
+        raise ConfigError("--prompt and --text-emb both given: the text embedding replaces the prompt")
+    if args.uncond_text_emb is not None and args.text_emb is None:
+        raise ConfigError("--uncond-text-emb goes with --text-emb (the cond stream's text embedding)")
+    if args.backend == "reference" and (args.images != 1 or args.lifecycle != "on-demand"):
+        raise ConfigError("--images and --lifecycle need a partitioned backend (onnxruntime, "
+                          "rknnlite, board-sim), not the monolithic reference")
 
 
 def _generate_reference(bundle, prompt, s, quiet, text_embs):

@@ -130,86 +130,127 @@ def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | N
     at `report_path`. observers are called with every invocation (pipeline.Invocation): calibration
     capture and accuracy analysis watch the run itself rather than a second forward.
     """
-    r = request
-    bundle, partition_dir, backend, prompt, settings = r.bundle, r.partition, r.backend, r.prompt, r.settings
-    verify, text_embs, lifecycle, images = r.verify, r.text_embs, r.lifecycle, r.images
-    recorder = LifecycleRecorder()
-    result = RunResult(recorder=recorder)
-    report = result.report
-    report.update(status="running", error=None, backend=backend, backend_options=r.options.as_dict(),
-                  prompt=prompt, settings=settings.as_dict(), partition=str(partition_dir), model=bundle.cfg.name,
-                  lifecycle=str(lifecycle), images=images)
-    strategy = pipeline = sampler_summary = None
-    step_walls: list[float] = []
-    start = read_memory()
-    if report_path is not None:     # a previous run's report must not stay behind, looking current
-        try:
-            Path(report_path).unlink(missing_ok=True)
-        except OSError as exc:
-            raise StorageError(f"cannot write the run report {report_path}: {exc.strerror or exc}") from None
+    run = _Run(request, guard, observers)
+    _clear_report(report_path)
     try:
-        manifest = open_partition(bundle, partition_dir, verify)
-        report["weights_digest"] = {"sha256": bundle.digest, **(bundle.digest_info or {})}
+        run.open()
+        if report_path is not None:     # "running" until it ends: what a SIGKILLed run leaves behind
+            atomic_write_json(report_path, check_run_report({**run.report, "pid": os.getpid()},
+                                                            f"run report {report_path}", error=ValueError))
+        run.denoise(on_step)
+        run.report["status"] = "ok"
+    except BaseException as exc:
+        _record_failure(run.report, exc)
+        raise
+    finally:
+        run.close()
+        if report_path is not None:
+            _write_report(report_path, run.report)
+    return run.result
+
+
+def _clear_report(report_path) -> None:
+    """A previous run's report must not stay behind, looking current."""
+    if report_path is None:
+        return
+    try:
+        Path(report_path).unlink(missing_ok=True)
+    except OSError as exc:
+        raise StorageError(f"cannot write the run report {report_path}: {exc.strerror or exc}") from None
+
+
+def _record_failure(report: dict, exc: BaseException) -> None:
+    """A failed run's status, error and the runtime's log; a bug, Ctrl-C or SIGTERM is its own status:
+    the report must not claim to be still running."""
+    if isinstance(exc, HarnessError):
+        report.update(status="failed", error=str(exc), error_kind=type(exc).__name__)
+        if isinstance(exc, BackendError) and exc.runtime_log:
+            report["runtime_log"] = exc.runtime_log
+    else:
+        report.update(status=stop_status(exc), error=str(exc) or repr(exc), error_kind=type(exc).__name__)
+
+
+class _Run:
+    """One run's parts, in the order they are made: the report's header, the partition and the
+    strategy (open), the denoising (denoise), and what the report keeps whatever happened (close)."""
+
+    def __init__(self, request: RunRequest, guard, observers):
+        self.request, self.guard, self.observers = request, guard, observers
+        self.recorder = LifecycleRecorder()
+        self.result = RunResult(recorder=self.recorder)
+        self.report = self.result.report
+        r = request
+        self.report.update(status="running", error=None, backend=r.backend, backend_options=r.options.as_dict(),
+                           prompt=r.prompt, settings=r.settings.as_dict(), partition=str(r.partition),
+                           model=r.bundle.cfg.name, lifecycle=str(r.lifecycle), images=r.images)
+        self.manifest: Any = None
+        self.strategy: Any = None
+        self.pipeline: PartitionedPipeline | None = None
+        self.sampler_summary: Callable[[], dict] | None = None
+        self.step_walls: list[float] = []
+        self.start = read_memory()
+
+    def open(self) -> None:
+        """The partition checked against the model, the backend's runtime, the strategy and the pipeline."""
+        r, report = self.request, self.report
+        manifest = self.manifest = open_partition(r.bundle, r.partition, r.verify)
+        report["weights_digest"] = {"sha256": r.bundle.digest, **(r.bundle.digest_info or {})}
         report["manifest_sha256"] = manifest_sha256(manifest.directory)
         report["export"] = manifest.export
         options = run_options(r.options)
-        backend_class(backend).import_runtime()
-        strategy = make_strategy(lifecycle, options, result.recorder, manifest)
-        streams = ({s: np.repeat(c, images, axis=0) for s, c in text_embs.items()} if text_embs
-                   else stream_text_embs(bundle, [prompt] * images, settings.cfg_scale))
-        pipeline = PartitionedPipeline(bundle, manifest, strategy, streams,
-                                       between_invocations=([lambda entry: guard.check()] if guard else [])
-                                       + backend_class(backend).between_invocations(options),
-                                       observers=observers)
-        report["streams"] = pipeline.streams
-        if report_path is not None:     # "running" until it ends: what a SIGKILLed run leaves behind
-            atomic_write_json(report_path, check_run_report({**report, "pid": os.getpid()}, f"run report {report_path}",
-                                                            error=ValueError))
+        backend = backend_class(r.backend)
+        backend.import_runtime()
+        self.strategy = make_strategy(r.lifecycle, options, self.recorder, manifest)
+        streams = ({s: np.repeat(c, r.images, axis=0) for s, c in r.text_embs.items()} if r.text_embs
+                   else stream_text_embs(r.bundle, [r.prompt] * r.images, r.settings.cfg_scale))
+        between = [lambda entry: self.guard.check()] if self.guard else []
+        self.pipeline = PartitionedPipeline(r.bundle, manifest, self.strategy, streams,
+                                            between_invocations=between + backend.between_invocations(options),
+                                            observers=self.observers)
+        report["streams"] = self.pipeline.streams
+
+    def denoise(self, on_step) -> None:
+        """The sampler over the steps, then the decoder where the partition has one."""
+        r, pipeline, result = self.request, self.pipeline, self.result
+        assert pipeline is not None         # open() made it
+        settings = r.settings
         mark = [time.perf_counter()]
 
         def step_done(i: int) -> None:
             now = time.perf_counter()
-            step_walls.append(now - mark[0])
+            self.step_walls.append(now - mark[0])
             mark[0] = now
             if on_step:
                 on_step(i)
 
-        velocity, sampler_summary = sampler_velocity(pipeline, settings, pipeline.host.timed)
+        velocity, self.sampler_summary = sampler_velocity(pipeline, settings, pipeline.host.timed)
         pipeline.precompute_modulations(flow_sigmas(settings.steps, settings.shift)[:-1])
-        noise = initial_latents(bundle, [settings.seed + k for k in range(images)])
-        result.latent = denoise(velocity, noise, settings.steps, settings.shift,
-                                settings.cfg_scale, on_step=step_done)
+        noise = initial_latents(r.bundle, [settings.seed + k for k in range(r.images)])
+        result.latent = denoise(velocity, noise, settings.steps, settings.shift, settings.cfg_scale,
+                                on_step=step_done)
         # A partition without a decoder (Anima's Wan VAE is not part of it yet) ends at the latent.
-        if manifest.decoder:
+        if self.manifest.decoder:
             decoded = pipeline.decode(result.latent, settings.steps)
-            result.images = decoded if images > 1 else decoded[None]
+            result.images = decoded if r.images > 1 else decoded[None]
             result.image = result.images[0]     # the case's own seed: what gates compare
         if pipeline.padded_to:
-            report["streams_padded_to"] = pipeline.padded_to
-        report["status"] = "ok"
-    except HarnessError as exc:
-        report.update(status="failed", error=str(exc), error_kind=type(exc).__name__)
-        if isinstance(exc, BackendError) and exc.runtime_log:
-            report["runtime_log"] = exc.runtime_log
-        raise
-    except BaseException as exc:    # a bug, Ctrl-C or SIGTERM: the report must not claim to be still running
-        report.update(status=stop_status(exc), error=str(exc) or repr(exc), error_kind=type(exc).__name__)
-        raise
-    finally:
+            self.report["streams_padded_to"] = pipeline.padded_to
+
+    def close(self) -> None:
+        """Nothing stays loaded, whatever failed; the report gets the counters, the sampler's schedule
+        (and how far a failed run got), the step tables, the memory and the observers' findings."""
+        report, strategy = self.report, self.strategy
         if strategy is not None:
-            strategy.close()        # nothing stays loaded, whatever failed
+            strategy.close()
             report["lifecycle_counters"] = strategy.stats()
-        if sampler_summary is not None:
-            report["sampler"] = sampler_summary()    # the schedule, and how far a failed run got
-        report.update(summarize(recorder.as_dicts(), pipeline.host.as_dicts() if pipeline else [],
-                                step_walls, (report.get("sampler") or {}).get("computed_steps"),
+        if self.sampler_summary is not None:
+            report["sampler"] = self.sampler_summary()
+        report.update(summarize(self.recorder.as_dicts(), self.pipeline.host.as_dicts() if self.pipeline else [],
+                                self.step_walls, (report.get("sampler") or {}).get("computed_steps"),
                                 hidden_s=strategy.counters.as_dict()["hidden_s"] if strategy else 0.0))
-        if guard is not None:
-            report["memory"] = {**guard.summary(), **_run_memory(guard, start)}
-        for observe in observers:       # an observer with findings of its own adds them (headroom)
+        if self.guard is not None:
+            report["memory"] = {**self.guard.summary(), **_run_memory(self.guard, self.start)}
+        for observe in self.observers:       # an observer with findings of its own adds them (headroom)
             section = getattr(observe, "report_section", None)
             if section is not None:
                 report.update(section())
-        if report_path is not None:
-            _write_report(report_path, report)
-    return result
