@@ -71,10 +71,10 @@ def embedded_fp32(tmp_path_factory):
     """The embedded model and its FP32 partition, exported once per session (what calibration
     capture and accuracy analysis run through)."""
     from harness.model.bundle import load_bundle
-    from harness.partition.onnx_export import export_partition
+    from harness.partition.onnx_export import ExportSettings, export_partition
     bundle = load_bundle(EMBEDDED_DIR)
     out = tmp_path_factory.mktemp("embedded") / "fp32"
-    export_partition(bundle.weights, bundle.cfg, out, precision="float32")
+    export_partition(bundle.weights, bundle.cfg, out, ExportSettings(precision="float32"))
     return bundle, out
 
 
@@ -97,11 +97,11 @@ def anima_block(tmp_path_factory):
     FP32 single-stream export, made once for the full-width tests (~4 s of CPU each time otherwise)."""
     from harness.model.config import load_profile
     from harness.model.weights import random_weights
-    from harness.partition import export_partition
+    from harness.partition import ExportSettings, export_partition
     cfg = load_profile("anima-2b")
     weights = random_weights(cfg, seed=2, blocks=range(1))
-    manifest = export_partition(weights, cfg, tmp_path_factory.mktemp("anima-block"), precision="float32",
-                                streams=1, blocks=[0])
+    manifest = export_partition(weights, cfg, tmp_path_factory.mktemp("anima-block"),
+                                ExportSettings(precision="float32", streams=1, blocks=[0]))
     return cfg, weights, manifest
 
 

@@ -106,9 +106,9 @@ def random_bundle(tmp_path_factory, seed: int, blocks: int | None = None):
 
 def export_fp32(bundle, tmp_path_factory) -> Path:
     """The bundle's partition exported in FP32 to a fresh temporary directory."""
-    from harness.partition.onnx_export import export_partition
+    from harness.partition.onnx_export import ExportSettings, export_partition
     out = tmp_path_factory.mktemp("partition") / "fp32"
-    export_partition(bundle.weights, bundle.cfg, out, precision="float32")
+    export_partition(bundle.weights, bundle.cfg, out, ExportSettings(precision="float32"))
     return out
 
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.model.bundle import load_bundle
 from harness.model.config import EMBEDDED_DIR
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.toolkit.convert import convert_partition
 
 GOAL_SECONDS = 60.0
@@ -34,7 +34,7 @@ def main() -> int:
     bundle = load_bundle(EMBEDDED_DIR)
     with tempfile.TemporaryDirectory(prefix="bench-convert-") as tmp:
         source = Path(tmp) / "fp32"
-        export_partition(bundle.weights, bundle.cfg, source, precision="float32")
+        export_partition(bundle.weights, bundle.cfg, source, ExportSettings(precision="float32"))
         for k in range(args.rounds):
             load = os.getloadavg()[0]
             started = time.perf_counter()

@@ -25,7 +25,7 @@ from harness.backends.board_sim import normalize_options  # noqa: E402
 from harness.core.atomic import atomic_write_json  # noqa: E402
 from harness.model.bundle import load_bundle  # noqa: E402
 from harness.partition.manifest import default_partition_dir, manifest_path  # noqa: E402
-from harness.partition.onnx_export import export_partition  # noqa: E402
+from harness.partition.onnx_export import ExportSettings, export_partition  # noqa: E402
 from harness.runtime.run import RunRequest, run_partitioned  # noqa: E402
 from harness.sampling.reference_run import sample_settings  # noqa: E402
 
@@ -35,7 +35,7 @@ LIFECYCLE = ("load", "init", "release")
 def partition(bundle, precision: str) -> Path:
     out = ROOT / default_partition_dir(bundle.cfg, bundle.digest, precision)
     if not manifest_path(out).exists():
-        export_partition(bundle.weights, bundle.cfg, out, precision=precision)
+        export_partition(bundle.weights, bundle.cfg, out, ExportSettings(precision=precision))
     return out
 
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..runtime.capture import PRESETS, RECORD_FILE, capture_calibration, parse_branches, parse_steps, parse_streams
+from ..runtime.capture import (
+    PRESETS,
+    RECORD_FILE,
+    CaptureRecipe,
+    capture_calibration,
+    parse_branches,
+    parse_steps,
+    parse_streams,
+)
 
 
 def add_command(subparsers):
@@ -57,8 +65,8 @@ def _cmd_capture(args) -> int:
     streams = parse_streams(args.streams, ["cond"] + (["uncond"] if settings.cfg_scale != 1.0 else []))
     blocks = parse_blocks(args.blocks, bundle.cfg.blocks) if args.blocks else None
     partition = args.partition or exported_partition(bundle, "float32")
-    record = capture_calibration(bundle, partition, args.out, inputs.prompt, settings, branches, steps,
-                                 streams, blocks, text_embs=inputs.text_embs)
+    record = capture_calibration(bundle, partition, args.out, inputs.prompt, settings,
+                                 CaptureRecipe(branches, steps, streams, blocks), text_embs=inputs.text_embs)
     _print_summary(record, args.out)
     return 0
 

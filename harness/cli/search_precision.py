@@ -61,7 +61,15 @@ def _cmd_search(args) -> int:
 
 
 def _full_schedule(bundle, cache_dir: Path, out: Path) -> Path:
-    from ..runtime.capture import PRESETS, RECORD_FILE, capture_calibration, parse_branches, parse_steps, parse_streams
+    from ..runtime.capture import (
+        PRESETS,
+        RECORD_FILE,
+        CaptureRecipe,
+        capture_calibration,
+        parse_branches,
+        parse_steps,
+        parse_streams,
+    )
     from ..runtime.converted import cached_fp32_export
     from ..sampling.reference_run import sample_settings
     target = out / "calibration-full-schedule"
@@ -71,7 +79,8 @@ def _full_schedule(bundle, cache_dir: Path, out: Path) -> Path:
     preset = PRESETS["full-schedule"]
     say(f"capturing the full-schedule calibration into {target}")
     capture_calibration(bundle, cached_fp32_export(bundle, cache_dir), target,
-                        bundle.cfg.prompt.get("default", ""), settings, parse_branches(preset["branches"]),
-                        parse_steps(preset["steps"], settings.steps, settings.shift),
-                        parse_streams(preset["streams"], ["cond", "uncond"]))
+                        bundle.cfg.prompt.get("default", ""), settings,
+                        CaptureRecipe(parse_branches(preset["branches"]),
+                                      parse_steps(preset["steps"], settings.steps, settings.shift),
+                                      parse_streams(preset["streams"], ["cond", "uncond"])))
     return target

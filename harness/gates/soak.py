@@ -178,9 +178,9 @@ class _Slots:
 
 
 def run_soak(options: BackendOptions, manifest, cycles: int, sampler, guard=None, on_cycle=None,
-             lifecycle: str = "on-demand", memory_rate: int = 16 * KiB, stop_early: bool = True) -> SoakRun:
+             lifecycle: str = "on-demand", memory_rate: int = 16 * KiB) -> SoakRun:
     """Cycle the branch kinds' subgraphs in turn `cycles` times under `lifecycle`, reading `sampler` after
-    each cycle and watching every series; a clear leak ends the cycling (stop_early), as does the memory
+    each cycle and watching every series; a clear leak ends the cycling, as does the memory
     guard tripping or an init the runtime refuses after earlier ones passed (the context ceiling), each
     recorded, not raised. Any other backend error is raised."""
     if cycles < MIN_CYCLES:
@@ -204,7 +204,7 @@ def run_soak(options: BackendOptions, manifest, cycles: int, sampler, guard=None
             entry, path, inputs = work[done % len(work)]
             cycler.cycle(entry, path, inputs)
             slots.fill(samples[done], sampler.read(), names)
-            if len(watch.update(done)) and stop_early:
+            if len(watch.update(done)):
                 done += 1
                 break
             if on_cycle is not None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..core.atomic import atomic_write_text
 from ..core.errors import ConfigError, HarnessError
-from ..partition.onnx_export import export_partition
+from ..partition.onnx_export import ExportSettings, export_partition
 from ..runtime.run import RunRequest, run_partitioned
 from .cases import GoldenCase, case_inputs
 from .quality import QualityResult, compare, compare_latents
@@ -66,7 +66,8 @@ def measure(bundle, cases: list[GoldenCase], golden_dir: Path, on_row=None) -> l
     with tempfile.TemporaryDirectory(prefix="thresholds-") as tmp:
         parts = {name: Path(tmp) / name for name in VARIANTS}
         for name, (precision, quant) in VARIANTS.items():
-            export_partition(bundle.weights_source, bundle.cfg, parts[name], precision=precision, fake_quant=quant)
+            export_partition(bundle.weights_source, bundle.cfg, parts[name],
+                             ExportSettings(precision=precision, fake_quant=quant))
         for case in cases:
             inputs = case_inputs(case, bundle.cfg, golden_dir)
             runs = {name: run_partitioned(RunRequest(bundle, parts[name], "onnxruntime", inputs.prompt,

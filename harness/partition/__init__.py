@@ -7,8 +7,8 @@ from ..core.lazy import lazy_getattr
 _WHERE = {name: "manifest" for name in ("FORMAT", "MANIFEST_FILE", "Manifest", "SubgraphEntry", "TensorSpec",
                                          "load_manifest", "subgraph_index")}
 _WHERE.update(check_input="checks", inspect_partition="inspection")
-_WHERE.update({name: "onnx_export" for name in ("build_decoder", "build_subgraph", "export_partition",
-                                                "subgraph_file")})
+_WHERE.update({name: "onnx_export" for name in ("ExportSettings", "build_decoder", "build_subgraph",
+                                                "export_partition", "subgraph_file")})
 _WHERE.update({name: "graph" for name in ("DEFAULT_OPSET", "MAX_OPSET", "float16_missing_kernels")})
 
 __all__ = list(_WHERE)

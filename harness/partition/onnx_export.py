@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,8 +42,7 @@ from .manifest import (
     subgraph_index,
 )
 
-__all__ = ["ExportSettings", "export_partition", "export_with",
-           "build_subgraph", "build_decoder", "subgraph_file", "planned_files"]
+__all__ = ["ExportSettings", "export_partition", "build_subgraph", "build_decoder", "subgraph_file", "planned_files"]
 
 DECODER_FILE = "decoder.onnx"
 
@@ -221,35 +220,29 @@ class ExportSettings:
     weights_source: str | None = None
 
 
-def export_with(weights, cfg: ModelConfig, out_dir, settings: ExportSettings,
-                on_file: Callable[[], None] | None = None) -> Manifest:
-    """export_partition of one ExportSettings."""
-    return export_partition(weights, cfg, out_dir, on_file=on_file, **asdict(settings))
-
-
-def export_partition(weights, cfg: ModelConfig, out_dir, precision: str = "float32", streams: int = 2,
-                     opset: int = DEFAULT_OPSET, blocks=None, on_file: Callable[[], None] | None = None,
-                     weights_source: str | None = None, fake_quant: str | None = None,
-                     granularity: str = "branch") -> Manifest:
+def export_partition(weights, cfg: ModelConfig, out_dir, settings: ExportSettings | None = None,
+                     on_file: Callable[[], None] | None = None) -> Manifest:
     """Write one ONNX file per subgraph (+ decoder.onnx when the model has one) and manifest.json.
 
     `weights` is a Checkpoint (or its path) or a dict of tensors. Tensors are read one block at a time
     and dropped when the block's three subgraphs are written, so peak memory is one block's tensors
     and one subgraph's graph, not the model. The weights digest is hashed tensor by tensor on the way
     (the blocks not exported are read for it too, one tensor at a time).
-    precision: float32 or float16, the graphs' element type (the manifest's export dtype).
-    fake_quant="w8a8-ffn" simulates INT8 FFN linears (weights and activations) in the graph dtype.
+    settings (ExportSettings): precision float32 or float16 is the graphs' element type (the manifest's
+    export dtype); streams, the opset, the blocks (None: all); fake_quant="w8a8-ffn" simulates INT8 FFN
+    linears (weights and activations) in the graph dtype.
     on_file() is called after each file is written (the CLI draws its progress bar with it; the
     exporter itself prints nothing).
     granularity: branch (3 subgraphs per block), block or blocks:K (fused: harness/partition/fused.py).
     """
-    gran = parse_granularity(granularity, cfg.blocks)
-    dtype = precision
+    s = settings or ExportSettings()
+    dtype, streams, opset, fake_quant = s.precision, s.streams, s.opset, s.fake_quant
+    gran = parse_granularity(s.granularity, cfg.blocks)
     _check_dtype(dtype)
     check_fake_quant(fake_quant)
     _check_streams(streams)
     check_opset(opset)
-    chosen = _select_blocks(cfg, blocks)
+    chosen = _select_blocks(cfg, s.blocks)
     source = as_source(weights, cfg)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -302,7 +295,7 @@ def export_partition(weights, cfg: ModelConfig, out_dir, precision: str = "float
     manifest = Manifest(directory=out_dir, format=FORMAT,
                         model={"name": cfg.name, "network": network_settings(cfg)},
                         weights_sha256=known or combine_digests(hashes),
-                        weights_source=weights_source or getattr(source, "source", None),
+                        weights_source=s.weights_source or getattr(source, "source", None),
                         export=export, subgraphs=entries, decoder=decoder)
     manifest.save()
     return manifest

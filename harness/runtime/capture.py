@@ -33,7 +33,7 @@ from ..sampling.settings import SampleSettings
 from .pipeline import Invocation
 
 __all__ = ["FORMAT", "RECORD_FILE", "PRESETS", "parse_steps", "parse_branches", "parse_streams",
-           "capture_calibration", "load_calibration"]
+           "CaptureRecipe", "capture_calibration", "load_calibration"]
 
 FORMAT = "anima-calibration/1"
 RECORD_FILE = "calibration.json"
@@ -154,10 +154,18 @@ class CalibrationCapture:
             atomic_write_text(self.staging / record["dataset"], "\n".join(lines) + "\n")
 
 
-def capture_calibration(bundle, partition, out, prompt: str, settings: SampleSettings, branches, steps,
-                        streams, blocks=None, backend: str = "onnxruntime", guard=None,
-                        text_embs: dict | None = None) -> dict:
-    """Run one FP32 generation through `partition` and write the calibration directory `out`.
+@dataclass(frozen=True)
+class CaptureRecipe:
+    """Which invocations a capture keeps: branches, steps and streams (and blocks: None for all)."""
+    branches: list[str]
+    steps: list[int]
+    streams: list[str]
+    blocks: list[int] | None = None
+
+
+def capture_calibration(bundle, partition, out, prompt: str, settings: SampleSettings, recipe: CaptureRecipe,
+                        guard=None, text_embs: dict | None = None) -> dict:
+    """Run one FP32 generation (onnxruntime) through `partition` and write the calibration directory `out`.
     Returns the record. Nothing is left under `out` if the run fails."""
     from ..partition.manifest import load_manifest, manifest_sha256
     from .run import RunRequest, run_partitioned
@@ -170,9 +178,10 @@ def capture_calibration(bundle, partition, out, prompt: str, settings: SampleSet
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out {out}: already exists and is not empty; choose a new directory")
     with atomic_directory(out) as staging:
+        branches, steps, streams, blocks = recipe.branches, recipe.steps, recipe.streams, recipe.blocks
         capture = CalibrationCapture(staging, branches, steps, streams, blocks)
         result = run_partitioned(
-            RunRequest(bundle, partition, backend, prompt, settings, text_embs=text_embs),
+            RunRequest(bundle, partition, "onnxruntime", prompt, settings, text_embs=text_embs),
             guard=guard, observers=[capture])
         capture.write_lists()
         from ..sampling.flow import flow_sigmas
@@ -181,7 +190,7 @@ def capture_calibration(bundle, partition, out, prompt: str, settings: SampleSet
             "format": FORMAT, "model": bundle.cfg.name, "weights_sha256": bundle.digest,
             "partition": str(Path(partition).resolve()), "manifest_sha256": manifest_sha256(partition),
             "export": {k: manifest.export.get(k) for k in ("dtype", "streams", "opset")},
-            "generation": {"prompt": prompt, **settings.as_dict(), "backend": backend,
+            "generation": {"prompt": prompt, **settings.as_dict(), "backend": "onnxruntime",
                            "denoise_seconds": result.report.get("denoise_seconds")},
             "recipe": {"branches": sorted(set(branches), key=BRANCHES.index), "steps": list(steps),
                        "sigmas": [float(sigmas[s]) for s in steps], "streams": list(streams),

@@ -25,13 +25,13 @@ def cached_fp32_export(bundle, cache_dir: Path, granularity: str = "branch") -> 
 def cached_calibration(bundle, cache_dir: Path, source: Path) -> Path:
     """The board's recipe ({high, low} sigma x {cond, uncond}, FFNs) from the model's default prompt."""
     from ..sampling.reference_run import sample_settings
-    from .capture import RECORD_FILE, capture_calibration
+    from .capture import RECORD_FILE, CaptureRecipe, capture_calibration
     out = Path(cache_dir) / "calibration" / f"{bundle.cfg.name}-{bundle.digest[:12]}-ffn-high-low"
     if not (out / RECORD_FILE).is_file():
         settings = sample_settings(bundle)
         print(f"[rknn-sim] capturing calibration into {out} (first use)", file=sys.stderr, flush=True)
         capture_calibration(bundle, source, out, bundle.cfg.prompt.get("default", ""), settings,
-                            ["ffn"], [0, settings.steps - 1], ["cond", "uncond"])
+                            CaptureRecipe(["ffn"], [0, settings.steps - 1], ["cond", "uncond"]))
     return out
 
 

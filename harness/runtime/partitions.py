@@ -20,11 +20,11 @@ __all__ = ["exported_partition", "export_with_progress", "is_current"]
 
 def export_with_progress(weights, cfg: ModelConfig, out, settings: ExportSettings, quiet: bool = False):
     """export_partition with a progress bar on stderr (the exporter itself prints nothing)."""
-    from ..partition.onnx_export import export_with, planned_files
+    from ..partition.onnx_export import export_partition, planned_files
     from ..report.terminal import progress_bar
     total = planned_files(cfg, settings.blocks, settings.granularity)
     with progress_bar(total, f"export {cfg.name} {settings.precision}", disable=quiet) as advance:
-        return export_with(weights, cfg, out, settings, on_file=advance)
+        return export_partition(weights, cfg, out, settings, on_file=advance)
 
 
 def exported_partition(bundle, precision: str, fake_quant: str | None = None, quiet: bool = True,

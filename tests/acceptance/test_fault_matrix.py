@@ -38,7 +38,7 @@ from harness.gates.cases import load_cases
 from harness.gates.golden import GoldenStore
 from harness.model.bundle import load_bundle
 from harness.model.config import REPO_ROOT
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from tests.helpers import add_output_and_resign, alive, make_random_model_dir, shared_blocks, worker_processes
 
 STALE = {"status": "ok", "stale": "from the previous run"}
@@ -216,7 +216,7 @@ def world(tmp_path_factory):
     model = make_random_model_dir(root / "model", seed=0)
     bundle = load_bundle(model)
     partition = root / "partition"
-    export_partition(bundle.weights, bundle.cfg, partition, precision="float32")
+    export_partition(bundle.weights, bundle.cfg, partition, ExportSettings(precision="float32"))
     golden = root / "golden"
     golden.mkdir()
     (golden / "cases.toml").write_text(CASES)

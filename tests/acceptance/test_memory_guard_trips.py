@@ -10,7 +10,7 @@ from harness.core.errors import MemoryGuardTripped
 from harness.memory.guard import MemoryGuard, MemoryReading, read_memory
 from harness.memory.residency import residency_probe
 from harness.model.bundle import load_bundle
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.runtime.run import RunRequest, run_partitioned
 from harness.sampling.reference_run import sample_settings
 from tests.helpers import make_random_model_dir
@@ -53,7 +53,7 @@ class SwapAfter:
 
 def test_swap_growth_stops_the_pipeline_between_invocations(tmp_path):
     bundle = load_bundle(make_random_model_dir(tmp_path / "model"))
-    export_partition(bundle.weights_source, bundle.cfg, tmp_path / "p", precision="float32")
+    export_partition(bundle.weights_source, bundle.cfg, tmp_path / "p", ExportSettings(precision="float32"))
     report = tmp_path / "report.json"
     guard = MemoryGuard("1MiB", "16MiB", interval=60, reader=SwapAfter(40))
     with guard, pytest.raises(MemoryGuardTripped, match=r"swap growth 20.0 MiB over limit 16.0 MiB"):

@@ -117,10 +117,10 @@ def store(tools, tmp_path_factory) -> tuple[str, str, Path]:
     """The embedded model's float16 partition published to a file:// store (.ci/publish-partition);
     (its URL, its manifest sha256, the exported folder)."""
     from harness.model.bundle import load_bundle
-    from harness.partition.onnx_export import export_partition
+    from harness.partition.onnx_export import ExportSettings, export_partition
     tmp = tmp_path_factory.mktemp("store")
     bundle = load_bundle(EMBEDDED_DIR)
-    export_partition(bundle.weights, bundle.cfg, tmp / "partition", precision="float16")
+    export_partition(bundle.weights, bundle.cfg, tmp / "partition", ExportSettings(precision="float16"))
     (tmp / "partitions").mkdir()
     sha = subprocess.run([str(REPO_ROOT / ".ci" / "publish-partition"), str(tmp / "partition")], check=True,
                          capture_output=True, text=True,

@@ -10,7 +10,7 @@ import pytest
 from harness.backends.base import BackendOptions
 from harness.cli.main import main
 from harness.gates.accuracy import analyze, cosine, max_rel_err, worst_first
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.runtime.run import RunRequest
 from harness.sampling.reference_run import sample_settings
 
@@ -21,7 +21,7 @@ STEPS = 2
 def float16_partition(embedded_fp32, tmp_path_factory):
     bundle, _ = embedded_fp32
     out = tmp_path_factory.mktemp("acc") / "float16"
-    export_partition(bundle.weights, bundle.cfg, out, precision="float16")
+    export_partition(bundle.weights, bundle.cfg, out, ExportSettings(precision="float16"))
     return out
 
 
@@ -57,7 +57,7 @@ def test_fp32_partition_matches_the_reference_and_float16_clears_the_bar(embedde
 def test_fake_quantised_ffns_come_first_and_the_first_one_is_named(embedded_fp32, tmp_path):
     bundle, _ = embedded_fp32
     quant = tmp_path / "w8a8"
-    export_partition(bundle.weights, bundle.cfg, quant, precision="float16", fake_quant="w8a8-ffn")
+    export_partition(bundle.weights, bundle.cfg, quant, ExportSettings(precision="float16", fake_quant="w8a8-ffn"))
     analysis, _ = _analyze(embedded_fp32, quant, tmp_path / "acc")
     ranked = worst_first(analysis.rows)
     assert {r.branch for r in ranked[:bundle.cfg.blocks * STEPS]} == {"ffn"}

@@ -74,10 +74,10 @@ def test_host_math_runs_on_one_blas_thread(model, tmp_path_factory):
 
 
 def test_precomputed_latent_is_bitwise_the_per_step_one(model, tmp_path_factory, monkeypatch):
-    from harness.partition.onnx_export import export_partition
+    from harness.partition.onnx_export import ExportSettings, export_partition
     from harness.runtime.pipeline import PartitionedPipeline
     float16 = tmp_path_factory.mktemp("float16")
-    export_partition(model.weights_source, model.cfg, float16, precision="float16")
+    export_partition(model.weights_source, model.cfg, float16, ExportSettings(precision="float16"))
     settings = sample_settings(model, steps=STEPS)
     ahead = run_partitioned(RunRequest(model, float16, "onnxruntime", "the number 3", settings)).latent
     monkeypatch.setattr(PartitionedPipeline, "precompute_modulations", lambda self, sigmas, step=0: None)

@@ -284,10 +284,10 @@ def test_rknn_sim_without_its_toolkit_environment_says_how_to_make_it(tmp_path, 
 
     from harness.backends import create_context as _create
     from harness.model.bundle import load_bundle
-    from harness.partition.onnx_export import export_partition
+    from harness.partition.onnx_export import ExportSettings, export_partition
     from tests.helpers import make_random_model_dir
     bundle = load_bundle(make_random_model_dir(tmp_path / "model"))
-    export_partition(bundle.weights, bundle.cfg, tmp_path / "fp32", precision="float32", blocks=[0])
+    export_partition(bundle.weights, bundle.cfg, tmp_path / "fp32", ExportSettings(precision="float32", blocks=[0]))
     part = tmp_path / "conv"
     _shutil.copytree(tmp_path / "fp32", part)
     manifest = json.loads((part / "manifest.json").read_text())

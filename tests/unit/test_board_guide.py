@@ -202,10 +202,10 @@ def board_tmp(tmp_path_factory) -> Path:
     """Temporary folders, with the board's embedded partition: an FP16 ONNX export, which the fake
     runtime executes (it runs ONNX where the board runs .rknn)."""
     from harness.model.bundle import load_bundle
-    from harness.partition.onnx_export import export_partition
+    from harness.partition.onnx_export import ExportSettings, export_partition
     tmp = tmp_path_factory.mktemp("board-guide")
     bundle = load_bundle(EMBEDDED_DIR)
-    export_partition(bundle.weights, bundle.cfg, tmp / "partition-embedded", precision="float16")
+    export_partition(bundle.weights, bundle.cfg, tmp / "partition-embedded", ExportSettings(precision="float16"))
     return tmp
 
 

@@ -11,7 +11,7 @@ from harness.core.errors import ConfigError, NumericsError
 from harness.model import ops
 from harness.model import reference as R
 from harness.partition.manifest import load_manifest
-from harness.runtime.capture import RECORD_FILE, capture_calibration, load_calibration, parse_steps
+from harness.runtime.capture import RECORD_FILE, CaptureRecipe, capture_calibration, load_calibration, parse_steps
 from harness.sampling.flow import flow_sigmas, initial_noise
 from harness.sampling.reference_run import sample_settings, stream_text_embs
 
@@ -79,8 +79,8 @@ def test_cross_attn_lines_list_x_then_text_embedding(embedded_fp32, tmp_path):
     bundle, partition = embedded_fp32
     out = tmp_path / "cross"
     settings = sample_settings(bundle, 2)
-    record = capture_calibration(bundle, partition, out, "digit seven", settings, ["cross_attn"], [1],
-                                 ["cond"], blocks=[3])
+    record = capture_calibration(bundle, partition, out, "digit seven", settings,
+                                 CaptureRecipe(["cross_attn"], [1], ["cond"], blocks=[3]))
     (sub,) = record["subgraphs"]
     assert sub["index"] == 10 and [i["name"] for i in sub["inputs"]] == ["x", "text_emb"]
     (line,) = (out / sub["dataset"]).read_text().splitlines()
@@ -117,12 +117,12 @@ def test_a_run_failing_part_way_leaves_no_output_directory(embedded_fp32, tmp_pa
     bad = dict(bundle.all_weights())
     bad["blocks.5.mlp.layer2.weight"] = np.full_like(bad["blocks.5.mlp.layer2.weight"], 1e38)
     poisoned = tmp_path / "poisoned"
-    from harness.partition.onnx_export import export_partition
-    export_partition(bad, bundle.cfg, poisoned, precision="float32", blocks=None)
+    from harness.partition.onnx_export import ExportSettings, export_partition
+    export_partition(bad, bundle.cfg, poisoned, ExportSettings(precision="float32", blocks=None))
     out = tmp_path / "cal"
     with pytest.raises(NumericsError, match="block 5, branch ffn"):
         capture_calibration(dataclasses.replace(bundle, weights=bad, checkpoint=None), poisoned, out, "digit one",
-                            sample_settings(bundle, 2), ["ffn"], [0, 1], ["cond", "uncond"])
+                            sample_settings(bundle, 2), CaptureRecipe(["ffn"], [0, 1], ["cond", "uncond"]))
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["poisoned"]
 
@@ -149,11 +149,11 @@ def test_refuses_a_float16_partition_and_a_non_empty_out(embedded_fp32, tmp_path
     (tmp_path / "full" / "x").write_text("")
     assert main(["capture-calibration", "--partition", str(partition), "--out", str(tmp_path / "full")]) == 2
     assert "already exists and is not empty" in capsys.readouterr().err
-    from harness.partition.onnx_export import export_partition
-    export_partition(bundle.weights, bundle.cfg, tmp_path / "float16", precision="float16", blocks=[0])
+    from harness.partition.onnx_export import ExportSettings, export_partition
+    export_partition(bundle.weights, bundle.cfg, tmp_path / "float16", ExportSettings(precision="float16", blocks=[0]))
     with pytest.raises(ConfigError, match="captured from an FP32 generation, this partition is float16"):
         capture_calibration(bundle, tmp_path / "float16", tmp_path / "c", "", sample_settings(bundle, 2),
-                            ["ffn"], [0], ["cond"])
+                            CaptureRecipe(["ffn"], [0], ["cond"]))
 
 
 def test_step_names():

@@ -13,7 +13,7 @@ from harness.gates.cases import find_case, golden_dir_for
 from harness.gates.compare_toolkits import image_rows
 from harness.model.bundle import load_bundle
 from harness.model.config import REPO_ROOT
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 
 ANIMA_SHAPED = REPO_ROOT / "models" / "anima-shaped"
 
@@ -28,7 +28,7 @@ def test_compare_toolkits_renders_the_spectrum_case_with_its_sampler(tmp_path):
     bundle = load_bundle(REPO_ROOT / "models" / "embedded")
     case = find_case(golden_dir_for(bundle.cfg.name), "seven-spectrum")
     partition = tmp_path / "float16"
-    export_partition(bundle.weights, bundle.cfg, partition, precision="float16")
+    export_partition(bundle.weights, bundle.cfg, partition, ExportSettings(precision="float16"))
     rows = image_rows(bundle, {"float16": partition}, [case], backend="onnxruntime")
     assert rows[0]["versions"]["float16"]["ssim"] >= case.ssim_min, rows
 
@@ -37,7 +37,7 @@ def test_compare_toolkits_renders_the_spectrum_case_with_its_sampler(tmp_path):
 def anima_fp32(tmp_path_factory):
     bundle = load_bundle(ANIMA_SHAPED)
     out = tmp_path_factory.mktemp("anima") / "fp32"
-    export_partition(bundle.weights, bundle.cfg, out, precision="float32")
+    export_partition(bundle.weights, bundle.cfg, out, ExportSettings(precision="float32"))
     return out
 
 

@@ -17,7 +17,7 @@ from harness.model.config import load_profile
 from harness.model.random_checkpoint import random_tensor, write_random_checkpoint
 from harness.model.safetensors_io import bf16_bits_to_f32, f32_to_bf16_bits
 from harness.model.weights import expected_shapes, weights_digest
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 
 ANIMA_SHAPED = "models/anima-shaped"
 
@@ -146,7 +146,7 @@ def test_export_holds_one_block_at_a_time(tmp_path):
     model = sum(4 * np.prod(s) for s in shapes.values())
     tracemalloc.start()
     try:
-        export_partition(Checkpoint(path, cfg), cfg, tmp_path / "p", precision="float16", streams=1)
+        export_partition(Checkpoint(path, cfg), cfg, tmp_path / "p", ExportSettings(precision="float16", streams=1))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

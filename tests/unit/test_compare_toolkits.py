@@ -23,7 +23,7 @@ from harness.gates.compare_toolkits import REPORT_JSON, REPORT_MD, Comparison, c
 from harness.gates.golden import GoldenStore
 from harness.model.bundle import load_bundle
 from harness.model.config import EMBEDDED_DIR, REPO_ROOT
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.report.toolkit import WORST_SHOWN, comparison_markdown
 from harness.runtime.run import RunRequest, run_partitioned
 from harness.toolkit.envs import toolkit_python
@@ -50,7 +50,7 @@ def _toolkits() -> None:
 def block0(tmp_path_factory):
     bundle = load_bundle(EMBEDDED_DIR)
     out = tmp_path_factory.mktemp("export") / "block0"
-    export_partition(bundle.weights, bundle.cfg, out, precision="float32", blocks=[0])
+    export_partition(bundle.weights, bundle.cfg, out, ExportSettings(precision="float32", blocks=[0]))
     return out
 
 
@@ -150,7 +150,7 @@ def test_a_golden_no_build_can_pass_exits_1_and_writes_the_report(tmp_path):
     _toolkits()
     bundle = load_bundle(ANIMA_SHAPED)
     fp32 = tmp_path / "fp32"
-    export_partition(bundle.weights, bundle.cfg, fp32, precision="float32")
+    export_partition(bundle.weights, bundle.cfg, fp32, ExportSettings(precision="float32"))
     golden = _golden_dir(tmp_path, fp32)
     out = tmp_path / "cmp"
     done = _harness("compare-toolkits", "2.3.2", "2.5.0", "--model-dir", ANIMA_SHAPED, "--golden-dir", golden,

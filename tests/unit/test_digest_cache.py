@@ -14,7 +14,7 @@ from harness.model.checkpoint import Checkpoint, load_weights
 from harness.model.config import load_profile
 from harness.model.random_checkpoint import write_random_checkpoint
 from harness.model.weights import weights_digest
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.runtime.run import RunRequest, run_partitioned
 from harness.sampling.settings import SampleSettings
 
@@ -110,7 +110,7 @@ def test_run_report_says_how_the_digest_was_had(cache, tmp_path):
     shutil.copytree("models/embedded", model)
     partition = tmp_path / "partition"
     first = load_bundle(model)
-    export_partition(first.weights_source, first.cfg, partition, precision="float32")
+    export_partition(first.weights_source, first.cfg, partition, ExportSettings(precision="float32"))
     settings = SampleSettings(steps=1, cfg_scale=4.0, shift=3.0, seed=1)
     reports = []
     for n in range(2):

@@ -9,7 +9,7 @@ from harness.backends import live_contexts
 from harness.cli.main import main
 from harness.core.errors import NumericsError
 from harness.model.bundle import load_bundle
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.runtime.run import RunRequest, run_partitioned
 from harness.sampling.reference_run import sample_settings
 from tests.anima_shaped import GOLDEN_DIR, MODEL_DIR, write_decoder_onnx
@@ -23,7 +23,7 @@ def anima(tmp_path_factory):
     """The Anima-shaped model and its default (two-stream) FP32 partition."""
     bundle = load_bundle(MODEL_DIR)
     out = tmp_path_factory.mktemp("anima") / "p"
-    export_partition(bundle.weights_source, bundle.cfg, out, precision="float32")
+    export_partition(bundle.weights_source, bundle.cfg, out, ExportSettings(precision="float32"))
     return bundle, out
 
 
@@ -48,7 +48,7 @@ def test_text_emb_files_drive_the_anima_shaped_model(anima, tmp_path):
 def test_cfg_1_runs_one_stream_on_a_two_stream_partition(anima, tmp_path):
     bundle, partition = anima
     one = tmp_path / "one"
-    export_partition(bundle.weights_source, bundle.cfg, one, precision="float32", streams=1)
+    export_partition(bundle.weights_source, bundle.cfg, one, ExportSettings(precision="float32", streams=1))
     streams = {"cond": np.load(COND)[None]}
     s = sample_settings(bundle, steps=2, cfg_scale=1.0)
     padded = run_partitioned(RunRequest(bundle, partition, "onnxruntime", "", s, text_embs=streams))
@@ -127,7 +127,7 @@ def _nan_decoder(cfg, path):
 def test_decoder_emitting_nan_is_caught_and_everything_released(tmp_path):
     model = _with_decoder(tmp_path, _nan_decoder)
     bundle = load_bundle(model)
-    export_partition(bundle.weights_source, bundle.cfg, tmp_path / "p", precision="float32")
+    export_partition(bundle.weights_source, bundle.cfg, tmp_path / "p", ExportSettings(precision="float32"))
     s = sample_settings(bundle, steps=1, cfg_scale=1.0)
     with pytest.raises(NumericsError, match=r"NaN/Inf in the image from subgraph 12 \(decoder\), file decoder.onnx: "
                                             r"768 of 768 values"):

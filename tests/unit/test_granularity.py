@@ -10,7 +10,7 @@ from harness.cli.main import main
 from harness.core.errors import ConfigError, ManifestError
 from harness.partition.granularity import parse_granularity
 from harness.partition.manifest import FORMAT, load_manifest
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.runtime.partitions import exported_partition, is_current
 from harness.runtime.run import RunRequest, run_partitioned
 from harness.sampling.reference_run import sample_settings
@@ -30,7 +30,7 @@ def partitions(model, tmp_path_factory):
     out = {}
     for text in ("branch", "block", "blocks:4"):
         out[text] = root / text.replace(":", "")
-        export_partition(model.weights, model.cfg, out[text], precision="float32", granularity=text)
+        export_partition(model.weights, model.cfg, out[text], ExportSettings(precision="float32", granularity=text))
     return out
 
 
@@ -200,7 +200,7 @@ def test_board_sims_fused_step_is_the_planners_estimate(deep_model, tmp_path, gr
     # the branch partition's host seconds per step, whatever the granularity
     assert host_step == pytest.approx(profile.host_per_invocation() * 3 * model.cfg.blocks)
     partition = tmp_path / "partition"
-    export_partition(model.weights, model.cfg, partition, precision="float32", granularity=granularity)
+    export_partition(model.weights, model.cfg, partition, ExportSettings(precision="float32", granularity=granularity))
     scale = profile.sim("time_scale")
     clock = board_sim._CLOCK
     before, host_before = clock.asked, clock.host_board

@@ -9,7 +9,7 @@ from harness.core.errors import ToolkitError
 from harness.model.bundle import load_bundle
 from harness.model.config import EMBEDDED_DIR
 from harness.partition.manifest import load_manifest
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.runtime.run import RunRequest, run_partitioned
 from harness.sampling.reference_run import sample_settings
 from harness.toolkit.convert import convert_partition
@@ -23,7 +23,8 @@ def bundle():
 
 def _export(bundle, root, granularity, blocks=None):
     out = root / granularity.replace(":", "")
-    export_partition(bundle.weights, bundle.cfg, out, precision="float32", granularity=granularity, blocks=blocks)
+    export_partition(bundle.weights, bundle.cfg, out,
+                     ExportSettings(precision="float32", granularity=granularity, blocks=blocks))
     return out
 
 

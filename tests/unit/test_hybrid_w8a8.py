@@ -8,7 +8,7 @@ import pytest
 
 from harness.backends.base import BackendOptions
 from harness.partition.manifest import load_manifest
-from harness.runtime.capture import capture_calibration
+from harness.runtime.capture import CaptureRecipe, capture_calibration
 from harness.sampling.reference_run import sample_settings
 from harness.toolkit.layers import parse_layer_table
 
@@ -17,14 +17,14 @@ pytestmark = pytest.mark.toolkit
 
 @pytest.fixture(scope="module")
 def hybrid(toolkit_version, embedded_fp32, tmp_path_factory):
-    from harness.partition.onnx_export import export_partition
+    from harness.partition.onnx_export import ExportSettings, export_partition
     from harness.toolkit.convert import convert_partition
     bundle, partition = embedded_fp32
     root = tmp_path_factory.mktemp("hybrid")
     settings = sample_settings(bundle, 2)
-    capture_calibration(bundle, partition, root / "cal", "digit four", settings, ["ffn"], [0, 1],
-                        ["cond", "uncond"], blocks=[0])
-    export_partition(bundle.weights, bundle.cfg, root / "fp32", precision="float32", blocks=[0])
+    capture_calibration(bundle, partition, root / "cal", "digit four", settings,
+                        CaptureRecipe(["ffn"], [0, 1], ["cond", "uncond"], blocks=[0]))
+    export_partition(bundle.weights, bundle.cfg, root / "fp32", ExportSettings(precision="float32", blocks=[0]))
     convert_partition(root / "fp32", root / "w8a8", version=toolkit_version, precision="w8a8-ffn",
                       calibration=root / "cal", quiet=True)
     return root

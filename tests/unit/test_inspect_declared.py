@@ -52,9 +52,9 @@ def test_an_untouched_partition_passes_inspect(partition):
 
 @pytest.fixture(scope="module")
 def conversion(bundle, tmp_path_factory, toolkit_version):
-    from harness.partition.onnx_export import export_partition
+    from harness.partition.onnx_export import ExportSettings, export_partition
     block0 = tmp_path_factory.mktemp("block0") / "fp32"
-    export_partition(bundle.weights, bundle.cfg, block0, precision="float32", blocks=[0])
+    export_partition(bundle.weights, bundle.cfg, block0, ExportSettings(precision="float32", blocks=[0]))
     out = tmp_path_factory.mktemp("conv") / "rknn"
     convert_partition(block0, out, version=toolkit_version, quiet=True)
     return out

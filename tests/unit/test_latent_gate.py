@@ -8,7 +8,7 @@ from harness.gates.golden import GoldenStale, GoldenStore
 from harness.gates.quality import ImageMismatch, compare_latents
 from harness.gates.runner import quality_line
 from harness.model.bundle import check_text_emb, load_bundle
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.runtime.run import RunRequest, run_partitioned
 from harness.sampling.settings import SampleSettings
 from tests.anima_shaped import GOLDEN_DIR, MODEL_DIR
@@ -34,7 +34,7 @@ def test_fp32_latent_passes_the_float16_golden_with_margin(tmp_path):
     case = load_cases(GOLDEN_DIR / "cases.toml")[0]
     golden, meta = GoldenStore(GOLDEN_DIR, kind="latent").load(case)
     assert meta["kind"] == "latent" and meta["precision"] == "float16"
-    export_partition(bundle.weights_source, bundle.cfg, tmp_path / "p", precision="float32")
+    export_partition(bundle.weights_source, bundle.cfg, tmp_path / "p", ExportSettings(precision="float32"))
     streams = {s: check_text_emb(np.load(GOLDEN_DIR / f), bundle.cfg, f)
                for s, f in (("cond", case.text_emb), ("uncond", case.uncond_text_emb))}
     settings = SampleSettings(steps=case.steps, cfg_scale=case.cfg, shift=case.shift, seed=case.seed)

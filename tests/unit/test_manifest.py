@@ -12,7 +12,7 @@ from harness.cli.partition import add_command
 from harness.core.errors import HarnessError, ManifestError
 from harness.model.config import EMBEDDED_DIR, load_model_dir
 from harness.model.weights import random_weights, save_weights
-from harness.partition import check_input, export_partition, inspect_partition, load_manifest
+from harness.partition import ExportSettings, check_input, export_partition, inspect_partition, load_manifest
 from harness.partition.manifest import FORMAT, MANIFEST_FILE
 
 
@@ -21,7 +21,7 @@ def exported(tmp_path_factory):
     """One pristine export (block 0 + decoder); tests work on copies of it."""
     cfg = load_model_dir(EMBEDDED_DIR)
     root = tmp_path_factory.mktemp("pristine")
-    export_partition(random_weights(cfg), cfg, root, blocks=[0])
+    export_partition(random_weights(cfg), cfg, root, ExportSettings(blocks=[0]))
     return cfg, root
 
 
@@ -67,7 +67,7 @@ def test_round_trip(part, exported):
 
 def test_weights_digest_changes_with_weights(exported, tmp_path):
     cfg, root = exported
-    other = export_partition(random_weights(cfg, seed=9), cfg, tmp_path, blocks=[0])
+    other = export_partition(random_weights(cfg, seed=9), cfg, tmp_path, ExportSettings(blocks=[0]))
     assert other.weights_sha256 != load_manifest(root).weights_sha256
 
 

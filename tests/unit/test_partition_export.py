@@ -14,7 +14,14 @@ from harness.model import reference
 from harness.model.config import BRANCHES, EMBEDDED_DIR, load_model_dir, load_profile
 from harness.model.embedded import decode
 from harness.model.weights import random_weights
-from harness.partition import build_decoder, build_subgraph, export_partition, float16_missing_kernels, load_manifest
+from harness.partition import (
+    ExportSettings,
+    build_decoder,
+    build_subgraph,
+    export_partition,
+    float16_missing_kernels,
+    load_manifest,
+)
 
 EXPORTED_BLOCKS = (0, 1)
 
@@ -60,7 +67,7 @@ def embedded():
 def partitions(embedded, tmp_path_factory):
     cfg, w = embedded
     root = tmp_path_factory.mktemp("partitions")
-    return {dtype: export_partition(w, cfg, root / dtype, precision=dtype, blocks=EXPORTED_BLOCKS)
+    return {dtype: export_partition(w, cfg, root / dtype, ExportSettings(precision=dtype, blocks=EXPORTED_BLOCKS))
             for dtype in ("float32", "float16")}
 
 
@@ -179,7 +186,7 @@ def test_decoder_refused_for_multichannel_latent():
 
 def test_export_writes_every_subgraph_in_order(tmp_path):
     cfg = load_profile("cosmos-tiny")
-    manifest = export_partition(random_weights(cfg), cfg, tmp_path, streams=1)
+    manifest = export_partition(random_weights(cfg), cfg, tmp_path, ExportSettings(streams=1))
     assert [(e.block, e.branch) for e in manifest.subgraphs] == [(b, br) for b in range(2) for br in BRANCHES]
     assert [e.index for e in manifest.subgraphs] == list(range(6))
     assert manifest.decoder is None
@@ -205,7 +212,7 @@ def test_opset_outside_converter_range_refused(embedded, opset, tmp_path):
     with pytest.raises(ConfigError, match=f"opset {opset}"):
         build_subgraph(w, cfg, 0, "ffn", opset=opset)
     with pytest.raises(ConfigError, match=f"opset {opset}"):
-        export_partition(w, cfg, tmp_path, opset=opset, blocks=[0])
+        export_partition(w, cfg, tmp_path, ExportSettings(opset=opset, blocks=[0]))
     assert not any(tmp_path.iterdir())
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from harness.backends import live_contexts
 from harness.cli.main import main
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.runtime.run import RunRequest, run_partitioned
 from harness.sampling.reference_run import sample_reference, sample_settings
 from harness.sampling.settings import SampleSettings
@@ -55,7 +55,7 @@ def test_report_holds_every_lifecycle_stage_of_every_invocation(fp32_run, model)
 def test_float16_partition_image_is_close_to_fp32(model, fp32_run, tmp_path):
     from harness.gates.quality import compare
     float16 = tmp_path / "float16"
-    export_partition(model.weights_source, model.cfg, float16, precision="float16")
+    export_partition(model.weights_source, model.cfg, float16, ExportSettings(precision="float16"))
     run = run_partitioned(
         RunRequest(model, float16, "onnxruntime", "the number 3", sample_settings(model, steps=STEPS)))
     q = compare(run.image, fp32_run.image)
@@ -70,7 +70,7 @@ def test_nan_stops_the_run_naming_step_block_branch_stream(model, partition, tmp
     bad = dict(model.all_weights())
     bad["blocks.5.mlp.layer2.weight"] = np.full_like(bad["blocks.5.mlp.layer2.weight"], 6e4)
     poisoned = tmp_path / "poisoned"
-    export_partition(bad, model.cfg, poisoned, precision="float16")
+    export_partition(bad, model.cfg, poisoned, ExportSettings(precision="float16"))
     report = tmp_path / "r.json"
     with pytest.raises(NumericsError, match=r"step 0, block 5, branch ffn, stream cond .*: \d+ of 4096 values"):
         run_partitioned(
@@ -163,11 +163,12 @@ def test_partition_from_other_weights_or_partial_is_refused(model, tmp_path):
     from harness.core.errors import ManifestError
     other = dict(model.all_weights())
     other["blocks.3.mlp.layer1.weight"] = other["blocks.3.mlp.layer1.weight"] * 1.01
-    export_partition(other, model.cfg, tmp_path / "stale", precision="float32")
+    export_partition(other, model.cfg, tmp_path / "stale", ExportSettings(precision="float32"))
     with pytest.raises(ManifestError, match="exported from other weights"):
         run_partitioned(
             RunRequest(model, tmp_path / "stale", "onnxruntime", "digit one", sample_settings(model, steps=1)))
-    export_partition(model.weights_source, model.cfg, tmp_path / "partial", precision="float32", blocks=[0, 1])
+    export_partition(model.weights_source, model.cfg, tmp_path / "partial",
+                     ExportSettings(precision="float32", blocks=[0, 1]))
     with pytest.raises(ManifestError, match="partial partition .2 of 28 blocks; block 2 missing"):
         run_partitioned(
             RunRequest(model, tmp_path / "partial", "onnxruntime", "digit one", sample_settings(model,
@@ -211,7 +212,7 @@ def test_anima_shaped_partition_without_decoder_or_prompt_encoder(tmp_path):
     from tests.unit.test_reference import DATA
     cfg = load_profile("cosmos-tiny")
     bundle = ModelBundle(cfg, load_weights(DATA / "tiny.safetensors", cfg), None, tmp_path)
-    manifest = export_partition(bundle.weights, cfg, tmp_path / "p", precision="float32")
+    manifest = export_partition(bundle.weights, cfg, tmp_path / "p", ExportSettings(precision="float32"))
     assert manifest.decoder is None
     io = np.load(DATA / "tiny_io.npz")
     text_embs = {"cond": io["text_emb"], "uncond": np.zeros_like(io["text_emb"])}

@@ -57,11 +57,11 @@ def test_convert_cli_refuses_a_bad_precision_file_in_one_line(tmp_path):
 
 def test_written_precision_file_selects_subgraphs_and_linears(embedded_fp32, tmp_path):
     from harness.partition.manifest import load_manifest
-    from harness.runtime.capture import capture_calibration
+    from harness.runtime.capture import CaptureRecipe, capture_calibration
     from harness.sampling.reference_run import sample_settings
     bundle, partition = embedded_fp32
     capture_calibration(bundle, partition, tmp_path / "cal", "digit four", sample_settings(bundle, 2),
-                        ["ffn"], [0, 1], ["cond"], blocks=[0, 1])
+                        CaptureRecipe(["ffn"], [0, 1], ["cond"], blocks=[0, 1]))
     candidate = Candidate("c", [2, 5], {5: "layer1"}, "kl_divergence", "layer")
     path = tmp_path / "c.toml"
     path.write_text(precision_text(candidate, tmp_path / "cal"))
@@ -126,15 +126,15 @@ def test_table_from_a_file_that_is_not_a_search_is_one_line(tmp_path):
 @pytest.mark.toolkit
 @pytest.mark.slow
 def test_one_linear_of_an_ffn_stays_float16(embedded_fp32, tmp_path, toolkit_version):
-    from harness.partition.onnx_export import export_partition
-    from harness.runtime.capture import capture_calibration
+    from harness.partition.onnx_export import ExportSettings, export_partition
+    from harness.runtime.capture import CaptureRecipe, capture_calibration
     from harness.sampling.reference_run import sample_settings
     from harness.toolkit.convert import convert_partition
     from harness.toolkit.layers import parse_layer_table
     bundle, partition = embedded_fp32
     capture_calibration(bundle, partition, tmp_path / "cal", "digit four", sample_settings(bundle, 2),
-                        ["ffn"], [0, 1], ["cond", "uncond"], blocks=[0])
-    export_partition(bundle.weights, bundle.cfg, tmp_path / "fp32", precision="float32", blocks=[0])
+                        CaptureRecipe(["ffn"], [0, 1], ["cond", "uncond"], blocks=[0]))
+    export_partition(bundle.weights, bundle.cfg, tmp_path / "fp32", ExportSettings(precision="float32", blocks=[0]))
     spec = tmp_path / "half.toml"
     spec.write_text(precision_text(Candidate("half", [2], {2: "layer1"}, "normal", "layer"), tmp_path / "cal"))
     result = convert_partition(tmp_path / "fp32", tmp_path / "conv", version=toolkit_version,

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from harness.model.bundle import load_bundle
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from tests.helpers import alive, make_random_model_dir, shared_blocks, worker_processes
 
 
@@ -20,7 +20,7 @@ from tests.helpers import alive, make_random_model_dir, shared_blocks, worker_pr
 def model_and_partition(tmp_path_factory):
     model = load_bundle(make_random_model_dir(tmp_path_factory.mktemp("model"), seed=6))
     out = tmp_path_factory.mktemp("partition") / "fp32"
-    export_partition(model.weights, model.cfg, out, precision="float32")
+    export_partition(model.weights, model.cfg, out, ExportSettings(precision="float32"))
     return model.model_dir, out
 
 

@@ -51,11 +51,11 @@ def converted_partition(onnx_partition: Path, out: Path, versions: list[str]) ->
 @pytest.fixture(scope="module")
 def onnx_partition(tmp_path_factory) -> Path:
     from harness.model.bundle import load_bundle
-    from harness.partition.onnx_export import export_partition
+    from harness.partition.onnx_export import ExportSettings, export_partition
     from tests.helpers import make_random_model_dir
     root = tmp_path_factory.mktemp("preflight")
     bundle = load_bundle(make_random_model_dir(root / "model"))
-    export_partition(bundle.weights, bundle.cfg, root / "fp32", precision="float32", blocks=[0])
+    export_partition(bundle.weights, bundle.cfg, root / "fp32", ExportSettings(precision="float32", blocks=[0]))
     return root / "fp32"
 
 

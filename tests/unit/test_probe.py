@@ -6,13 +6,13 @@ import json
 from harness.backends import live_contexts
 from harness.cli.main import main
 from harness.model.bundle import load_bundle
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from tests.helpers import make_random_model_dir
 
 
 def test_probe_on_the_simulated_board_stops_at_the_gate(tmp_path, capsys):
     model = load_bundle(make_random_model_dir(tmp_path / "model", seed=8))
-    export_partition(model.weights, model.cfg, tmp_path / "p", precision="float32")
+    export_partition(model.weights, model.cfg, tmp_path / "p", ExportSettings(precision="float32"))
     out = tmp_path / "probe"
     code = main(["probe-memory", "--backend", "board-sim", "--model-dir", str(model.model_dir),
                  "--partition", str(tmp_path / "p"), "--time-scale", "0.0005", "--out", str(out), "--quiet"])
@@ -45,7 +45,7 @@ def test_a_context_ceiling_is_the_probes_finding_and_the_plan_keeps_under_it(tmp
 
     from harness.model.config import REPO_ROOT
     model = load_bundle(make_random_model_dir(tmp_path / "model", seed=9))
-    export_partition(model.weights, model.cfg, tmp_path / "p", precision="float32")
+    export_partition(model.weights, model.cfg, tmp_path / "p", ExportSettings(precision="float32"))
     out = tmp_path / "probe"
     done = subprocess.run([sys.executable, "-m", "harness", "probe-memory", "--backend", "faults",
                            "--fault", "init-fails-after=6", "--model-dir", str(model.model_dir), "--partition",

@@ -149,14 +149,14 @@ def readme_workdir(workdir) -> Path:
     from harness.model.config import EMBEDDED_DIR, load_profile
     from harness.model.safetensors_io import write_streamed
     from harness.model.weights import expected_shapes
-    from harness.partition.onnx_export import export_partition
+    from harness.partition.onnx_export import ExportSettings, export_partition
     from harness.results.store import ResultsStore
     from tests.results_data import make_run
     anima = load_profile("anima-2b")
     write_streamed(workdir / "anima.safetensors", [(k, "BF16", s) for k, s in expected_shapes(anima).items()], None)
     bundle = load_bundle(EMBEDDED_DIR)
     for side in ("old", "new"):
-        export_partition(bundle.weights, bundle.cfg, workdir / "out" / side, precision="float16")
+        export_partition(bundle.weights, bundle.cfg, workdir / "out" / side, ExportSettings(precision="float16"))
     shutil.copytree(golden_dir_for(bundle.cfg.name), workdir / "golden")
     with ResultsStore(f"sqlite:///{workdir}/.benchmarks/results.sqlite") as store:
         for b, board in enumerate(("rock-5c-aaaa", "rock-5c-bbbb", "rock-5c-cccc")):

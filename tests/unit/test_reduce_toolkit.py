@@ -18,7 +18,7 @@ import pytest
 from harness.model.bundle import load_bundle
 from harness.model.config import EMBEDDED_DIR, REPO_ROOT
 from harness.model.weights import read_safetensors, save_weights
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.toolkit.envs import toolkit_python
 
 pytestmark = pytest.mark.toolkit
@@ -47,7 +47,7 @@ def scaled(tmp_path_factory, toolkit_version):
     root = tmp_path_factory.mktemp("reduce")
     model = _model(root / "model", SCALE)
     bundle = load_bundle(model)
-    export_partition(bundle.weights, bundle.cfg, root / "fp32", precision="float32", blocks=[0])
+    export_partition(bundle.weights, bundle.cfg, root / "fp32", ExportSettings(precision="float32", blocks=[0]))
     return model, root / "fp32"
 
 
@@ -103,7 +103,7 @@ def test_the_remedy_is_written_and_convert_applies_it(reduced, scaled, toolkit_v
 
 def test_a_subgraph_that_passes_has_nothing_to_reduce(tmp_path, toolkit_version):
     bundle = load_bundle(EMBEDDED_DIR)
-    export_partition(bundle.weights, bundle.cfg, tmp_path / "fp32", precision="float32", blocks=[0])
+    export_partition(bundle.weights, bundle.cfg, tmp_path / "fp32", ExportSettings(precision="float32", blocks=[0]))
     done = _harness("reduce", "2", "--toolkit", toolkit_version, "--partition", tmp_path / "fp32",
                     "--inputs", "random", "--out", tmp_path / "out")
     assert done.returncode == 1 and "nothing to reduce" in done.stdout, done.stdout + done.stderr[-2000:]

@@ -353,10 +353,10 @@ def test_a_board_sim_driver_leak_no_rss_shows_is_found_by_the_soak(tmp_path):
     soak finds it there, stopping early."""
     from harness.model.bundle import load_bundle
     from harness.partition.manifest import load_manifest
-    from harness.partition.onnx_export import export_partition
+    from harness.partition.onnx_export import ExportSettings, export_partition
     from tests.helpers import make_random_model_dir
     model = load_bundle(make_random_model_dir(tmp_path / "model", seed=4))
-    export_partition(model.weights, model.cfg, tmp_path / "p", precision="float32", blocks=[0])
+    export_partition(model.weights, model.cfg, tmp_path / "p", ExportSettings(precision="float32", blocks=[0]))
     tree = tmp_path / "board"
     shutil.copytree(BOARD_TREE, tree)
     options = {"time_scale": 0.0002, "driver_leak": "64KiB@150", "telemetry_root": str(tree)}

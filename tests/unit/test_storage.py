@@ -8,7 +8,7 @@ from harness.core.atomic import atomic_write_json, sweep_temporaries
 from harness.core.errors import BackendError, ConfigError, StorageError
 from harness.core.outputs import MARKER, ArtifactsLock
 from harness.model.bundle import load_bundle
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.runtime.run import RunRequest, run_partitioned
 from harness.sampling.reference_run import sample_settings
 from tests.helpers import make_random_model_dir
@@ -16,7 +16,7 @@ from tests.helpers import make_random_model_dir
 
 def test_a_report_that_cannot_be_written_fails_a_run_that_passed(tmp_path):
     bundle = load_bundle(make_random_model_dir(tmp_path / "model"))
-    export_partition(bundle.weights, bundle.cfg, tmp_path / "p", precision="float32")
+    export_partition(bundle.weights, bundle.cfg, tmp_path / "p", ExportSettings(precision="float32"))
     (tmp_path / "a-file").write_text("not a folder")
     report = tmp_path / "a-file" / "report.json"
     with pytest.raises(StorageError, match=r"cannot write .*a-file/report\.json"):

@@ -17,7 +17,7 @@ from harness.gates.thresholds import FLOAT16, W8A8, bars, gate_value, write_bars
 from harness.model.bundle import load_bundle
 from harness.model.config import load_model_dir
 from harness.model.weights import random_weights, save_weights
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.runtime.run import RunRequest, run_partitioned
 from tests.helpers import UNSEEN_CASES, make_unseen_model
 
@@ -137,7 +137,8 @@ def test_an_unseen_model_gets_bars_its_float16_run_passes_and_its_w8a8_run_fails
     for name, precision, quant in (("float16", "float16", None), ("float32", "float32", None),
                                    ("w8a8", "float16", "w8a8-ffn")):
         parts[name] = tmp_path / name
-        export_partition(bundle.weights_source, bundle.cfg, parts[name], precision=precision, fake_quant=quant)
+        export_partition(bundle.weights_source, bundle.cfg, parts[name],
+                         ExportSettings(precision=precision, fake_quant=quant))
     gates = [sys.executable, "-m", "pytest", "-p", "no:randomly", "-q", "tests/acceptance/test_quality.py",
              "tests/acceptance/test_numerics.py", f"--model-dir={model}", f"--golden-dir={golden}",
              f"--partition={parts['float16']}", "--backend=onnxruntime"]

@@ -15,7 +15,7 @@ import pytest
 
 from harness.model.config import load_profile
 from harness.model.weights import random_weights
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.report.toolkit import cosine_rows
 from harness.toolkit.convert import convert_partition
 
@@ -29,7 +29,7 @@ def narrow_anima(tmp_path_factory):
                               text_emb_dim=32, adaln_lora_rank=16)
     assert cfg.tokens == 1024 and cfg.head_dim == 128 and cfg.tokens * cfg.head_dim > _SURFACE
     out = tmp_path_factory.mktemp("narrow") / "fp32"
-    export_partition(random_weights(cfg, seed=0), cfg, out, precision="float32")
+    export_partition(random_weights(cfg, seed=0), cfg, out, ExportSettings(precision="float32"))
     return out
 
 

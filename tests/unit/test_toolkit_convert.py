@@ -20,7 +20,7 @@ from harness.model import reference as R
 from harness.model.bundle import load_bundle
 from harness.model.config import EMBEDDED_DIR
 from harness.partition.manifest import load_manifest, manifest_path
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.report.toolkit import cosine_rows
 from harness.runtime.run import open_partition
 from harness.sampling.reference_run import initial_latents, stream_text_embs
@@ -40,7 +40,7 @@ def bundle():
 def block0(bundle, tmp_path_factory):
     """Block 0's three subgraphs and the decoder, FP32: a small partition for the error cases."""
     out = tmp_path_factory.mktemp("export") / "block0"
-    export_partition(bundle.weights, bundle.cfg, out, precision="float32", blocks=[0])
+    export_partition(bundle.weights, bundle.cfg, out, ExportSettings(precision="float32", blocks=[0]))
     return out
 
 
@@ -96,7 +96,7 @@ def test_unknown_version_names_the_versions_file(block0, tmp_path):
 
 def test_float16_export_refused(bundle, tmp_path):
     src = tmp_path / "float16"
-    export_partition(bundle.weights, bundle.cfg, src, precision="float16", blocks=[0])
+    export_partition(bundle.weights, bundle.cfg, src, ExportSettings(precision="float16", blocks=[0]))
     with pytest.raises(ConfigError, match="convert the plain FP32 export"):
         convert_partition(src, tmp_path / "conv")
 
@@ -185,7 +185,7 @@ def test_w8a8_ffn_hybrid_from_fp32_calibration(bundle, block0, tmp_path, toolkit
 def converted(bundle, tmp_path_factory, toolkit_version):
     """The whole embedded partition (84 subgraphs + decoder), FP16, one sample through the simulator."""
     root = tmp_path_factory.mktemp("whole")
-    export_partition(bundle.weights, bundle.cfg, root / "fp32", precision="float32")
+    export_partition(bundle.weights, bundle.cfg, root / "fp32", ExportSettings(precision="float32"))
     result = convert_partition(root / "fp32", root / "float16", samples=1, quiet=True)
     return root, result
 

@@ -20,7 +20,7 @@ import pytest
 from harness.cli.main import main
 from harness.model.config import REPO_ROOT, load_model_dir
 from harness.model.random_checkpoint import write_random_checkpoint
-from harness.partition.onnx_export import export_partition
+from harness.partition.onnx_export import ExportSettings, export_partition
 
 pytestmark = pytest.mark.toolkit
 
@@ -36,7 +36,7 @@ def _partition(root: Path, edits: dict) -> Path:
     (model / "model.toml").write_text(text)
     cfg = load_model_dir(model)
     write_random_checkpoint(cfg, model / "dit.safetensors", "bfloat16", prefix="net.", seed=5)
-    export_partition(model / "dit.safetensors", cfg, root / "fp32", precision="float32")
+    export_partition(model / "dit.safetensors", cfg, root / "fp32", ExportSettings(precision="float32"))
     return root / "fp32"
 
 
