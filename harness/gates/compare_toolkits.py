@@ -244,10 +244,10 @@ def _check_input(old: str, new: str, samples: int, out: Path) -> None:
 
 def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolkits",
                      target: str = "rk3588", samples: int = 1, quiet: bool = False,
-                     images: bool = True, case_names: list[str] | None = None,
-                     model_dir=None, golden_dir=None) -> Comparison:
+                     case_names: list[str] | None = None, model_dir=None, golden_dir=None) -> Comparison:
     """Both conversions, the per-subgraph and image parts, the verdict on NEW; the report is written
-    into `out` (report.json and report.md) beside the conversions."""
+    into `out` (report.json and report.md) beside the conversions. case_names: the golden cases of the
+    image part (None: every one; an empty list: no image part)."""
     from ..model.bundle import load_bundle
     from ..model.config import EMBEDDED_DIR
     from .cases import golden_dir_for
@@ -255,6 +255,7 @@ def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolki
     _check_input(old, new, samples, out)
     bundle = load_bundle(model_dir or EMBEDDED_DIR)
     golden_dir = Path(golden_dir) if golden_dir else golden_dir_for(bundle.cfg.name)
+    images = case_names != []
     cases = _chosen_cases(golden_dir, case_names) if images else []
     partition = Path(partition) if partition else _default_partition(bundle)
     cosine_min = float(recipe("float16").get("cosine_min", 0.9999))

@@ -447,9 +447,10 @@ class ResultsStore:
         with self._reading() as conn:
             return _run_pk(conn, run_id, case) is not None
 
+    # Keyword-only filters, one per column (the query's own words); their callers are in results/verdict.
     @_guarded("reading runs")
-    def runs(self, *, board: str | None = None, board_model: str | None = None, key: str | None = None,
-             experiment: str | None = None, valid: bool | None = None, case: str | None = None,
+    def runs(self, *, board: str | None = None, board_model: str | None = None,  # noqa: PLR0913
+             key: str | None = None, experiment: str | None = None, valid: bool | None = None, case: str | None = None,
              backend: str | None = None, run_id: str | None = None, other_than_board: str | None = None,
              cpus: int | None = None, latest: int | None = None) -> list[Run]:
         """Stored runs matching every filter given (`other_than_board`: of any board but that one;

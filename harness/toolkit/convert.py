@@ -221,8 +221,8 @@ def convert_partition(partition, out, version: str | None = None, precision: str
         raise StorageError(f"convert --out {out}: cannot create a folder in {out.parent}: "
                            f"{exc.strerror or exc}") from None
     try:
-        result = _build(source, work, out, version, precision, calibration, target, allow_cpu_ops,
-                        samples, seed, quiet, started)
+        asked = _Request(version, precision, calibration, target, allow_cpu_ops, samples, seed, quiet, started)
+        result = _build(source, work, out, asked)
         _finish(work, out)
     except OSError as exc:     # this process writing the work folder (samples, build log, manifest)
         raise _storage_error(exc, work, out) from None
@@ -232,30 +232,43 @@ def convert_partition(partition, out, version: str | None = None, precision: str
     return result
 
 
-def _build(source, work, out, version, precision, calibration, target, allow_cpu_ops, samples, seed,
-           quiet, started) -> ConvertResult:
+@dataclass(frozen=True)
+class _Request:
+    """What convert_partition was asked (its arguments, the recipe's calibration filled in)."""
+    version: str
+    precision: str
+    calibration: Any
+    target: str
+    allow_cpu_ops: bool
+    samples: int
+    seed: int
+    quiet: bool
+    started: float          # perf_counter() when the conversion began
+
+
+def _build(source, work, out, asked: _Request) -> ConvertResult:
     """Every subgraph built by the toolkit worker into work/, checked and described there."""
+    version, precision, calibration, target = asked.version, asked.precision, asked.calibration, asked.target
     (work / "samples").mkdir()
     (work / "datasets").mkdir()
-    items, inputs = _items(source, work, precision, calibration, samples, seed, version)
+    items, inputs = _items(source, work, precision, calibration, asked.samples, asked.seed, version)
     job = {"out_dir": str(work), "items": items, "config": {"target_platform": target, **RKNN_CONFIG}}
-    events = run_worker(version, job, work / "job.json", _progress(len(items), quiet))
+    events = run_worker(version, job, work / "job.json", _progress(len(items), asked.quiet))
     failed = [e for e in events if e["event"] == "failed"]
     if failed:
         raise _fail(source, version, failed[0], work, out)
     built = {e["name"]: e for e in events if e["event"] == "built"}
     recorded = {item["name"]: item["recorded_quantization"] for item in items}
     settings = {item["name"]: item["settings"] for item in items if item.get("settings")}
-    result = _assemble(source, work, out, version, precision, target, calibration, built, recorded,
-                       started, allow_cpu_ops, settings)
+    result = _assemble(source, work, out, asked, built, recorded, settings)
     result.samples = inputs
     result.sim_outputs = {name: [np.load(p) for p in ev["sim_outputs"]] for name, ev in built.items()}
     return result
 
 
-def _assemble(source, work, out, version, precision, target, calibration, built, recorded,
-              started, allow_cpu_ops, settings) -> ConvertResult:
+def _assemble(source, work, out, asked: _Request, built, recorded, settings) -> ConvertResult:
     """Parse every layer table, gate CPU fallbacks, write build.log and manifest.json into work/."""
+    version, precision, calibration, target = asked.version, asked.precision, asked.calibration, asked.target
     entries, records, cpu_ops, logs = [], [], {}, []
     for entry in source.entries():
         stem = Path(entry.file).stem
@@ -281,12 +294,12 @@ def _assemble(source, work, out, version, precision, target, calibration, built,
                         **({"settings": settings[stem]} if stem in settings else {})})
     log_file = work / BUILD_LOG
     log_file.write_text("\n".join(logs))
-    if not allow_cpu_ops:
+    if not asked.allow_cpu_ops:
         try:
             check_no_cpu_ops({e.label + f" ({e.file})": cpu_ops[Path(e.file).stem] for e in entries})
         except ToolkitError as exc:     # keep the layer tables that show it
             raise ToolkitError(f"{exc}{_kept_log(log_file, out, 'build log')}") from None
-    seconds = time.perf_counter() - started
+    seconds = time.perf_counter() - asked.started
     conversion = {"toolkit": "rknn-toolkit2", "toolkit_version": version, "target": target,
                   "precision": precision, "config": {"target_platform": target, **RKNN_CONFIG},
                   "precision_recipe": recipe(precision),

@@ -49,6 +49,29 @@ def test_ruff_reports_an_unused_import_added_on_purpose():
     assert "F401" in done.stdout and "`fractions` imported but unused" in done.stdout, done.stdout
 
 
+def branchy(name: str, branches: int) -> str:
+    """A function of complexity 1 + branches (one `if` each)."""
+    body = "".join(f"    if x == {i}:\n        return {i}\n" for i in range(branches))
+    return f"\n\ndef {name}(x):\n{body}    return -1\n"
+
+
+def taking(name: str, count: int) -> str:
+    return f"\n\ndef {name}({', '.join(f'a{i}' for i in range(count))}):\n    return a0\n"
+
+
+def test_the_package_keeps_to_the_complexity_and_parameter_limits():
+    # A real module of the package with functions at the limits (complexity 15, 10 parameters) and one
+    # past each, linted under the checkout's own configuration: only the two past them are reported.
+    module = REPO_ROOT / "harness" / "core" / "atomic.py"
+    source = module.read_text() + branchy("at_limit", 14) + branchy("past_limit", 15) \
+        + taking("ten", 10) + taking("eleven", 11)
+    done = ruff("--stdin-filename", str(module), "-", stdin=source)
+    assert done.returncode == 1, done.stdout + done.stderr
+    found = [line.split(": ", 1)[1] for line in done.stdout.splitlines() if ": C901" in line or ": PLR0913" in line]
+    assert found == ["C901 `past_limit` is too complex (16 > 15)",
+                     "PLR0913 Too many arguments in function definition (11 > 10)"], done.stdout
+
+
 def test_mypy_finds_nothing():
     done = subprocess.run([tool("mypy")], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=600)
