@@ -69,11 +69,11 @@ def _cmd_generate(args) -> int:
     from ..sampling.reference_run import sample_settings
 
     _preflight(args)
+    spectrum = _spectrum_params(args)
     bundle = load_bundle(args.model_dir)
     if not args.quiet and bundle.checkpoint is not None:
         print(bundle.checkpoint.summary_line(), file=sys.stderr)
-    s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed, args.sampler,
-                        _spectrum_params(args))
+    s = sample_settings(bundle, args.steps, args.cfg_scale, None, args.seed, args.sampler, spectrum)
     prompt, text_embs = _prompt(bundle, args, s.cfg_scale)
     # The run starts here and owns its outputs: nothing of a previous run may sit beside its report.
     for old in (args.out, args.out.with_suffix(".json"), args.out.with_suffix(".latent.npy")):
