@@ -175,8 +175,7 @@ def _generate_reference(bundle, prompt, s, quiet, text_embs):
     from ..report.terminal import progress_bar
     from ..sampling.reference_run import sample_reference
     with progress_bar(s.steps, "denoising (reference)", disable=quiet) as advance:
-        latents = sample_reference(bundle, [prompt], [s.seed], s.steps, s.cfg_scale,
-                                   s.shift, on_step=lambda i: advance(), settings=s, text_embs=text_embs)
+        latents = sample_reference(bundle, [prompt], [s.seed], s, on_step=lambda i: advance(), text_embs=text_embs)
     has_decoder = bundle.cfg.decoder.get("onnx") or bundle.cfg.latent_channels == 1 and bundle.cfg.decoder
     if not has_decoder:
         return latents[0], None

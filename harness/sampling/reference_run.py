@@ -5,7 +5,6 @@ as a single run with that seed does, and cond/uncond run as one batch of 2B.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -105,14 +104,12 @@ class ReferenceModel:
         return self.final_velocity(self.hidden_state(x, sigma, step), sigma, step, x.shape[-2:])
 
 
-def sample_reference(bundle: ModelBundle, prompts: Sequence[str], seeds: Sequence[int], steps: int,
-                     cfg_scale: float, shift: float,
-                     on_step: Callable[[int], None] | None = None, settings: SampleSettings | None = None,
-                     text_embs: dict | None = None) -> np.ndarray:
-    """Final latents [B, C, H, W] from the monolithic reference forward; `settings` (from
-    sample_settings) choose the sampler, flow-euler when not given; `text_embs` ({stream: [B, L, C]}
-    text embeddings) replace the prompts for a model without a prompt encoder."""
-    model = ReferenceModel(bundle, text_embs or stream_text_embs(bundle, prompts, cfg_scale), len(seeds))
-    settings = settings or SampleSettings(steps=steps, cfg_scale=cfg_scale, shift=shift, seed=seeds[0])
-    velocity, _ = sampler_velocity(model, dataclasses.replace(settings, steps=steps))
-    return denoise(velocity, initial_latents(bundle, seeds), steps, shift, cfg_scale, on_step)
+def sample_reference(bundle: ModelBundle, prompts: Sequence[str], seeds: Sequence[int], settings: SampleSettings,
+                     on_step: Callable[[int], None] | None = None, text_embs: dict | None = None) -> np.ndarray:
+    """Final latents [B, C, H, W] from the monolithic reference forward under `settings` (steps, CFG,
+    shift and sampler; `seeds` give each image its own); `text_embs` ({stream: [B, L, C]} text
+    embeddings) replace the prompts for a model without a prompt encoder."""
+    s = settings
+    model = ReferenceModel(bundle, text_embs or stream_text_embs(bundle, prompts, s.cfg_scale), len(seeds))
+    velocity, _ = sampler_velocity(model, s)
+    return denoise(velocity, initial_latents(bundle, seeds), s.steps, s.shift, s.cfg_scale, on_step)

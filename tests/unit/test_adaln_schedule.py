@@ -47,8 +47,7 @@ def test_each_adaln_layer_is_read_once_per_run(model, tmp_path_factory):
     adaln = {k: n for k, n in counting.reads.items() if ".adaln_modulation_" in k and k.startswith("blocks.")}
     assert len(adaln) == 6 * model.cfg.blocks
     assert set(adaln.values()) == {1}, f"read per step instead of once: {sorted(set(adaln.values()))}"
-    ref = sample_reference(model, ["the number 3"], [settings.seed], STEPS, settings.cfg_scale,
-                           settings.shift)
+    ref = sample_reference(model, ["the number 3"], [settings.seed], settings)
     assert np.abs(run.latent - ref).max() <= 1e-4
 
 

@@ -76,10 +76,12 @@ def test_bad_weights_file_exits_without_traceback(model_dir, tmp_path):
 def test_batched_reference_equals_single_runs(model_dir):
     from harness.model.bundle import load_bundle
     from harness.sampling.reference_run import sample_reference
+    from harness.sampling.settings import SampleSettings
     bundle = load_bundle(model_dir)
     # Two steps: the second sees the first's update, which is where rows could mix.
-    batch = sample_reference(bundle, ["digit one", "the number 7"], [5, 6], 2, 4.0, 3.0)
-    single = sample_reference(bundle, ["the number 7"], [6], 2, 4.0, 3.0)
+    s = SampleSettings(steps=2, cfg_scale=4.0, shift=3.0, seed=5)
+    batch = sample_reference(bundle, ["digit one", "the number 7"], [5, 6], s)
+    single = sample_reference(bundle, ["the number 7"], [6], s)
     np.testing.assert_allclose(batch[1:], single, atol=1e-5)
 
 

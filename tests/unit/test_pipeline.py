@@ -35,7 +35,7 @@ def fp32_run(model, partition):
 
 def test_partitioned_fp32_matches_monolithic_reference(model, fp32_run):
     s = sample_settings(model, steps=STEPS)
-    ref = sample_reference(model, ["the number 3"], [s.seed], STEPS, s.cfg_scale, s.shift)
+    ref = sample_reference(model, ["the number 3"], [s.seed], s)
     assert np.abs(fp32_run.latent - ref).max() <= 1e-4
 
 

@@ -42,7 +42,7 @@ def spectrum_run(model, partition, settings, tmp_path_factory):
 
 def test_partitioned_spectrum_matches_the_monolithic_reference_running_spectrum(model, settings, spectrum_run):
     s = settings
-    ref = sample_reference(model, [PROMPT], [s.seed], STEPS, s.cfg_scale, s.shift, settings=s)
+    ref = sample_reference(model, [PROMPT], [s.seed], s)
     assert np.abs(spectrum_run.latent - ref).max() <= 1e-4
 
 
