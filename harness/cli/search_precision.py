@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..gates.precision_search import board_saving, chosen, load_outcomes, markdown, render, say, search
+from ..gates.precision_search import JudgedCase, board_saving, chosen, load_outcomes, markdown, render, say, search
 
 
 def add_command(subparsers):
@@ -50,8 +50,8 @@ def _cmd_search(args) -> int:
     golden, _ = GoldenStore(golden_dir, (h * scale, w * scale, 3)).load(case)
     args.out.mkdir(parents=True, exist_ok=True)
     calibration = args.calibration or _full_schedule(bundle, args.cache_dir, args.out)
-    outcomes = search(bundle, calibration, case, golden, args.out, args.cache_dir, args.toolkit,
-                      options=args.options, golden_dir=golden_dir)
+    outcomes = search(bundle, calibration, JudgedCase(case, golden, golden_dir), args.out, args.cache_dir,
+                      args.toolkit, options=args.options)
     con = console(stderr=False)
     if not con.is_terminal:     # a log file gets the whole table, not 80 squeezed columns
         con.width = 170

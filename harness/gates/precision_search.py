@@ -31,6 +31,7 @@ import time
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..core.atomic import atomic_write_json, atomic_write_text
 from ..core.errors import ConfigError, HarnessError
@@ -38,7 +39,7 @@ from ..model.config import REPO_ROOT
 from ..toolkit.precisions import LINEARS, PRECISION_FILE_FORMAT
 from .cases import case_inputs, golden_dir_for
 
-__all__ = ["Candidate", "board_saving", "predicted_step", "precision_text", "rank_ffns", "top_candidate",
+__all__ = ["Candidate", "JudgedCase", "board_saving", "predicted_step", "precision_text", "rank_ffns", "top_candidate",
            "search", "chosen", "render", "markdown", "load_outcomes", "write_search", "say"]
 
 SAVING_FILE = REPO_ROOT / "boards" / "data" / "int8-ffn-saving.toml"
@@ -135,15 +136,25 @@ def say(text: str) -> None:
     print(f"[search] {text}", file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class JudgedCase:
+    """The golden case every candidate is judged on: the case, its golden image, and its folder (where
+    its text embeddings are; None: the model's own)."""
+    case: Any
+    golden: Any
+    golden_dir: Path | None = None
+
+
 class _Judge:
     """Converts a candidate, runs one golden case through the simulator with the accuracy observer,
-    and judges the image by the case's quality thresholds."""
+    and judges the image by the case's quality thresholds. The FP32 source is also the accuracy
+    reference."""
 
-    def __init__(self, bundle, source: Path, reference: Path, calibration: Path, case, golden, out: Path,
-                 version: str | None, saving: dict, golden_dir: Path | None = None):
-        self.bundle, self.source, self.reference = bundle, source, reference
-        self.golden_dir = golden_dir or golden_dir_for(bundle.cfg.name)   # where the case's text embeddings are
-        self.calibration, self.case, self.golden, self.out = calibration, case, golden, out
+    def __init__(self, bundle, source: Path, calibration: Path, judged: JudgedCase, out: Path,
+                 version: str | None, saving: dict):
+        self.bundle, self.source, self.reference = bundle, source, source
+        self.golden_dir = judged.golden_dir or golden_dir_for(bundle.cfg.name)
+        self.calibration, self.case, self.golden, self.out = calibration, judged.case, judged.golden, out
         self.version, self.saving = version, saving
 
     def __call__(self, candidate: Candidate) -> Outcome:
@@ -198,15 +209,15 @@ class _Judge:
         outcome.passes = q.passes(case.ssim_min, case.psnr_min)
 
 
-def search(bundle, calibration: Path, case, golden, out: Path, cache_dir: Path, version: str | None = None,
-           saving_file: Path = SAVING_FILE, options: bool = True, golden_dir: Path | None = None) -> list[Outcome]:
+def search(bundle, calibration: Path, judged: JudgedCase, out: Path, cache_dir: Path, version: str | None = None,
+           saving_file: Path = SAVING_FILE, options: bool = True) -> list[Outcome]:
     """Run the search (see the module docstring); returns every candidate's outcome, in order."""
     from ..partition.manifest import subgraph_index
     from ..runtime.converted import cached_fp32_export
     saving = board_saving(saving_file)
     source = cached_fp32_export(bundle, cache_dir)
     ffns = [subgraph_index(b, "ffn") for b in range(bundle.cfg.blocks)]
-    judge = _Judge(bundle, source, source, calibration, case, golden, out, version, saving, golden_dir)
+    judge = _Judge(bundle, source, calibration, judged, out, version, saving)
     first = option_candidates(ffns) if options else option_candidates(ffns)[:1]
     outcomes = [judge(c) for c in first]
     ran = [o for o in outcomes if o.error is None]
@@ -217,7 +228,7 @@ def search(bundle, calibration: Path, case, golden, out: Path, cache_dir: Path, 
     say("FFNs worst first: " + ", ".join(f"{i} ({best.ffn_cosines[i]:.5f})" for i in ranked[:8]) + " ...")
     if not any(o.passes for o in outcomes):
         outcomes += _bisect(judge, ranked, best.candidate)
-    write_search(out, outcomes, saving, calibration, case)
+    write_search(out, outcomes, saving, calibration, judged.case)
     return outcomes
 
 
