@@ -7,7 +7,8 @@ check as the bisection on the whole subgraph rebuilt with it:
    calibrated on the failing inputs): a range the toolkit's float16 cannot hold may fit 16-bit
    fixed point. The toolkit has no float32 on the NPU (float_dtype: float16 only);
 3. split: the subgraph split at the range, the host running it in FP32 (as AdaLN is), grown forward
-   node by node until the check passes (an overflowed tensor's consumers overflow too).
+   node by node until the check passes (an overflowed tensor's consumers overflow too); convert
+   builds it (toolkit/split.py) and the runtime runs it (runtime/split.py).
 
 Each outcome: passes or not, the lowest cosine, and the time estimate: the toolkit's cycle estimate
 of what stays on the NPU (its layer table; CPU ops have none) and the host part's measured time.
@@ -22,6 +23,7 @@ import numpy as np
 
 from ..core.errors import ToolkitError
 from ..toolkit.cut import Graph
+from ..toolkit.split import split_setting
 from .bisect import judge
 from .sim_runner import SimRunner
 
@@ -133,7 +135,7 @@ def _split(ctx: Context, say) -> Outcome:
         tries.append(line.strip())
         if cos >= ctx.threshold:
             return Outcome("split", f"host FP32 runs {ctx.graph.describe(ctx.start, end)}", True, cos, npu, 0,
-                           host_ms, None, note="a partition change: convert cannot apply it", tries=tries)
+                           host_ms, {"split": split_setting(ctx.graph, ctx.start, end)}, tries=tries)
     return Outcome("split", "host FP32 from the range to the end", False, cos, npu, 0, host_ms, tries=tries)
 
 

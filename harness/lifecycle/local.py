@@ -15,8 +15,9 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from ..backends.base import Context, create_context
+from ..backends.base import Context
 from ..core.timing import Timed
+from ..runtime.split import context_for
 from .records import Counters, LifecycleRecorder
 
 __all__ = ["LocalStrategy", "OnDemand", "Resident", "Lru", "Pinned"]
@@ -55,7 +56,7 @@ class LocalStrategy:
             self._release(old_index, step)
         with self._timed(step, entry, "load"):
             # Making the runtime object is part of loading (RKNNLite() then load_rknn on the board).
-            ctx = create_context(self.backend, entry.label, **self.options)
+            ctx = context_for(self.backend, entry.label, self.path_of(entry), **self.options)
             self._loaded[entry.index] = (entry, ctx)
             self.counters.loaded()
             ctx.load(self.path_of(entry))

@@ -8,6 +8,8 @@ the manifest's conversion table (and the rknn-sim backend rebuilds with it from 
     # or the subgraph quantised, calibrated on the inputs it failed on (saved beside this file):
     quantization = { quantized_dtype = "w16a16i", quantized_algorithm = "normal",
                      quantized_method = "channel", dataset = "remedies/14_block04_ffn/14_block04_ffn.txt" }
+    # or nodes 0-6 run by the host in FP32, the rest on the NPU (toolkit/split.py):
+    split = { start = 0, end = 7, first = "layer1", last = "y" }
     toolkit = "2.3.2"
     found_by = "harness reduce: MatMul layer1"
 """
@@ -22,7 +24,7 @@ from ..core.errors import ConfigError
 __all__ = ["REMEDY_FILE", "read_remedies", "write_remedy", "APPLIED_KEYS"]
 
 REMEDY_FILE = "conversion.toml"
-APPLIED_KEYS = ("op_target", "quantization")
+APPLIED_KEYS = ("op_target", "quantization", "split")
 
 
 def read_remedies(partition: Path) -> dict[str, dict]:
