@@ -239,11 +239,12 @@ class GateRunner:
         (numerics and quality judge it rather than render the same image again: the observer reads
         the subgraphs' inputs and changes no output). Never for the case the memory gate measures
         (`memory_case`): the probe's own sessions must not count in that run's memory."""
-        from .headroom import REPORT_KEY, HeadroomObserver, make_probe
+        from .headroom import REPORT_KEY, HeadroomObserver, held_outside_float16, make_probe
         self.prepare()
+        manifest = load_manifest(self.partition)
         if self._probe is None:      # kept for the session: probes build once, like the partition
-            self._probe = make_probe(load_manifest(self.partition), self.s.backend)
-        observer = HeadroomObserver(self._probe, min_headroom)
+            self._probe = make_probe(manifest, self.s.backend)
+        observer = HeadroomObserver(self._probe, min_headroom, held_outside_float16(manifest))
         key = run_key(case)
         shared = share and key not in self._runs
         report = self._report_path(f"{case.name}-headroom")

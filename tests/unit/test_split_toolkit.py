@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from harness.core.errors import ConfigError, ManifestError
+from harness.gates.headroom import held_outside_float16
 from harness.model.bundle import load_bundle
 from harness.model.config import EMBEDDED_DIR
 from harness.model.weights import read_safetensors, save_weights
@@ -73,6 +74,9 @@ def test_the_host_range_restores_an_overflowing_ffn(scaled, toolkit_version, tmp
     assert isinstance(ctx, SplitContext) and split >= 0.9999
     record = load_manifest(tmp_path / "split").conversion["subgraphs"][2]
     assert [p["on"] for p in record["split"]["parts"]] == ["host"]
+    # the headroom gate judges none of the host range's tensors against the float16 maximum
+    held = held_outside_float16(load_manifest(tmp_path / "split"))
+    assert set(held) == {2} and {"layer1", "gelu", "y"} <= set(held[2])
 
 
 def test_npu_parts_around_a_host_range(tmp_path, toolkit_version):
