@@ -4,6 +4,7 @@ simulator to the op that diverges, write a minimal repro, try the remedies (harn
     harness reduce 14 --toolkit 2.5.0 --model-dir DIR --step 0       # inputs: step 0 of an FP32 generation
     harness reduce 14_block04_ffn --toolkit 2.5.0 --inputs random    # compare-toolkits' inputs
     harness reduce 14 --toolkit 2.5.0 --inputs out/accuracy/repro/step00-subgraph14
+    harness reduce --toolkit 2.5.0 --from-report artifacts/runs/seven-headroom.json   # the headroom gate's
 
 Exit 0 when a remedy restores the check, 1 when none does or the subgraph does not diverge here.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..core.errors import ConfigError
 from .options import add_options, ranged
 
 __all__ = ["add_command"]
@@ -19,7 +21,9 @@ __all__ = ["add_command"]
 def add_command(subparsers):
     p = subparsers.add_parser("reduce", help="a failing subgraph bisected on the toolkit's simulator to the "
                                              "op that diverges; a repro; the remedy that restores the gate")
-    p.add_argument("subgraph", help="the subgraph: index (14), file stem (14_block04_ffn) or label")
+    p.add_argument("subgraph", nargs="?",
+                   help="the subgraph: index (14), file stem (14_block04_ffn) or label (with --from-report: "
+                        "default the first it fails)")
     p.add_argument("--toolkit", metavar="VERSION", help="toolkit version (default: toolkit/versions.toml's)")
     add_options(p, "model_dir", "partition", "seed", "steps", "cfg_scale")
     p.add_argument("--case", help="golden case whose generation feeds the subgraph (its settings, embeddings)")
@@ -32,11 +36,33 @@ def add_command(subparsers):
                    help="a failing invocation `harness accuracy` saved, or 'random' (compare-toolkits' inputs)")
     p.add_argument("--threshold", type=ranged(float, 0, 1, "a cosine in 0..1"),
                    help="lowest acceptable cosine (default: toolkit/precisions.toml float16 cosine_min)")
+    p.add_argument("--from-report", type=Path, metavar="RUN.json",
+                   help="the failing case of the headroom gate's run report (subgraph, step, stream; the "
+                        "case its name says)")
     p.add_argument("--out", type=Path, help="report.json and repro/ (default: out/reduce/<file stem>)")
     p.add_argument("--no-write", action="store_true",
                    help="do not write the winning remedy into the partition's conversion.toml")
     p.set_defaults(func=_cmd_reduce)
     return p
+
+
+def _from_report(args, bundle) -> None:
+    """--from-report: the subgraph, step and case the headroom gate's run report names."""
+    from ..gates.cases import golden_dir_for, load_cases
+    from ..gates.failing import from_headroom_report
+    if args.inputs is not None or args.prompt is not None:
+        raise ConfigError("--from-report decides the inputs (the run's step): drop --inputs/--prompt")
+    golden = Path(args.golden_dir or golden_dir_for(bundle.cfg.name)) / "cases.toml"
+    cases = [c.name for c in load_cases(golden)] if golden.is_file() else []
+    found = from_headroom_report(args.from_report, args.subgraph, cases)
+    print(f"[reduce] from {args.from_report}: {found.line()}", flush=True)
+    args.subgraph, args.step = str(found.subgraph), str(found.step)
+    if found.case:
+        args.case = args.case or found.case
+    else:       # the run's prompt and settings
+        args.steps = args.steps or found.settings.get("steps")
+        args.seed = args.seed if args.seed is not None else found.settings.get("seed")
+        args.cfg_scale = args.cfg_scale if args.cfg_scale is not None else found.settings.get("cfg_scale")
 
 
 def _cmd_reduce(args) -> int:
@@ -52,6 +78,10 @@ def _cmd_reduce(args) -> int:
     began = time.perf_counter()
     bundle = load_bundle(args.model_dir)
     partition = args.partition or exported_partition(bundle, "float32")
+    if args.from_report is not None:
+        _from_report(args, bundle)
+    elif args.subgraph is None:
+        raise ConfigError("reduce: name the subgraph (e.g. 14), or give --from-report RUN.json")
     case_inputs = None
     if args.inputs is None:
         from ..gates.cases import chosen_inputs

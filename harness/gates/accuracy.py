@@ -237,8 +237,8 @@ def analyze(bundle, partition, backend: str, backend_options: dict, reference_di
 
 def replay(folder: Path) -> Row:
     """Run a saved failing invocation again: the backend on the saved inputs against the reference."""
-    from ..backends.base import create_context
     from ..partition.manifest import load_manifest
+    from ..runtime.split import context_for
     folder = Path(folder)
     path = folder / REPRO_FILE
     if not path.exists():
@@ -251,7 +251,7 @@ def replay(folder: Path) -> Row:
     manifest.verify_entry(entry)
     inputs = [np.load(folder / name, allow_pickle=False) for name in saved["inputs"]]
     streams = len(saved["streams"])
-    ctx = create_context(saved["backend"], entry.label, **saved.get("backend_options", {}))
+    ctx = context_for(saved["backend"], entry.label, manifest.path_of(entry), **saved.get("backend_options", {}))
     try:
         ctx.load(manifest.path_of(entry))
         ctx.init()

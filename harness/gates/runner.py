@@ -169,9 +169,9 @@ class GateRunner:
     def _build_in_simulator(self, manifest) -> None:
         """rknn-sim builds each model in its worker on first load (seconds each, 85 of them): do that
         here, once, so no measured step or memory baseline includes building."""
-        from ..backends.base import create_context
+        from ..runtime.split import context_for
         for entry in manifest.entries():
-            ctx = create_context(self.s.backend, entry.label, **self.s.backend_options)
+            ctx = context_for(self.s.backend, entry.label, manifest.path_of(entry), **self.s.backend_options)
             try:
                 ctx.load(manifest.path_of(entry))
                 ctx.init()

@@ -1,0 +1,61 @@
+"""The failing case a gate's run report names, as `harness reduce --from-report` reads it.
+
+The headroom gate writes each probed run's report (artifacts/runs/<case>-headroom.json) with a
+`headroom` section: per subgraph its lowest float16 headroom and the tensor, step and stream where it
+was reached. reduce then bisects the subgraph that fell below the limit, on its inputs at that step
+of the same generation (the case's settings, seed and text embeddings), and says which stream.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.errors import ConfigError
+
+__all__ = ["FailingCase", "from_headroom_report"]
+
+
+@dataclass(frozen=True)
+class FailingCase:
+    subgraph: int
+    label: str
+    tensor: str
+    step: int
+    stream: str
+    headroom: float
+    case: str | None            # the golden case the run was, when its report's name says so
+    settings: dict
+
+    def line(self) -> str:
+        return (f"{self.label}: tensor {self.tensor} at step {self.step}, stream {self.stream}, headroom "
+                f"{self.headroom:.3g}x" + (f" (case {self.case})" if self.case else ""))
+
+
+def _read(path: Path) -> dict:
+    try:
+        report = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"reduce --from-report {path}: not a readable run report: {exc}") from None
+    if not isinstance(report, dict) or not isinstance(report.get("headroom"), dict):
+        raise ConfigError(f"reduce --from-report {path}: no headroom section (a run report the headroom "
+                          f"gate wrote: artifacts/runs/<case>-headroom.json)")
+    return report
+
+
+def from_headroom_report(path: Path, subgraph: str | None, cases: list[str]) -> FailingCase:
+    """The subgraph (`subgraph`, else the first below the limit) the report's headroom section fails."""
+    report = _read(path)
+    section = report["headroom"]
+    limit = float(section["min_headroom"])
+    failing = [s for s in section["subgraphs"] if s["headroom"] is not None and float(s["headroom"]) < limit]
+    chosen = [s for s in failing if subgraph is None or subgraph in (str(s["subgraph"]), s["label"])]
+    if not chosen:
+        named = ", ".join(s["label"] for s in failing) or "none"
+        raise ConfigError(f"reduce --from-report {path}: "
+                          + (f"subgraph {subgraph} does not fail its headroom there" if subgraph else
+                             "no subgraph below its headroom") + f" (failing: {named})")
+    sub = chosen[0]
+    stem = Path(path).stem.removesuffix("-headroom")
+    return FailingCase(int(sub["subgraph"]), sub["label"], sub["tensor"], int(sub["step"]), sub["stream"],
+                       float(sub["headroom"]), stem if stem in cases else None, report.get("settings") or {})

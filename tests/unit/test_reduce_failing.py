@@ -1,0 +1,44 @@
+"""`harness reduce --from-report`: the failing case read from the headroom gate's run report (the
+subgraph below its limit, the tensor, step and stream; the case the report's name says)."""
+import json
+
+import pytest
+
+from harness.core.errors import ConfigError
+from harness.gates.failing import from_headroom_report
+from harness.gates.headroom import HeadroomObserver
+from harness.partition.manifest import load_manifest
+from harness.runtime.pipeline import Invocation
+
+
+def _report(tmp_path, embedded_fp32, peaks: dict[int, float], name="seven-headroom.json"):
+    """A run report whose headroom section the observer wrote: output y of each subgraph at `peak`."""
+    import numpy as np
+    _, partition = embedded_fp32
+    observer = HeadroomObserver(None)
+    for entry in load_manifest(partition).subgraphs[:3]:
+        x = np.ones(entry.inputs[0].shape, np.float32)
+        y = np.zeros(entry.outputs[0].shape, np.float32)
+        y[1].flat[0] = peaks.get(entry.index, 1.0)
+        for step in range(3):
+            observer(Invocation(entry, step, 1.0, ("cond", "uncond"), (x,), y * (step == 2 or 0.5)))
+    path = tmp_path / name
+    path.write_text(json.dumps({"settings": {"steps": 20, "seed": 1}, **observer.report_section()}))
+    return path
+
+
+def test_the_subgraph_below_its_headroom_with_its_step_and_stream(tmp_path, embedded_fp32):
+    path = _report(tmp_path, embedded_fp32, {1: 30000.0, 2: 40000.0})
+    found = from_headroom_report(path, None, ["seven", "three"])
+    assert (found.subgraph, found.tensor, found.step, found.stream, found.case) == (1, "y", 2, "uncond", "seven")
+    assert from_headroom_report(path, "2", []).subgraph == 2 and from_headroom_report(path, "2", []).case is None
+    with pytest.raises(ConfigError, match="subgraph 0 does not fail its headroom there"):
+        from_headroom_report(path, "0", [])
+
+
+def test_a_report_without_a_failure_or_a_headroom_section_is_one_line(tmp_path, embedded_fp32):
+    with pytest.raises(ConfigError, match="no subgraph below its headroom"):
+        from_headroom_report(_report(tmp_path, embedded_fp32, {}), None, [])
+    (tmp_path / "run.json").write_text('{"status": "ok"}')
+    with pytest.raises(ConfigError, match=r"run.json: no headroom section"):
+        from_headroom_report(tmp_path / "run.json", None, [])
