@@ -39,7 +39,9 @@ def add_command(subparsers):
     p.add_argument("--from-report", type=Path, metavar="RUN.json",
                    help="the failing case of the headroom gate's run report (subgraph, step, stream; the "
                         "case its name says)")
-    p.add_argument("--out", type=Path, help="report.json and repro/ (default: out/reduce/<file stem>)")
+    p.add_argument("--out", type=Path, help="report.json and repro/ (default: out/reduce/<file stem>; with "
+                                             "--from-report: <artifacts>/reduce/subgraphNN, which the run "
+                                             "summary links)")
     p.add_argument("--no-write", action="store_true",
                    help="do not write the winning remedy into the partition's conversion.toml")
     p.set_defaults(func=_cmd_reduce)
@@ -57,6 +59,9 @@ def _from_report(args, bundle) -> None:
     found = from_headroom_report(args.from_report, args.subgraph, cases)
     print(f"[reduce] from {args.from_report}: {found.line()}", flush=True)
     args.subgraph, args.step = str(found.subgraph), str(found.step)
+    if args.out is None:        # artifacts/runs/X.json -> artifacts/reduce/<stem>: the summary links it
+        from ..gates.failing import REDUCE_DIR
+        args.out = Path(args.from_report).resolve().parent.parent / REDUCE_DIR / f"subgraph{found.subgraph:02d}"
     if found.case:
         args.case = args.case or found.case
     else:       # the run's prompt and settings

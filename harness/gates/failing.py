@@ -13,7 +13,11 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 
-__all__ = ["FailingCase", "from_headroom_report"]
+__all__ = ["FailingCase", "from_headroom_report", "REDUCE_DIR", "reduced_beside"]
+
+# reduce --from-report artifacts/runs/<case>-headroom.json writes into artifacts/reduce/subgraphNN,
+# beside the run reports: the next session's summary links each repro found there
+REDUCE_DIR = "reduce"
 
 
 @dataclass(frozen=True)
@@ -59,3 +63,24 @@ def from_headroom_report(path: Path, subgraph: str | None, cases: list[str]) -> 
     stem = Path(path).stem.removesuffix("-headroom")
     return FailingCase(int(sub["subgraph"]), sub["label"], sub["tensor"], int(sub["step"]), sub["stream"],
                        float(sub["headroom"]), stem if stem in cases else None, report.get("settings") or {})
+
+
+def reduced_beside(artifacts: Path) -> list[dict]:
+    """The reduce results in artifacts/reduce/*/report.json: subgraph, toolkit, the op(s), the remedy
+    and the repro's path relative to `artifacts` (a report that cannot be read is left out)."""
+    rows = []
+    for path in sorted((Path(artifacts) / REDUCE_DIR).glob("*/report.json")):
+        try:
+            report = json.loads(path.read_text())
+            reduction = report.get("reduction") or {}
+            winner = report.get("winner") or {}
+            row = {"subgraph": report["subgraph"], "toolkit": report["toolkit"],
+                   "diverges": reduction.get("nodes") or "does not diverge",
+                   "remedy": winner.get("what") and f"{winner['remedy']}: {winner['what']}",
+                   "written": winner.get("written"), "report": str(path.relative_to(artifacts))}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        repro = path.parent / "repro" / "repro.py"
+        row["repro"] = str(repro.relative_to(artifacts)) if report.get("reproduces") and repro.is_file() else None
+        rows.append(row)
+    return rows

@@ -10,7 +10,8 @@ tested and rendered without pytest:
     quality[{case, ssim, psnr,
     ssim_min, psnr_min, passed}], benchmarks[{case, mean_s, comparison{}, valid, reasons}],
     slowest[{subgraph, block, branch, seconds_per_step}], memory[{run, peak_pss_added_bytes,
-    min_mem_available_bytes, pss_budget_bytes, floor_bytes}], baselines[str]
+    min_mem_available_bytes, pss_budget_bytes, floor_bytes}], baselines[str], reduced[{subgraph, toolkit,
+    diverges, remedy, written, report, repro}] (harness reduce's results beside the run reports)
 """
 from __future__ import annotations
 
@@ -117,6 +118,14 @@ def markdown_summary(data: dict) -> str:
         lines.append("")
     if data.get("memory"):
         lines += ["### Memory", ""] + _table(*memory_table(data["memory"])) + [""]
+    if data.get("reduced"):
+        lines += ["### Reduced subgraphs (harness reduce)", ""]
+        lines += _table(["subgraph", "toolkit", "diverges at", "repro", "remedy"],
+                        [[r["subgraph"], r["toolkit"], r["diverges"],
+                          f"[{r['repro']}]({r['repro']})" if r["repro"] else "none kept",
+                          (r["remedy"] or "none restores the check")
+                          + (f" (written to `{r['written']}`)" if r.get("written") else "")] for r in data["reduced"]])
+        lines.append("")
     for line in data.get("baselines", []):
         lines.append(f"- {line}")
     return "\n".join(lines).rstrip() + "\n"

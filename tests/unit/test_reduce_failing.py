@@ -42,3 +42,24 @@ def test_a_report_without_a_failure_or_a_headroom_section_is_one_line(tmp_path, 
     (tmp_path / "run.json").write_text('{"status": "ok"}')
     with pytest.raises(ConfigError, match=r"run.json: no headroom section"):
         from_headroom_report(tmp_path / "run.json", None, [])
+
+
+def test_the_run_summary_links_a_repro_reduce_wrote_beside_the_run_reports(tmp_path):
+    from harness.gates.failing import reduced_beside
+    from harness.report.summary import markdown_summary
+    folder = tmp_path / "reduce" / "subgraph14"
+    (folder / "repro").mkdir(parents=True)
+    (folder / "repro" / "repro.py").write_text("# the repro\n")
+    (folder / "report.json").write_text(json.dumps({
+        "subgraph": "subgraph 14 (block 4 ffn)", "toolkit": "2.5.0", "reproduces": True,
+        "reduction": {"nodes": "MatMul layer1"},
+        "winner": {"remedy": "split", "what": "host FP32 runs MatMul layer1 .. MatMul y (7 nodes)", "written": None}}))
+    (tmp_path / "reduce" / "broken").mkdir()
+    (tmp_path / "reduce" / "broken" / "report.json").write_text("{")
+    rows = reduced_beside(tmp_path)
+    assert [r["repro"] for r in rows] == ["reduce/subgraph14/repro/repro.py"]
+    text = markdown_summary({"outcome": "passed", "counts": {"passed": 1}, "tests": [], "reduced": rows})
+    assert "| subgraph 14 (block 4 ffn) | 2.5.0 | MatMul layer1 | [reduce/subgraph14/repro/repro.py]" in text
+    assert (tmp_path / rows[0]["repro"]).is_file()
+    (folder / "repro" / "repro.py").unlink()        # a repro that is gone is not linked
+    assert reduced_beside(tmp_path)[0]["repro"] is None
