@@ -30,7 +30,7 @@ from .envs import default_version, toolkit_python
 from .layers import check_no_cpu_ops, cpu_fallbacks, parse_layer_table, register_overflow
 from .precisions import absolute_dataset, precisions, quantization_for, recipe
 from .process import run_worker
-from .remedies import APPLIED_KEYS, REMEDY_FILE, read_remedies, remedy_quantization
+from .remedies import APPLIED_KEYS, REMEDY_FILE, for_build, read_remedies, remedy_quantization, with_islands
 from .split import SPLIT_KEY, cut_parts, host_outputs, part_feeds, write_plan
 
 __all__ = ["PRECISIONS", "DEFAULT_TARGET", "BUILD_LOG", "ConvertResult", "convert_partition", "check_out",
@@ -105,7 +105,8 @@ def _items(source: Manifest, work: Path, precision: str, calibration, samples: i
         sets = sample_inputs(entry, samples, seed) if samples else []
         if sets:
             inputs[stem] = sets
-        if SPLIT_KEY in remedies.get(stem, {}):
+        if SPLIT_KEY in remedies.get(stem, {}) and for_build(remedies[stem], quantization_for(entry, precision,
+                                                                                             calibration)):
             splits[stem] = cut_parts(entry, source.path_of(entry), remedies[stem][SPLIT_KEY], work,
                                      f"{source.directory / REMEDY_FILE}: [subgraphs.{stem}]")
             feeds = part_feeds(source.path_of(entry), splits[stem], sets) if sets else {}
@@ -113,9 +114,12 @@ def _items(source: Manifest, work: Path, precision: str, calibration, samples: i
                       for p in splits[stem] if p.on == "npu"]
             continue
         recorded = quantization_for(entry, precision, calibration)
-        if recorded is None and stem in remedies:
-            recorded = remedy_quantization(source.directory, remedies[stem])
-        item = _item(work, stem, str(source.path_of(entry).resolve()), recorded, remedies.get(stem), sets)
+        remedy = remedies.get(stem) if stem in remedies and for_build(remedies[stem], recorded) else None
+        if remedy and recorded is not None:         # an INT8 remedy: its islands in the recipe's build
+            recorded = with_islands(recorded, remedy)
+        elif remedy:
+            recorded = remedy_quantization(source.directory, remedy)
+        item = _item(work, stem, str(source.path_of(entry).resolve()), recorded, remedy, sets)
         items.append(item)
     return items, inputs, splits
 
