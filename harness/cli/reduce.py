@@ -106,6 +106,11 @@ def _cmd_reduce(args) -> int:
                                       threshold, bundle, case_inputs, not args.no_write, args.int8),
                         say=lambda line: print(line, flush=True))
     seconds = time.perf_counter() - began
+    if args.from_report is not None:
+        from ..gates.failing import link_in_summary
+        summary = link_in_summary(Path(args.out).resolve().parent.parent)
+        if summary:
+            print(f"[reduce] linked from {summary}")
     if not report["reproduces"]:
         print(f"{report['subgraph']}: passes the check on rknn-toolkit2 {version} with these inputs "
               f"(cosine >= {threshold}): nothing to reduce ({seconds:.0f} s)")

@@ -13,11 +13,12 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 
-__all__ = ["FailingCase", "from_headroom_report", "REDUCE_DIR", "reduced_beside"]
+__all__ = ["FailingCase", "from_headroom_report", "REDUCE_DIR", "reduced_beside", "link_in_summary"]
 
 # reduce --from-report artifacts/runs/<case>-headroom.json writes into artifacts/reduce/subgraphNN,
-# beside the run reports: the next session's summary links each repro found there
+# beside the run reports, and links each repro there from that session's summary.md
 REDUCE_DIR = "reduce"
+SUMMARY = "summary.md"
 
 
 @dataclass(frozen=True)
@@ -84,3 +85,20 @@ def reduced_beside(artifacts: Path) -> list[dict]:
         row["repro"] = str(repro.relative_to(artifacts)) if report.get("reproduces") and repro.is_file() else None
         rows.append(row)
     return rows
+
+
+def link_in_summary(artifacts: Path) -> Path | None:
+    """The session's summary.md with its reduce table (replaced whole) listing every reduce result
+    beside its run reports; None when the folder has no summary (not a suite run's artifacts)."""
+    from ..core.atomic import atomic_write_text
+    from ..report.summary import REDUCED_TITLE, reduced_section
+    path = Path(artifacts) / SUMMARY
+    if not path.is_file():
+        return None
+    text = path.read_text()
+    if REDUCED_TITLE in text:           # the table reduce wrote before: the rest of the page stays
+        head, _, rest = text.partition(REDUCED_TITLE)
+        tail = rest.split("\n### ", 1)
+        text = head + ("### " + tail[1] if len(tail) > 1 else "")
+    atomic_write_text(path, text.rstrip() + "\n\n" + "\n".join(reduced_section(reduced_beside(artifacts))))
+    return path

@@ -79,7 +79,6 @@ def summary_data(config, exitstatus) -> dict:
     tests = [t for t in state.test_outcomes if t["npu"]]
     counts = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "error", "skipped")}
     run = {"run_id": None, "git_revision": None, "board": state.board, "backend": s.backend}
-    from ..gates.failing import reduced_beside
     from ..results.provenance import git_revision, run_id
     run.update(run_id=run_id(), git_revision=git_revision())
     facts = _merged_facts(state.worker_facts or [runner_facts(config)])
@@ -92,8 +91,7 @@ def summary_data(config, exitstatus) -> dict:
     return {"outcome": "passed" if exitstatus == 0 and counts["failed"] + counts["error"] == 0 else "failed",
             "counts": counts, "run": run, "tests": tests, "quality": state.quality_results,
             "benchmarks": benchmarks, "slowest": slowest, "memory": memory,
-            "baselines": [f"{nodeid}: {message}" for nodeid, _, message in state.baseline_outcomes],
-            "reduced": reduced_beside(Path(s.artifacts))}
+            "baselines": [f"{nodeid}: {message}" for nodeid, _, message in state.baseline_outcomes]}
 
 
 def runner_facts(config) -> dict:

@@ -44,9 +44,14 @@ def test_a_report_without_a_failure_or_a_headroom_section_is_one_line(tmp_path, 
         from_headroom_report(tmp_path / "run.json", None, [])
 
 
-def test_the_run_summary_links_a_repro_reduce_wrote_beside_the_run_reports(tmp_path):
-    from harness.gates.failing import reduced_beside
+def test_the_sessions_summary_links_a_repro_reduce_wrote_beside_the_run_reports(tmp_path):
+    from harness.gates.failing import link_in_summary, reduced_beside
     from harness.report.summary import markdown_summary
+    assert link_in_summary(tmp_path) is None            # no suite run's summary here: nothing to link from
+    summary = markdown_summary({"outcome": "failed", "counts": {"failed": 1}, "memory": [],
+                                "tests": [{"nodeid": "test_headroom", "outcome": "failed", "seconds": 1.0,
+                                           "message": "subgraph 14: tensor layer1"}]})
+    (tmp_path / "summary.md").write_text(summary)
     folder = tmp_path / "reduce" / "subgraph14"
     (folder / "repro").mkdir(parents=True)
     (folder / "repro" / "repro.py").write_text("# the repro\n")
@@ -58,7 +63,10 @@ def test_the_run_summary_links_a_repro_reduce_wrote_beside_the_run_reports(tmp_p
     (tmp_path / "reduce" / "broken" / "report.json").write_text("{")
     rows = reduced_beside(tmp_path)
     assert [r["repro"] for r in rows] == ["reduce/subgraph14/repro/repro.py"]
-    text = markdown_summary({"outcome": "passed", "counts": {"passed": 1}, "tests": [], "reduced": rows})
+    for _ in range(2):      # a second reduce replaces the table, the gate's page stays
+        link_in_summary(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    assert text.startswith(summary.rstrip()) and text.count("### Reduced subgraphs") == 1
     assert "| subgraph 14 (block 4 ffn) | 2.5.0 | MatMul layer1 | [reduce/subgraph14/repro/repro.py]" in text
     assert (tmp_path / rows[0]["repro"]).is_file()
     (folder / "repro" / "repro.py").unlink()        # a repro that is gone is not linked
