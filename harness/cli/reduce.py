@@ -33,9 +33,9 @@ def add_command(subparsers):
     p.add_argument("--case", help="golden case whose generation feeds the subgraph (its settings, embeddings)")
     p.add_argument("--golden-dir", type=Path, help="where --case's cases.toml is (default: golden/<model name>)")
     p.add_argument("--prompt", help="prompt of the generation (default: the model's)")
-    p.add_argument("--step", default="0", metavar="N[,N...]|all",
+    p.add_argument("--step", metavar="N[,N...]|all",
                    help="the failing step(s) whose inputs the subgraph is judged (and a quantised remedy "
-                        "calibrated) on; 'all': every step (default: %(default)s)")
+                        "calibrated) on; 'all': every step (default: 0; with --from-report: all)")
     p.add_argument("--inputs", metavar="DIR|random",
                    help="a failing invocation `harness accuracy` saved, or 'random' (compare-toolkits' inputs)")
     p.add_argument("--threshold", type=ranged(float, 0, 1, "a cosine in 0..1"),
@@ -66,7 +66,9 @@ def _from_report(args, bundle) -> None:
     cases = [c.name for c in load_cases(golden)] if golden.is_file() else []
     found = from_headroom_report(args.from_report, args.subgraph, cases)
     print(f"[reduce] from {args.from_report}: {found.line()}", flush=True)
-    args.subgraph, args.step = str(found.subgraph), str(found.step)
+    # every step, not only the one the gate names: a remedy calibrated and judged on one step alone
+    # (int8 on step 0) passed there and failed accuracy at step 3 (docs/reduce.md)
+    args.subgraph, args.step = str(found.subgraph), args.step or "all"
     if args.out is None:        # artifacts/runs/X.json -> artifacts/reduce/<stem>: the summary links it
         from ..gates.failing import REDUCE_DIR
         args.out = Path(args.from_report).resolve().parent.parent / REDUCE_DIR / f"subgraph{found.subgraph:02d}"
@@ -102,7 +104,7 @@ def _cmd_reduce(args) -> int:
                                     args.seed)
     threshold = args.threshold if args.threshold is not None else (
         INT8_COSINE if args.int8 else float(recipe("float16").get("cosine_min", 0.9999)))
-    report = run_reduce(ReduceRequest(partition, args.subgraph, version, args.out, args.inputs, 0, args.step,
+    report = run_reduce(ReduceRequest(partition, args.subgraph, version, args.out, args.inputs, 0, args.step or "0",
                                       threshold, bundle, case_inputs, not args.no_write, args.int8),
                         say=lambda line: print(line, flush=True))
     seconds = time.perf_counter() - began

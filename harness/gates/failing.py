@@ -2,8 +2,9 @@
 
 The headroom gate writes each probed run's report (artifacts/runs/<case>-headroom.json) with a
 `headroom` section: per subgraph its lowest float16 headroom and the tensor, step and stream where it
-was reached. reduce then bisects the subgraph that fell below the limit, on its inputs at that step
-of the same generation (the case's settings, seed and text embeddings), and says which stream.
+was reached. reduce then bisects the subgraph that fell below the limit on its inputs over the same
+generation (the case's settings, seed and text embeddings: every step, the one named among them; a
+remedy judged on that step alone can fail the next), and says which step and stream.
 """
 from __future__ import annotations
 
