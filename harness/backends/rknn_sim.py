@@ -167,6 +167,11 @@ def conversion_record(rknn_path: Path) -> dict:
     record = next((r for r in conversion.get("subgraphs", []) if r.get("file") == rknn_path.name), None)
     entry = next((e for e in [*data.get("subgraphs", []), data.get("decoder") or {}]
                   if e.get("file") == rknn_path.name), None)
+    source = Path(conversion["source"]["directory"])
+    if record is None:      # an NPU part of a split subgraph (toolkit/split.py): its ONNX is beside it
+        record = next((p for r in conversion.get("subgraphs", []) for p in (r.get("split") or {}).get("parts", [])
+                       if p.get("file") == rknn_path.name), None)
+        entry, source = record, rknn_path.parent
     if record is None or entry is None:
         raise ConfigError(f"rknn-sim: {rknn_path.name} is not listed in the conversion record of "
                           f"{rknn_path.parent / 'manifest.json'}")
@@ -174,7 +179,7 @@ def conversion_record(rknn_path: Path) -> dict:
     if built_by != conversion["toolkit_version"]:       # before choosing the environment by the claim
         raise ManifestError(f"rknn-sim: {rknn_path} was built by rknn-toolkit2 {built_by}, the conversion "
                             f"record of {rknn_path.parent / 'manifest.json'} says {conversion['toolkit_version']}")
-    onnx = Path(conversion["source"]["directory"]) / record["onnx_file"]
+    onnx = source / record["onnx_file"]
     if not onnx.is_file():
         raise ConfigError(f"rknn-sim: {rknn_path.name} was converted from {onnx}, which is gone: the "
                           f"simulator rebuilds each subgraph from its source ONNX")
@@ -182,7 +187,7 @@ def conversion_record(rknn_path: Path) -> dict:
         raise ConfigError(f"rknn-sim: {onnx} has changed since {rknn_path.name} was converted from it "
                           f"(sha256 differs from the conversion record)")
     # a subgraph's own settings (a remedy of `harness reduce`: op_target) were built into its .rknn
-    config = {**conversion["config"], **record.get("settings", {}),
+    config = {**conversion["config"], **{k: v for k, v in record.get("settings", {}).items() if k != "split"},
               "quantization": _quantization(record.get("quantization"), rknn_path)}
     identity = json.dumps({"onnx": record["onnx_sha256"], "rknn": entry["sha256"],
                            "config": {**config, "quantization": _identity(config["quantization"])}},

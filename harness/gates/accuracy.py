@@ -234,8 +234,9 @@ def analyze(request, reference_dir, threshold: float, out_dir):
 
 def replay(folder: Path) -> Row:
     """Run a saved failing invocation again: the backend on the saved inputs against the reference."""
-    from ..backends.base import BackendOptions, create_context
+    from ..backends.base import BackendOptions
     from ..partition.manifest import load_manifest
+    from ..runtime.split import context_for
     folder = Path(folder)
     path = folder / REPRO_FILE
     if not path.exists():
@@ -248,7 +249,8 @@ def replay(folder: Path) -> Row:
     manifest.verify_entry(entry)
     inputs = [np.load(folder / name, allow_pickle=False) for name in saved["inputs"]]
     streams = len(saved["streams"])
-    ctx = create_context(BackendOptions(saved["backend"], saved.get("backend_options", {})), entry.label)
+    ctx = context_for(BackendOptions(saved["backend"], saved.get("backend_options", {})), entry.label,
+                      manifest.path_of(entry))
     try:
         ctx.load(manifest.path_of(entry))
         ctx.init()

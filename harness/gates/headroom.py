@@ -20,6 +20,12 @@ loaded and released per step.
 
 headroom = 65504 / peak magnitude (an infinite or NaN peak has headroom 0). The gate fails a subgraph
 whose lowest headroom over its tensors is below `min_headroom`, naming the tensor, step and stream.
+
+A tensor the conversion does not hold in float16 is not judged against its maximum (`held`): every
+tensor of a quantised subgraph (the board's INT8 FFNs, `harness reduce`'s int16 remedy: fixed point
+whose range is the calibrated one) and every tensor a split subgraph's host part computes (FP32 on the
+host, harness/toolkit/split.py). Its peak is still recorded, with what holds it; a subgraph with no
+float16 tensor left has no headroom to judge (null).
 """
 from __future__ import annotations
 
@@ -34,8 +40,10 @@ from ..core.errors import ConfigError
 from ..model.config import BRANCHES
 from ..partition.manifest import FUSED_BRANCH
 from ..runtime.pipeline import Invocation, batch_of
+from ..toolkit.split import PLAN_SUFFIX
 
 __all__ = ["DEFAULT_MIN_HEADROOM", "Peak", "probe_model", "pruned_probe_model", "OnnxProbe", "make_probe",
+           "held_outside_float16",
            "HeadroomObserver", "min_headroom_of", "headroom_failures", "REPORT_KEY"]
 
 FP16_MAX = float(np.finfo(np.float16).max)      # 65504
@@ -164,6 +172,11 @@ class SimProbe:
     def _key(self, entry):
         if entry.index not in self._keys:
             from ..backends.rknn_sim import conversion_record, worker_for
+            if self.manifest.path_of(entry).name.endswith(PLAN_SUFFIX):
+                # a split subgraph is no one toolkit model: its intermediates from the source ONNX in
+                # FP32 (the host part's are computed so; an NPU part's are what FP32 would feed it)
+                self._keys[entry.index] = (_SourceProbe(self.manifest, entry), None)
+                return self._keys[entry.index]
             record = conversion_record(self.manifest.path_of(entry))
             model = probe_model(Path(record["onnx"]), probe_tensors(entry))
             path = self._dir / f"probe_{entry.index:02d}.onnx"
@@ -187,15 +200,61 @@ class SimProbe:
 
     def run(self, entry, inputs) -> list[np.ndarray]:
         worker, key = self._key(entry)
+        if key is None:
+            return worker.run(inputs)
         return self._ask(worker, entry, {"op": "run", "key": key}, inputs)[1:]
 
     def close(self) -> None:
         for worker, key in self._keys.values():
-            if worker.proc.poll() is None:
+            if key is not None and worker.proc.poll() is None:
                 worker.request({"op": "evict", "key": key})
         self._keys.clear()
         import shutil
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class _SourceProbe:
+    """A split subgraph's probe: onnxruntime over its source ONNX, pruned to the probed tensors."""
+
+    def __init__(self, manifest, entry):
+        import onnxruntime as ort
+
+        from ..backends.onnxruntime import session_options
+        record = _record(manifest, entry)
+        source = Path(manifest.conversion["source"]["directory"]) / record["onnx_file"]
+        self.session = ort.InferenceSession(pruned_probe_model(source, probe_tensors(entry)),
+                                            sess_options=session_options(1), providers=["CPUExecutionProvider"])
+
+    def run(self, inputs) -> list[np.ndarray]:
+        names = [i.name for i in self.session.get_inputs()]
+        return self.session.run(None, {n: np.asarray(a, np.float32) for n, a in zip(names, inputs)})
+
+
+def _record(manifest, entry) -> dict:
+    return next(r for r in manifest.conversion["subgraphs"] if r["file"] == entry.file)
+
+
+def held_outside_float16(manifest) -> dict[int, dict[str, str]]:
+    """{subgraph index: {tensor: what holds it}} for the tensors a converted partition does not hold in
+    float16 (module docstring); "*" stands for every tensor of the subgraph."""
+    if not manifest.conversion:
+        return {}
+    held: dict[int, dict[str, str]] = {}
+    for entry in manifest.entries():
+        record = _record(manifest, entry)
+        quant = record.get("quantization")
+        if quant:
+            held[entry.index] = {"*": f"{quant.get('quantized_dtype', 'fixed point')} (calibrated range)"}
+        for part in (record.get("split") or {}).get("parts", []):
+            if part["on"] == "host":
+                held.setdefault(entry.index, {}).update(
+                    {name: "FP32 on the host (split)" for name in _written(manifest.directory / part["onnx_file"])})
+    return held
+
+
+def _written(onnx_path: Path) -> list[str]:
+    import onnx
+    return [name for node in onnx.load(str(onnx_path)).graph.node for name in node.output]
 
 
 def make_probe(manifest, backend: str):
@@ -212,9 +271,10 @@ def make_probe(manifest, backend: str):
 class HeadroomObserver:
     """Pipeline observer: the peak of every watched tensor of every subgraph over the whole run."""
 
-    def __init__(self, probe, min_headroom: float = DEFAULT_MIN_HEADROOM):
+    def __init__(self, probe, min_headroom: float = DEFAULT_MIN_HEADROOM, held: dict | None = None):
         self.probe = probe
         self.min_headroom = min_headroom
+        self.held = held or {}          # held_outside_float16(manifest): not judged against 65504
         self.peaks: dict[int, dict[str, Peak]] = {}
         self.labels: dict[int, str] = {}
 
@@ -250,15 +310,20 @@ class HeadroomObserver:
                 peaks[tensor] = Peak(tensor, value, inv.step, inv.streams[offset + k])
 
     def summary(self) -> list[dict]:
-        """Per subgraph (execution order): its lowest headroom, where, and every tensor's peak."""
+        """Per subgraph (execution order): its lowest float16 headroom, where, and every tensor's peak."""
         out = []
         for index in sorted(self.peaks):
             tensors = self.peaks[index]
-            worst = max(tensors.values(), key=lambda p: p.peak)
-            out.append({"subgraph": index, "label": self.labels[index], "headroom": _finite(worst.headroom),
-                        "tensor": worst.tensor, "step": worst.step, "stream": worst.stream,
-                        "peak": _finite(worst.peak),
-                        "tensors": {name: {**asdict(p), "peak": _finite(p.peak), "headroom": _finite(p.headroom)}
+            held = self.held.get(index, {})
+            how = {name: held.get(name, held.get("*")) for name in tensors}
+            judged = [p for name, p in tensors.items() if how[name] is None]
+            worst = max(judged, key=lambda p: p.peak) if judged else None
+            out.append({"subgraph": index, "label": self.labels[index],
+                        "headroom": _finite(worst.headroom) if worst else None,
+                        "tensor": worst.tensor if worst else None, "step": worst.step if worst else None,
+                        "stream": worst.stream if worst else None, "peak": _finite(worst.peak) if worst else None,
+                        "tensors": {name: {**asdict(p), "peak": _finite(p.peak), "headroom": _finite(p.headroom),
+                                           **({"held": how[name]} if how[name] else {})}
                                     for name, p in tensors.items()}})
         return out
 
@@ -294,6 +359,8 @@ def headroom_failures(section: dict, min_headroom: float | None = None) -> list[
     limit = section["min_headroom"] if min_headroom is None else min_headroom
     lines = []
     for sub in section["subgraphs"]:
+        if sub["headroom"] is None:     # no tensor of it is held in float16
+            continue
         headroom = float(sub["headroom"])
         if headroom < limit:
             peak = "inf/NaN (overflowed)" if sub["peak"] == "inf" else f"{float(sub['peak']):.6g}"

@@ -30,7 +30,7 @@ from ..toolkit.cut import Graph, reference_values
 from .bisect import reduce_graph
 from .remedies import Context, as_json, try_remedies
 from .repro import write_repro
-from .sim_runner import BASE_CONFIG, SimRunner
+from .sim_runner import BASE_CONFIG, INT8, SimRunner
 
 __all__ = ["ReduceRequest", "run_reduce", "find_entry", "reduce_command"]
 
@@ -48,6 +48,7 @@ class ReduceRequest:
     bundle: Any = None          # a ModelBundle, for a capture
     case_inputs: Any = None     # chosen_inputs(...) (CaseInputs), for a capture
     write_config: bool = True
+    int8: bool = False          # the subgraph is built INT8 (as w8a8-ffn's FFNs): each range too
 
 
 def reduce_command(subgraph: str, version: str, partition, extra: str = "") -> str:
@@ -151,14 +152,17 @@ def run_reduce(req: ReduceRequest, say=print) -> dict:
     model = onnx.load(str(manifest.path_of(entry)))
     sets, source = input_sets(req, manifest, entry)
     say(f"[reduce] {entry.label} ({entry.file}, {len(model.graph.node)} nodes) on rknn-toolkit2 {req.version}'s "
-        f"simulator against onnxruntime FP32; inputs: {source}; check: cosine >= {req.threshold}")
+        f"simulator{' built INT8 (w8a8, each range calibrated on its inputs)' if req.int8 else ''} against "
+        f"onnxruntime FP32; inputs: {source}; check: cosine >= {req.threshold}")
     values = [reference_values(model, s) for s in sets]
     graph = Graph(model)
     scratch = Path(tempfile.mkdtemp(prefix="anima-reduce-"))
     try:
-        found = reduce_graph(graph, values, SimRunner(req.version, None, scratch), req.threshold,
+        build = {"quantization": INT8} if req.int8 else {}
+        found = reduce_graph(graph, values, SimRunner(req.version, build, scratch), req.threshold,
                              say=lambda line: say(f"[reduce] {line}"))
         report: dict = {"subgraph": entry.label, "index": entry.index, "file": entry.file, "toolkit": req.version,
+                        "build": "int8" if req.int8 else "float16",
                         "partition": str(Path(req.partition).resolve()), "inputs": source,
                         "threshold": req.threshold, "nodes": len(graph.nodes)}
         if found is None:
@@ -172,12 +176,12 @@ def run_reduce(req: ReduceRequest, say=print) -> dict:
             + f", max relative error {found.max_rel_err:.3g}")
         _fresh(out)
         segment = graph.segment(found.start, found.end, values[0])
-        printed = write_repro(out / "repro", segment, values[0], req.version, BASE_CONFIG, req.threshold,
+        printed = write_repro(out / "repro", segment, values[0], req.version, {**BASE_CONFIG, **build}, req.threshold,
                               f"{found.nodes} of {entry.label} ({entry.file}) diverges on rknn-toolkit2 {req.version}")
         report["repro"] = {"folder": str((out / "repro").resolve()), "printed": printed}
         say(f"[reduce] repro reproduces in a fresh process: {out / 'repro' / 'repro.py'}")
         ctx = Context(graph, values, found.start, found.end, req.version, req.threshold, scratch,
-                      _dataset(scratch, sets), manifest.path_of(entry))
+                      _dataset(scratch, sets), manifest.path_of(entry), build)
         outcomes = try_remedies(ctx, say=lambda line: say(f"[reduce] remedy {line}"))
         report["remedies"] = as_json(outcomes)
         report["winner"] = _winner(req, entry, outcomes, report, sets)
@@ -196,7 +200,8 @@ def _winner(req, entry, outcomes, report, sets) -> dict | None:
         return None
     result = {"remedy": winner.remedy, "what": winner.what, "written": None}
     if winner.convert_config is not None and req.write_config:
-        result["written"] = str(write_remedy(Path(req.partition), entry, winner.convert_config, req.version,
+        config = {**winner.convert_config, **({"build": "int8"} if req.int8 else {})}
+        result["written"] = str(write_remedy(Path(req.partition), entry, config, req.version,
                                              f"harness reduce: {report['reduction']['nodes']}", sets))
     return result
 

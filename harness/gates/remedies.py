@@ -6,8 +6,13 @@ check as the bisection on the whole subgraph rebuilt with it:
 2. int16: the subgraph quantised with 16-bit activations (w16a16i_dfp in 2.5.0, w16a16i in 2.3.2;
    calibrated on the failing inputs): a range the toolkit's float16 cannot hold may fit 16-bit
    fixed point. The toolkit has no float32 on the NPU (float_dtype: float16 only);
+For an INT8 build (reduce --int8: the ranges bisected INT8, each calibrated on its own inputs): the
+build as is, then `int8-hybrid`, the range kept as a float16 island in the INT8 build (the toolkit's
+hybrid quantization, custom_hybrid), then split.
+
 3. split: the subgraph split at the range, the host running it in FP32 (as AdaLN is), grown forward
-   node by node until the check passes (an overflowed tensor's consumers overflow too).
+   node by node until the check passes (an overflowed tensor's consumers overflow too); convert
+   builds it (toolkit/split.py) and the runtime runs it (runtime/split.py).
 
 Each outcome: passes or not, the lowest cosine, and the time estimate: the toolkit's cycle estimate
 of what stays on the NPU (its layer table; CPU ops have none) and the host part's measured time.
@@ -22,8 +27,9 @@ import numpy as np
 
 from ..core.errors import ToolkitError
 from ..toolkit.cut import Graph
+from ..toolkit.split import split_setting
 from .bisect import judge
-from .sim_runner import SimRunner
+from .sim_runner import INT8, SimRunner
 
 __all__ = ["Outcome", "try_remedies", "INT16"]
 
@@ -60,13 +66,18 @@ class Context:
     """What every remedy needs: the graph, its FP32 values per input set, the reduced range."""
 
     def __init__(self, graph: Graph, values: list[dict], start: int, end: int, version: str,
-                 threshold: float, scratch: Path, dataset: Path, onnx_path: Path):
+                 threshold: float, scratch: Path, dataset: Path, onnx_path: Path, build: dict | None = None):
         self.graph, self.values, self.start, self.end = graph, values, start, end
         self.version, self.threshold, self.scratch = version, threshold, scratch
         self.dataset, self.onnx_path = dataset, onnx_path
+        self.build = build or {}        # {"quantization": INT8} for an INT8 build
+
+    @property
+    def int8(self) -> bool:
+        return bool(self.build.get("quantization"))
 
     def whole(self, config: dict) -> tuple[float, SimRunner]:
-        runner = SimRunner(self.version, config, self.scratch)
+        runner = SimRunner(self.version, {**self.build, **config}, self.scratch)
         n = len(self.graph.nodes)
         segment = self.graph.segment(0, n, self.values[0])
         outs = runner(segment, [segment.feeds(v) for v in self.values])
@@ -81,10 +92,42 @@ def _npu_cycles(layers) -> tuple[int, int]:
 
 
 def _as_built(ctx: Context) -> Outcome:
-    """The subgraph as converted (float16): the figures each remedy is compared with."""
+    """The subgraph as converted (float16, or INT8): the figures each remedy is compared with."""
     cos, runner = ctx.whole({})
     npu, cpu = _npu_cycles(runner.last_layers)
-    return Outcome("none", "float16 as converted", bool(cos >= ctx.threshold), cos, npu, cpu)
+    return Outcome("none", f"{'INT8' if ctx.int8 else 'float16'} as converted", bool(cos >= ctx.threshold), cos,
+                   npu, cpu)
+
+
+def _island(ctx: Context, say) -> Outcome:
+    """An INT8 build with the range kept in float16 (hybrid quantization's custom_hybrid: from the
+    range's first op's input to its last op's output, in the toolkit's own tensor names), grown forward
+    node by node until the check passes (an outlier activation stays one until a linear folds it)."""
+    nodes = SimRunner(ctx.version, None, ctx.scratch).toolkit_graph(ctx.onnx_path, ctx.dataset)
+    quant = {k: v for k, v in INT8.items() if k != "dataset"}
+    tries: list[str] = []
+    outcome = Outcome("int8-hybrid", "float16 island", False, None,
+                      note="none of the range's ops is in the toolkit's graph by name (fused away)")
+    for end in range(ctx.end, len(ctx.graph.nodes) + 1):
+        names = {node.name for node in ctx.graph.nodes[ctx.start:end]}
+        inside = [node for node in nodes if node["name"].split("#")[0] in names]
+        if not inside:
+            continue
+        island = [inside[0]["inputs"][0], inside[-1]["outputs"][0]]
+        if outcome.convert_config and outcome.convert_config["quantization"]["custom_hybrid"] == [island]:
+            continue        # a fused op: the same island as the node before
+        cos, runner = ctx.whole({"quantization": {**INT8, "custom_hybrid": [island]}})
+        npu, cpu = _npu_cycles(runner.last_layers)
+        line = (f"  int8-hybrid: float16 {island[0]} .. {island[1]} ({ctx.graph.describe(ctx.start, end)}): "
+                + ("not finite" if not np.isfinite(cos) else f"cosine {cos:.7f}"))
+        say(line)
+        tries.append(line.strip())
+        outcome = Outcome("int8-hybrid", f"INT8 with float16 island {island[0]} .. {island[1]}",
+                          bool(cos >= ctx.threshold), cos, npu, cpu, tries=tries,
+                          convert_config={"quantization": {**quant, "custom_hybrid": [island]}})
+        if outcome.passes:
+            break
+    return outcome
 
 
 def _op_target(ctx: Context) -> Outcome:
@@ -123,7 +166,7 @@ def _quantized(ctx: Context, name: str, dtype: str, algorithm: str = "normal") -
 def _split(ctx: Context, say) -> Outcome:
     """Host FP32 for nodes [start, end'), end' grown until the whole subgraph passes."""
     n = len(ctx.graph.nodes)
-    runner = SimRunner(ctx.version, None, ctx.scratch)
+    runner = SimRunner(ctx.version, ctx.build, ctx.scratch)     # the NPU parts built as the subgraph is
     tries = []
     for end in range(ctx.end, n + 1):
         cos, npu, host_ms = _composed(ctx, runner, ctx.start, end)
@@ -133,7 +176,7 @@ def _split(ctx: Context, say) -> Outcome:
         tries.append(line.strip())
         if cos >= ctx.threshold:
             return Outcome("split", f"host FP32 runs {ctx.graph.describe(ctx.start, end)}", True, cos, npu, 0,
-                           host_ms, None, note="a partition change: convert cannot apply it", tries=tries)
+                           host_ms, {"split": split_setting(ctx.graph, ctx.start, end)}, tries=tries)
     return Outcome("split", "host FP32 from the range to the end", False, cos, npu, 0, host_ms, tries=tries)
 
 
@@ -170,12 +213,13 @@ def try_remedies(ctx: Context, say=print) -> list[Outcome]:
     """The subgraph as built, then every remedy in order, cheapest first; each said on one line."""
     outcomes = []
     int16 = INT16.get(ctx.version, "w16a16i_dfp")
-    for name, attempt in (("none", lambda: _as_built(ctx)),
-                          ("op_target", lambda: _op_target(ctx)),
-                          ("int16", lambda: _quantized(ctx, "int16", int16)),
-                          ("int8", lambda: _quantized(ctx, "int8", "w8a8")),
-                          ("int8-mmse", lambda: _quantized(ctx, "int8-mmse", "w8a8", "mmse")),
-                          ("split", lambda: _split(ctx, say))):
+    tried = ((("none", lambda: _as_built(ctx)), ("int8-hybrid", lambda: _island(ctx, say))) if ctx.int8 else
+             (("none", lambda: _as_built(ctx)),
+              ("op_target", lambda: _op_target(ctx)),
+              ("int16", lambda: _quantized(ctx, "int16", int16)),
+              ("int8", lambda: _quantized(ctx, "int8", "w8a8")),
+              ("int8-mmse", lambda: _quantized(ctx, "int8-mmse", "w8a8", "mmse"))))
+    for name, attempt in (*tried, ("split", lambda: _split(ctx, say))):
         began = time.perf_counter()
         try:
             outcome = attempt()

@@ -29,6 +29,7 @@ onnxruntime FP32 output, 0 when it is not.
 """
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +49,12 @@ def cosine(a, b):
 rknn = RKNN(verbose=False)
 rknn.config(**SPEC["config"])
 assert rknn.load_onnx(model=str(HERE / "model.onnx")) == 0
-assert rknn.build(do_quantization=False) == 0
+quantize = bool(SPEC.get("quantize"))
+listing = None
+if quantize:    # calibrated on the repro's own input (the toolkit reads list entries from its cwd)
+    listing = Path(tempfile.mkstemp(suffix=".txt")[1])
+    listing.write_text(" ".join(str(HERE / name) for name in SPEC["inputs"]) + "\\n")
+assert rknn.build(do_quantization=quantize, dataset=str(listing) if listing else None) == 0
 assert rknn.init_runtime() == 0
 inputs = [np.load(HERE / name) for name in SPEC["inputs"]]
 formats = ["nchw" if a.ndim == 4 else None for a in inputs]
@@ -84,7 +90,11 @@ def write_repro(folder: Path, segment: Segment, values: dict, version: str, conf
         for k, name in enumerate(segment.outputs):
             expected.append(f"expected{k}.npy")
             np.save(staging / expected[-1], np.asarray(values[name], np.float32))
-        spec = {"config": config, "threshold": threshold, "inputs": inputs, "expected": expected,
+        quant = config.get("quantization")
+        config = {**{k: v for k, v in config.items() if k != "quantization"},
+                  **{k: v for k, v in (quant or {}).items() if k.startswith("quantized_")}}
+        spec = {"config": config, "quantize": bool(quant), "threshold": threshold, "inputs": inputs,
+                "expected": expected,
                 "tensors": {"inputs": segment.inputs, "outputs": segment.outputs}, "toolkit": version}
         (staging / "repro.json").write_text(json.dumps(spec, indent=1) + "\n")
         (staging / "repro.py").write_text(SCRIPT.format(title=title, version=version, threshold=threshold))

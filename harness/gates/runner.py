@@ -169,9 +169,9 @@ class GateRunner:
     def _build_in_simulator(self, manifest) -> None:
         """rknn-sim builds each model in its worker on first load (seconds each, 85 of them): do that
         here, once, so no measured step or memory baseline includes building."""
-        from ..backends.base import create_context
+        from ..runtime.split import context_for
         for entry in manifest.entries():
-            ctx = create_context(self.s.backend_options, entry.label)
+            ctx = context_for(self.s.backend_options, entry.label, manifest.path_of(entry))
             try:
                 ctx.load(manifest.path_of(entry))
                 ctx.init()
@@ -239,11 +239,12 @@ class GateRunner:
         (numerics and quality judge it rather than render the same image again: the observer reads
         the subgraphs' inputs and changes no output). Never for the case the memory gate measures
         (`memory_case`): the probe's own sessions must not count in that run's memory."""
-        from .headroom import REPORT_KEY, HeadroomObserver, make_probe
+        from .headroom import REPORT_KEY, HeadroomObserver, held_outside_float16, make_probe
         self.prepare()
+        manifest = load_manifest(self.partition)
         if self._probe is None:      # kept for the session: probes build once, like the partition
-            self._probe = make_probe(load_manifest(self.partition), self.s.backend)
-        observer = HeadroomObserver(self._probe, min_headroom)
+            self._probe = make_probe(manifest, self.s.backend)
+        observer = HeadroomObserver(self._probe, min_headroom, held_outside_float16(manifest))
         key = run_key(case)
         shared = share and key not in self._runs
         report = self._report_path(f"{case.name}-headroom")

@@ -15,9 +15,14 @@ from ..core.errors import ToolkitError
 from ..toolkit.cut import Segment
 from ..toolkit.layers import parse_layer_table
 
-__all__ = ["SimRunner", "BASE_CONFIG"]
+__all__ = ["SimRunner", "BASE_CONFIG", "INT8", "ON_INPUTS"]
 
 BASE_CONFIG = {"target_platform": "rk3588", "float_dtype": "float16", "optimization_level": 3}
+ON_INPUTS = "@inputs"       # a quantization's dataset: each range calibrated on the inputs it is run on
+# An INT8 build as toolkit/precisions.toml's w8a8-ffn makes the FFNs (its hybrid_float aside: the
+# remedy decides what stays float)
+INT8 = {"quantized_dtype": "w8a8", "quantized_algorithm": "normal", "quantized_method": "channel",
+        "dataset": ON_INPUTS}
 
 
 class SimRunner:
@@ -45,8 +50,9 @@ class SimRunner:
         path.write_bytes(data)
         log = self.scratch / f"{key}.log"
         log.unlink(missing_ok=True)
+        config = self._calibrated(key, input_sets)
         try:
-            self._ask({"op": "load", "key": key, "onnx": str(path), "config": self.config, "rknn": None,
+            self._ask({"op": "load", "key": key, "onnx": str(path), "config": config, "rknn": None,
                        "log": str(log)})
             self.last_layers = parse_layer_table(log.read_text(errors="replace"), where=str(log))
             self._ask({"op": "init", "key": key})
@@ -55,6 +61,22 @@ class SimRunner:
                     for inputs in input_sets]
         finally:
             self.worker.request({"op": "evict", "key": key})
+
+    def _calibrated(self, key: str, input_sets) -> dict:
+        """The config, a quantization whose dataset is ON_INPUTS calibrated on the range's own inputs
+        (an INT8 build of a node range: the activations it would get inside the whole subgraph)."""
+        quant = self.config.get("quantization")
+        if not quant or quant.get("dataset") != ON_INPUTS:
+            return self.config
+        lines = []
+        for k, arrays in enumerate(input_sets):
+            names = []
+            for j, array in enumerate(arrays):
+                np.save(self.scratch / f"{key}.set{k}.in{j}.npy", np.ascontiguousarray(array))
+                names.append(str(self.scratch / f"{key}.set{k}.in{j}.npy"))
+            lines.append(" ".join(names))
+        (self.scratch / f"{key}.txt").write_text("\n".join(lines) + "\n")
+        return {**self.config, "quantization": {**quant, "dataset": str(self.scratch / f"{key}.txt")}}
 
     def toolkit_graph(self, onnx_path: Path, dataset: Path) -> list[dict]:
         """The toolkit's own graph of a model (its tensor names for op_target)."""

@@ -15,8 +15,9 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from ..backends.base import BackendOptions, Context, create_context
+from ..backends.base import BackendOptions, Context
 from ..core.timing import Timed
+from ..runtime.split import context_for
 from .records import Counters, LifecycleRecorder
 
 __all__ = ["LocalStrategy", "OnDemand", "Resident", "Lru", "Pinned"]
@@ -54,7 +55,7 @@ class LocalStrategy:
             self._release(old_index, step)
         with self._timed(step, entry, "load"):
             # Making the runtime object is part of loading (RKNNLite() then load_rknn on the board).
-            ctx = create_context(self.options, entry.label)
+            ctx = context_for(self.options, entry.label, self.path_of(entry))
             self._loaded[entry.index] = (entry, ctx)
             self.counters.loaded()
             ctx.load(self.path_of(entry))

@@ -79,8 +79,9 @@ def worker_main(fd: int) -> None:
         signal.signal(signum, signal.SIG_IGN)
     conn = Connection(fd)
     _, options, in_name, out_name = conn.recv()
-    from ..backends.base import backend_class, create_context
+    from ..backends.base import backend_class
     from ..core.errors import HarnessError
+    from ..runtime.split import context_for
     backend_class(options.backend)                   # import the runtime before saying hello
     shm_in, shm_out = _attach(in_name), _attach(out_name)
     ctx = None
@@ -97,7 +98,7 @@ def worker_main(fd: int) -> None:
             seq = msg[1]
             try:
                 if op == "load":
-                    ctx, reply = _load(create_context, options, msg[2], msg[3])
+                    ctx, reply = _load(context_for, options, msg[2], msg[3])
                 elif op == "run":
                     reply = _run(ctx, shm_in, shm_out, msg[2])
                 elif op == "release":
@@ -122,9 +123,9 @@ def worker_main(fd: int) -> None:
                 shm.close()
 
 
-def _load(create_context, options, label, path):
+def _load(context_for, options, label, path):
     start = time.perf_counter()
-    ctx = create_context(options, label)
+    ctx = context_for(options, label, path)
     try:
         ctx.load(path)
         loaded = time.perf_counter()

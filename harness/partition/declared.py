@@ -44,10 +44,25 @@ def check_identity(label: str, path, metadata: dict) -> None:
 def check_declared(manifest, entry) -> None:
     """ManifestError naming the entry and the disagreement when its file declares something else."""
     path = manifest.path_of(entry)
-    if path.suffix == ".rknn":
+    if path.name.endswith(".split.json"):     # a split subgraph's plan (harness/toolkit/split.py)
+        _check_plan(path, entry, where=f"{manifest.file}: {entry.label}")
+    elif path.suffix == ".rknn":
         check_rknn(path, entry, manifest.conversion or {}, where=f"{manifest.file}: {entry.label}")
     else:
         check_onnx(path, entry, where=f"{manifest.file}: {entry.label}")
+
+
+def _check_plan(path: Path, entry, where: str) -> None:
+    """A split plan declares the entry's inputs and outputs (its parts are checked when loaded)."""
+    try:
+        plan = json.loads(path.read_text())
+        declared = (plan["inputs"], plan["outputs"])
+    except (OSError, ValueError, KeyError) as exc:
+        raise ManifestError(f"{where}: split plan {path} is not readable: {exc}") from None
+    want = ([s.name for s in entry.inputs], [s.name for s in entry.outputs])
+    if tuple(declared) != want:
+        raise ManifestError(f"{where}: split plan {path} reads {declared[0]} and writes {declared[1]}, "
+                            f"the manifest says {want[0]} and {want[1]}")
 
 
 # ---------------------------------------------------------------- ONNX

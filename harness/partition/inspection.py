@@ -46,7 +46,9 @@ def inspect_partition(directory) -> dict:
         report["checks"].append({"label": entry.label, "file": entry.file, "ok": ok, "reason": reason})
     if manifest.conversion:
         _inspect_conversion(manifest, report)
-    listed = {e.file for e in manifest.entries()}
+    parts = [part for record in (manifest.conversion or {}).get("subgraphs", [])
+             for part in (record.get("split") or {}).get("parts", [])]      # a split subgraph's
+    listed = {e.file for e in manifest.entries()} | {p["file"] for p in parts} | {p["onnx_file"] for p in parts}
     report["unlisted_files"] = sorted(p.name for pattern in ("*.onnx", "*.rknn")
                                       for p in directory.glob(pattern) if p.name not in listed)
     report["verdict"] = "failed" if report["reasons"] else "ok"

@@ -10,13 +10,14 @@ tested and rendered without pytest:
     quality[{case, ssim, psnr,
     ssim_min, psnr_min, passed}], benchmarks[{case, mean_s, comparison{}, valid, reasons}],
     slowest[{subgraph, block, branch, seconds_per_step}], memory[{run, peak_pss_added_bytes,
-    min_mem_available_bytes, pss_budget_bytes, floor_bytes}], baselines[str]
+    min_mem_available_bytes, pss_budget_bytes, floor_bytes}], baselines[str], reduced[{subgraph, toolkit,
+    diverges, remedy, written, report, repro}] (harness reduce's results beside the run reports)
 """
 from __future__ import annotations
 
 import math
 
-__all__ = ["markdown_summary", "verdict_line"]
+__all__ = ["markdown_summary", "verdict_line", "reduced_section", "REDUCED_TITLE"]
 
 MiB = 2 ** 20
 
@@ -94,6 +95,18 @@ def memory_table(memory: list[dict]) -> tuple[list[str], list[list]]:
               _mib(m.get("floor_bytes"))] for m in memory])
 
 
+REDUCED_TITLE = "### Reduced subgraphs (harness reduce)"
+
+
+def reduced_section(rows: list[dict]) -> list[str]:
+    """The summary's table of harness reduce's results beside the run reports, each repro linked."""
+    return [REDUCED_TITLE, ""] + _table(
+        ["subgraph", "toolkit", "diverges at", "repro", "remedy"],
+        [[r["subgraph"], r["toolkit"], r["diverges"], f"[{r['repro']}]({r['repro']})" if r["repro"] else "none kept",
+          (r["remedy"] or "none restores the check") + (f" (written to `{r['written']}`)" if r.get("written") else "")]
+         for r in rows]) + [""]
+
+
 def markdown_summary(data: dict) -> str:
     lines = [f"## Anima NPU acceptance: {verdict_line(data)}", ""]
     lines += _run_lines(data.get("run", {})) + [""]
@@ -117,6 +130,8 @@ def markdown_summary(data: dict) -> str:
         lines.append("")
     if data.get("memory"):
         lines += ["### Memory", ""] + _table(*memory_table(data["memory"])) + [""]
+    if data.get("reduced"):
+        lines += reduced_section(data["reduced"])
     for line in data.get("baselines", []):
         lines.append(f"- {line}")
     return "\n".join(lines).rstrip() + "\n"

@@ -37,6 +37,7 @@ def cosine_rows(result, partition) -> list[dict]:
     """Per subgraph (execution order): worst cosine and max abs error of simulator vs onnxruntime."""
     from ..partition.manifest import load_manifest
     source = load_manifest(partition)
+    built = {e.index: e.file for e in result.manifest.entries()}     # a split subgraph's is its plan
     rows = []
     for entry in source.entries():
         stem = Path(entry.file).stem
@@ -45,7 +46,7 @@ def cosine_rows(result, partition) -> list[dict]:
         pairs = list(zip(sim, ref))
         # A layout the toolkit changed (an NHWC output for an NCHW graph) is a failure, not a cosine.
         same = all(np.shape(s) == np.shape(r) for s, r in pairs)
-        rows.append({"label": entry.label, "file": f"{stem}.rknn", "shapes_match": same,
+        rows.append({"label": entry.label, "file": built.get(entry.index, f"{stem}.rknn"), "shapes_match": same,
                      "cosine": min((cosine(s, r) if same else -1.0 for s, r in pairs), default=float("nan")),
                      "max_abs": max((float(np.max(np.abs(s - r))) if same else float("inf")
                                      for s, r in pairs), default=float("nan"))})
@@ -66,7 +67,7 @@ def print_convert_summary(result, rows=None, file=sys.stdout) -> None:
     print(f"{m.file}  {len(m.subgraphs)} subgraphs{' + decoder' if m.decoder else ''}, "
           f"{size / 1e6:.1f} MB, rknn-toolkit2 {conv['toolkit_version']}, {conv['target']}, "
           f"{conv['precision']}, {result.seconds:.1f} s, {cpu} op(s) on the CPU", file=file)
-    labels = {Path(e.file).stem: e.label for e in m.entries()}
+    labels = {e.file.split(".")[0]: e.label for e in m.entries()}     # 02_block00_ffn.split.json too
     for stem, ops in result.cpu_ops.items():      # kept by --allow-cpu-ops: each one said, and why
         for op in ops:
             why = op.get("why") or (f"input {op['input']}" if op.get("input") else "the build log gives no reason")

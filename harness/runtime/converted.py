@@ -4,6 +4,7 @@ Under the suite's cache directory, named by the weights digest, toolkit version 
     partitions/<model>-float32-<digest>                       the FP32 export (the toolkit's source)
     calibration/<model>-<digest>-ffn-high-low                 the board's calibration recipe (w8a8-ffn)
     partitions/<model>-float32-<digest>-rknn-<version>-<precision>   `harness convert` output
+    (+ -remedies-<hash> when the export has a conversion.toml: `harness reduce`'s remedies built in)
 Each is written whole or not at all (export, capture and convert all stage and rename), so an
 interrupted first use is redone, never trusted.
 """
@@ -41,6 +42,7 @@ def cached_conversion(bundle, cache_dir: Path, precision: str, calibration: Path
     from ..toolkit.convert import convert_partition
     from ..toolkit.envs import default_version, toolkit_python
     from ..toolkit.precisions import precisions
+    from ..toolkit.remedies import REMEDY_FILE
     if precision not in precisions():
         raise ConfigError(f"--precision {precision}: the toolkit builds {' or '.join(precisions())}")
     version = version or default_version()
@@ -56,6 +58,10 @@ def cached_conversion(bundle, cache_dir: Path, precision: str, calibration: Path
         from .capture import load_calibration
         load_calibration(calibration, load_manifest(source))
         name += "-cal-" + hashlib.sha256((Path(calibration) / "calibration.json").read_bytes()).hexdigest()[:10]
+    remedies = Path(source) / REMEDY_FILE
+    if remedies.is_file():          # harness reduce's remedies are built in: another file, another conversion
+        import hashlib
+        name += "-remedies-" + hashlib.sha256(remedies.read_bytes()).hexdigest()[:10]
     out = source.with_name(name)
     if not is_current(out):
         print(f"[rknn-sim] converting {source.name} with rknn-toolkit2 {version} ({precision}) into "

@@ -30,7 +30,8 @@ from .envs import default_version, toolkit_python
 from .layers import check_no_cpu_ops, cpu_fallbacks, parse_layer_table, register_overflow
 from .precisions import absolute_dataset, precisions, quantization_for, recipe
 from .process import run_worker
-from .remedies import APPLIED_KEYS, read_remedies, remedy_quantization
+from .remedies import APPLIED_KEYS, REMEDY_FILE, for_build, read_remedies, remedy_quantization, with_islands
+from .split import SPLIT_KEY, cut_parts, host_outputs, part_feeds, write_plan
 
 __all__ = ["PRECISIONS", "DEFAULT_TARGET", "BUILD_LOG", "ConvertResult", "convert_partition", "check_out",
            "sample_inputs"]
@@ -95,37 +96,53 @@ def sample_inputs(entry: SubgraphEntry, count: int, seed: int) -> list[list[np.n
 
 
 def _items(source: Manifest, work: Path, precision: str, calibration, samples: int, seed: int, version: str):
-    items, inputs = [], {}
+    items, inputs, splits = [], {}, {}
     # the partition's conversion.toml (harness reduce): a remedy is the toolkit's it was found with
     # (2.3.2's w16a16i is not a 2.5.0 dtype; an op_target names one version's tensors)
     remedies = {stem: r for stem, r in read_remedies(source.directory).items() if r.get("toolkit") == version}
     for entry in source.entries():
         stem = Path(entry.file).stem
-        recorded = quantization_for(entry, precision, calibration)
-        if recorded is None and stem in remedies:
-            recorded = remedy_quantization(source.directory, remedies[stem])
-        quant = dict(recorded) if recorded else None
-        if quant:   # the toolkit reads list entries from its own cwd: hand it absolute paths
-            quant["dataset"] = str(absolute_dataset(Path(quant["dataset"]),
-                                                    work / "datasets" / f"{stem}.txt"))
-        item: dict[str, Any] = {"name": stem, "onnx": str(source.path_of(entry).resolve()), "rknn": f"{stem}.rknn",
-                "quantization": quant, "recorded_quantization": recorded}
-        if stem in remedies:
-            item["settings"] = {k: remedies[stem][k] for k in APPLIED_KEYS if k in remedies[stem]
-                                and k != "quantization"}
-        if samples:
-            sets = sample_inputs(entry, samples, seed)
+        sets = sample_inputs(entry, samples, seed) if samples else []
+        if sets:
             inputs[stem] = sets
-            item["samples"] = []
-            for k, arrays in enumerate(sets):
-                paths = []
-                for j, array in enumerate(arrays):
-                    path = work / "samples" / f"{stem}.sample{k}.in{j}.npy"
-                    np.save(path, array)
-                    paths.append(str(path))
-                item["samples"].append({"inputs": paths})
+        if SPLIT_KEY in remedies.get(stem, {}) and for_build(remedies[stem], quantization_for(entry, precision,
+                                                                                             calibration)):
+            splits[stem] = cut_parts(entry, source.path_of(entry), remedies[stem][SPLIT_KEY], work,
+                                     f"{source.directory / REMEDY_FILE}: [subgraphs.{stem}]")
+            feeds = part_feeds(source.path_of(entry), splits[stem], sets) if sets else {}
+            items += [_item(work, p.name, str(work / p.onnx_file), None, None, feeds.get(p.name, []))
+                      for p in splits[stem] if p.on == "npu"]
+            continue
+        recorded = quantization_for(entry, precision, calibration)
+        remedy = remedies.get(stem) if stem in remedies and for_build(remedies[stem], recorded) else None
+        if remedy and recorded is not None:         # an INT8 remedy: its islands in the recipe's build
+            recorded = with_islands(recorded, remedy)
+        elif remedy:
+            recorded = remedy_quantization(source.directory, remedy)
+        item = _item(work, stem, str(source.path_of(entry).resolve()), recorded, remedy, sets)
         items.append(item)
-    return items, inputs
+    return items, inputs, splits
+
+
+def _item(work: Path, name: str, onnx_path: str, recorded, remedy, sets) -> dict:
+    """One model for the toolkit worker: its ONNX, quantization, a remedy's settings, sample inputs."""
+    quant = dict(recorded) if recorded else None
+    if quant:   # the toolkit reads list entries from its own cwd: hand it absolute paths
+        quant["dataset"] = str(absolute_dataset(Path(quant["dataset"]), work / "datasets" / f"{name}.txt"))
+    item: dict[str, Any] = {"name": name, "onnx": onnx_path, "rknn": f"{name}.rknn",
+                            "quantization": quant, "recorded_quantization": recorded}
+    if remedy:
+        item["settings"] = {k: remedy[k] for k in APPLIED_KEYS if k in remedy and k not in ("quantization", SPLIT_KEY)}
+    if sets:
+        item["samples"] = []
+        for k, arrays in enumerate(sets):
+            paths = []
+            for j, array in enumerate(arrays):
+                path = work / "samples" / f"{name}.sample{k}.in{j}.npy"
+                np.save(path, array)
+                paths.append(str(path))
+            item["samples"].append({"inputs": paths})
+    return item
 
 
 def _progress(total: int, quiet: bool):
@@ -251,7 +268,7 @@ def _build(source, work, out, asked: _Request) -> ConvertResult:
     version, precision, calibration, target = asked.version, asked.precision, asked.calibration, asked.target
     (work / "samples").mkdir()
     (work / "datasets").mkdir()
-    items, inputs = _items(source, work, precision, calibration, asked.samples, asked.seed, version)
+    items, inputs, splits = _items(source, work, precision, calibration, asked.samples, asked.seed, version)
     job = {"out_dir": str(work), "items": items, "config": {"target_platform": target, **RKNN_CONFIG}}
     events = run_worker(version, job, work / "job.json", _progress(len(items), asked.quiet))
     failed = [e for e in events if e["event"] == "failed"]
@@ -260,35 +277,74 @@ def _build(source, work, out, asked: _Request) -> ConvertResult:
     built = {e["name"]: e for e in events if e["event"] == "built"}
     recorded = {item["name"]: item["recorded_quantization"] for item in items}
     settings = {item["name"]: item["settings"] for item in items if item.get("settings")}
-    result = _assemble(source, work, out, asked, built, recorded, settings)
+    result = _assemble(source, work, out, asked, built, recorded, settings, splits)
     result.samples = inputs
     result.sim_outputs = {name: [np.load(p) for p in ev["sim_outputs"]] for name, ev in built.items()}
+    onnx_of = {Path(e.file).stem: source.path_of(e) for e in source.entries()}
+    for stem, parts in splits.items():      # a split subgraph's output is its last part's
+        last = parts[-1]
+        result.sim_outputs[stem] = (result.sim_outputs.pop(last.name, []) if last.on == "npu" else
+                                    host_outputs(work, last, part_feeds(onnx_of[stem], parts,
+                                                                        inputs.get(stem, []))[last.name]))
     return result
 
 
-def _assemble(source, work, out, asked: _Request, built, recorded, settings) -> ConvertResult:
+def _layers_of(entry, name: str, event: dict, version: str, out: Path, logs: list) -> tuple[list, list]:
+    """One built model's layer table and CPU ops (its log appended to `logs`); a register overflow fails."""
+    log_text = Path(event["log"]).read_text(errors="replace")
+    logs.append(f"===== {entry.label}: {entry.file} -> {name}.rknn =====\n{log_text}")
+    layers = parse_layer_table(log_text, where=f"{entry.label} ({name}.rknn)")
+    overflow = register_overflow(layers, log_text)
+    if overflow:
+        # not a CPU fallback --allow-cpu-ops could keep: the board would run the truncated fields
+        # (the simulator does not execute register tasks, so no later gate would see it)
+        raise ToolkitError(f"rknn-toolkit2 {version}: register limit: {entry.label} ({name}.rknn): {overflow}"
+                           f"{_kept_log(Path(event['log']), out, 'build log')}")
+    return layers, cpu_fallbacks(layers, log_text)
+
+
+def _split_entry(entry, parts, work: Path, out: Path, version: str, built: dict, logs: list):
+    """A split subgraph's entry (its file the plan), conversion record and CPU ops (its NPU parts')."""
+    plan = write_plan(work, entry, parts)
+    cpu, layers, seconds, records = [], 0, 0.0, []
+    for part in parts:
+        record = {"file": part.file, "on": part.on, "onnx_file": part.onnx_file,
+                  "onnx_sha256": _sha256(work / part.onnx_file), "sha256": _sha256(work / part.file),
+                  "nodes": [part.start, part.end]}
+        if part.on == "npu":
+            table, ops = _layers_of(entry, part.name, built[part.name], version, out, logs)
+            cpu += ops
+            layers += len(table)
+            seconds += built[part.name]["seconds"]
+            record["build_seconds"] = built[part.name]["seconds"]
+        records.append(record)
+    made = SubgraphEntry(index=entry.index, block=entry.block, branch=entry.branch, file=plan.name,
+                         sha256=_sha256(plan), bytes=plan.stat().st_size, inputs=entry.inputs,
+                         outputs=entry.outputs, blocks=entry.blocks)
+    return made, {"file": plan.name, "onnx_file": entry.file, "onnx_sha256": entry.sha256,
+                  "build_seconds": round(seconds, 3), "layers": layers, "cpu_ops": cpu,
+                  "split": {"parts": records}}, cpu
+
+
+def _assemble(source, work, out, asked: _Request, built, recorded, settings, splits) -> ConvertResult:
     """Parse every layer table, gate CPU fallbacks, write build.log and manifest.json into work/."""
     version, precision, calibration, target = asked.version, asked.precision, asked.calibration, asked.target
-    entries, records, cpu_ops, logs = [], [], {}, []
+    entries, records, cpu_ops = [], [], {}
+    logs: list[str] = []
     for entry in source.entries():
         stem = Path(entry.file).stem
-        event = built[stem]
-        log_text = Path(event["log"]).read_text(errors="replace")
-        logs.append(f"===== {entry.label}: {entry.file} -> {stem}.rknn =====\n{log_text}")
-        layers = parse_layer_table(log_text, where=f"{entry.label} ({stem}.rknn)")
-        cpu_ops[stem] = cpu_fallbacks(layers, log_text)
-        overflow = register_overflow(layers, log_text)
-        if overflow:
-            # not a CPU fallback --allow-cpu-ops could keep: the board would run the truncated fields
-            # (the simulator does not execute register tasks, so no later gate would see it)
-            raise ToolkitError(f"rknn-toolkit2 {version}: register limit: {entry.label} ({stem}.rknn): {overflow}"
-                               f"{_kept_log(Path(event['log']), out, 'build log')}")
+        if stem in splits:
+            made, record, cpu_ops[stem] = _split_entry(entry, splits[stem], work, out, version, built, logs)
+            entries.append(made)
+            records.append({**record, "quantization": None})
+            continue
+        layers, cpu_ops[stem] = _layers_of(entry, stem, built[stem], version, out, logs)
         rknn = work / f"{stem}.rknn"
         entries.append(SubgraphEntry(index=entry.index, block=entry.block, branch=entry.branch,
                                      file=rknn.name, sha256=_sha256(rknn), bytes=rknn.stat().st_size,
                                      inputs=entry.inputs, outputs=entry.outputs, blocks=entry.blocks))
         records.append({"file": rknn.name, "onnx_file": entry.file, "onnx_sha256": entry.sha256,
-                        "build_seconds": event["seconds"], "layers": len(layers),
+                        "build_seconds": built[stem]["seconds"], "layers": len(layers),
                         "cpu_ops": cpu_ops[stem],
                         "quantization": recorded[stem],
                         **({"settings": settings[stem]} if stem in settings else {})})
@@ -296,7 +352,8 @@ def _assemble(source, work, out, asked: _Request, built, recorded, settings) -> 
     log_file.write_text("\n".join(logs))
     if not asked.allow_cpu_ops:
         try:
-            check_no_cpu_ops({e.label + f" ({e.file})": cpu_ops[Path(e.file).stem] for e in entries})
+            check_no_cpu_ops({e.label + f" ({e.file})": cpu_ops[Path(s.file).stem]
+                              for s, e in zip(source.entries(), entries)})
         except ToolkitError as exc:     # keep the layer tables that show it
             raise ToolkitError(f"{exc}{_kept_log(log_file, out, 'build log')}") from None
     seconds = time.perf_counter() - asked.started

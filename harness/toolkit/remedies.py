@@ -8,8 +8,13 @@ the manifest's conversion table (and the rknn-sim backend rebuilds with it from 
     # or the subgraph quantised, calibrated on the inputs it failed on (saved beside this file):
     quantization = { quantized_dtype = "w16a16i", quantized_algorithm = "normal",
                      quantized_method = "channel", dataset = "remedies/14_block04_ffn/14_block04_ffn.txt" }
+    # or nodes 0-6 run by the host in FP32, the rest on the NPU (toolkit/split.py):
+    split = { start = 0, end = 7, first = "layer1", last = "y" }
     toolkit = "2.3.2"
     found_by = "harness reduce: MatMul layer1"
+    # found on an INT8 build (reduce --int8): applied when the precision builds the subgraph INT8,
+    # its float16 islands added to the recipe's quantization (hybrid quantization's custom_hybrid)
+    build = "int8"
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from ..core.errors import ConfigError
 __all__ = ["REMEDY_FILE", "read_remedies", "write_remedy", "APPLIED_KEYS"]
 
 REMEDY_FILE = "conversion.toml"
-APPLIED_KEYS = ("op_target", "quantization")
+APPLIED_KEYS = ("op_target", "quantization", "split")
 
 
 def read_remedies(partition: Path) -> dict[str, dict]:
@@ -35,7 +40,7 @@ def read_remedies(partition: Path) -> dict[str, dict]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     for stem, settings in table.items():
-        unknown = sorted(set(settings) - {*APPLIED_KEYS, "toolkit", "found_by"})
+        unknown = sorted(set(settings) - {*APPLIED_KEYS, "toolkit", "found_by", "build"})
         if unknown or not all(isinstance(settings.get(k, {}), dict) for k in APPLIED_KEYS):
             raise ConfigError(f"{path}: [subgraphs.{stem}]: unknown or malformed setting(s) "
                               f"{', '.join(unknown) or 'op_target'} (known: {', '.join(APPLIED_KEYS)})")
@@ -50,7 +55,20 @@ def remedy_quantization(partition: Path, settings: dict) -> dict | None:
     dataset = Path(partition) / quant["dataset"]
     if not dataset.is_file():
         raise ConfigError(f"{Path(partition) / REMEDY_FILE}: the remedy's calibration list {dataset} is missing")
-    return {**quant, "dataset": str(dataset.resolve()), "custom_hybrid": [], "hybrid_float": []}
+    return {"custom_hybrid": [], "hybrid_float": [], **quant, "dataset": str(dataset.resolve())}
+
+
+def for_build(remedy: dict, recorded: dict | None) -> bool:
+    """Whether a remedy applies to this build of its subgraph: one found on an INT8 build
+    (`build = "int8"`, reduce --int8) when the precision builds the subgraph INT8, any other when it
+    builds it float16."""
+    return (remedy.get("build") == "int8") == (recorded is not None)
+
+
+def with_islands(recorded: dict, remedy: dict) -> dict:
+    """An INT8 build's quantization with an INT8 remedy's float16 islands (custom_hybrid) added."""
+    islands = (remedy.get("quantization") or {}).get("custom_hybrid", [])
+    return {**recorded, "custom_hybrid": [*recorded.get("custom_hybrid", []), *islands]}
 
 
 def write_remedy(partition: Path, entry, settings: dict, version: str, found_by: str,
@@ -67,7 +85,7 @@ def write_remedy(partition: Path, entry, settings: dict, version: str, found_by:
         settings = {**settings, "quantization": {**settings["quantization"],
                                                  "dataset": str(listing.relative_to(partition))}}
     table[stem] = {**{k: settings[k] for k in APPLIED_KEYS if k in settings}, "toolkit": version,
-                   "found_by": found_by}
+                   "found_by": found_by, **({"build": settings["build"]} if "build" in settings else {})}
     path = Path(partition) / REMEDY_FILE
     atomic_write_text(path, "# written by harness reduce; read by harness convert (docs/toolkit.md)\n"
                       + tomli_w.dumps({"subgraphs": table}))

@@ -13,6 +13,7 @@ from harness.core.errors import ConfigError
 from harness.gates.headroom import (
     DEFAULT_MIN_HEADROOM,
     HeadroomObserver,
+    headroom_failures,
     min_headroom_of,
     probe_model,
     pruned_probe_model,
@@ -72,3 +73,25 @@ def test_peaks_are_per_stream_and_a_non_finite_value_is_headroom_zero(embedded_f
     assert sub["tensors"]["x"] == {"tensor": "x", "peak": "inf", "step": 1, "stream": "uncond", "headroom": 0.0}
     assert sub["tensors"]["y"]["peak"] == 8192.0 and sub["tensors"]["y"]["stream"] == "cond"
     assert (sub["tensor"], sub["headroom"]) == ("x", 0.0)
+
+
+def test_a_tensor_not_held_in_float16_is_recorded_not_judged(embedded_fp32):
+    _, partition = embedded_fp32
+    entry = next(e for e in load_manifest(partition).subgraphs if e.branch == "ffn")
+    x = np.full(entry.inputs[0].shape, 2.0, np.float32)
+    y = np.full(entry.outputs[0].shape, 1e6, np.float32)          # far past 65504
+    invocation = Invocation(entry, 3, 1.0, ("cond", "uncond"), (x,), y)
+    held = HeadroomObserver(None, held={entry.index: {"y": "FP32 on the host (split)"}})
+    held(invocation)
+    [sub] = held.summary()
+    assert (sub["tensor"], sub["headroom"]) == ("x", 65504 / 2.0)
+    assert sub["tensors"]["y"]["held"] == "FP32 on the host (split)" and sub["tensors"]["y"]["peak"] == 1e6
+    assert headroom_failures(held.report_section()["headroom"]) == []
+    quantized = HeadroomObserver(None, held={entry.index: {"*": "w16a16i (calibrated range)"}})
+    quantized(invocation)
+    assert quantized.summary()[0]["headroom"] is None
+    assert headroom_failures(quantized.report_section()["headroom"]) == []
+    plain = HeadroomObserver(None)
+    plain(invocation)
+    [line] = headroom_failures(plain.report_section()["headroom"])
+    assert "tensor y peaked at 1e+06 at step 3, stream cond" in line
