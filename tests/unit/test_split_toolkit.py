@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.backends.base import BackendOptions
 from harness.core.errors import ConfigError, ManifestError
 from harness.gates.headroom import held_outside_float16
 from harness.model.bundle import load_bundle
@@ -18,7 +19,6 @@ from harness.model.weights import read_safetensors, save_weights
 from harness.partition.manifest import load_manifest
 from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.report.toolkit import cosine, reference_outputs
-from harness.backends.base import BackendOptions
 from harness.runtime.split import SplitContext, context_for
 from harness.toolkit.convert import convert_partition, sample_inputs
 
