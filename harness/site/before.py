@@ -1,0 +1,102 @@
+"""The store as it was before a stored run was written, held in memory: what the site judges each
+series' latest run and each upgrade's run against, as `ResultsStore.as_before(run)` shows it to
+`judge_stored` (the gate's verdict, replayed), without a write transaction or a copy of the store.
+
+`Written` holds the runs the site has read (every run, oldest first, as store.runs gives them), the
+order they were written in and the baselines; `Written.before(run)` is a view answering the reads a
+verdict makes (runs, baseline, fleet_baseline, stacks) as the store's own queries do on the rows
+written before `run`: the runs with a smaller place in the written order, the baselines saved on
+them. A verdict that comes to read anything else fails with AttributeError rather than read
+something else, and tests/unit/test_site_before.py holds every answer to judge_stored's.
+
+One view answers a query from the runs of one board, key or experiment (an index each), not from the
+whole store: 80 judgements of a lab's 10,000 runs read ~1,000 runs each, in memory."""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+
+from ..results.records import Run
+
+__all__ = ["Written", "Before"]
+
+
+class Written:
+    """Every run of a store with its place in the order written, and its baselines."""
+
+    def __init__(self, runs: list[Run], order: dict[tuple[str, str], int],
+                 baselines: list[tuple[str, str, str, str]]):
+        """`runs`: store.runs() (time order); `order`: store.written_order(); `baselines`:
+        store.baseline_pairs() (the one saved last last)."""
+        self.place = {id(r): order[(r.run_id, r.key.case)] for r in runs}
+        self.all = runs
+        self.index: dict[str, defaultdict[str, list[Run]]] = {
+            name: defaultdict(list) for name in ("board", "key", "experiment", "board_model")}
+        for r in runs:
+            for name, value in (("board", r.board_id), ("key", r.key.digest), ("experiment", r.key.experiment),
+                                ("board_model", r.board_model)):
+                self.index[name][value].append(r)
+        stored = {(r.run_id, r.key.case): r for r in runs}
+        self.baselines = [(stored[(run_id, case)], reason) for _, run_id, case, reason in baselines]
+
+    def before(self, run: Run) -> Before:
+        """The view of the store as it was before the stored `run` was written."""
+        return Before(self, self.place[id(run)])
+
+
+class Before:
+    """The reads of ResultsStore that a verdict makes, on the runs written before a place."""
+
+    def __init__(self, written: Written, upto: int):
+        self.written, self.upto = written, upto
+
+    def _seen(self, run: Run) -> bool:
+        return self.written.place[id(run)] < self.upto
+
+    def runs(self, *, board: str | None = None, board_model: str | None = None, key: str | None = None,
+             experiment: str | None = None, valid: bool | None = None, case: str | None = None,
+             backend: str | None = None, run_id: str | None = None, other_than_board: str | None = None,
+             cpus: int | None = None, latest: int | None = None, whole: bool = True) -> list[Run]:
+        """ResultsStore.runs on the runs written before (time order; `whole` as the runs were read)."""
+        indexed = [self.written.index[name][value] for name, value in
+                   (("board", board), ("key", key), ("experiment", experiment), ("board_model", board_model))
+                   if value is not None]
+        pool = min(indexed, key=len) if indexed else self.written.all
+        tests: list[Callable[[Run], bool]] = [self._seen]
+        for value, field in ((board, "board_id"), (board_model, "board_model"), (valid, "valid"),
+                             (run_id, "run_id")):
+            if value is not None:
+                tests.append(lambda r, f=field, v=value: getattr(r, f) == v)
+        for value, part in ((key, "digest"), (experiment, "experiment"), (case, "case"), (backend, "backend")):
+            if value is not None:
+                tests.append(lambda r, p=part, v=value: getattr(r.key, p) == v)
+        if other_than_board is not None:
+            tests.append(lambda r: r.board_id != other_than_board)
+        if cpus is not None:
+            tests.append(lambda r: r.host_cpus is None or r.host_cpus == cpus)
+        # in the store's order (time, then the order written) as every list of Written is
+        found = [r for r in pool if all(test(r) for test in tests)]
+        return found[-latest:] if latest is not None else found
+
+    def baseline(self, board: str, experiment: str) -> tuple[Run, str] | None:
+        return next(((r, reason) for r, reason in self.written.baselines
+                     if r.board_id == board and r.key.experiment == experiment and self._seen(r)), None)
+
+    def fleet_baseline(self, board_model: str, experiment: str, exclude_board: str) -> tuple[Run, str] | None:
+        return next(((r, reason) for r, reason in reversed(self.written.baselines)
+                     if r.board_model == board_model and r.key.experiment == experiment
+                     and r.board_id != exclude_board and self._seen(r)), None)
+
+    def stacks(self, board: str, experiment: str) -> list[tuple[str, int, int]]:
+        """ResultsStore.stacks: (key digest, runs, valid runs) in the order of each key's first run."""
+        first: dict[str, tuple[str, int]] = {}
+        counts: dict[str, list[int]] = {}
+        for r in self.runs(board=board, experiment=experiment):
+            digest, place = r.key.digest, self.written.place[id(r)]
+            seen = first.get(digest)
+            # the store's min(time), min(id) of the key's runs: each taken alone
+            first[digest] = (r.time, place) if seen is None else (min(seen[0], r.time), min(seen[1], place))
+            counts.setdefault(digest, [0, 0])
+            counts[digest][0] += 1
+            counts[digest][1] += bool(r.valid)
+        return [(digest, counts[digest][0], counts[digest][1]) for digest in sorted(first, key=lambda d: first[d])]
