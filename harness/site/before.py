@@ -14,8 +14,6 @@ whole store: 80 judgements of a lab's 10,000 runs read ~1,000 runs each, in memo
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
-
 from ..results.records import Run
 
 __all__ = ["Written", "Before"]
@@ -30,11 +28,13 @@ class Written:
         store.baseline_pairs() (the one saved last last)."""
         self.place = {id(r): order[(r.run_id, r.key.case)] for r in runs}
         self.all = runs
-        self.index: dict[str, defaultdict[str, list[Run]]] = {
-            name: defaultdict(list) for name in ("board", "key", "experiment", "board_model")}
+        self.index: dict[str, defaultdict[object, list[Run]]] = {
+            name: defaultdict(list) for name in ("board", "key", "experiment", "board_model", "board+key",
+                                                 "board+experiment")}
         for r in runs:
             for name, value in (("board", r.board_id), ("key", r.key.digest), ("experiment", r.key.experiment),
-                                ("board_model", r.board_model)):
+                                ("board_model", r.board_model), ("board+key", (r.board_id, r.key.digest)),
+                                ("board+experiment", (r.board_id, r.key.experiment))):
                 self.index[name][value].append(r)
         stored = {(r.run_id, r.key.case): r for r in runs}
         self.baselines = [(stored[(run_id, case)], reason) for _, run_id, case, reason in baselines]
@@ -58,25 +58,32 @@ class Before:
              backend: str | None = None, run_id: str | None = None, other_than_board: str | None = None,
              cpus: int | None = None, latest: int | None = None, whole: bool = True) -> list[Run]:
         """ResultsStore.runs on the runs written before (time order; `whole` as the runs were read)."""
-        indexed = [self.written.index[name][value] for name, value in
-                   (("board", board), ("key", key), ("experiment", experiment), ("board_model", board_model))
-                   if value is not None]
+        index = self.written.index
+        indexed = [index[name].get(value, []) for name, value in
+                   (("board", board), ("key", key), ("experiment", experiment), ("board_model", board_model),
+                    ("board+key", (board, key)), ("board+experiment", (board, experiment)))
+                   if value is not None and None not in (value if isinstance(value, tuple) else (value,))]
         pool = min(indexed, key=len) if indexed else self.written.all
-        tests: list[Callable[[Run], bool]] = [self._seen]
-        for value, field in ((board, "board_id"), (board_model, "board_model"), (valid, "valid"),
-                             (run_id, "run_id")):
-            if value is not None:
-                tests.append(lambda r, f=field, v=value: getattr(r, f) == v)
-        for value, part in ((key, "digest"), (experiment, "experiment"), (case, "case"), (backend, "backend")):
-            if value is not None:
-                tests.append(lambda r, p=part, v=value: getattr(r.key, p) == v)
-        if other_than_board is not None:
-            tests.append(lambda r: r.board_id != other_than_board)
-        if cpus is not None:
-            tests.append(lambda r: r.host_cpus is None or r.host_cpus == cpus)
-        # in the store's order (time, then the order written) as every list of Written is
-        found = [r for r in pool if all(test(r) for test in tests)]
-        return found[-latest:] if latest is not None else found
+        place, upto = self.written.place, self.upto
+
+        def wanted(r: Run) -> bool:
+            k = r.key
+            return (place[id(r)] < upto and (board is None or r.board_id == board)
+                    and (board_model is None or r.board_model == board_model)
+                    and (key is None or k.digest == key) and (experiment is None or k.experiment == experiment)
+                    and (valid is None or r.valid == valid) and (case is None or k.case == case)
+                    and (backend is None or k.backend == backend) and (run_id is None or r.run_id == run_id)
+                    and (other_than_board is None or r.board_id != other_than_board)
+                    and (cpus is None or r.host_cpus is None or r.host_cpus == cpus))
+        # every list of Written is in the store's order (time, then the order written): the newest
+        # first, up to `latest` of them, as the store's ORDER BY ... DESC LIMIT reads them
+        found = []
+        for r in reversed(pool):
+            if wanted(r):
+                found.append(r)
+                if latest is not None and len(found) == latest:
+                    break
+        return found[::-1]
 
     def baseline(self, board: str, experiment: str) -> tuple[Run, str] | None:
         return next(((r, reason) for r, reason in self.written.baselines
