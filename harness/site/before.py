@@ -10,10 +10,12 @@ them. A verdict that comes to read anything else fails with AttributeError rathe
 something else, and tests/unit/test_site_before.py holds every answer to judge_stored's.
 
 One view answers a query from the runs of one board, key or experiment (an index each), not from the
-whole store: 80 judgements of a lab's 10,000 runs read ~1,000 runs each, in memory."""
+whole store, the newest first up to the `latest` asked for: 80 judgements of a lab's 10,000 runs
+in memory take ~0.3 s of their ~4 s (the rest is the verdicts' own arithmetic)."""
 from __future__ import annotations
 
 from collections import defaultdict
+
 from ..results.records import Run
 
 __all__ = ["Written", "Before"]

@@ -15,8 +15,10 @@ import math
 import multiprocessing
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from ..report.sitelinks import series_page
 from ..results.constants import GROUP_RUNS, LOOKBACK
@@ -31,6 +33,8 @@ from ..results.verdict.verdict import NOT_COMPARABLE, Verdict
 from .before import Written
 
 __all__ = ["Site", "Series", "Upgrade", "Fleet", "JudgedBand", "collect", "stack_of", "stack_label", "STATUS_ORDER"]
+
+T = TypeVar("T")
 
 # The latest verdict of a series (or of one of its figures), in the order the index lists them.
 REGRESSION, PROBATION, NOT_COMP, INVALID, PASS, NO_VERDICT = (
@@ -219,9 +223,8 @@ def collect(store: ResultsStore, threshold: str = "10%") -> Site:
     for run in runs:
         by_series[(run.board_id, run.key.experiment)].append(run)
     series = [_series(members, saved) for members in by_series.values()]
-    _analyse_all(series)
-    judged = _judged_as_written(store, runs, [s.latest for s in series] + [m[2] for m in _upgrade_runs(series)],
-                                threshold_pct)
+    wanted = [s.latest for s in series] + [m[2] for m in _upgrade_runs(series)]
+    judged = _analyse_all(series, lambda: _judged_as_written(store, runs, wanted, threshold_pct))
     for s in series:
         s.judgement = judged[id(s.latest)]
     upgrades = _upgrades(series, judged)
@@ -243,19 +246,27 @@ def _series(members: list[Run], saved: dict) -> Series:
     return s
 
 
-def _analyse_all(series: list[Series]) -> None:
-    """Each series' change points, the series spread over the CPUs: they are independent, and a lab's
-    store has tens of them of hundreds of runs (tools/bench_site.py)."""
+def _analyse_all(series: list[Series], meanwhile: Callable[[], T]) -> T:
+    """Each series' change points, the series spread over the CPUs while this process does `meanwhile`
+    (the judging): they are independent, and a lab's store has tens of them of hundreds of runs
+    (tools/bench_site.py). `meanwhile`'s result."""
     payloads = [(s.figures, [r.valid for r in s.runs]) for s in series]
     workers = min(os.cpu_count() or 1, len(series))
     if workers > 1:
+        # what change_points imports, imported once before the workers fork rather than by each (~1 s of CPU)
+        import ruptures  # noqa: F401
+        from scipy import stats  # noqa: F401
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            results = list(pool.map(_analyse, payloads))
+            pending = pool.map(_analyse, payloads)
+            done = meanwhile()
+            results = list(pending)
     else:
+        done = meanwhile()
         results = [_analyse(p) for p in payloads]
     for s, points in zip(series, results):
         s.change_points = [ChangePoint(label, after, s.runs[before], s.runs[after], low, high)
                            for label, before, after, low, high in points]
+    return done
 
 
 def _analyse(payload) -> list:
