@@ -5,7 +5,7 @@ A *series* is one board's runs of one experiment (case, steps, precision, backen
 changes: a stack upgrade is a marked point in it, not a new series. The latest run of a series is
 judged as the benchmark gate judged it when it was written (judge_run against the store as it was
 before that run, as judge_stored judges it: the runs written before it and the baselines saved on
-them, held in memory: before.py, _judged_as_written).
+them, held in memory: before.py, judged_as_written).
 """
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ from ..results.verdict.judging import judge_run
 from ..results.verdict.verdict import NOT_COMPARABLE, Verdict
 from .before import Written
 
-__all__ = ["Site", "Series", "Upgrade", "Fleet", "JudgedBand", "collect", "stack_of", "stack_label", "STATUS_ORDER"]
+__all__ = ["Site", "Series", "Upgrade", "Fleet", "JudgedBand", "collect", "judged_as_written", "stack_of",
+           "stack_label", "STATUS_ORDER"]
 
 T = TypeVar("T")
 
@@ -224,7 +225,7 @@ def collect(store: ResultsStore, threshold: str = "10%") -> Site:
         by_series[(run.board_id, run.key.experiment)].append(run)
     series = [_series(members, saved) for members in by_series.values()]
     wanted = [s.latest for s in series] + [m[2] for m in _upgrade_runs(series)]
-    judged = _analyse_all(series, lambda: _judged_as_written(store, runs, wanted, threshold_pct))
+    judged = _analyse_all(series, lambda: judged_as_written(store, runs, wanted, threshold_pct))
     for s in series:
         s.judgement = judged[id(s.latest)]
     upgrades = _upgrades(series, judged)
@@ -288,7 +289,7 @@ def _change_points(values: list, valid: list[bool], label: str) -> list[tuple]:
     return out
 
 
-def _judged_as_written(store: ResultsStore, runs: list[Run], wanted: list[Run],
+def judged_as_written(store: ResultsStore, runs: list[Run], wanted: list[Run],
                        threshold_pct: float) -> dict[int, Verdict]:
     """id(run) -> judge_run of each of the `wanted` stored runs against the store as it was before the
     run was written (ResultsStore.as_before, what judge_stored judges it against): the runs written

@@ -13,7 +13,7 @@ from harness.results.constants import GROUP_RUNS
 from harness.results.store import ResultsStore
 from harness.results.verdict.judging import judge_stored
 from harness.results.verdict.verdict import FIRST, HISTORY, NOT_COMPARABLE, UPGRADE
-from harness.site.collect import _judged_as_written, collect
+from harness.site.collect import collect, judged_as_written
 from tests.results_data import VERSIONS_NEW, VERSIONS_OLD, make_run
 from tests.site_data import BOARDS, CASES, RUNS, UPGRADE_AT, lab_store, run_name
 
@@ -55,7 +55,7 @@ def test_the_site_judges_every_sampled_run_as_judge_stored_does(tmp_path):
     with ResultsStore(url, create=False) as store:
         runs = store.runs(whole=False)          # what the site reads
         sample = _sample(runs)
-        shown = _judged_as_written(store, runs, sample, 10.0)
+        shown = judged_as_written(store, runs, sample, 10.0)
         whole = {(r.run_id, r.key.case): r for r in store.runs()}
         gate = {id(r): judge_stored(store, whole[(r.run_id, r.key.case)], 10.0) for r in sample}
     kinds = {v.kind for v in gate.values()}
