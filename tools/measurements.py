@@ -2,16 +2,20 @@
 
     tools/measurements.py tier --artifacts artifacts --name "fast (both cores)" --wall 81.8 --cpu 131.3
     tools/measurements.py lifecycle --from out/bench-lifecycle.json --conditions "quiet (load 0.3), 5 December 2026"
+    tools/measurements.py site --log out/site-c2672bf.txt --revision c2672bf --label "before 41" --wall 644 --cpu 99
     tools/measurements.py render            # writes the page; --check: exit 1 if the page differs
 
 `tier` reads a bin/test run's artifacts (session.json: tests by outcome, pytest's seconds, the start)
 and takes what only an outside clock knows (farm-bench's wall and CPU seconds, peak memory) as
-options; `lifecycle` keeps tools/bench_lifecycle.py's JSON as written. The page's prose is
+options; `lifecycle` keeps tools/bench_lifecycle.py's JSON as written; `site` reads tools/bench_site.py's
+printed lines (every run appended to one log: the medians) into a row of the results site's table. The page's prose is
 tools/measurements.md.j2; dated changes of a figure go to CHANGELOG.md, not onto the page."""
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import statistics
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -91,6 +95,45 @@ def tier_row(session: dict, name: str, args) -> dict:
     return {**row, **{k: v for k, v in extra.items() if v is not None}}
 
 
+# tools/bench_site.py's line: "10000 runs, 40 series: collect 15.7 s, write 8.1 s; 43 pages, 134 files, 7.7 MB"
+_SITE_LINE = re.compile(r"(?P<runs>\d+) runs, (?P<series>\d+) series: collect (?P<collect>[\d.]+) s, "
+                        r"write (?P<write>[\d.]+) s; (?P<pages>\d+) pages, (?P<files>\d+) files, (?P<mb>[\d.]+) MB")
+
+
+def site_row(log: Path, args) -> dict:
+    """A row of the results site's table from tools/bench_site.py's log (one line a run: the medians)."""
+    try:
+        found = [m.groupdict() for m in _SITE_LINE.finditer(log.read_text())]
+    except OSError as exc:
+        raise SystemExit(f"error: --log {log}: cannot read it: {exc}") from None
+    if not found:
+        raise SystemExit(f"error: --log {log}: no line of tools/bench_site.py in it")
+    row = {"revision": args.revision, "label": args.label, "runs": int(found[-1]["runs"]),
+           "series": int(found[-1]["series"]), "n": len(found),
+           "collect_s": round(statistics.median(float(f["collect"]) for f in found), 1),
+           "write_s": round(statistics.median(float(f["write"]) for f in found), 1),
+           "files": int(found[-1]["files"]), "mb": float(found[-1]["mb"])}
+    extra = {"wall_s": args.wall, "cpu_s": args.cpu, "peak_mib": args.peak, "load": args.load}
+    return {**row, **{k: v for k, v in extra.items() if v is not None}}
+
+
+_SITE = {"command": "tools/bench_site.py", "store": "10 boards x 4 cases x 250 runs (each with the times of the "
+         "84 subgraphs of a 28-step run)", "sitting": "", "note": "", "rows": []}
+
+
+def record_site(data: dict, row: dict, sitting: str | None, note: str | None) -> dict:
+    """The row replaces the row of its revision and label, or is added last."""
+    site = {**_SITE, **data.get("site", {})}
+    site |= {k: v for k, v in (("sitting", sitting), ("note", note)) if v is not None}
+    same = [i for i, r in enumerate(site["rows"]) if (r["revision"], r["label"]) == (row["revision"], row["label"])]
+    rows = [*site["rows"]]
+    if same:
+        rows[same[0]] = row
+    else:
+        rows.append(row)
+    return {**data, "site": {**site, "rows": rows}}
+
+
 def record_tier(data: dict, row: dict) -> dict:
     rows = [r for r in data["tiers"]["rows"] if r["tier"] != row["tier"]]
     at = next((i for i, r in enumerate(data["tiers"]["rows"]) if r["tier"] == row["tier"]), len(rows))
@@ -122,12 +165,23 @@ def main(argv: list[str] | None = None) -> int:
     life = sub.add_parser("lifecycle", help="the lifecycle table from tools/bench_lifecycle.py's JSON")
     life.add_argument("--from", dest="source", type=Path, required=True)
     life.add_argument("--conditions", required=True, help="machine, load and date of the run")
+    site = sub.add_parser("site", help="a results site row from tools/bench_site.py's log")
+    site.add_argument("--log", type=Path, required=True, help="tools/bench_site.py's output, every run appended")
+    site.add_argument("--revision", required=True, help="the row's revision (its row of that label is replaced)")
+    site.add_argument("--label", required=True, help="what the revision is, e.g. 'before issue 41'")
+    for flag in ("--wall", "--cpu", "--peak"):
+        site.add_argument(flag, type=float, help="the whole process's median, from an outside clock")
+    site.add_argument("--load", help="e.g. 'load 9-13'")
+    site.add_argument("--sitting", help="when and how the revisions were timed (the table's sentence)")
+    site.add_argument("--note", help="what the figures say (the paragraph under the table)")
     args = parser.parse_args(argv)
 
     data = _read_json(args.data, "the figures")
     if args.what == "tier":
         data = record_tier(data, tier_row(_read_json(args.artifacts / "session.json", "a run's session"),
                                           args.name, args))
+    elif args.what == "site":
+        data = record_site(data, site_row(args.log, args), args.sitting, args.note)
     elif args.what == "lifecycle":
         data = {**data, "lifecycle": {"command": "tools/bench_lifecycle.py --only board-sim",
                                       "conditions": args.conditions, "bench": _read_json(args.source, "a bench run")}}

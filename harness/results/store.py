@@ -452,11 +452,13 @@ class ResultsStore:
     def runs(self, *, board: str | None = None, board_model: str | None = None,  # noqa: PLR0913
              key: str | None = None, experiment: str | None = None, valid: bool | None = None, case: str | None = None,
              backend: str | None = None, run_id: str | None = None, other_than_board: str | None = None,
-             cpus: int | None = None, latest: int | None = None) -> list[Run]:
+             cpus: int | None = None, latest: int | None = None, whole: bool = True) -> list[Run]:
         """Stored runs matching every filter given (`other_than_board`: of any board but that one;
         `cpus`: run on that many CPUs or with no host condition recorded), oldest first; with
         `latest`, only the newest that many of them (a verdict needs its lookback, not a fleet's whole
-        history read with every child row)."""
+        history read with every child row). `whole=False`: without their steps', subgraphs' and quality
+        rows (what a verdict's figures and the results site read: a run of the 84-subgraph partition
+        has 84 subgraph rows, a lab's store of 10,000 runs most of its reading time in them)."""
         query = select(runs)
         for column, value in (("board_id", board), ("board_model", board_model), ("key_digest", key),
                               ("experiment", experiment), ("valid", valid), ("case_name", case),
@@ -473,7 +475,7 @@ class ResultsStore:
             query = query.order_by(runs.c.time, runs.c.id)
         with self._reading() as conn:
             rows = conn.execute(query).mappings().all()
-            return _with_children(conn, rows[::-1] if latest is not None else rows)
+            return _with_children(conn, rows[::-1] if latest is not None else rows, _CHILDREN if whole else _FIGURES)
 
     def run(self, run_id: str, case: str | None = None) -> Run:
         """The run with this id (and case, when the id has several)."""
@@ -516,11 +518,20 @@ class ResultsStore:
 
     @_guarded("reading baselines")
     def baseline_pairs(self) -> list[tuple[str, str, str, str]]:
-        """(board, run id, case, reason) of every baseline: what `push` copies besides the runs."""
+        """(board, run id, case, reason) of every baseline, the one saved last last (fleet_baseline
+        takes the newest): what `push` copies besides the runs."""
         with self._reading() as conn:
             return [tuple(r) for r in conn.execute(
                 select(baselines.c.board_id, runs.c.run_id, runs.c.case_name, baselines.c.reason)
-                .join(runs, baselines.c.run == runs.c.id))]
+                .join(runs, baselines.c.run == runs.c.id).order_by(baselines.c.saved, baselines.c.id))]
+
+    @_guarded("reading the order runs were written in")
+    def written_order(self) -> dict[tuple[str, str], int]:
+        """(run id, case) -> its place in the order the runs were written: as_before(run) hides a run
+        and every run written after it."""
+        with self._reading() as conn:
+            return {(run_id, case_name): pk for pk, run_id, case_name in
+                    conn.execute(select(runs.c.id, runs.c.run_id, runs.c.case_name))}
 
     def push(self, target: ResultsStore) -> tuple[int, int]:
         """Copy the runs and baselines `target` lacks; (runs copied, runs it had). Idempotent."""
@@ -647,13 +658,18 @@ def _session_of(conn, row) -> ABRecord:
                     candidate_options=json.loads(row["candidate_options"]))
 
 
-def _with_children(conn, rows) -> list[Run]:
+# A run's child tables and the names _run_of reads them by; _FIGURES: those a verdict's figures need.
+_CHILDREN = ((run_stages, "stages"), (run_branches, "branches"), (run_steps, "steps"),
+             (run_subgraphs, "subgraphs"), (run_quality, "quality"))
+_FIGURES = _CHILDREN[:2]
+
+
+def _with_children(conn, rows, children=_CHILDREN) -> list[Run]:
     ids = [row["id"] for row in rows]
     if not ids:
         return []
     per: defaultdict[Any, defaultdict[str, list]] = defaultdict(lambda: defaultdict(list))
-    for table, name in ((run_stages, "stages"), (run_branches, "branches"), (run_steps, "steps"),
-                        (run_subgraphs, "subgraphs"), (run_quality, "quality")):
+    for table, name in children:
         for child in conn.execute(select(table).where(table.c.run.in_(ids))).mappings():
             per[child["run"]][name].append(child)
     return [_run_of(row, per[row["id"]]) for row in rows]

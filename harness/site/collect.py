@@ -3,9 +3,9 @@ stack changes, the fleets and the upgrades. Plain data; plots.py draws it and pa
 
 A *series* is one board's runs of one experiment (case, steps, precision, backend), across stack
 changes: a stack upgrade is a marked point in it, not a new series. The latest run of a series is
-judged as the benchmark gate judged it when it was written (judge.judge_run against the store as it
-was before that run: the runs before it and the baselines saved on runs before it, replayed into a
-throw-away store: _judged_as_written).
+judged as the benchmark gate judged it when it was written (judge_run against the store as it was
+before that run, as judge_stored judges it: the runs written before it and the baselines saved on
+them, held in memory: before.py, judged_as_written).
 """
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import json
 import math
 import multiprocessing
 import os
-import tempfile
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from typing import TypeVar
 
 from ..report.sitelinks import series_page
 from ..results.constants import GROUP_RUNS, LOOKBACK
@@ -30,8 +30,12 @@ from ..results.verdict.changes import change_points
 from ..results.verdict.figures import figures, parse_threshold
 from ..results.verdict.judging import judge_run
 from ..results.verdict.verdict import NOT_COMPARABLE, Verdict
+from .before import Written
 
-__all__ = ["Site", "Series", "Upgrade", "Fleet", "JudgedBand", "collect", "stack_of", "stack_label", "STATUS_ORDER"]
+__all__ = ["Site", "Series", "Upgrade", "Fleet", "JudgedBand", "collect", "judged_as_written", "stack_of",
+           "stack_label", "STATUS_ORDER"]
+
+T = TypeVar("T")
 
 # The latest verdict of a series (or of one of its figures), in the order the index lists them.
 REGRESSION, PROBATION, NOT_COMP, INVALID, PASS, NO_VERDICT = (
@@ -214,15 +218,14 @@ class Site:
 def collect(store: ResultsStore, threshold: str = "10%") -> Site:
     """Everything the site shows, from one store."""
     threshold_pct = parse_threshold(threshold, "--threshold")
-    runs = store.runs()
+    runs = store.runs(whole=False)
     saved = {(run_id, case): reason for _, run_id, case, reason in store.baseline_pairs()}
     by_series: dict[tuple, list[Run]] = defaultdict(list)
     for run in runs:
         by_series[(run.board_id, run.key.experiment)].append(run)
     series = [_series(members, saved) for members in by_series.values()]
-    _analyse_all(series)
-    judged = _judged_as_written(runs, saved, [s.latest for s in series] + [m[2] for m in _upgrade_runs(series)],
-                                threshold_pct)
+    wanted = [s.latest for s in series] + [m[2] for m in _upgrade_runs(series)]
+    judged = _analyse_all(series, lambda: judged_as_written(store, runs, wanted, threshold_pct))
     for s in series:
         s.judgement = judged[id(s.latest)]
     upgrades = _upgrades(series, judged)
@@ -244,19 +247,27 @@ def _series(members: list[Run], saved: dict) -> Series:
     return s
 
 
-def _analyse_all(series: list[Series]) -> None:
-    """Each series' change points, the series spread over the CPUs: they are independent, and a lab's
-    store has tens of them of hundreds of runs (tools/bench_site.py)."""
+def _analyse_all(series: list[Series], meanwhile: Callable[[], T]) -> T:
+    """Each series' change points, the series spread over the CPUs while this process does `meanwhile`
+    (the judging): they are independent, and a lab's store has tens of them of hundreds of runs
+    (tools/bench_site.py). `meanwhile`'s result."""
     payloads = [(s.figures, [r.valid for r in s.runs]) for s in series]
     workers = min(os.cpu_count() or 1, len(series))
     if workers > 1:
+        # what change_points imports, imported once before the workers fork rather than by each (~1 s of CPU)
+        import ruptures  # noqa: F401
+        from scipy import stats  # noqa: F401
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            results = list(pool.map(_analyse, payloads))
+            pending = pool.map(_analyse, payloads)
+            done = meanwhile()
+            results = list(pending)
     else:
+        done = meanwhile()
         results = [_analyse(p) for p in payloads]
     for s, points in zip(series, results):
         s.change_points = [ChangePoint(label, after, s.runs[before], s.runs[after], low, high)
                            for label, before, after, low, high in points]
+    return done
 
 
 def _analyse(payload) -> list:
@@ -278,37 +289,25 @@ def _change_points(values: list, valid: list[bool], label: str) -> list[tuple]:
     return out
 
 
-def _judged_as_written(runs: list[Run], saved: dict, wanted: list[Run], threshold_pct: float) -> dict[int, Verdict]:
-    """id(run) -> judge.judge_run of each of the `wanted` stored runs against the store as it was before
-    the run was written: the runs before it, and the baselines saved on those runs.
+def judged_as_written(store: ResultsStore, runs: list[Run], wanted: list[Run],
+                       threshold_pct: float) -> dict[int, Verdict]:
+    """id(run) -> judge_run of each of the `wanted` stored runs against the store as it was before the
+    run was written (ResultsStore.as_before, what judge_stored judges it against): the runs written
+    before it and the baselines saved on those, read once for the whole site (`runs`, without their
+    subgraphs) and held in memory (before.py), so a judgement reads no row of the store. The verdict's
+    reference run is the stored run, whole, as judge_stored gives it.
 
-    The store's history is replayed, oldest run first, into a throw-away SQLite store, and each wanted
-    run is judged when its turn comes, so a judgement runs the store's own queries on exactly the runs
-    written before it. Hiding the later runs in the real store instead (deleting them in a transaction
+    Taking the store as_before each judged run instead (deleting the later runs in a transaction
     rolled back afterwards) would make the site, a reader, take the write lock of a lab's SQLite file
-    (every gate's write waiting) or row locks on a fleet's server, and delete thousands of rows per
-    judgement; the replay writes once per judged run, to a file of its own."""
-    at = {id(run): i for i, run in enumerate(runs)}
-    whole = {_ident(run): run for run in runs}
-    judged: dict[int, Verdict] = {}
-    with tempfile.TemporaryDirectory(prefix="anima-site-") as tmp, \
-            ResultsStore(f"sqlite:///{Path(tmp) / 'replay.sqlite'}") as replay:
-        written = 0
-        for run in sorted({id(r): r for r in wanted}.values(), key=lambda r: at[id(r)]):
-            before = runs[written:at[id(run)]]
-            if before:
-                # without the rows no verdict reads (its subgraphs, 84 a run, its steps, its quality):
-                # a replay of 10,000 runs wrote and read back 1.1 million of them, most of the site's time
-                replay.add_runs([replace(r, subgraphs=(), step_s=(), quality={}) for r in before])
-            for earlier in before:
-                if (earlier.run_id, earlier.key.case) in saved:
-                    replay.set_baseline(earlier, saved[(earlier.run_id, earlier.key.case)])
-            written += len(before)
-            judgement = judge_run(replay, run, threshold_pct)
-            if judgement.reference_run is not None:      # the stored run, whole
-                judgement = replace(judgement, reference_run=whole[_ident(judgement.reference_run)])
-            judged[id(run)] = judgement
-    return judged
+    (every gate's write waiting) or row locks on a fleet's server; replaying the runs into a
+    throw-away store took a lab's 10,000 runs 14 s to write and the 80 judgements' queries 20 s more."""
+    written = Written(runs, store.written_order(), store.baseline_pairs())
+    judged = {id(run): judge_run(written.before(run), run, threshold_pct)  # type: ignore[arg-type]
+              for run in wanted}
+    whole = {ident: store.runs(run_id=ident[0], case=ident[1])[0] for ident in
+             {_ident(j.reference_run) for j in judged.values() if j.reference_run is not None}}
+    return {at: replace(j, reference_run=whole[_ident(j.reference_run)]) if j.reference_run is not None else j
+            for at, j in judged.items()}
 
 
 def _ident(run: Run) -> tuple[str, str]:

@@ -7,9 +7,11 @@ The site is written to a staging folder and renamed into place: a failed run lea
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from importlib import resources
 from pathlib import Path
 
@@ -72,14 +74,15 @@ def _write(site: Site, root: Path, reports: Path | None) -> None:
     for name in ("site.css", "filter.js"):
         (static / name).write_text(resources.files("harness.site").joinpath("static", name).read_text())
     copied = _copy_reports(site, root, reports)
+    drawn = _drawn(site, root)
     common = {"site": site, "fleets": site.fleets, "upgrades": site.upgrades, "fleet_models": site.fleet_models}
     _page(env, root / "index.html", "index.html", root="", rows=_index_rows(site), **common)
     for s in site.series:
-        _page(env, root / s.page, "series.html", root="../", s=s, panels=_series_plots(s, root),
+        _page(env, root / s.page, "series.html", root="../", s=s, panels=_series_plots(s, drawn),
               reports=copied, upgrade_of=_upgrade_pages(site), **common)
     for fleet in site.fleets:
         _page(env, root / f"fleet/{slug(fleet.board_model)}.html", "fleet.html", root="../", fleet=fleet,
-              groups=_fleet_groups(fleet, root), page_of=_pages_of(site), detect_pct=DETECT_PCT,
+              groups=_fleet_groups(fleet, drawn), page_of=_pages_of(site), detect_pct=DETECT_PCT,
               min_others=MIN_OTHERS, **common)
     for upgrade in site.upgrades:
         _page(env, root / f"upgrades/{upgrade.upgrade_id}.html", "upgrade.html", root="../", upgrade=upgrade,
@@ -112,41 +115,81 @@ def _index_rows(site: Site) -> list[dict]:
     return sorted(rows, key=lambda r: r["order"])
 
 
-def _series_plots(s: Series, root: Path) -> list[dict]:
+def _drawn(site: Site, root: Path) -> dict[str, str]:
+    """Every plot file of the site, written, under its name in the site (img/...) -> that name: the
+    plots are drawn over the CPUs, each independent of the others (matplotlib takes ~70 ms of CPU a
+    plot here, and a lab's store has ~90 of them: tools/bench_site.py)."""
+    calls = {name: call for s in site.series for name, call in _series_calls(s).items()}
+    calls |= {name: call for fleet in site.fleets for name, call in _fleet_calls(fleet).items()}
+    workers = min(os.cpu_count() or 1, len(calls))
+    if workers > 1:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            svgs = list(pool.map(_draw, calls.values()))
+    else:
+        svgs = [_draw(call) for call in calls.values()]
+    return {name: _svg(root, name, svg) for name, svg in zip(calls, svgs)}
+
+
+def _draw(call: tuple) -> str:
+    plot, args = call
+    return plot(*args)
+
+
+def _series_calls(s: Series) -> dict[str, tuple]:
+    """The plots of a series page (PLOTTED): file name -> (plots' function, its arguments)."""
+    valid, times = [r.valid for r in s.runs], [r.time for r in s.runs]
+    stacks = [(c.index, c.label) for c in s.stack_changes]
+    calls = {}
+    for label in PLOTTED:
+        if label in s.figures:
+            points = [(c.index, f"{c.shift_pct:+.1f} %") for c in s.change_points if c.figure == label]
+            calls[f"series/{s.stem}--{slug(label)}.svg"] = (
+                plots.series_plot, (label, s.figures[label], valid, times, s.judged_band(label), points, stacks,
+                                    list(s.baselines)))
+    return calls
+
+
+def _series_plots(s: Series, drawn: dict[str, str]) -> list[dict]:
     """A panel per figure: a plot (a file) for the figures a verdict weighs most (PLOTTED), an inline
     trend for the others. A plot costs matplotlib ~85 ms and ~20 KB: for every figure of a lab's store
     (360 of them), most of the site's time and size."""
-    valid, times = [r.valid for r in s.runs], [r.time for r in s.runs]
-    stacks = [(c.index, c.label) for c in s.stack_changes]
+    valid = [r.valid for r in s.runs]
     panels = []
     for label, values in s.figures.items():
-        band = s.judged_band(label)
         panel = {"figure": label, "anchor": slug(label), "verdict": s.verdict(label), "status": s.status(label),
                  "img": None, "trend": None}
         if label in PLOTTED:
-            points = [(c.index, f"{c.shift_pct:+.1f} %") for c in s.change_points if c.figure == label]
-            svg = plots.series_plot(label, values, valid, times, band, points, stacks, list(s.baselines))
-            panel["img"] = _svg(root, f"series/{s.stem}--{slug(label)}.svg", svg)
+            panel["img"] = drawn[f"series/{s.stem}--{slug(label)}.svg"]
         else:
-            panel["trend"] = Markup(plots.sparkline(values, valid, panel["status"] == "regression", band, 640, 70))
+            panel["trend"] = Markup(plots.sparkline(values, valid, panel["status"] == "regression",
+                                                    s.judged_band(label), 640, 70))
         panels.append(panel)
     return panels
 
 
-def _fleet_groups(fleet, root: Path) -> list[dict]:
-    out = []
-    for n, (group, verdicts, left_out) in enumerate(fleet.groups):
-        outliers = {v.board for v in verdicts if v.outlier}
-        windows = {board: [r.mean_step_s for r in runs if r.valid][-LOOKBACK:] for board, runs in group.runs.items()}
-        means = [sum(v) / len(v) for v in windows.values() if v]
-        reference = sum(means) / len(means) if means else None
+def _fleet_windows(group) -> tuple[dict, float | None]:
+    """Each board's valid step times in its window, and the mean of the boards' means."""
+    windows = {board: [r.mean_step_s for r in runs if r.valid][-LOOKBACK:] for board, runs in group.runs.items()}
+    means = [sum(v) / len(v) for v in windows.values() if v]
+    return windows, (sum(means) / len(means) if means else None)
+
+
+def _fleet_calls(fleet) -> dict[str, tuple]:
+    calls = {}
+    for n, (group, verdicts, _) in enumerate(fleet.groups):
+        windows, reference = _fleet_windows(group)
         key = group.key
-        svg = plots.fleet_plot(f"{key.case} ({key.backend}, {key.precision}, {key.steps} steps)",
-                               windows, reference, outliers)
-        out.append({"group": group, "stack": stack_label(group.key), "verdicts": verdicts, "left_out": left_out,
-                    "outliers": sorted(outliers),
-                    "img": _svg(root, f"fleet/{slug(fleet.board_model)}-{n}.svg", svg)})
-    return out
+        calls[f"fleet/{slug(fleet.board_model)}-{n}.svg"] = (
+            plots.fleet_plot, (f"{key.case} ({key.backend}, {key.precision}, {key.steps} steps)", windows,
+                               reference, {v.board for v in verdicts if v.outlier}))
+    return calls
+
+
+def _fleet_groups(fleet, drawn: dict[str, str]) -> list[dict]:
+    return [{"group": group, "stack": stack_label(group.key), "verdicts": verdicts, "left_out": left_out,
+             "outliers": sorted({v.board for v in verdicts if v.outlier}),
+             "img": drawn[f"fleet/{slug(fleet.board_model)}-{n}.svg"]}
+            for n, (group, verdicts, left_out) in enumerate(fleet.groups)]
 
 
 def _pages_of(site: Site) -> dict:

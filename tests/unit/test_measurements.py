@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,32 @@ def test_a_bin_test_run_becomes_a_tier_row(tmp_path):
                           f"{session['tests']['passed']} passed | **7.5 s** wall, {session['seconds']} s of pytest, "
                           "6.5 s CPU (under load, "), row
     assert len(json.loads(data.read_text())["tiers"]["rows"]) == 3       # the row replaced, not added
+
+
+@pytest.mark.slow       # a small tools/bench_site.py run of its own (~10 s)
+def test_a_bench_site_log_becomes_a_row_of_the_results_site_table(tmp_path):
+    log = tmp_path / "site.txt"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for _ in range(2):          # two runs appended to one log, as a timed sitting leaves it
+        run = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_site.py"), "--boards", "2", "--cases", "1",
+                              "--runs", "12", "--store", f"sqlite:///{tmp_path / 'r.sqlite'}"],
+                             capture_output=True, text=True, env=env, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        log.write_text(log.read_text() + run.stdout if log.exists() else run.stdout)
+    data, page = tmp_path / "m.json", tmp_path / "m.md"
+    data.write_text(DATA.read_text())
+    args = ["site", "--log", log, "--revision", "abc1234", "--label", "after", "--wall", "9.5", "--cpu", "8.25",
+            "--peak", "250", "--load", "load 1-2", "--sitting", "here, today", "--note", "It held."]
+    assert measurements(*args, data=data, page=page).returncode == 0
+    assert measurements(*args[:-2], "--note", "It held again.", data=data, page=page).returncode == 0
+    rows = json.loads(data.read_text())["site"]["rows"]
+    mine = [r for r in rows if r["revision"] == "abc1234"]
+    assert len(mine) == 1 and mine[0]["n"] == 2 and mine[0]["runs"] == 24, mine      # replaced, not added
+    [line] = [line for line in page.read_text().splitlines() if line.startswith("| abc1234 (after) |")]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1:4] == ["**9.5 s**", "8.25 s", "250.0 MiB"] and cells[-1] == "load 1-2", cells
+    files, mb = re.findall(r"(\d+) files, ([\d.]+) MB", log.read_text())[-1]      # what the run printed
+    assert cells[-3:-1] == [files, f"{mb} MB"], cells
+    assert "here, today" in page.read_text() and "It held again." in page.read_text()
+    broken = measurements("site", "--log", tmp_path / "m.md", "--revision", "x", "--label", "y", data=data, page=page)
+    assert broken.returncode != 0 and broken.stderr.strip().startswith(f"error: --log {tmp_path / 'm.md'}: no line")
