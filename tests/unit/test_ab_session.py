@@ -291,6 +291,19 @@ def test_bench_ab_bad_option_is_one_line():
     assert "Traceback" not in run.stderr
 
 
+def test_bench_ab_takes_the_old_side_names_saying_the_new_ones():
+    # --baseline and --candidate, as users' CI scripts spell them: still A and B, one line each
+    run = _bench_ab("--baseline", "x", "--candidate", "y", "--fault", "slow=x2")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines() == [
+        "--baseline is deprecated and will go: it is --a now", "--candidate is deprecated and will go: it is --b now",
+        "error: --fault needs --backend faults (got --backend onnxruntime)"], run.stderr
+    both = _bench_ab("--a", "x", "--baseline", "y", "--b", "z")
+    assert both.returncode == 2 and "argument --baseline: not allowed with argument --a" in both.stderr, both.stderr
+    none = _bench_ab("--b", "z")
+    assert none.returncode == 2 and "one of the arguments --a is required" in none.stderr, none.stderr
+
+
 @pytest.mark.slow
 def test_bench_ab_on_the_simulated_board_names_the_slowed_branch(model, partition, tmp_path):
     run = _bench_ab("--a", str(partition), "--b", str(partition), "--model-dir",
