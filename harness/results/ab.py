@@ -54,11 +54,12 @@ class Side:
 
 @dataclass
 class ABSession:
-    pairs: list[dict]               # per round: {A: {figure: s}, B: {figure: s}}
-    verdicts: list[Decision]
-    reports: dict = field(default_factory=dict)     # side name -> its judged rounds' run reports (the store's)
-    first: list[str] = field(default_factory=list)  # per judged round: the side that ran first
-    request: ABRequest | None = None                # what was asked for (None: a session read back)
+    """A session as it runs (run_session): what was asked for, and what each judged round gave."""
+    request: ABRequest
+    pairs: list[dict] = field(default_factory=list)                 # per round: {A: {figure: s}, B: {figure: s}}
+    verdicts: list[Decision] = field(default_factory=list)
+    reports: dict = field(default_factory=lambda: {A: [], B: []})   # side -> its judged rounds' run reports
+    first: list[str] = field(default_factory=list)                  # per judged round: the side that ran first
 
     @property
     def regressions(self) -> list[Decision]:
@@ -172,7 +173,7 @@ def run_session(bundle, request: ABRequest, *, on_pair: Callable[[int, dict], No
     `request.rounds` pairs, judged. Both partitions are verified on the first round only. The order
     within each round comes from `rng` (fresh entropy by default: see round_orders); `on_pair` hears
     of each judged pair as it is made."""
-    session = ABSession([], [], {A: [], B: []}, request=request)
+    session = ABSession(request)
     orders = round_orders(request.warmup + request.rounds, rng if rng is not None else np.random.default_rng())
     for r, a_first in enumerate(orders):
         order = (request.a, request.b) if a_first else (request.b, request.a)

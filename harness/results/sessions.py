@@ -23,7 +23,7 @@ from .ab import A, B
 from .records import ResultsError, Run, RunKey, SubgraphTime, board_model_of, utc_now
 from .verdict.decision import Decision
 
-__all__ = ["ABRecord", "SIDES", "subgraph_times", "side_run", "ab_record", "verdict_of"]
+__all__ = ["ABRecord", "SIDES", "Filing", "subgraph_times", "side_run", "ab_record", "verdict_of"]
 
 SIDES = (A, B)
 
@@ -81,19 +81,33 @@ def _mean(values) -> float:
     return float(np.mean(values))
 
 
-def side_run(run_id: str, reports: list[dict], *, case: str, partition: Path, backend: str, identity: dict,
-             board: str, time: str, telemetry: dict, provenance: dict) -> Run:
-    """One side of a session as one run: each figure the mean over the session's rounds of that side."""
+@dataclass(frozen=True)
+class Filing:
+    """What both sides' runs of one session share: its id and time, case, board and conditions."""
+    session_id: str
+    time: str
+    case: str
+    identity: dict
+    board: str
+    telemetry: dict                 # the session's TelemetryWindow verdict
+    provenance: dict                # git revision, CI URL
+
+
+def side_run(side, reports: list[dict], filing: Filing) -> Run:
+    """One side (an ab.Side) of a session as one run: each figure the mean over the session's rounds of
+    that side; its run id is the session's and the side's stored key, `<session>-baseline` for A."""
     from .provenance import comparable_versions
     from .telemetry import serial_hash
     tables = [r["tables"] for r in reports]
     steps = len(reports[0]["step_seconds"])
     peaks = [(r.get("memory") or {}).get("run_peak_pss_added_bytes") for r in reports]
+    identity, board = filing.identity, filing.board
     return Run(
-        run_id=run_id, time=time, board_id=board, board_model=board_model_of(board), model=reports[0]["model"],
-        key=RunKey(case=case, steps=steps, precision=partition_precision(partition), backend=backend,
-                   manifest_hash=manifest_sha256(partition), versions=comparable_versions(identity)),
-        valid=telemetry["valid"], invalid_reasons=tuple(telemetry["reasons"]),
+        run_id=f"{filing.session_id}-{side.name}", time=filing.time, board_id=board,
+        board_model=board_model_of(board), model=reports[0]["model"],
+        key=RunKey(case=filing.case, steps=steps, precision=partition_precision(side.partition), backend=side.backend,
+                   manifest_hash=manifest_sha256(side.partition), versions=comparable_versions(identity)),
+        valid=filing.telemetry["valid"], invalid_reasons=tuple(filing.telemetry["reasons"]),
         mean_step_s=_mean([r["denoise_seconds"] / steps for r in reports]),
         total_denoise_s=_mean([r["denoise_seconds"] for r in reports]),
         stages={s: _mean([t["lifecycle_pass"][s] for t in tables]) for s in STAGE_NAMES},
@@ -101,7 +115,7 @@ def side_run(run_id: str, reports: list[dict], *, case: str, partition: Path, ba
         step_s=tuple(_mean(column) for column in zip(*(r["step_seconds"] for r in reports))),
         subgraphs=subgraph_times(reports), kernel=identity.get("kernel"), serial_hash=serial_hash(identity),
         device_model=identity.get("model"),
-        peak_pss_added_bytes=max((p for p in peaks if p is not None), default=None), **provenance)
+        peak_pss_added_bytes=max((p for p in peaks if p is not None), default=None), **filing.provenance)
 
 
 def ab_record(session, *, case: str, identity: dict, board: str, telemetry: dict) -> ABRecord:
@@ -110,12 +124,10 @@ def ab_record(session, *, case: str, identity: dict, board: str, telemetry: dict
     clock change or thermal trip makes both sides INVALID)."""
     from .provenance import ci_url, git_revision, run_id
     request = session.request
-    session_id, time = f"{run_id()}-ab", utc_now()
-    provenance = {"git_revision": git_revision(), "ci_url": ci_url()}
-    a, b = (side_run(f"{session_id}-{side.name}", session.reports[side.name], case=case, partition=side.partition,
-                     backend=side.backend, identity=identity, board=board, time=time, telemetry=telemetry,
-                     provenance=provenance) for side in (request.a, request.b))
-    return ABRecord(session_id=session_id, a=a, b=b, a_partition=str(request.a.partition),
+    filing = Filing(f"{run_id()}-ab", utc_now(), case, identity, board, telemetry,
+                    {"git_revision": git_revision(), "ci_url": ci_url()})
+    a, b = (side_run(side, session.reports[side.name], filing) for side in (request.a, request.b))
+    return ABRecord(session_id=filing.session_id, a=a, b=b, a_partition=str(request.a.partition),
                     b_partition=str(request.b.partition), pairs=tuple(session.pairs),
                     verdicts=tuple(session.verdicts), threshold_pct=request.threshold_pct,
                     confidence=request.confidence, lifecycle=request.lifecycle, warmup=request.warmup,
