@@ -316,7 +316,8 @@ def test_an_ab_session_comes_back_whole_and_its_sides_are_runs_of_their_own_keys
         # kept under the sides' stored keys, as every store written before the words A and B
         assert (record.a.run_id, record.b.run_id) == ("s1-baseline", "s1-candidate")
         with store.engine.connect() as conn:
-            assert {r[0] for r in conn.execute(text("SELECT DISTINCT side FROM ab_rounds"))} == {"baseline", "candidate"}
+            sides = {r[0] for r in conn.execute(text("SELECT DISTINCT side FROM ab_rounds"))}
+        assert sides == {"baseline", "candidate"}
         with pytest.raises(ResultsError, match="A/B session 's1' of case 'cat' rejected"):
             store.add_ab_session(record)
         assert len(store.ab_sessions()) == 1 and len(store.runs()) == 2
