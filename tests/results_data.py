@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from harness.lifecycle.steptimes import STAGE_NAMES
 from harness.model.config import BRANCHES
-from harness.results.ab import judge_pairs
+from harness.results.ab import A, B, judge_pairs
 from harness.results.records import Run, RunKey, SubgraphTime
 from harness.results.sessions import ABRecord
 
@@ -35,16 +35,14 @@ def make_run(run_id: str, step_s: float = 1.0, *, board: str = "rock-5c-aaaa", b
 
 def make_ab_record(session_id: str, factor: float = 1.0, *, rounds: int = 6, minute: int = 0,
                    board: str = "rock-5c-aaaa") -> ABRecord:
-    """An A/B session of two partitions (manifest hashes m1 and m2) whose candidate is `factor` times the
-    baseline in every figure, with a little noise of its own, judged by the session's own verdict."""
+    """An A/B session of two partitions (manifest hashes m1 and m2) whose side B is `factor` times side
+    A in every figure, with a little noise of its own, judged by the session's own verdict."""
     noise = [1.0, 1.012, 0.991, 1.006, 0.995, 1.009, 0.998, 1.004]
-    pairs = [{"baseline": {"step": 1.0 * noise[i % 8], "ffn core": 0.25 * noise[i % 8], "init": 0.05},
-              "candidate": {"step": factor * noise[(i + 3) % 8], "ffn core": 0.25 * factor * noise[(i + 3) % 8],
-                            "init": 0.05 * factor}} for i in range(rounds)]
-    sides = {name: make_run(f"{session_id}-{name}", 1.0 if name == "baseline" else factor, minute=minute,
-                            board=board, manifest_hash=hash_)
-             for name, hash_ in (("baseline", "m1"), ("candidate", "m2"))}
-    return ABRecord(session_id=session_id, baseline=sides["baseline"], candidate=sides["candidate"],
-                    baseline_partition="/parts/old", candidate_partition="/parts/new", pairs=tuple(pairs),
-                    verdicts=tuple(judge_pairs(pairs, threshold_pct=2.0)), threshold_pct=2.0, confidence=0.99,
-                    lifecycle="on-demand", warmup=1, candidate_options={"slowdown": {"ffn": factor}})
+    pairs = [{A: {"step": 1.0 * noise[i % 8], "ffn core": 0.25 * noise[i % 8], "init": 0.05},
+              B: {"step": factor * noise[(i + 3) % 8], "ffn core": 0.25 * factor * noise[(i + 3) % 8],
+                  "init": 0.05 * factor}} for i in range(rounds)]
+    a, b = (make_run(f"{session_id}-{name}", 1.0 if name == A else factor, minute=minute, board=board,
+                     manifest_hash=hash_) for name, hash_ in ((A, "m1"), (B, "m2")))
+    return ABRecord(session_id=session_id, a=a, b=b, a_partition="/parts/old", b_partition="/parts/new",
+                    pairs=tuple(pairs), verdicts=tuple(judge_pairs(pairs, threshold_pct=2.0)), threshold_pct=2.0,
+                    confidence=0.99, lifecycle="on-demand", warmup=1, b_options={"slowdown": {"ffn": factor}})

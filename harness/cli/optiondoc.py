@@ -39,7 +39,10 @@ def options_table() -> str:
         if name == "telemetry_root":
             default = "`/`"
         commands = ", ".join(taking.get(flag_of(name), [])) or "bin/test only"
-        rows.append(f"| `{flag_of(name)}` | {default} | {option.help.replace('|', '/')} | {commands} |")
+        text = option.help.replace('|', '/')
+        if option.renamed_from:     # the old spelling still works, with a line saying this one
+            text += f" (was `{flag_of(option.renamed_from)}`, still taken, deprecated)"
+        rows.append(f"| `{flag_of(name)}` | {default} | {text} | {commands} |")
     return "\n".join(rows) + "\n"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,8 @@ from ..results.verdict.power import DETECT_PCT
 
 __all__ = ["ranged", "checked", "size", "core_mask", "granularity", "lifecycle", "positive_int", "cfg_scale",
            "seed", "BACKEND_CHOICES", "board_sim_options", "default_partition", "OPTIONS", "SUITE_OPTIONS",
-           "PRECISIONS", "add_options", "check_precision", "resolve_backend", "flag_of", "Option"]
+           "PRECISIONS", "RENAMED", "add_options", "check_precision", "resolve_backend", "flag_of", "Option",
+           "renamed_line", "old_spelling"]
 
 
 def ranged(kind, lo, hi, what: str):
@@ -122,7 +124,9 @@ def _time_scale(text):
 class Option:
     """One option of the suite and the commands. `kind` says how a value from the command line or a
     board profile's [suite] table is typed (text, flag, count, size, path); `parse` is the commands'
-    argparse type; `suite=False` keeps it off pytest (a per-command option such as --seed)."""
+    argparse type; `suite=False` keeps it off pytest (a per-command option such as --seed);
+    `renamed_from` is the name it had, still taken on the command line and in a board profile with one
+    line saying the new one (users' CI scripts and profiles carry it)."""
     default: Any
     help: str
     kind: str = "text"
@@ -130,6 +134,7 @@ class Option:
     suite: bool = True
     aliases: tuple[str, ...] = ()
     choices: tuple[str, ...] | None = None
+    renamed_from: str | None = None
 
 
 OPTIONS: dict[str, Option] = {
@@ -173,14 +178,14 @@ OPTIONS: dict[str, Option] = {
     "bench_steps": Option(None, "sampler steps per benchmark round (default: the golden case's)", kind="count"),
     "bench_sampler": Option(None, "sampler of the benchmark rounds: flow-euler or spectrum (13-of-28 preset; "
                                   "default: the case's)"),
-    # The interleaved A/B session (harness/results/ab.py): the suite's partition is the candidate.
-    "ab_baseline": Option(None, "benchmark: also run an interleaved A/B session against this baseline partition; "
-                                "--fault then applies to the candidate only; a regression fails with its verdict",
-                          kind="path"),
-    "ab_rounds": Option(6, "judged rounds (pairs) of the --ab-baseline session", kind="count"),
-    "ab_threshold": Option("2%", "smallest paired shift that fails the --ab-baseline session"),
-    "ab_confidence": Option("99%", "confidence of the --ab-baseline session over all its figures: an unchanged "
-                                   "candidate fails 1 - this of the time"),
+    # The interleaved A/B session (harness/results/ab.py): the suite's partition is its side B.
+    "ab_a": Option(None, "benchmark: also run an interleaved A/B session with this partition as side A and the "
+                         "suite's as side B; --fault then applies to B only; a regression of B fails with its verdict",
+                   kind="path", renamed_from="ab_baseline"),
+    "ab_rounds": Option(6, "judged rounds (pairs) of the --ab-a session", kind="count"),
+    "ab_threshold": Option("2%", "smallest paired shift that fails the --ab-a session"),
+    "ab_confidence": Option("99%", "confidence of the --ab-a session over all its figures: a B unchanged from A "
+                                   "fails 1 - this of the time"),
     "results": Option("sqlite:///.benchmarks/results.sqlite", "results store every benchmark run is written to and "
                       "judged against: a database URL in SQLAlchemy's form (sqlite:///relative.sqlite, "
                       "sqlite:////absolute.sqlite, postgresql://user@host/db for a fleet)"),
@@ -196,8 +201,11 @@ OPTIONS: dict[str, Option] = {
     "accept_upgrade": Option(False, "after an upgrade comparison (new NPU stack or manifest) that passed, make this "
                                     "run the board's baseline for the new stack; only when the whole session passed",
                              kind="flag"),
-    "baseline_threshold": Option("10%", "with too few earlier runs for a learned threshold, a benchmark fails when "
-                                        "a figure is this much over the reference run's"),
+    # The fixed rule's (harness/results/verdict/judging.py): it stands in for a learned threshold while a
+    # history is short, against whatever reference the verdict chose; not a property of the accepted reference.
+    "fixed_threshold": Option("10%", "the fixed rule: with too few earlier runs for a learned threshold, a benchmark "
+                                     "fails when a figure is this much over the reference run's",
+                              renamed_from="baseline_threshold"),
     "detect": Option(f"{DETECT_PCT:g}%", "the slowdown every benchmark verdict must be able to find (its minimum "
                                          "detectable effect, at 95 percent power) to say PASS; past it the verdict is "
                                          "INCONCLUSIVE (the default: what the board write-up's run-to-run noise lets "
@@ -236,12 +244,28 @@ OPTIONS: dict[str, Option] = {
     "cfg_scale": Option(None, "CFG scale (default: the model's)", parse=cfg_scale, suite=False, aliases=("--cfg",)),
 }
 SUITE_OPTIONS = {name: option for name, option in OPTIONS.items() if option.suite}
+# old name -> the option's name now
+RENAMED = {option.renamed_from: name for name, option in OPTIONS.items() if option.renamed_from}
 
 _ARGPARSE_TYPES = {"count": positive_int, "size": checked(size), "path": Path}
 
 
 def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+def renamed_line(old: str, new: str) -> str:
+    """The one line an old spelling gets: it still works, and says the new one."""
+    return f"{old} is deprecated and will go: it is {new} now"
+
+
+def old_spelling(new: str) -> type[argparse.Action]:
+    """An argparse action for an option's old flag: the value stored as the new one's, one line on stderr."""
+    class Renamed(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            print(renamed_line(str(option_string), new), file=sys.stderr)
+            setattr(namespace, self.dest, values)
+    return Renamed
 
 
 def add_options(parser, *names: str, choices: dict | None = None, **defaults) -> None:

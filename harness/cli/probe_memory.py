@@ -48,7 +48,7 @@ def add_command(sub) -> None:
     p.add_argument("--fit-rows", type=positive_int, default=2,
                    help="rows at the top of the table the growth is fitted over (default: %(default)s)")
     p.add_argument("--warm-up", action=argparse.BooleanOptionalAction, default=True,
-                   help="load and release one context before the baseline, so the runtime's one-off "
+                   help="load and release one context before the start (the first reading), so the runtime's one-off "
                         "start-up is not billed to the first context (default: on)")
     p.add_argument("--out", type=Path, default=Path("out/probe"), help="folder for probe.csv/json/png")
     p.add_argument("--quiet", action="store_true", help="no progress lines")

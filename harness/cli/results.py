@@ -28,6 +28,7 @@ from ..lifecycle.steptimes import STAGE_NAMES
 from ..model.config import BRANCHES
 from ..results.fleet import fleet_lines
 from ..results.records import ResultsError, Run, RunKey
+from ..results.sessions import SIDES
 from ..results.store import DEFAULT_RESULTS, ResultsStore
 from ..results.verdict.changes import change_points
 from ..results.verdict.figures import parse_threshold
@@ -63,7 +64,7 @@ def add_command(subparsers) -> argparse.ArgumentParser:
     chk = sub.add_parser("check", help="judge each series' latest run against its history; change points")
     chk.add_argument("--board", help="only this board")
     chk.add_argument("--threshold", default="10%", help="the fixed rule's threshold while a history has too few "
-                     "runs for a learned one (default: %(default)s, as --baseline-threshold)")
+                     "runs for a learned one (default: %(default)s, as --fixed-threshold)")
     add_options(chk, "detect", "inconclusive")
     chk.set_defaults(func=_cmd_check)
     brd = sub.add_parser("boards", help="compare the boards of one board model on one key")
@@ -190,20 +191,20 @@ def export_csv(runs: list[Run]) -> str:
 
 def export_ab_csv(sessions: list) -> str:
     """One row per judged figure of every A/B session: both sides' identity and key, the effect and its
-    interval. The sides' runs are rows of export_csv too (run ids `<session>-baseline`, `-candidate`)."""
-    header = ["time", "session_id", "case", "board_id", "rounds", "lifecycle", "baseline_run_id",
-              "baseline_partition", "baseline_manifest_hash", "candidate_run_id", "candidate_partition",
-              "candidate_manifest_hash",
-              *(f"{side}_{v}" for side in ("baseline", "candidate") for v in _VERSION_COLUMNS),
+    interval. The sides' runs are rows of export_csv too (run ids `<session>-baseline` for A, `-candidate`
+    for B). The columns of A and B are headed by the sides' stored keys, as the CSV always was."""
+    header = ["time", "session_id", "case", "board_id", "rounds", "lifecycle",
+              *(f"{side}_{v}" for side in SIDES for v in ("run_id", "partition", "manifest_hash")),
+              *(f"{side}_{v}" for side in SIDES for v in _VERSION_COLUMNS),
               "figure", "shift_pct", "ci_low_pct", "ci_high_pct", "threshold_pct", "confidence", "n", "regression"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
     for s in sessions:
-        b, c = s.baseline, s.candidate
-        identity = [b.time, s.session_id, s.case, b.board_id, len(s.pairs), s.lifecycle, b.run_id,
-                    s.baseline_partition, b.key.manifest_hash, c.run_id, s.candidate_partition, c.key.manifest_hash,
-                    *(r.key.versions.get(v) or "" for r in (b, c) for v in _VERSION_COLUMNS)]
+        a, b = s.a, s.b
+        identity = [a.time, s.session_id, s.case, a.board_id, len(s.pairs), s.lifecycle, a.run_id,
+                    s.a_partition, a.key.manifest_hash, b.run_id, s.b_partition, b.key.manifest_hash,
+                    *(r.key.versions.get(v) or "" for r in (a, b) for v in _VERSION_COLUMNS)]
         for v in s.verdicts:
             writer.writerow([*identity, v.label, repr(v.shift_pct), repr(v.ci_pct[0]), repr(v.ci_pct[1]),
                              repr(v.threshold_pct), repr(v.confidence), v.n, int(v.regression)])
@@ -305,20 +306,20 @@ def _change_point_lines(found: dict[tuple, list[Run]]) -> list[str]:
 
 
 def ab_check_lines(sessions: list, detect_pct: float) -> tuple[list[str], list[Outcome]]:
-    """Per pair of keys (board, case, baseline key, candidate key): its latest A/B session judged again
+    """Per pair of keys (board, case, A's key, B's key): its latest A/B session judged again
     from its stored pairs (ab.judge_pairs, held to --detect), and its outcome."""
     from ..results.ab import judge_pairs, session_decider, session_outcome
     latest = {}
     for s in sessions:          # oldest first: the last one of a pair of keys stays
-        latest[(s.baseline.board_id, s.case, s.baseline.key.digest, s.candidate.key.digest)] = s
+        latest[(s.a.board_id, s.case, s.a.key.digest, s.b.key.digest)] = s
     lines, outcomes = [], []
     for s in latest.values():
-        differences = "; ".join(s.candidate.key.differences(s.baseline.key)) or "same key"
+        differences = "; ".join(s.b.key.differences(s.a.key)) or "same key"
         verdicts = judge_pairs(list(s.pairs), s.threshold_pct, s.confidence, detect_pct)
         outcome, decider = session_outcome(verdicts), session_decider(verdicts, len(s.pairs))
         outcomes.append(outcome)
-        lines.append(f"A/B {s.case} on {s.baseline.board_id}: {s.candidate_partition} against "
-                     f"{s.baseline_partition} ({differences}), session {s.session_id}, {len(s.pairs)} pairs: "
+        lines.append(f"A/B {s.case} on {s.a.board_id}: {s.b_partition} against "
+                     f"{s.a_partition} ({differences}), session {s.session_id}, {len(s.pairs)} pairs: "
                      f"{outcome.name}" + (f"; {decider}" if decider else ""))
         lines += [f"  {'REGRESSION ' if v.regression else ''}{v.line()} ({v.kind}, n={v.n})" for v in verdicts]
     return lines, outcomes

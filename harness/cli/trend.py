@@ -17,7 +17,7 @@ def add_command(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--board", help="only the runs of this board_id")
     parser.add_argument("--backend", help="only the runs of this backend (e.g. leave out 'faults')")
     parser.add_argument("--threshold", default="10%", help="threshold shaded above a line with too few runs "
-                        "for a learned one (default: %(default)s, as --baseline-threshold)")
+                        "for a learned one (default: %(default)s, as --fixed-threshold)")
     parser.set_defaults(func=_cmd_trend)
     return parser
 

@@ -113,8 +113,8 @@ class Parser(argparse.ArgumentParser):
         return ""
 
     def _unknown_option(self, word: str) -> str:
-        from .options import SUITE_OPTIONS, flag_of
-        if word in {flag_of(name) for name in SUITE_OPTIONS}:
+        from .options import RENAMED, SUITE_OPTIONS, flag_of
+        if word in {flag_of(name) for name in (*SUITE_OPTIONS, *RENAMED)}:
             return f" ({word} is an option of the suite's, bin/test {word}: docs/options.md)"
         known = {flag for action in actions(self) for flag in action.option_strings}
         return closest(word, known) or f" ({self.prog} COMMAND --help lists its options)"

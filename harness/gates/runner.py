@@ -156,7 +156,7 @@ class GateRunner:
     # -------------------------------------------------------------- runs
     def prepare(self) -> None:
         """Everything a run needs before it is measured: weights, the verified partition and the
-        backend's module, so neither a memory baseline nor a benchmark round pays for loading."""
+        backend's module, so neither a memory guard's start nor a benchmark round pays for loading."""
         from ..backends.base import backend_class
         from ..runtime.run import open_partition
         if not self._prepared:
@@ -168,7 +168,7 @@ class GateRunner:
 
     def _build_in_simulator(self, manifest) -> None:
         """rknn-sim builds each model in its worker on first load (seconds each, 85 of them): do that
-        here, once, so no measured step or memory baseline includes building."""
+        here, once, so no measured step or memory guard's start includes building."""
         from ..runtime.split import context_for
         for entry in manifest.entries():
             ctx = context_for(self.s.backend_options, entry.label, manifest.path_of(entry))

@@ -152,7 +152,7 @@ class MemoryGuard:
                 run(subgraph)
         guard.write_samples(run_dir / "memory.json")
 
-    The baseline is the first reading, taken on entry. A trip is sticky: once seen (by the sampler
+    The start is the first reading, taken on entry. A trip is sticky: once seen (by the sampler
     thread or by `check()`), every later `check()` raises, even if memory has recovered, because
     the run has already been disturbed. `on_trip(reason)` is called once, from whichever thread
     saw it first.
@@ -184,7 +184,7 @@ class MemoryGuard:
     def __enter__(self) -> MemoryGuard:
         if self._thread is not None or self._samples:
             raise RuntimeError("MemoryGuard cannot be entered twice; make a new guard per run")
-        self._observe(self._reader())  # baseline, taken before any context is loaded
+        self._observe(self._reader())  # the start, taken before any context is loaded
         watch_closely()                # the run's workers start now: see them however short it is
         self._thread = threading.Thread(target=self._sample_loop, name=f"memory-guard-{id(self):x}",
                                         daemon=True)
@@ -236,7 +236,7 @@ class MemoryGuard:
         if growth > self.swap_limit_bytes:
             reasons.append(f"swap growth {mib(growth):.1f} MiB over limit "
                            f"{mib(self.swap_limit_bytes):.1f} MiB "
-                           f"(baseline {mib(self._samples[0].swap_used):.1f} MiB)")
+                           f"(at the start {mib(self._samples[0].swap_used):.1f} MiB)")
         return "; ".join(reasons) or None
 
     def check(self) -> None:
@@ -283,18 +283,20 @@ class MemoryGuard:
 
     def summary(self) -> dict:
         samples = self.samples
-        baseline = samples[0] if samples else None
+        start = samples[0] if samples else None
+        # "baseline_*": the start's keys as run reports have always spelled them (reports written
+        # before read the same); the start is the first reading, not the results store's baseline
         return {
             "floor_bytes": self.floor_bytes,
             "swap_limit_bytes": self.swap_limit_bytes,
             "interval_s": self.interval,
-            "baseline_mem_available_bytes": baseline.mem_available if baseline else None,
-            "baseline_swap_bytes": baseline.swap_used if baseline else None,
-            "baseline_pss_bytes": baseline.pss if baseline else None,
-            "pss_source": baseline.pss_source if baseline else None,
+            "baseline_mem_available_bytes": start.mem_available if start else None,
+            "baseline_swap_bytes": start.swap_used if start else None,
+            "baseline_pss_bytes": start.pss if start else None,
+            "pss_source": start.pss_source if start else None,
             "min_mem_available_bytes": min(s.mem_available for s in samples) if samples else None,
-            "max_swap_growth_bytes": (max(s.swap_used for s in samples) - baseline.swap_used
-                                      if baseline else None),
+            "max_swap_growth_bytes": (max(s.swap_used for s in samples) - start.swap_used
+                                      if start else None),
             "peak_pss_added_bytes": self.peak_pss_added,
             # the workers' part (prefetch workers, the simulator's worker) beside the pipeline's
             "peak_workers_pss_bytes": max(s.pss_workers for s in samples) if samples else None,

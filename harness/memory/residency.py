@@ -67,7 +67,7 @@ def residency_probe(options: BackendOptions, manifest, guard: MemoryGuard, limit
     """Hold up to `limit` contexts (cycling through the manifest's subgraphs) under `guard`, and
     stop once the PSS added over the start exceeds `budget_bytes` (if given).
 
-    warm_up: load and release one context before the baseline, so the runtime's one-off start-up
+    warm_up: load and release one context before the start (the first reading), so the runtime's one-off start-up
     (onnxruntime's environment: ~20 MiB here) is not billed to the first context.
     """
     if warm_up:

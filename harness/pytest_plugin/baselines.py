@@ -41,7 +41,7 @@ __all__ = ["results_gate"]
 _INSTEAD = "the results store (--results URL), which every benchmark run is written to"
 # pytest-benchmark option -> what replaces it
 REFUSED_BENCHMARK_OPTIONS = {
-    "benchmark_compare_fail": "--baseline-threshold=PERCENT (the benchmark test itself fails on a verdict "
+    "benchmark_compare_fail": "--fixed-threshold=PERCENT (the benchmark test itself fails on a verdict "
                               "against the history of its own key; --save-baseline saves baselines)",
     "benchmark_autosave": _INSTEAD,
     "benchmark_save": _INSTEAD,
@@ -127,12 +127,11 @@ class ResultsGate:
         with self._kept_if_unread(run):
             return self.store.filed(run)
 
-    def record_ab(self, session, case: str, sides: dict, telemetry: dict, **how) -> ABRecord:
-        """Write the interleaved A/B session `session` (both sides, the pairs, the verdicts) now, in one
-        transaction: it has no quality metrics to wait for. `how`: threshold_pct, confidence, warmup."""
-        record = ab_record(session, case=case, sides=sides, identity=state_of(self.config).identity,
-                           board=state_of(self.config).board, telemetry=telemetry, lifecycle=self.settings.lifecycle,
-                           **how)
+    def record_ab(self, session, case: str, telemetry: dict) -> ABRecord:
+        """Write the interleaved A/B session `session` (both sides, the pairs, the verdicts, how it ran:
+        its ABRequest) now, in one transaction: it has no quality metrics to wait for."""
+        record = ab_record(session, case=case, identity=state_of(self.config).identity,
+                           board=state_of(self.config).board, telemetry=telemetry)
         try:
             self.store.add_ab_session(record)
         except StoreUnavailable as exc:     # the session's minutes are kept, as a run's are
@@ -143,14 +142,14 @@ class ResultsGate:
     def judge(self, run: Run) -> Verdict:
         from ..results.verdict.judging import judge_run
         with self._kept_if_unread(run):
-            return judge_run(self.store, run, self.settings.baseline_threshold, self.settings.detect)
+            return judge_run(self.store, run, self.settings.fixed_threshold, self.settings.detect)
 
     def confirm(self, run: Run, judgement: Verdict, second: Run) -> Verdict:
         """`judgement` of `run` with a second run's (verdict.confirm; Verdict.regressed says whether
         the regression stands)."""
         from ..results.verdict.judging import confirm
         with self._kept_if_unread(run, second):
-            return confirm(self.store, run, judgement, second, self.settings.baseline_threshold,
+            return confirm(self.store, run, judgement, second, self.settings.fixed_threshold,
                            self.settings.detect)
 
     @contextlib.contextmanager

@@ -2,11 +2,13 @@
 case, the --require-npu check at call time and the step-split summary at the end."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from ..core.errors import HarnessError
 from .fixtures import runner_of, selected_cases
-from .options import OPTIONS, resolve_settings
+from .options import OPTIONS, RENAMED, resolve_settings
 from .session import start_run
 from .state import STATE, SessionState, is_worker, settings_of, state_of
 from .workers import choose
@@ -14,11 +16,14 @@ from .workers import choose
 
 def configure(config):
     from ..results.telemetry import board_id, board_identity
-    cli = {name: config.getoption(name) for name in OPTIONS}
+    cli = {name: config.getoption(name) for name in (*OPTIONS, *RENAMED)}
     try:
         settings = resolve_settings(cli, config.getoption("board_profile"))
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if not is_worker(config):       # once, from the controller: a worker was given the same arguments
+        for line in settings.renamed:
+            print(line, file=sys.stderr)
     config.stash[STATE] = state = SessionState(settings)
     choose(config, settings)        # -n: distributed, or serial when the session must be
     try:
@@ -76,7 +81,7 @@ def collection_modifyitems(config, items):
     of the board itself (marker `board`: its NPU device node, its runtime's versions) off an RK3588
     unless --require-npu asks for the board (then they run and fail naming what is missing), the toolkit's
     conversions (marker `toolkit`) on one, which installs no rknn-toolkit2 environment, and the
-    interleaved A/B session (marker `ab`) without --ab-baseline."""
+    interleaved A/B session (marker `ab`) without --ab-a."""
     s = settings_of(config)
     if not (s.on_board or s.require_npu):
         _deselect(config, items, "board", "board-only check(s) deselected: not an RK3588 "
@@ -84,8 +89,8 @@ def collection_modifyitems(config, items):
     if s.on_board:
         _deselect(config, items, "toolkit", "toolkit test(s) deselected: an RK3588 (rknn-toolkit2 converts on "
                                             "the PC: docs/board.md)")
-    if s.ab_baseline is None:
-        _deselect(config, items, "ab", "A/B session(s) deselected: no --ab-baseline partition to run against")
+    if s.ab_a is None:
+        _deselect(config, items, "ab", "A/B session(s) deselected: no --ab-a partition (side A) to run against")
 
 
 def _deselect(config, items: list, marker: str, why: str) -> None:

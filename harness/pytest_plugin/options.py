@@ -11,12 +11,12 @@ from dataclasses import field, make_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..cli.options import SUITE_OPTIONS, check_precision, resolve_backend
+from ..cli.options import RENAMED, SUITE_OPTIONS, check_precision, flag_of, renamed_line, resolve_backend
 from ..core.errors import ConfigError, HarnessError
 from ..core.schema import read_toml
 from ..model.config import load_model_dir
 
-__all__ = ["SuiteSettings", "resolve_settings", "OPTIONS"]
+__all__ = ["SuiteSettings", "resolve_settings", "new_names", "OPTIONS", "RENAMED"]
 
 # The suite's options are the shared declaration's (harness/cli/options.py); the commands read the same.
 OPTIONS = SUITE_OPTIONS
@@ -35,6 +35,7 @@ _DECIDED = [
     ("golden_dir_given", bool, False),     # named on the command line or in the profile
     ("backend_options", "BackendOptions | None", None),      # built here, from the values above
     ("npu_problem", "str | None", None),   # why --require-npu cannot be met here (None: it can)
+    ("renamed", list, field(default_factory=list)),    # one line per old option spelling used
 ]
 
 
@@ -65,29 +66,47 @@ def addoption(parser):
             group.addoption(flag, action=argparse.BooleanOptionalAction, default=None, help=option.help)
         else:
             group.addoption(flag, default=None, help=option.help)
+    for old in RENAMED:         # the old spelling, its own dest: resolve_settings says the new one
+        group.addoption(flag_of(old), dest=old, default=None, help=argparse.SUPPRESS)
 
 
-def _profile_values(path: Path | None, tier: str | None = None) -> dict:
+def new_names(values: dict, source: str) -> tuple[dict, list[str]]:
+    """`values` (the command line's or a profile table's) with each old option name read as its new
+    one, and the line each old spelling used gets. The new spelling wins when both are given."""
+    values, lines = dict(values), []
+    for old, new in RENAMED.items():
+        if values.get(old) is None:
+            values.pop(old, None)
+            continue
+        value = values.pop(old)
+        lines.append(f"{source}: " + (renamed_line(flag_of(old), flag_of(new)) if source == "command line"
+                                      else renamed_line(old, new)))
+        if values.get(new) is None:
+            values[new] = value
+    return values, lines
+
+
+def _profile_values(path: Path | None, tier: str | None = None) -> tuple[dict, list[str]]:
     if path is None:
         if tier:
             raise ConfigError(f"--tier {tier}: tiers are tables of a board profile; name one with --board-profile")
-        return {}
+        return {}, []
     data = read_toml(path, "board profile (--board-profile)")
-    suite = dict(data.get("suite", {}))
+    suite, lines = new_names(data.get("suite", {}), f"{path} [suite]")
     tiers = data.get("tier", {})
     tier = tier or suite.get("tier")
     if tier is not None and tier not in tiers:
         raise ConfigError(f"--tier {tier}: {path} has no [tier.{tier}] table "
                           f"(tiers: {', '.join(sorted(tiers)) or 'none'})")
-    tables = [("suite", suite)] + ([(f"tier.{tier}", tiers[tier])] if tier else [])
+    chosen, more = new_names(tiers[tier], f"{path} [tier.{tier}]") if tier else ({}, [])
+    tables = [("suite", suite)] + ([(f"tier.{tier}", chosen)] if tier else [])
     for name, table in tables:
         unknown = sorted(set(table) - set(OPTIONS))
         if unknown:
             raise ConfigError(f"--board-profile {path}: unknown [{name}] option '{unknown[0]}' "
                               f"(known: {', '.join(OPTIONS)})")
-    if tier:
-        suite.update(tiers[tier])
-    return suite
+    suite.update(chosen)
+    return suite, lines + more
 
 
 def typed_value(name: str, value, source: str):
@@ -131,7 +150,8 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     from ..results.verdict.figures import parse_threshold
     from ..results.verdict.power import parse_detect
     profile_file = Path(profile_path) if profile_path else None
-    profile = _profile_values(profile_file, cli.get("tier"))
+    cli, lines = new_names(cli, "command line")
+    profile, more = _profile_values(profile_file, cli.get("tier"))
     values = {}
     for name, option in OPTIONS.items():
         default = option.default
@@ -170,12 +190,13 @@ def resolve_settings(cli: dict, profile_path: str | None) -> SuiteSettings:
     typed.update({name: parse_size(values[name]) for name in _SIZES if values[name]})
     typed.update(backend=backend, golden_dir=golden_dir, cases=cases, lifecycle=lifecycle,
                  pss_budget=parse_size(budget) if budget else None,
-                 baseline_threshold=parse_threshold(values["baseline_threshold"]),
+                 fixed_threshold=parse_threshold(values["fixed_threshold"], "--fixed-threshold"),
                  detect=parse_detect(values["detect"]),
                  ab_threshold=parse_threshold(values["ab_threshold"], "--ab-threshold"),
                  ab_confidence=parse_confidence(values["ab_confidence"], "--ab-confidence"))
     settings = SuiteSettings(**typed, backend_requested=requested, on_board=on_board, board_profile=profile_file,
-                             backend_options=options, golden_dir_given=values["golden_dir"] is not None)
+                             backend_options=options, golden_dir_given=values["golden_dir"] is not None,
+                             renamed=lines + more)
     settings.npu_problem = _npu_problem(settings)
     return settings
 

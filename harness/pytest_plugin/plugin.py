@@ -82,7 +82,7 @@ def pytest_collection_modifyitems(session, config, items):
     # collected test, and its own deselection, counted on what was collected.
     baselines.collection_modifyitems(config, items)     # --npu-timeout on every npu test
     storage.collection_modifyitems(config, items)       # --suite-run: benchmark.json when a benchmark is collected
-    hooks.collection_modifyitems(config, items)         # board checks off the board, A/B without --ab-baseline
+    hooks.collection_modifyitems(config, items)         # board checks off the board, A/B without --ab-a
     result = yield
     # After them, on the tests the session keeps: the order they run in.
     duration.collection_modifyitems(items)              # the smoke tier first, its stack preflight before all

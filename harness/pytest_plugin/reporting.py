@@ -165,7 +165,7 @@ def _trend_png(config, artifacts: Path) -> bytes | None:
         if not runs:
             return None
         out = artifacts / "trend.png"
-        trend(runs, out, threshold_pct=s.baseline_threshold)
+        trend(runs, out, threshold_pct=s.fixed_threshold)
         return out.read_bytes()
     except HarnessError:
         return None

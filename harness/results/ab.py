@@ -1,6 +1,6 @@
-"""Interleaved A/B benchmark session: `bin/harness bench-ab --baseline DIR --candidate DIR`.
+"""Interleaved A/B benchmark session: `bin/harness bench-ab --a DIR --b DIR`.
 
-The baseline partition (or stack) and the candidate run alternately in one session, round by round,
+Side A's partition (or stack) and side B's run alternately in one session, round by round,
 and each round's figures form one pair: the mean step time, the core time per step of every branch and
 the lifecycle seconds per pass of every stage. Drift of the machine or board between rounds hits
 both sides of a pair alike and cancels in the pair's ratio; the paired verdict
@@ -30,17 +30,22 @@ from .verdict.decision import Decision, paired_verdict
 from .verdict.outcome import Outcome
 from .verdict.power import DETECT_PCT, more_pairs
 
-__all__ = ["Side", "ABSession", "run_session", "judge_pairs", "session_outcome", "session_decider", "session_figures",
-           "side_options",
-           "baseline_options", "round_orders", "parse_confidence", "DEFAULT_THRESHOLD_PCT", "DEFAULT_CONFIDENCE"]
+__all__ = ["A", "B", "Side", "ABRequest", "ABSession", "run_session", "judge_pairs", "session_outcome",
+           "session_decider", "session_figures", "side_options", "without_fault", "round_orders", "parse_confidence",
+           "DEFAULT_THRESHOLD_PCT", "DEFAULT_CONFIDENCE"]
 
 DEFAULT_THRESHOLD_PCT, DEFAULT_CONFIDENCE = AB_THRESHOLD_PCT, CONFIDENCE     # constants.py says why
+# The sides A and B as they are keyed wherever a session is written down: a pair's figures, the side
+# that ran first (--out JSON, artifacts/runs/<case>-ab.json), the store's ab_rounds.side and its
+# "<session>-baseline" / "<session>-candidate" run ids, the kept A/A streams. Those keys predate the
+# words A and B and stay, so that every report and store written before reads as it did.
+A, B = "baseline", "candidate"
 _STAGES = ("load", "init", "release")
 
 
 @dataclass(frozen=True)
 class Side:
-    """One side of the session: its partition, backend and context options."""
+    """One side of the session: its name (A or B), partition, backend and context options."""
     name: str
     partition: Path
     backend: str
@@ -49,10 +54,12 @@ class Side:
 
 @dataclass
 class ABSession:
-    pairs: list[dict]               # per round: {"baseline": {figure: s}, "candidate": {figure: s}}
-    verdicts: list[Decision]
-    reports: dict = field(default_factory=dict)     # side name -> its judged rounds' run reports (the store's)
-    first: list[str] = field(default_factory=list)  # per judged round: the side that ran first
+    """A session as it runs (run_session): what was asked for, and what each judged round gave."""
+    request: ABRequest
+    pairs: list[dict] = field(default_factory=list)                 # per round: {A: {figure: s}, B: {figure: s}}
+    verdicts: list[Decision] = field(default_factory=list)
+    reports: dict = field(default_factory=lambda: {A: [], B: []})   # side -> its judged rounds' run reports
+    first: list[str] = field(default_factory=list)                  # per judged round: the side that ran first
 
     @property
     def regressions(self) -> list[Decision]:
@@ -101,22 +108,22 @@ def session_figures(report: dict) -> dict[str, float]:
 def judge_pairs(pairs: list[dict], threshold_pct: float = DEFAULT_THRESHOLD_PCT,
                 confidence: float = DEFAULT_CONFIDENCE, detect_pct: float | None = DETECT_PCT) -> list[Decision]:
     """A paired verdict per figure both sides have with a time in every round (a stage a resident
-    strategy never repeats is 0 and has nothing to judge), each held to the promise `detect_pct`."""
-    names = [n for n in pairs[0]["baseline"]
-             if all(p["baseline"].get(n, 0) > 0 and p["candidate"].get(n, 0) > 0 for p in pairs)]
+    strategy never repeats is 0 and has nothing to judge), each held to the promise `detect_pct`:
+    B's shift against A."""
+    names = [n for n in pairs[0][A] if all(p[A].get(n, 0) > 0 and p[B].get(n, 0) > 0 for p in pairs)]
     each = 1.0 - (1.0 - confidence) / max(len(names), 1)
-    return [replace(paired_verdict(n, [p["baseline"][n] for p in pairs], [p["candidate"][n] for p in pairs],
+    return [replace(paired_verdict(n, [p[A][n] for p in pairs], [p[B][n] for p in pairs],
                                    threshold_pct=threshold_pct, confidence=each), detect_pct=detect_pct)
             for n in names]
 
 
 def round_orders(rounds: int, rng: np.random.Generator) -> list[bool]:
-    """Per round, whether the baseline runs first: for every two rounds one order drawn at random and
+    """Per round, whether side A runs first: for every two rounds one order drawn at random and
     then its reverse. The reverse keeps the sides first equally often (an order effect then adds
     spread to the pairs, not a shift); the draw keeps any disturbance that comes every few runs (a
     garbage collection every N allocations, a timer, an allocator's trim) from always meeting the
-    same side, which a fixed alternation B C | C B | B C ... does: there the 1st, 4th, 5th, 8th ... run
-    is always the baseline's."""
+    same side, which a fixed alternation A B | B A | A B ... does: there the 1st, 4th, 5th, 8th ... run
+    is always A's."""
     orders: list[bool] = []
     while len(orders) < rounds:
         first = bool(rng.integers(2))
@@ -137,39 +144,69 @@ def parse_confidence(text, option: str = "--confidence") -> float:
     return value
 
 
-def run_session(bundle, baseline: Side, candidate: Side, settings: SampleSettings, *, rounds: int, warmup: int = 1,
-                lifecycle: str = "on-demand", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-                confidence: float = DEFAULT_CONFIDENCE, on_pair: Callable[[int, dict], None] | None = None,
-                detect_pct: float = DETECT_PCT, prompt: str | None = None, text_embs: dict | None = None, guard=None,
+@dataclass(frozen=True)
+class ABRequest:
+    """One session as its caller asks for it, built at the edge (`bench-ab`'s arguments, the suite's
+    settings): the two sides, what each round runs and how the pairs are judged."""
+    a: Side
+    b: Side
+    settings: SampleSettings
+    rounds: int
+    warmup: int = 1
+    lifecycle: str = "on-demand"
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT
+    confidence: float = DEFAULT_CONFIDENCE
+    detect_pct: float = DETECT_PCT
+    prompt: str | None = None           # None: the model's default prompt
+    text_embs: dict | None = None       # the prompt's text embeddings, when the caller has them
+
+    def __post_init__(self):
+        if self.rounds < 2:
+            raise ConfigError(f"{self.rounds} A/B rounds: a paired verdict needs at least 2")
+        if (self.a.name, self.b.name) != (A, B):
+            raise ConfigError(f"A/B sides named {self.a.name!r} and {self.b.name!r}: expected {A!r} and {B!r}")
+
+
+def run_session(bundle, request: ABRequest, *, on_pair: Callable[[int, dict], None] | None = None, guard=None,
                 rng: np.random.Generator | None = None) -> ABSession:
-    """`warmup` rounds first (a process's first run of a partition builds its sessions), then
-    `rounds` pairs, judged. Both partitions are verified on the first round only. The order within
-    each round comes from `rng` (fresh entropy by default: see round_orders)."""
-    from ..runtime.run import RunRequest, run_partitioned  # onnx: not for a process that only parses options
-    if rounds < 2:
-        raise ConfigError(f"{rounds} A/B rounds: a paired verdict needs at least 2")
-    prompt = prompt if prompt is not None else bundle.cfg.prompt["default"]
-    session = ABSession([], [], {baseline.name: [], candidate.name: []})
-    orders = round_orders(warmup + rounds, rng if rng is not None else np.random.default_rng())
-    for r, baseline_first in enumerate(orders):
-        order = (baseline, candidate) if baseline_first else (candidate, baseline)
-        ran = {side.name: run_partitioned(RunRequest(bundle, side.partition, side.backend, prompt, settings,
-                                                     side.options, lifecycle=lifecycle, verify=r == 0,
-                                                     text_embs=text_embs), guard=guard).report for side in order}
-        if r >= warmup:
-            session.pairs.append({name: session_figures(report) for name, report in ran.items()})
-            session.first.append(order[0].name)
-            for name, report in ran.items():
-                session.reports[name].append(report)
+    """`request.warmup` rounds first (a process's first run of a partition builds its sessions), then
+    `request.rounds` pairs, judged. Both partitions are verified on the first round only. The order
+    within each round comes from `rng` (fresh entropy by default: see round_orders); `on_pair` hears
+    of each judged pair as it is made."""
+    session = ABSession(request)
+    orders = round_orders(request.warmup + request.rounds, rng if rng is not None else np.random.default_rng())
+    for r, a_first in enumerate(orders):
+        order = (request.a, request.b) if a_first else (request.b, request.a)
+        ran = _run_round(bundle, request, order, verify=r == 0, guard=guard)
+        if r >= request.warmup:
+            _keep_pair(session, ran, first=order[0].name)
             if on_pair:
                 on_pair(len(session.pairs), session.pairs[-1])
-    session.verdicts = judge_pairs(session.pairs, threshold_pct, confidence, detect_pct)
+    session.verdicts = judge_pairs(session.pairs, request.threshold_pct, request.confidence, request.detect_pct)
     return session
 
 
-def baseline_options(options: dict, fault: str | None) -> dict:
-    """The suite's context options less its --fault: in a suite A/B session the fault is the
-    candidate's defect, and the baseline runs the same backend without it."""
+def _run_round(bundle, request: ABRequest, order: tuple[Side, Side], verify: bool, guard) -> dict[str, dict]:
+    """One round: each side's run, in `order`; {side name: its run report}."""
+    from ..runtime.run import RunRequest, run_partitioned  # onnx: not for a process that only parses options
+    prompt = request.prompt if request.prompt is not None else bundle.cfg.prompt["default"]
+    return {side.name: run_partitioned(RunRequest(bundle, side.partition, side.backend, prompt, request.settings,
+                                                  side.options, lifecycle=request.lifecycle, verify=verify,
+                                                  text_embs=request.text_embs), guard=guard).report
+            for side in order}
+
+
+def _keep_pair(session: ABSession, ran: dict[str, dict], first: str) -> None:
+    """A judged round into the session: its pair of figures, which side ran first, both reports."""
+    session.pairs.append({name: session_figures(report) for name, report in ran.items()})
+    session.first.append(first)
+    for name, report in ran.items():
+        session.reports[name].append(report)
+
+
+def without_fault(options: dict, fault: str | None) -> dict:
+    """The suite's context options less its --fault: in a suite A/B session the fault is B's defect
+    (the suite's partition), and A runs the same backend without it."""
     from ..backends.faults import parse_fault
     injected = set(parse_fault(fault))
     return {k: v for k, v in options.items() if k not in injected}

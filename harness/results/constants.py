@@ -27,8 +27,8 @@ HISTORY_FLOOR_PCT = 3.0
 # An A/B session's (--ab-threshold, docs/options.md): the paired interval is narrow enough on the
 # board to call +2 % real, and a threshold at the +3 % that must be caught would catch it half the time.
 AB_THRESHOLD_PCT = 2.0
-# The rule before the store (--baseline-threshold, docs/results.md: the candidate mean over the
-# baseline mean by more than 10 %): what stands in while a history has too few runs for a learned one.
+# The fixed rule, the rule before the store (--fixed-threshold, docs/results.md: the run's mean over
+# the reference's mean by more than 10 %): what stands in while a history has too few runs for a learned one.
 FIXED_THRESHOLD_PCT = 10.0
 # Earlier runs a verdict looks back on (Conbench's lookback window; docs/results.md: "the last 30").
 LOOKBACK = 30

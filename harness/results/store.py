@@ -537,9 +537,9 @@ class ResultsStore:
         """Copy the runs and baselines `target` lacks; (runs copied, runs it had). Idempotent."""
         copied = had = 0
         sessions = self.ab_sessions()
-        sides = {(r.run_id, r.key.case) for s in sessions for r in (s.baseline, s.candidate)}
+        sides = {(r.run_id, r.key.case) for s in sessions for r in (s.a, s.b)}
         for session in sessions:
-            if target.has_run(session.baseline.run_id, session.case):
+            if target.has_run(session.a.run_id, session.case):
                 had += 2
                 continue
             target.add_ab_session(session)
@@ -620,14 +620,15 @@ _WIDEST_PCT = 999_999.0
 
 
 def _insert_session(conn, record: ABRecord) -> None:
-    record = replace(record, baseline=_filed(conn, record.baseline), candidate=_filed(conn, record.candidate))
-    pks = {side: _insert_run(conn, record.side(side)) for side in SIDES}
+    # The columns are named by the sides' stored keys (ab.A is 'baseline', ab.B 'candidate': sessions.py)
+    record = replace(record, a=_filed(conn, record.a), b=_filed(conn, record.b))
+    a, b = SIDES
     pk = conn.execute(insert(ab_sessions).values(
-        session_id=record.session_id, case_name=record.case, time=record.baseline.time,
-        board_id=record.baseline.board_id, baseline_run=pks["baseline"], candidate_run=pks["candidate"],
-        baseline_partition=record.baseline_partition, candidate_partition=record.candidate_partition,
-        baseline_options=json.dumps(record.baseline_options, sort_keys=True),
-        candidate_options=json.dumps(record.candidate_options, sort_keys=True), lifecycle=record.lifecycle,
+        session_id=record.session_id, case_name=record.case, time=record.a.time, board_id=record.a.board_id,
+        **{f"{a}_run": _insert_run(conn, record.a), f"{b}_run": _insert_run(conn, record.b),
+           f"{a}_partition": record.a_partition, f"{b}_partition": record.b_partition,
+           f"{a}_options": json.dumps(record.a_options, sort_keys=True),
+           f"{b}_options": json.dumps(record.b_options, sort_keys=True)}, lifecycle=record.lifecycle,
         rounds=len(record.pairs), warmup=record.warmup, threshold_pct=record.threshold_pct,
         confidence=record.confidence, regression=record.regression)).inserted_primary_key[0]
     conn.execute(insert(ab_rounds), [{"session": pk, "round": i, "side": side, "figure": figure, "seconds": seconds}
@@ -650,12 +651,12 @@ def _session_of(conn, row) -> ABRecord:
         pairs[r["round"]][r["side"]][r["figure"]] = r["seconds"]
     verdicts = [verdict_of(v) for v in conn.execute(select(ab_verdicts).where(ab_verdicts.c.session == row["id"])
                                                     .order_by(ab_verdicts.c.place)).mappings()]
-    return ABRecord(session_id=row["session_id"], baseline=sides["baseline"], candidate=sides["candidate"],
-                    baseline_partition=row["baseline_partition"], candidate_partition=row["candidate_partition"],
-                    pairs=tuple(pairs), verdicts=tuple(verdicts), threshold_pct=row["threshold_pct"],
-                    confidence=row["confidence"], lifecycle=row["lifecycle"], warmup=row["warmup"],
-                    baseline_options=json.loads(row["baseline_options"]),
-                    candidate_options=json.loads(row["candidate_options"]))
+    a, b = SIDES
+    return ABRecord(session_id=row["session_id"], a=sides[a], b=sides[b], a_partition=row[f"{a}_partition"],
+                    b_partition=row[f"{b}_partition"], pairs=tuple(pairs), verdicts=tuple(verdicts),
+                    threshold_pct=row["threshold_pct"], confidence=row["confidence"], lifecycle=row["lifecycle"],
+                    warmup=row["warmup"], a_options=json.loads(row[f"{a}_options"]),
+                    b_options=json.loads(row[f"{b}_options"]))
 
 
 # A run's child tables and the names _run_of reads them by; _FIGURES: those a verdict's figures need.

@@ -55,7 +55,9 @@ class Before:
     def _seen(self, run: Run) -> bool:
         return self.written.place[id(run)] < self.upto
 
-    def runs(self, *, board: str | None = None, board_model: str | None = None, key: str | None = None,
+    # The same keyword-only filters as ResultsStore.runs, which this answers in memory.
+    def runs(self, *, board: str | None = None, board_model: str | None = None,  # noqa: PLR0913
+             key: str | None = None,
              experiment: str | None = None, valid: bool | None = None, case: str | None = None,
              backend: str | None = None, run_id: str | None = None, other_than_board: str | None = None,
              cpus: int | None = None, latest: int | None = None, whole: bool = True) -> list[Run]:

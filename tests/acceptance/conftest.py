@@ -28,10 +28,10 @@ def run_suite(pytester, suite, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def baseline_partition(tmp_path_factory):
+def a_partition(tmp_path_factory):
     from harness.model.bundle import load_bundle
     from harness.partition.onnx_export import ExportSettings, export_partition
     bundle = load_bundle(EMBEDDED_DIR)
-    out = tmp_path_factory.mktemp("ab-baseline") / "float16"
+    out = tmp_path_factory.mktemp("ab-a") / "float16"
     export_partition(bundle.weights, bundle.cfg, out, ExportSettings(precision="float16"))
     return out

@@ -96,7 +96,7 @@ def test_invalid_run_is_stored_but_not_saved_and_a_valid_one_is(gate, tmp_path):
     # soc-thermal at its 85 C passive trip point: the board throttles, the timing is INVALID.
     (tree / "sys/class/thermal/thermal_zone0/temp").write_text("86000\n")
     # (a one-step onnxruntime run moves 30 % on this busy host: the threshold keeps noise out of this test)
-    invalid = gate("--backend=onnxruntime", f"--telemetry-root={tree}", "--save-baseline", "--baseline-threshold=900%",
+    invalid = gate("--backend=onnxruntime", f"--telemetry-root={tree}", "--save-baseline", "--fixed-threshold=900%",
                    "--inconclusive=warn")
     invalid.assert_outcomes(passed=1)
     invalid.stdout.fnmatch_lines(["*baseline not saved: the run is INVALID (thermal_zone0 (soc-thermal) "
@@ -124,11 +124,11 @@ def test_an_npu_stack_upgrade_on_the_simulated_board_gets_a_verdict_not_a_skip(g
     # accepted stack gives no noise estimate, so the verdict is INCONCLUSIVE (it fails by default,
     # issue 41); a lab that lets it pass (--inconclusive=warn) may accept the upgrade
     newer = upgraded(tmp_path, "0.9.10")
-    unsure = gate("--backend=board-sim", "--baseline-threshold=60%", f"--telemetry-root={newer}", store=url)
+    unsure = gate("--backend=board-sim", "--fixed-threshold=60%", f"--telemetry-root={newer}", store=url)
     unsure.assert_outcomes(failed=1)
     assert "benchmark inconclusive: upgrade under probation, run 1 of the new stack" in \
         junit_case(tmp_path).find("failure").text
-    result = gate("--backend=board-sim", "--baseline-threshold=60%", f"--telemetry-root={newer}", "--accept-upgrade",
+    result = gate("--backend=board-sim", "--fixed-threshold=60%", f"--telemetry-root={newer}", "--accept-upgrade",
                   "--inconclusive=warn", store=url)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*INCONCLUSIVE: upgrade under probation, run 2 of the new stack, against 1 valid "
@@ -168,10 +168,10 @@ def test_an_upgrade_with_no_saved_baseline_is_judged_on_every_run_until_it_is_ac
     # the slowdown accepted on purpose: --accept-upgrade (with a threshold that lets x3 pass) moves the
     # board's accepted stack to the new one, and the next run is judged against its history
     accept = gate("--backend=faults", "--fault=slow=x3", f"--telemetry-root={new_stack}", "--accept-upgrade",
-                  "--baseline-threshold=900%", "--inconclusive=warn")
+                  "--fixed-threshold=900%", "--inconclusive=warn")
     accept.assert_outcomes(passed=1)
     accept.stdout.fnmatch_lines(["*upgrade under probation, run *", "*baseline upgrade accepted: run *"])
-    after = gate("--backend=faults", "--fault=slow=x3", f"--telemetry-root={new_stack}", "--baseline-threshold=900%",
+    after = gate("--backend=faults", "--fault=slow=x3", f"--telemetry-root={new_stack}", "--fixed-threshold=900%",
                  "--inconclusive=warn")
     after.stdout.fnmatch_lines(["*: history against the baseline of board *(upgrade accepted, run *"])
     kinds = [c.get("value") for c in junit_case(tmp_path).iter("property") if c.get("name") == "baseline"]
@@ -190,7 +190,7 @@ def test_a_board_whose_model_string_changes_keeps_its_baseline_and_history(gate,
          store=results_url).assert_outcomes(passed=1)
     (first,) = stored(results_url)
     (tree / "proc/device-tree/model").write_bytes(b"Radxa ROCK 5C Rev 1.1\0")
-    renamed = gate("--backend=board-sim", f"--telemetry-root={tree}", "--baseline-threshold=60%", "--inconclusive=warn",
+    renamed = gate("--backend=board-sim", f"--telemetry-root={tree}", "--fixed-threshold=60%", "--inconclusive=warn",
                    store=results_url)
     renamed.assert_outcomes(passed=1)
     renamed.stdout.fnmatch_lines([f"*history against the baseline of board {first.board_id} (saved, run "
@@ -205,7 +205,7 @@ def test_a_board_whose_model_string_changes_keeps_its_baseline_and_history(gate,
 def test_regression_fails_the_benchmark_test_in_junit_and_keeps_the_baseline(gate, tmp_path):
     gate("--backend=faults", "--save-baseline").assert_outcomes(passed=1)
     (base,) = stored(tmp_path)
-    result = gate("--backend=faults", "--fault=slow=x4", "--baseline-threshold=10%", "--save-baseline")
+    result = gate("--backend=faults", "--fault=slow=x4", "--fixed-threshold=10%", "--save-baseline")
     result.assert_outcomes(failed=1)
     message = junit_case(tmp_path).find("failure").get("message")
     assert "benchmark regression: history against the baseline of board" in message
@@ -223,7 +223,7 @@ def test_one_disturbed_run_is_cleared_by_a_second_run_which_becomes_the_baseline
     # its regression is one run's, the second run clears it and is saved instead
     monkeypatch.setenv("DISTURB_SECONDS", "2")
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))         # the plugin, in the session's own process
-    result = gate("--backend=faults", "--baseline-threshold=100%", "--save-baseline", "--inconclusive=warn", "-p",
+    result = gate("--backend=faults", "--fixed-threshold=100%", "--save-baseline", "--inconclusive=warn", "-p",
                   "tests.disturb_first_run", subprocess=True)
     result.assert_outcomes(passed=1)
     base, disturbed, second = stored(tmp_path)
@@ -237,7 +237,7 @@ def test_pytest_benchmarks_own_failing_is_refused(gate):
     result = gate("--benchmark-compare-fail=mean:10%")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--benchmark-compare-fail is refused by the suite's baseline rules: "
-                                 "use --baseline-threshold=PERCENT*"])
+                                 "use --fixed-threshold=PERCENT*"])
 
 
 def test_the_runs_quality_metrics_reach_the_store(pytester, tmp_path, partition_cache):

@@ -127,9 +127,9 @@ def test_a_server_lost_mid_session_keeps_the_run_in_the_spool_and_push_sends_it(
 
 
 def test_an_ab_session_whose_server_is_lost_is_kept_in_the_spool_and_push_sends_it_whole(
-        session, tmp_path, lost_server, baseline_partition):
+        session, tmp_path, lost_server, a_partition):
     url = lost_server.database()
-    done = session(url, f"--ab-baseline={baseline_partition}", "--ab-rounds=6", "--backend=faults",
+    done = session(url, f"--ab-a={a_partition}", "--ab-rounds=6", "--backend=faults",
                    gate="test_benchmark_ab.py", STOP_SERVER_AT="INSERT INTO runs")
     assert done.returncode == 1
     (line,) = _lines_with(done, "A/B session ran but was not recorded: ")

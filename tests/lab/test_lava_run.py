@@ -279,7 +279,7 @@ def passing_job(sshd, suite_repo, store, work_root, tmp_path_factory):
     # change of a shared CI host reaches (one run here: +60 % when the load rose between the two): this
     # test proves what LAVA reports; the threshold's own behaviour is test_baseline_rules.py's.
     results, log, out = run_job(sshd, suite_repo, tmp / "run", _values(store, work_root, tmp / "artifacts.tar.gz",
-                                                                        GATE_OPTIONS="--baseline-threshold=500%"))
+                                                                        GATE_OPTIONS="--fixed-threshold=500%"))
     return results, log, tmp / "artifacts.tar.gz", time.monotonic() - started, out
 
 

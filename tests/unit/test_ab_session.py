@@ -19,7 +19,17 @@ from harness.backends.faults import FaultInjectionContext, wait_until
 from harness.core.errors import ConfigError
 from harness.model.config import REPO_ROOT
 from harness.partition.manifest import load_manifest, manifest_sha256
-from harness.results.ab import Side, baseline_options, judge_pairs, parse_confidence, round_orders, run_session
+from harness.results.ab import (
+    A,
+    ABRequest,
+    B,
+    Side,
+    judge_pairs,
+    parse_confidence,
+    round_orders,
+    run_session,
+    without_fault,
+)
 from harness.results.store import ResultsStore
 from harness.sampling.reference_run import sample_settings
 from tests.helpers import export_fp32, random_bundle
@@ -144,8 +154,8 @@ def test_faults_slowdown_leaves_release_alone(partition):
     assert slowed_release / plain_release < 5, (slowed_release, plain_release)
 
 
-def _pairs(base, cand):
-    return [{"baseline": b, "candidate": c} for b, c in zip(base, cand)]
+def _pairs(a, b):
+    return [{A: x, B: y} for x, y in zip(a, b)]
 
 
 def test_session_judges_every_figure_with_a_time_and_shares_the_confidence():
@@ -159,19 +169,19 @@ def test_session_judges_every_figure_with_a_time_and_shares_the_confidence():
 
 
 def _disturbed_shift(orders, period=4, hit=0.05):
-    """The mean log ratio candidate/baseline when every `period`-th run is `hit` slower, both sides
-    otherwise identical: what a session run in these orders makes of a periodic disturbance."""
-    runs = [side for first in orders for side in (("baseline", "candidate") if first else ("candidate", "baseline"))]
+    """The mean log ratio B/A when every `period`-th run is `hit` slower, both sides otherwise
+    identical: what a session run in these orders makes of a periodic disturbance."""
+    runs = [side for first in orders for side in ((A, B) if first else (B, A))]
     slow = [math.log(1 + hit) if i % period == 0 else 0.0 for i in range(len(runs))]
     per_round = [dict(zip(runs[2 * r:2 * r + 2], slow[2 * r:2 * r + 2])) for r in range(len(orders))]
-    return statistics.fmean(r["candidate"] - r["baseline"] for r in per_round)
+    return statistics.fmean(r[B] - r[A] for r in per_round)
 
 
 def test_round_orders_are_balanced_and_meet_a_periodic_disturbance_on_both_sides():
     orders = round_orders(400, np.random.default_rng(5))
     assert all(a != b for a, b in zip(orders[::2], orders[1::2]))      # each two rounds: an order and its reverse
     assert sum(orders) == 200
-    # A fixed alternation (B C | C B | ...) puts every 4th run on the baseline: a 5 % disturbance
+    # A fixed alternation (A B | B A | ...) puts every 4th run on A: a 5 % disturbance
     # there is a -2.5 % shift. Drawn orders leave it as spread: over 400 rounds the shift's sd is
     # 5 % / sqrt(400) / 2 = 0.13 %.
     assert _disturbed_shift([r % 2 == 0 for r in range(400)]) == pytest.approx(-math.log(1.05) / 2)
@@ -182,9 +192,9 @@ def test_round_orders_are_balanced_and_meet_a_periodic_disturbance_on_both_sides
 @pytest.mark.slow      # real sessions; the fast tier keeps round_orders' own test
 def test_a_sessions_order_is_recorded_and_drawn_afresh(model, partition):
     settings = sample_settings(model, steps=1)
-    sessions = [run_session(model, Side("baseline", partition, "faults"), Side("candidate", partition, "faults"),
-                            settings, rounds=2, warmup=0, rng=np.random.default_rng(seed)) for seed in (1, 2)]
-    expected = [["baseline" if b else "candidate" for b in round_orders(2, np.random.default_rng(seed))]
+    request = ABRequest(Side(A, partition, "faults"), Side(B, partition, "faults"), settings, rounds=2, warmup=0)
+    sessions = [run_session(model, request, rng=np.random.default_rng(seed)) for seed in (1, 2)]
+    expected = [[A if a_first else B for a_first in round_orders(2, np.random.default_rng(seed))]
                 for seed in (1, 2)]
     assert [s.first for s in sessions] == expected and expected[0] != expected[1]
     assert [s.as_dict()["first"] for s in sessions] == expected
@@ -198,31 +208,40 @@ def test_confidence_is_a_fraction_or_a_percentage():
             parse_confidence(bad, "--ab-confidence")
 
 
-def test_the_suites_fault_is_the_candidates_only():
+def test_the_suites_fault_is_side_bs_only():
     options = {"slowdown": 3.0, "threads": 1}
-    assert baseline_options(options, "slow=x3") == {"threads": 1}
-    assert baseline_options(options, None) == options
+    assert without_fault(options, "slow=x3") == {"threads": 1}
+    assert without_fault(options, None) == options
+
+
+def test_a_request_is_checked_where_it_is_built(model, partition):
+    settings = sample_settings(model, steps=1)
+    sides = Side(A, partition, "faults"), Side(B, partition, "faults")
+    with pytest.raises(ConfigError, match="1 A/B rounds: a paired verdict needs at least 2"):
+        ABRequest(*sides, settings, rounds=1)
+    with pytest.raises(ConfigError, match="A/B sides named 'candidate' and 'baseline'"):
+        ABRequest(*reversed(sides), settings, rounds=2)
 
 
 @pytest.mark.slow
-def test_a_session_finds_a_slowed_candidate_and_passes_an_unchanged_one(model, partition):
-    # The unchanged candidate gets 8 pairs, the slowed one 16. Under load the x4 verdict had the
+def test_a_session_finds_a_slowed_b_and_passes_an_unchanged_one(model, partition):
+    # The unchanged B gets 8 pairs, the slowed one 16. Under load the x4 verdict had the
     # thinner margin: with 10 sessions of each at load average 10-17 (bursty CPU burners beside the
     # other jobs, 2026-12-01), the A/A figures' t statistics stayed within |2.7| of the 5.08 a
     # figure needs at 8 pairs (99 % shared over 7 figures), while the x4 step's fell to 6.2: a
     # busier host spreads the step's log ratios further and the slowed session stops calling it.
     # 16 pairs raise the x4 step's t by sqrt(2) and lower the bar to 4.0.
-    # The A/A session is judged at 99.99 %: at the product's 99 % an unchanged candidate fails 1 % of
+    # The A/A session is judged at 99.99 %: at the product's 99 % an unchanged B fails 1 % of
     # sessions by design (`results simulate` measures that rate), and a test must not fail one
     # CI run in a hundred for it. A verdict that took invocations for independent samples, or a
     # session whose order let one side meet a periodic disturbance, still fails it: their t statistics
     # run far past the 10.6 a figure needs at 99.99 % over 7 figures (an A/A figure's, 100 sessions
     # here, quiet: within |5.7|).
     settings = sample_settings(model, steps=1)
-    same = run_session(model, Side("baseline", partition, "faults"), Side("candidate", partition, "faults"),
-                       settings, rounds=8, confidence=0.9999)
-    slowed = run_session(model, Side("baseline", partition, "faults"),
-                         Side("candidate", partition, "faults", {"slowdown": 4.0}), settings, rounds=16)
+    same = run_session(model, ABRequest(Side(A, partition, "faults"), Side(B, partition, "faults"), settings,
+                                        rounds=8, confidence=0.9999))
+    slowed = run_session(model, ABRequest(Side(A, partition, "faults"),
+                                          Side(B, partition, "faults", {"slowdown": 4.0}), settings, rounds=16))
     assert len(same.pairs) == 8 and not same.regressions, [v.line() for v in same.regressions]
     flagged = {v.label for v in slowed.regressions}
     # The fault stretches load, init and run and leaves release alone
@@ -238,10 +257,10 @@ def _bench_ab(*args):
 
 @pytest.mark.slow
 @pytest.mark.results
-def test_bench_ab_fails_a_slowed_candidate_naming_the_figure_and_stores_the_session(model, partition, tmp_path,
+def test_bench_ab_fails_a_slowed_b_naming_the_figure_and_stores_the_session(model, partition, tmp_path,
                                                                                    results_url):
     out = tmp_path / "ab.json"
-    run = _bench_ab("--baseline", str(partition), "--candidate", str(partition), "--model-dir",
+    run = _bench_ab("--a", str(partition), "--b", str(partition), "--model-dir",
                     str(model.model_dir), "--backend", "faults", "--fault", "slow=x4",
                     "--steps", "1", "--rounds", "8", "--out", str(out), "--results", results_url)
     assert run.returncode == 1, run.stderr
@@ -250,7 +269,7 @@ def test_bench_ab_fails_a_slowed_candidate_naming_the_figure_and_stores_the_sess
     assert json.loads(out.read_text())["regression"] is True
     with ResultsStore(results_url) as store:
         (session,) = store.ab_sessions()
-        assert session.regression and len(session.pairs) == 8 and session.candidate_options == {"slowdown": 4.0}
+        assert session.regression and len(session.pairs) == 8 and session.b_options == {"slowdown": 4.0}
         # the stored pairs judge to the lines printed (what the verdicts could detect is judged again
         # from the pairs; the store keeps the shifts and intervals)
         assert [v.line() for v in judge_pairs(list(session.pairs), session.threshold_pct, session.confidence)] == \
@@ -258,23 +277,37 @@ def test_bench_ab_fails_a_slowed_candidate_naming_the_figure_and_stores_the_sess
         assert [v.shift() for v in session.verdicts] == [v.shift() for v in judge_pairs(
             list(session.pairs), session.threshold_pct, session.confidence)]
         # both sides are runs of the partition's key, their figures the mean over the 8 rounds
-        candidate = store.run(f"{session.session_id}-candidate", "default-prompt")
-        assert candidate.key.manifest_hash == manifest_sha256(partition) and candidate.key.backend == "faults"
-        assert candidate.mean_step_s == pytest.approx(statistics.fmean(p["candidate"]["step"] for p in session.pairs),
-                                                      rel=0.05)
-        assert len(candidate.subgraphs) == len(load_manifest(partition).entries())      # the decoder too
+        # (B's run id is the stored "<session>-candidate", as in every store written before A and B)
+        b = store.run(f"{session.session_id}-candidate", "default-prompt")
+        assert b == session.b
+        assert b.key.manifest_hash == manifest_sha256(partition) and b.key.backend == "faults"
+        assert b.mean_step_s == pytest.approx(statistics.fmean(p[B]["step"] for p in session.pairs), rel=0.05)
+        assert len(b.subgraphs) == len(load_manifest(partition).entries())      # the decoder too
 
 
 def test_bench_ab_bad_option_is_one_line():
-    run = _bench_ab("--baseline", "x", "--candidate", "y", "--fault", "slow=x2")
+    run = _bench_ab("--a", "x", "--b", "y", "--fault", "slow=x2")
     assert run.returncode == 2
     assert run.stderr.strip().splitlines()[-1].endswith("--fault needs --backend faults (got --backend onnxruntime)")
     assert "Traceback" not in run.stderr
 
 
+def test_bench_ab_takes_the_old_side_names_saying_the_new_ones():
+    # --baseline and --candidate, as users' CI scripts spell them: still A and B, one line each
+    run = _bench_ab("--baseline", "x", "--candidate", "y", "--fault", "slow=x2")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines() == [
+        "--baseline is deprecated and will go: it is --a now", "--candidate is deprecated and will go: it is --b now",
+        "error: --fault needs --backend faults (got --backend onnxruntime)"], run.stderr
+    both = _bench_ab("--a", "x", "--baseline", "y", "--b", "z")
+    assert both.returncode == 2 and "argument --baseline: not allowed with argument --a" in both.stderr, both.stderr
+    none = _bench_ab("--b", "z")
+    assert none.returncode == 2 and "one of the arguments --a is required" in none.stderr, none.stderr
+
+
 @pytest.mark.slow
 def test_bench_ab_on_the_simulated_board_names_the_slowed_branch(model, partition, tmp_path):
-    run = _bench_ab("--baseline", str(partition), "--candidate", str(partition), "--model-dir",
+    run = _bench_ab("--a", str(partition), "--b", str(partition), "--model-dir",
                     str(model.model_dir), "--backend", "board-sim", "--slowdown", "ffn=x1.5", "--drift", "1",
                     "--time-scale", "0.01", "--steps", "1", "--rounds", "6",
                     "--results", f"sqlite:///{tmp_path / 'results.sqlite'}")

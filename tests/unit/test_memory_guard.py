@@ -151,7 +151,7 @@ def test_production_guard_checks_are_cheap_and_keep_pss():
         elapsed = time.monotonic() - started
     samples = guard.samples
     assert not guard.tripped
-    # baseline + at least one new sample per gap (a check's read, or a sampler tick that made it fresh)
+    # the start + at least one new sample per gap (a check's read, or a sampler tick that made it fresh)
     assert len(samples) >= 1 + bursts
     # ... and no more than a read or two per burst plus the sampler's ticks: not one per check
     assert len(samples) <= 1 + 2 * bursts + elapsed / 0.25 + 1, (len(samples), elapsed)
@@ -182,12 +182,12 @@ def test_swap_growth_trips_on_first_reading_over_limit(tmp_path):
     assert "swap growth 20.0 MiB" in str(exc.value) and "limit 16.0 MiB" in str(exc.value)
     summary = guard.summary()
     assert summary["max_swap_growth_bytes"] == 20 * MiB
-    assert summary["baseline_swap_bytes"] == 0
+    assert summary["baseline_swap_bytes"] == 0      # the start's key, as reports have always spelled it
     guard.write_samples(tmp_path / "memory.json")
     assert json.loads((tmp_path / "memory.json").read_text())["summary"]["sample_count"] == 4
 
 
-def test_swap_growth_is_measured_from_baseline_not_zero():
+def test_swap_growth_is_measured_from_the_start_not_zero():
     # 500 MiB of swap already in use at start is the board's normal state, not a trip.
     reader = ScriptedReader([500, 510, 516])
     with MemoryGuard("1.5GiB", "16MiB", interval=60, reader=reader) as guard:
@@ -195,6 +195,11 @@ def test_swap_growth_is_measured_from_baseline_not_zero():
             guard.check()
     assert not guard.tripped
     assert guard.summary()["max_swap_growth_bytes"] == 16 * MiB
+    over = ScriptedReader([500, 517])
+    with MemoryGuard("1.5GiB", "16MiB", interval=60, reader=over) as guard:
+        with pytest.raises(MemoryGuardTripped, match=r"swap growth 17\.0 MiB over limit 16\.0 MiB "
+                                                     r"\(at the start 500\.0 MiB\)"):
+            guard.check()
 
 
 def test_trip_is_sticky_after_memory_recovers():

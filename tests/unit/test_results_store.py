@@ -311,8 +311,13 @@ def test_an_ab_session_comes_back_whole_and_its_sides_are_runs_of_their_own_keys
         assert back == record
         assert back.regression and {v.label for v in back.verdicts if v.regression} == {"step", "ffn core", "init"}
         # the sides are runs like any other, each under its own partition's key
-        assert store.runs(key=record.candidate.key.digest) == [record.candidate]
-        assert store.runs(key=record.baseline.key.digest) == [record.baseline]
+        assert store.runs(key=record.b.key.digest) == [record.b]
+        assert store.runs(key=record.a.key.digest) == [record.a]
+        # kept under the sides' stored keys, as every store written before the words A and B
+        assert (record.a.run_id, record.b.run_id) == ("s1-baseline", "s1-candidate")
+        with store.engine.connect() as conn:
+            sides = {r[0] for r in conn.execute(text("SELECT DISTINCT side FROM ab_rounds"))}
+        assert sides == {"baseline", "candidate"}
         with pytest.raises(ResultsError, match="A/B session 's1' of case 'cat' rejected"):
             store.add_ab_session(record)
         assert len(store.ab_sessions()) == 1 and len(store.runs()) == 2

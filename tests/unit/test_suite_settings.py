@@ -143,3 +143,39 @@ def test_the_int8_ffn_has_one_name():
     assert resolve_settings({"fake_quant": "w8a8-ffn"}, None).fake_quant == "w8a8-ffn"
     with pytest.raises(ConfigError, match=r"--fake-quant ffn-w8a8: choose w8a8-ffn"):
         resolve_settings({"fake_quant": "ffn-w8a8"}, None)
+
+
+def test_an_old_option_spelling_still_works_and_says_the_new_one(tmp_path):
+    # users' CI scripts and board profiles carry --baseline-threshold and --ab-baseline
+    s = resolve_settings({**cli(telemetry_root=str(tmp_path)), "baseline_threshold": "20%", "ab_baseline": "old"},
+                         None)
+    assert s.fixed_threshold == 20.0 and s.ab_a == tmp_path.cwd() / "old"
+    assert s.renamed == ["command line: --ab-baseline is deprecated and will go: it is --ab-a now",
+                         "command line: --baseline-threshold is deprecated and will go: it is --fixed-threshold now"]
+    # the new spelling wins over the old one
+    both = {**cli(telemetry_root=str(tmp_path), fixed_threshold="30%"), "baseline_threshold": "20%"}
+    assert resolve_settings(both, None).fixed_threshold == 30.0
+    assert resolve_settings(cli(telemetry_root=str(tmp_path)), None).renamed == []
+
+
+def test_an_old_key_in_a_board_profile_still_works_and_says_the_new_one(tmp_path):
+    profile = tmp_path / "board.toml"
+    profile.write_text('[suite]\nbaseline_threshold = "40%"\n[tier.pr]\nab_baseline = "old"\n')
+    s = resolve_settings(cli(telemetry_root=str(tmp_path), tier="pr"), str(profile))
+    assert s.fixed_threshold == 40.0 and s.ab_a == tmp_path.cwd() / "old"
+    assert s.renamed == [f"{profile} [suite]: baseline_threshold is deprecated and will go: it is fixed_threshold now",
+                         f"{profile} [tier.pr]: ab_baseline is deprecated and will go: it is ab_a now"]
+
+
+def test_an_old_option_spelling_is_said_once_on_the_command_line(pytester, tmp_path):
+    result = pytester.runpytest_subprocess("-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={REPO_ROOT}",
+                                           "-p", "no:cacheprovider", "--collect-only", "-q",
+                                           f"--ab-baseline={tmp_path}", "--baseline-threshold=20%",
+                                           str(REPO_ROOT / "tests" / "acceptance" / "test_benchmark_ab.py"))
+    assert result.ret == pytest.ExitCode.OK, str(result.stderr)
+    said = [line for line in result.stderr.lines if "deprecated" in line]
+    assert said == ["command line: --ab-baseline is deprecated and will go: it is --ab-a now",
+                    "command line: --baseline-threshold is deprecated and will go: it is --fixed-threshold now"], \
+        result.stderr.lines
+    # --ab-baseline reached the setting: the A/B test is collected, not deselected for want of --ab-a
+    assert any("test_denoise_time_ab" in line for line in result.stdout.lines), result.stdout.lines

@@ -10,7 +10,7 @@ import pytest
 
 from harness.cli.main import main
 from harness.model.config import REPO_ROOT
-from harness.results.ab import judge_pairs, session_decider, session_outcome
+from harness.results.ab import A, B, judge_pairs, session_decider, session_outcome
 from harness.results.store import ResultsStore
 from harness.results.verdict import Outcome, judge, minimum_detectable_pct
 from harness.results.verdict.decision import history_verdict
@@ -138,7 +138,7 @@ def test_an_ab_session_with_a_wide_interval_is_inconclusive_and_a_quiet_one_pass
 
     def pairs(n, sigma):
         return [{side: {"step": float(np.exp(rng.normal(0, sigma))), "ffn core": float(np.exp(rng.normal(0, sigma)))}
-                 for side in ("baseline", "candidate")} for _ in range(n)]
+                 for side in (A, B)} for _ in range(n)]
     wide = judge_pairs(pairs(3, 0.4))
     assert session_outcome(wide) is Outcome.INCONCLUSIVE, [v.line() for v in wide]
     assert re.match(r"to decide it: \d+ more pair\(s\), --rounds \d+", session_decider(wide, 3))

@@ -9,7 +9,7 @@ from harness.results.verdict.decision import Decision, fixed_verdict, history_ve
 
 
 def _drifting_session(rng, pairs, shift, drift=0.08, jitter=0.01):
-    """Baseline and candidate timed alternately while the machine drifts by up to `drift`."""
+    """An A/B session's sides A and B timed alternately while the machine drifts by up to `drift`."""
     level = 10.0 * np.exp(np.cumsum(rng.normal(0, drift / np.sqrt(pairs), pairs)))
     base = level * np.exp(rng.normal(0, jitter, pairs))
     cand = level * (1 + shift) * np.exp(rng.normal(0, jitter, pairs))

@@ -128,7 +128,7 @@ def workflow_problems(text: str, known: set[str]) -> list[str]:
     if gates and not gates[0][0].endswith(".ci/board-run"):
         problems.append("board runs the gates without .ci/board-run (the trust's state and seal)")
     upgrade = [c for run in workflow_scripts(wf)["upgrade"] for c in pytest_commands(run)]
-    if not any(any(t.startswith("--ab-baseline=") for t in c) for c in upgrade):
+    if not any(any(t.startswith("--ab-a=") for t in c) for c in upgrade):
         problems.append("upgrade does not ask the benchmark for its upgrade verdict")
     problems += option_problems(commands + upgrade, known)
     if not any(s.get("if") == "failure()" and ".ci/board-diagnostics" in s.get("run", "") for s in board["steps"]):
