@@ -4,7 +4,7 @@ boards/data/board-drift.toml holds the measured pairs (two runs of the same subg
 board) and the model's assumptions. The model: the log of each branch's time factor is an
 Ornstein-Uhlenbeck process with the standard deviation the pairs give and an assumed correlation
 time; every invocation adds independent jitter. So two runs far apart in time drift independently
-(the pairs' 3-7 %), while a baseline and a candidate timed alternately within minutes share most of
+(the pairs' 3-7 %), while an A and a B timed alternately within minutes share most of
 the drift, which is what an interleaved A/B session relies on.
 
 The spread: a pair of independent runs differs in log by a normal with variance 2 sigma^2, so

@@ -15,7 +15,7 @@ STEP = "denoise step"
 NPU_CORE = "NPU core"   # geometric mean of the branches' core times per step
 
 
-def parse_threshold(text, option: str = "--baseline-threshold", example: str = "10%") -> float:
+def parse_threshold(text, option: str = "--fixed-threshold", example: str = "10%") -> float:
     """'10%' or '10' -> 10.0 (percent over the reference that counts as a regression; --detect's promise)."""
     raw = str(text).strip().removesuffix("%").strip()
     try:

@@ -85,7 +85,7 @@ __all__ = ["judge", "judge_run", "judge_stored", "confirm", "board_change"]
 def judge(store: ResultsStore, run: Run, threshold_pct: float = 10.0, detect_pct: float = DETECT_PCT) -> Verdict:
     """The one call: `run` (measured, not yet stored) judged against its board's accepted stack in
     `store`, its outcome held to the promise `detect_pct`; `threshold_pct` is the fixed rule's, for
-    a history too short for a noise estimate (--baseline-threshold)."""
+    a history too short for a noise estimate (--fixed-threshold)."""
     return judge_run(store, run, threshold_pct, detect_pct)
 
 
