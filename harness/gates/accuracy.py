@@ -235,8 +235,8 @@ def analyze(request, reference_dir, threshold: float, out_dir):
 def replay(folder: Path) -> Row:
     """Run a saved failing invocation again: the backend on the saved inputs against the reference."""
     from ..backends.base import BackendOptions
+    from ..lifecycle.split import context_for
     from ..partition.manifest import load_manifest
-    from ..runtime.split import context_for
     folder = Path(folder)
     path = folder / REPRO_FILE
     if not path.exists():

@@ -109,7 +109,7 @@ def _saved(folder: Path, entry) -> list[list[np.ndarray]]:
 
 def input_sets(req: ReduceRequest, manifest, entry) -> tuple[list[list[np.ndarray]], str]:
     if req.inputs == "random":
-        from ..toolkit.convert import sample_inputs
+        from ..toolkit.samples import sample_inputs
         return sample_inputs(entry, 1, req.seed), f"random unit-scale inputs, seed {req.seed} (compare-toolkits')"
     if req.inputs:
         return _saved(Path(req.inputs), entry), f"the invocation saved in {req.inputs}"

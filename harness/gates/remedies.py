@@ -12,7 +12,7 @@ hybrid quantization, custom_hybrid), then split.
 
 3. split: the subgraph split at the range, the host running it in FP32 (as AdaLN is), grown forward
    node by node until the check passes (an overflowed tensor's consumers overflow too); convert
-   builds it (toolkit/split.py) and the runtime runs it (runtime/split.py).
+   builds it (toolkit/split.py) and the runtime runs it (lifecycle/split.py).
 
 Each outcome: passes or not, the lowest cosine, and the time estimate: the toolkit's cycle estimate
 of what stays on the NPU (its layer table; CPU ops have none) and the host part's measured time.

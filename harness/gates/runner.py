@@ -169,7 +169,7 @@ class GateRunner:
     def _build_in_simulator(self, manifest) -> None:
         """rknn-sim builds each model in its worker on first load (seconds each, 85 of them): do that
         here, once, so no measured step or memory guard's start includes building."""
-        from ..runtime.split import context_for
+        from ..lifecycle.split import context_for
         for entry in manifest.entries():
             ctx = context_for(self.s.backend_options, entry.label, manifest.path_of(entry))
             try:

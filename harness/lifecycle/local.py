@@ -17,8 +17,8 @@ from pathlib import Path
 
 from ..backends.base import BackendOptions, Context
 from ..core.timing import Timed
-from ..runtime.split import context_for
 from .records import Counters, LifecycleRecorder
+from .split import context_for
 
 __all__ = ["LocalStrategy", "OnDemand", "Resident", "Lru", "Pinned"]
 

@@ -81,7 +81,7 @@ def worker_main(fd: int) -> None:
     _, options, in_name, out_name = conn.recv()
     from ..backends.base import backend_class
     from ..core.errors import HarnessError
-    from ..runtime.split import context_for
+    from .split import context_for
     backend_class(options.backend)                   # import the runtime before saying hello
     shm_in, shm_out = _attach(in_name), _attach(out_name)
     ctx = None

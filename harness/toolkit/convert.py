@@ -31,6 +31,7 @@ from .layers import check_no_cpu_ops, cpu_fallbacks, parse_layer_table, register
 from .precisions import absolute_dataset, precisions, quantization_for, recipe
 from .process import run_worker
 from .remedies import APPLIED_KEYS, REMEDY_FILE, for_build, read_remedies, remedy_quantization, with_islands
+from .samples import sample_inputs
 from .split import SPLIT_KEY, cut_parts, host_outputs, part_feeds, write_plan
 
 __all__ = ["PRECISIONS", "DEFAULT_TARGET", "BUILD_LOG", "ConvertResult", "convert_partition", "check_out",
@@ -85,14 +86,6 @@ def _is_conversion(directory: Path) -> bool:
         return bool(load_manifest(directory).conversion)
     except ManifestError:
         return False
-
-
-def sample_inputs(entry: SubgraphEntry, count: int, seed: int) -> list[list[np.ndarray]]:
-    """Unit-scale random inputs of the entry's shapes: the branch inputs are LayerNorm-ed activations
-    and the text embedding, both of order one; the decoder's latent is a unit normal too."""
-    rng = np.random.default_rng(seed + entry.index)
-    return [[rng.standard_normal(spec.shape).astype(spec.dtype) for spec in entry.inputs]
-            for _ in range(count)]
 
 
 def _items(source: Manifest, work: Path, precision: str, calibration, samples: int, seed: int, version: str):

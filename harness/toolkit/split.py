@@ -11,7 +11,7 @@ convert cuts the subgraph's ONNX into up to three parts (toolkit/cut.py): nodes 
 [end, n) built by the toolkit as `<stem>.part<k>.rknn` (their ONNX kept beside them: the simulator
 rebuilds from it), [start, end) kept as `<stem>.part<k>.onnx` for onnxruntime on the host. The
 manifest entry's file is then the plan, `<stem>.split.json`: every part in order, what it reads and
-writes (tensor names) and its sha256; the runtime runs it through runtime/split.py.
+writes (tensor names) and its sha256; the runtime runs it through lifecycle/split.py.
 """
 from __future__ import annotations
 
@@ -72,8 +72,8 @@ def cut_parts(entry, onnx_path: Path, setting: dict, folder: Path, where: str) -
     """The subgraph's ONNX cut at the host range; every part's ONNX written into `folder`."""
     import onnx
 
-    from .convert import sample_inputs
     from .cut import Graph, reference_values
+    from .samples import sample_inputs
     model = onnx.load(str(onnx_path))
     graph = Graph(model)
     start, end = check_split(setting, graph.nodes, where)

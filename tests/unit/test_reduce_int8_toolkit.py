@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 from harness.backends.base import BackendOptions
+from harness.lifecycle.split import context_for
 from harness.model.bundle import load_bundle
 from harness.model.config import EMBEDDED_DIR, REPO_ROOT
 from harness.model.weights import read_safetensors, save_weights
 from harness.partition.manifest import load_manifest
 from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.report.toolkit import cosine, reference_outputs
-from harness.runtime.split import context_for
 from harness.toolkit.convert import convert_partition, sample_inputs
 
 pytestmark = pytest.mark.toolkit

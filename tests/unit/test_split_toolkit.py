@@ -1,5 +1,5 @@
 """The `split` remedy for real: a partition's conversion.toml names a node range of block 0's FFN, convert
-builds the rest on rknn-toolkit2 and keeps the range as ONNX, and the runtime (runtime/split.py) runs
+builds the rest on rknn-toolkit2 and keeps the range as ONNX, and the runtime (lifecycle/split.py) runs
 the NPU parts on the simulator and the range on onnxruntime FP32 between them. Block 0's FFN hidden layer
 scaled past float16 (layer1 x 32768, layer2 / 32768) is NaN as converted and passes when split."""
 from __future__ import annotations
@@ -13,13 +13,13 @@ import pytest
 from harness.backends.base import BackendOptions
 from harness.core.errors import ConfigError, ManifestError
 from harness.gates.headroom import held_outside_float16
+from harness.lifecycle.split import SplitContext, context_for
 from harness.model.bundle import load_bundle
 from harness.model.config import EMBEDDED_DIR
 from harness.model.weights import read_safetensors, save_weights
 from harness.partition.manifest import load_manifest
 from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.report.toolkit import cosine, reference_outputs
-from harness.runtime.split import SplitContext, context_for
 from harness.toolkit.convert import convert_partition, sample_inputs
 
 pytestmark = pytest.mark.toolkit
