@@ -87,7 +87,7 @@ def test_each_band_states_what_its_verdict_could_detect(tmp_path):
     plot_step_time(ax, trend_rows(quiet + noisy + lone), threshold_pct=10)
     bands = [c.get_label() for c in ax.collections if c.get_label().startswith("threshold band")]
     assert len(bands) == 3, bands
-    assert re.search(r"step [-+][\d.]+ % \[[-\d.]+, [-\d.]+\] within the [\d.]+ % threshold, detects \+[\d.]+ %", bands[0]), \
-        bands[0]
+    assert re.search(r"step [-+][\d.]+ % \[[-\d.]+, [-\d.]+\] within the [\d.]+ % threshold, detects \+[\d.]+ %",
+                     bands[0]), bands[0]
     assert "inconclusive: could detect only +" in bands[1] and "not the promised 25 %" in bands[1], bands[1]
     assert "the fixed 10 % threshold" in bands[2] and "could detect no shift" in bands[2], bands[2]
