@@ -129,6 +129,7 @@ def _run_of_row(row: dict, where: str) -> Run:
             invalid_reasons=tuple(r for r in row["invalid_reasons"].split("; ") if r),
             git_revision=row["git_revision"] or None, ci_url=row["ci_url"] or None,
             peak_pss_added_bytes=number("peak_pss_added_bytes", int), host_cpus=number("host_cpus", int),
+            host_memory_bytes=number("host_memory_bytes", int) if "host_memory_bytes" in row else None,
             host_load=number("host_load"), host_probe_s=number("host_probe_s"))
     except (TypeError, ValueError) as exc:
         raise ResultsError(f"{where}: not a run ({exc})") from None
@@ -161,7 +162,8 @@ def _cmd_import(args) -> int:
 _VERSION_COLUMNS = ("npu_driver", "runtime_lib", "toolkit_lite", "onnxruntime")
 
 
-# What `import` needs of a row; the per-branch and per-stage figures are read where present.
+# What `import` needs of a row; the per-branch and per-stage figures and host_memory_bytes (an export
+# from before it has none) are read where present.
 _RUN_COLUMNS = ("time", "run_id", "case", "board_id", "board_model", "model", "backend", "precision", "steps",
                 "manifest_hash", *_VERSION_COLUMNS, "git_revision", "ci_url", "valid", "invalid_reasons",
                 "mean_step_s", "total_denoise_s", "peak_pss_added_bytes", "host_cpus", "host_load", "host_probe_s")
@@ -173,7 +175,7 @@ def export_csv(runs: list[Run]) -> str:
               "manifest_hash", *_VERSION_COLUMNS, "git_revision", "ci_url", "valid", "invalid_reasons",
               "mean_step_s", "total_denoise_s", *(f"core_{b}_s" for b in BRANCHES),
               *(f"stage_{s}_s" for s in STAGE_NAMES), "peak_pss_added_bytes", "host_cpus", "host_load",
-              "host_probe_s", "serial_hash", "device_model"]
+              "host_probe_s", "serial_hash", "device_model", "host_memory_bytes"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
@@ -185,7 +187,7 @@ def export_csv(runs: list[Run]) -> str:
                          repr(r.total_denoise_s), *(_cell(r.branches.get(b)) for b in BRANCHES),
                          *(_cell(r.stages.get(s)) for s in STAGE_NAMES), _cell(r.peak_pss_added_bytes),
                          _cell(r.host_cpus), _cell(r.host_load), _cell(r.host_probe_s), r.serial_hash or "",
-                         r.device_model or ""])
+                         r.device_model or "", _cell(r.host_memory_bytes)])
     return out.getvalue()
 
 

@@ -1,7 +1,7 @@
 """`bin/harness results simulate`: the verdicts' error rates on simulated board histories and the
 kept onnxruntime A/A streams (harness/results/simulate.py), written as JSON.
 
-    results simulate --out FILE.json [--runs 2000] [--seed 0] [--streams PATH] [--shift PCT]...
+    results simulate --out FILE.json [--runs 2000] [--board-runs N] [--seed 0] [--streams PATH] [--shift PCT]...
     results simulate --table FILE.json [--table FILE.json]...     markdown tables of earlier results
     results simulate --page docs/results-statistics.md            its tables, rewritten from the files it names
 
@@ -25,6 +25,9 @@ def add_subcommand(sub) -> argparse.ArgumentParser:
     sim.add_argument("--out", type=Path, help="JSON file of the rates, written whole (required unless --table)")
     sim.add_argument("--runs", type=int, default=2000,
                      help="simulated boards (and A/B sessions) per condition (default %(default)s)")
+    sim.add_argument("--board-runs", type=int, metavar="N",
+                     help="simulated boards per cell of the quiet board's history and A/B sessions, the promises' "
+                          "cells (default: --runs)")
     sim.add_argument("--seed", type=int, default=0, help="added to every condition's seed (default %(default)s)")
     sim.add_argument("--streams", type=Path,
                      help="a kept stream file (.json.gz) or a folder of them (default: harness/results/streams)")
@@ -59,8 +62,9 @@ def _cmd_simulate(args) -> int:
         return 0
     if args.out is None:
         raise ConfigError("--out FILE.json is required (or --table FILE.json to print earlier results)")
-    if args.runs < 1:
-        raise ConfigError(f"--runs {args.runs}: expected at least 1 simulated board per condition")
+    for option, value in (("--runs", args.runs), ("--board-runs", args.board_runs)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{option} {value}: expected at least 1 simulated board per condition")
     if args.out.is_dir():
         raise ConfigError(f"--out {args.out}: is a folder, expected a JSON file")
     shifts = tuple(_shift(s) for s in args.shift)
@@ -71,7 +75,7 @@ def _cmd_simulate(args) -> int:
         streams = kept_streams(args.streams)
         if not streams:
             raise ConfigError(f"--streams {args.streams}: no kept stream (*.json.gz) in it")
-    result = simulate(args.runs, args.seed, streams, shifts)
+    result = simulate(args.runs, args.seed, streams, shifts, board_runs=args.board_runs)
     atomic_write_json(args.out, json.loads(json.dumps(result, default=float)))
     print("\n".join(summary_lines(result)))
     print(f"wrote {args.out}")

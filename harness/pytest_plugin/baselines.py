@@ -119,7 +119,8 @@ class ResultsGate:
             step_s=tuple(report["step_seconds"]), subgraphs=subgraph_times([report]),
             git_revision=git_revision(), ci_url=ci_url(), kernel=identity.get("kernel"),
             peak_pss_added_bytes=info["peak_pss_added_bytes"],
-            host_cpus=host.cpus if host else None, host_load=host.load_per_cpu if host else None,
+            host_cpus=host.cpus if host else None, host_memory_bytes=host.memory_bytes if host else None,
+            host_load=host.load_per_cpu if host else None,
             host_probe_s=host.probe_s if host else None, serial_hash=serial_hash(identity),
             device_model=identity.get("model"))
         # filing reads the store: a server gone here keeps the measured run for the session's end

@@ -5,6 +5,9 @@ A run's times say how fast the stack ran *on this machine as it was then*. When 
 CPUs, every figure slows with nothing changed in the stack, and a history cannot tell that from a slower
 stack. So each run records, besides its times:
   - the CPU count (a run on another number of CPUs is another machine);
+  - the total memory its kernel reports (psutil: /proc/meminfo's MemTotal; on the board, where the
+    session runs under rknnlite, the board's own): an 8 GiB board is not a 16 GiB one, whose page
+    cache and CMA leave the NPU's contexts more room (memory_gib says which size a total stands for);
   - the load average per CPU at its start and end (context for the reader: it counts runnable
     threads, the run's own among them, not speed);
   - a calibration probe: a fixed piece of CPU work (SHA-256 over a fixed buffer, one thread, no part
@@ -18,6 +21,7 @@ itself ran faster or slower than in the runs the new one would be judged against
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import statistics
 import time
@@ -25,7 +29,8 @@ from dataclasses import dataclass
 
 from .verdict.probe import PROBE_LABEL, probe_verdict
 
-__all__ = ["HostCondition", "probe_seconds", "probe_verdict", "condition_line", "PROBE_LABEL"]
+__all__ = ["HostCondition", "probe_seconds", "probe_verdict", "condition_line", "PROBE_LABEL", "memory_gib",
+           "memory_label"]
 
 _BUFFER = bytes(range(256)) * 1024          # 256 KiB, fixed
 _PASSES = 40                                # about 10 ms per repetition on a 2020s x86 core
@@ -51,20 +56,41 @@ def _load_per_cpu(cpus: int) -> float | None:
         return None
 
 
+def memory_gib(total_bytes: int | None) -> float | None:
+    """The memory size a host's reported total stands for, in GiB: the smallest size memory is fitted
+    in (2^k and 1.5 x 2^k GiB: ..., 4, 6, 8, 12, 16, 24, 32, ...) at or above it. A kernel reports less
+    than is fitted (firmware, its own image and the CMA carve-outs: an 8 GiB RK3588 board reports
+    7.6-7.8 GiB), never more, so two boards of one size read alike and an 8 and a 16 GiB board do not.
+    None when not recorded."""
+    if total_bytes is None:
+        return None
+    gib = total_bytes / 2 ** 30
+    size = 2.0 ** math.ceil(math.log2(gib))
+    return 0.75 * size if 0.75 * size >= gib else size
+
+
+def memory_label(gib: float | None) -> str:
+    """'8 GiB' of a memory_gib, or 'memory not recorded'."""
+    return "memory not recorded" if gib is None else f"{gib:g} GiB"
+
+
 @dataclass
 class HostCondition:
     """Measures the host's condition around a benchmark run:
 
         with HostCondition() as host:
             run_benchmark()
-        host.cpus, host.load_per_cpu, host.probe_s
+        host.cpus, host.memory_bytes, host.load_per_cpu, host.probe_s
     """
     cpus: int = 0
+    memory_bytes: int | None = None
     load_per_cpu: float | None = None
     probe_s: float | None = None
 
     def __enter__(self) -> HostCondition:
         self.cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        import psutil  # here: the verdicts read this module, and only a run measured needs it
+        self.memory_bytes = int(psutil.virtual_memory().total)
         self._load = _load_per_cpu(self.cpus)
         self._probe = probe_seconds()
         return self

@@ -1,9 +1,11 @@
 """The fleet comparison (`results boards`): each board against the other boards alike in board model,
-CPU count and stack, on one key, over the same time window (docs/fleet.md says why each step).
+CPU count, memory and stack, on one key, over the same time window (docs/fleet.md says why each step).
 
-Boards are compared only with boards alike: one group per board model, key (the stack is in it) and
-CPU count (the host_cpus of the board's latest valid run; boards whose runs do not record it are a
-group of their own). A host's memory is not recorded with a run, so it cannot split a group.
+Boards are compared only with boards alike: one group per board model, key (the stack is in it), CPU
+count and memory size (the host_cpus and host_memory_bytes of the board's latest valid run, the memory
+as the size it stands for, condition.memory_gib: 7.7 and 7.8 GiB reported are both 8 GiB boards;
+boards whose runs do not record one are a group of their own). Each group's header names the groups
+the model's other boards on the key formed.
 
 A board's window is the span of its newest LOOKBACK valid runs; its reference is every other board of
 its group with at least MIN_HISTORY valid runs inside that span. A board is one unit: the mean of the
@@ -28,12 +30,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .condition import memory_gib, memory_label
 from .constants import CONFIDENCE, HISTORY_FLOOR_PCT, LOOKBACK, MIN_HISTORY
 from .records import Run, RunKey
 from .verdict import DETECT_PCT, Outcome, minimum_detectable_pct
 
 __all__ = ["BoardVerdict", "FleetGroup", "fleet_groups", "board_verdicts", "fleet_lines", "SCREEN_Z", "MIN_OTHERS",
-           "cpus_label"]
+           "cpus_label", "host_label"]
 
 # The first pass's cut, in robust standard deviations (1.4826 MADs) from the median board: Iglewicz and
 # Hoaglin's 3.5 for the modified z-score. A healthy board past it is only left out of the references
@@ -49,6 +52,17 @@ MIN_OTHERS = 3
 
 def cpus_label(cpus: int | None) -> str:
     return "CPU count not recorded" if cpus is None else f"{cpus} CPUs"
+
+
+def host_label(host: tuple) -> str:
+    """'8 CPUs, 16 GiB' of a group's (CPU count, memory in GiB)."""
+    cpus, gib = host
+    return f"{cpus_label(cpus)}, {memory_label(gib)}"
+
+
+def _host(run: Run) -> tuple:
+    """What a board is grouped by besides its model and key: its CPU count and memory size."""
+    return run.host_cpus, memory_gib(run.host_memory_bytes)
 
 
 @dataclass(frozen=True)
@@ -106,21 +120,22 @@ class FleetGroup:
     board_model: str
     key: RunKey                     # the newest run's
     runs: dict                      # board -> its runs (valid and INVALID), oldest first
-    cpus: int | None = None
-    apart: tuple = ()               # (CPU count, boards) of the model's other groups on this key
+    host: tuple = (None, None)      # (CPU count, memory in GiB) of its boards' latest valid runs
+    apart: tuple = ()               # ((CPU count, memory), boards) of the model's other groups on this key
 
     def header(self) -> str:
         k = self.key
         times = [r.time for runs in self.runs.values() for r in runs]
-        apart = "".join(f"; boards with {cpus_label(c)} ({', '.join(b)}) are a group of their own"
-                        for c, b in self.apart)
-        return (f"board model {self.board_model}, {cpus_label(self.cpus)}, {k.case} ({k.backend}, {k.precision}, "
+        apart = "".join(f"; boards with {host_label(h)} ({', '.join(b)}) are a group of their own"
+                        for h, b in self.apart)
+        return (f"board model {self.board_model}, {host_label(self.host)}, {k.case} ({k.backend}, {k.precision}, "
                 f"{k.steps} steps): {len(self.runs)} boards, runs from {min(times)} to {max(times)}{apart}")
 
 
 def fleet_groups(runs: list[Run], board_model: str | None = None) -> list[FleetGroup]:
     """The groups of `runs` (oldest first) on keys that valid runs of several boards of one model share,
-    split by the boards' CPU counts; a group may hold one board (it says it could not be compared)."""
+    split by the boards' CPU counts and memory sizes; a group may hold one board (it says it could not
+    be compared)."""
     by_key: dict[tuple, dict[str, list[Run]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         if board_model is None or run.board_model == board_model:
@@ -131,13 +146,13 @@ def fleet_groups(runs: list[Run], board_model: str | None = None) -> list[FleetG
         valid = {board: rs for board, rs in valid.items() if rs}
         if len(valid) < 2:
             continue
-        by_cpus: dict[int | None, list[str]] = defaultdict(list)
+        by_host: dict[tuple, list[str]] = defaultdict(list)
         for board in sorted(valid):
-            by_cpus[valid[board][-1].host_cpus].append(board)
+            by_host[_host(valid[board][-1])].append(board)
         key = max((r for rs in boards.values() for r in rs), key=lambda r: r.time).key
-        for cpus, members in sorted(by_cpus.items(), key=lambda c: -len(c[1])):
-            apart = tuple((c, tuple(m)) for c, m in by_cpus.items() if c != cpus)
-            groups.append(FleetGroup(model, key, {b: boards[b] for b in members}, cpus, apart))
+        for host, members in sorted(by_host.items(), key=lambda h: -len(h[1])):
+            apart = tuple((h, tuple(m)) for h, m in by_host.items() if h != host)
+            groups.append(FleetGroup(model, key, {b: boards[b] for b in members}, host, apart))
     return groups
 
 
@@ -232,7 +247,7 @@ def _verdict(group: FleetGroup, board: str, window: _Window, left_out: set, conf
              if other != board and other not in left_out}
     others = np.array([m for m in means.values() if m is not None])
     if others.size < MIN_OTHERS:
-        return (f"INCONCLUSIVE board {board} ({cpus_label(group.cpus)}): {others.size} other board(s) alike with "
+        return (f"INCONCLUSIVE board {board} ({host_label(group.host)}): {others.size} other board(s) alike with "
                 f"{MIN_HISTORY} valid runs in its window ({window.start} to {window.end}); a spread needs "
                 f"{MIN_OTHERS}: it could not be compared")
     from scipy import stats  # ~1 s to import: only a fleet judged pays it

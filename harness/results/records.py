@@ -118,6 +118,7 @@ class Run:
     peak_pss_added_bytes: int | None = None
     # the host's condition during the run (harness/results/condition.py); None where not recorded
     host_cpus: int | None = None
+    host_memory_bytes: int | None = None                # the host's total memory as its kernel reports it
     host_load: float | None = None                      # load average per CPU, the higher of start and end
     host_probe_s: float | None = None                   # calibration probe seconds: the machine-speed index
     # the board's serial (hashed: telemetry.serial_hash) where its device tree has one, and the device
@@ -168,6 +169,9 @@ class Run:
         if self.host_cpus is not None and (isinstance(self.host_cpus, bool) or not isinstance(self.host_cpus, int)
                                            or self.host_cpus < 1):
             raise ResultsError(f"{where}: host_cpus must be a whole number >= 1, got {self.host_cpus!r}")
+        memory = self.host_memory_bytes
+        if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory < 1):
+            raise ResultsError(f"{where}: host_memory_bytes must be a whole number of bytes >= 1, got {memory!r}")
         if self.host_load is not None:
             _seconds(self.host_load, where, "host_load")
         if self.host_probe_s is not None:

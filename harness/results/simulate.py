@@ -102,7 +102,9 @@ def outcome(decisions: list) -> Outcome:
     """A look's decisions (judge_values, held to DETECT_PCT) as the verdict package reads them: a
     history Verdict of those figures, so its outcome is the gate's (REGRESSION when a figure regressed,
     INCONCLUSIVE when neither the step nor the NPU core could have found the promised slowdown)."""
-    return Verdict(HISTORY, "simulated history", list(decisions)).outcome or Outcome.INCONCLUSIVE
+    judged = Verdict(HISTORY, "simulated history", list(decisions)).outcome
+    assert judged is not None           # None only for an experiment's first run (Verdict.outcome)
+    return judged
 
 
 def _loaded_history(model, trials: int, slow: float, seed: int) -> dict[str, int]:
@@ -228,32 +230,48 @@ def flagged(history: list[dict], group: list[dict], new: dict, look: int | None,
     return any(v.regression for v in judge_values(history, group, new, 10.0, look=look, record=record))
 
 
-def store_looks(history: list[dict], after: list[dict], record=()) -> list[bool]:
-    """Per look k at a change: the store's verdict on the k-th run after it, the runs before it since
-    the change its group, the noise factor learned from `record`; look 1 flagged only when the second
-    run, judged alone against the same history, is flagged too (the gate's confirmation, judge.confirm)."""
-    looks = [flagged(history, after[:k], after[k], k + 1, record) for k in range(len(after))]
+def look_verdicts(history: list[dict], after: list[dict], record=()) -> list[list]:
+    """Per look k at a change: the decisions on the k-th run after it, the runs before it since the
+    change its group, the noise factor learned from `record`."""
+    return [judge_values(history, after[:k], after[k], 10.0, look=k + 1, record=record) for k in range(len(after))]
+
+
+def store_looks(history: list[dict], after: list[dict], record=(), verdicts: list[list] | None = None) -> list[bool]:
+    """Per look k at a change: whether the store's verdict on it (look_verdicts, or `verdicts` already
+    judged) flags it; look 1 flagged only when the second run, judged alone against the same history,
+    is flagged too (the gate's confirmation, judge.confirm)."""
+    looks = [any(v.regression for v in d) for d in verdicts or look_verdicts(history, after, record)]
     if len(after) > 1 and looks[0]:
         looks[0] = flagged(history, [], after[1], 1, record)
     return looks
 
 
+# the outcomes of the quiet board tallied besides its hits: how often it cannot say (INCONCLUSIVE)
+QUIET_OUTCOMES = ("lone run", "look 1", f"look {AFTER_RUNS}")
+
+
 def _board_history(model, trials: int, slow: float, seed: int, progress: Callable[[str], None]) -> dict[str, int]:
     """Per trial (an independent board): RECORD_RUNS + HISTORY_RUNS runs, then AFTER_RUNS runs at
-    `slow`; hits of a lone run (judged alone, confirmed by the next) and of the change's looks."""
+    `slow`; hits of a lone run (judged alone, confirmed by the next) and of the change's looks, and
+    how often the lone run, the first look and the last were INCONCLUSIVE (QUIET_OUTCOMES)."""
     board = SimulatedBoard(Drift(model, seed, trials=trials))
     runs = []
     for k in range(RECORD_RUNS + HISTORY_RUNS + AFTER_RUNS):
         runs.append(board.run(HISTORY_STEPS, slow if k >= RECORD_RUNS + HISTORY_RUNS else 0.0))
         board.idle(10 * model.correlation_s)        # the next run: another day, another drift level
     earlier, runs = runs[:RECORD_RUNS], runs[RECORD_RUNS:]
-    hits = {"lone run": 0, **{f"look {k + 1}": 0 for k in range(AFTER_RUNS)}, "any look": 0}
+    hits = {"lone run": 0, **{f"look {k + 1}": 0 for k in range(AFTER_RUNS)}, "any look": 0,
+            **{f"{name} inconclusive": 0 for name in QUIET_OUTCOMES}}
     for i in range(trials):
         figs = [_board_figures(r, i) for r in runs]
         history, after = figs[:HISTORY_RUNS], figs[HISTORY_RUNS:]
         record = [[_board_figures(r, i) for r in earlier] + history]
-        hits["lone run"] += all(flagged(history, [], after[j], None, record) for j in (0, 1))
-        looks = store_looks(history, after, record)
+        alone = judge_values(history, [], after[0], 10.0, record=record)
+        hits["lone run"] += any(v.regression for v in alone) and flagged(history, [], after[1], None, record)
+        verdicts = look_verdicts(history, after, record)
+        for name, decisions in zip(QUIET_OUTCOMES, (alone, verdicts[0], verdicts[-1])):
+            hits[f"{name} inconclusive"] += outcome(decisions) is Outcome.INCONCLUSIVE
+        looks = store_looks(history, after, record, verdicts)
         for k, hit in enumerate(looks):
             hits[f"look {k + 1}"] += hit
         hits["any look"] += any(looks)
@@ -328,22 +346,27 @@ def rate(hits: int, n: int) -> dict:
 
 
 def simulate(runs: int, seed: int = 0, streams: list[Path] | None = None, shifts: tuple[float, ...] = (),
-             progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> dict:
+             progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+             board_runs: int | None = None) -> dict:
     """Every rate of RATES (and detection within 5 runs at each extra shift of `shifts`, fractions),
-    `runs` simulated boards per cell; `streams`: the kept stream files (default: every kept one)."""
+    `runs` simulated boards per cell, `board_runs` (default `runs`) in the quiet board's cells (its
+    history and A/B sessions: the promises, whose intervals need the most boards to be decided);
+    `streams`: the kept stream files (default: every kept one)."""
     started, t0 = datetime.now(UTC), time.perf_counter()
     model = load_drift_model()
+    quiet = board_runs or runs
     out: dict[str, Any] = {
         "what": "the verdicts' error rates (harness/results/simulate.py)", "seed": seed, "runs": runs,
+        "board_runs": quiet,
         "machine": platform.platform(), "cpus": os.cpu_count(), "load_start": list(os.getloadavg()),
         "started": started.isoformat(timespec="seconds"), "board": {}, "streams": {}}
     for slow in sorted({0.0, 0.05, *shifts}):
-        progress(f"board history {slow:+.0%}: {runs} boards, seed {seed + int(1000 * slow) + 1}")
-        out["board"][f"{slow:+.0%}"] = _board_history(model, runs, slow, seed + int(1000 * slow) + 1, progress)
+        progress(f"board history {slow:+.0%}: {quiet} boards, seed {seed + int(1000 * slow) + 1}")
+        out["board"][f"{slow:+.0%}"] = _board_history(model, quiet, slow, seed + int(1000 * slow) + 1, progress)
     ab = {}
     for slow in (0.0, 0.03):
-        progress(f"board A/B {slow:+.0%}: {runs} sessions")
-        ab[slow] = _board_ab(model, runs, slow, seed + int(1000 * slow) + 7)
+        progress(f"board A/B {slow:+.0%}: {quiet} sessions")
+        ab[slow] = _board_ab(model, quiet, slow, seed + int(1000 * slow) + 7)
     out["loaded"] = {}
     for slow in (0.0, LOADED_SLOW):
         progress(f"loaded host {slow:+.0%}: {runs} boards")
@@ -356,10 +379,10 @@ def simulate(runs: int, seed: int = 0, streams: list[Path] | None = None, shifts
         progress(f"kept stream {path.name}")
         out["streams"][path.name] = judge_stream(read_stream(path))
     total = [sum(s["any look"][j] for s in out["streams"].values()) for j in (0, 1)]
-    counts = {"board A/A, 5 looks": (out["board"]["+0%"]["any look"], runs),
-              "board A/A, lone run": (out["board"]["+0%"]["lone run"], runs),
-              "board +5 %, 5 runs": (out["board"]["+5%"]["any look"], runs),
-              "board +3 %, A/B": (ab[0.03], runs), "board A/A, A/B": (ab[0.0], runs),
+    counts = {"board A/A, 5 looks": (out["board"]["+0%"]["any look"], quiet),
+              "board A/A, lone run": (out["board"]["+0%"]["lone run"], quiet),
+              "board +5 %, 5 runs": (out["board"]["+5%"]["any look"], quiet),
+              "board +3 %, A/B": (ab[0.03], quiet), "board A/A, A/B": (ab[0.0], quiet),
               "kept streams A/A, 5 looks": tuple(total),
               "loaded A/A, 5 looks": (out["loaded"]["+0%"]["any look regression"], runs),
               "loaded 3x, look 1 PASS": (out["loaded"][f"{LOADED_SLOW:+.0%}"]["look 1 pass"], runs),
@@ -368,8 +391,12 @@ def simulate(runs: int, seed: int = 0, streams: list[Path] | None = None, shifts
     out["rates"] = {name: {**rate(*counts[name]), "what": RATES[name][0], "bound": list(RATES[name][1]),
                            "holds": _holds(rate(*counts[name]), RATES[name][1])} for name in RATES}
     for slow in shifts:
-        out["rates"][f"board {slow:+.0%}, 5 runs"] = {**rate(out["board"][f"{slow:+.0%}"]["any look"], runs),
+        out["rates"][f"board {slow:+.0%}, 5 runs"] = {**rate(out["board"][f"{slow:+.0%}"]["any look"], quiet),
                                                       "what": f"simulated board {slow:+.0%}: found within 5 runs"}
+    for name in QUIET_OUTCOMES:     # how often the quiet board, nothing changed, cannot say
+        out["rates"][f"board A/A, {name} inconclusive"] = {
+            **rate(out["board"]["+0%"][f"{name} inconclusive"], quiet),
+            "what": f"simulated board, nothing changed: {name} INCONCLUSIVE"}
     for slow, tally in out["loaded"].items():       # the three outcomes of the first and the last look
         for what, hits in tally.items():
             if what != "any look regression":
@@ -411,10 +438,16 @@ def rates_table(results: dict[str, dict]) -> str:
             ["---"] * 8]
     for label, r in results.items():
         when.append([label, r["started"].replace("T", " ").removesuffix("+00:00"), r["machine"], str(r["cpus"]),
-                     f"{r['load_start'][0]:.1f}, {r['load_end'][0]:.1f}", str(r["runs"]), str(r["seed"]),
+                     f"{r['load_start'][0]:.1f}, {r['load_end'][0]:.1f}", _boards(r), str(r["seed"]),
                      f"{r['seconds']:.0f}"])
     return "\n".join("| " + " | ".join(row) + " |" for row in rows) + "\n\n" + \
         "\n".join("| " + " | ".join(row) + " |" for row in when) + "\n"
+
+
+def _boards(result: dict) -> str:
+    """'200' or '200 (quiet board 1000)': the boards per cell, and the quiet board's where it had more."""
+    quiet = result.get("board_runs", result["runs"])
+    return str(result["runs"]) + (f" (quiet board {quiet})" if quiet != result["runs"] else "")
 
 
 def _cell(cell: dict | None) -> str:

@@ -63,7 +63,7 @@ _SQUASHED = frozenset({"0001", "0002", "0003"})
 # The newest migration's revision (tests/unit/test_results_store.py checks it is alembic's head): a
 # store stamped with it is opened without importing alembic or reading the migration scripts, which
 # cost about 0.5 s of every command's start.
-SCHEMA_HEAD = "decision"
+SCHEMA_HEAD = "memory"
 _WRITE = "anima_write"               # execution option of a connection that writes
 
 
@@ -589,8 +589,8 @@ def _insert_run(conn, run: Run) -> int:
         valid=run.valid, invalid_reasons=json.dumps(list(run.invalid_reasons)), mean_step_s=run.mean_step_s,
         total_denoise_s=run.total_denoise_s, peak_pss_added_bytes=run.peak_pss_added_bytes,
         git_revision=run.git_revision, ci_url=run.ci_url, kernel=run.kernel, host_cpus=run.host_cpus,
-        host_load=run.host_load, host_probe_s=run.host_probe_s, serial_hash=run.serial_hash,
-        device_model=run.device_model)).inserted_primary_key[0]
+        host_memory_bytes=run.host_memory_bytes, host_load=run.host_load, host_probe_s=run.host_probe_s,
+        serial_hash=run.serial_hash, device_model=run.device_model)).inserted_primary_key[0]
     children = (
         (run_stages, [{"stage": s, "seconds_per_step": v} for s, v in run.stages.items()]),
         (run_branches, [{"branch": b, "seconds_per_step": v} for b, v in run.branches.items()]),
@@ -693,7 +693,7 @@ def _run_of(row, children) -> Run:
             quality={c["metric"]: c["value"] for c in children["quality"]},
             invalid_reasons=tuple(json.loads(row["invalid_reasons"])), git_revision=row["git_revision"],
             ci_url=row["ci_url"], kernel=row["kernel"], peak_pss_added_bytes=row["peak_pss_added_bytes"],
-            host_cpus=row["host_cpus"], host_load=row["host_load"], host_probe_s=row["host_probe_s"],
-            serial_hash=row["serial_hash"], device_model=row["device_model"])
+            host_cpus=row["host_cpus"], host_memory_bytes=row["host_memory_bytes"], host_load=row["host_load"],
+            host_probe_s=row["host_probe_s"], serial_hash=row["serial_hash"], device_model=row["device_model"])
     except (ValueError, SQLAlchemyError) as exc:
         raise ResultsError(f"run {row['run_id']!r}: stored row unreadable ({exc})") from None

@@ -71,6 +71,9 @@ runs = Table(
     Column("kernel", String(200)),
     # the host's condition: nullable, an imported run has none
     Column("host_cpus", Integer, CheckConstraint("host_cpus >= 1", name="ck_host_cpus"), nullable=True),
+    # (revision "memory"; none in runs stored before it)
+    Column("host_memory_bytes", BigInteger, CheckConstraint("host_memory_bytes >= 1", name="ck_host_memory"),
+           nullable=True),
     Column("host_load", Float, CheckConstraint("host_load >= 0 AND host_load <= 1000000", name="ck_host_load"),
            nullable=True),
     Column("host_probe_s", Float, CheckConstraint(f"host_probe_s > 0 AND host_probe_s <= {MAX_SECONDS:.0f}",

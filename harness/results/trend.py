@@ -10,12 +10,15 @@ The step-time panel draws one line per (board, backend, model, precision): a fau
 run is another experiment, not a point on the FP16 line. A change of the NPU stack's versions within a
 line is marked (dotted rule, labelled with what changed), and each line shades its threshold band: from
 the centre of its valid runs since the last version change up to the threshold the history verdict
-learns from their spread (harness/results/verdict/decision.py; the fixed threshold while there are too few runs).
+learns from their spread (harness/results/verdict/decision.py; the fixed threshold while there are too few runs),
+and its legend states that verdict as every verdict does: its threshold and the shift it could detect
+against the promise (verdict.DETECT_PCT), or that it could detect none without a noise estimate.
 A change point in a line (verdicts.change_points over its valid runs) is marked with a red triangle.
 Several boards in the store draw one line each.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -24,6 +27,7 @@ from ..lifecycle.steptimes import STAGE_NAMES
 from .records import ResultsError, Run
 from .verdict.changes import change_points
 from .verdict.decision import history_verdict
+from .verdict.power import DETECT_PCT
 
 __all__ = ["trend", "trend_rows", "group_of", "version_changes", "render_table", "DEFAULT_TREND_PNG"]
 
@@ -89,16 +93,20 @@ def version_changes(rows: list[dict]) -> list[tuple[dict, str]]:
     return changes
 
 
-def _band(rows: list[dict], changed_at: set[int], threshold_pct: float) -> tuple[float, float, float] | None:
-    """(x from, centre, centre * (1 + threshold)) of one line, or None without valid runs. The threshold
-    is the history verdict's, learned from the spread of the valid runs since the last version change."""
+def _band(rows: list[dict], changed_at: set[int], threshold_pct: float) -> tuple[float, float, float, str] | None:
+    """(x from, centre, centre * (1 + threshold), the verdict in words) of one line, or None without
+    valid runs. The threshold is the history verdict's on the latest valid run, learned from the
+    spread of the valid runs since the last version change; its words say what it could detect."""
     start = max([r["index"] for r in rows if r["index"] in changed_at], default=rows[0]["index"])
     valid = [r["step_s"] for r in rows if r["valid"] and r["index"] >= start]
     if not valid:
         return None
     learned = history_verdict("step", valid[:-1], valid[-1]) if len(valid) > 1 else None
     ref = sorted(valid)[len(valid) // 2]
-    return start, ref, ref * (1 + (learned.threshold_pct if learned else threshold_pct) / 100)
+    if learned is None:
+        return start, ref, ref * (1 + threshold_pct / 100), \
+            f"the fixed {threshold_pct:g} % threshold: too few valid runs for a noise estimate, could detect no shift"
+    return start, ref, ref * (1 + learned.threshold_pct / 100), replace(learned, detect_pct=DETECT_PCT).line()
 
 
 def _plot_change_points(ax, members: list[dict], colour: str) -> None:
@@ -125,9 +133,9 @@ def plot_step_time(ax, rows: list[dict], threshold_pct: float | None = None) -> 
         _plot_change_points(ax, members, colour)
         band = _band(members, changed_at, threshold_pct) if threshold_pct else None
         if band:
-            start, low, high = band
+            start, low, high, words = band
             ax.fill_between([start - 0.4, last_x + 0.4], low, high, color=colour, alpha=0.12, zorder=0,
-                            label=f"threshold band ({key[1]}/{key[3]})")
+                            label=f"threshold band ({key[1]}/{key[3]}): {words}")
     for row, what in changes:
         ax.axvline(row["index"] - 0.5, color="0.3", linestyle=":", linewidth=1, zorder=1)
         ax.annotate(what, (row["index"] - 0.45, 0.02), xycoords=("data", "axes fraction"), rotation=90,

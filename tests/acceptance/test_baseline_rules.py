@@ -17,6 +17,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
+import psutil
 import pytest
 from sqlalchemy import text
 
@@ -84,6 +85,7 @@ def test_empty_store_passes_with_no_baseline_yet(gate, tmp_path):
     (run,) = stored(tmp_path)
     assert run.key.steps == 1 and len(run.step_s) == 1 and run.subgraphs and run.branches
     assert run.host_cpus >= 1 and run.host_probe_s > 0 and run.host_load >= 0, "the host's condition is stored"
+    assert run.host_memory_bytes == psutil.virtual_memory().total, "and the memory of the host it ran on"
     assert baseline_of(tmp_path, run) is None, "no baseline without --save-baseline"
 
 

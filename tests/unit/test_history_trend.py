@@ -1,6 +1,7 @@
 """The trend plot and table over the runs of a real results store."""
 import argparse
 import io
+import re
 
 import pytest
 from rich.console import Console
@@ -71,3 +72,22 @@ def test_trend_draws_one_line_per_board_learns_its_band_and_marks_changes(tmp_pa
     band_b = [c for c in ax.collections if c.get_label().startswith("threshold band")][1]
     ys = band_b.get_paths()[0].vertices[:, 1]
     assert max(ys) / min(ys) > 1.10
+
+
+def test_each_band_states_what_its_verdict_could_detect(tmp_path):
+    # a quiet line finds a few %; a line of 2.0 and 2.4 s runs could not find the promised 25 %; a line
+    # of one run has no noise estimate at all: each legend says so, as every verdict's line does
+    from matplotlib.figure import Figure
+
+    from harness.results.trend import plot_step_time, trend_rows
+    quiet = [make_run(f"a{i}", 1.0 + 0.01 * (i % 3), minute=i) for i in range(10)]
+    noisy = [make_run(f"b{i}", 2.0 if i % 2 else 2.4, board="rock-5c-bbbb", minute=20 + i) for i in range(6)]
+    lone = [make_run("c0", 3.0, board="rock-5c-cccc", minute=40)]
+    ax = Figure().subplots()
+    plot_step_time(ax, trend_rows(quiet + noisy + lone), threshold_pct=10)
+    bands = [c.get_label() for c in ax.collections if c.get_label().startswith("threshold band")]
+    assert len(bands) == 3, bands
+    assert re.search(r"step [-+][\d.]+ % \[[-\d.]+, [-\d.]+\] within the [\d.]+ % threshold, detects \+[\d.]+ %",
+                     bands[0]), bands[0]
+    assert "inconclusive: could detect only +" in bands[1] and "not the promised 25 %" in bands[1], bands[1]
+    assert "the fixed 10 % threshold" in bands[2] and "could detect no shift" in bands[2], bands[2]

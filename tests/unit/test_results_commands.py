@@ -25,14 +25,15 @@ def test_export_writes_one_csv_row_per_run(results_url, capsys):
     with ResultsStore(results_url) as store:
         store.add_run(make_run("r1", 1.0))
         store.add_run(replace(make_run("r2", 1.5, minute=1, valid=False), host_cpus=2, host_load=0.75,
-                              host_probe_s=0.02))
+                              host_probe_s=0.02, host_memory_bytes=8 << 30))
     assert main(["results", "export", "--results", results_url]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert [(r["run_id"], float(r["mean_step_s"]), r["valid"]) for r in rows] == [("r1", 1.0, "1"), ("r2", 1.5, "0")]
     assert float(rows[1]["core_ffn_s"]) == pytest.approx(0.375) and rows[0]["runtime_lib"] == "2.3.2"
     # the host's condition travels with the run (empty for a run that has none)
-    assert (rows[0]["host_cpus"], rows[0]["host_probe_s"]) == ("", "")
-    assert (int(rows[1]["host_cpus"]), float(rows[1]["host_load"]), float(rows[1]["host_probe_s"])) == (2, 0.75, 0.02)
+    assert (rows[0]["host_cpus"], rows[0]["host_probe_s"], rows[0]["host_memory_bytes"]) == ("", "", "")
+    assert (int(rows[1]["host_cpus"]), float(rows[1]["host_load"]), float(rows[1]["host_probe_s"]),
+            int(rows[1]["host_memory_bytes"])) == (2, 0.75, 0.02, 8 << 30)
 
 
 def _history(store, count=8, step=1.0, **kw):

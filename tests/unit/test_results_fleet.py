@@ -30,10 +30,11 @@ BOARD_TREE = REPO_ROOT / "tests" / "data" / "sysfs-rk3588"
 
 
 def fleet(url: str, runs: int, levels: dict, *, invalid_board: str | None = None, seed: int = 5,
-          boards: tuple = BOARDS, cpus: dict | None = None) -> None:
+          boards: tuple = BOARDS, cpus: dict | None = None, memory: dict | None = None) -> None:
     """Five boards' runs interleaved in time (board a, b, ..., e, a, b, ...), each at its level
     (1.0 unless `levels` says) with 1 % log-normal noise; `invalid_board`'s runs are INVALID but one
-    in five; `cpus`: board -> its host's CPU count (8 unless it says; not recorded without it). The
+    in five; `cpus`: board -> its host's CPU count (8 unless it says; not recorded without it);
+    `memory`: board -> the GiB its kernel reports (7.7 unless it says; not recorded without it). The
     board named last is the one the old comparison (the other boards' runs concatenated in board order,
     cut to the last 30) judged everyone else by."""
     rng = np.random.default_rng(seed)
@@ -43,7 +44,11 @@ def fleet(url: str, runs: int, levels: dict, *, invalid_board: str | None = None
                 invalid = board == invalid_board and i % 5 != 0
                 step = (THROTTLED if invalid else levels.get(board, 1.0)) * float(np.exp(rng.normal(0, 0.01)))
                 run = make_run(f"{board}-{i}", step, board=board, valid=not invalid, minute=len(boards) * i + b)
-                store.add_run(replace(run, host_cpus=cpus.get(board, 8)) if cpus is not None else run)
+                if cpus is not None:
+                    run = replace(run, host_cpus=cpus.get(board, 8))
+                if memory is not None:
+                    run = replace(run, host_memory_bytes=int(memory.get(board, 7.7) * 2 ** 30))
+                store.add_run(run)
 
 
 def boards(url: str, capsys) -> tuple[int, list[str]]:
@@ -155,18 +160,71 @@ def test_boards_with_fewer_cpus_are_a_group_of_their_own(results_url, capsys):
     code, lines = boards(results_url, capsys)
     assert not any("OUTLIER" in line for line in lines), "\n".join(lines)
     (eight,) = [line for line in lines if line.startswith("board model") and "8 CPUs" in line.split(",")[1]]
-    assert "8 boards" in eight and f"boards with 4 CPUs ({', '.join(small)}) are a group of their own" in eight
+    assert "8 boards" in eight and \
+        f"boards with 4 CPUs, memory not recorded ({', '.join(small)}) are a group of their own" in eight
     (four,) = [line for line in lines if line.startswith("board model") and "4 CPUs" in line.split(",")[1]]
     assert "2 boards" in four
     for board in small:        # two boards alike are too few for a spread: said, and not a pass
         (line,) = [line for line in lines if board in line and line.startswith("  ")]
-        assert line.startswith(f"  INCONCLUSIVE board {board} (4 CPUs): 1 other board(s) alike"), line
+        assert line.startswith(f"  INCONCLUSIVE board {board} (4 CPUs, memory not recorded): 1 other board(s) "
+                               "alike"), line
     with ResultsStore(results_url) as store:
         _, outliers, inconclusive = fleet_lines(store.runs())
     assert not outliers and inconclusive == list(small)
     # the command fails on boards it could not judge (not a pass), unless the lab chose to be warned
     assert code == 1 and lines[-1] == f"board(s) the fleet could not judge (INCONCLUSIVE): {', '.join(small)}"
     assert main(["results", "boards", "--results", results_url, "--inconclusive=warn"]) == 0
+
+
+def test_boards_with_more_memory_are_a_group_of_their_own_and_a_few_mib_less_is_the_same_size(results_url, capsys):
+    # two 16 GB boards (15.6 GiB reported) run 8 % faster: among eight 8 GB boards they would be named
+    # faster outliers. The 8 GB boards report 7.7 or 7.8 GiB: one size, one group
+    big = TEN[-2:]
+    memory = {**{board: 7.8 for board in TEN[:4]}, **{board: 15.6 for board in big}}
+    fleet(results_url, 12, {board: 0.92 for board in big}, boards=TEN, cpus={}, memory=memory)
+    code, lines = boards(results_url, capsys)
+    assert not any("OUTLIER" in line for line in lines), "\n".join(lines)
+    headers = [line for line in lines if line.startswith("board model")]
+    (eight,) = [line for line in headers if line.split(", ")[1:3] == ["8 CPUs", "8 GiB"]]
+    assert "8 boards" in eight and \
+        f"boards with 8 CPUs, 16 GiB ({', '.join(big)}) are a group of their own" in eight, eight
+    (sixteen,) = [line for line in headers if line.split(", ")[1:3] == ["8 CPUs", "16 GiB"]]
+    assert "2 boards" in sixteen and f"boards with 8 CPUs, 8 GiB ({', '.join(TEN[:8])})" in sixteen, sixteen
+    healthy = [line for line in lines if re.match(r"  board rock-5c-", line)]
+    assert len(healthy) == 8 and all("against the other 7 boards, within the" in line for line in healthy), \
+        "\n".join(lines)
+    for board in big:          # two boards alike are too few for a spread: said, and not a pass
+        (line,) = [line for line in lines if board in line and line.startswith("  ")]
+        assert line.startswith(f"  INCONCLUSIVE board {board} (8 CPUs, 16 GiB): 1 other board(s) alike"), line
+    assert code == 1 and lines[-1] == f"board(s) the fleet could not judge (INCONCLUSIVE): {', '.join(big)}"
+
+
+def test_a_store_from_before_the_memory_column_is_upgraded_and_still_reads(results_url, capsys):
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import inspect
+
+    from harness.results.store import MIGRATIONS
+    fleet(results_url, 6, {}, cpus={}, memory={})
+    with ResultsStore(results_url) as store:
+        before = store.runs()
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        with store.engine.begin() as conn:      # the store as the revision before the column left it
+            config.attributes["connection"] = conn
+            command.downgrade(config, "decision")
+        assert "host_memory_bytes" not in {c["name"] for c in inspect(store.engine).get_columns("runs")}
+    with ResultsStore(results_url) as store:    # opened by this checkout: upgraded, the memory not recorded
+        old = store.runs()
+        # every run whole (its steps, stages, branches and subgraphs too), but its memory
+        assert old == [replace(r, host_memory_bytes=None) for r in before] and len(old) == 30
+    code, lines = boards(results_url, capsys)
+    assert code == 0 and lines[0].startswith("board model Radxa ROCK 5C, 8 CPUs, memory not recorded, cat ("), \
+        "\n".join(lines)
+    assert "5 boards" in lines[0] and sum(line.startswith("  board rock-5c-") for line in lines) == 5
+    with ResultsStore(results_url) as store:    # and a run measured now keeps its memory
+        store.add_run(replace(make_run("new", minute=500), host_cpus=8, host_memory_bytes=8 * 2 ** 30))
+        assert store.run("new", "cat").host_memory_bytes == 8 * 2 ** 30
 
 
 def test_three_boards_are_inconclusive_not_a_pass(results_url):
@@ -177,7 +235,8 @@ def test_three_boards_are_inconclusive_not_a_pass(results_url):
         lines, outliers, inconclusive = fleet_lines(store.runs())
     verdicts, could_not = board_verdicts(group)
     assert not verdicts and len(could_not) == 3 and not outliers and inconclusive == list(TEN[:3])
-    assert all(re.match(r"INCONCLUSIVE board \S+ \(8 CPUs\): 2 other board\(s\) alike .* a spread needs 3: "
+    assert all(re.match(r"INCONCLUSIVE board \S+ \(8 CPUs, memory not recorded\): 2 other board\(s\) alike .* "
+                        "a spread needs 3: "
                         "it could not be compared", line) for line in could_not), could_not
     # ten boards alike can: each a PASS, stating what it could detect
     fleet(results_url, 30, {}, boards=TEN[3:], cpus={}, seed=6)

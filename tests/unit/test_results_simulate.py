@@ -67,6 +67,16 @@ def test_a_loaded_host_is_as_noisy_as_measured_and_its_3x_stack_is_never_a_pass_
     assert sum(tally[f"look 5 {o}"] for o in ("pass", "regression", "inconclusive")) == 20
 
 
+def test_the_quiet_boards_inconclusive_outcomes_are_tallied_and_a_noisy_board_has_more():
+    # the board's own drift (3.8 %) and one ten times as wide, same seed: the quiet board can decide
+    # what the noisy one cannot, look by look
+    model = load_drift_model()
+    quiet = simulate._board_history(model, 6, 0.0, seed=3, progress=lambda line: None)
+    noisy = simulate._board_history(model.scaled(sigma=10 * model.sigma), 6, 0.0, seed=3, progress=lambda line: None)
+    for name in simulate.QUIET_OUTCOMES:
+        assert 0 <= quiet[f"{name} inconclusive"] < noisy[f"{name} inconclusive"] <= 6, (name, quiet, noisy)
+
+
 @pytest.mark.slow           # stores judged run by run
 def test_the_upgrade_paths_count_each_judged_run_once_through_the_seam():
     # B then C: the three C runs of each store; accept then revert: the run back on A
@@ -88,7 +98,8 @@ def test_simulate_writes_every_rate_and_finds_a_large_shift(tmp_path):
     (tmp_path / "kept").mkdir()
     _short_stream(tmp_path / "kept" / "short.json.gz")
     out = tmp_path / "rates.json"
-    args = ("--runs", "4", "--seed", "5", "--shift", "20", "--streams", str(tmp_path / "kept"), "--out", str(out))
+    args = ("--runs", "4", "--board-runs", "6", "--seed", "5", "--shift", "20", "--streams", str(tmp_path / "kept"),
+            "--out", str(out))
     proc = _harness(*args)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
@@ -99,7 +110,12 @@ def test_simulate_writes_every_rate_and_finds_a_large_shift(tmp_path):
         assert name in proc.stdout
     assert result["rates"]["kept streams A/A, 5 looks"]["n"] == 5
     assert result["rates"]["board +20%, 5 runs"]["rate"] >= 0.75       # a +20 % step is found
-    assert result["runs"] == 4 and result["seed"] == 5 and result["machine"]
+    assert result["runs"] == 4 and result["board_runs"] == 6 and result["seed"] == 5 and result["machine"]
+    # the quiet board's cells (the promises) at --board-runs, the loaded host's at --runs
+    assert {result["rates"][name]["n"] for name in ("board A/A, 5 looks", "board +5 %, 5 runs", "board A/A, A/B",
+                                                    "board A/A, look 1 inconclusive")} == {6}
+    assert result["rates"]["loaded A/A, 5 looks"]["n"] == 4
+    assert "| 4 (quiet board 6) | 5 |" in simulate.rates_table({"x": result})
     assert "board history +20%" in proc.stderr              # progress on standard error
 
 

@@ -205,7 +205,8 @@ def test_export_refuses_a_symlink_fifo_or_device_and_leaves_it_as_it_was(tmp_pat
 def test_import_of_an_export_merges_two_stores_and_a_second_import_adds_nothing(tmp_path, capsys):
     board = _store_with(tmp_path, make_run("r1"), replace(make_run("r2", 1.5, minute=1, valid=False),
                                                           invalid_reasons=("a clock moved", "too hot"),
-                                                          host_cpus=2, host_load=0.5, host_probe_s=0.02))
+                                                          host_cpus=2, host_load=0.5, host_probe_s=0.02,
+                                                          host_memory_bytes=8 << 30))
     exported = tmp_path / "runs.csv"
     assert main(["results", "export", "--results", board, "--out", str(exported)]) == 0
     fleet = f"sqlite:///{tmp_path / 'fleet.sqlite'}"
@@ -222,6 +223,24 @@ def test_import_of_an_export_merges_two_stores_and_a_second_import_adds_nothing(
         mine = [replace(r, step_s=(), subgraphs=(), quality={}) for r in a.runs()]
         assert b.runs()[1:] == mine and b.runs()[0].run_id == "r0"
         assert b.runs()[1].key.digest == a.runs()[0].key.digest
+
+
+def test_an_export_from_before_the_memory_column_imports_with_the_memory_not_recorded(tmp_path):
+    board = _store_with(tmp_path, replace(make_run("r1"), host_cpus=2, host_memory_bytes=8 << 30))
+    exported = tmp_path / "runs.csv"
+    assert main(["results", "export", "--results", board, "--out", str(exported)]) == 0
+    rows = list(csv.DictReader(io.StringIO(exported.read_text())))
+    assert rows[0]["host_memory_bytes"] == str(8 << 30)
+    older = tmp_path / "older.csv"          # the columns an export wrote before host_memory_bytes
+    with older.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, [c for c in rows[0] if c != "host_memory_bytes"], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows([{k: v for k, v in row.items() if k != "host_memory_bytes"} for row in rows])
+    fleet = f"sqlite:///{tmp_path / 'fleet.sqlite'}"
+    assert main(["results", "import", str(older), "--results", fleet]) == 0
+    with ResultsStore(fleet) as store:
+        (run,) = store.runs()
+    assert run.host_cpus == 2 and run.host_memory_bytes is None
 
 
 def test_an_import_file_with_one_run_id_twice_is_refused_whole(tmp_path, capsys):

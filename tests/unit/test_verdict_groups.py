@@ -5,6 +5,7 @@ The store is real (SQLite and PostgreSQL through `results_url`); the runs are bu
 benchmark gate builds them (tests/results_data.py)."""
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -199,16 +200,41 @@ def test_another_cpu_count_is_not_comparable(results_url):
     assert judged.kind == NOT_COMPARABLE and "the history ran on [8] CPUs, this run on 2" in judged.headline()
 
 
+GIB = 2 ** 30
+
+
+@pytest.mark.parametrize("reported, comparable", [(15.6, False), (7.8, True)])
+def test_another_memory_size_is_not_comparable_and_a_few_mib_less_is_the_same_size(results_url, reported,
+                                                                                   comparable):
+    # the history on an 8 GB board reporting 7.7 GiB; the run on a 16 GB one, or on another 8 GB one
+    history = [replace(r, host_memory_bytes=int(7.7 * GIB)) for r in _with_host(_runs("old", 12, 1.0, 0), 0.010)]
+    run = replace(_with_host(_runs("new", 1, 1.0, 100), 0.010)[0], host_memory_bytes=int(reported * GIB))
+    with ResultsStore(results_url) as store:
+        _store_with(store, history)
+        assert store.runs()[0].host_memory_bytes == int(7.7 * GIB)             # the memory is stored
+        judged = judge_run(store, run, 10.0)
+    if comparable:
+        assert judged.kind == HISTORY and not judged.regressed, judged.lines()
+    else:
+        assert judged.kind == NOT_COMPARABLE and not judged.regressed, judged.lines()
+        assert "the history ran with 8 GiB of memory, this run with 16 GiB" in judged.headline(), judged.headline()
+
+
 def test_a_host_condition_that_cannot_be_is_refused():
     with pytest.raises(ResultsError, match="host_probe_s"):
         replace(make_run("x"), host_probe_s=0.0)
     with pytest.raises(ResultsError, match="host_cpus"):
         replace(make_run("x"), host_cpus=0)
+    with pytest.raises(ResultsError, match="host_memory_bytes must be a whole number of bytes"):
+        replace(make_run("x"), host_memory_bytes=0)
 
 
 def test_host_condition_measures_this_machine():
     with HostCondition() as host:
         pass
     assert host.cpus >= 1 and host.probe_s > 0
+    # the kernel's own figure (psutil reads it from /proc/meminfo, in kB)
+    mem_total = next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal:"))
+    assert host.memory_bytes == int(mem_total.split()[1]) * 1024
     assert host.load_per_cpu is None or host.load_per_cpu >= 0
     assert probe_seconds(repeats=1) > 0

@@ -108,6 +108,20 @@ def test_a_history_too_short_for_a_noise_estimate_is_inconclusive_and_says_how_m
     assert new.decider().startswith("to decide it: 2 more valid run(s) of the accepted stack give a noise estimate")
 
 
+def test_a_burst_in_a_five_run_history_widens_its_spread_and_does_not_fail_an_unchanged_stack(tmp_path):
+    # issue 41's loaded host: five runs of A, the first in a burst (1.9x), then B, unchanged, itself
+    # slowed 18 % by the load. The screen drops the burst; four runs were too few for a spread and the
+    # step went to the fixed 10 % rule, which failed B (+17.9 % over the last four of A)
+    with ResultsStore(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:
+        for i, level in enumerate((1.9, 1.0, 1.02, 0.98, 1.01)):
+            store.add_run(make_run(f"a{i}", level, minute=i))
+        verdict = judge(store, make_run("b0", 1.18, minute=10, versions=VERSIONS_NEW))
+    step = next(v for v in verdict.verdicts if v.label == "denoise step")
+    assert step.kind == "history" and step.n == 5, verdict.lines()        # the burst kept: a spread of five
+    assert verdict.outcome is not Outcome.REGRESSION and not verdict.regressed, verdict.lines()
+    assert verdict.outcome is Outcome.INCONCLUSIVE and "could detect only +" in verdict.headline(), verdict.lines()
+
+
 def test_a_noisy_board_is_inconclusive_and_says_no_number_of_runs_will(tmp_path):
     rng = np.random.default_rng(5)
     with ResultsStore(f"sqlite:///{tmp_path / 'r.sqlite'}") as store:

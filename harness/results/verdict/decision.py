@@ -131,11 +131,18 @@ def _finite_positive(name: str, values: Sequence[float] | np.ndarray) -> np.ndar
 def outliers_kept(logs: np.ndarray) -> np.ndarray:
     """The outlier screen, along the last axis of `logs` (one history, or one per row): True for the
     runs within OUTLIER_Z robust standard deviations (the MAD's) of the median; all of them when the
-    MAD is 0. The history verdict and the noise factor's statistics (noise.py) both screen by it."""
+    MAD is 0, and when the screen would keep fewer than MIN_HISTORY. The history verdict and the noise
+    factor's statistics (noise.py) both screen by it.
+
+    A screen that leaves too few runs for a spread keeps them all: the wild run then widens the
+    interval (a PASS or INCONCLUSIVE on a noisy board, as it should be). Dropping it left a history
+    of exactly MIN_HISTORY runs too short, and the step went to the fixed rule, which has no noise
+    estimate: an unchanged stack B after five runs of A with one burst among them failed +17.9 %."""
     from scipy import stats  # here, not at the top: scipy costs every process that reads the store ~1 s
     median = np.median(logs, axis=-1, keepdims=True)
     mad = stats.median_abs_deviation(logs, axis=-1, scale="normal")[..., None]
-    return np.where(mad == 0, True, np.abs(logs - median) <= OUTLIER_Z * mad)
+    kept = np.where(mad == 0, True, np.abs(logs - median) <= OUTLIER_Z * mad)
+    return np.where(kept.sum(axis=-1, keepdims=True) < MIN_HISTORY, True, kept)
 
 
 def _robust_centre_spread(logs: np.ndarray) -> tuple[np.ndarray, float, float]:

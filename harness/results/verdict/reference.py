@@ -3,7 +3,7 @@ first ran the experiment on, else the fleet's baseline of its board model), the 
 (its group and its look), a probation's count and whether the run's host is comparable."""
 from __future__ import annotations
 
-from ..condition import condition_line
+from ..condition import condition_line, memory_gib, memory_label
 from ..constants import CONFIDENCE, GROUP_RUNS, LOOKBACK, NOISE_LOOKBACK
 from ..records import Run
 from ..store import ResultsStore
@@ -78,17 +78,26 @@ def split(pool: list[Run], run: Run, kind: str, from_fleet: bool,
 
 
 def comparability(pool: list[Run], judged: list[Run]) -> tuple[list[Run], Decision | None, str | None]:
-    """(the history runs of the judged runs' CPU count, the probe's verdict, why not comparable or None).
+    """(the history runs of the judged runs' CPU count and memory size, the probe's verdict, why not
+    comparable or None).
 
     The judged runs (the group since the change and the new run, last) are compared with the runs of
-    `pool` on the same number of CPUs; when the new run and enough of those carry a calibration probe,
-    the judged runs' probes are judged against theirs, both ways (condition.probe_verdict)."""
+    `pool` on the same number of CPUs and memory size (condition.memory_gib); when the new run and
+    enough of those carry a calibration probe, the judged runs' probes are judged against theirs, both
+    ways (condition.probe_verdict)."""
     run = judged[-1]
     if run.host_cpus is not None:
         same = [r for r in pool if same_cpus(run, r)]
         if pool and not same:
             cpus = sorted({r.host_cpus for r in pool}, key=lambda c: -1 if c is None else c)   # None: not recorded
             return pool, None, f"the history ran on {cpus} CPUs, this run on {run.host_cpus}"
+        pool = same
+    if run.host_memory_bytes is not None:
+        same = [r for r in pool if _same_memory(run, r)]
+        if pool and not same:
+            sizes = sorted({memory_label(memory_gib(r.host_memory_bytes)) for r in pool})
+            return pool, None, (f"the history ran with {', '.join(sizes)} of memory, this run with "
+                                f"{memory_label(memory_gib(run.host_memory_bytes))}")
         pool = same
     probes = [r.host_probe_s for r in pool[-LOOKBACK:] if r.host_probe_s is not None]
     mine = [r.host_probe_s for r in judged if r.host_probe_s is not None]
@@ -104,3 +113,9 @@ def comparability(pool: list[Run], judged: list[Run]) -> tuple[list[Run], Decisi
                            f"judged against ({condition_line(run.host_cpus, run.host_load, run.host_probe_s)} "
                            f"now; {history} in the history), so its times say nothing about the stack; "
                            f"run it on a quiet machine or use the interleaved A/B session")
+
+
+def _same_memory(run: Run, other: Run) -> bool:
+    """Whether `other` ran with `run`'s memory size (either without one recorded counts as the same,
+    as same_cpus: a store from before the column must still judge)."""
+    return other.host_memory_bytes is None or memory_gib(other.host_memory_bytes) == memory_gib(run.host_memory_bytes)
