@@ -9,8 +9,8 @@ Two sources of runs, judged by the same code the gate uses (judge.judge_values, 
     from, then AFTER_RUNS runs of the change, each judged as its look (the runs since the change its
     group); an A/B session is AB_ROUNDS interleaved pairs of one-step runs;
   the kept onnxruntime A/A streams (harness/results/streams/, recorded here on 2 December 2026): long
-    interleaved streams of baseline and candidate runs of the same partition, cut into history windows
-    (HISTORY_RUNS baseline runs, then AFTER_RUNS candidate runs, every AFTER_RUNS rounds) and judged
+    interleaved streams of A and B runs of the same partition, cut into history windows
+    (HISTORY_RUNS A runs, then AFTER_RUNS B runs, every AFTER_RUNS rounds) and judged
     again by today's verdicts.
 Every cell has its own seed (the command's --seed plus the slowdown's), so two runs of the command on
 the same seed judge the same simulated runs: the verdict code before and after a change is compared on
