@@ -87,7 +87,8 @@ def test_counters_say_what_each_strategy_did(runs, on_demand):
     od = on_demand.report["lifecycle_counters"]
     assert (od["hits"], od["loads"], od["peak_live"]) == (0, SUBGRAPHS * STEPS + 1, 1)
     resident = runs("resident").report["lifecycle_counters"]
-    assert (resident["hits"], resident["loads"], resident["peak_live"]) == (SUBGRAPHS * (STEPS - 1), SUBGRAPHS + 1, SUBGRAPHS + 1)
+    assert (resident["hits"], resident["loads"], resident["peak_live"]) == (
+        SUBGRAPHS * (STEPS - 1), SUBGRAPHS + 1, SUBGRAPHS + 1)
     lru = runs("lru:4").report["lifecycle_counters"]
     assert (lru["hits"], lru["peak_live"]) == (0, 4)      # the fixed cyclic order never hits
     pinned = runs("pinned:16").report["lifecycle_counters"]
