@@ -165,13 +165,14 @@ shift = 3.0
 """
 
 
-def gate_runner_for(tmp_path: Path, cases_toml: str, seed: int, cache: Path | None = None):
+def gate_runner_for(tmp_path: Path, cases_toml: str, seed: int, cache: Path | None = None,
+                    blocks: int | None = None):
     """A GateRunner on a random model (FP32 partition exported on first use, into `cache` when given: a
-    folder shared by tests of the same seed exports once) and a golden folder holding `cases_toml`;
-    returns (runner, golden folder)."""
+    folder shared by tests of the same seed exports once; `blocks` makes the model shallower) and a golden
+    folder holding `cases_toml`; returns (runner, golden folder)."""
     from harness.gates.runner import GateRunner
     from harness.pytest_plugin import OPTIONS, resolve_settings
-    model = make_random_model_dir(tmp_path / "model", seed=seed)
+    model = make_random_model_dir(tmp_path / "model", seed=seed, blocks=blocks)
     golden = tmp_path / "golden"
     golden.mkdir()
     (golden / "cases.toml").write_text(cases_toml)

@@ -14,6 +14,8 @@ from harness.sampling.reference_run import sample_reference, sample_settings
 from tests.helpers import export_fp32, random_bundle
 
 STEPS = 3
+# Four blocks: each claim here holds per layer and per step (what a run costs grows with the depth).
+BLOCKS = 4
 
 
 class CountingWeights(Mapping):
@@ -35,7 +37,7 @@ class CountingWeights(Mapping):
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    return random_bundle(tmp_path_factory, seed=6)
+    return random_bundle(tmp_path_factory, seed=6, blocks=BLOCKS)
 
 
 def test_each_adaln_layer_is_read_once_per_run(model, tmp_path_factory):

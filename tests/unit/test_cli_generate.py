@@ -12,7 +12,9 @@ from tests.helpers import make_random_model_dir
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    return make_random_model_dir(tmp_path_factory.mktemp("model"))
+    """Four blocks: the command's determinism, its errors and its log lines do not depend on the depth
+    (each process's partition export and run do)."""
+    return make_random_model_dir(tmp_path_factory.mktemp("model"), blocks=4)
 
 
 def test_generate_writes_a_png_of_the_decoder_size(model_dir, tmp_path):
@@ -61,7 +63,7 @@ def test_bad_run_values_name_the_culprit(model_dir, capsys, args, fragment):
 
 
 def test_bad_weights_file_exits_without_traceback(model_dir, tmp_path):
-    broken = make_random_model_dir(tmp_path / "broken")
+    broken = make_random_model_dir(tmp_path / "broken", blocks=4)
     (broken / "dit.safetensors").write_bytes(b"not a safetensors file at all")
     proc = subprocess.run([sys.executable, "-m", "harness", "generate", "--model-dir", str(broken)],
                           capture_output=True, text=True)

@@ -24,7 +24,7 @@ seed = 5
 
 @pytest.fixture
 def runner(tmp_path):
-    gates, golden = gate_runner_for(tmp_path, CASES, seed=6)
+    gates, golden = gate_runner_for(tmp_path, CASES, seed=6, blocks=4)   # 4 blocks: per case, not per depth
     bundle = load_bundle(gates.s.model_dir)     # not the runner's: a test edits model.toml before it loads
     np.save(golden / "one.npy", bundle.text_emb("digit one"))
     np.save(golden / "empty.npy", bundle.text_emb(""))

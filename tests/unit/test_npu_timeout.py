@@ -25,7 +25,10 @@ def run(pytester, *args):
     pytester.makepyfile(test_hung=HUNG)
     return pytester.runpytest("-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={pytester.path}",
                               "-p", "no:cacheprovider", "test_hung.py",
-                              f"--artifacts={pytester.path / 'artifacts'}", "--cases=seven", *args)
+                              f"--artifacts={pytester.path / 'artifacts'}", "--cases=seven",
+                              # the checkout's partition cache: the summary names the partition, else
+                              # exported into the pytester folder at the session's end (~1.5 s of CPU)
+                              f"--cache-dir={REPO_ROOT / '.cache'}", *args)
 
 
 def test_a_hung_npu_test_fails_on_its_timeout_and_the_session_goes_on(pytester):

@@ -32,6 +32,10 @@ spectrum = { preset = "13-of-28", warmup = 3, degree = 2 }
 """
 
 
+# Four blocks: which run stands for which case does not depend on the depth (a render's cost does).
+BLOCKS = 4
+
+
 @pytest.fixture(scope="module")
 def partitions(tmp_path_factory):
     """The module's cache of exported partitions: every test's random model is the same (seed 6), so the
@@ -41,14 +45,14 @@ def partitions(tmp_path_factory):
 
 @pytest.fixture
 def gates(tmp_path, partitions):
-    runner, golden = gate_runner_for(tmp_path, CASES, seed=6, cache=partitions)
+    runner, golden = gate_runner_for(tmp_path, CASES, seed=6, cache=partitions, blocks=BLOCKS)
     return runner, load_cases(golden / "cases.toml")
 
 
 @pytest.fixture
 def own_gates(tmp_path):
     """gates with a partition of the test's own, which the test may damage."""
-    runner, golden = gate_runner_for(tmp_path, CASES, seed=6)
+    runner, golden = gate_runner_for(tmp_path, CASES, seed=6, blocks=BLOCKS)
     return runner, load_cases(golden / "cases.toml")
 
 

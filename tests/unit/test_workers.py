@@ -55,6 +55,8 @@ from spans import span
 def test_more():
     span("more")
 """
+# A benchmark both workers collect and one runs: the other has nothing to save.
+BENCH = "def test_bench(benchmark):\n    benchmark(sum, [1, 2])\n"
 
 
 class Result:
@@ -65,14 +67,15 @@ class Result:
 def run(path, *args) -> Result:
     """The modules above as a suite session of their own, in `path`."""
     modules = (("spans", SPANS), ("test_gates", GATES), ("test_memory", MEMORY), ("test_others", OTHERS),
-               ("test_more", MORE))
+               ("test_more", MORE), ("test_bench", BENCH))
     for name, text in modules:
         (path / f"{name}.py").write_text(text)
     env = {**os.environ, "SPANS": str(path / "spans.jsonl"), "PYTHONPATH": f"{path}:{REPO_ROOT}"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO_ROOT / "pytest.ini"), f"--rootdir={path}",
                            "-p", "no:cacheprovider", "--suite-run", "--cases=seven",
                            f"--artifacts={path / 'artifacts'}", f"--results=sqlite:///{path / 'results.sqlite'}",
-                           "test_gates.py", "test_memory.py", "test_others.py", "test_more.py", *args],
+                           "test_gates.py", "test_memory.py", "test_others.py", "test_more.py", "test_bench.py",
+                           *args],
                           cwd=path, env=env, capture_output=True, text=True, timeout=300)
     return Result(proc)
 
@@ -89,7 +92,7 @@ def spans(path) -> list:
 
 def test_tests_ran_on_both_workers_and_the_gates_on_one(session):
     result, path = session
-    assert "11 passed" in result.stdout and "1 failed" in result.stdout, result.stdout + result.stderr
+    assert "12 passed" in result.stdout and "1 failed" in result.stdout, result.stdout + result.stderr
     ran = spans(path)
     assert len({pid for _, pid, _, _ in ran}) == 2, ran
     assert len({pid for name, pid, _, _ in ran if name.startswith(("gate", "memory"))}) == 1, ran
@@ -119,10 +122,10 @@ def test_the_controller_writes_one_report_with_every_workers_tests(session):
     artifacts = path / "artifacts"
     report = json.loads((artifacts / "session.json").read_text())
     assert report["status"] == "failed" and report["exit_code"] == 1
-    assert report["tests"] == {"passed": 11, "failed": 1}
+    assert report["tests"] == {"passed": 12, "failed": 1}
     assert report["failed"] == ["test_others.py::test_fails"]
     junit = (artifacts / "junit.xml").read_text()
-    assert junit.count("<testcase ") == 12
+    assert junit.count("<testcase ") == 13
     summary = (artifacts / "summary.md").read_text()       # the npu tests' summary, from the gate worker
     assert "test_gates.py::test_gate[2]" in summary and "test_others" not in summary
     assert (artifacts / "report.html").exists()
@@ -148,13 +151,12 @@ def test_n_is_ignored_with_require_npu(tmp_path):
     assert "created: 2/2 workers" not in result.stdout
 
 
-def test_the_worker_that_timed_no_benchmark_writes_no_file_and_no_warning(tmp_path):
+def test_the_worker_that_timed_no_benchmark_writes_no_file_and_no_warning(session):
     """Both workers collect a benchmark test, one runs it: the other has nothing to save, and
     pytest-benchmark's "Not saving anything" must not reach a quiet run's output; the controller still
-    writes the one benchmark.json."""
-    (tmp_path / "test_bench.py").write_text("def test_bench(benchmark):\n    benchmark(sum, [1, 2])\n")
-    result = run(tmp_path, "-n", "2", "test_bench.py")
+    writes the one benchmark.json. (The module's one distributed session: a session of its own cost ~2 s.)"""
+    result, path = session
     out = result.stdout + result.stderr
     assert "Not saving anything" not in out, out
-    saved = json.loads((tmp_path / "artifacts" / "benchmark.json").read_text())
+    saved = json.loads((path / "artifacts" / "benchmark.json").read_text())
     assert [b["name"] for b in saved["benchmarks"]] == ["test_bench"], saved["benchmarks"]
