@@ -89,6 +89,10 @@ class GateRunner:
             self._partition = self.s.partition or self._cached_export()
         return self._partition
 
+    def used_partition(self) -> Path | None:
+        """The partition if a test ran on it (None if none did): naming it must not export one."""
+        return self._partition
+
     def _cache_path(self) -> Path:
         b = self.bundle
         return self.s.cache_dir / "partitions" / default_partition_dir(

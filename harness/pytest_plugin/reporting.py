@@ -105,8 +105,10 @@ def runner_facts(config) -> dict:
         return facts
     if runner.loaded():
         facts["run"]["model"] = runner.bundle.cfg.name
+        used = runner.used_partition()      # a session that ran no partition names none (and exports none)
         try:
-            facts["run"]["precision"], facts["run"]["partition"] = runner.precision, str(runner.partition)
+            if used is not None:
+                facts["run"]["precision"], facts["run"]["partition"] = runner.precision, str(used)
         except (HarnessError, OSError):     # a partition that never loaded: the tests already said why
             pass
     reports = list(runner.case_reports().items())
