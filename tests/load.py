@@ -28,6 +28,7 @@ MiB = 1 << 20
 def too_busy(line: str) -> NoReturn:
     """The one line of a measurement the machine was too busy to take: a skip here; under CI=true a
     failure with the same line (CI's figures are the ones a release is judged by, so it must measure)."""
+    __tracebackhide__ = True            # the skip's line names the test, not this helper
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{line} (CI=true: measure on a machine that gives the test its cores)", pytrace=False)
     pytest.skip(line)
@@ -105,6 +106,7 @@ class Watch:
 
     def at_most(self, seconds: float, bound: float) -> None:
         """A wall time's claim: within `bound`, or a miss a neighbour explains (one line), or a failure."""
+        __tracebackhide__ = True
         if seconds <= bound:
             return
         if seconds - self.lost <= bound:
@@ -117,6 +119,7 @@ class Watch:
         """A memory claim on a figure that counts shared pages (PSS): at least `bound`, or a shortfall that
         others' taking a share of our shared pages explains (one line), or a failure. Only a drop of our
         share can make an added figure short, so the move is taken off with its sign."""
+        __tracebackhide__ = True
         if added >= bound:
             return
         if added - self.shared_moved >= bound:

@@ -9,31 +9,31 @@ import sys
 import time
 
 import numpy as np
+import psutil
 import pytest
 
+from harness.model.config import REPO_ROOT
 from tests.load import Watch
 
 MiB = 1 << 20
-SPIN = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); print('on', flush=True)\nwhile True: pass"
 
 
 @pytest.fixture
 def crowded_core():
-    """This thread and two spinning processes on one CPU: the thread gets about a third of it."""
-    cpu = max(os.sched_getaffinity(0))
-    kept = os.sched_getaffinity(0)
-    spinners = [subprocess.Popen([sys.executable, "-c", SPIN, str(cpu)], stdout=subprocess.PIPE, text=True)
-                for _ in range(2)]
+    """This thread on one CPU with the repository's busy neighbour (tests/busy.py: two spinners and the
+    200 MiB churn) moved onto the same CPU: the thread gets about a third of it."""
+    cpu, kept = max(os.sched_getaffinity(0)), os.sched_getaffinity(0)
+    busy = subprocess.Popen([sys.executable, "-m", "tests.busy"], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
     try:
-        for spinner in spinners:
-            assert spinner.stdout.readline().strip() == "on"
+        assert busy.stdout.readline().startswith("busy: spinning (pids ")
+        for worker in psutil.Process(busy.pid).children():
+            os.sched_setaffinity(worker.pid, {cpu})
         os.sched_setaffinity(0, {cpu})
         yield
     finally:
         os.sched_setaffinity(0, kept)
-        for spinner in spinners:
-            spinner.kill()
-            spinner.wait()
+        busy.terminate()
+        busy.wait()
 
 
 def _work(cpu_seconds: float) -> float:
