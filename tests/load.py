@@ -83,8 +83,8 @@ class Watch:
     def __exit__(self, *exc) -> None:
         self.wall = time.perf_counter() - self._start
         after = _waits()
-        # the thread that waited longest: the work's critical path lost at least that (a sum would count
-        # threads waiting side by side twice)
+        # the longest any one thread waited: a miss is put on the neighbour only as far as one thread's wait
+        # explains it (a sum would count threads that waited side by side twice)
         self.waited = max((w - self._waits.get(tid, 0.0) for tid, w in after.items()), default=0.0)
         cpu = psutil.cpu_times()
         total = sum(cpu) - sum(self._cpu)
