@@ -24,8 +24,11 @@ DRY_RUN=""
 STAMP="$VENV/.requirements.sha256"
 # The venv is keyed by what it installs (the requirement lines and the interpreter), not by the
 # checkout's path: a board runner's venv survives each job's fresh checkout.
-requirements="$("$PYTHON" "$ROOT/bin/_requirements.py" "$ROOT/pyproject.toml" "$EXTRAS" $ROLE)"
-want="$( (echo "$requirements"; "$PYTHON" --version) | sha256sum | cut -d' ' -f1)"
+# One interpreter start gives both (the lines, then `python --version`'s line), without site's imports (-S):
+# this runs before every command, and `bin/harness --help` was mostly these starts.
+keyed="$("$PYTHON" -S "$ROOT/bin/_requirements.py" "$ROOT/pyproject.toml" "$EXTRAS" $ROLE --key)"
+requirements="${keyed%$'\n'*}"
+want="$(echo "$keyed" | sha256sum)" && want="${want%% *}"
 if [[ -n "$DRY_RUN" ]]; then
     echo "[setup] dry run: $ROLE$([[ $ROLE == board ]] && echo " (rockchip,rk3588 in ${ANIMA_TELEMETRY_ROOT:-}/proc/device-tree/compatible)")"
     echo "[setup] venv $VENV ($("$PYTHON" --version), extras $EXTRAS): $([[ -x "$VENV/bin/python" && "$(cat "$STAMP" 2>/dev/null)" == "$want" ]] && echo "up to date" || echo "would install")"

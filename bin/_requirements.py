@@ -1,6 +1,10 @@
 """Print the requirements bin/_bootstrap.sh installs: pyproject.toml's dependencies plus the named extras.
 
-    _requirements.py PYPROJECT EXTRAS [board]
+    _requirements.py PYPROJECT EXTRAS [board|host] [--key]
+
+With --key the last line is the interpreter's version as `python --version` prints it: the lines then
+are what the venv is keyed by, from one interpreter start (bin/_bootstrap.sh runs on every command, and
+a second start, through a pyenv shim, was a third of `bin/harness --help`'s CPU).
 
 The venv holds the suite's dependencies only, never the suite itself: the checkout is put on
 PYTHONPATH instead, so one venv (ANIMA_VENV, keyed by these lines) serves every checkout of the same
@@ -49,7 +53,7 @@ def requirements(project, extras):
 
 
 def main(argv):
-    board = argv[3:] == ["board"]
+    board = argv[3:4] == ["board"]
     problem = python_problem(sys.version_info, sys.executable, board)
     if problem:
         print("error: " + problem, file=sys.stderr)
@@ -64,6 +68,8 @@ def main(argv):
             unknown[0], argv[1], ", ".join(project["optional-dependencies"])), file=sys.stderr)
         return 2
     print("\n".join(requirements(project, extras)))
+    if argv[4:] == ["--key"]:
+        print("Python " + sys.version.split()[0])       # PY_VERSION, as --version prints it
     return 0
 
 

@@ -33,6 +33,7 @@ from harness.results.ab import (
 from harness.results.store import ResultsStore
 from harness.sampling.reference_run import sample_settings
 from tests.helpers import export_fp32, random_bundle
+from tests.load import Watch, too_busy
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +109,10 @@ def test_drift_is_shared_at_short_range_and_forgotten_at_long_range():
 
 
 def test_faults_slowdown_is_exact_for_short_stages():
+    """The median of 15 stretches of a 2 ms stage is 1.05 within 0.01. Where it is not, the stretches in
+    which this thread waited less than that 0.01's share of the stage (20 us) for a CPU are judged instead,
+    as a neighbour's preemption moves a ratio by more than the tolerance: up to 15 such of at most 100, and
+    with fewer than 5 the machine was too busy to measure it (one line)."""
     ctx = FaultInjectionContext("subgraph 0 (block 0 ffn)", BackendOptions("faults", {"slowdown": 1.05}))
 
     def stage():
@@ -115,12 +120,25 @@ def test_faults_slowdown_is_exact_for_short_stages():
         while time.perf_counter() < start + 0.002:
             pass
         inner.append(time.perf_counter() - start)
-    inner, ratios = [], []
-    for _ in range(15):
-        start = time.perf_counter()
-        ctx._stretched(stage)
-        ratios.append((time.perf_counter() - start) / inner[-1])
-    assert statistics.median(ratios) == pytest.approx(1.05, abs=0.01)
+
+    def stretch() -> tuple[float, Watch]:
+        with Watch("faults' 1.05x stretch of a 2 ms stage") as watch:
+            start = time.perf_counter()
+            ctx._stretched(stage)
+            took = time.perf_counter() - start
+        return took / inner[-1], watch
+    inner: list[float] = []
+    ratios = [stretch() for _ in range(15)]
+    CLEAN = 0.01 * 0.002            # the tolerance's share of the stage: 20 us
+    if statistics.median(r for r, _ in ratios) == pytest.approx(1.05, abs=0.01):
+        return
+    while sum(w.waited < CLEAN for _, w in ratios) < 15 and len(ratios) < 100:
+        ratios.append(stretch())
+    clean = [r for r, w in ratios if w.waited < CLEAN]
+    if len(clean) < 5:              # fewer than a median two stray stretches cannot move
+        too_busy(f"too busy to measure faults' 1.05x stretch of a 2 ms stage: {len(clean)} of {len(ratios)} ran "
+                 f"without waiting 20 us for a CPU ({ratios[-1][1].seen()})")
+    assert statistics.median(clean) == pytest.approx(1.05, abs=0.01)
 
 
 def _stages(backend: str, path, wait_as: float = 1.0, **options) -> tuple[float, float]:
