@@ -12,8 +12,7 @@ another distribution's is refused, not ignored: every run then fails with one li
 """
 from __future__ import annotations
 
-import re
-from importlib.metadata import entry_points
+from ..core import plugins
 
 __all__ = ["ENTRY_POINT_GROUP", "BUILT_IN", "BACKENDS", "ORIGIN", "REFUSED", "installed"]
 
@@ -28,27 +27,11 @@ BUILT_IN = {
     "rknn-sim": "harness.backends.rknn_sim:RknnSimContext",
 }
 
-_OBJECT_REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
-
-
 def installed() -> tuple[dict[str, str], dict[str, str], list[str]]:
     """(name -> "module:Class", name -> distribution, refused registrations as one line each) of the
-    backends installed distributions register."""
-    found: dict[str, str] = {}
-    origin: dict[str, str] = {}
-    refused: list[str] = []
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        dist = point.dist.name if point.dist else "a distribution"
-        where = f"{dist}: {ENTRY_POINT_GROUP} entry point '{point.name}'"
-        if point.name in BUILT_IN or point.name == "auto":
-            refused.append(f"{where}: '{point.name}' is the suite's own backend (choose another name)")
-        elif point.name in found:
-            refused.append(f"{where}: '{point.name}' is also registered by {origin[point.name]}")
-        elif not _OBJECT_REF.fullmatch(point.value):
-            refused.append(f"{where}: '{point.value}' is not module:Class")
-        else:
-            found[point.name], origin[point.name] = point.value, dist
-    return found, origin, refused
+    backends installed distributions register (harness.core.plugins, shared with gates and commands)."""
+    done = plugins.installed(ENTRY_POINT_GROUP, "backend", [*BUILT_IN, "auto"])
+    return done.found, done.origin, done.refused
 
 
 _INSTALLED, ORIGIN, REFUSED = installed()

@@ -45,11 +45,19 @@ DESCRIPTION = "Anima DiT NPU acceptance harness (bin/harness COMMAND --help: its
 BOARD_COMMANDS = ("probe-board",)
 
 
-def build_parser(modules=None) -> argparse.ArgumentParser:
-    """The parser of every command, or of the commands of `modules` (names of COMMANDS)."""
+def own_commands() -> tuple[str, ...]:
+    return tuple(command for commands in COMMANDS.values() for command in commands)
+
+
+def build_parser(modules=None, installed: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, of the commands of `modules` (names of COMMANDS), or of the one
+    command an installed distribution adds (harness.cli.installed)."""
     parser = Parser(prog=PROG, description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in modules or COMMANDS:
+    if installed:
+        from .installed import add_installed
+        add_installed(sub, installed, own_commands())
+    for name in [] if installed else modules or COMMANDS:
         importlib.import_module(f"{__package__}.{name}").add_command(sub)
     examples = examples_of(list(sub.choices))
     for command, child in sub.choices.items():
@@ -66,6 +74,10 @@ def listing_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command, text in summaries(__package__, COMMANDS).items():
         sub.add_parser(command, help=text)
+    # the installed commands are read here and for a command not the suite's own, never else
+    from .installed import commands
+    for command, dist in commands(own_commands()).origin.items():
+        sub.add_parser(command, help=f"(installed by {dist})")
     return parser
 
 
@@ -75,12 +87,21 @@ def module_of(argv: list[str]) -> list[str] | None:
     return next(([name] for name, commands in COMMANDS.items() if argv and argv[0] in commands), None)
 
 
+def installed_of(argv: list[str]) -> str | None:
+    """The command argv names when it is not the suite's own (an installed one, or a misspelt one)."""
+    return None if not argv or argv[0].startswith("-") or module_of(argv) else argv[0]
+
+
 def _unknown_command(argv: list[str]) -> str | None:
     """'unknown command X (did you mean Y?)' for a first word that names no command, else None."""
-    if not argv or argv[0].startswith("-") or module_of(argv):
+    asked = installed_of(argv)
+    if asked is None:
         return None
-    known = [command for commands in COMMANDS.values() for command in commands]
-    return f"unknown command '{argv[0]}'{closest(argv[0], known)}; {PROG} --help lists them"
+    from .installed import commands
+    known = [*own_commands(), *commands(own_commands()).found]
+    if asked in known:
+        return None
+    return f"unknown command '{asked}'{closest(asked, known)}; {PROG} --help lists them"
 
 
 def _refuse_off_board(args) -> None:
@@ -119,12 +140,17 @@ def _held(args):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    modules = module_of(argv)
+    modules, installed = module_of(argv), installed_of(argv)
     unknown = _unknown_command(argv)
     if unknown:
         print(f"{PROG}: error: {unknown}", file=sys.stderr)
         return 2
-    args = (build_parser(modules) if modules else listing_parser()).parse_args(argv)
+    try:
+        parser = build_parser(modules, installed) if modules or installed else listing_parser()
+    except ConfigError as exc:      # an installed command refused or not importable: names its distribution
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     from ..core.signals import StopSignals
     try:
         _refuse_off_board(args)

@@ -44,7 +44,7 @@ def test_a_registration_that_would_shadow_a_backend_or_names_no_class_is_refused
     assert sorted(refused) == sorted([
         f"shadow-a: {ENTRY_POINT_GROUP} entry point 'onnxruntime': 'onnxruntime' is the suite's own backend "
         "(choose another name)",
-        f"shadow-a: {ENTRY_POINT_GROUP} entry point 'bad': 'a.Ctx' is not module:Class",
+        f"shadow-a: {ENTRY_POINT_GROUP} entry point 'bad': 'a.Ctx' is not module:object",
         f"{other}: {ENTRY_POINT_GROUP} entry point 'twice': 'twice' is also registered by {first}"])
 
 
