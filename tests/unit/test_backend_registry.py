@@ -14,14 +14,15 @@ from harness.backends.registry import BUILT_IN, ENTRY_POINT_GROUP, installed
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def distribution(site: Path, name: str, entry_points: dict[str, str], module: str | None = None) -> Path:
+def distribution(site: Path, name: str, entry_points: dict[str, str], module: str | None = None,
+                 group: str = ENTRY_POINT_GROUP) -> Path:
     """An installed distribution as an installer leaves it in `site`: NAME-1.0.dist-info with its
-    METADATA and entry_points.txt (and a module, if given)."""
+    METADATA and entry_points.txt under `group` (and a module, if given)."""
     info = site / f"{name.replace('-', '_')}-1.0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
     lines = "".join(f"{key} = {value}\n" for key, value in entry_points.items())
-    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{lines}")
+    (info / "entry_points.txt").write_text(f"[{group}]\n{lines}")
     if module:
         (site / f"{name.replace('-', '_')}.py").write_text(module)
     return site
