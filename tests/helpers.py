@@ -248,3 +248,24 @@ def pytest_artifacts(tmp_path: Path, module_source: str, *options: str) -> Path:
                     *(option.format(artifacts=artifacts) for option in options), str(module)],
                    cwd=tmp_path, capture_output=True, timeout=120)
     return artifacts
+
+
+def converted_subgraph_cosine(converted: Path, source: Path, index: int, stem: str):
+    """Subgraph `index` of a converted partition run as the runtime runs it (a split one too) on the
+    rknn-sim backend, against onnxruntime FP32 of its source ONNX `stem`.onnx: (cosine, the context)."""
+    from harness.backends.base import BackendOptions
+    from harness.lifecycle.split import context_for
+    from harness.partition.manifest import load_manifest
+    from harness.report.toolkit import cosine, reference_outputs
+    from harness.toolkit.samples import sample_inputs
+    manifest = load_manifest(converted)
+    entry = manifest.subgraphs[index]
+    ctx = context_for(BackendOptions("rknn-sim"), entry.label, manifest.path_of(entry))
+    inputs = sample_inputs(entry, 1, 0)[0]
+    ctx.load(manifest.path_of(entry))
+    try:
+        ctx.init()
+        out = ctx.run(inputs)[0]
+    finally:
+        ctx.release()
+    return cosine(out, reference_outputs(source / f"{stem}.onnx", [inputs])[0]), ctx

@@ -15,15 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.backends.base import BackendOptions
-from harness.lifecycle.split import context_for
 from harness.model.bundle import load_bundle
 from harness.model.config import EMBEDDED_DIR, REPO_ROOT
 from harness.model.weights import read_safetensors, save_weights
 from harness.partition.manifest import load_manifest
 from harness.partition.onnx_export import ExportSettings, export_partition
-from harness.report.toolkit import cosine, reference_outputs
 from harness.toolkit.convert import convert_partition, sample_inputs
+from tests.helpers import converted_subgraph_cosine
 
 pytestmark = pytest.mark.toolkit
 
@@ -56,17 +54,7 @@ def outlier(tmp_path_factory):
 
 
 def _ffn_cosine(converted: Path, source: Path) -> float:
-    manifest = load_manifest(converted)
-    entry = manifest.subgraphs[2]
-    ctx = context_for(BackendOptions("rknn-sim"), entry.label, manifest.path_of(entry))
-    inputs = sample_inputs(entry, 1, 0)[0]
-    ctx.load(manifest.path_of(entry))
-    try:
-        ctx.init()
-        out = ctx.run(inputs)[0]
-    finally:
-        ctx.release()
-    return cosine(out, reference_outputs(source / f"{FFN}.onnx", [inputs])[0])
+    return converted_subgraph_cosine(converted, source, 2, FFN)[0]
 
 
 def test_an_int8_outlier_is_kept_as_a_float16_island(outlier, toolkit_version, tmp_path):

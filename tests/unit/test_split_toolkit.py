@@ -10,17 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.backends.base import BackendOptions
 from harness.core.errors import ConfigError, ManifestError
 from harness.gates.headroom import held_outside_float16
-from harness.lifecycle.split import SplitContext, context_for
+from harness.lifecycle.split import SplitContext
 from harness.model.bundle import load_bundle
 from harness.model.config import EMBEDDED_DIR
 from harness.model.weights import read_safetensors, save_weights
 from harness.partition.manifest import load_manifest
 from harness.partition.onnx_export import ExportSettings, export_partition
-from harness.report.toolkit import cosine, reference_outputs
-from harness.toolkit.convert import convert_partition, sample_inputs
+from harness.toolkit.convert import convert_partition
+from tests.helpers import converted_subgraph_cosine
 
 pytestmark = pytest.mark.toolkit
 
@@ -47,17 +46,7 @@ def _remedy(partition: Path, line: str, version: str) -> None:
 
 def _ffn_cosine(converted: Path, source: Path) -> tuple[float, object]:
     """The converted FFN run as the runtime runs it, against onnxruntime FP32 of its source ONNX."""
-    manifest = load_manifest(converted)
-    entry = manifest.subgraphs[2]
-    ctx = context_for(BackendOptions("rknn-sim"), entry.label, manifest.path_of(entry))
-    inputs = sample_inputs(entry, 1, 0)[0]
-    ctx.load(manifest.path_of(entry))
-    try:
-        ctx.init()
-        out = ctx.run(inputs)[0]
-    finally:
-        ctx.release()
-    return cosine(out, reference_outputs(source / f"{FFN}.onnx", [inputs])[0]), ctx
+    return converted_subgraph_cosine(converted, source, 2, FFN)
 
 
 @pytest.fixture(scope="module")
