@@ -67,11 +67,12 @@ def add_command(subparsers) -> None:
 
 def cmd_convert(args) -> int:
     from ..report.toolkit import cosine_rows, print_convert_summary
-    from ..toolkit.convert import convert_partition
-    result = convert_partition(args.partition, args.out, version=args.toolkit, precision=args.precision,
-                               calibration=args.calibration, target=args.target,
-                               allow_cpu_ops=args.allow_cpu_ops, samples=args.sim_samples,
-                               quiet=args.quiet)
+    from ..toolkit.convert import ConvertSettings, convert_partition
+    result = convert_partition(args.partition, args.out,
+                               ConvertSettings(version=args.toolkit, precision=args.precision,
+                                               calibration=args.calibration, target=args.target,
+                                               allow_cpu_ops=args.allow_cpu_ops, samples=args.sim_samples,
+                                               quiet=args.quiet))
     rows = cosine_rows(result, args.partition) if args.sim_samples else None
     print_convert_summary(result, rows, file=sys.stdout)
     return 0

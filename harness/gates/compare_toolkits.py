@@ -23,7 +23,7 @@ from pathlib import Path
 from ..core.atomic import atomic_write_json, atomic_write_text
 from ..core.errors import ConfigError, HarnessError, ToolkitError
 from ..report.toolkit import comparison_markdown, cosine_rows, decibels
-from ..toolkit.convert import check_out, convert_partition
+from ..toolkit.convert import ConvertSettings, check_out, convert_partition
 from ..toolkit.envs import toolkit_python
 from ..toolkit.precisions import recipe
 
@@ -61,8 +61,9 @@ def _default_partition(bundle) -> Path:
 
 
 def _convert(version: str, partition: Path, out: Path, target: str, samples: int, quiet: bool):
-    return convert_partition(partition, out / version, version=version, target=target,
-                             allow_cpu_ops=True, samples=samples, quiet=quiet)
+    return convert_partition(partition, out / version,
+                             ConvertSettings(version=version, target=target, allow_cpu_ops=True, samples=samples,
+                                             quiet=quiet))
 
 
 def _subgraph_rows(results: dict, rows: dict, cosine_min: float) -> list[dict]:

@@ -134,9 +134,9 @@ def test_the_suites_granularity_chooses_the_partition_the_gates_export(tmp_path)
 
 
 def test_int8_ffn_conversion_of_a_fused_partition_is_refused_naming_the_file(partitions, tmp_path):
-    from harness.toolkit.convert import convert_partition
+    from harness.toolkit.convert import ConvertSettings, convert_partition
     with pytest.raises(ConfigError, match=r"w8a8-ffn .* granularity block \(convert it as float16\)") as err:
-        convert_partition(partitions["block"], tmp_path / "rknn", precision="w8a8-ffn")
+        convert_partition(partitions["block"], tmp_path / "rknn", ConvertSettings(precision="w8a8-ffn"))
     assert str(partitions["block"]) in str(err.value) and not (tmp_path / "rknn").exists()
 
 
