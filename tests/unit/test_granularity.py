@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from harness.backends.base import BackendOptions
 from harness.cli.main import main
 from harness.core.errors import ConfigError, ManifestError
 from harness.partition.granularity import parse_granularity
@@ -37,7 +38,7 @@ def partitions(model, tmp_path_factory):
 def _latent(model, partition, backend="onnxruntime", lifecycle="on-demand", options=None):
     settings = sample_settings(model, steps=2)
     return run_partitioned(RunRequest(model, partition, backend, "the number 3", settings, lifecycle=lifecycle,
-                                      backend_options=options or {})).latent
+                                      backend_options=BackendOptions(backend, options or {}))).latent
 
 
 @pytest.fixture(scope="module")
