@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.model.bundle import load_bundle
 from harness.model.config import EMBEDDED_DIR
 from harness.partition.onnx_export import ExportSettings, export_partition
-from harness.toolkit.convert import convert_partition
+from harness.toolkit.convert import ConvertSettings, convert_partition
 
 GOAL_SECONDS = 60.0
 
@@ -38,7 +38,8 @@ def main() -> int:
         for k in range(args.rounds):
             load = os.getloadavg()[0]
             started = time.perf_counter()
-            result = convert_partition(source, Path(tmp) / f"round{k}", version=args.toolkit, quiet=True)
+            result = convert_partition(source, Path(tmp) / f"round{k}",
+                                       ConvertSettings(version=args.toolkit, quiet=True))
             wall = time.perf_counter() - started
             builds = sum(result.build_seconds.values())
             print(f"round {k + 1}: {len(result.build_seconds)} subgraphs, wall {wall:.1f} s "

@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from harness.backends.base import BackendOptions  # noqa: E402
 from harness.backends.board_sim import normalize_options  # noqa: E402
 from harness.core.atomic import atomic_write_json  # noqa: E402
 from harness.model.bundle import load_bundle  # noqa: E402
@@ -42,8 +43,8 @@ def partition(bundle, precision: str) -> Path:
 def measure(bundle, part, backend, options, spec, steps, images=1) -> dict:
     s = sample_settings(bundle, steps=steps)
     r = run_partitioned(
-        RunRequest(bundle, part, backend, bundle.cfg.prompt["default"], s, backend_options=options,
-                   lifecycle=spec, images=images, verify=False))
+        RunRequest(bundle, part, backend, bundle.cfg.prompt["default"], s,
+                   backend_options=BackendOptions(backend, options), lifecycle=spec, images=images, verify=False))
     rep = r.report
     body = [x for x in rep["lifecycle_records"] if x["branch"] != "decoder" and x["step"] < steps]
     return {"step_s": statistics.median(rep["step_seconds"][1:] or rep["step_seconds"]),

@@ -76,8 +76,8 @@ def ab_request(args, bundle) -> ABRequest:
     a_opts = side_options(args.backend, None, None, args.drift, args.time_scale)
     b_opts = side_options(args.backend, args.fault, args.slowdown, args.drift, args.time_scale)
     if args.backend == "board-sim":     # one board: B's cores are A's
-        b_opts["lock_dir"] = a_opts["lock_dir"]
-    return ABRequest(Side(A, args.a, args.backend, a_opts), Side(B, args.b, args.backend, b_opts),
+        b_opts = b_opts.with_settings({"lock_dir": a_opts.get("lock_dir")})
+    return ABRequest(Side(A, args.a, a_opts), Side(B, args.b, b_opts),
                      sample_settings(bundle, steps=args.steps), rounds=args.rounds, warmup=args.warmup,
                      lifecycle=args.lifecycle, threshold_pct=threshold, confidence=confidence, detect_pct=detect)
 

@@ -67,11 +67,12 @@ def add_command(subparsers) -> None:
 
 def cmd_convert(args) -> int:
     from ..report.toolkit import cosine_rows, print_convert_summary
-    from ..toolkit.convert import convert_partition
-    result = convert_partition(args.partition, args.out, version=args.toolkit, precision=args.precision,
-                               calibration=args.calibration, target=args.target,
-                               allow_cpu_ops=args.allow_cpu_ops, samples=args.sim_samples,
-                               quiet=args.quiet)
+    from ..toolkit.convert import ConvertSettings, convert_partition
+    result = convert_partition(args.partition, args.out,
+                               ConvertSettings(version=args.toolkit, precision=args.precision,
+                                               calibration=args.calibration, target=args.target,
+                                               allow_cpu_ops=args.allow_cpu_ops, samples=args.sim_samples,
+                                               quiet=args.quiet))
     rows = cosine_rows(result, args.partition) if args.sim_samples else None
     print_convert_summary(result, rows, file=sys.stdout)
     return 0
@@ -79,10 +80,10 @@ def cmd_convert(args) -> int:
 
 def cmd_compare(args) -> int:
     """The report on stdout, verdict first; 0 only when NEW passes every part of the comparison."""
-    from ..gates.compare_toolkits import REPORT_MD, compare_toolkits
+    from ..gates.compare_toolkits import REPORT_MD, CompareInputs, compare_toolkits
     cases = [c.strip() for c in args.cases.split(",")] if args.cases else None
-    comparison = compare_toolkits(args.old, args.new, args.partition, args.out, target=args.target,
-                                  samples=args.sim_samples, quiet=args.quiet, case_names=cases,
-                                  model_dir=args.model_dir, golden_dir=args.golden_dir)
+    inputs = CompareInputs(args.partition, args.model_dir, cases, args.golden_dir)
+    comparison = compare_toolkits(args.old, args.new, inputs, args.out, target=args.target,
+                                  samples=args.sim_samples, quiet=args.quiet)
     print((args.out / REPORT_MD).read_text(encoding="utf-8"), end="")
     return 0 if comparison.status == "passes" else 1

@@ -23,12 +23,12 @@ from pathlib import Path
 from ..core.atomic import atomic_write_json, atomic_write_text
 from ..core.errors import ConfigError, HarnessError, ToolkitError
 from ..report.toolkit import comparison_markdown, cosine_rows, decibels
-from ..toolkit.convert import check_out, convert_partition
+from ..toolkit.convert import ConvertSettings, check_out, convert_partition
 from ..toolkit.envs import toolkit_python
 from ..toolkit.precisions import recipe
 
-__all__ = ["Comparison", "compare_toolkits", "image_rows", "subgraph_failures", "reduce_commands", "REPORT_JSON",
-           "REPORT_MD"]
+__all__ = ["Comparison", "CompareInputs", "compare_toolkits", "image_rows", "subgraph_failures", "reduce_commands",
+           "REPORT_JSON", "REPORT_MD"]
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -61,8 +61,9 @@ def _default_partition(bundle) -> Path:
 
 
 def _convert(version: str, partition: Path, out: Path, target: str, samples: int, quiet: bool):
-    return convert_partition(partition, out / version, version=version, target=target,
-                             allow_cpu_ops=True, samples=samples, quiet=quiet)
+    return convert_partition(partition, out / version,
+                             ConvertSettings(version=version, target=target, allow_cpu_ops=True, samples=samples,
+                                             quiet=quiet))
 
 
 def _subgraph_rows(results: dict, rows: dict, cosine_min: float) -> list[dict]:
@@ -242,22 +243,32 @@ def _check_input(old: str, new: str, samples: int, out: Path) -> None:
         check_out(out / version)    # --out/VERSION: new, empty or a previous conversion
 
 
-def compare_toolkits(old: str, new: str, partition=None, out="out/compare-toolkits",
-                     target: str = "rk3588", samples: int = 1, quiet: bool = False,
-                     case_names: list[str] | None = None, model_dir=None, golden_dir=None) -> Comparison:
+@dataclass(frozen=True)
+class CompareInputs:
+    """What a comparison reads: the FP32 partition (None: the model's exported one), the model folder
+    (None: the embedded one), the golden cases of the image part (None: every one; an empty list: no
+    image part) and their folder (None: the model's)."""
+    partition: Path | str | None = None
+    model_dir: Path | str | None = None
+    case_names: list[str] | None = None
+    golden_dir: Path | str | None = None
+
+
+def compare_toolkits(old: str, new: str, inputs: CompareInputs, out="out/compare-toolkits",
+                     target: str = "rk3588", samples: int = 1, quiet: bool = False) -> Comparison:
     """Both conversions, the per-subgraph and image parts, the verdict on NEW; the report is written
-    into `out` (report.json and report.md) beside the conversions. case_names: the golden cases of the
-    image part (None: every one; an empty list: no image part)."""
+    into `out` (report.json and report.md) beside the conversions."""
     from ..model.bundle import load_bundle
     from ..model.config import EMBEDDED_DIR
     from .cases import golden_dir_for
     out = Path(out)
     _check_input(old, new, samples, out)
+    model_dir, case_names = inputs.model_dir, inputs.case_names
     bundle = load_bundle(model_dir or EMBEDDED_DIR)
-    golden_dir = Path(golden_dir) if golden_dir else golden_dir_for(bundle.cfg.name)
+    golden_dir = Path(inputs.golden_dir) if inputs.golden_dir else golden_dir_for(bundle.cfg.name)
     images = case_names != []
     cases = _chosen_cases(golden_dir, case_names) if images else []
-    partition = Path(partition) if partition else _default_partition(bundle)
+    partition = Path(inputs.partition) if inputs.partition else _default_partition(bundle)
     cosine_min = float(recipe("float16").get("cosine_min", 0.9999))
     comparison = Comparison(old, new, {"target": target, "precision": "float16", "partition": str(partition),
                                        "model": bundle.cfg.name, "golden_dir": str(golden_dir),

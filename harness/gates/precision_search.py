@@ -180,11 +180,12 @@ class _Judge:
         from ..gates.accuracy import AccuracyAnalysis, ReferenceSubgraphs, per_subgraph
         from ..gates.quality import compare
         from ..runtime.run import RunRequest, open_partition, run_partitioned
-        from ..toolkit.convert import convert_partition
+        from ..toolkit.convert import ConvertSettings, convert_partition
         partition = self.out / "partitions" / candidate.name
         say(f"{candidate.name}: converting ({len(candidate.int8)} INT8 FFNs, {len(candidate.half)} "
                   f"half, {candidate.algorithm}/{candidate.method})")
-        convert_partition(self.source, partition, version=self.version, precision=str(spec), quiet=True)
+        convert_partition(self.source, partition,
+                          ConvertSettings(version=self.version, precision=str(spec), quiet=True))
         reference = ReferenceSubgraphs(open_partition(self.bundle, self.reference))
         analysis = AccuracyAnalysis(reference, 0.0, None, {})
         case = self.case

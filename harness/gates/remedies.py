@@ -62,15 +62,20 @@ class Outcome:
                 + (f" ({self.note})" if self.note else ""))
 
 
+@dataclass(frozen=True)
 class Context:
-    """What every remedy needs: the graph, its FP32 values per input set, the reduced range."""
-
-    def __init__(self, graph: Graph, values: list[dict], start: int, end: int, version: str,
-                 threshold: float, scratch: Path, dataset: Path, onnx_path: Path, build: dict | None = None):
-        self.graph, self.values, self.start, self.end = graph, values, start, end
-        self.version, self.threshold, self.scratch = version, threshold, scratch
-        self.dataset, self.onnx_path = dataset, onnx_path
-        self.build = build or {}        # {"quantization": INT8} for an INT8 build
+    """What every remedy needs: the graph, its FP32 values per input set, the reduced range, and the
+    build it is judged in (one object: the remedies read it and never change it)."""
+    graph: Graph
+    values: list[dict]
+    start: int
+    end: int
+    version: str
+    threshold: float
+    scratch: Path
+    dataset: Path
+    onnx_path: Path
+    build: dict = field(default_factory=dict)       # {"quantization": INT8} for an INT8 build
 
     @property
     def int8(self) -> bool:

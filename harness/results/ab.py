@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..backends.base import BackendOptions
 from ..core.errors import ConfigError
 from ..sampling.settings import SampleSettings
 from .constants import AB_THRESHOLD_PCT, CONFIDENCE
@@ -45,11 +46,14 @@ _STAGES = ("load", "init", "release")
 
 @dataclass(frozen=True)
 class Side:
-    """One side of the session: its name (A or B), partition, backend and context options."""
+    """One side of the session: its name (A or B), partition, and the backend with its context options."""
     name: str
     partition: Path
-    backend: str
-    options: dict = field(default_factory=dict)
+    options: BackendOptions
+
+    @property
+    def backend(self) -> str:
+        return self.options.backend
 
 
 @dataclass
@@ -204,16 +208,15 @@ def _keep_pair(session: ABSession, ran: dict[str, dict], first: str) -> None:
         session.reports[name].append(report)
 
 
-def without_fault(options: dict, fault: str | None) -> dict:
+def without_fault(options: BackendOptions, fault: str | None) -> BackendOptions:
     """The suite's context options less its --fault: in a suite A/B session the fault is B's defect
     (the suite's partition), and A runs the same backend without it."""
     from ..backends.faults import parse_fault
-    injected = set(parse_fault(fault))
-    return {k: v for k, v in options.items() if k not in injected}
+    return options.without(*parse_fault(fault))
 
 
 def side_options(backend: str, fault: str | None = None, slowdown: str | None = None,
-                 drift: int | None = None, time_scale: float | None = None) -> dict:
+                 drift: int | None = None, time_scale: float | None = None) -> BackendOptions:
     """Context options of one side: a fault (backend faults) or a slowdown and drift (board-sim)."""
     if fault and backend != "faults":
         raise ConfigError(f"--fault needs --backend faults (got --backend {backend})")
@@ -221,9 +224,10 @@ def side_options(backend: str, fault: str | None = None, slowdown: str | None = 
         raise ConfigError(f"--slowdown, --drift and --time-scale need --backend board-sim (got {backend})")
     if backend == "faults":
         from ..backends.faults import parse_fault
-        return parse_fault(fault)
+        return BackendOptions(backend, parse_fault(fault))
     if backend == "board-sim":
         from ..backends.board_sim import normalize_options
         raw = {"slowdown": slowdown, "drift": drift}
-        return normalize_options({**raw, **({"time_scale": time_scale} if time_scale is not None else {})})
-    return {}
+        return BackendOptions(backend, normalize_options({**raw, **({"time_scale": time_scale}
+                                                                    if time_scale is not None else {})}))
+    return BackendOptions(backend)

@@ -131,7 +131,8 @@ def ab_record(session, *, case: str, identity: dict, board: str, telemetry: dict
                     b_partition=str(request.b.partition), pairs=tuple(session.pairs),
                     verdicts=tuple(session.verdicts), threshold_pct=request.threshold_pct,
                     confidence=request.confidence, lifecycle=request.lifecycle, warmup=request.warmup,
-                    a_options=_plain(request.a.options), b_options=_plain(request.b.options))
+                    a_options=_plain(request.a.options.as_dict()),
+                    b_options=_plain(request.b.options.as_dict()))
 
 
 def _plain(options: dict) -> dict:

@@ -39,7 +39,7 @@ def cached_calibration(bundle, cache_dir: Path, source: Path) -> Path:
 def cached_conversion(bundle, cache_dir: Path, precision: str, calibration: Path | None = None,
                       version: str | None = None, granularity: str = "branch") -> Path:
     """A converted partition of these weights for the rknn-sim backend, converted on first use."""
-    from ..toolkit.convert import convert_partition
+    from ..toolkit.convert import ConvertSettings, convert_partition
     from ..toolkit.envs import default_version, toolkit_python
     from ..toolkit.precisions import precisions
     from ..toolkit.remedies import REMEDY_FILE
@@ -66,6 +66,6 @@ def cached_conversion(bundle, cache_dir: Path, precision: str, calibration: Path
     if not is_current(out):
         print(f"[rknn-sim] converting {source.name} with rknn-toolkit2 {version} ({precision}) into "
               f"{out} (first use)", file=sys.stderr, flush=True)
-        convert_partition(source, out, version=version, precision=precision, calibration=calibration,
-                          quiet=True)
+        convert_partition(source, out,
+                          ConvertSettings(version=version, precision=precision, calibration=calibration, quiet=True))
     return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,15 +100,15 @@ class RunRequest:
     of sha256 that do not belong in a step time). text_embs ({stream: [1, L, C]}) replaces the prompt
     for models whose text encoder is not here. lifecycle: the context strategy (harness.lifecycle.spec).
     images: how many images are generated together (seeds seed, seed+1, ...), every stream of every
-    image served by each loaded context. backend_options: the BackendOptions of `backend` (a plain
-    mapping of its settings is still taken from results/ab.py's sides, whose owner moves them over).
+    image served by each loaded context. backend_options: the BackendOptions of `backend` (None: its
+    defaults).
     """
     bundle: ModelBundle
     partition: str | Path
     backend: str
     prompt: str
     settings: SampleSettings
-    backend_options: BackendOptions | Mapping[str, Any] | None = None
+    backend_options: BackendOptions | None = None
     verify: bool = True
     text_embs: dict | None = None
     lifecycle: str = "on-demand"
@@ -117,11 +117,11 @@ class RunRequest:
     @property
     def options(self) -> BackendOptions:
         given = self.backend_options
-        if isinstance(given, BackendOptions):
-            if given.backend != self.backend:
-                raise ValueError(f"options of backend {given.backend} for a run on {self.backend}")
-            return given
-        return BackendOptions(self.backend, dict(given or {}))
+        if given is None:
+            return BackendOptions(self.backend)
+        if given.backend != self.backend:
+            raise ValueError(f"options of backend {given.backend} for a run on {self.backend}")
+        return given
 
 
 def run_partitioned(request: RunRequest, guard=None, report_path: str | Path | None = None,

@@ -34,13 +34,14 @@ from .remedies import APPLIED_KEYS, REMEDY_FILE, for_build, read_remedies, remed
 from .samples import sample_inputs
 from .split import SPLIT_KEY, cut_parts, host_outputs, part_feeds, write_plan
 
-__all__ = ["PRECISIONS", "DEFAULT_TARGET", "BUILD_LOG", "ConvertResult", "convert_partition", "check_out",
-           "sample_inputs"]
+__all__ = ["PRECISIONS", "DEFAULT_TARGET", "BUILD_LOG", "ConvertResult", "ConvertSettings", "convert_partition",
+           "check_out", "sample_inputs"]
 
 PRECISIONS = precisions()
 DEFAULT_TARGET = "rk3588"
 BUILD_LOG = "build.log"
 RKNN_CONFIG = {"float_dtype": "float16", "optimization_level": 3}
+SAMPLE_SEED = 0     # the simulator's random inputs: the same in every conversion (two toolkits compared)
 
 
 @dataclass
@@ -201,16 +202,30 @@ def _storage_error(exc: OSError, work: Path, out: Path) -> StorageError:
                         f"{_free_space_note(reason, out) if exc.errno == errno.ENOSPC else ''}")
 
 
-def convert_partition(partition, out, version: str | None = None, precision: str = "float16",
-                      calibration=None, target: str = DEFAULT_TARGET, allow_cpu_ops: bool = False,
-                      samples: int = 0, seed: int = 0, quiet: bool = False) -> ConvertResult:
+@dataclass(frozen=True)
+class ConvertSettings:
+    """How to convert: the toolkit version (None: the default one), the precision (a named recipe or a
+    precision file) and its calibration set (None: the recipe's), the target chip, whether an op may
+    fall back to the CPU, how many random input sets the simulator runs per subgraph, and quiet."""
+    version: str | None = None
+    precision: str = "float16"
+    calibration: Any = None
+    target: str = DEFAULT_TARGET
+    allow_cpu_ops: bool = False
+    samples: int = 0
+    quiet: bool = False
+
+
+def convert_partition(partition, out, settings: ConvertSettings | None = None) -> ConvertResult:
     """Convert every subgraph (and the decoder) of an FP32 export; see the module docstring.
 
-    samples > 0 also runs the toolkit's PC simulator on that many random input sets per subgraph
-    right after its build (the simulator only runs models built in the same process); the outputs
-    come back in ConvertResult.sim_outputs for a comparison against onnxruntime.
+    settings.samples > 0 also runs the toolkit's PC simulator on that many random input sets per
+    subgraph right after its build (the simulator only runs models built in the same process); the
+    outputs come back in ConvertResult.sim_outputs for a comparison against onnxruntime.
     """
-    version = version or default_version()
+    settings = settings or ConvertSettings()
+    version = settings.version or default_version()
+    precision, calibration = settings.precision, settings.calibration
     spec = recipe(precision)       # a named recipe or a precision file; ConfigError naming it
     if calibration is None and spec.get("calibration"):
         calibration = spec["calibration"]
@@ -231,7 +246,8 @@ def convert_partition(partition, out, version: str | None = None, precision: str
         raise StorageError(f"convert --out {out}: cannot create a folder in {out.parent}: "
                            f"{exc.strerror or exc}") from None
     try:
-        asked = _Request(version, precision, calibration, target, allow_cpu_ops, samples, seed, quiet, started)
+        asked = _Request(version, precision, calibration, settings.target, settings.allow_cpu_ops,
+                         settings.samples, settings.quiet, started)
         result = _build(source, work, out, asked)
         _finish(work, out)
     except OSError as exc:     # this process writing the work folder (samples, build log, manifest)
@@ -244,14 +260,14 @@ def convert_partition(partition, out, version: str | None = None, precision: str
 
 @dataclass(frozen=True)
 class _Request:
-    """What convert_partition was asked (its arguments, the recipe's calibration filled in)."""
+    """What convert_partition was asked (its settings, the default version and the recipe's calibration
+    filled in)."""
     version: str
     precision: str
     calibration: Any
     target: str
     allow_cpu_ops: bool
     samples: int
-    seed: int
     quiet: bool
     started: float          # perf_counter() when the conversion began
 
@@ -261,7 +277,7 @@ def _build(source, work, out, asked: _Request) -> ConvertResult:
     version, precision, calibration, target = asked.version, asked.precision, asked.calibration, asked.target
     (work / "samples").mkdir()
     (work / "datasets").mkdir()
-    items, inputs, splits = _items(source, work, precision, calibration, asked.samples, asked.seed, version)
+    items, inputs, splits = _items(source, work, precision, calibration, asked.samples, SAMPLE_SEED, version)
     job = {"out_dir": str(work), "items": items, "config": {"target_platform": target, **RKNN_CONFIG}}
     events = run_worker(version, job, work / "job.json", _progress(len(items), asked.quiet))
     failed = [e for e in events if e["event"] == "failed"]

@@ -29,9 +29,9 @@ def test_denoise_time_ab(suite, gate_runner, golden_cases, npu_guard, record_pro
     try:
         gate_runner.prepare()
         inputs = case_inputs(case, gate_runner.bundle.cfg, suite.golden_dir, suite.bench_steps)
-        options = suite.backend_options.as_dict()
-        request = ABRequest(Side(A, suite.ab_a, suite.backend, without_fault(options, suite.fault)),
-                            Side(B, gate_runner.partition, suite.backend, options), inputs.settings,
+        options = suite.backend_options
+        request = ABRequest(Side(A, suite.ab_a, without_fault(options, suite.fault)),
+                            Side(B, gate_runner.partition, options), inputs.settings,
                             rounds=suite.ab_rounds, warmup=_WARMUP, lifecycle=suite.lifecycle,
                             threshold_pct=suite.ab_threshold, confidence=suite.ab_confidence,
                             detect_pct=suite.detect, prompt=inputs.prompt, text_embs=inputs.text_embs)

@@ -663,11 +663,11 @@ TOOLKIT_FAULTS = [replace(f, kind=ROWS[f.name]) for f in TOOLKIT_FAULTS]
 @pytest.fixture(scope="module")
 def toolkit_world(world, toolkit_version):
     """The world's partition converted, a tampered and a mislabelled copy, and a 600 KiB tmpfs."""
-    from harness.toolkit.convert import convert_partition
+    from harness.toolkit.convert import ConvertSettings, convert_partition
     from tests.helpers import small_tmpfs
     root = world["root"]
     converted = root / "rknn"
-    convert_partition(world["partition"], converted, version=toolkit_version, quiet=True)
+    convert_partition(world["partition"], converted, ConvertSettings(version=toolkit_version, quiet=True))
     other = "2.3.2" if toolkit_version != "2.3.2" else "2.5.0"
 
     def tamper(doc, dst):

@@ -35,6 +35,8 @@ from harness.sampling.reference_run import sample_settings
 from tests.helpers import export_fp32, random_bundle
 from tests.load import Watch, too_busy
 
+FAULTS = BackendOptions("faults")     # a side on the faults backend with nothing injected
+
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
@@ -210,7 +212,7 @@ def test_round_orders_are_balanced_and_meet_a_periodic_disturbance_on_both_sides
 @pytest.mark.slow      # real sessions; the fast tier keeps round_orders' own test
 def test_a_sessions_order_is_recorded_and_drawn_afresh(model, partition):
     settings = sample_settings(model, steps=1)
-    request = ABRequest(Side(A, partition, "faults"), Side(B, partition, "faults"), settings, rounds=2, warmup=0)
+    request = ABRequest(Side(A, partition, FAULTS), Side(B, partition, FAULTS), settings, rounds=2, warmup=0)
     sessions = [run_session(model, request, rng=np.random.default_rng(seed)) for seed in (1, 2)]
     expected = [[A if a_first else B for a_first in round_orders(2, np.random.default_rng(seed))]
                 for seed in (1, 2)]
@@ -227,14 +229,14 @@ def test_confidence_is_a_fraction_or_a_percentage():
 
 
 def test_the_suites_fault_is_side_bs_only():
-    options = {"slowdown": 3.0, "threads": 1}
-    assert without_fault(options, "slow=x3") == {"threads": 1}
+    options = BackendOptions("faults", {"slowdown": 3.0, "threads": 1})
+    assert without_fault(options, "slow=x3") == BackendOptions("faults", {"threads": 1})
     assert without_fault(options, None) == options
 
 
 def test_a_request_is_checked_where_it_is_built(model, partition):
     settings = sample_settings(model, steps=1)
-    sides = Side(A, partition, "faults"), Side(B, partition, "faults")
+    sides = Side(A, partition, FAULTS), Side(B, partition, FAULTS)
     with pytest.raises(ConfigError, match="1 A/B rounds: a paired verdict needs at least 2"):
         ABRequest(*sides, settings, rounds=1)
     with pytest.raises(ConfigError, match="A/B sides named 'candidate' and 'baseline'"):
@@ -256,10 +258,11 @@ def test_a_session_finds_a_slowed_b_and_passes_an_unchanged_one(model, partition
     # run far past the 10.6 a figure needs at 99.99 % over 7 figures (an A/A figure's, 100 sessions
     # here, quiet: within |5.7|).
     settings = sample_settings(model, steps=1)
-    same = run_session(model, ABRequest(Side(A, partition, "faults"), Side(B, partition, "faults"), settings,
+    same = run_session(model, ABRequest(Side(A, partition, FAULTS), Side(B, partition, FAULTS), settings,
                                         rounds=8, confidence=0.9999))
-    slowed = run_session(model, ABRequest(Side(A, partition, "faults"),
-                                          Side(B, partition, "faults", {"slowdown": 4.0}), settings, rounds=16))
+    slowed = run_session(model, ABRequest(Side(A, partition, FAULTS),
+                                          Side(B, partition, BackendOptions("faults", {"slowdown": 4.0})), settings,
+                                          rounds=16))
     assert len(same.pairs) == 8 and not same.regressions, [v.line() for v in same.regressions]
     flagged = {v.label for v in slowed.regressions}
     # The fault stretches load, init and run and leaves release alone

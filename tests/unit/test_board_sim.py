@@ -172,8 +172,8 @@ def test_strategies_on_the_simulated_board_give_onnxruntimes_latent(model, manif
 
     def latent(backend, lifecycle, options):
         return run_partitioned(
-            RunRequest(model, manifest.directory, backend, "the number 3", settings, backend_options=options,
-                       lifecycle=lifecycle)).latent
+            RunRequest(model, manifest.directory, backend, "the number 3", settings,
+                       backend_options=BackendOptions(backend, options), lifecycle=lifecycle)).latent
     ort = latent("onnxruntime", "on-demand", {})
     for spec in ("on-demand", "prefetch:2"):
         assert np.array_equal(latent("board-sim", spec, {"time_scale": 1e-4}), ort), spec

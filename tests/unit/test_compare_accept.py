@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from harness.backends.base import BackendOptions
 from harness.cli.accept import accept_golden
 from harness.cli.main import main
 from harness.core.errors import ConfigError
@@ -39,7 +40,7 @@ def reports(embedded, kept_source, tmp_path_factory):
     with MemoryGuard("1MiB", "1GiB", interval=0.05) as guard:
         run_partitioned(
             RunRequest(model, partition, "faults", "a handwritten digit one", sample_settings(model, steps=STEPS),
-                       backend_options={"delay": 0.002}),
+                       backend_options=BackendOptions("faults", {"delay": 0.002})),
             guard=guard, report_path=slowed)
     return {"plain": kept_source[0] / "artifacts" / "runs" / "one.json", "slowed": slowed}
 

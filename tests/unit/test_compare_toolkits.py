@@ -19,7 +19,7 @@ import pytest
 
 from harness.core.errors import ToolkitError
 from harness.gates.cases import case_inputs, load_cases
-from harness.gates.compare_toolkits import REPORT_JSON, REPORT_MD, Comparison, compare_toolkits
+from harness.gates.compare_toolkits import REPORT_JSON, REPORT_MD, CompareInputs, Comparison, compare_toolkits
 from harness.gates.golden import GoldenStore
 from harness.model.bundle import load_bundle
 from harness.model.config import EMBEDDED_DIR, REPO_ROOT
@@ -180,7 +180,8 @@ def test_a_golden_no_build_can_pass_exits_1_and_writes_the_report(tmp_path):
 @pytest.mark.slow
 def test_per_subgraph_rows_and_verdict(block0, tmp_path):
     _toolkits()
-    report = compare_toolkits("2.3.2", "2.5.0", block0, tmp_path / "cmp", quiet=True, case_names=[]).to_json()
+    block_only = CompareInputs(block0, case_names=[])
+    report = compare_toolkits("2.3.2", "2.5.0", block_only, tmp_path / "cmp", quiet=True).to_json()
     rows = report["subgraphs"]
     assert [r["subgraph"] for r in rows] == [
         "subgraph 0 (block 0 self_attn)", "subgraph 1 (block 0 cross_attn)", "subgraph 2 (block 0 ffn)",
@@ -195,6 +196,6 @@ def test_per_subgraph_rows_and_verdict(block0, tmp_path):
     assert all(cell["cosine"] >= 0.9999 for r in rows for cell in r["versions"].values())
     # every subgraph passes on 2.5.0, but the image part was not asked for: no pass
     assert report["verdict"] == {"status": "not judged", "failures": [], "not_run": ["image part: not asked for"]}
-    reverse = compare_toolkits("2.5.0", "2.3.2", block0, tmp_path / "cmp2", quiet=True, case_names=[])
+    reverse = compare_toolkits("2.5.0", "2.3.2", block_only, tmp_path / "cmp2", quiet=True)
     assert reverse.failures[0] == ("5 op(s) on the CPU in 3 subgraph(s), first Reshape q_norm/mean_rs in "
                                    "subgraph 0 (block 0 self_attn)")

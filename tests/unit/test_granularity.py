@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from harness.backends.base import BackendOptions
 from harness.cli.main import main
 from harness.core.errors import ConfigError, ManifestError
 from harness.partition.granularity import parse_granularity
@@ -37,7 +38,7 @@ def partitions(model, tmp_path_factory):
 def _latent(model, partition, backend="onnxruntime", lifecycle="on-demand", options=None):
     settings = sample_settings(model, steps=2)
     return run_partitioned(RunRequest(model, partition, backend, "the number 3", settings, lifecycle=lifecycle,
-                                      backend_options=options or {})).latent
+                                      backend_options=BackendOptions(backend, options or {}))).latent
 
 
 @pytest.fixture(scope="module")
@@ -134,9 +135,9 @@ def test_the_suites_granularity_chooses_the_partition_the_gates_export(tmp_path)
 
 
 def test_int8_ffn_conversion_of_a_fused_partition_is_refused_naming_the_file(partitions, tmp_path):
-    from harness.toolkit.convert import convert_partition
+    from harness.toolkit.convert import ConvertSettings, convert_partition
     with pytest.raises(ConfigError, match=r"w8a8-ffn .* granularity block \(convert it as float16\)") as err:
-        convert_partition(partitions["block"], tmp_path / "rknn", precision="w8a8-ffn")
+        convert_partition(partitions["block"], tmp_path / "rknn", ConvertSettings(precision="w8a8-ffn"))
     assert str(partitions["block"]) in str(err.value) and not (tmp_path / "rknn").exists()
 
 

@@ -12,7 +12,7 @@ from harness.partition.manifest import load_manifest
 from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.runtime.run import RunRequest, run_partitioned
 from harness.sampling.reference_run import sample_settings
-from harness.toolkit.convert import convert_partition
+from harness.toolkit.convert import ConvertSettings, convert_partition
 from tests.helpers import missing_tool
 
 
@@ -33,7 +33,8 @@ def _export(bundle, root, granularity, blocks=None):
 @pytest.mark.parametrize("granularity, contexts", [("block", 28), ("blocks:4", 7)])
 def test_fused_partitions_convert_with_no_op_on_the_cpu(bundle, tmp_path, toolkit_version, granularity, contexts):
     converted = tmp_path / "rknn"
-    result = convert_partition(_export(bundle, tmp_path, granularity), converted, version=toolkit_version, quiet=True)
+    result = convert_partition(_export(bundle, tmp_path, granularity), converted,
+                               ConvertSettings(version=toolkit_version, quiet=True))
     assert all(not ops for ops in result.cpu_ops.values()), result.cpu_ops
     manifest = load_manifest(converted)
     manifest.verify()
@@ -66,7 +67,7 @@ def test_the_board_write_ups_toolkit_converts_a_fused_block(bundle, tmp_path):
 
     def cpu_op_types(granularity):
         result = convert_partition(_export(bundle, tmp_path, granularity, blocks=[0]), tmp_path / f"rknn-{granularity}",
-                                   version=version, quiet=True, allow_cpu_ops=True)
+                                   ConvertSettings(version=version, quiet=True, allow_cpu_ops=True))
         return sorted(op["op"] for ops in result.cpu_ops.values() for op in ops)
     assert cpu_op_types("block") == cpu_op_types("branch")
 

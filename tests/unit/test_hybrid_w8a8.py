@@ -18,15 +18,16 @@ pytestmark = pytest.mark.toolkit
 @pytest.fixture(scope="module")
 def hybrid(toolkit_version, embedded_fp32, tmp_path_factory):
     from harness.partition.onnx_export import ExportSettings, export_partition
-    from harness.toolkit.convert import convert_partition
+    from harness.toolkit.convert import ConvertSettings, convert_partition
     bundle, partition = embedded_fp32
     root = tmp_path_factory.mktemp("hybrid")
     settings = sample_settings(bundle, 2)
     capture_calibration(bundle, partition, root / "cal", "digit four", settings,
                         CaptureRecipe(["ffn"], [0, 1], ["cond", "uncond"], blocks=[0]))
     export_partition(bundle.weights, bundle.cfg, root / "fp32", ExportSettings(precision="float32", blocks=[0]))
-    convert_partition(root / "fp32", root / "w8a8", version=toolkit_version, precision="w8a8-ffn",
-                      calibration=root / "cal", quiet=True)
+    convert_partition(root / "fp32", root / "w8a8",
+                      ConvertSettings(version=toolkit_version, precision="w8a8-ffn", calibration=root / "cal",
+                                      quiet=True))
     return root
 
 

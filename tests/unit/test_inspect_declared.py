@@ -14,7 +14,7 @@ from harness.backends.rknn_sim import conversion_record
 from harness.core.errors import ManifestError
 from harness.model.config import REPO_ROOT
 from harness.partition.inspection import inspect_partition
-from harness.toolkit.convert import convert_partition
+from harness.toolkit.convert import ConvertSettings, convert_partition
 from tests.helpers import add_output_and_resign, export_fp32, random_bundle, resign
 
 
@@ -56,7 +56,7 @@ def conversion(bundle, tmp_path_factory, toolkit_version):
     block0 = tmp_path_factory.mktemp("block0") / "fp32"
     export_partition(bundle.weights, bundle.cfg, block0, ExportSettings(precision="float32", blocks=[0]))
     out = tmp_path_factory.mktemp("conv") / "rknn"
-    convert_partition(block0, out, version=toolkit_version, quiet=True)
+    convert_partition(block0, out, ConvertSettings(version=toolkit_version, quiet=True))
     return out
 
 

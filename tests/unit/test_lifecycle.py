@@ -7,6 +7,7 @@ import psutil
 import pytest
 
 from harness.backends import live_contexts
+from harness.backends.base import BackendOptions
 from harness.cli.main import main
 from harness.core.errors import BackendError, ConfigError, MemoryGuardTripped, NumericsError
 from harness.lifecycle import parse_lifecycle, pinned_subset
@@ -38,7 +39,8 @@ def partition(model, tmp_path_factory):
 
 def _run(model, partition, lifecycle, backend="onnxruntime", options=None, images=1, **kw):
     return run_partitioned(RunRequest(model, partition, backend, PROMPT, sample_settings(model, steps=STEPS),
-                                      backend_options=options or {}, lifecycle=lifecycle, images=images), **kw)
+                                      backend_options=BackendOptions(backend, options or {}), lifecycle=lifecycle,
+                                      images=images), **kw)
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import ast
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 from harness.model.config import REPO_ROOT
@@ -59,17 +60,24 @@ def taking(name: str, count: int) -> str:
     return f"\n\ndef {name}({', '.join(f'a{i}' for i in range(count))}):\n    return a0\n"
 
 
+def configured_limits() -> tuple[int, int]:
+    """pyproject.toml's complexity and parameter limits, as ruff reads them."""
+    lint = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["ruff"]["lint"]
+    return lint["mccabe"]["max-complexity"], lint["pylint"]["max-args"]
+
+
 def test_the_package_keeps_to_the_complexity_and_parameter_limits():
-    # A real module of the package with functions at the limits (complexity 15, 10 parameters) and one
-    # past each, linted under the checkout's own configuration: only the two past them are reported.
+    # A real module of the package with functions at the configured limits and one past each, linted
+    # under the checkout's own configuration: only the two past them are reported.
+    complexity, args = configured_limits()
     module = REPO_ROOT / "harness" / "core" / "atomic.py"
-    source = module.read_text() + branchy("at_limit", 14) + branchy("past_limit", 15) \
-        + taking("ten", 10) + taking("eleven", 11)
+    source = module.read_text() + branchy("at_limit", complexity - 1) + branchy("past_limit", complexity) \
+        + taking("at_args", args) + taking("past_args", args + 1)
     done = ruff("--stdin-filename", str(module), "-", stdin=source)
     assert done.returncode == 1, done.stdout + done.stderr
     found = [line.split(": ", 1)[1] for line in done.stdout.splitlines() if ": C901" in line or ": PLR0913" in line]
-    assert found == ["C901 `past_limit` is too complex (16 > 15)",
-                     "PLR0913 Too many arguments in function definition (11 > 10)"], done.stdout
+    assert found == [f"C901 `past_limit` is too complex ({complexity + 1} > {complexity})",
+                     f"PLR0913 Too many arguments in function definition ({args + 1} > {args})"], done.stdout
 
 
 def test_mypy_finds_nothing():

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from harness.backends import live_contexts
+from harness.backends.base import BackendOptions
 from harness.core.errors import ManifestError, NumericsError
 from harness.partition.manifest import SubgraphEntry, TensorSpec
 from harness.runtime.run import RunRequest, run_partitioned
@@ -29,7 +30,7 @@ def run(model, partition, tmp_path, fault):
     with pytest.raises((ManifestError, NumericsError)) as caught:
         run_partitioned(
             RunRequest(model, partition, "faults", "digit one", sample_settings(model, steps=1),
-                       backend_options=fault),
+                       backend_options=BackendOptions("faults", fault)),
             report_path=report)
     assert live_contexts() == 0
     saved = json.loads(report.read_text())

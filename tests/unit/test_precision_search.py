@@ -129,7 +129,7 @@ def test_one_linear_of_an_ffn_stays_float16(embedded_fp32, tmp_path, toolkit_ver
     from harness.partition.onnx_export import ExportSettings, export_partition
     from harness.runtime.capture import CaptureRecipe, capture_calibration
     from harness.sampling.reference_run import sample_settings
-    from harness.toolkit.convert import convert_partition
+    from harness.toolkit.convert import ConvertSettings, convert_partition
     from harness.toolkit.layers import parse_layer_table
     bundle, partition = embedded_fp32
     capture_calibration(bundle, partition, tmp_path / "cal", "digit four", sample_settings(bundle, 2),
@@ -137,8 +137,8 @@ def test_one_linear_of_an_ffn_stays_float16(embedded_fp32, tmp_path, toolkit_ver
     export_partition(bundle.weights, bundle.cfg, tmp_path / "fp32", ExportSettings(precision="float32", blocks=[0]))
     spec = tmp_path / "half.toml"
     spec.write_text(precision_text(Candidate("half", [2], {2: "layer1"}, "normal", "layer"), tmp_path / "cal"))
-    result = convert_partition(tmp_path / "fp32", tmp_path / "conv", version=toolkit_version,
-                               precision=str(spec), quiet=True)
+    result = convert_partition(tmp_path / "fp32", tmp_path / "conv",
+                               ConvertSettings(version=toolkit_version, precision=str(spec), quiet=True))
     log = (tmp_path / "conv" / "build.log").read_text()
     body = log[log.index("02_block00_ffn.onnx ->"):log.index("decoder.onnx ->")]
     # The FP16 first linear fuses with the GELU after it (ConvExGelu); the second stays an INT8 Conv.

@@ -20,7 +20,7 @@ from harness.model.config import EMBEDDED_DIR, REPO_ROOT
 from harness.model.weights import read_safetensors, save_weights
 from harness.partition.manifest import load_manifest
 from harness.partition.onnx_export import ExportSettings, export_partition
-from harness.toolkit.convert import convert_partition, sample_inputs
+from harness.toolkit.convert import ConvertSettings, convert_partition, sample_inputs
 from tests.helpers import converted_subgraph_cosine
 
 pytestmark = pytest.mark.toolkit
@@ -59,8 +59,9 @@ def _ffn_cosine(converted: Path, source: Path) -> float:
 
 def test_an_int8_outlier_is_kept_as_a_float16_island(outlier, toolkit_version, tmp_path):
     fp32 = outlier / "fp32"
-    convert_partition(fp32, tmp_path / "plain", version=toolkit_version, precision="w8a8-ffn",
-                      calibration=outlier / "cal", quiet=True)
+    convert_partition(fp32, tmp_path / "plain",
+                      ConvertSettings(version=toolkit_version, precision="w8a8-ffn", calibration=outlier / "cal",
+                                      quiet=True))
     assert not _ffn_cosine(tmp_path / "plain", fp32) >= 0.999
     done = _harness("reduce", FFN, "--toolkit", toolkit_version, "--int8", "--model-dir", outlier / "model",
                     "--partition", fp32, "--inputs", "random", "--out", tmp_path / "reduce")
@@ -68,12 +69,13 @@ def test_an_int8_outlier_is_kept_as_a_float16_island(outlier, toolkit_version, t
     report = json.loads((tmp_path / "reduce" / "report.json").read_text())
     assert report["build"] == "int8" and [op["name"] for op in report["reduction"]["ops"]] == ["layer1"]
     assert report["winner"]["remedy"] == "int8-hybrid"
-    convert_partition(fp32, tmp_path / "island", version=toolkit_version, precision="w8a8-ffn",
-                      calibration=outlier / "cal", quiet=True)
+    convert_partition(fp32, tmp_path / "island",
+                      ConvertSettings(version=toolkit_version, precision="w8a8-ffn", calibration=outlier / "cal",
+                                      quiet=True))
     record = load_manifest(tmp_path / "island").conversion["subgraphs"][2]
     assert record["quantization"]["custom_hybrid"][-1] == report["remedies"][1]["convert_config"][
         "quantization"]["custom_hybrid"][0]
     assert _ffn_cosine(tmp_path / "island", fp32) >= 0.999
     # a float16 conversion does not take a remedy found on the INT8 build
-    plain16 = convert_partition(fp32, tmp_path / "f16", version=toolkit_version, quiet=True)
+    plain16 = convert_partition(fp32, tmp_path / "f16", ConvertSettings(version=toolkit_version, quiet=True))
     assert plain16.manifest.conversion["subgraphs"][2]["quantization"] is None

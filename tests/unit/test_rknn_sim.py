@@ -19,11 +19,12 @@ pytestmark = pytest.mark.toolkit
 def converted(toolkit_version, embedded_fp32, tmp_path_factory):
     """Blocks 0-1 and the decoder of the embedded model, FP32 export -> FP16 .rknn."""
     from harness.partition.onnx_export import ExportSettings, export_partition
-    from harness.toolkit.convert import convert_partition
+    from harness.toolkit.convert import ConvertSettings, convert_partition
     bundle, _ = embedded_fp32
     root = tmp_path_factory.mktemp("sim")
     export_partition(bundle.weights, bundle.cfg, root / "fp32", ExportSettings(precision="float32", blocks=[0, 1]))
-    convert_partition(root / "fp32", root / "float16", version=toolkit_version, allow_cpu_ops=True, quiet=True)
+    convert_partition(root / "fp32", root / "float16",
+                      ConvertSettings(version=toolkit_version, allow_cpu_ops=True, quiet=True))
     return root
 
 

@@ -81,8 +81,8 @@ def layer_tables(build_log: str) -> dict[str, list]:
 @pytest.mark.toolkit
 @pytest.mark.slow
 def test_a_conversion_today_gives_the_shipped_layer_tables(todays_export, tmp_path, toolkit_version):
-    from harness.toolkit.convert import convert_partition
-    convert_partition(todays_export, tmp_path / "rknn", version=toolkit_version, quiet=True)
+    from harness.toolkit.convert import ConvertSettings, convert_partition
+    convert_partition(todays_export, tmp_path / "rknn", ConvertSettings(version=toolkit_version, quiet=True))
     with tarfile.open(SHIPPED, "r:xz") as tar:
         member = tar.extractfile("build.log")
         assert member is not None

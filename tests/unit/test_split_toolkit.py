@@ -18,7 +18,7 @@ from harness.model.config import EMBEDDED_DIR
 from harness.model.weights import read_safetensors, save_weights
 from harness.partition.manifest import load_manifest
 from harness.partition.onnx_export import ExportSettings, export_partition
-from harness.toolkit.convert import convert_partition
+from harness.toolkit.convert import ConvertSettings, convert_partition
 from tests.helpers import converted_subgraph_cosine
 
 pytestmark = pytest.mark.toolkit
@@ -55,11 +55,11 @@ def scaled(tmp_path_factory):
 
 
 def test_the_host_range_restores_an_overflowing_ffn(scaled, toolkit_version, tmp_path):
-    convert_partition(scaled, tmp_path / "plain", version=toolkit_version, quiet=True)
+    convert_partition(scaled, tmp_path / "plain", ConvertSettings(version=toolkit_version, quiet=True))
     plain, _ = _ffn_cosine(tmp_path / "plain", scaled)
     assert not plain >= 0.9999          # NaN: the hidden layer overflows float16
     _remedy(scaled, WHOLE, toolkit_version)
-    convert_partition(scaled, tmp_path / "split", version=toolkit_version, quiet=True)
+    convert_partition(scaled, tmp_path / "split", ConvertSettings(version=toolkit_version, quiet=True))
     split, ctx = _ffn_cosine(tmp_path / "split", scaled)
     assert isinstance(ctx, SplitContext) and split >= 0.9999
     record = load_manifest(tmp_path / "split").conversion["subgraphs"][2]
@@ -72,7 +72,8 @@ def test_the_host_range_restores_an_overflowing_ffn(scaled, toolkit_version, tmp
 def test_npu_parts_around_a_host_range(tmp_path, toolkit_version):
     source = _export(tmp_path, 1.0)
     _remedy(source, MIDDLE, toolkit_version)
-    result = convert_partition(source, tmp_path / "rknn", version=toolkit_version, samples=1, quiet=True)
+    result = convert_partition(source, tmp_path / "rknn",
+                               ConvertSettings(version=toolkit_version, samples=1, quiet=True))
     plan = load_manifest(tmp_path / "rknn").subgraphs[2]
     assert plan.file == f"{FFN}.split.json"
     record = result.manifest.conversion["subgraphs"][2]
@@ -91,5 +92,5 @@ def test_npu_parts_around_a_host_range(tmp_path, toolkit_version):
 def test_a_range_the_export_no_longer_has_is_refused(scaled, toolkit_version, tmp_path):
     _remedy(scaled, 'split = { start = 0, end = 7, first = "layer1", last = "gelu" }', toolkit_version)
     with pytest.raises(ConfigError, match=r"conversion.toml: \[subgraphs.02_block00_ffn\]: split names"):
-        convert_partition(scaled, tmp_path / "stale", version=toolkit_version, quiet=True)
+        convert_partition(scaled, tmp_path / "stale", ConvertSettings(version=toolkit_version, quiet=True))
     assert not (tmp_path / "stale").exists()

@@ -17,7 +17,7 @@ from harness.model.config import load_profile
 from harness.model.weights import random_weights
 from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.report.toolkit import cosine_rows
-from harness.toolkit.convert import convert_partition
+from harness.toolkit.convert import ConvertSettings, convert_partition
 
 _SURFACE = 65_536       # elements of one NPU surface plane (the toolkit's "align_surf overflow")
 
@@ -35,8 +35,8 @@ def narrow_anima(tmp_path_factory):
 
 @pytest.mark.toolkit
 def test_full_size_attention_plane_converts_with_every_op_on_the_npu(narrow_anima, tmp_path, toolkit_version):
-    result = convert_partition(narrow_anima, tmp_path / "rknn", version=toolkit_version, allow_cpu_ops=True,
-                               samples=1, quiet=True)
+    result = convert_partition(narrow_anima, tmp_path / "rknn",
+                               ConvertSettings(version=toolkit_version, allow_cpu_ops=True, samples=1, quiet=True))
     on_cpu = {stem: [f"{op['op']} '{op['name']}'" for op in ops] for stem, ops in result.cpu_ops.items() if ops}
     assert on_cpu == {}, f"ops left on the CPU by rknn-toolkit2 {toolkit_version}: {on_cpu}"
     rows = cosine_rows(result, narrow_anima)

@@ -24,7 +24,7 @@ from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.report.toolkit import cosine_rows
 from harness.runtime.run import open_partition
 from harness.sampling.reference_run import initial_latents, stream_text_embs
-from harness.toolkit.convert import convert_partition
+from harness.toolkit.convert import ConvertSettings, convert_partition
 from harness.toolkit.precisions import write_dataset
 from tests.helpers import missing_tool
 
@@ -91,7 +91,7 @@ def test_cli_absent_environment_exits_non_zero_with_one_line(block0, tmp_path):
 
 def test_unknown_version_names_the_versions_file(block0, tmp_path):
     with pytest.raises(ConfigError, match=r"toolkit version '9\.9\.9' is not in versions\.toml"):
-        convert_partition(block0, tmp_path / "conv", version="9.9.9")
+        convert_partition(block0, tmp_path / "conv", ConvertSettings(version="9.9.9"))
 
 
 def test_float16_export_refused(bundle, tmp_path):
@@ -116,13 +116,13 @@ def test_out_that_is_not_a_conversion_is_left_alone(block0, tmp_path):
 def test_missing_calibration_set(block0, tmp_path, toolkit_version):
     out = tmp_path / "conv"
     with pytest.raises(ConfigError, match="needs --calibration DIR"):
-        convert_partition(block0, out, precision="w8a8-ffn")
+        convert_partition(block0, out, ConvertSettings(precision="w8a8-ffn"))
     with pytest.raises(ConfigError, match="calibration set directory is missing"):
-        convert_partition(block0, out, precision="w8a8-ffn", calibration=tmp_path / "nowhere")
+        convert_partition(block0, out, ConvertSettings(precision="w8a8-ffn", calibration=tmp_path / "nowhere"))
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match=r"calibration set for subgraph 2 \(block 0 ffn\) is missing: "
                                           r"no .*02_block00_ffn\.txt"):
-        convert_partition(block0, out, precision="w8a8-ffn", calibration=tmp_path / "empty")
+        convert_partition(block0, out, ConvertSettings(precision="w8a8-ffn", calibration=tmp_path / "empty"))
     assert _leftovers(tmp_path, "conv") == []
 
 
@@ -131,7 +131,7 @@ def test_missing_calibration_set(block0, tmp_path, toolkit_version):
 def test_wrong_target(block0, tmp_path, toolkit_version):
     with pytest.raises(ToolkitError, match=r"subgraph 0 \(block 0 self_attn\).*config failed: "
                                            r".*target_platform 'rk9999'"):
-        convert_partition(block0, tmp_path / "conv", target="rk9999", quiet=True)
+        convert_partition(block0, tmp_path / "conv", ConvertSettings(target="rk9999", quiet=True))
     assert _leftovers(tmp_path, "conv") == ["conv.failed.log"]       # the toolkit's log, kept
 
 
@@ -154,7 +154,7 @@ def test_opset_the_toolkit_rejects(block0, tmp_path, toolkit_version):
     manifest.save()
     with pytest.raises(ToolkitError, match=r"subgraph 2 \(block 0 ffn\).*load_onnx failed: "
                                            r".*opset 21, need <= 19"):
-        convert_partition(src, tmp_path / "conv", quiet=True)
+        convert_partition(src, tmp_path / "conv", ConvertSettings(quiet=True))
     assert not (tmp_path / "conv").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".converting")]
 
@@ -163,8 +163,8 @@ def test_opset_the_toolkit_rejects(block0, tmp_path, toolkit_version):
 @pytest.mark.slow
 def test_w8a8_ffn_hybrid_from_fp32_calibration(bundle, block0, tmp_path, toolkit_version):
     calibration = _ffn_calibration(bundle, block0, tmp_path / "calibration")
-    result = convert_partition(block0, tmp_path / "conv", precision="w8a8-ffn",
-                               calibration=calibration, samples=1, quiet=True)
+    result = convert_partition(block0, tmp_path / "conv",
+                               ConvertSettings(precision="w8a8-ffn", calibration=calibration, samples=1, quiet=True))
     records = {r["file"]: r for r in result.manifest.conversion["subgraphs"]}
     ffn = records["02_block00_ffn.rknn"]
     assert ffn["quantization"]["hybrid_float"] == ["gelu", "output"] and ffn["quantization"]["dataset"].endswith(
@@ -186,7 +186,7 @@ def converted(bundle, tmp_path_factory, toolkit_version):
     """The whole embedded partition (84 subgraphs + decoder), FP16, one sample through the simulator."""
     root = tmp_path_factory.mktemp("whole")
     export_partition(bundle.weights, bundle.cfg, root / "fp32", ExportSettings(precision="float32"))
-    result = convert_partition(root / "fp32", root / "float16", samples=1, quiet=True)
+    result = convert_partition(root / "fp32", root / "float16", ConvertSettings(samples=1, quiet=True))
     return root, result
 
 
@@ -239,10 +239,10 @@ def test_tampered_rknn_fails_the_board_run_naming_the_file(converted, bundle, tm
 @pytest.mark.slow
 def test_convert_replaces_its_previous_output_whole(block0, tmp_path, toolkit_version):
     out = tmp_path / "conv"
-    convert_partition(block0, out, quiet=True)
+    convert_partition(block0, out, ConvertSettings(quiet=True))
     first = json.loads(manifest_path(out).read_text())
     with pytest.raises(ToolkitError):
-        convert_partition(block0, out, target="rk9999", quiet=True)
+        convert_partition(block0, out, ConvertSettings(target="rk9999", quiet=True))
     assert json.loads(manifest_path(out).read_text()) == first      # failure: the old output stands
 
 
@@ -276,11 +276,12 @@ def test_cpu_fallback_gate_on_a_real_conversion(block0, tmp_path, toolkit_versio
                                            # 2.3.2 gives no reason: the line names the op's input shape
                                            r"\(input \(512,1,1,1\),\(4\)\) "
                                            r"\(and 4 more op\(s\) in 3 subgraph\(s\)\)"):
-        convert_partition(block0, tmp_path / "conv", version="2.3.2", quiet=True)
+        convert_partition(block0, tmp_path / "conv", ConvertSettings(version="2.3.2", quiet=True))
     assert _leftovers(tmp_path, "conv") == ["conv.failed.log"]
     log = (tmp_path / "conv.failed.log").read_text()
     assert "Reshape:q_norm/mean_rs" in log and "Erf:gelu/erf" in log
-    kept = convert_partition(block0, tmp_path / "kept", version="2.3.2", allow_cpu_ops=True, quiet=True)
+    kept = convert_partition(block0, tmp_path / "kept",
+                             ConvertSettings(version="2.3.2", allow_cpu_ops=True, quiet=True))
     assert [(o["op"], o["name"]) for o in kept.cpu_ops["02_block00_ffn"]] == [("Erf", "gelu/erf")]
     assert load_manifest(tmp_path / "kept").conversion["subgraphs"][2]["cpu_ops"] == kept.cpu_ops["02_block00_ffn"]
 
