@@ -7,6 +7,7 @@ and release a split subgraph as they do every subgraph (the lifecycle times the 
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from pathlib import Path
@@ -67,17 +68,27 @@ class SplitContext(Context):
         except (OSError, ValueError, KeyError) as exc:
             raise self.error("load", f"split plan {path}: {exc}") from None
         self._mark_live()
-        for part in parts:
-            file = path.parent / part["file"]
-            if not file.is_file() or hashlib.sha256(file.read_bytes()).hexdigest() != part["sha256"]:
-                raise ManifestError(f"{path}: {self.label}: part {part['file']} is missing or not the one "
-                                    f"converted (sha256 differs from the plan)")
-            if part["on"] == "host":
-                self._parts.append((part, _HostPart(file)))
-            else:
-                ctx = create_context(self.options, f"{self.label} {part['name']}")
-                self._parts.append((part, ctx))
-                ctx.load(file)
+        try:
+            for part in parts:
+                self._load_part(path, part)
+        except BaseException:
+            # a refused or failed part leaves nothing loaded: the parts so far and this context released
+            # (the part's own error is the one to see, not a release's)
+            with contextlib.suppress(Exception):
+                self.release()
+            raise
+
+    def _load_part(self, path: Path, part: dict) -> None:
+        file = path.parent / part["file"]
+        if not file.is_file() or hashlib.sha256(file.read_bytes()).hexdigest() != part["sha256"]:
+            raise ManifestError(f"{path}: {self.label}: part {part['file']} is missing or not the one "
+                                f"converted (sha256 differs from the plan)")
+        if part["on"] == "host":
+            self._parts.append((part, _HostPart(file)))
+        else:
+            ctx = create_context(self.options, f"{self.label} {part['name']}")
+            self._parts.append((part, ctx))
+            ctx.load(file)
 
     def init(self) -> None:
         for part, ctx in self._parts:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.backends.base import live_contexts
 from harness.core.errors import ConfigError, ManifestError
 from harness.gates.headroom import held_outside_float16
 from harness.lifecycle.split import SplitContext
@@ -86,6 +87,7 @@ def test_npu_parts_around_a_host_range(tmp_path, toolkit_version):
     host.write_bytes(host.read_bytes() + b"\0")
     with pytest.raises(ManifestError, match="part1.onnx"):
         _ffn_cosine(tmp_path / "rknn", source)
+    assert live_contexts() == 0         # the refused load released the NPU part it had loaded
     assert np.isfinite(value)
 
 
