@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from harness.backends import live_contexts
+from harness.backends.base import BackendOptions
 from harness.cli.main import main
 from harness.partition.onnx_export import ExportSettings, export_partition
 from harness.runtime.run import RunRequest, run_partitioned
@@ -199,7 +200,7 @@ def test_rknnlite_failing_mid_run_names_subgraph_and_releases_everything(model, 
                        match=r"subgraph 40 \(block 13 cross_attn\): run failed: inference\(\) returned None"):
         run_partitioned(
             RunRequest(model, partition, "rknnlite", "digit one", sample_settings(model, steps=1),
-                       backend_options={"core_mask": "0_1_2"}),
+                       backend_options=BackendOptions("rknnlite", {"core_mask": "0_1_2"})),
             report_path=report)
     assert live_contexts() == 0 and fake.live == 0
     assert json.loads(report.read_text())["status"] == "failed"
