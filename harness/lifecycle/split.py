@@ -8,7 +8,6 @@ and release a split subgraph as they do every subgraph (the lifecycle times the 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import numpy as np
 
 from ..backends.base import BackendOptions, Context, create_context
 from ..core.errors import ManifestError
-from ..toolkit.split import PLAN_SUFFIX
+from ..toolkit.split import PLAN_SUFFIX, file_sha256
 
 __all__ = ["context_for", "SplitContext", "is_split"]
 
@@ -80,7 +79,7 @@ class SplitContext(Context):
 
     def _load_part(self, path: Path, part: dict) -> None:
         file = path.parent / part["file"]
-        if not file.is_file() or hashlib.sha256(file.read_bytes()).hexdigest() != part["sha256"]:
+        if not file.is_file() or file_sha256(file) != part["sha256"]:
             raise ManifestError(f"{path}: {self.label}: part {part['file']} is missing or not the one "
                                 f"converted (sha256 differs from the plan)")
         if part["on"] == "host":

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import shutil
 import sys
@@ -32,7 +31,7 @@ from .precisions import absolute_dataset, precisions, quantization_for, recipe
 from .process import run_worker
 from .remedies import APPLIED_KEYS, REMEDY_FILE, for_build, read_remedies, remedy_quantization, with_islands
 from .samples import sample_inputs
-from .split import SPLIT_KEY, cut_parts, host_outputs, part_feeds, write_plan
+from .split import SPLIT_KEY, cut_parts, file_sha256, host_outputs, part_feeds, write_plan
 
 __all__ = ["PRECISIONS", "DEFAULT_TARGET", "BUILD_LOG", "ConvertResult", "ConvertSettings", "convert_partition",
            "check_out", "sample_inputs"]
@@ -53,11 +52,6 @@ class ConvertResult:
     cpu_ops: dict[str, list[dict]]
     sim_outputs: dict[str, list[np.ndarray]] = field(default_factory=dict)
     samples: dict[str, list[list[np.ndarray]]] = field(default_factory=dict)
-
-
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _source(partition) -> Manifest:
@@ -318,7 +312,7 @@ def _split_entry(entry, parts, work: Path, out: Path, version: str, built: dict,
     cpu, layers, seconds, records = [], 0, 0.0, []
     for part in parts:
         record = {"file": part.file, "on": part.on, "onnx_file": part.onnx_file,
-                  "onnx_sha256": _sha256(work / part.onnx_file), "sha256": _sha256(work / part.file),
+                  "onnx_sha256": file_sha256(work / part.onnx_file), "sha256": file_sha256(work / part.file),
                   "nodes": [part.start, part.end]}
         if part.on == "npu":
             table, ops = _layers_of(entry, part.name, built[part.name], version, out, logs)
@@ -328,7 +322,7 @@ def _split_entry(entry, parts, work: Path, out: Path, version: str, built: dict,
             record["build_seconds"] = built[part.name]["seconds"]
         records.append(record)
     made = SubgraphEntry(index=entry.index, block=entry.block, branch=entry.branch, file=plan.name,
-                         sha256=_sha256(plan), bytes=plan.stat().st_size, inputs=entry.inputs,
+                         sha256=file_sha256(plan), bytes=plan.stat().st_size, inputs=entry.inputs,
                          outputs=entry.outputs, blocks=entry.blocks)
     return made, {"file": plan.name, "onnx_file": entry.file, "onnx_sha256": entry.sha256,
                   "build_seconds": round(seconds, 3), "layers": layers, "cpu_ops": cpu,
@@ -350,7 +344,7 @@ def _assemble(source, work, out, asked: _Request, built, recorded, settings, spl
         layers, cpu_ops[stem] = _layers_of(entry, stem, built[stem], version, out, logs)
         rknn = work / f"{stem}.rknn"
         entries.append(SubgraphEntry(index=entry.index, block=entry.block, branch=entry.branch,
-                                     file=rknn.name, sha256=_sha256(rknn), bytes=rknn.stat().st_size,
+                                     file=rknn.name, sha256=file_sha256(rknn), bytes=rknn.stat().st_size,
                                      inputs=entry.inputs, outputs=entry.outputs, blocks=entry.blocks))
         records.append({"file": rknn.name, "onnx_file": entry.file, "onnx_sha256": entry.sha256,
                         "build_seconds": built[stem]["seconds"], "layers": len(layers),
@@ -372,7 +366,7 @@ def _assemble(source, work, out, asked: _Request, built, recorded, settings, spl
                   "source": {"directory": str(source.directory.resolve()),
                              "manifest_sha256": manifest_sha256(source.directory)},
                   "calibration": str(Path(calibration).resolve()) if calibration else None,
-                  "build_log": {"file": BUILD_LOG, "sha256": _sha256(log_file)},
+                  "build_log": {"file": BUILD_LOG, "sha256": file_sha256(log_file)},
                   "seconds": round(seconds, 3), "subgraphs": records}
     decoder = entries[-1] if source.decoder else None
     manifest = Manifest(directory=work, format=source.format, model=source.model,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 
-__all__ = ["SPLIT_KEY", "PLAN_SUFFIX", "Part", "check_split", "cut_parts", "write_plan", "split_setting"]
+__all__ = ["SPLIT_KEY", "PLAN_SUFFIX", "Part", "check_split", "cut_parts", "write_plan", "split_setting", "file_sha256"]
 
 SPLIT_KEY = "split"
 PLAN_SUFFIX = ".split.json"
@@ -93,15 +93,17 @@ def cut_parts(entry, onnx_path: Path, setting: dict, folder: Path, where: str) -
     return parts
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def file_sha256(path: Path) -> str:
+    """A built file's sha256, as manifests and split plans record it (convert and the run check it)."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def write_plan(folder: Path, entry, parts: list[Part]) -> Path:
     """`<stem>.split.json` in `folder`: the parts in order with the sha256 of what each runs."""
     plan = {"subgraph": entry.label, "inputs": [s.name for s in entry.inputs],
             "outputs": [s.name for s in entry.outputs],
-            "parts": [{**asdict(p), "sha256": _sha256(folder / p.file)} for p in parts]}
+            "parts": [{**asdict(p), "sha256": file_sha256(folder / p.file)} for p in parts]}
     path = folder / f"{Path(entry.file).stem}{PLAN_SUFFIX}"
     path.write_text(json.dumps(plan, indent=1))
     return path
