@@ -118,11 +118,13 @@ def _read_result(path: Path) -> dict:
 
 def summary_lines(result: dict) -> list[str]:
     """One line per rate: its value, 95 % interval and bound."""
+    from ..results.simulate import bound_text, holds
     lines = []
     for name, cell in result["rates"].items():
         value = "none judged" if cell["rate"] is None else \
             f"{100 * cell['rate']:5.1f} % [{100 * cell['ci95'][0]:.1f}, {100 * cell['ci95'][1]:.1f}]"
-        bound = f"  ({'<=' if cell['bound'][0] == 'max' else '>='} {100 * cell['bound'][1]:g} %: " \
-                f"{cell['holds']})" if "bound" in cell else ""
+        # judged again from the counts: a file written before a bound's kind changed says what it says now
+        bound = f"  ({bound_text(cell['bound'])}: {holds(cell, tuple(cell['bound']))})" \
+            if "bound" in cell else ""
         lines.append(f"{name:<28} {value} of {cell['n']}{bound}")
     return lines

@@ -47,12 +47,17 @@ def test_an_ab_session_finds_a_large_slowdown_and_passes_none():
 
 def test_a_rate_holds_or_misses_its_bound_only_as_far_as_its_interval_says():
     at_most, at_least = ("max", 0.01), ("min", 0.95)
-    assert simulate._holds(simulate.rate(0, 2000), at_most) == "holds"          # [0, 0.18] %
-    assert simulate._holds(simulate.rate(0, 40), at_most) == "undecided"        # [0, 8.8] %: 40 say nothing
-    assert simulate._holds(simulate.rate(40, 1000), at_most) == "MISSED"        # [2.9, 5.4] %
-    assert simulate._holds(simulate.rate(1990, 2000), at_least) == "holds"
-    assert simulate._holds(simulate.rate(38, 40), at_least) == "undecided"      # [83.1, 99.4] %
-    assert simulate._holds(simulate.rate(800, 1000), at_least) == "MISSED"
+    assert simulate.holds(simulate.rate(0, 2000), at_most) == "holds"          # [0, 0.18] %
+    assert simulate.holds(simulate.rate(0, 40), at_most) == "undecided"        # [0, 8.8] %: 40 say nothing
+    assert simulate.holds(simulate.rate(40, 1000), at_most) == "MISSED"        # [2.9, 5.4] %
+    assert simulate.holds(simulate.rate(1990, 2000), at_least) == "holds"
+    assert simulate.holds(simulate.rate(38, 40), at_least) == "undecided"      # [83.1, 99.4] %
+    assert simulate.holds(simulate.rate(800, 1000), at_least) == "MISSED"
+    # what must never happen holds no interval: none in N bounds it by the interval's top, one misses it
+    assert simulate.holds(simulate.rate(0, 200), ("never", 0.0)) == "none in 200"
+    assert simulate.holds(simulate.rate(1, 200), ("never", 0.0)) == "MISSED"
+    assert simulate.RATES["loaded 3x, look 1 PASS"][1][0] == "never"
+    assert simulate.bound_text(("never", 0.0)) == "never" and simulate.bound_text(("max", 0.01)) == "≤ 1 %"
 
 
 def test_a_loaded_host_is_as_noisy_as_measured_and_its_3x_stack_is_never_a_pass_unseen():
