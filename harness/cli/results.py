@@ -130,7 +130,8 @@ def _run_of_row(row: dict, where: str) -> Run:
             git_revision=row["git_revision"] or None, ci_url=row["ci_url"] or None,
             peak_pss_added_bytes=number("peak_pss_added_bytes", int), host_cpus=number("host_cpus", int),
             host_memory_bytes=number("host_memory_bytes", int) if "host_memory_bytes" in row else None,
-            host_load=number("host_load"), host_probe_s=number("host_probe_s"))
+            host_load=number("host_load"), host_probe_s=number("host_probe_s"),
+            serial_hash=row.get("serial_hash") or None, device_model=row.get("device_model") or None)
     except (TypeError, ValueError) as exc:
         raise ResultsError(f"{where}: not a run ({exc})") from None
     except ResultsError as exc:
@@ -162,8 +163,8 @@ def _cmd_import(args) -> int:
 _VERSION_COLUMNS = ("npu_driver", "runtime_lib", "toolkit_lite", "onnxruntime")
 
 
-# What `import` needs of a row; the per-branch and per-stage figures and host_memory_bytes (an export
-# from before it has none) are read where present.
+# What `import` needs of a row; the per-branch and per-stage figures, host_memory_bytes, serial_hash
+# and device_model (an export from before them has none) are read where present.
 _RUN_COLUMNS = ("time", "run_id", "case", "board_id", "board_model", "model", "backend", "precision", "steps",
                 "manifest_hash", *_VERSION_COLUMNS, "git_revision", "ci_url", "valid", "invalid_reasons",
                 "mean_step_s", "total_denoise_s", "peak_pss_added_bytes", "host_cpus", "host_load", "host_probe_s")

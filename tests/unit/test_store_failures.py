@@ -206,7 +206,9 @@ def test_import_of_an_export_merges_two_stores_and_a_second_import_adds_nothing(
     board = _store_with(tmp_path, make_run("r1"), replace(make_run("r2", 1.5, minute=1, valid=False),
                                                           invalid_reasons=("a clock moved", "too hot"),
                                                           host_cpus=2, host_load=0.5, host_probe_s=0.02,
-                                                          host_memory_bytes=8 << 30))
+                                                          host_memory_bytes=8 << 30,
+                                                          serial_hash="0123456789abcdef",
+                                                          device_model="Radxa ROCK 5C"))
     exported = tmp_path / "runs.csv"
     assert main(["results", "export", "--results", board, "--out", str(exported)]) == 0
     fleet = f"sqlite:///{tmp_path / 'fleet.sqlite'}"
@@ -219,7 +221,8 @@ def test_import_of_an_export_merges_two_stores_and_a_second_import_adds_nothing(
     assert out[0].endswith("2 run(s) imported, 0 already in the store")
     assert out[1].endswith("0 run(s) imported, 2 already in the store")
     with ResultsStore(board) as a, ResultsStore(fleet) as b:
-        # the CSV holds every figure a verdict reads; per-step, per-subgraph and quality rows stay behind
+        # the CSV holds every figure a verdict reads and the board's serial and model string (a reflash
+        # is told from a new board by them); per-step, per-subgraph and quality rows stay behind
         mine = [replace(r, step_s=(), subgraphs=(), quality={}) for r in a.runs()]
         assert b.runs()[1:] == mine and b.runs()[0].run_id == "r0"
         assert b.runs()[1].key.digest == a.runs()[0].key.digest
