@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.model.config import EMBEDDED_DIR
+from harness.model.config import EMBEDDED_DIR, REPO_ROOT
 from tests.fakes import forget_rknnlite, use_fake_rknnlite
 from tests.helpers import missing_tool
 from tests.postgres_fixtures import halting_postgres, lost_server, postgres_cluster  # noqa: F401 - fixtures
@@ -55,6 +55,23 @@ def libraries_before_pytester() -> None:
 def pytester(libraries_before_pytester, pytester):
     """pytester, its snapshot of sys.modules taken with BEFORE_PYTESTER imported (see above)."""
     return pytester
+
+
+@pytest.fixture
+def disk_path():
+    """A fresh folder on a disk's filesystem (the checkout's .cache/), removed afterwards. bin/test puts TMPDIR,
+    and so tmp_path, on a RAM filesystem, whose files' pages the kernel counts as shared memory (Pss_Shmem),
+    not as a file's (Pss_File): a test of how another process mapping a file moves our share of it needs the
+    file on a disk, as the libraries and partitions it stands for are."""
+    import shutil
+    import tempfile
+    root = REPO_ROOT / ".cache"
+    root.mkdir(exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="disk-", dir=root))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

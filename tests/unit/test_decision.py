@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.results.verdict.decision import fixed_verdict, history_verdict, paired_verdict
+from harness.results.verdict.decision import fixed_verdict, history_verdict, paired_verdict, robust_sd
 from harness.results.verdict.history import judge_figure
 from harness.results.verdict.looks import look_alpha
 
@@ -21,6 +21,18 @@ def test_a_history_decisions_p_value_is_its_interval_and_its_regression(k):
         assert d.regression == (d.p_value < d.level), d
         floored = history_verdict("x", history, group, confidence=0.98)
         assert floored.regression == (floored.p_value < floored.level and floored.shift_pct > 3.0), floored
+
+
+@pytest.mark.parametrize("shape", [(7,), (8,), (40, 5), (40, 12)])
+def test_the_outlier_screens_spread_is_scipys_mad(shape):
+    """robust_sd is scipy's median_abs_deviation(scale="normal") on numpy: the same numbers, bit for bit,
+    for one history and one per row, odd and even lengths, with ties and a wild run."""
+    rng = np.random.default_rng(len(shape) * 10 + shape[-1])
+    logs = rng.normal(0, 0.05, shape)
+    logs[..., 1] = logs[..., 0]                 # a tie
+    logs[..., -1] += 1.5                        # a burst
+    median = np.median(logs, axis=-1, keepdims=True)
+    assert np.array_equal(robust_sd(logs, median), stats.median_abs_deviation(logs, axis=-1, scale="normal")[..., None])
 
 
 def test_a_history_decisions_p_value_holds_its_level_with_nothing_changed():

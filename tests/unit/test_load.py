@@ -82,11 +82,11 @@ def _pss() -> int:
 
 
 @pytest.mark.memory
-def test_a_pss_another_process_moved_is_one_line_and_a_missing_allocation_fails(tmp_path, monkeypatch):
+def test_a_pss_another_process_moved_is_one_line_and_a_missing_allocation_fails(disk_path, monkeypatch):
     """Our PSS of a file halves when another process maps it: 8 MiB allocated reads as less than nothing
     added, which the file's move explains. Nothing allocated, no move to explain it: a failure."""
     monkeypatch.delenv("CI", raising=False)
-    shared = tmp_path / "shared.bin"
+    shared = disk_path / "shared.bin"       # a file on a disk: its pages are Pss_File
     shared.write_bytes(os.urandom(64 * MiB))
     with open(shared, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
         sum(m[::4096])

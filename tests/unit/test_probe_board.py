@@ -91,10 +91,10 @@ def _pss_of(path) -> int:
     return sum(m.pss for m in psutil.Process().memory_maps(grouped=True) if m.path == str(path))
 
 
-def test_host_memory_stays_put_when_another_process_maps_the_same_file(tmp_path):
+def test_host_memory_stays_put_when_another_process_maps_the_same_file(disk_path):
     """Beside a busy test run, other processes map the libraries the probe has mapped, and the
     probe's share of those pages (its PSS) drops: the memory figure must not move with them."""
-    shared, ready = tmp_path / "shared.bin", tmp_path / "ready"
+    shared, ready = disk_path / "shared.bin", disk_path / "ready"    # a file on a disk, as a library is
     shared.write_bytes(os.urandom(32 * 2**20))
     with open(shared, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
         sum(m[::4096])
