@@ -64,7 +64,7 @@ def test_soak_finds_a_memory_leak_in_the_pipeline_where_it_starts(run_suite, sta
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     # RSS or host memory, whichever crosses first and stops the soak: RSS also counts the file-backed pages
-    # the run maps, and in 1 of 95 soaks here it crossed first, before host memory did (as in a worker)
+    # the run maps, and in 2 of 25 soaks from cycle 900 here it crossed first, before host memory did
     found = re.search(r"soak: pipeline \(pid \d+\): (?:RSS|PSS less file-backed \(host memory\)): \+[\d.]+ KiB "
                       r"per cycle \[90 % [^]]+\] from cycle (\d+), found at cycle (\d+) \(limit 16.0 KiB\): the "
                       r"memory floor \(1.5 GiB, [^)]+\) in [\d,.]+ images of 1,092 cycles", out)
