@@ -216,6 +216,7 @@ def test_a_count_leak_is_found_at_its_fourth(start, per, kind):
         assert not growth.failed, growth.line(PLANNED)
         return
     assert growth.failed and growth.found_at == start + 4 * per + 1, growth.line(PLANNED)
+    assert growth.first_cycle == start + per + 1, growth.line(PLANNED)      # its first step, not its last
 
 
 def test_an_allocator_that_grows_then_settles_passes():
