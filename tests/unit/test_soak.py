@@ -185,6 +185,19 @@ def test_a_memory_leak_is_found_within_its_bound_of_its_start(rate, start):
     assert start - 10 <= growth.first_cycle <= max(start, warm_max(PLANNED)) + 80, growth.line(PLANNED)
 
 
+@pytest.mark.parametrize("before", [0, 4 * KiB])
+@pytest.mark.parametrize("step_at", [150, 170])
+def test_an_allocator_step_before_a_leak_does_not_take_its_start(step_at, before):
+    """An arena chunk of C (512 KiB) the allocator keeps from cycle 150 or 170, and a slow growth under k
+    before the leak, then 64 KiB per cycle from 200: the leak starts at 200, not at the step (measured
+    against k, the step stayed in the CUSUM for 64 cycles and the start was the step's)."""
+    rng = np.random.default_rng(step_at + before)
+    cycles = np.arange(PLANNED)
+    host = _noisy(rng, PLANNED) + 512 * KiB * (cycles >= step_at) + before * np.minimum(cycles, 200)
+    growth = _judge({"host": host + _leak(64 * KiB, 200)})["host"]
+    assert growth.failed and 200 - 10 <= growth.first_cycle <= 200 + 80, growth.line(PLANNED)
+
+
 def test_the_bounds_the_docs_state():
     memory = memory_rule(16 * KiB)
     assert (memory.delay(64 * KiB), memory.delay(16 * KiB), memory.delay(8 * KiB)) == (46, 320, math.inf)
@@ -203,6 +216,7 @@ def test_a_count_leak_is_found_at_its_fourth(start, per, kind):
         assert not growth.failed, growth.line(PLANNED)
         return
     assert growth.failed and growth.found_at == start + 4 * per + 1, growth.line(PLANNED)
+    assert growth.first_cycle == start + per + 1, growth.line(PLANNED)      # its first step, not its last
 
 
 def test_an_allocator_that_grows_then_settles_passes():
