@@ -198,5 +198,7 @@ def cmd_inspect_checkpoint(args) -> int:
         console.print(f"{role}: {params:,} parameters, {size / 2**20:.1f} MiB stored"
                       + (f", {params * 4 / 2**20:.1f} MiB as float32 on the host" if role == "host" else ""),
                       highlight=False)
-    console.print(checkpoint.summary_line(), highlight=False)
+    # one line, however long its path: rich would break it at the console's width, mid-path or mid-word,
+    # for whoever greps the output (a path under a deep temporary folder broke 'key prefix' in two)
+    console.print(checkpoint.summary_line(), highlight=False, soft_wrap=True)
     return 0

@@ -60,7 +60,9 @@ def test_make_anima_shaped_writes_the_committed_model(tmp_path):
 
 @pytest.mark.slow
 def test_make_checkpoint_writes_what_the_harness_reads(tmp_path):
-    out = tmp_path / "dit.safetensors"
+    # a path longer than a console line: the summary stays one line (rich had broken it mid-word)
+    (tmp_path / ("folder-" * 12)).mkdir()
+    out = tmp_path / ("folder-" * 12) / "dit.safetensors"
     assert "anima-shaped float16" in _run("make_checkpoint.py", "--profile", MODEL_DIR / "model.toml", "--out", out,
                                            "--precision", "float16", "--prefix", "net.")
     proc = subprocess.run([sys.executable, "-m", "harness", "inspect-checkpoint", str(out), "--profile",
